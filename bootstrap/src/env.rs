@@ -1,0 +1,1005 @@
+//! Rank discovery from the launcher's environment variables.
+
+use std::fmt;
+use std::net::TcpListener;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::singleton::SingletonBootstrap;
+use crate::tcp::TcpBootstrap;
+use crate::uid::{secret_from_hex, validate_addr, UniqueId, SECRET_LEN};
+use crate::Bootstrap;
+
+/// One environment variable read by this crate (for `--help`-style tables and the runtime's
+/// merged configuration table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// What kind of value it takes, e.g. `integer` or `host:port`.
+    pub kind: &'static str,
+    /// Its default when unset (empty: none).
+    pub default: &'static str,
+    /// One-line description.
+    pub help: &'static str,
+}
+
+/// Every environment variable this crate (library and `rshmemrun`) reads.
+pub static ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "RSHMEM_RANK",
+        kind: "integer",
+        default: "",
+        help: "This PE's rank, 0..RSHMEM_SIZE (set by rshmemrun). Takes precedence over other launchers' variables.",
+    },
+    EnvVar {
+        name: "RSHMEM_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Number of PEs in the job (set by rshmemrun; must be set together with RSHMEM_RANK).",
+    },
+    EnvVar {
+        name: "RSHMEM_LOCAL_RANK",
+        kind: "integer",
+        default: "",
+        help: "This PE's rank among the PEs on its host (set by rshmemrun).",
+    },
+    EnvVar {
+        name: "RSHMEM_LOCAL_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Number of PEs on this host (set by rshmemrun).",
+    },
+    EnvVar {
+        name: "RSHMEM_BOOTSTRAP_ADDR",
+        kind: "host:port",
+        default: "",
+        help: "Where rank 0 listens for the bootstrap rendezvous; required when there is more than one PE. Export the same value to every rank.",
+    },
+    EnvVar {
+        name: "RSHMEM_BOOTSTRAP_SECRET",
+        kind: "32 hex digits",
+        default: "",
+        help: "Job secret every rank presents to rank 0 (e.g. $(openssl rand -hex 16)). Required under rshmemrun's variables; under mpirun/srun/PMI a guessable one is derived from the job id when unset.",
+    },
+    EnvVar {
+        name: "RSHMEM_BOOTSTRAP_LISTEN_FD",
+        kind: "file descriptor",
+        default: "",
+        help: "Rank 0 only: an inherited, already listening TCP socket to use instead of binding RSHMEM_BOOTSTRAP_ADDR (set by rshmemrun).",
+    },
+    EnvVar {
+        name: "RSHMEM_LAUNCHER",
+        kind: "rshmemrun|openmpi|slurm|pmi|singleton",
+        default: "auto",
+        help: "Which launcher's variables to read; unset means detect (RSHMEM_*, then Open MPI, then Slurm, then PMI, else singleton). rshmemrun sets it to rshmemrun.",
+    },
+    EnvVar {
+        name: "RSHMEM_RUN_TIMEOUT",
+        kind: "seconds",
+        default: "",
+        help: "rshmemrun only: kill all PEs after this many seconds and exit 124 (same as --timeout).",
+    },
+    EnvVar {
+        name: "OMPI_COMM_WORLD_RANK",
+        kind: "integer",
+        default: "",
+        help: "Rank under Open MPI's mpirun.",
+    },
+    EnvVar {
+        name: "OMPI_COMM_WORLD_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Job size under Open MPI's mpirun.",
+    },
+    EnvVar {
+        name: "OMPI_COMM_WORLD_LOCAL_RANK",
+        kind: "integer",
+        default: "",
+        help: "Node-local rank under Open MPI's mpirun.",
+    },
+    EnvVar {
+        name: "OMPI_COMM_WORLD_LOCAL_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Number of ranks on this node under Open MPI's mpirun.",
+    },
+    EnvVar {
+        name: "PMIX_RANK",
+        kind: "integer",
+        default: "",
+        help: "Rank under a PMIx launcher; used when OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not.",
+    },
+    EnvVar {
+        name: "SLURM_PROCID",
+        kind: "integer",
+        default: "",
+        help: "Rank under srun.",
+    },
+    EnvVar {
+        name: "SLURM_NTASKS",
+        kind: "integer",
+        default: "",
+        help: "Job size under srun.",
+    },
+    EnvVar {
+        name: "SLURM_LOCALID",
+        kind: "integer",
+        default: "",
+        help: "Node-local rank under srun.",
+    },
+    EnvVar {
+        name: "PMI_RANK",
+        kind: "integer",
+        default: "",
+        help: "Rank under a PMI-1/PMI-2 launcher (MPICH/Intel MPI hydra).",
+    },
+    EnvVar {
+        name: "PMI_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Job size under a PMI-1/PMI-2 launcher.",
+    },
+    EnvVar {
+        name: "SLURM_JOB_ID",
+        kind: "string",
+        default: "",
+        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+    },
+    EnvVar {
+        name: "SLURM_STEP_ID",
+        kind: "string",
+        default: "",
+        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+    },
+    EnvVar {
+        name: "PMIX_NAMESPACE",
+        kind: "string",
+        default: "",
+        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+    },
+    EnvVar {
+        name: "OMPI_MCA_ess_base_jobid",
+        kind: "string",
+        default: "",
+        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+    },
+];
+
+/// Which launcher started this process (decides which variables were read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Launcher {
+    /// No launcher: a single PE.
+    Singleton,
+    /// `rshmemrun`, or anything that sets `RSHMEM_RANK`/`RSHMEM_SIZE`.
+    Rshmemrun,
+    /// Open MPI's `mpirun`/`prterun` (`OMPI_COMM_WORLD_*`, `PMIX_RANK`).
+    OpenMpi,
+    /// Slurm's `srun` (`SLURM_*`).
+    Slurm,
+    /// A PMI launcher such as MPICH's hydra (`PMI_RANK`, `PMI_SIZE`).
+    Pmi,
+}
+
+impl Launcher {
+    /// The name used in `RSHMEM_LAUNCHER` and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Launcher::Singleton => "singleton",
+            Launcher::Rshmemrun => "rshmemrun",
+            Launcher::OpenMpi => "openmpi",
+            Launcher::Slurm => "slurm",
+            Launcher::Pmi => "pmi",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Launcher> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "singleton" | "none" => Launcher::Singleton,
+            "rshmemrun" | "rshmem" => Launcher::Rshmemrun,
+            "openmpi" | "ompi" | "mpirun" => Launcher::OpenMpi,
+            "slurm" | "srun" => Launcher::Slurm,
+            "pmi" | "hydra" => Launcher::Pmi,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the launcher told this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchInfo {
+    /// This PE's rank, `0..size`.
+    pub rank: usize,
+    /// Number of PEs in the job.
+    pub size: usize,
+    /// Rank among the PEs on this host, when the launcher says.
+    pub local_rank: Option<usize>,
+    /// Number of PEs on this host, when the launcher says.
+    pub local_size: Option<usize>,
+    /// The launcher whose variables were read.
+    pub launcher: Launcher,
+    /// The rendezvous (rank 0's address and the job secret); `Some` exactly when `size > 1`.
+    pub uid: Option<UniqueId>,
+    /// Rank 0 only: an inherited listening socket (`RSHMEM_BOOTSTRAP_LISTEN_FD`).
+    pub listen_fd: Option<i32>,
+}
+
+/// Variables whose values identify the job, for the fallback secret (in this order).
+const JOB_ID_VARS: [&str; 4] =
+    ["SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"];
+
+impl LaunchInfo {
+    /// Reads the process environment. See [`LaunchInfo::from_lookup`].
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(&|name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// Reads the launcher's variables through `lookup` (testable without touching the
+    /// process environment). Empty values count as unset.
+    ///
+    /// Precedence (unless `RSHMEM_LAUNCHER` names one): `RSHMEM_RANK`/`RSHMEM_SIZE`, then Open
+    /// MPI's `OMPI_COMM_WORLD_RANK`/`SIZE` (`PMIX_RANK` as the rank fallback), then Slurm's
+    /// `SLURM_PROCID`/`SLURM_NTASKS`, then `PMI_RANK`/`PMI_SIZE`; with none of them the process
+    /// is a singleton (rank 0 of 1).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let launcher = match get("RSHMEM_LAUNCHER") {
+            Some(v) => Launcher::parse(&v).ok_or_else(|| {
+                Error::env(
+                    "RSHMEM_LAUNCHER",
+                    &v,
+                    "expected one of rshmemrun, openmpi, slurm, pmi, singleton (or unset to detect)",
+                )
+            })?,
+            None => detect(&get),
+        };
+
+        let (rank, size, local_rank, local_size) = match launcher {
+            Launcher::Singleton => (0, 1, Some(0), Some(1)),
+            Launcher::Rshmemrun => {
+                let (r, s) = rank_and_size(&get, launcher, &["RSHMEM_RANK"], "RSHMEM_SIZE")?;
+                let (lr, ls) = locals(&get, "RSHMEM_LOCAL_RANK", Some("RSHMEM_LOCAL_SIZE"))?;
+                (r, s, lr, ls)
+            }
+            Launcher::OpenMpi => {
+                let (r, s) = rank_and_size(
+                    &get,
+                    launcher,
+                    &["OMPI_COMM_WORLD_RANK", "PMIX_RANK"],
+                    "OMPI_COMM_WORLD_SIZE",
+                )?;
+                let (lr, ls) =
+                    locals(&get, "OMPI_COMM_WORLD_LOCAL_RANK", Some("OMPI_COMM_WORLD_LOCAL_SIZE"))?;
+                (r, s, lr, ls)
+            }
+            Launcher::Slurm => {
+                let (r, s) = rank_and_size(&get, launcher, &["SLURM_PROCID"], "SLURM_NTASKS")?;
+                let (lr, ls) = locals(&get, "SLURM_LOCALID", None)?;
+                (r, s, lr, ls)
+            }
+            Launcher::Pmi => {
+                let (r, s) = rank_and_size(&get, launcher, &["PMI_RANK"], "PMI_SIZE")?;
+                (r, s, None, None)
+            }
+        };
+
+        let mut uid = None;
+        let mut listen_fd = None;
+        if size > 1 {
+            let id = rendezvous_id(&get, launcher, rank, size)?;
+            if rank == 0 {
+                if let Some(v) = get("RSHMEM_BOOTSTRAP_LISTEN_FD") {
+                    let fd: i32 = v.trim().parse().ok().filter(|&fd| fd >= 0).ok_or_else(|| {
+                        Error::env(
+                            "RSHMEM_BOOTSTRAP_LISTEN_FD",
+                            &v,
+                            "not a file descriptor number (a non-negative integer)",
+                        )
+                    })?;
+                    listen_fd = Some(fd);
+                }
+            }
+            uid = Some(id);
+        }
+        Ok(LaunchInfo { rank, size, local_rank, local_size, launcher, uid, listen_fd })
+    }
+}
+
+fn detect(get: &dyn Fn(&str) -> Option<String>) -> Launcher {
+    let any = |names: &[&str]| names.iter().any(|n| get(n).is_some());
+    if any(&["RSHMEM_RANK", "RSHMEM_SIZE"]) {
+        Launcher::Rshmemrun
+    } else if any(&["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"]) {
+        Launcher::OpenMpi
+    } else if any(&["SLURM_PROCID"]) {
+        Launcher::Slurm
+    } else if any(&["PMI_RANK", "PMI_SIZE"]) {
+        Launcher::Pmi
+    } else {
+        Launcher::Singleton
+    }
+}
+
+fn parse_count(var: &str, value: &str) -> Result<usize> {
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| Error::env(var, value, "not a non-negative integer"))
+}
+
+/// Reads a (rank, size) pair: the first of `rank_vars` that is set, and `size_var`.
+fn rank_and_size(
+    get: &dyn Fn(&str) -> Option<String>,
+    launcher: Launcher,
+    rank_vars: &[&str],
+    size_var: &str,
+) -> Result<(usize, usize)> {
+    let rank = rank_vars.iter().find_map(|&n| get(n).map(|v| (n, v)));
+    let size = get(size_var);
+    match (rank, size) {
+        (Some((rank_var, rank_val)), Some(size_val)) => {
+            let size = parse_count(size_var, &size_val)?;
+            if size == 0 {
+                return Err(Error::env(size_var, &size_val, "zero PEs: the job size must be at least 1"));
+            }
+            let rank = parse_count(rank_var, &rank_val)?;
+            if rank >= size {
+                return Err(Error::env(
+                    rank_var,
+                    &rank_val,
+                    format!("rank {rank} is not below the job size {size} ({size_var})"),
+                ));
+            }
+            Ok((rank, size))
+        }
+        (Some((rank_var, rank_val)), None) => Err(Error::env(
+            rank_var,
+            &rank_val,
+            format!("{rank_var} is set but {size_var} is not: set both"),
+        )),
+        (None, Some(size_val)) => Err(Error::env(
+            size_var,
+            &size_val,
+            format!("{size_var} is set but {} is not: set both", rank_vars.join(" or ")),
+        )),
+        (None, None) => Err(Error::Config(format!(
+            "RSHMEM_LAUNCHER={launcher} but neither {} nor {size_var} is set",
+            rank_vars.join(" nor ")
+        ))),
+    }
+}
+
+/// Reads the optional node-local rank and size.
+fn locals(
+    get: &dyn Fn(&str) -> Option<String>,
+    rank_var: &str,
+    size_var: Option<&str>,
+) -> Result<(Option<usize>, Option<usize>)> {
+    let local_size = match size_var.and_then(|n| get(n).map(|v| (n, v))) {
+        Some((n, v)) => {
+            let s = parse_count(n, &v)?;
+            if s == 0 {
+                return Err(Error::env(n, &v, "zero PEs on this host: must be at least 1"));
+            }
+            Some(s)
+        }
+        None => None,
+    };
+    let local_rank = match get(rank_var) {
+        Some(v) => {
+            let r = parse_count(rank_var, &v)?;
+            if let (Some(s), Some(sn)) = (local_size, size_var) {
+                if r >= s {
+                    return Err(Error::env(
+                        rank_var,
+                        &v,
+                        format!("local rank {r} is not below the local size {s} ({sn})"),
+                    ));
+                }
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    Ok((local_rank, local_size))
+}
+
+/// Builds the unique id of a multi-PE job from `RSHMEM_BOOTSTRAP_ADDR` and the secret.
+fn rendezvous_id(
+    get: &dyn Fn(&str) -> Option<String>,
+    launcher: Launcher,
+    rank: usize,
+    size: usize,
+) -> Result<UniqueId> {
+    let addr = get("RSHMEM_BOOTSTRAP_ADDR").ok_or_else(|| {
+        Error::Config(format!(
+            "this is rank {rank} of {size} (from the {launcher} launcher's variables) but \
+             RSHMEM_BOOTSTRAP_ADDR is not set: export RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<port> \
+             to every rank, e.g. `mpirun -x RSHMEM_BOOTSTRAP_ADDR=node0:29500 ...` or \
+             `export RSHMEM_BOOTSTRAP_ADDR=...` before srun; use rshmemrun for single-host jobs, \
+             or set RSHMEM_LAUNCHER=singleton if this process is meant to run alone"
+        ))
+    })?;
+    let addr = addr.trim().to_owned();
+    validate_addr(&addr).map_err(|reason| Error::env("RSHMEM_BOOTSTRAP_ADDR", &addr, reason))?;
+
+    let secret = match get("RSHMEM_BOOTSTRAP_SECRET") {
+        Some(v) => secret_from_hex(v.trim()).map_err(|e| {
+            let reason = match e {
+                Error::InvalidArgument(m) => m,
+                other => other.to_string(),
+            };
+            // Do not echo (most of) a secret into logs.
+            Error::env(
+                "RSHMEM_BOOTSTRAP_SECRET",
+                &format!("<{} characters, not shown>", v.trim().chars().count()),
+                format!("{reason}; generate one with `openssl rand -hex 16`"),
+            )
+        })?,
+        None if launcher == Launcher::Rshmemrun => {
+            return Err(Error::Config(
+                "RSHMEM_RANK/RSHMEM_SIZE are set but RSHMEM_BOOTSTRAP_SECRET is not. rshmemrun \
+                 sets it; if you set the RSHMEM_* variables yourself, export \
+                 RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) (the same value) to every rank"
+                    .into(),
+            ))
+        }
+        None => {
+            let (secret, used) = derived_secret(get, &addr);
+            let from =
+                if used.is_empty() { "no job id found".to_owned() } else { used.join(", ") };
+            tracing::warn!(
+                "RSHMEM_BOOTSTRAP_SECRET is not set: using a secret derived from the job id \
+                 ({from}) and RSHMEM_BOOTSTRAP_ADDR, which others on the network can guess. \
+                 Export RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) to every rank (e.g. \
+                 `mpirun -x RSHMEM_BOOTSTRAP_SECRET=...`) to keep other processes out of the \
+                 rendezvous"
+            );
+            secret
+        }
+    };
+    UniqueId::with_secret(addr, secret)
+}
+
+/// A deterministic secret from the launcher's job ids and the address (same on every rank).
+/// Returns it with the names of the variables used.
+fn derived_secret(
+    get: &dyn Fn(&str) -> Option<String>,
+    addr: &str,
+) -> ([u8; SECRET_LEN], Vec<&'static str>) {
+    let mut material = b"rshmem-bootstrap-derived-secret-v1\0".to_vec();
+    let mut used = Vec::new();
+    for name in JOB_ID_VARS {
+        if let Some(v) = get(name) {
+            material.extend_from_slice(name.as_bytes());
+            material.push(b'=');
+            material.extend_from_slice(v.trim().as_bytes());
+            material.push(0);
+            used.push(name);
+        }
+    }
+    material.extend_from_slice(addr.as_bytes());
+    let mut out = [0u8; SECRET_LEN];
+    out[..8].copy_from_slice(&fnv1a_mix(&material, 0xcbf2_9ce4_8422_2325).to_le_bytes());
+    out[8..].copy_from_slice(&fnv1a_mix(&material, 0x6c62_272e_07bb_0142).to_le_bytes());
+    (out, used)
+}
+
+/// FNV-1a with a given basis, then a SplitMix64 finaliser. Stable across versions and
+/// platforms (unlike `std`'s hashers). Not cryptographic: the result is guessable anyway.
+fn fnv1a_mix(data: &[u8], basis: u64) -> u64 {
+    let mut h = basis;
+    for &b in data {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Set once `RSHMEM_BOOTSTRAP_LISTEN_FD` has been adopted, so it is never owned twice.
+static LISTEN_FD_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Reads an integer socket option of `fd`.
+fn sockopt_int(fd: i32, opt: libc::c_int) -> std::io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are valid for writes and `len` is the size of `val`; an invalid
+    // or non-socket `fd` only makes the call fail with EBADF/ENOTSOCK.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut val as *mut libc::c_int).cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(val)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Adopts the listening socket the launcher passed in `fd`, after checking that it is one.
+fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
+    const VAR: &str = "RSHMEM_BOOTSTRAP_LISTEN_FD";
+    let value = fd.to_string();
+    let bad = |reason: String| Error::env(VAR, &value, reason);
+    // SAFETY: F_GETFD only reads the descriptor flags; an invalid fd yields EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(bad(format!(
+            "not an open file descriptor ({}); it must be inherited from the launcher",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let ty = sockopt_int(fd, libc::SO_TYPE).map_err(|e| bad(format!("not a socket ({e})")))?;
+    let domain = sockopt_int(fd, libc::SO_DOMAIN).map_err(|e| bad(format!("not a socket ({e})")))?;
+    if ty != libc::SOCK_STREAM || (domain != libc::AF_INET && domain != libc::AF_INET6) {
+        return Err(bad("not a TCP socket".into()));
+    }
+    let listening =
+        sockopt_int(fd, libc::SO_ACCEPTCONN).map_err(|e| bad(format!("not a socket ({e})")))?;
+    if listening == 0 {
+        return Err(bad("the socket is not listening".into()));
+    }
+    if LISTEN_FD_TAKEN.swap(true, Ordering::SeqCst) {
+        return Err(bad("already adopted by an earlier bootstrap in this process".into()));
+    }
+    // SAFETY: the fd is open (checked above) and is a listening TCP socket that the launcher
+    // handed to this process for the bootstrap alone; LISTEN_FD_TAKEN guarantees it is adopted
+    // at most once, so no other owner will close it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Keep it out of programs this PE may itself start.
+    // SAFETY: `fd` is open and owned by `owned`; F_SETFD only changes its descriptor flags.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    let listener = TcpListener::from(owned);
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let want = uid.addr().rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+    if want != Some(port) {
+        return Err(bad(format!(
+            "the inherited socket listens on port {port} but RSHMEM_BOOTSTRAP_ADDR is {}",
+            uid.addr()
+        )));
+    }
+    Ok(listener)
+}
+
+/// Discovers this process's rank from the environment and joins the job.
+///
+/// A singleton (or any job of size 1) gets a [`SingletonBootstrap`]; otherwise a
+/// [`TcpBootstrap`] at `RSHMEM_BOOTSTRAP_ADDR` (rank 0 uses the listening socket inherited
+/// through `RSHMEM_BOOTSTRAP_LISTEN_FD` when there is one). `timeout` bounds each step
+/// (`None`: wait forever).
+pub fn from_env(timeout: Option<Duration>) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+    let info = LaunchInfo::from_env()?;
+    tracing::debug!(
+        rank = info.rank,
+        size = info.size,
+        launcher = %info.launcher,
+        "bootstrap: launch information"
+    );
+    if info.size == 1 {
+        return Ok((info, Box::new(SingletonBootstrap::new())));
+    }
+    let uid = info.uid.as_ref().ok_or_else(|| {
+        Error::Config("RSHMEM_BOOTSTRAP_ADDR is required for a job of more than one PE".into())
+    })?;
+    let listener = match info.listen_fd {
+        Some(fd) if info.rank == 0 => Some(inherit_listener(fd, uid)?),
+        _ => None,
+    };
+    let boot = TcpBootstrap::new(info.rank, info.size, uid, timeout, listener)?;
+    Ok((info, Box::new(boot)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const SECRET: &str = "00112233445566778899aabbccddeeff";
+
+    fn parse(vars: &[(&str, &str)]) -> Result<LaunchInfo> {
+        let map: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        LaunchInfo::from_lookup(&|name| map.get(name).cloned())
+    }
+
+    /// The error's variable name (for `Error::Env`), or panics with the error.
+    fn env_var_of(r: Result<LaunchInfo>) -> String {
+        match r {
+            Err(Error::Env { var, .. }) => var,
+            other => panic!("expected an Env error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn singleton_when_nothing_set() {
+        let i = parse(&[]).unwrap();
+        assert_eq!(
+            i,
+            LaunchInfo {
+                rank: 0,
+                size: 1,
+                local_rank: Some(0),
+                local_size: Some(1),
+                launcher: Launcher::Singleton,
+                uid: None,
+                listen_fd: None,
+            }
+        );
+        // Unrelated and empty variables do not change that.
+        let i = parse(&[("RSHMEM_RANK", ""), ("SLURM_NTASKS", "4"), ("HOME", "/root")]).unwrap();
+        assert_eq!(i.launcher, Launcher::Singleton);
+    }
+
+    #[test]
+    fn rshmemrun_variables() {
+        let i = parse(&[
+            ("RSHMEM_RANK", "2"),
+            ("RSHMEM_SIZE", "4"),
+            ("RSHMEM_LOCAL_RANK", "2"),
+            ("RSHMEM_LOCAL_SIZE", "4"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "127.0.0.1:4000"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+            ("RSHMEM_BOOTSTRAP_LISTEN_FD", "7"),
+            ("RSHMEM_LAUNCHER", "rshmemrun"),
+        ])
+        .unwrap();
+        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (2, 4, Some(2), Some(4)));
+        assert_eq!(i.launcher, Launcher::Rshmemrun);
+        let uid = i.uid.unwrap();
+        assert_eq!(uid.addr(), "127.0.0.1:4000");
+        assert_eq!(uid.secret_hex(), SECRET);
+        // Only rank 0 keeps the inherited listener.
+        assert_eq!(i.listen_fd, None);
+        let i = parse(&[
+            ("RSHMEM_RANK", "0"),
+            ("RSHMEM_SIZE", "4"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "127.0.0.1:4000"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+            ("RSHMEM_BOOTSTRAP_LISTEN_FD", "7"),
+        ])
+        .unwrap();
+        assert_eq!(i.listen_fd, Some(7));
+        assert_eq!((i.local_rank, i.local_size), (None, None));
+    }
+
+    #[test]
+    fn open_mpi_variables() {
+        let i = parse(&[
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "node0:29500"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (3, 8, Some(1), Some(2)));
+        assert_eq!(i.launcher, Launcher::OpenMpi);
+        // PMIX_RANK is the rank fallback.
+        let i = parse(&[
+            ("PMIX_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "node0:29500"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!((i.rank, i.size, i.launcher), (5, 8, Launcher::OpenMpi));
+        // OMPI_COMM_WORLD_RANK wins over PMIX_RANK.
+        let i = parse(&[
+            ("PMIX_RANK", "5"),
+            ("OMPI_COMM_WORLD_RANK", "6"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "node0:29500"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!(i.rank, 6);
+    }
+
+    #[test]
+    fn slurm_variables() {
+        let i = parse(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "0"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (1, 2, Some(0), None));
+        assert_eq!(i.launcher, Launcher::Slurm);
+    }
+
+    #[test]
+    fn pmi_variables() {
+        let i = parse(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "3"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!((i.rank, i.size, i.launcher), (0, 3, Launcher::Pmi));
+        assert_eq!((i.local_rank, i.local_size), (None, None));
+    }
+
+    #[test]
+    fn precedence_between_launchers() {
+        let all = [
+            ("RSHMEM_RANK", "1"),
+            ("RSHMEM_SIZE", "2"),
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "3"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("PMI_RANK", "4"),
+            ("PMI_SIZE", "5"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "h:1"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
+        let expect = [
+            (Launcher::Rshmemrun, 1, 2),
+            (Launcher::OpenMpi, 2, 3),
+            (Launcher::Slurm, 3, 4),
+            (Launcher::Pmi, 4, 5),
+        ];
+        // Dropping the highest-priority pair each time exposes the next launcher.
+        for (skip, &(launcher, rank, size)) in expect.iter().enumerate() {
+            let vars: Vec<_> = all[2 * skip..].to_vec();
+            let i = parse(&vars).unwrap();
+            assert_eq!((i.launcher, i.rank, i.size), (launcher, rank, size), "skip {skip}");
+        }
+        // RSHMEM_LAUNCHER overrides detection.
+        let mut vars = all.to_vec();
+        vars.push(("RSHMEM_LAUNCHER", "slurm"));
+        let i = parse(&vars).unwrap();
+        assert_eq!((i.launcher, i.rank, i.size), (Launcher::Slurm, 3, 4));
+        let mut vars = all.to_vec();
+        vars.push(("RSHMEM_LAUNCHER", "singleton"));
+        let i = parse(&vars).unwrap();
+        assert_eq!((i.launcher, i.rank, i.size, i.uid), (Launcher::Singleton, 0, 1, None));
+        assert_eq!(env_var_of(parse(&[("RSHMEM_LAUNCHER", "torque")])), "RSHMEM_LAUNCHER");
+        assert!(matches!(parse(&[("RSHMEM_LAUNCHER", "pmi")]), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        let base = [("RSHMEM_BOOTSTRAP_ADDR", "h:1"), ("RSHMEM_BOOTSTRAP_SECRET", SECRET)];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+            (&[("RSHMEM_RANK", "x"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not a non-negative"),
+            (&[("RSHMEM_RANK", "-1"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not a non-negative"),
+            (&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "two")], "RSHMEM_SIZE", "not a non-negative"),
+            (&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "0")], "RSHMEM_SIZE", "zero PEs"),
+            (&[("RSHMEM_RANK", "2"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not below the job size"),
+            (&[("RSHMEM_RANK", "1")], "RSHMEM_RANK", "RSHMEM_SIZE is not"),
+            (&[("RSHMEM_SIZE", "2")], "RSHMEM_SIZE", "RSHMEM_RANK is not"),
+            (
+                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_RANK", "2"), ("RSHMEM_LOCAL_SIZE", "2")],
+                "RSHMEM_LOCAL_RANK",
+                "not below the local size",
+            ),
+            (
+                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_SIZE", "0")],
+                "RSHMEM_LOCAL_SIZE",
+                "zero PEs",
+            ),
+            (
+                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_RANK", "a")],
+                "RSHMEM_LOCAL_RANK",
+                "not a non-negative",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "4"), ("OMPI_COMM_WORLD_SIZE", "4")],
+                "OMPI_COMM_WORLD_RANK",
+                "not below",
+            ),
+            (&[("OMPI_COMM_WORLD_RANK", "1")], "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE is not"),
+            (&[("OMPI_COMM_WORLD_SIZE", "0"), ("PMIX_RANK", "0")], "OMPI_COMM_WORLD_SIZE", "zero PEs"),
+            (&[("PMIX_RANK", "z"), ("OMPI_COMM_WORLD_SIZE", "2")], "PMIX_RANK", "not a non-negative"),
+            (&[("SLURM_PROCID", "0")], "SLURM_PROCID", "SLURM_NTASKS is not"),
+            (&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1.5")], "SLURM_NTASKS", "not a non-negative"),
+            (&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_LOCALID", "?")], "SLURM_LOCALID", "not a non-negative"),
+            (&[("PMI_RANK", "9"), ("PMI_SIZE", "3")], "PMI_RANK", "not below"),
+            (&[("PMI_SIZE", "3")], "PMI_SIZE", "PMI_RANK is not"),
+        ];
+        for (vars, var, reason) in cases {
+            match with(vars) {
+                Err(Error::Env { var: v, reason: r, .. }) => {
+                    assert_eq!(&v, var, "{vars:?}");
+                    assert!(r.contains(reason), "{vars:?}: reason {r:?} lacks {reason:?}");
+                }
+                other => panic!("{vars:?}: expected Env error on {var}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn env_error_message_shows_value() {
+        let e = parse(&[("RSHMEM_RANK", "abc"), ("RSHMEM_SIZE", "2")]).unwrap_err().to_string();
+        assert!(e.contains("RSHMEM_RANK") && e.contains("abc"), "{e}");
+    }
+
+    #[test]
+    fn address_and_secret_checks() {
+        let rs = [("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = rs.to_vec();
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        // Missing address: a Config error that says what to export.
+        match with(&[("RSHMEM_BOOTSTRAP_SECRET", SECRET)]) {
+            Err(Error::Config(m)) => {
+                assert!(m.contains("RSHMEM_BOOTSTRAP_ADDR") && m.contains("mpirun -x"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in ["localhost", "h:0", "h:x", ":5", "::1:5"] {
+            let mut v = rs.to_vec();
+            v.push(("RSHMEM_BOOTSTRAP_ADDR", bad));
+            v.push(("RSHMEM_BOOTSTRAP_SECRET", SECRET));
+            assert_eq!(env_var_of(parse(&v)), "RSHMEM_BOOTSTRAP_ADDR", "{bad}");
+        }
+        for bad in ["abc", "0011223344556677889900aabbccddeeff", "0011223344556677889900aabbccddzz"]
+        {
+            let mut v = rs.to_vec();
+            v.push(("RSHMEM_BOOTSTRAP_ADDR", "h:5"));
+            v.push(("RSHMEM_BOOTSTRAP_SECRET", bad));
+            let e = parse(&v).unwrap_err();
+            assert!(
+                matches!(&e, Error::Env { var, value, .. } if var == "RSHMEM_BOOTSTRAP_SECRET" && !value.contains(bad)),
+                "{e:?}"
+            );
+        }
+        // Under RSHMEM_* variables the secret is required.
+        match with(&[("RSHMEM_BOOTSTRAP_ADDR", "h:5")]) {
+            Err(Error::Config(m)) => assert!(m.contains("RSHMEM_BOOTSTRAP_SECRET"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // A listen fd must be a number.
+        let e = with(&[
+            ("RSHMEM_BOOTSTRAP_ADDR", "h:5"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+            ("RSHMEM_RANK", "0"),
+        ]);
+        assert!(e.is_ok());
+        let mut v = vec![
+            ("RSHMEM_RANK", "0"),
+            ("RSHMEM_SIZE", "2"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "h:5"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
+        v.push(("RSHMEM_BOOTSTRAP_LISTEN_FD", "-3"));
+        assert_eq!(env_var_of(parse(&v)), "RSHMEM_BOOTSTRAP_LISTEN_FD");
+        // Size 1 needs no address at all.
+        let i = parse(&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "1")]).unwrap();
+        assert_eq!((i.size, i.uid), (1, None));
+    }
+
+    #[test]
+    fn foreign_launchers_derive_a_deterministic_secret() {
+        let job = |id: &'static str| {
+            parse(&[
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_JOB_ID", id),
+                ("SLURM_STEP_ID", "0"),
+                ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
+            ])
+            .unwrap()
+            .uid
+            .unwrap()
+        };
+        // Same job: same secret on every rank; another job: another secret.
+        assert_eq!(job("1234").secret(), job("1234").secret());
+        assert_ne!(job("1234").secret(), job("1235").secret());
+        let mpi = parse(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_MCA_ess_base_jobid", "99"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
+        ])
+        .unwrap()
+        .uid
+        .unwrap();
+        assert_ne!(mpi.secret(), job("1234").secret());
+        // An explicit secret always wins.
+        let explicit = parse(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "1234"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ])
+        .unwrap();
+        assert_eq!(explicit.uid.unwrap().secret_hex(), SECRET);
+    }
+
+    #[test]
+    fn env_table_lists_every_variable_read() {
+        let names: Vec<&str> = ENV_VARS.iter().map(|v| v.name).collect();
+        for n in [
+            "RSHMEM_RANK",
+            "RSHMEM_SIZE",
+            "RSHMEM_LOCAL_RANK",
+            "RSHMEM_LOCAL_SIZE",
+            "RSHMEM_BOOTSTRAP_ADDR",
+            "RSHMEM_BOOTSTRAP_SECRET",
+            "RSHMEM_BOOTSTRAP_LISTEN_FD",
+            "RSHMEM_LAUNCHER",
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "PMIX_RANK",
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
+            "SLURM_LOCALID",
+            "PMI_RANK",
+            "PMI_SIZE",
+        ]
+        .into_iter()
+        .chain(JOB_ID_VARS)
+        {
+            assert!(names.contains(&n), "{n} missing from ENV_VARS");
+        }
+        // Every lookup goes through the table: record what from_lookup asks for.
+        let asked = std::cell::RefCell::new(Vec::<String>::new());
+        let _ = LaunchInfo::from_lookup(&|n| {
+            asked.borrow_mut().push(n.to_owned());
+            match n {
+                "OMPI_COMM_WORLD_SIZE" => Some("2".into()),
+                "PMIX_RANK" => Some("0".into()),
+                "RSHMEM_BOOTSTRAP_ADDR" => Some("h:1".into()),
+                _ => None,
+            }
+        });
+        for n in asked.into_inner() {
+            assert!(names.contains(&n.as_str()), "{n} is read but not in ENV_VARS");
+        }
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate entries");
+    }
+
+    #[test]
+    fn inherit_listener_validates_fd() {
+        let uid = UniqueId::with_secret("127.0.0.1:1", [0; SECRET_LEN]).unwrap();
+        // Not open.
+        let e = inherit_listener(1_000_000, &uid).unwrap_err();
+        assert!(matches!(&e, Error::Env { var, .. } if var == "RSHMEM_BOOTSTRAP_LISTEN_FD"), "{e}");
+        // Open, but a regular file.
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let e = inherit_listener(std::os::fd::AsRawFd::as_raw_fd(&f), &uid).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        // A connected (non-listening) TCP socket.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let e = inherit_listener(std::os::fd::AsRawFd::as_raw_fd(&c), &uid).unwrap_err();
+        assert!(e.to_string().contains("not listening"), "{e}");
+    }
+}

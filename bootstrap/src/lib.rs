@@ -1,0 +1,59 @@
+//! # rshmem-bootstrap
+//!
+//! Before a symmetric heap exists, the processes of an rshmem job (the *PEs*) need to learn who
+//! they are and exchange a few bytes: addresses, file-descriptor socket names, tokens. This crate
+//! does exactly that and nothing more:
+//!
+//! * [`LaunchInfo::from_env`] reads the launcher's variables (`rshmemrun`'s `RSHMEM_*`, Open MPI's
+//!   `OMPI_COMM_WORLD_*` / `PMIX_RANK`, Slurm's `SLURM_*`, PMI's `PMI_*`); a program started with no
+//!   launcher is a single PE, like an MPI singleton.
+//! * [`Bootstrap`] is the small set of collectives the runtime needs at start-up (allgather,
+//!   alltoall, barrier, broadcast). [`TcpBootstrap`] implements it with a unique-id TCP rendezvous
+//!   (rank 0 listens, the others connect and present the job's secret); [`SingletonBootstrap`]
+//!   is the one-PE case.
+//! * The `rshmemrun` binary starts N PEs on this host.
+//!
+//! Every bootstrap operation is **collective**: all ranks must call it, in the same order.
+
+mod env;
+mod error;
+mod singleton;
+mod tcp;
+mod uid;
+
+pub use env::{from_env, LaunchInfo, Launcher, ENV_VARS};
+pub use error::{Error, Result};
+pub use singleton::SingletonBootstrap;
+pub use tcp::TcpBootstrap;
+pub use uid::UniqueId;
+
+pub use env::EnvVar;
+pub use tcp::MAX_FRAME;
+pub use uid::{secret_from_hex, secrets_equal, SECRET_LEN};
+
+use std::time::Duration;
+
+/// The collectives rshmem needs before (and beside) its own heap exists.
+///
+/// All methods are **collective** over the job's ranks: every rank calls the same methods in the
+/// same order. Each call is bounded by the bootstrap's timeout and fails with
+/// [`Error::Timeout`] naming the ranks that never arrived, or with [`Error::PeerLost`] when a
+/// rank's connection dies.
+pub trait Bootstrap: Send + Sync {
+    /// This process's rank, `0..size()`.
+    fn rank(&self) -> usize;
+    /// Number of ranks in the job.
+    fn size(&self) -> usize;
+    /// Every rank contributes `mine` (lengths may differ between ranks); returns all
+    /// contributions indexed by rank.
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// `to_each[r]` is sent to rank `r` (`to_each.len() == size()`); returns what each rank sent
+    /// to this one, indexed by sender.
+    fn alltoall(&self, to_each: &[Vec<u8>]) -> Result<Vec<Vec<u8>>>;
+    /// Returns once every rank has entered the barrier.
+    fn barrier(&self) -> Result<()>;
+    /// Rank `root`'s `data` is returned on every rank (`data` is ignored elsewhere).
+    fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>>;
+    /// The timeout applied to each blocking step (None: wait forever).
+    fn timeout(&self) -> Option<Duration>;
+}

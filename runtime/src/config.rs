@@ -1,0 +1,190 @@
+//! Runtime configuration: ONE table of environment variables feeds [`Config`], the docs and
+//! `rshmem-info`. Builder settings (see [`crate::Builder`]) override the environment.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+pub use rshmem_bootstrap::EnvVar;
+
+/// Every variable the runtime itself reads (the bootstrap's own are in
+/// [`rshmem_bootstrap::ENV_VARS`]; [`all_env_vars`] lists both).
+pub static ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "RSHMEM_TIMEOUT",
+        kind: "seconds (float)",
+        default: "300",
+        help: "Timeout of every blocking wait (barrier, wait_until, signal_wait_until, bootstrap); 0 disables it. The error names the waiting PE and what it waited for.",
+    },
+    EnvVar {
+        name: "RSHMEM_HEAP_LIMIT",
+        kind: "bytes (K/M/G/T suffix)",
+        default: "64G",
+        help: "Most symmetric memory one PE may map; the heap grows on demand up to this. Address space for it is reserved at init, memory is not.",
+    },
+    EnvVar {
+        name: "RSHMEM_HEAP_INITIAL",
+        kind: "bytes (K/M/G/T suffix)",
+        default: "64M",
+        help: "Size of the first heap chunk mapped at init; later chunks double the heap.",
+    },
+    EnvVar {
+        name: "RSHMEM_DEBUG_SYMMETRY",
+        kind: "bool",
+        default: "0",
+        help: "Check that every PE makes the same allocation calls in the same order; a mismatch is an error naming the PEs and calls.",
+    },
+    EnvVar {
+        name: "RSHMEM_NODE_ID",
+        kind: "string",
+        default: "hostname + boot id",
+        help: "Identity of this PE's host; PEs with equal ids share memory. Override only for testing.",
+    },
+    EnvVar {
+        name: "RSHMEM_LOG",
+        kind: "tracing filter",
+        default: "warn",
+        help: "Log filter for programs that install rshmem's logger (examples, perftests), e.g. rshmem=debug.",
+    },
+];
+
+/// Both tables: the runtime's and the bootstrap's.
+pub fn all_env_vars() -> impl Iterator<Item = &'static EnvVar> {
+    ENV_VARS.iter().chain(rshmem_bootstrap::ENV_VARS.iter())
+}
+
+/// Settings read from the environment (and overridden by the builder).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Timeout of every blocking wait; `None` waits forever.
+    pub timeout: Option<Duration>,
+    /// Most symmetric memory one PE may map.
+    pub heap_limit: usize,
+    /// Size of the first heap chunk.
+    pub heap_initial: usize,
+    /// Check allocation symmetry across PEs.
+    pub debug_symmetry: bool,
+    /// Host identity override.
+    pub node_id: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            timeout: Some(Duration::from_secs(300)),
+            heap_limit: 64 << 30,
+            heap_initial: 64 << 20,
+            debug_symmetry: false,
+            node_id: None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the variables of [`ENV_VARS`] from the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `get` (testable without touching the environment).
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut c = Config::default();
+        if let Some(v) = get("RSHMEM_TIMEOUT") {
+            let secs: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| bad("RSHMEM_TIMEOUT", &v, "expected a number of seconds >= 0"))?;
+            c.timeout = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
+        }
+        if let Some(v) = get("RSHMEM_HEAP_LIMIT") {
+            c.heap_limit = parse_size(&v).ok_or_else(|| bad("RSHMEM_HEAP_LIMIT", &v, "expected a size like 512M or 16G"))?;
+        }
+        if let Some(v) = get("RSHMEM_HEAP_INITIAL") {
+            c.heap_initial =
+                parse_size(&v).ok_or_else(|| bad("RSHMEM_HEAP_INITIAL", &v, "expected a size like 64M"))?;
+        }
+        if let Some(v) = get("RSHMEM_DEBUG_SYMMETRY") {
+            c.debug_symmetry = parse_bool(&v).ok_or_else(|| bad("RSHMEM_DEBUG_SYMMETRY", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_NODE_ID") {
+            if v.is_empty() {
+                return Err(bad("RSHMEM_NODE_ID", &v, "must not be empty"));
+            }
+            c.node_id = Some(v);
+        }
+        Ok(c)
+    }
+}
+
+fn bad(var: &str, value: &str, reason: &str) -> Error {
+    Error::invalid("init", format!("environment variable {var}={value:?} is malformed: {reason}"))
+}
+
+/// Parses `123`, `64K`, `64M`, `16G`, `1T` (powers of 1024; optional trailing `B`/`iB`).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (num, shift) = match t.char_indices().last()? {
+        (i, 'k' | 'K') => (&t[..i], 10),
+        (i, 'm' | 'M') => (&t[..i], 20),
+        (i, 'g' | 'G') => (&t[..i], 30),
+        (i, 't' | 'T') => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: usize = num.trim().parse().ok()?;
+    n.checked_mul(1usize << shift)
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Some(123));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size("64MiB"), Some(64 << 20));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        assert_eq!(parse_size("1T"), Some(1 << 40));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn env_values() {
+        let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "2.5"), ("RSHMEM_HEAP_LIMIT", "1G")])).unwrap();
+        assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(c.heap_limit, 1 << 30);
+        let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "0")])).unwrap();
+        assert_eq!(c.timeout, None);
+    }
+
+    #[test]
+    fn malformed_env_names_the_variable() {
+        for (k, v) in [
+            ("RSHMEM_TIMEOUT", "soon"),
+            ("RSHMEM_TIMEOUT", "-3"),
+            ("RSHMEM_HEAP_LIMIT", "lots"),
+            ("RSHMEM_DEBUG_SYMMETRY", "maybe"),
+        ] {
+            let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(k) && msg.contains(v), "{msg}");
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The symmetric heap.
+//!
+//! The PEs of one host reserve one range of address space at the same virtual address in every
+//! process; PE with local index `i` owns the slice `[base + i·slice, base + (i+1)·slice)`. Each
+//! slice starts with a small runtime-internal area (barrier flags and the like), then the user
+//! heap. Memory is mapped on demand in chunks (memfd on the CPU), each shared with every local
+//! PE, so a symmetric address of mine translates to PE `j`'s copy by offset:
+//! `peer = base + local(j)·slice + (addr − my_base)`.
+//!
+//! Allocation is collective and deterministic: the same calls in the same order give the same
+//! offsets on every PE.
+
+pub mod alloc;
+pub mod host;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use rshmem_bootstrap::Bootstrap;
+
+use crate::error::{Error, Result};
+use crate::node::{Liveness, Node};
+use alloc::{round_up, Allocator};
+use host::{Reservation, GRANULE};
+
+/// Bytes at the start of every slice reserved for the runtime (see [`internal`]).
+pub const INTERNAL_SIZE: usize = 64 << 10;
+
+/// Offsets of runtime-internal objects inside the internal area.
+pub mod internal {
+    /// Barrier flags: one cache line per dissemination round.
+    pub const BARRIER_FLAGS: usize = 0;
+    /// Number of barrier rounds supported (2^64 PEs).
+    pub const BARRIER_ROUNDS: usize = 64;
+    /// Size of one flag slot.
+    pub const FLAG_STRIDE: usize = 64;
+}
+
+/// One PE's view of the node's symmetric heap.
+pub struct Heap {
+    res: Reservation,
+    slice: usize,
+    my_base: usize,
+    n_local: usize,
+    me_local: usize,
+    /// Bytes mapped in every slice (equal on all PEs).
+    mapped: AtomicUsize,
+    alloc: RwLock<Allocator>,
+    /// Bumped whenever an allocation disappears or shrinks (invalidates lookup caches).
+    generation: AtomicU64,
+    grow_lock: Mutex<u64>,
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("base", &format_args!("{:#x}", self.res.base))
+            .field("slice", &self.slice)
+            .field("mapped", &self.mapped.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Last allocation a range check hit: (generation, start, end) as addresses.
+    static LAST_HIT: Cell<(u64, usize, usize)> = const { Cell::new((u64::MAX, 0, 0)) };
+}
+
+impl Heap {
+    /// Collective over all PEs: reserves the node's address range and maps the first chunk.
+    pub fn create(boot: &dyn Bootstrap, node: &Node, live: &Liveness, limit: usize, initial: usize) -> Result<Self> {
+        let slice = round_up(limit.max(INTERNAL_SIZE + GRANULE), GRANULE);
+        let n_local = node.len();
+        let total = slice
+            .checked_mul(n_local)
+            .ok_or_else(|| Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows"))?;
+        let res = host::reserve_matching(boot, &node.pes, node.me, total)?;
+        let my_base = res.base + node.me * slice;
+        let first = round_up(initial.max(INTERNAL_SIZE + GRANULE), GRANULE).min(slice);
+        let heap = Heap {
+            my_base,
+            slice,
+            n_local,
+            me_local: node.me,
+            mapped: AtomicUsize::new(0),
+            alloc: RwLock::new(Allocator::new(INTERNAL_SIZE, INTERNAL_SIZE)),
+            generation: AtomicU64::new(0),
+            grow_lock: Mutex::new(0),
+            res,
+        };
+        heap.grow_to(node, live, "init", first)?;
+        Ok(heap)
+    }
+
+    /// Maps `[mapped, new_end)` in every local slice. Collective over the host's PEs.
+    fn grow_to(&self, node: &Node, live: &Liveness, call: &'static str, new_end: usize) -> Result<()> {
+        let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
+        let old = self.mapped.load(Ordering::Acquire);
+        let len = new_end - old;
+        let fd = host::create_chunk(&format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no), len)?;
+        host::map_chunk(&fd, self.my_base + old, len, &self.res)?;
+        let peers = node.exchange_fds(call, *chunk_no, &fd, live)?;
+        for (j, pfd) in peers.iter().enumerate() {
+            if let Some(pfd) = pfd {
+                host::map_chunk(pfd, self.res.base + j * self.slice + old, len, &self.res)?;
+            }
+        }
+        *chunk_no += 1;
+        self.mapped.store(new_end, Ordering::Release);
+        let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
+        if new_end > a.mapped_end() {
+            a.grow(new_end);
+        }
+        tracing::debug!(target: "rshmem::heap", call, from = old, to = new_end, "heap grew");
+        Ok(())
+    }
+
+    /// Allocates `size` bytes at `align`, growing the heap collectively when needed. Returns the
+    /// offset. Deterministic: same calls on every PE give the same offset.
+    pub fn alloc(&self, node: &Node, live: &Liveness, call: &'static str, size: usize, align: usize) -> Result<usize> {
+        loop {
+            let need = {
+                let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
+                match a.alloc(size, align) {
+                    Ok(off) => return Ok(off),
+                    Err(n) => n.needed_end,
+                }
+            };
+            let cur = self.mapped.load(Ordering::Acquire);
+            if need > self.slice {
+                return Err(Error::OutOfMemory {
+                    call,
+                    requested: size,
+                    reason: format!(
+                        "the heap limit is {} bytes per PE ({} in use); raise RSHMEM_HEAP_LIMIT",
+                        self.slice - INTERNAL_SIZE,
+                        self.in_use()
+                    ),
+                });
+            }
+            let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(self.slice);
+            self.grow_to(node, live, call, target)?;
+        }
+    }
+
+    /// Frees the allocation at `off`; error if it is not one.
+    pub fn free(&self, call: &'static str, off: usize) -> Result<usize> {
+        let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
+        let n = a.free(off).ok_or_else(|| Error::NotSymmetric {
+            call,
+            reason: format!("address {:#x} is not the start of a live allocation", self.my_base + off),
+        })?;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(n)
+    }
+
+    /// Resizes in place if possible.
+    pub fn resize_in_place(&self, call: &'static str, off: usize, size: usize) -> Result<bool> {
+        let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
+        let ok = a.resize_in_place(off, size);
+        if ok {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(ok)
+    }
+
+    /// Size of the live allocation at exactly `off`.
+    pub fn size_of(&self, off: usize) -> Option<usize> {
+        self.alloc.read().ok()?.size_of(off)
+    }
+
+    /// Bytes allocated by the user.
+    pub fn in_use(&self) -> usize {
+        self.alloc.read().map(|a| a.in_use()).unwrap_or(0)
+    }
+
+    /// Number of live allocations.
+    pub fn live_count(&self) -> usize {
+        self.alloc.read().map(|a| a.live_count()).unwrap_or(0)
+    }
+
+    /// Start of my slice.
+    #[inline]
+    pub fn my_base(&self) -> usize {
+        self.my_base
+    }
+
+    /// Bytes mapped per slice.
+    pub fn mapped(&self) -> usize {
+        self.mapped.load(Ordering::Acquire)
+    }
+
+    /// Bytes of address space per PE (the heap limit plus the internal area).
+    pub fn slice(&self) -> usize {
+        self.slice
+    }
+
+    /// Start of local PE `j`'s slice (same value in every process of the host).
+    #[inline]
+    pub fn slice_base(&self, local: usize) -> usize {
+        self.res.base + local * self.slice
+    }
+
+    /// Address of offset `off` in local PE `j`'s slice.
+    #[inline]
+    pub fn peer_addr(&self, local: usize, off: usize) -> usize {
+        self.res.base + local * self.slice + off
+    }
+
+    /// Address of a runtime-internal object in local PE `j`'s slice.
+    #[inline]
+    pub fn internal_addr(&self, local: usize, off: usize) -> usize {
+        debug_assert!(off < INTERNAL_SIZE);
+        self.peer_addr(local, off)
+    }
+
+    /// Checks that `[addr, addr+len)` lies inside one live allocation of my heap and returns its
+    /// offset. `len == 0` only checks the address.
+    #[inline]
+    pub fn check_range(&self, call: &'static str, addr: usize, len: usize) -> Result<usize> {
+        let gen = self.generation.load(Ordering::Acquire);
+        let (g, s, e) = LAST_HIT.with(|c| c.get());
+        if g == gen && addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
+            return Ok(addr - self.my_base);
+        }
+        self.check_range_slow(call, addr, len, gen)
+    }
+
+    #[cold]
+    fn check_range_slow(&self, call: &'static str, addr: usize, len: usize, gen: u64) -> Result<usize> {
+        let mapped = self.mapped();
+        if addr < self.my_base + INTERNAL_SIZE || addr >= self.my_base + mapped {
+            return Err(Error::NotSymmetric {
+                call,
+                reason: format!(
+                    "address {addr:#x} is outside this PE's symmetric heap [{:#x}, {:#x})",
+                    self.my_base + INTERNAL_SIZE,
+                    self.my_base + mapped
+                ),
+            });
+        }
+        let off = addr - self.my_base;
+        let a = self.alloc.read().map_err(|_| poisoned(call))?;
+        let Some((o, l)) = a.find(off) else {
+            return Err(Error::NotSymmetric {
+                call,
+                reason: format!("address {addr:#x} is inside the heap but not inside a live allocation (freed?)"),
+            });
+        };
+        if len > o + l - off {
+            return Err(Error::NotSymmetric {
+                call,
+                reason: format!(
+                    "range of {len} bytes at {addr:#x} runs {} bytes past the end of its allocation ({l} bytes at {:#x})",
+                    off + len - (o + l),
+                    self.my_base + o
+                ),
+            });
+        }
+        LAST_HIT.with(|c| c.set((gen, self.my_base + o, self.my_base + o + l)));
+        Ok(off)
+    }
+
+    /// The local index of this PE.
+    pub fn me_local(&self) -> usize {
+        self.me_local
+    }
+
+    /// PEs sharing this heap reservation.
+    pub fn n_local(&self) -> usize {
+        self.n_local
+    }
+}
+
+fn poisoned(call: &'static str) -> Error {
+    Error::State {
+        call,
+        reason: "the heap lock is poisoned (another thread panicked inside rshmem)".into(),
+    }
+}

@@ -1,0 +1,57 @@
+//! # rshmem
+//!
+//! A symmetric-memory PGAS runtime in the style of NVSHMEM and OpenSHMEM.
+//!
+//! ## Glossary
+//! * **PE** (processing element) — one process of the job; [`World::my_pe`], [`World::n_pes`].
+//! * **symmetric heap** — memory every PE allocates together ([`World::malloc`]); an object has
+//!   a copy on every PE at the same offset, so this PE's address of it names the copy on any PE.
+//! * **one-sided** — only the calling PE takes part (put, get, atomics, signals).
+//! * **collective** — every PE must make the call, in the same order (init, allocation,
+//!   barrier, finalize).
+//! * **transport** — how bytes reach a PE. This build has `shm`: load/store through memory
+//!   shared between the processes of one host.
+//!
+//! ## A tour
+//! ```no_run
+//! # fn main() -> rshmem::Result<()> {
+//! let world = rshmem::init()?;                      // collective
+//! let (me, n) = (world.my_pe(), world.n_pes());
+//! let inbox = world.calloc::<i32>(1)?;              // collective, symmetric
+//! world.p(inbox.as_ptr(), me as i32, (me + 1) % n)?; // one-sided put of one element
+//! world.barrier_all()?;                             // collective: puts complete, all arrive
+//! assert_eq!(inbox.read(0), Some(((me + n - 1) % n) as i32));
+//! world.free(inbox)?;
+//! world.finalize()
+//! # }
+//! ```
+//!
+//! Every call checks its arguments (PE range, symmetric address ranges, alignment) and returns
+//! an [`Error`] naming the call and the cause, writing nothing. Blocking calls are bounded by
+//! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
+
+pub mod config;
+mod error;
+pub mod heap;
+mod mem;
+pub mod node;
+mod rma;
+mod amo;
+mod signal;
+mod sync;
+mod types;
+mod wait;
+mod world;
+
+pub use error::{Error, Result};
+pub use mem::SymBuf;
+pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
+pub use world::{init, Builder, World};
+
+/// Installs a `tracing` subscriber that prints warnings and errors (or what `RSHMEM_LOG` asks
+/// for) to stderr. Programs with their own subscriber should not call it.
+pub fn init_logging() {
+    logging::init();
+}
+
+mod logging;

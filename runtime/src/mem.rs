@@ -1,0 +1,312 @@
+//! Symmetric memory management: `malloc`, `calloc`, `align`, `realloc`, `free` (OpenSHMEM 1.5
+//! semantics) and the typed handle [`SymBuf`].
+//!
+//! Every call here is **collective**: all PEs make the same calls, in the same order, with the
+//! same sizes; they return the same offset in every PE's heap. `malloc`/`calloc`/`align` end
+//! with a barrier (no PE touches the new object on a peer before the peer has it); `free` starts
+//! with one (no PE frees what a peer may still access); `realloc` has both.
+//! With `RSHMEM_DEBUG_SYMMETRY=1` every call is compared across PEs first and a mismatch is an
+//! [`Error::AsymmetricCall`] naming the PEs and their calls.
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+
+use crate::error::{Error, Result};
+use crate::heap::alloc::MIN_ALIGN;
+use crate::types::RmaType;
+use crate::world::World;
+
+/// A typed symmetric allocation of `len` elements, returned by [`World::malloc`] and friends.
+///
+/// The handle names this PE's copy; pass [`SymBuf::as_ptr`] or [`SymBuf::at`] to the RMA,
+/// atomic and wait calls to name the matching copy on any PE. Remote PEs may write into it at
+/// any time, so local access goes through volatile [`read`](SymBuf::read)/[`write`](SymBuf::write)
+/// or the `unsafe` slice views. Release it with [`World::free`] (collective); a handle that is
+/// dropped without `free` keeps its memory until [`World::finalize`].
+pub struct SymBuf<'w, T: RmaType> {
+    ptr: *mut T,
+    len: usize,
+    _world: PhantomData<&'w World>,
+}
+
+// SAFETY: the handle is an address into memory that outlives 'w and that every thread may access
+// (like a shared atomic region); it owns no thread-affine state.
+unsafe impl<T: RmaType> Send for SymBuf<'_, T> {}
+// SAFETY: as above; all access through &SymBuf is volatile or atomic.
+unsafe impl<T: RmaType> Sync for SymBuf<'_, T> {}
+
+impl<T: RmaType> std::fmt::Debug for SymBuf<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SymBuf<{}>({:p}, len {})", std::any::type_name::<T>(), self.ptr, self.len)
+    }
+}
+
+impl<'w, T: RmaType> SymBuf<'w, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length allocation (whose pointer is null, as OpenSHMEM's `malloc(0)`).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The symmetric address of element 0 on this PE.
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// The symmetric address of element `i` (not checked here; the call it is passed to checks
+    /// it against the allocation).
+    pub fn at(&self, i: usize) -> *mut T {
+        self.ptr.wrapping_add(i)
+    }
+
+    /// Reads element `i` of this PE's copy (volatile). None when `i >= len`.
+    pub fn read(&self, i: usize) -> Option<T> {
+        // SAFETY: i < len, so the element is inside this live allocation, which is mapped
+        // for 'w; volatile because peers may write it concurrently.
+        (i < self.len).then(|| unsafe { self.ptr.add(i).read_volatile() })
+    }
+
+    /// Writes element `i` of this PE's copy (volatile).
+    pub fn write(&self, i: usize, v: T) -> Result<()> {
+        if i >= self.len {
+            return Err(Error::invalid("SymBuf::write", format!("index {i} out of range for length {}", self.len)));
+        }
+        // SAFETY: as in `read`.
+        unsafe { self.ptr.add(i).write_volatile(v) };
+        Ok(())
+    }
+
+    /// Copies this PE's copy into a Vec.
+    pub fn to_vec(&self) -> Vec<T> {
+        (0..self.len).filter_map(|i| self.read(i)).collect()
+    }
+
+    /// Overwrites this PE's copy, starting at element 0, with `src`.
+    pub fn copy_from_slice(&self, src: &[T]) -> Result<()> {
+        if src.len() > self.len {
+            return Err(Error::invalid(
+                "SymBuf::copy_from_slice",
+                format!("{} elements do not fit in {}", src.len(), self.len),
+            ));
+        }
+        for (i, v) in src.iter().enumerate() {
+            // SAFETY: i < src.len() <= len.
+            unsafe { self.ptr.add(i).write_volatile(*v) };
+        }
+        Ok(())
+    }
+
+    /// This PE's copy as a slice.
+    ///
+    /// # Safety
+    /// No PE may write these elements (put, atomic, local write) while the slice is alive.
+    pub unsafe fn as_slice(&self) -> &[T] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the allocation holds len initialized elements (heap memory starts zeroed); the
+        // caller guarantees the absence of concurrent writers.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// This PE's copy as a mutable slice.
+    ///
+    /// # Safety
+    /// No PE may read or write these elements remotely while the slice is alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [T] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `as_slice`, and the caller guarantees exclusivity.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl World {
+    /// **Collective.** Allocates `count` elements of `T` from the symmetric heap (uninitialized
+    /// contents: whatever a previous allocation left, zero for fresh memory). `count == 0`
+    /// returns an empty handle. Like `shmem_malloc`.
+    pub fn malloc<T: RmaType>(&self, count: usize) -> Result<SymBuf<'_, T>> {
+        let bytes = elem_bytes::<T>("malloc", count)?;
+        let p = self.alloc_impl("malloc", bytes, align_of_elem::<T>(), false)?;
+        Ok(self.wrap(p, count))
+    }
+
+    /// **Collective.** Like [`malloc`](World::malloc) but zero-filled. Like `shmem_calloc`.
+    pub fn calloc<T: RmaType>(&self, count: usize) -> Result<SymBuf<'_, T>> {
+        let bytes = elem_bytes::<T>("calloc", count)?;
+        let p = self.alloc_impl("calloc", bytes, align_of_elem::<T>(), true)?;
+        Ok(self.wrap(p, count))
+    }
+
+    /// **Collective.** Allocates `count` elements aligned to `alignment` bytes (a power of two).
+    /// Like `shmem_align`.
+    pub fn align<T: RmaType>(&self, alignment: usize, count: usize) -> Result<SymBuf<'_, T>> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid("align", format!("alignment {alignment} is not a power of two")));
+        }
+        let bytes = elem_bytes::<T>("align", count)?;
+        let p = self.alloc_impl("align", bytes, alignment.max(align_of_elem::<T>()), false)?;
+        Ok(self.wrap(p, count))
+    }
+
+    /// **Collective.** Resizes `buf` to `count` elements, keeping the contents up to the smaller
+    /// length; may move it. `count == 0` frees it and returns an empty handle. Like
+    /// `shmem_realloc`.
+    pub fn realloc<'w, T: RmaType>(&'w self, buf: SymBuf<'w, T>, count: usize) -> Result<SymBuf<'w, T>> {
+        let bytes = elem_bytes::<T>("realloc", count)?;
+        let p = self.realloc_bytes(buf.ptr.cast(), bytes)?;
+        Ok(self.wrap(p, count))
+    }
+
+    /// **Collective.** Releases `buf` on every PE. Like `shmem_free`.
+    pub fn free<T: RmaType>(&self, buf: SymBuf<'_, T>) -> Result<()> {
+        self.free_bytes(buf.ptr.cast())
+    }
+
+    /// **Collective.** Byte-level `shmem_malloc`: `size == 0` returns null.
+    pub fn malloc_bytes(&self, size: usize) -> Result<*mut u8> {
+        self.alloc_impl("malloc", size, MIN_ALIGN, false)
+    }
+
+    /// **Collective.** Byte-level `shmem_calloc(count, size)`: zero-filled; a zero product
+    /// returns null.
+    pub fn calloc_bytes(&self, count: usize, size: usize) -> Result<*mut u8> {
+        let bytes = count
+            .checked_mul(size)
+            .ok_or_else(|| Error::invalid("calloc", format!("{count} × {size} bytes overflows")))?;
+        self.alloc_impl("calloc", bytes, MIN_ALIGN, true)
+    }
+
+    /// **Collective.** Byte-level `shmem_align(alignment, size)`.
+    pub fn align_bytes(&self, alignment: usize, size: usize) -> Result<*mut u8> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::invalid("align", format!("alignment {alignment} is not a power of two")));
+        }
+        self.alloc_impl("align", size, alignment, false)
+    }
+
+    /// **Collective.** Byte-level `shmem_realloc(ptr, size)`: a null `ptr` allocates, `size == 0`
+    /// frees and returns null.
+    pub fn realloc_bytes(&self, ptr: *mut u8, size: usize) -> Result<*mut u8> {
+        let call = "realloc";
+        if ptr.is_null() {
+            return self.alloc_impl(call, size, MIN_ALIGN, false);
+        }
+        if size == 0 {
+            self.free_impl(call, ptr)?;
+            return Ok(std::ptr::null_mut());
+        }
+        let off = self.start_offset(call, ptr)?;
+        self.check_symmetric(call, &[off as u64, size as u64])?;
+        self.sync_all_named(call)?;
+        let old = self.heap.size_of(off).unwrap_or(0);
+        let out = if self.heap.resize_in_place(call, off, size)? {
+            ptr
+        } else {
+            let new_off = self.heap.alloc(&self.node, &self.live, call, size, MIN_ALIGN)?;
+            let np = (self.heap.my_base() + new_off) as *mut u8;
+            // SAFETY: both ranges are live allocations of my heap; they do not overlap because
+            // the old one is still allocated while the new one is placed.
+            unsafe { std::ptr::copy_nonoverlapping((self.heap.my_base() + off) as *const u8, np, old.min(size)) };
+            self.heap.free(call, off)?;
+            np
+        };
+        self.sync_all_named(call)?;
+        Ok(out)
+    }
+
+    /// **Collective.** Byte-level `shmem_free`: null is allowed and does nothing but the barrier.
+    pub fn free_bytes(&self, ptr: *mut u8) -> Result<()> {
+        self.free_impl("free", ptr)
+    }
+
+    fn free_impl(&self, call: &'static str, ptr: *mut u8) -> Result<()> {
+        let off = if ptr.is_null() { 0 } else { self.start_offset(call, ptr)? };
+        self.check_symmetric(call, &[off as u64])?;
+        self.sync_all_named(call)?;
+        if !ptr.is_null() {
+            self.heap.free(call, off)?;
+        }
+        Ok(())
+    }
+
+    fn start_offset(&self, call: &'static str, ptr: *mut u8) -> Result<usize> {
+        let addr = ptr as usize;
+        let off = addr.wrapping_sub(self.heap.my_base());
+        match self.heap.size_of(off) {
+            Some(_) if addr >= self.heap.my_base() => Ok(off),
+            _ => Err(Error::NotSymmetric {
+                call,
+                reason: format!("{addr:#x} is not the start of a live symmetric allocation of this PE"),
+            }),
+        }
+    }
+
+    fn alloc_impl(&self, call: &'static str, size: usize, align: usize, zero: bool) -> Result<*mut u8> {
+        self.check_symmetric(call, &[size as u64, align as u64])?;
+        if size == 0 {
+            self.sync_all_named(call)?;
+            return Ok(std::ptr::null_mut());
+        }
+        let off = self.heap.alloc(&self.node, &self.live, call, size, align)?;
+        let p = (self.heap.my_base() + off) as *mut u8;
+        if zero {
+            // SAFETY: [p, p+size) is the allocation just made in my mapped heap.
+            unsafe { std::ptr::write_bytes(p, 0, size) };
+        }
+        self.sync_all_named(call)?;
+        Ok(p)
+    }
+
+    fn wrap<T: RmaType>(&self, p: *mut u8, count: usize) -> SymBuf<'_, T> {
+        SymBuf {
+            ptr: if count == 0 { std::ptr::null_mut() } else { p.cast() },
+            len: if p.is_null() { 0 } else { count },
+            _world: PhantomData,
+        }
+    }
+
+    /// With `RSHMEM_DEBUG_SYMMETRY`, compares this collective call across PEs.
+    pub(crate) fn check_symmetric(&self, call: &'static str, args: &[u64]) -> Result<()> {
+        let seq = self.coll_seq.fetch_add(1, Ordering::AcqRel);
+        if !self.cfg.debug_symmetry {
+            return Ok(());
+        }
+        let desc = format!("#{seq} {call}({})", args.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "));
+        let all = self.boot.allgather(desc.as_bytes())?;
+        let mine = desc.as_bytes();
+        if all.iter().all(|d| d == mine) {
+            return Ok(());
+        }
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for (pe, d) in all.iter().enumerate() {
+            let s = String::from_utf8_lossy(d).into_owned();
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, v)) => v.push(pe),
+                None => groups.push((s, vec![pe])),
+            }
+        }
+        let details = groups
+            .iter()
+            .map(|(d, pes)| format!("PE {} called {d}", pes.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(Error::AsymmetricCall { call, details })
+    }
+}
+
+fn elem_bytes<T>(call: &'static str, count: usize) -> Result<usize> {
+    count.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::invalid(call, format!("{count} elements of {} bytes overflows", std::mem::size_of::<T>()))
+    })
+}
+
+fn align_of_elem<T>() -> usize {
+    std::mem::align_of::<T>().max(MIN_ALIGN)
+}

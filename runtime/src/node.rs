@@ -1,0 +1,400 @@
+//! The PEs that share this host: who they are, the Unix-socket mesh between them (used to pass
+//! heap file descriptors with SCM_RIGHTS) and the liveness monitor that notices a local PE dying.
+//!
+//! Sockets live in a fresh owner-only (0700) directory, are removed once the mesh is connected,
+//! and every connection must present the job token and come from the same user (SO_PEERCRED).
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use rshmem_bootstrap::Bootstrap;
+
+use crate::error::{Error, Result};
+
+const NO_FAILURE: usize = usize::MAX;
+
+/// Shared failure state: which PE was seen dying (if any) and whether we are shutting down.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    failed: AtomicUsize,
+    reason: Mutex<String>,
+    finalizing: AtomicBool,
+}
+
+impl Liveness {
+    pub(crate) fn new() -> Self {
+        Liveness {
+            failed: AtomicUsize::new(NO_FAILURE),
+            reason: Mutex::new(String::new()),
+            finalizing: AtomicBool::new(false),
+        }
+    }
+
+    /// The PE seen failing, with how it was noticed.
+    pub fn failed(&self) -> Option<(usize, String)> {
+        let pe = self.failed.load(Ordering::Acquire);
+        (pe != NO_FAILURE).then(|| (pe, self.reason.lock().map(|r| r.clone()).unwrap_or_default()))
+    }
+
+    /// Cheap check for wait loops.
+    #[inline]
+    pub fn any_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed) != NO_FAILURE
+    }
+
+    pub(crate) fn report(&self, pe: usize, reason: String) {
+        if self.finalizing.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut r) = self.reason.lock() {
+            if self.failed.load(Ordering::Acquire) == NO_FAILURE {
+                *r = reason;
+                self.failed.store(pe, Ordering::Release);
+            }
+        }
+    }
+
+    pub(crate) fn set_finalizing(&self) {
+        self.finalizing.store(true, Ordering::Release);
+    }
+}
+
+/// The node-local group of PEs.
+pub struct Node {
+    /// Global PE numbers of the PEs on this host, ascending.
+    pub pes: Vec<usize>,
+    /// This PE's index in `pes`.
+    pub me: usize,
+    /// `local_of[pe]` = index in `pes`, or None for PEs on other hosts.
+    pub local_of: Vec<Option<usize>>,
+    /// Connected stream to each local PE (None for myself).
+    links: Vec<Option<UnixStream>>,
+    timeout: Option<Duration>,
+    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd)>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("pes", &self.pes).field("me", &self.me).finish()
+    }
+}
+
+/// This host's identity: `RSHMEM_NODE_ID`, else hostname plus kernel boot id.
+pub fn host_identity(over: Option<&str>) -> String {
+    if let Some(id) = over {
+        return id.to_string();
+    }
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}
+
+impl Node {
+    /// Collective over all PEs: finds the PEs sharing this host and connects them pairwise.
+    pub fn establish(boot: &dyn Bootstrap, node_id: &str, timeout: Option<Duration>) -> Result<Self> {
+        let call = "init";
+        let n = boot.size();
+        let my_pe = boot.rank();
+        let ids = boot.allgather(node_id.as_bytes())?;
+        let pes: Vec<usize> = (0..n).filter(|&p| ids[p] == node_id.as_bytes()).collect();
+        let mut local_of = vec![None; n];
+        for (i, &p) in pes.iter().enumerate() {
+            local_of[p] = Some(i);
+        }
+        let me = local_of[my_pe].ok_or_else(|| Error::invalid(call, "node identity inconsistent"))?;
+
+        // Job token from rank 0, used to authenticate local socket connections.
+        let mut tok = [0u8; 16];
+        if my_pe == 0 {
+            getrandom::fill(&mut tok).map_err(|e| Error::os(call, "random token", std::io::Error::other(e.to_string())))?;
+        }
+        let token = boot.broadcast(0, &tok)?;
+
+        // The node leader makes an owner-only directory for the sockets.
+        let dir = if me == 0 && pes.len() > 1 {
+            Some(make_private_dir().map_err(|e| Error::os(call, "creating the socket directory", e))?)
+        } else {
+            None
+        };
+        let dir_bytes = dir.as_ref().map(|d| d.as_os_str().as_encoded_bytes().to_vec()).unwrap_or_default();
+        let dirs = boot.allgather(&dir_bytes)?;
+        let leader_dir = PathBuf::from(String::from_utf8_lossy(&dirs[pes[0]]).into_owned());
+
+        let mut links: Vec<Option<UnixStream>> = (0..pes.len()).map(|_| None).collect();
+        let mut listener = None;
+        let result = (|| -> Result<()> {
+            if pes.len() > 1 {
+                let path = leader_dir.join(format!("{me}.sock"));
+                let l = UnixListener::bind(&path)
+                    .map_err(|e| Error::os(call, format!("binding {}", path.display()), e))?;
+                listener = Some(l);
+            }
+            boot.barrier()?;
+            // Connect to every lower local index, then accept every higher one.
+            for j in 0..me {
+                let path = leader_dir.join(format!("{j}.sock"));
+                let mut s = UnixStream::connect(&path)
+                    .map_err(|e| Error::os(call, format!("connecting to local PE {} at {}", pes[j], path.display()), e))?;
+                let mut hello = token.clone();
+                hello.extend_from_slice(&(me as u32).to_le_bytes());
+                s.write_all(&hello).map_err(|e| Error::os(call, "local hello", e))?;
+                links[j] = Some(s);
+            }
+            if let Some(l) = &listener {
+                let deadline = timeout.map(|t| Instant::now() + t);
+                let mut waiting: Vec<usize> = (me + 1..pes.len()).collect();
+                l.set_nonblocking(true).map_err(|e| Error::os(call, "listener", e))?;
+                while !waiting.is_empty() {
+                    match l.accept() {
+                        Ok((mut s, _)) => {
+                            s.set_nonblocking(false).map_err(|e| Error::os(call, "accept", e))?;
+                            s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                            let uid_ok = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                                .map(|c| c.uid() == nix::unistd::getuid().as_raw())
+                                .unwrap_or(false);
+                            let mut hello = [0u8; 20];
+                            let ok = uid_ok && s.read_exact(&mut hello).is_ok() && hello[..16] == token[..];
+                            let j = u32::from_le_bytes([hello[16], hello[17], hello[18], hello[19]]) as usize;
+                            if !ok || !waiting.contains(&j) {
+                                tracing::warn!(target: "rshmem::node", "refused a local connection without the job token");
+                                continue;
+                            }
+                            s.set_read_timeout(None).ok();
+                            waiting.retain(|&w| w != j);
+                            links[j] = Some(s);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if deadline.is_some_and(|d| Instant::now() > d) {
+                                let names: Vec<String> = waiting.iter().map(|&j| pes[j].to_string()).collect();
+                                return Err(Error::Timeout {
+                                    call,
+                                    me: my_pe,
+                                    pe: waiting.first().map(|&j| pes[j]),
+                                    what: format!("local PE(s) {} to connect", names.join(", ")),
+                                    waited: timeout.unwrap_or_default(),
+                                });
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                        Err(e) => return Err(Error::os(call, "accepting local PEs", e)),
+                    }
+                }
+            }
+            Ok(())
+        })();
+        // Everyone is connected (or failed); remove the socket files and the directory.
+        let sync = boot.barrier();
+        drop(listener);
+        if pes.len() > 1 {
+            let _ = std::fs::remove_file(leader_dir.join(format!("{me}.sock")));
+        }
+        let sync2 = boot.barrier();
+        if let Some(d) = dir {
+            let _ = std::fs::remove_dir(d);
+        }
+        result?;
+        sync?;
+        sync2?;
+        Ok(Node {
+            pes,
+            me,
+            local_of,
+            links,
+            timeout,
+            monitor: None,
+        })
+    }
+
+    /// Number of PEs on this host.
+    pub fn len(&self) -> usize {
+        self.pes.len()
+    }
+
+    /// Never true: a node holds at least this PE.
+    pub fn is_empty(&self) -> bool {
+        self.pes.is_empty()
+    }
+
+    /// Sends `fd` (tagged with `tag`) to every other local PE, then receives one fd from each.
+    /// Returns the received fds indexed by local index (None for myself). Collective over the node.
+    pub fn exchange_fds(&self, call: &'static str, tag: u64, fd: &OwnedFd, live: &Liveness) -> Result<Vec<Option<OwnedFd>>> {
+        let my_pe = self.pes[self.me];
+        for (j, link) in self.links.iter().enumerate() {
+            let Some(s) = link else { continue };
+            let hdr = tag.to_le_bytes();
+            let iov = [IoSlice::new(&hdr)];
+            let fds = [fd.as_raw_fd()];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(|e| {
+                self.link_error(call, j, e.into(), live)
+            })?;
+        }
+        let mut out: Vec<Option<OwnedFd>> = (0..self.pes.len()).map(|_| None).collect();
+        for (j, link) in self.links.iter().enumerate() {
+            let Some(s) = link else { continue };
+            self.wait_readable(call, j, s, my_pe)?;
+            let mut hdr = [0u8; 8];
+            let mut iov = [IoSliceMut::new(&mut hdr)];
+            let mut space = nix::cmsg_space!([RawFd; 1]);
+            let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+                .map_err(|e| self.link_error(call, j, e.into(), live))?;
+            let mut got = None;
+            for c in msg.cmsgs().map_err(|e| Error::os(call, "reading a heap descriptor", e))? {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    for raw in fds {
+                        // SAFETY: the kernel just installed `raw` in our fd table for this message;
+                        // nothing else owns it.
+                        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                        if got.is_none() {
+                            got = Some(owned);
+                        }
+                    }
+                }
+            }
+            let bytes = msg.bytes;
+            if bytes == 0 {
+                return Err(self.lost(call, j, "its socket closed"));
+            }
+            if bytes != 8 || u64::from_le_bytes(hdr) != tag {
+                return Err(Error::AsymmetricCall {
+                    call,
+                    details: format!(
+                        "PE {} grew its heap for chunk {} while PE {my_pe} grew it for chunk {tag}",
+                        self.pes[j],
+                        u64::from_le_bytes(hdr)
+                    ),
+                });
+            }
+            out[j] = Some(got.ok_or_else(|| Error::invalid(call, format!("PE {} sent no heap descriptor", self.pes[j])))?);
+        }
+        Ok(out)
+    }
+
+    fn wait_readable(&self, call: &'static str, j: usize, s: &UnixStream, my_pe: usize) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let mut pfd = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
+            let n = poll(&mut pfd, PollTimeout::from(100u16)).map_err(|e| Error::os(call, "poll", e))?;
+            if n > 0 {
+                return Ok(());
+            }
+            if let Some(t) = self.timeout {
+                if start.elapsed() > t {
+                    return Err(Error::Timeout {
+                        call,
+                        me: my_pe,
+                        pe: Some(self.pes[j]),
+                        what: format!("PE {} to share its new heap chunk (did it make the same allocation call?)", self.pes[j]),
+                        waited: t,
+                    });
+                }
+            }
+        }
+    }
+
+    fn link_error(&self, call: &'static str, j: usize, e: std::io::Error, live: &Liveness) -> Error {
+        let err = self.lost(call, j, &format!("its socket failed: {e}"));
+        live.report(self.pes[j], "socket failed".into());
+        err
+    }
+
+    fn lost(&self, call: &'static str, j: usize, why: &str) -> Error {
+        Error::PeerLost {
+            call,
+            me: self.pes[self.me],
+            pe: self.pes[j],
+            reason: why.to_string(),
+        }
+    }
+
+    /// Starts a thread that reports a local PE whose socket hangs up (it exited or crashed).
+    pub(crate) fn start_monitor(&mut self, live: Arc<Liveness>) -> Result<()> {
+        let mut watched = Vec::new();
+        for (j, l) in self.links.iter().enumerate() {
+            if let Some(s) = l {
+                let fd = s.as_fd().try_clone_to_owned().map_err(|e| Error::os("init", "dup", e))?;
+                watched.push((self.pes[j], fd));
+            }
+        }
+        if watched.is_empty() {
+            return Ok(());
+        }
+        let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        let h = std::thread::Builder::new()
+            .name("rshmem-liveness".into())
+            .spawn(move || monitor_loop(watched, stop_r, live))
+            .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
+        self.monitor = Some((h, stop_w));
+        Ok(())
+    }
+
+    /// Stops the liveness thread (before sockets close at finalize).
+    pub(crate) fn stop_monitor(&mut self) {
+        if let Some((h, w)) = self.monitor.take() {
+            let _ = nix::unistd::write(&w, &[1u8]);
+            drop(w);
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_monitor();
+    }
+}
+
+fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Liveness>) {
+    let mut alive: Vec<bool> = vec![true; watched.len()];
+    loop {
+        let mut pfds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
+        pfds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
+        let idx: Vec<usize> = (0..watched.len()).filter(|&i| alive[i]).collect();
+        for &i in &idx {
+            pfds.push(PollFd::new(watched[i].1.as_fd(), rdhup()));
+        }
+        if poll(&mut pfds, PollTimeout::NONE).is_err() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        if pfds[0].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        for (k, &i) in idx.iter().enumerate() {
+            let r = pfds[k + 1].revents().unwrap_or(PollFlags::empty());
+            if r.intersects(rdhup() | PollFlags::POLLHUP | PollFlags::POLLERR) {
+                alive[i] = false;
+                let pe = watched[i].0;
+                tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)");
+                live.report(pe, "it exited or crashed: its connection to this PE closed".into());
+            }
+        }
+        if alive.iter().all(|a| !a) {
+            return;
+        }
+    }
+}
+
+fn make_private_dir() -> std::io::Result<PathBuf> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let template = base.join("rshmem-XXXXXX");
+    // mkdtemp creates the directory with mode 0700.
+    nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
+}
+
+fn rdhup() -> PollFlags {
+    PollFlags::from_bits_retain(libc::POLLRDHUP)
+}

@@ -1,0 +1,164 @@
+//! One-sided RMA: put, get, p, g, strided iput/iget, and their `_nbi` forms.
+//!
+//! All calls here are **one-sided**: only the calling PE takes part. Symmetric addresses are
+//! this PE's addresses of symmetric objects (from [`crate::SymBuf`] or the `*_bytes` allocators);
+//! every call checks that the whole range lies inside one live allocation and that the PE
+//! exists, and writes nothing when it returns an error.
+//!
+//! Ordering and completion: a blocking `put` returns when the source may be reused; its data is
+//! *delivered* (visible to the target) after [`World::quiet`] or a barrier, and puts to the same PE
+//! separated by [`World::fence`] arrive in order. A `get` returns with the data in the local
+//! buffer. `_nbi` calls may return before the source buffer is read (puts) or the destination
+//! filled (gets) on transports that allow it; [`World::quiet`] completes them. On the
+//! shared-memory transport every call completes before it returns.
+
+use crate::error::{Error, Result};
+use crate::types::RmaType;
+use crate::world::World;
+
+impl World {
+    /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
+    #[inline]
+    pub fn putmem(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
+        self.put_impl("putmem", dest, src, pe)
+    }
+
+    /// **One-sided.** Copies the symmetric `src` on PE `pe` into `dest`. Like `shmem_getmem`.
+    #[inline]
+    pub fn getmem(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
+        self.get_impl("getmem", dest, src, pe)
+    }
+
+    /// **One-sided.** Non-blocking [`putmem`](World::putmem); completed by [`World::quiet`].
+    #[inline]
+    pub fn putmem_nbi(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
+        self.put_impl("putmem_nbi", dest, src, pe)
+    }
+
+    /// **One-sided.** Non-blocking [`getmem`](World::getmem); completed by [`World::quiet`].
+    #[inline]
+    pub fn getmem_nbi(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
+        self.get_impl("getmem_nbi", dest, src, pe)
+    }
+
+    /// **One-sided.** Copies `src.len()` elements into the symmetric `dest` on PE `pe`. Like
+    /// `shmem_TYPE_put`.
+    #[inline]
+    pub fn put<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
+        self.put_impl("put", dest, src, pe)
+    }
+
+    /// **One-sided.** Copies `dest.len()` elements from the symmetric `src` on PE `pe`. Like
+    /// `shmem_TYPE_get`.
+    #[inline]
+    pub fn get<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
+        self.get_impl("get", dest, src, pe)
+    }
+
+    /// **One-sided.** Non-blocking [`put`](World::put).
+    #[inline]
+    pub fn put_nbi<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
+        self.put_impl("put_nbi", dest, src, pe)
+    }
+
+    /// **One-sided.** Non-blocking [`get`](World::get).
+    #[inline]
+    pub fn get_nbi<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
+        self.get_impl("get_nbi", dest, src, pe)
+    }
+
+    /// **One-sided.** Writes one element to the symmetric `dest` on PE `pe`. Like `shmem_TYPE_p`.
+    #[inline]
+    pub fn p<T: RmaType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
+        self.put_impl("p", dest, std::slice::from_ref(&value), pe)
+    }
+
+    /// **One-sided.** Reads one element from the symmetric `src` on PE `pe`. Like `shmem_TYPE_g`.
+    #[inline]
+    pub fn g<T: RmaType>(&self, src: *const T, pe: usize) -> Result<T> {
+        let addr = self.remote("g", src as usize, std::mem::size_of::<T>(), pe)?;
+        // SAFETY: `remote` checked that [src, src+size) lies in a live allocation and translated
+        // it into PE pe's mapped copy; read_unaligned because symmetric byte buffers may be
+        // viewed at any offset.
+        Ok(unsafe { (addr as *const T).read_unaligned() })
+    }
+
+    /// **One-sided.** Strided put: element `i` of the target is `dest[i·dst]`, of the source
+    /// `src[i·sst]`, for `i < nelems`; strides count elements and must be at least 1. Like
+    /// `shmem_TYPE_iput`.
+    pub fn iput<T: RmaType>(&self, dest: *mut T, src: &[T], dst: usize, sst: usize, nelems: usize, pe: usize) -> Result<()> {
+        let call = "iput";
+        if nelems == 0 {
+            return self.local_index(call, pe).map(|_| ());
+        }
+        let (dspan, sspan) = spans(call, dst, sst, nelems)?;
+        if sspan > src.len() {
+            return Err(Error::invalid(call, format!("source has {} elements, stride {sst} × {nelems} needs {sspan}", src.len())));
+        }
+        let size = std::mem::size_of::<T>();
+        let base = self.remote(call, dest as usize, dspan * size, pe)? as *mut T;
+        for i in 0..nelems {
+            // SAFETY: base..base+dspan elements was checked to be inside one live allocation of
+            // PE pe's mapped heap, and i·dst < dspan.
+            unsafe { base.add(i * dst).write_unaligned(src[i * sst]) };
+        }
+        Ok(())
+    }
+
+    /// **One-sided.** Strided get: `dest[i·dst] = src[i·sst]` (src on PE `pe`) for `i < nelems`.
+    /// Like `shmem_TYPE_iget`.
+    pub fn iget<T: RmaType>(&self, dest: &mut [T], src: *const T, dst: usize, sst: usize, nelems: usize, pe: usize) -> Result<()> {
+        let call = "iget";
+        if nelems == 0 {
+            return self.local_index(call, pe).map(|_| ());
+        }
+        let (dspan, sspan) = spans(call, dst, sst, nelems)?;
+        if dspan > dest.len() {
+            return Err(Error::invalid(call, format!("destination has {} elements, stride {dst} × {nelems} needs {dspan}", dest.len())));
+        }
+        let size = std::mem::size_of::<T>();
+        let base = self.remote(call, src as usize, sspan * size, pe)? as *const T;
+        for i in 0..nelems {
+            // SAFETY: as in iput, for the source range.
+            dest[i * dst] = unsafe { base.add(i * sst).read_unaligned() };
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn put_impl<T: RmaType>(&self, call: &'static str, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
+        let bytes = std::mem::size_of_val(src);
+        if bytes == 0 {
+            return self.local_index(call, pe).map(|_| ());
+        }
+        let addr = self.remote(call, dest as usize, bytes, pe)?;
+        // SAFETY: `remote` checked the destination range against a live allocation and mapped it
+        // to PE pe's copy, which is mapped read-write in this process; `copy` tolerates overlap
+        // (a put to myself from my own heap).
+        unsafe { std::ptr::copy(src.as_ptr().cast::<u8>(), addr as *mut u8, bytes) };
+        Ok(())
+    }
+
+    #[inline]
+    fn get_impl<T: RmaType>(&self, call: &'static str, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
+        let bytes = std::mem::size_of_val(dest);
+        if bytes == 0 {
+            return self.local_index(call, pe).map(|_| ());
+        }
+        let addr = self.remote(call, src as usize, bytes, pe)?;
+        // SAFETY: as in put_impl, for the source; `dest` is an exclusive local slice.
+        unsafe { std::ptr::copy(addr as *const u8, dest.as_mut_ptr().cast::<u8>(), bytes) };
+        Ok(())
+    }
+}
+
+fn spans(call: &'static str, dst: usize, sst: usize, nelems: usize) -> Result<(usize, usize)> {
+    if dst == 0 || sst == 0 {
+        return Err(Error::invalid(call, format!("strides must be at least 1 (dst {dst}, sst {sst})")));
+    }
+    let span = |s: usize| (nelems - 1).checked_mul(s).and_then(|x| x.checked_add(1));
+    match (span(dst), span(sst)) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(Error::invalid(call, "stride × nelems overflows")),
+    }
+}

@@ -1,0 +1,283 @@
+//! Ordering (fence, quiet), barriers, and point-to-point synchronization (wait/test).
+//!
+//! * [`World::fence`] — **one-sided**: puts, atomics and signals to the same PE issued before it
+//!   are delivered before those issued after it.
+//! * [`World::quiet`] — **one-sided**: every put, atomic and signal this PE issued before it is
+//!   complete and visible at its target when it returns.
+//! * [`World::barrier_all`] — **collective**: quiet, then wait until every PE arrives.
+//! * [`World::sync_all`] — **collective**: wait until every PE arrives (no quiet; on the
+//!   shared-memory transport the two are equivalent).
+//! * `wait_until*` / `test*` — **local**: watch symmetric variables of this PE that other PEs
+//!   update; a satisfied wait acquires (data written before the update is visible).
+//!
+//! Every blocking call is bounded by `RSHMEM_TIMEOUT` and fails early with
+//! [`crate::Error::PeerLost`] when a PE it depends on is gone.
+
+use std::sync::atomic::{fence, Ordering};
+
+use crate::error::{Error, Result};
+use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, FLAG_STRIDE};
+use crate::types::{AmoInt, Bits, Cmp};
+use crate::world::World;
+
+impl World {
+    /// **One-sided.** Orders this PE's puts, atomics and signals per target PE. Like
+    /// `shmem_fence`.
+    #[inline]
+    pub fn fence(&self) {
+        fence(Ordering::SeqCst);
+    }
+
+    /// **One-sided.** Completes this PE's outstanding puts, atomics and signals. Like
+    /// `shmem_quiet`.
+    #[inline]
+    pub fn quiet(&self) {
+        fence(Ordering::SeqCst);
+    }
+
+    /// **Collective.** Completes this PE's outstanding operations ([`quiet`](World::quiet)) and
+    /// waits for every PE. Like `shmem_barrier_all`.
+    pub fn barrier_all(&self) -> Result<()> {
+        self.quiet();
+        self.barrier_all_named("barrier_all")
+    }
+
+    /// **Collective.** Waits for every PE without completing outstanding operations. Like
+    /// `shmem_sync_all`.
+    pub fn sync_all(&self) -> Result<()> {
+        self.sync_all_named("sync_all")
+    }
+
+    pub(crate) fn barrier_all_named(&self, call: &'static str) -> Result<()> {
+        self.quiet();
+        self.sync_all_named(call)
+    }
+
+    /// Dissemination barrier over the host's PEs through flags in each PE's internal heap area:
+    /// in round k, PE i raises a flag on PE i+2^k and waits for PE i−2^k's. Flags hold the
+    /// barrier epoch, so they never need resetting.
+    pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
+        let n = self.heap.n_local();
+        if n == 1 {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        let me = self.heap.me_local();
+        let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut dist = 1usize;
+        let mut round = 0usize;
+        while dist < n {
+            debug_assert!(round < BARRIER_ROUNDS);
+            let to = (me + dist) % n;
+            let from = (me + n - dist) % n;
+            let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
+            let remote = self.heap.internal_addr(to, slot);
+            let mine = self.heap.internal_addr(me, slot);
+            // SAFETY: internal-area flag slots are aligned u64s inside every local PE's first
+            // heap chunk, mapped for the World's lifetime.
+            unsafe { u64::store(remote, epoch, Ordering::Release) };
+            let from_pe = self.node.pes[from];
+            self.wait.wait(
+                &self.live,
+                call,
+                Some(from_pe),
+                // SAFETY: as above.
+                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
+                || {
+                    format!(
+                        "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
+                    )
+                },
+            )?;
+            dist <<= 1;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    fn ivar_addr<T: AmoInt>(&self, call: &'static str, ivar: *const T, nelems: usize) -> Result<usize> {
+        let size = std::mem::size_of::<T>();
+        if (ivar as usize) % size != 0 {
+            return Err(Error::invalid(call, format!("address {ivar:p} is not {size}-byte aligned")));
+        }
+        let bytes = nelems
+            .checked_mul(size)
+            .ok_or_else(|| Error::invalid(call, "nelems overflows"))?;
+        self.remote(call, ivar as usize, bytes.max(size), self.me)
+    }
+
+    /// **Local, blocking.** Waits until this PE's symmetric `ivar` satisfies `cmp value`. Like
+    /// `shmem_wait_until`.
+    pub fn wait_until<T: AmoInt>(&self, ivar: *const T, cmp: Cmp, value: T) -> Result<()> {
+        let call = "wait_until";
+        let a = self.ivar_addr(call, ivar, 1)?;
+        let load = move || load_at::<T>(a, 0);
+        self.wait.wait(
+            &self.live,
+            call,
+            None,
+            || cmp.holds(load(), value).then_some(()),
+            || format!("{ivar:p} to become {} {value:?} (it is {:?})", cmp.symbol(), load()),
+        )
+    }
+
+    /// **Local.** True if this PE's `ivar` satisfies `cmp value` now. Like `shmem_test`.
+    pub fn test<T: AmoInt>(&self, ivar: *const T, cmp: Cmp, value: T) -> Result<bool> {
+        let a = self.ivar_addr("test", ivar, 1)?;
+        Ok(cmp.holds(load_at::<T>(a, 0), value))
+    }
+
+    /// **Local, blocking.** Waits until every `ivars[i]` (`i < nelems`) not excluded by a
+    /// non-zero `status[i]` satisfies `cmp value`. Like `shmem_wait_until_all`.
+    pub fn wait_until_all<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<()> {
+        self.wait_set("wait_until_all", ivars, nelems, status, cmp, &|_| value, Want::All).map(drop)
+    }
+
+    /// **Local, blocking.** Waits until some non-excluded `ivars[i]` satisfies `cmp value` and
+    /// returns its index; `None` when every element is excluded. Like `shmem_wait_until_any`.
+    pub fn wait_until_any<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Option<usize>> {
+        self.wait_set("wait_until_any", ivars, nelems, status, cmp, &|_| value, Want::Any).map(|v| v.first().copied())
+    }
+
+    /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
+    /// `cmp value` and returns the indices of all that do (empty when every element is
+    /// excluded). Like `shmem_wait_until_some`.
+    pub fn wait_until_some<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Vec<usize>> {
+        self.wait_set("wait_until_some", ivars, nelems, status, cmp, &|_| value, Want::Any)
+    }
+
+    /// **Local, blocking.** [`wait_until_all`](World::wait_until_all) with one comparison value
+    /// per element. Like `shmem_wait_until_all_vector`.
+    pub fn wait_until_all_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<()> {
+        self.wait_set("wait_until_all_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::All).map(drop)
+    }
+
+    /// **Local, blocking.** [`wait_until_any`](World::wait_until_any) with one value per element.
+    pub fn wait_until_any_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Option<usize>> {
+        self.wait_set("wait_until_any_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::Any)
+            .map(|v| v.first().copied())
+    }
+
+    /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per element.
+    pub fn wait_until_some_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Vec<usize>> {
+        self.wait_set("wait_until_some_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::Any)
+    }
+
+    /// **Local.** True if every non-excluded `ivars[i]` satisfies `cmp value` now. Like
+    /// `shmem_test_all`.
+    pub fn test_all<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<bool> {
+        let (a, active) = self.set_args("test_all", ivars, nelems, status)?;
+        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::All).is_some())
+    }
+
+    /// **Local.** Index of one non-excluded `ivars[i]` satisfying `cmp value` now, if any. Like
+    /// `shmem_test_any`.
+    pub fn test_any<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Option<usize>> {
+        let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
+        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::Any).and_then(|v| v.first().copied()))
+    }
+
+    /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
+    /// `shmem_test_some`.
+    pub fn test_some<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Vec<usize>> {
+        let (a, active) = self.set_args("test_some", ivars, nelems, status)?;
+        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::Any).unwrap_or_default())
+    }
+
+    /// **Local.** [`test_all`](World::test_all) with one value per element.
+    pub fn test_all_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<bool> {
+        let (a, active) = self.set_args("test_all_vector", ivars, values.len(), status)?;
+        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::All).is_some())
+    }
+
+    /// **Local.** [`test_any`](World::test_any) with one value per element.
+    pub fn test_any_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Option<usize>> {
+        let (a, active) = self.set_args("test_any_vector", ivars, values.len(), status)?;
+        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::Any).and_then(|v| v.first().copied()))
+    }
+
+    /// **Local.** [`test_some`](World::test_some) with one value per element.
+    pub fn test_some_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Vec<usize>> {
+        let (a, active) = self.set_args("test_some_vector", ivars, values.len(), status)?;
+        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::Any).unwrap_or_default())
+    }
+
+    fn set_args<T: AmoInt>(&self, call: &'static str, ivars: *const T, nelems: usize, status: Option<&[i32]>) -> Result<(usize, Vec<usize>)> {
+        if let Some(s) = status {
+            if s.len() < nelems {
+                return Err(Error::invalid(call, format!("status has {} entries for {nelems} variables", s.len())));
+            }
+        }
+        if nelems == 0 {
+            return Ok((0, Vec::new()));
+        }
+        let a = self.ivar_addr(call, ivars, nelems)?;
+        let active = (0..nelems).filter(|&i| status.is_none_or(|s| s[i] == 0)).collect();
+        Ok((a, active))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn wait_set<T: AmoInt>(
+        &self,
+        call: &'static str,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: &dyn Fn(usize) -> T,
+        want: Want,
+    ) -> Result<Vec<usize>> {
+        let (a, active) = self.set_args(call, ivars, nelems, status)?;
+        if active.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.wait.wait(
+            &self.live,
+            call,
+            None,
+            || scan::<T>(a, &active, cmp, value, want),
+            || {
+                let pending: Vec<String> = active
+                    .iter()
+                    .filter(|&&i| !cmp.holds(load_at::<T>(a, i), value(i)))
+                    .take(8)
+                    .map(|&i| format!("[{i}] = {:?} (want {} {:?})", load_at::<T>(a, i), cmp.symbol(), value(i)))
+                    .collect();
+                format!("{} of {nelems} variables at {ivars:p}; unsatisfied: {}", want.word(), pending.join(", "))
+            },
+        )
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Want {
+    All,
+    Any,
+}
+
+impl Want {
+    fn word(self) -> &'static str {
+        match self {
+            Want::All => "all",
+            Want::Any => "any",
+        }
+    }
+}
+
+#[inline]
+fn load_at<T: AmoInt>(base: usize, i: usize) -> T {
+    // SAFETY: callers pass a base checked by `ivar_addr` for at least i+1 aligned elements in a
+    // live allocation of this PE's heap.
+    T::from_bits(unsafe { T::Bits::load(base + i * std::mem::size_of::<T>(), Ordering::Acquire) })
+}
+
+/// All: Some(empty) once every active element holds. Any: Some(indices that hold) once one does.
+fn scan<T: AmoInt>(base: usize, active: &[usize], cmp: Cmp, value: &dyn Fn(usize) -> T, want: Want) -> Option<Vec<usize>> {
+    match want {
+        Want::All => active.iter().all(|&i| cmp.holds(load_at::<T>(base, i), value(i))).then(Vec::new),
+        Want::Any => {
+            let hits: Vec<usize> = active.iter().copied().filter(|&i| cmp.holds(load_at::<T>(base, i), value(i))).collect();
+            (!hits.is_empty()).then_some(hits)
+        }
+    }
+}
