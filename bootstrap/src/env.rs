@@ -233,15 +233,17 @@ pub struct LaunchInfo {
 }
 
 /// Variables whose values identify the job, for the fallback secret (in this order).
-const JOB_ID_VARS: [&str; 4] =
-    ["SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"];
+const JOB_ID_VARS: [&str; 4] = [
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid",
+];
 
 impl LaunchInfo {
     /// Reads the process environment. See [`LaunchInfo::from_lookup`].
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(&|name| {
-            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
-        })
+        Self::from_lookup(&|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
     }
 
     /// Reads the launcher's variables through `lookup` (testable without touching the
@@ -278,8 +280,11 @@ impl LaunchInfo {
                     &["OMPI_COMM_WORLD_RANK", "PMIX_RANK"],
                     "OMPI_COMM_WORLD_SIZE",
                 )?;
-                let (lr, ls) =
-                    locals(&get, "OMPI_COMM_WORLD_LOCAL_RANK", Some("OMPI_COMM_WORLD_LOCAL_SIZE"))?;
+                let (lr, ls) = locals(
+                    &get,
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    Some("OMPI_COMM_WORLD_LOCAL_SIZE"),
+                )?;
                 (r, s, lr, ls)
             }
             Launcher::Slurm => {
@@ -311,7 +316,15 @@ impl LaunchInfo {
             }
             uid = Some(id);
         }
-        Ok(LaunchInfo { rank, size, local_rank, local_size, launcher, uid, listen_fd })
+        Ok(LaunchInfo {
+            rank,
+            size,
+            local_rank,
+            local_size,
+            launcher,
+            uid,
+            listen_fd,
+        })
     }
 }
 
@@ -350,7 +363,11 @@ fn rank_and_size(
         (Some((rank_var, rank_val)), Some(size_val)) => {
             let size = parse_count(size_var, &size_val)?;
             if size == 0 {
-                return Err(Error::env(size_var, &size_val, "zero PEs: the job size must be at least 1"));
+                return Err(Error::env(
+                    size_var,
+                    &size_val,
+                    "zero PEs: the job size must be at least 1",
+                ));
             }
             let rank = parse_count(rank_var, &rank_val)?;
             if rank >= size {
@@ -370,7 +387,10 @@ fn rank_and_size(
         (None, Some(size_val)) => Err(Error::env(
             size_var,
             &size_val,
-            format!("{size_var} is set but {} is not: set both", rank_vars.join(" or ")),
+            format!(
+                "{size_var} is set but {} is not: set both",
+                rank_vars.join(" or ")
+            ),
         )),
         (None, None) => Err(Error::Config(format!(
             "RSHMEM_LAUNCHER={launcher} but neither {} nor {size_var} is set",
@@ -389,7 +409,11 @@ fn locals(
         Some((n, v)) => {
             let s = parse_count(n, &v)?;
             if s == 0 {
-                return Err(Error::env(n, &v, "zero PEs on this host: must be at least 1"));
+                return Err(Error::env(
+                    n,
+                    &v,
+                    "zero PEs on this host: must be at least 1",
+                ));
             }
             Some(s)
         }
@@ -433,41 +457,43 @@ fn rendezvous_id(
     let addr = addr.trim().to_owned();
     validate_addr(&addr).map_err(|reason| Error::env("RSHMEM_BOOTSTRAP_ADDR", &addr, reason))?;
 
-    let secret = match get("RSHMEM_BOOTSTRAP_SECRET") {
-        Some(v) => secret_from_hex(v.trim()).map_err(|e| {
-            let reason = match e {
-                Error::InvalidArgument(m) => m,
-                other => other.to_string(),
-            };
-            // Do not echo (most of) a secret into logs.
-            Error::env(
-                "RSHMEM_BOOTSTRAP_SECRET",
-                &format!("<{} characters, not shown>", v.trim().chars().count()),
-                format!("{reason}; generate one with `openssl rand -hex 16`"),
-            )
-        })?,
-        None if launcher == Launcher::Rshmemrun => {
-            return Err(Error::Config(
+    let secret =
+        match get("RSHMEM_BOOTSTRAP_SECRET") {
+            Some(v) => secret_from_hex(v.trim()).map_err(|e| {
+                let reason = match e {
+                    Error::InvalidArgument(m) => m,
+                    other => other.to_string(),
+                };
+                // Do not echo (most of) a secret into logs.
+                Error::env(
+                    "RSHMEM_BOOTSTRAP_SECRET",
+                    &format!("<{} characters, not shown>", v.trim().chars().count()),
+                    format!("{reason}; generate one with `openssl rand -hex 16`"),
+                )
+            })?,
+            None if launcher == Launcher::Rshmemrun => return Err(Error::Config(
                 "RSHMEM_RANK/RSHMEM_SIZE are set but RSHMEM_BOOTSTRAP_SECRET is not. rshmemrun \
                  sets it; if you set the RSHMEM_* variables yourself, export \
                  RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) (the same value) to every rank"
                     .into(),
-            ))
-        }
-        None => {
-            let (secret, used) = derived_secret(get, &addr);
-            let from =
-                if used.is_empty() { "no job id found".to_owned() } else { used.join(", ") };
-            tracing::warn!(
-                "RSHMEM_BOOTSTRAP_SECRET is not set: using a secret derived from the job id \
+            )),
+            None => {
+                let (secret, used) = derived_secret(get, &addr);
+                let from = if used.is_empty() {
+                    "no job id found".to_owned()
+                } else {
+                    used.join(", ")
+                };
+                tracing::warn!(
+                    "RSHMEM_BOOTSTRAP_SECRET is not set: using a secret derived from the job id \
                  ({from}) and RSHMEM_BOOTSTRAP_ADDR, which others on the network can guess. \
                  Export RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) to every rank (e.g. \
                  `mpirun -x RSHMEM_BOOTSTRAP_SECRET=...`) to keep other processes out of the \
                  rendezvous"
-            );
-            secret
-        }
-    };
+                );
+                secret
+            }
+        };
     UniqueId::with_secret(addr, secret)
 }
 
@@ -548,7 +574,8 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
         )));
     }
     let ty = sockopt_int(fd, libc::SO_TYPE).map_err(|e| bad(format!("not a socket ({e})")))?;
-    let domain = sockopt_int(fd, libc::SO_DOMAIN).map_err(|e| bad(format!("not a socket ({e})")))?;
+    let domain =
+        sockopt_int(fd, libc::SO_DOMAIN).map_err(|e| bad(format!("not a socket ({e})")))?;
     if ty != libc::SOCK_STREAM || (domain != libc::AF_INET && domain != libc::AF_INET6) {
         return Err(bad("not a TCP socket".into()));
     }
@@ -558,7 +585,9 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
         return Err(bad("the socket is not listening".into()));
     }
     if LISTEN_FD_TAKEN.swap(true, Ordering::SeqCst) {
-        return Err(bad("already adopted by an earlier bootstrap in this process".into()));
+        return Err(bad(
+            "already adopted by an earlier bootstrap in this process".into(),
+        ));
     }
     // SAFETY: the fd is open (checked above) and is a listening TCP socket that the launcher
     // handed to this process for the bootstrap alone; LISTEN_FD_TAKEN guarantees it is adopted
@@ -569,7 +598,10 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     let listener = TcpListener::from(owned);
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-    let want = uid.addr().rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+    let want = uid
+        .addr()
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok());
     if want != Some(port) {
         return Err(bad(format!(
             "the inherited socket listens on port {port} but RSHMEM_BOOTSTRAP_ADDR is {}",
@@ -615,8 +647,10 @@ mod tests {
     const SECRET: &str = "00112233445566778899aabbccddeeff";
 
     fn parse(vars: &[(&str, &str)]) -> Result<LaunchInfo> {
-        let map: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         LaunchInfo::from_lookup(&|name| map.get(name).cloned())
     }
 
@@ -644,7 +678,12 @@ mod tests {
             }
         );
         // Unrelated and empty variables do not change that.
-        let i = parse(&[("RSHMEM_RANK", ""), ("SLURM_NTASKS", "4"), ("HOME", "/root")]).unwrap();
+        let i = parse(&[
+            ("RSHMEM_RANK", ""),
+            ("SLURM_NTASKS", "4"),
+            ("HOME", "/root"),
+        ])
+        .unwrap();
         assert_eq!(i.launcher, Launcher::Singleton);
     }
 
@@ -661,7 +700,10 @@ mod tests {
             ("RSHMEM_LAUNCHER", "rshmemrun"),
         ])
         .unwrap();
-        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (2, 4, Some(2), Some(4)));
+        assert_eq!(
+            (i.rank, i.size, i.local_rank, i.local_size),
+            (2, 4, Some(2), Some(4))
+        );
         assert_eq!(i.launcher, Launcher::Rshmemrun);
         let uid = i.uid.unwrap();
         assert_eq!(uid.addr(), "127.0.0.1:4000");
@@ -691,7 +733,10 @@ mod tests {
             ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
         ])
         .unwrap();
-        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (3, 8, Some(1), Some(2)));
+        assert_eq!(
+            (i.rank, i.size, i.local_rank, i.local_size),
+            (3, 8, Some(1), Some(2))
+        );
         assert_eq!(i.launcher, Launcher::OpenMpi);
         // PMIX_RANK is the rank fallback.
         let i = parse(&[
@@ -724,7 +769,10 @@ mod tests {
             ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
         ])
         .unwrap();
-        assert_eq!((i.rank, i.size, i.local_rank, i.local_size), (1, 2, Some(0), None));
+        assert_eq!(
+            (i.rank, i.size, i.local_rank, i.local_size),
+            (1, 2, Some(0), None)
+        );
         assert_eq!(i.launcher, Launcher::Slurm);
     }
 
@@ -765,7 +813,11 @@ mod tests {
         for (skip, &(launcher, rank, size)) in expect.iter().enumerate() {
             let vars: Vec<_> = all[2 * skip..].to_vec();
             let i = parse(&vars).unwrap();
-            assert_eq!((i.launcher, i.rank, i.size), (launcher, rank, size), "skip {skip}");
+            assert_eq!(
+                (i.launcher, i.rank, i.size),
+                (launcher, rank, size),
+                "skip {skip}"
+            );
         }
         // RSHMEM_LAUNCHER overrides detection.
         let mut vars = all.to_vec();
@@ -775,39 +827,85 @@ mod tests {
         let mut vars = all.to_vec();
         vars.push(("RSHMEM_LAUNCHER", "singleton"));
         let i = parse(&vars).unwrap();
-        assert_eq!((i.launcher, i.rank, i.size, i.uid), (Launcher::Singleton, 0, 1, None));
-        assert_eq!(env_var_of(parse(&[("RSHMEM_LAUNCHER", "torque")])), "RSHMEM_LAUNCHER");
-        assert!(matches!(parse(&[("RSHMEM_LAUNCHER", "pmi")]), Err(Error::Config(_))));
+        assert_eq!(
+            (i.launcher, i.rank, i.size, i.uid),
+            (Launcher::Singleton, 0, 1, None)
+        );
+        assert_eq!(
+            env_var_of(parse(&[("RSHMEM_LAUNCHER", "torque")])),
+            "RSHMEM_LAUNCHER"
+        );
+        assert!(matches!(
+            parse(&[("RSHMEM_LAUNCHER", "pmi")]),
+            Err(Error::Config(_))
+        ));
     }
 
     #[test]
     fn malformed_values_name_the_variable() {
-        let base = [("RSHMEM_BOOTSTRAP_ADDR", "h:1"), ("RSHMEM_BOOTSTRAP_SECRET", SECRET)];
+        let base = [
+            ("RSHMEM_BOOTSTRAP_ADDR", "h:1"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
         let with = |extra: &[(&'static str, &'static str)]| {
             let mut v = base.to_vec();
             v.extend_from_slice(extra);
             parse(&v)
         };
-        let cases: &[(&[(&str, &str)], &str, &str)] = &[
-            (&[("RSHMEM_RANK", "x"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not a non-negative"),
-            (&[("RSHMEM_RANK", "-1"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not a non-negative"),
-            (&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "two")], "RSHMEM_SIZE", "not a non-negative"),
-            (&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "0")], "RSHMEM_SIZE", "zero PEs"),
-            (&[("RSHMEM_RANK", "2"), ("RSHMEM_SIZE", "2")], "RSHMEM_RANK", "not below the job size"),
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case<'_>] = &[
+            (
+                &[("RSHMEM_RANK", "x"), ("RSHMEM_SIZE", "2")],
+                "RSHMEM_RANK",
+                "not a non-negative",
+            ),
+            (
+                &[("RSHMEM_RANK", "-1"), ("RSHMEM_SIZE", "2")],
+                "RSHMEM_RANK",
+                "not a non-negative",
+            ),
+            (
+                &[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "two")],
+                "RSHMEM_SIZE",
+                "not a non-negative",
+            ),
+            (
+                &[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "0")],
+                "RSHMEM_SIZE",
+                "zero PEs",
+            ),
+            (
+                &[("RSHMEM_RANK", "2"), ("RSHMEM_SIZE", "2")],
+                "RSHMEM_RANK",
+                "not below the job size",
+            ),
             (&[("RSHMEM_RANK", "1")], "RSHMEM_RANK", "RSHMEM_SIZE is not"),
             (&[("RSHMEM_SIZE", "2")], "RSHMEM_SIZE", "RSHMEM_RANK is not"),
             (
-                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_RANK", "2"), ("RSHMEM_LOCAL_SIZE", "2")],
+                &[
+                    ("RSHMEM_RANK", "1"),
+                    ("RSHMEM_SIZE", "2"),
+                    ("RSHMEM_LOCAL_RANK", "2"),
+                    ("RSHMEM_LOCAL_SIZE", "2"),
+                ],
                 "RSHMEM_LOCAL_RANK",
                 "not below the local size",
             ),
             (
-                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_SIZE", "0")],
+                &[
+                    ("RSHMEM_RANK", "1"),
+                    ("RSHMEM_SIZE", "2"),
+                    ("RSHMEM_LOCAL_SIZE", "0"),
+                ],
                 "RSHMEM_LOCAL_SIZE",
                 "zero PEs",
             ),
             (
-                &[("RSHMEM_RANK", "1"), ("RSHMEM_SIZE", "2"), ("RSHMEM_LOCAL_RANK", "a")],
+                &[
+                    ("RSHMEM_RANK", "1"),
+                    ("RSHMEM_SIZE", "2"),
+                    ("RSHMEM_LOCAL_RANK", "a"),
+                ],
                 "RSHMEM_LOCAL_RANK",
                 "not a non-negative",
             ),
@@ -816,20 +914,57 @@ mod tests {
                 "OMPI_COMM_WORLD_RANK",
                 "not below",
             ),
-            (&[("OMPI_COMM_WORLD_RANK", "1")], "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE is not"),
-            (&[("OMPI_COMM_WORLD_SIZE", "0"), ("PMIX_RANK", "0")], "OMPI_COMM_WORLD_SIZE", "zero PEs"),
-            (&[("PMIX_RANK", "z"), ("OMPI_COMM_WORLD_SIZE", "2")], "PMIX_RANK", "not a non-negative"),
-            (&[("SLURM_PROCID", "0")], "SLURM_PROCID", "SLURM_NTASKS is not"),
-            (&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1.5")], "SLURM_NTASKS", "not a non-negative"),
-            (&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_LOCALID", "?")], "SLURM_LOCALID", "not a non-negative"),
-            (&[("PMI_RANK", "9"), ("PMI_SIZE", "3")], "PMI_RANK", "not below"),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "1")],
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE is not",
+            ),
+            (
+                &[("OMPI_COMM_WORLD_SIZE", "0"), ("PMIX_RANK", "0")],
+                "OMPI_COMM_WORLD_SIZE",
+                "zero PEs",
+            ),
+            (
+                &[("PMIX_RANK", "z"), ("OMPI_COMM_WORLD_SIZE", "2")],
+                "PMIX_RANK",
+                "not a non-negative",
+            ),
+            (
+                &[("SLURM_PROCID", "0")],
+                "SLURM_PROCID",
+                "SLURM_NTASKS is not",
+            ),
+            (
+                &[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1.5")],
+                "SLURM_NTASKS",
+                "not a non-negative",
+            ),
+            (
+                &[
+                    ("SLURM_PROCID", "0"),
+                    ("SLURM_NTASKS", "2"),
+                    ("SLURM_LOCALID", "?"),
+                ],
+                "SLURM_LOCALID",
+                "not a non-negative",
+            ),
+            (
+                &[("PMI_RANK", "9"), ("PMI_SIZE", "3")],
+                "PMI_RANK",
+                "not below",
+            ),
             (&[("PMI_SIZE", "3")], "PMI_SIZE", "PMI_RANK is not"),
         ];
         for (vars, var, reason) in cases {
             match with(vars) {
-                Err(Error::Env { var: v, reason: r, .. }) => {
+                Err(Error::Env {
+                    var: v, reason: r, ..
+                }) => {
                     assert_eq!(&v, var, "{vars:?}");
-                    assert!(r.contains(reason), "{vars:?}: reason {r:?} lacks {reason:?}");
+                    assert!(
+                        r.contains(reason),
+                        "{vars:?}: reason {r:?} lacks {reason:?}"
+                    );
                 }
                 other => panic!("{vars:?}: expected Env error on {var}, got {other:?}"),
             }
@@ -838,7 +973,9 @@ mod tests {
 
     #[test]
     fn env_error_message_shows_value() {
-        let e = parse(&[("RSHMEM_RANK", "abc"), ("RSHMEM_SIZE", "2")]).unwrap_err().to_string();
+        let e = parse(&[("RSHMEM_RANK", "abc"), ("RSHMEM_SIZE", "2")])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("RSHMEM_RANK") && e.contains("abc"), "{e}");
     }
 
@@ -853,7 +990,10 @@ mod tests {
         // Missing address: a Config error that says what to export.
         match with(&[("RSHMEM_BOOTSTRAP_SECRET", SECRET)]) {
             Err(Error::Config(m)) => {
-                assert!(m.contains("RSHMEM_BOOTSTRAP_ADDR") && m.contains("mpirun -x"), "{m}")
+                assert!(
+                    m.contains("RSHMEM_BOOTSTRAP_ADDR") && m.contains("mpirun -x"),
+                    "{m}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -863,8 +1003,11 @@ mod tests {
             v.push(("RSHMEM_BOOTSTRAP_SECRET", SECRET));
             assert_eq!(env_var_of(parse(&v)), "RSHMEM_BOOTSTRAP_ADDR", "{bad}");
         }
-        for bad in ["abc", "0011223344556677889900aabbccddeeff", "0011223344556677889900aabbccddzz"]
-        {
+        for bad in [
+            "abc",
+            "0011223344556677889900aabbccddeeff",
+            "0011223344556677889900aabbccddzz",
+        ] {
             let mut v = rs.to_vec();
             v.push(("RSHMEM_BOOTSTRAP_ADDR", "h:5"));
             v.push(("RSHMEM_BOOTSTRAP_SECRET", bad));
@@ -978,7 +1121,10 @@ mod tests {
             }
         });
         for n in asked.into_inner() {
-            assert!(names.contains(&n.as_str()), "{n} is read but not in ENV_VARS");
+            assert!(
+                names.contains(&n.as_str()),
+                "{n} is read but not in ENV_VARS"
+            );
         }
         let mut sorted = names.clone();
         sorted.sort_unstable();
@@ -987,11 +1133,30 @@ mod tests {
     }
 
     #[test]
+    fn launching_doc_lists_every_variable() {
+        // The doc lives in the workspace, not the package: skip when packaged alone.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/launching.md");
+        let Ok(doc) = std::fs::read_to_string(path) else {
+            return;
+        };
+        for v in ENV_VARS {
+            assert!(
+                doc.contains(&format!("| `{}` |", v.name)),
+                "{} missing from {path}",
+                v.name
+            );
+        }
+    }
+
+    #[test]
     fn inherit_listener_validates_fd() {
         let uid = UniqueId::with_secret("127.0.0.1:1", [0; SECRET_LEN]).unwrap();
         // Not open.
         let e = inherit_listener(1_000_000, &uid).unwrap_err();
-        assert!(matches!(&e, Error::Env { var, .. } if var == "RSHMEM_BOOTSTRAP_LISTEN_FD"), "{e}");
+        assert!(
+            matches!(&e, Error::Env { var, .. } if var == "RSHMEM_BOOTSTRAP_LISTEN_FD"),
+            "{e}"
+        );
         // Open, but a regular file.
         let f = std::fs::File::open("/proc/self/status").unwrap();
         let e = inherit_listener(std::os::fd::AsRawFd::as_raw_fd(&f), &uid).unwrap_err();

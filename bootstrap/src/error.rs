@@ -65,12 +65,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// A malformed-variable error.
     pub(crate) fn env(var: &str, value: &str, reason: impl Into<String>) -> Self {
-        Error::Env { var: var.to_owned(), value: value.to_owned(), reason: reason.into() }
+        Error::Env {
+            var: var.to_owned(),
+            value: value.to_owned(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -121,19 +128,28 @@ mod tests {
             waited: Duration::from_secs(30),
             missing: vec![2, 3],
         };
-        assert_eq!(e.to_string(), "bootstrap allgather timed out after 30s waiting for rank(s) 2, 3");
+        assert_eq!(
+            e.to_string(),
+            "bootstrap allgather timed out after 30s waiting for rank(s) 2, 3"
+        );
         let e = Error::Timeout {
             op: "barrier".into(),
             waited: Duration::from_millis(250),
             missing: vec![1],
         };
-        assert_eq!(e.to_string(), "bootstrap barrier timed out after 0.25s waiting for rank(s) 1");
+        assert_eq!(
+            e.to_string(),
+            "bootstrap barrier timed out after 0.25s waiting for rank(s) 1"
+        );
     }
 
     #[test]
     fn env_message_names_var_and_value() {
         let e = Error::env("RSHMEM_RANK", "x", "not a number");
         let s = e.to_string();
-        assert!(s.contains("RSHMEM_RANK") && s.contains("\"x\"") && s.contains("not a number"), "{s}");
+        assert!(
+            s.contains("RSHMEM_RANK") && s.contains("\"x\"") && s.contains("not a number"),
+            "{s}"
+        );
     }
 }

@@ -73,8 +73,14 @@ mod tests {
         b.barrier().unwrap();
         assert_eq!(b.broadcast(0, b"hi").unwrap(), b"hi".to_vec());
         assert!(matches!(b.alltoall(&[]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(b.alltoall(&[vec![], vec![]]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(b.broadcast(1, b""), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            b.alltoall(&[vec![], vec![]]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            b.broadcast(1, b""),
+            Err(Error::InvalidArgument(_))
+        ));
         assert_eq!(b.timeout(), None);
     }
 }

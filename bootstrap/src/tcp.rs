@@ -188,7 +188,11 @@ fn poll_timeout(deadline: Option<Instant>) -> PollTimeout {
 }
 
 /// Waits until `fd` is ready for `events` (or has an error/hang-up pending), or the deadline.
-fn wait_fd(fd: &impl AsFd, events: PollFlags, deadline: Option<Instant>) -> std::result::Result<(), LinkErr> {
+fn wait_fd(
+    fd: &impl AsFd,
+    events: PollFlags,
+    deadline: Option<Instant>,
+) -> std::result::Result<(), LinkErr> {
     loop {
         if expired(deadline) {
             return Err(LinkErr::Timeout);
@@ -204,7 +208,11 @@ fn wait_fd(fd: &impl AsFd, events: PollFlags, deadline: Option<Instant>) -> std:
 }
 
 /// Reads exactly `buf.len()` bytes from a non-blocking stream before the deadline.
-fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Option<Instant>) -> std::result::Result<(), LinkErr> {
+fn read_exact_by(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> std::result::Result<(), LinkErr> {
     let mut off = 0;
     while off < buf.len() {
         let mut reader = stream;
@@ -223,7 +231,11 @@ fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Option<Instant>) 
 }
 
 /// Writes all of `buf` to a non-blocking stream before the deadline (never raises SIGPIPE).
-fn write_all_by(stream: &TcpStream, buf: &[u8], deadline: Option<Instant>) -> std::result::Result<(), LinkErr> {
+fn write_all_by(
+    stream: &TcpStream,
+    buf: &[u8],
+    deadline: Option<Instant>,
+) -> std::result::Result<(), LinkErr> {
     let mut off = 0;
     while off < buf.len() {
         match nix::sys::socket::send(stream.as_raw_fd(), &buf[off..], MsgFlags::MSG_NOSIGNAL) {
@@ -247,7 +259,12 @@ fn is_disconnect(e: &io::Error) -> bool {
     )
 }
 
-fn send_frame(stream: &TcpStream, kind: Kind, payload: &[u8], deadline: Option<Instant>) -> std::result::Result<(), LinkErr> {
+fn send_frame(
+    stream: &TcpStream,
+    kind: Kind,
+    payload: &[u8],
+    deadline: Option<Instant>,
+) -> std::result::Result<(), LinkErr> {
     let mut buf = Vec::with_capacity(FRAME_HDR + payload.len());
     buf.extend_from_slice(&(kind as u32).to_le_bytes());
     buf.extend_from_slice(&(payload.len() as u64).to_le_bytes());
@@ -255,7 +272,10 @@ fn send_frame(stream: &TcpStream, kind: Kind, payload: &[u8], deadline: Option<I
     write_all_by(stream, &buf, deadline)
 }
 
-fn recv_frame(stream: &TcpStream, deadline: Option<Instant>) -> std::result::Result<(Kind, Vec<u8>), LinkErr> {
+fn recv_frame(
+    stream: &TcpStream,
+    deadline: Option<Instant>,
+) -> std::result::Result<(Kind, Vec<u8>), LinkErr> {
     let mut hdr = [0u8; FRAME_HDR];
     read_exact_by(stream, &mut hdr, deadline)?;
     let kind_raw = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
@@ -345,16 +365,22 @@ const ABORT_OTHER: u8 = 3;
 fn encode_abort(err: &Error) -> Vec<u8> {
     let mut out = Vec::new();
     let (tag, waited, ranks, msg): (u8, Duration, Vec<usize>, String) = match err {
-        Error::Timeout { waited, missing, .. } => {
-            (ABORT_TIMEOUT, *waited, missing.clone(), String::new())
-        }
-        Error::PeerLost { rank, context } => {
-            (ABORT_PEER_LOST, Duration::ZERO, vec![*rank], context.clone())
-        }
+        Error::Timeout {
+            waited, missing, ..
+        } => (ABORT_TIMEOUT, *waited, missing.clone(), String::new()),
+        Error::PeerLost { rank, context } => (
+            ABORT_PEER_LOST,
+            Duration::ZERO,
+            vec![*rank],
+            context.clone(),
+        ),
         other => (ABORT_OTHER, Duration::ZERO, Vec::new(), other.to_string()),
     };
     out.push(tag);
-    put_u64(&mut out, u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
+    put_u64(
+        &mut out,
+        u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+    );
     put_u64(&mut out, ranks.len() as u64);
     for r in ranks {
         put_u64(&mut out, r as u64);
@@ -381,9 +407,11 @@ fn decode_abort(op: &str, payload: &[u8]) -> Error {
         Some((tag, waited, ranks, msg))
     })();
     match parsed {
-        Some((ABORT_TIMEOUT, waited, missing, _)) => {
-            Error::Timeout { op: op.to_owned(), waited, missing }
-        }
+        Some((ABORT_TIMEOUT, waited, missing, _)) => Error::Timeout {
+            op: op.to_owned(),
+            waited,
+            missing,
+        },
         Some((ABORT_PEER_LOST, _, ranks, msg)) if ranks.len() == 1 => Error::PeerLost {
             rank: ranks[0],
             context: format!("{op} (reported by rank 0): {msg}"),
@@ -478,7 +506,9 @@ impl TcpBootstrap {
         listener: Option<TcpListener>,
     ) -> Result<Self> {
         if size == 0 {
-            return Err(Error::InvalidArgument("a job needs at least one rank (size 0)".into()));
+            return Err(Error::InvalidArgument(
+                "a job needs at least one rank (size 0)".into(),
+            ));
         }
         if rank >= size {
             return Err(Error::InvalidArgument(format!(
@@ -506,7 +536,15 @@ impl TcpBootstrap {
         } else {
             Links::Leaf(rendezvous_leaf(rank, size, uid, timeout)?)
         };
-        Ok(TcpBootstrap { rank, size, timeout, state: Mutex::new(State { links, failed: None }) })
+        Ok(TcpBootstrap {
+            rank,
+            size,
+            timeout,
+            state: Mutex::new(State {
+                links,
+                failed: None,
+            }),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -665,7 +703,11 @@ impl TcpBootstrap {
 
     fn timeout_error(&self, op: &str, mut missing: Vec<usize>) -> Error {
         missing.sort_unstable();
-        Error::Timeout { op: op.to_owned(), waited: self.timeout.unwrap_or_default(), missing }
+        Error::Timeout {
+            op: op.to_owned(),
+            waited: self.timeout.unwrap_or_default(),
+            missing,
+        }
     }
 
     fn leaf_exchange(&self, root: &TcpStream, kind: Kind, request: &[u8]) -> Result<Vec<u8>> {
@@ -673,9 +715,9 @@ impl TcpBootstrap {
         let deadline = deadline_after(self.timeout);
         send_frame(root, kind, request, deadline)
             .map_err(|le| link_error(op, 0, le, self.timeout, vec![0]))?;
-        let deadline = deadline.map(|d| d + PEER_SLACK);
-        let (k, payload) =
-            recv_frame(root, deadline).map_err(|le| link_error(op, 0, le, self.timeout, vec![0]))?;
+        let deadline = deadline.and_then(|d| d.checked_add(PEER_SLACK));
+        let (k, payload) = recv_frame(root, deadline)
+            .map_err(|le| link_error(op, 0, le, self.timeout, vec![0]))?;
         match k {
             k if k == kind => Ok(payload),
             Kind::Abort => Err(decode_abort(op, &payload)),
@@ -719,10 +761,17 @@ fn link_error(
     match le {
         LinkErr::Timeout => {
             missing.sort_unstable();
-            Error::Timeout { op: op.to_owned(), waited: timeout.unwrap_or_default(), missing }
+            Error::Timeout {
+                op: op.to_owned(),
+                waited: timeout.unwrap_or_default(),
+                missing,
+            }
         }
         LinkErr::Malformed(m) => Error::Protocol(format!("{op}: rank {rank} sent {m}")),
-        other => Error::PeerLost { rank, context: format!("{op}: {}", other.describe()) },
+        other => Error::PeerLost {
+            rank,
+            context: format!("{op}: {}", other.describe()),
+        },
     }
 }
 
@@ -746,12 +795,19 @@ fn rendezvous_root(
             Ok(()) => {}
             Err(LinkErr::Timeout) => {
                 let missing: Vec<usize> = (1..size).filter(|&r| peers[r].is_none()).collect();
-                let e = Error::Timeout { op, waited: timeout.unwrap_or_default(), missing };
+                let e = Error::Timeout {
+                    op,
+                    waited: timeout.unwrap_or_default(),
+                    missing,
+                };
                 abort_peers(&peers, &e);
                 return Err(e);
             }
             Err(le) => {
-                return Err(Error::io(format!("{op}: waiting for connections"), link_io(le)))
+                return Err(Error::io(
+                    format!("{op}: waiting for connections"),
+                    link_io(le),
+                ))
             }
         }
         let (stream, from) = match listener.accept() {
@@ -810,7 +866,10 @@ fn admit(
     uid: &UniqueId,
     deadline: Option<Instant>,
 ) -> Option<usize> {
-    if let Err(e) = stream.set_nonblocking(true).and_then(|()| stream.set_nodelay(true)) {
+    if let Err(e) = stream
+        .set_nonblocking(true)
+        .and_then(|()| stream.set_nodelay(true))
+    {
         tracing::warn!(%from, error = %e, "bootstrap: dropping connection: cannot configure socket");
         return None;
     }
@@ -876,7 +935,9 @@ fn rendezvous_leaf(
         .map_err(|e| Error::io(format!("resolving rank 0's bootstrap address {addr}"), e))?
         .collect();
     if targets.is_empty() {
-        return Err(Error::Config(format!("bootstrap address {addr} resolves to no address")));
+        return Err(Error::Config(format!(
+            "bootstrap address {addr} resolves to no address"
+        )));
     }
     let mut backoff = Duration::from_millis(5);
     let stream = 'connect: loop {
@@ -923,13 +984,15 @@ fn rendezvous_leaf(
     let mut ack = [0u8; ACK_LEN];
     read_exact_by(&stream, &mut ack, deadline).map_err(|le| match le {
         LinkErr::Eof => Error::Refused(format!(
-            "rank 0 at {addr} closed the connection during the handshake (is this address \
-             another program, or another job?)"
+            "rank 0 at {addr} closed the connection during the handshake (all ranks had \
+             already joined, or the address belongs to another program or job)"
         )),
         other => lost(other, "handshake"),
     })?;
     if ack[..8] != MAGIC {
-        return Err(Error::Refused(format!("{addr} is not an rshmem bootstrap (bad magic)")));
+        return Err(Error::Refused(format!(
+            "{addr} is not an rshmem bootstrap (bad magic)"
+        )));
     }
     let status = le_u32(&ack[12..16]);
     if status != ACK_OK {
@@ -939,13 +1002,14 @@ fn rendezvous_leaf(
         )));
     }
     let op = format!("rendezvous at {addr}");
-    let ready_deadline = deadline.map(|d| d + PEER_SLACK);
+    let ready_deadline = deadline.and_then(|d| d.checked_add(PEER_SLACK));
     match recv_frame(&stream, ready_deadline) {
         Ok((Kind::Ready, _)) => Ok(stream),
         Ok((Kind::Abort, payload)) => Err(decode_abort(&op, &payload)),
-        Ok((k, _)) => {
-            Err(Error::Protocol(format!("{op}: expected ready, rank 0 sent {}", k.name())))
-        }
+        Ok((k, _)) => Err(Error::Protocol(format!(
+            "{op}: expected ready, rank 0 sent {}",
+            k.name()
+        ))),
         Err(LinkErr::Malformed(m)) => Err(Error::Protocol(format!("{op}: rank 0 sent {m}"))),
         Err(le) => Err(lost(le, "waiting for the other ranks")),
     }
@@ -966,7 +1030,9 @@ impl Bootstrap for TcpBootstrap {
         })?;
         match decode_list(&resp) {
             Some(v) if v.len() == self.size => Ok(v),
-            _ => Err(Error::Protocol("allgather: malformed result from rank 0".into())),
+            _ => Err(Error::Protocol(
+                "allgather: malformed result from rank 0".into(),
+            )),
         }
     }
 
@@ -998,12 +1064,16 @@ impl Bootstrap for TcpBootstrap {
         })?;
         match decode_list(&resp) {
             Some(v) if v.len() == size => Ok(v),
-            _ => Err(Error::Protocol("alltoall: malformed result from rank 0".into())),
+            _ => Err(Error::Protocol(
+                "alltoall: malformed result from rank 0".into(),
+            )),
         }
     }
 
     fn barrier(&self) -> Result<()> {
-        self.exchange(Kind::Barrier, Vec::new(), &|_| Ok(Responses::Same(Vec::new())))?;
+        self.exchange(Kind::Barrier, Vec::new(), &|_| {
+            Ok(Responses::Same(Vec::new()))
+        })?;
         Ok(())
     }
 

@@ -23,7 +23,10 @@ impl UniqueId {
     pub fn new(addr: impl Into<String>) -> Result<Self> {
         let mut secret = [0u8; SECRET_LEN];
         getrandom::fill(&mut secret).map_err(|e| {
-            Error::io("generating the bootstrap secret", std::io::Error::other(e.to_string()))
+            Error::io(
+                "generating the bootstrap secret",
+                std::io::Error::other(e.to_string()),
+            )
         })?;
         Self::with_secret(addr, secret)
     }
@@ -65,7 +68,10 @@ impl fmt::Display for UniqueId {
 impl fmt::Debug for UniqueId {
     // Never print the secret in debug output (logs end up in bug reports).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UniqueId").field("addr", &self.addr).field("secret", &"<hidden>").finish()
+        f.debug_struct("UniqueId")
+            .field("addr", &self.addr)
+            .field("secret", &"<hidden>")
+            .finish()
     }
 }
 
@@ -155,16 +161,23 @@ pub(crate) fn validate_addr(addr: &str) -> std::result::Result<(), String> {
             return Err(format!("{addr:?}: unbalanced '[' in host"));
         }
     } else if host.contains(':') {
-        return Err(format!("{addr:?}: write IPv6 hosts in brackets, e.g. [fe80::1]:4000"));
+        return Err(format!(
+            "{addr:?}: write IPv6 hosts in brackets, e.g. [fe80::1]:4000"
+        ));
     }
-    if host.chars().any(|c| c.is_whitespace() || c == '#' || c == '/') {
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || c == '#' || c == '/')
+    {
         return Err(format!("{addr:?}: host contains whitespace, '#' or '/'"));
     }
     let port: u16 = port
         .parse()
         .map_err(|_| format!("{addr:?}: port {port:?} is not a number in 1..65535"))?;
     if port == 0 {
-        return Err(format!("{addr:?}: port 0 cannot be reached by the other ranks"));
+        return Err(format!(
+            "{addr:?}: port 0 cannot be reached by the other ranks"
+        ));
     }
     Ok(())
 }

@@ -35,17 +35,24 @@ fn run_ranks<R: Send + 'static>(
             thread::spawn(move || body(rank, TcpBootstrap::new(rank, size, &uid, timeout, l)))
         })
         .collect();
-    handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread panicked"))
+        .collect()
 }
 
 fn payload(rank: usize, round: usize) -> Vec<u8> {
     // Rank 0 contributes nothing in round 0; lengths differ by rank and round.
     let len = rank * 37 + round * 5 + (rank % 2) * 3000;
-    (0..len).map(|i| (i * 31 + rank * 7 + round) as u8).collect()
+    (0..len)
+        .map(|i| (i * 31 + rank * 7 + round) as u8)
+        .collect()
 }
 
 fn to_each(from: usize, to: usize, size: usize) -> Vec<u8> {
-    format!("{from}->{to}/{size};").repeat(from + 2 * to).into_bytes()
+    format!("{from}->{to}/{size};")
+        .repeat(from + 2 * to)
+        .into_bytes()
 }
 
 #[test]
@@ -107,8 +114,14 @@ fn invalid_arguments() {
     let b = TcpBootstrap::new(0, 1, &uid, Some(Duration::from_secs(1)), None).unwrap();
     assert_eq!(b.timeout(), Some(Duration::from_secs(1)));
     assert_eq!(b.allgather(b"x").unwrap(), vec![b"x".to_vec()]);
-    assert!(matches!(b.alltoall(&[vec![], vec![]]), Err(Error::InvalidArgument(_))));
-    assert!(matches!(b.broadcast(1, b""), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.alltoall(&[vec![], vec![]]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.broadcast(1, b""),
+        Err(Error::InvalidArgument(_))
+    ));
     b.barrier().unwrap();
 }
 
@@ -126,7 +139,8 @@ fn wrong_secret_and_bad_peers_are_refused_while_real_ranks_join() {
     };
     // Garbage that is not our protocol, then a connection that says nothing and closes.
     let mut junk = TcpStream::connect(uid.addr()).unwrap();
-    junk.write_all(b"GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").unwrap();
+    junk.write_all(b"GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+        .unwrap();
     drop(TcpStream::connect(uid.addr()).unwrap());
     // Same address, another job's secret.
     let mut other_secret = *uid.secret();
@@ -165,18 +179,43 @@ fn wrong_secret_and_bad_peers_are_refused_while_real_ranks_join() {
 
 #[test]
 fn duplicate_rank_is_refused() {
+    let (listener, uid) = job();
     let size = 3;
-    // Two threads both claim rank 1: exactly one gets in.
-    let results = run_ranks(size, &[0, 1, 1, 2], Some(Duration::from_secs(20)), |_, b| {
-        b.and_then(|b| b.allgather(&[b.rank() as u8]))
-    });
-    let refused: Vec<_> = results
-        .iter()
-        .filter(|r| matches!(r, Err(Error::Refused(m)) if m.contains("already joined")))
-        .collect();
-    assert_eq!(refused.len(), 1, "{results:?}");
-    let ok = results.iter().filter(|r| matches!(r, Ok(v) if v == &vec![vec![0], vec![1], vec![2]]));
-    assert_eq!(ok.count(), 3, "{results:?}");
+    let timeout = Some(Duration::from_secs(20));
+    let start = |rank: usize, l: Option<TcpListener>| {
+        let uid = uid.clone();
+        thread::spawn(move || {
+            TcpBootstrap::new(rank, size, &uid, timeout, l).and_then(|b| b.allgather(&[rank as u8]))
+        })
+    };
+    let root = start(0, Some(listener));
+    // Two processes both claim rank 1 while rank 2 is not there yet (so the job cannot be
+    // complete): whichever comes second is refused.
+    let ones = [start(1, None), start(1, None)];
+    let t = Instant::now();
+    while !ones.iter().any(|h| h.is_finished()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no rank-1 claim was refused"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let two = start(2, None);
+    let want = vec![vec![0], vec![1], vec![2]];
+    let mut refused = 0;
+    for h in ones {
+        match h.join().unwrap() {
+            Err(Error::Refused(m)) => {
+                assert!(m.contains("already joined"), "{m}");
+                refused += 1;
+            }
+            Ok(v) => assert_eq!(v, want),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(refused, 1);
+    assert_eq!(root.join().unwrap().unwrap(), want);
+    assert_eq!(two.join().unwrap().unwrap(), want);
 }
 
 #[test]
@@ -187,7 +226,9 @@ fn missing_rank_times_out_naming_exactly_it() {
     let results = run_ranks(3, &[0, 1], Some(timeout), |_, b| b.map(|_| ()));
     for (rank, r) in results.iter().enumerate() {
         match r {
-            Err(Error::Timeout { missing, waited, .. }) => {
+            Err(Error::Timeout {
+                missing, waited, ..
+            }) => {
                 assert_eq!(missing, &vec![2], "rank {rank}");
                 assert_eq!(*waited, timeout);
             }
@@ -195,13 +236,19 @@ fn missing_rank_times_out_naming_exactly_it() {
         }
     }
     let msg = results[0].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("timed out after 0.4s waiting for rank(s) 2"), "{msg}");
+    assert!(
+        msg.contains("timed out after 0.4s waiting for rank(s) 2"),
+        "{msg}"
+    );
     assert!(start.elapsed() < Duration::from_secs(5));
 
     // Ranks 2 and 4 of 5 never start.
     let results = run_ranks(5, &[0, 1, 3], Some(timeout), |_, b| b.map(|_| ()));
     for r in &results {
-        assert!(matches!(r, Err(Error::Timeout { missing, .. }) if missing == &vec![2, 4]), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::Timeout { missing, .. }) if missing == &vec![2, 4]),
+            "{r:?}"
+        );
     }
 }
 
@@ -216,14 +263,17 @@ fn rank_that_skips_a_collective_times_out() {
         }
         b.barrier()
     });
-    for rank in 0..2 {
+    for (rank, r) in results.iter().enumerate().take(2) {
         assert!(
-            matches!(&results[rank], Err(Error::Timeout { op, missing, .. }) if op == "barrier" && missing == &vec![2]),
-            "rank {rank}: {:?}",
-            results[rank]
+            matches!(r, Err(Error::Timeout { op, missing, .. }) if op == "barrier" && missing == &vec![2]),
+            "rank {rank}: {r:?}"
         );
     }
-    assert!(results[2].is_err(), "the late rank must not succeed: {:?}", results[2]);
+    assert!(
+        results[2].is_err(),
+        "the late rank must not succeed: {:?}",
+        results[2]
+    );
 }
 
 #[test]
@@ -253,8 +303,8 @@ fn dropped_peer_is_reported_as_lost() {
         }
         b.allgather(b"data")
     });
-    for rank in 0..2 {
-        match &results[rank] {
+    for (rank, r) in results.iter().enumerate().take(2) {
+        match r {
             Err(Error::PeerLost { rank: lost, .. }) => assert_eq!(*lost, 2, "rank {rank}"),
             other => panic!("rank {rank}: expected PeerLost(2), got {other:?}"),
         }
@@ -271,7 +321,11 @@ fn lost_rank_zero_is_reported_by_peers() {
         }
         b.barrier()
     });
-    assert!(matches!(results[1], Err(Error::PeerLost { rank: 0, .. })), "{:?}", results[1]);
+    assert!(
+        matches!(results[1], Err(Error::PeerLost { rank: 0, .. })),
+        "{:?}",
+        results[1]
+    );
 }
 
 #[test]
@@ -285,7 +339,10 @@ fn mismatched_collectives_are_a_protocol_error() {
         }
     });
     for r in &results {
-        assert!(matches!(r, Err(Error::Protocol(m)) if m.contains("allgather")), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::Protocol(m)) if m.contains("allgather")),
+            "{r:?}"
+        );
     }
 }
 
@@ -295,26 +352,66 @@ fn broadcast_with_disagreeing_roots_fails() {
         b?.broadcast(rank, b"x")
     });
     for r in &results {
-        assert!(matches!(r, Err(Error::Protocol(m)) if m.contains("root")), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::Protocol(m)) if m.contains("root")),
+            "{r:?}"
+        );
     }
 }
 
 #[test]
 fn small_allgather_on_8_ranks_is_fast() {
     const ITERS: u32 = 300;
-    let results = run_ranks(8, &(0..8).collect::<Vec<_>>(), Some(Duration::from_secs(30)), |rank, b| {
-        let b = b?;
-        b.barrier()?;
-        let t = Instant::now();
-        for i in 0..ITERS {
-            let v = b.allgather(&[rank as u8, i as u8, 0, 0, 0, 0, 0, 0])?;
-            assert_eq!(v.len(), 8);
-            assert_eq!(v[7][0], 7);
-        }
-        rshmem_bootstrap::Result::Ok(t.elapsed() / ITERS)
-    });
+    let results = run_ranks(
+        8,
+        &(0..8).collect::<Vec<_>>(),
+        Some(Duration::from_secs(30)),
+        |rank, b| {
+            let b = b?;
+            b.barrier()?;
+            let t = Instant::now();
+            for i in 0..ITERS {
+                let v = b.allgather(&[rank as u8, i as u8, 0, 0, 0, 0, 0, 0])?;
+                assert_eq!(v.len(), 8);
+                assert_eq!(v[7][0], 7);
+            }
+            rshmem_bootstrap::Result::Ok(t.elapsed() / ITERS)
+        },
+    );
     let per_op = results.into_iter().map(|r| r.unwrap()).max().unwrap();
     eprintln!("8-rank allgather of 8 bytes: {per_op:?} per call");
     // Generous for loaded CI machines, but catches Nagle-style 40 ms stalls.
-    assert!(per_op < Duration::from_millis(10), "{per_op:?} per allgather");
+    assert!(
+        per_op < Duration::from_millis(10),
+        "{per_op:?} per allgather"
+    );
+}
+
+#[test]
+fn large_payloads_cross_intact() {
+    // Several MiB per rank: exercises partial reads/writes and full socket buffers.
+    let big = |rank: usize| -> Vec<u8> {
+        (0..(3 << 20) + rank * 4097)
+            .map(|i| (i % 251) as u8 ^ rank as u8)
+            .collect()
+    };
+    let results = run_ranks(
+        3,
+        &[0, 1, 2],
+        Some(Duration::from_secs(60)),
+        move |rank, b| {
+            let b = b?;
+            let all = b.allgather(&big(rank))?;
+            assert!(
+                all.iter().enumerate().all(|(r, v)| *v == big(r)),
+                "rank {rank}"
+            );
+            let got = b.broadcast(2, &if rank == 2 { big(7) } else { Vec::new() })?;
+            assert!(got == big(7), "rank {rank}");
+            rshmem_bootstrap::Result::Ok(())
+        },
+    );
+    for r in results {
+        r.unwrap();
+    }
 }

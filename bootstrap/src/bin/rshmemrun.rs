@@ -1,2 +1,608 @@
-//! placeholder
-fn main() {}
+//! `rshmemrun`: starts the PEs of an rshmem program on this host.
+//!
+//! ```text
+//! rshmemrun -n N [--timeout SECS] [--tag-output] [--grace SECS] PROGRAM [ARGS...]
+//! ```
+//!
+//! Each PE gets `RSHMEM_RANK`, `RSHMEM_SIZE`, `RSHMEM_LOCAL_RANK`, `RSHMEM_LOCAL_SIZE`,
+//! `RSHMEM_BOOTSTRAP_ADDR`, `RSHMEM_BOOTSTRAP_SECRET` and `RSHMEM_LAUNCHER=rshmemrun`; rank 0
+//! also inherits the already-listening rendezvous socket (`RSHMEM_BOOTSTRAP_LISTEN_FD`), so the
+//! other ranks can connect before it even starts. When a PE fails, the others are stopped
+//! (SIGTERM, then SIGKILL after the grace period) and the launcher exits non-zero.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+use rshmem_bootstrap::UniqueId;
+
+/// Exit status when --timeout expires (as coreutils' `timeout`).
+const EXIT_TIMEOUT: i32 = 124;
+/// Exit status for usage errors.
+const EXIT_USAGE: i32 = 2;
+/// Exit status when PROGRAM cannot be executed / found (as shells do).
+const EXIT_NOEXEC: i32 = 126;
+const EXIT_NOTFOUND: i32 = 127;
+
+/// Start N PEs of an rshmem program on this host.
+#[derive(Parser, Debug)]
+#[command(
+    name = "rshmemrun",
+    version,
+    after_help = "Each PE gets RSHMEM_RANK, RSHMEM_SIZE, RSHMEM_LOCAL_RANK, RSHMEM_LOCAL_SIZE, \
+RSHMEM_BOOTSTRAP_ADDR, RSHMEM_BOOTSTRAP_SECRET and RSHMEM_LAUNCHER=rshmemrun.\n\
+If a PE exits non-zero or is killed by a signal, the other PEs get SIGTERM, then SIGKILL after \
+--grace seconds, and rshmemrun exits with that PE's status (128+signal for a signal). \
+SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Exit status 124: --timeout \
+expired."
+)]
+struct Cli {
+    /// Number of PEs to start (at least 1).
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    n: usize,
+
+    /// Stop all PEs after SECS seconds and exit 124 [env: RSHMEM_RUN_TIMEOUT].
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+
+    /// Prefix every line the PEs print with "[PE n] ".
+    #[arg(long)]
+    tag_output: bool,
+
+    /// Seconds between SIGTERM and SIGKILL when stopping PEs.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    grace: f64,
+
+    /// The program to run, followed by its own arguments (passed through untouched).
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
+    command: Vec<OsString>,
+}
+
+/// A reason to exit early: the message (without the `rshmemrun: ` prefix) and the status.
+struct Fail {
+    code: i32,
+    msg: String,
+}
+
+impl Fail {
+    fn new(code: i32, msg: impl Into<String>) -> Self {
+        Fail {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+fn main() {
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("rshmemrun: {}", f.msg);
+            f.code
+        }
+    };
+    let _ = io::stdout().flush();
+    std::process::exit(code);
+}
+
+/// Parses a number of seconds: finite, and positive (or zero when `allow_zero`).
+fn seconds(what: &str, v: f64, allow_zero: bool) -> Result<Duration, Fail> {
+    let ok = v.is_finite() && (v > 0.0 || (allow_zero && v == 0.0));
+    if !ok {
+        let need = if allow_zero {
+            "zero or more"
+        } else {
+            "more than zero"
+        };
+        return Err(Fail::new(
+            EXIT_USAGE,
+            format!("{what} must be {need} seconds, got {v}"),
+        ));
+    }
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| Fail::new(EXIT_USAGE, format!("{what} of {v} seconds is out of range")))
+}
+
+fn is_executable(p: &Path) -> bool {
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Checks that PROGRAM can be run, so that a typo gets a clear message instead of N failures.
+fn check_program(prog: &OsStr) -> Result<(), Fail> {
+    let shown = prog.to_string_lossy();
+    if prog.is_empty() {
+        return Err(Fail::new(EXIT_USAGE, "PROGRAM is empty"));
+    }
+    if prog.as_bytes().contains(&b'/') {
+        let p = Path::new(prog);
+        if !p.exists() {
+            return Err(Fail::new(
+                EXIT_NOTFOUND,
+                format!("PROGRAM '{shown}' not found: no such file"),
+            ));
+        }
+        if !is_executable(p) {
+            return Err(Fail::new(
+                EXIT_NOEXEC,
+                format!("PROGRAM '{shown}' is not an executable file"),
+            ));
+        }
+        return Ok(());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        if is_executable(&dir.join(prog)) {
+            return Ok(());
+        }
+    }
+    Err(Fail::new(
+        EXIT_NOTFOUND,
+        format!("PROGRAM '{shown}' not found in PATH"),
+    ))
+}
+
+/// One started PE.
+struct Pe {
+    rank: usize,
+    child: Child,
+    pid: i32,
+    status: Option<ExitStatus>,
+}
+
+fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned())
+}
+
+/// Sends `sig` to the PE's process group (the PE and anything it started), or to the PE
+/// alone if the group is gone.
+fn signal_pe(pid: i32, sig: Signal) {
+    if kill(Pid::from_raw(-pid), sig) == Err(Errno::ESRCH) {
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
+}
+
+/// Status a PE's termination maps to: its exit code, or 128 + signal.
+fn status_code(st: ExitStatus) -> i32 {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 1,
+    }
+}
+
+fn describe_failure(pe: &Pe, st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("PE {} (pid {}) exited with status {c}", pe.rank, pe.pid),
+        (None, Some(s)) => format!(
+            "PE {} (pid {}) was killed by signal {}{}",
+            pe.rank,
+            pe.pid,
+            signal_name(s),
+            if st.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        ),
+        (None, None) => format!("PE {} (pid {}) ended abnormally ({st})", pe.rank, pe.pid),
+    }
+}
+
+/// Copies `from` to `to` line by line, each prefixed with `[PE rank] `.
+fn tag_lines(rank: usize, from: impl Read, mut to: impl FnMut(&[u8])) {
+    let mut reader = BufReader::new(from);
+    let prefix = format!("[PE {rank}] ");
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {
+                let mut out = Vec::with_capacity(prefix.len() + line.len() + 1);
+                out.extend_from_slice(prefix.as_bytes());
+                out.extend_from_slice(&line);
+                if !line.ends_with(b"\n") {
+                    out.push(b'\n');
+                }
+                to(&out);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
+
+fn spawn_tagger(
+    rank: usize,
+    from: impl Read + Send + 'static,
+    stderr: bool,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("tag-pe{rank}"))
+        .spawn(move || {
+            tag_lines(rank, from, |buf| {
+                // Whole lines under the lock, so PEs' lines never interleave. Write errors (a
+                // closed terminal) are ignored: keep draining so the PE does not block.
+                if stderr {
+                    let _ = io::stderr().lock().write_all(buf);
+                } else {
+                    let mut out = io::stdout().lock();
+                    let _ = out.write_all(buf).and_then(|()| out.flush());
+                }
+            })
+        })
+}
+
+/// Duplicates `fd` to a descriptor number of at least 3 (never a stdio slot), close-on-exec.
+fn dup_above_stdio(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only creates a new descriptor; an invalid `fd` yields EBADF.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned by fcntl, is open, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+struct Launch {
+    n: usize,
+    command: Vec<OsString>,
+    tag_output: bool,
+    uid: Option<UniqueId>,
+    listen_fd: Option<RawFd>,
+}
+
+/// Starts PE `rank`.
+fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::Result<Child> {
+    let mut cmd = Command::new(&l.command[0]);
+    cmd.args(&l.command[1..])
+        .env("RSHMEM_RANK", rank.to_string())
+        .env("RSHMEM_SIZE", l.n.to_string())
+        .env("RSHMEM_LOCAL_RANK", rank.to_string())
+        .env("RSHMEM_LOCAL_SIZE", l.n.to_string())
+        .env("RSHMEM_LAUNCHER", "rshmemrun")
+        .env_remove("RSHMEM_BOOTSTRAP_LISTEN_FD");
+    match &l.uid {
+        Some(uid) => {
+            cmd.env("RSHMEM_BOOTSTRAP_ADDR", uid.addr())
+                .env("RSHMEM_BOOTSTRAP_SECRET", uid.secret_hex());
+        }
+        None => {
+            cmd.env_remove("RSHMEM_BOOTSTRAP_ADDR")
+                .env_remove("RSHMEM_BOOTSTRAP_SECRET");
+        }
+    }
+    let inherit_fd = if rank == 0 { l.listen_fd } else { None };
+    if let Some(fd) = inherit_fd {
+        cmd.env("RSHMEM_BOOTSTRAP_LISTEN_FD", fd.to_string());
+    }
+    // Only rank 0 reads our stdin, and only when it is not a terminal (the PEs run in their
+    // own process groups, where reading the terminal would stop them).
+    cmd.stdin(if rank == 0 && stdin_ok {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
+    if l.tag_output {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    let keep_fd: RawFd = inherit_fd.unwrap_or(-1);
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (sigprocmask, prctl, getppid, setpgid, fcntl); it
+    // allocates nothing and touches no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(none.as_mut_ptr());
+            libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
+            // Die with the launcher, even if it is SIGKILLed.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != launcher_pid {
+                // The launcher died before prctl took effect.
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // Own process group, so stopping a PE also stops whatever it started.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Rank 0 alone keeps the rendezvous socket across exec.
+            if keep_fd >= 0 && libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+fn run(cli: Cli) -> Result<i32, Fail> {
+    if cli.n == 0 {
+        return Err(Fail::new(EXIT_USAGE, "-n must be at least 1 (got 0)"));
+    }
+    let timeout = match cli.timeout {
+        Some(t) => Some(seconds("--timeout", t, false)?),
+        None => match std::env::var("RSHMEM_RUN_TIMEOUT") {
+            Ok(v) if !v.trim().is_empty() => {
+                let t: f64 = v.trim().parse().map_err(|_| {
+                    Fail::new(
+                        EXIT_USAGE,
+                        format!("RSHMEM_RUN_TIMEOUT={v:?} is not a number of seconds"),
+                    )
+                })?;
+                Some(seconds("RSHMEM_RUN_TIMEOUT", t, false)?)
+            }
+            _ => None,
+        },
+    };
+    let grace = seconds("--grace", cli.grace, true)?;
+    check_program(&cli.command[0])?;
+
+    // Signals are taken through a signalfd; block them first (threads inherit the mask; the
+    // PEs get an empty mask back in pre_exec).
+    let mut sigs = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+    ] {
+        sigs.add(s);
+    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&sigs), None)
+        .map_err(|e| Fail::new(1, format!("blocking signals: {e}")))?;
+    let sigfd = SignalFd::with_flags(&sigs, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| Fail::new(1, format!("creating a signalfd: {e}")))?;
+
+    // The rendezvous: bound before any PE starts, handed to rank 0.
+    let mut listen_owned: Option<OwnedFd> = None;
+    let mut uid = None;
+    if cli.n > 1 {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| Fail::new(1, format!("binding the rendezvous socket: {e}")))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| Fail::new(1, format!("rendezvous socket: {e}")))?;
+        let fd = dup_above_stdio(l.as_raw_fd())
+            .map_err(|e| Fail::new(1, format!("rendezvous socket: {e}")))?;
+        drop(l);
+        uid = Some(UniqueId::new(addr.to_string()).map_err(|e| Fail::new(1, e.to_string()))?);
+        listen_owned = Some(fd);
+    }
+    let launch = Launch {
+        n: cli.n,
+        command: cli.command,
+        tag_output: cli.tag_output,
+        uid,
+        listen_fd: listen_owned.as_ref().map(AsRawFd::as_raw_fd),
+    };
+
+    let launcher_pid = std::process::id() as i32;
+    let stdin_ok = !io::stdin().is_terminal();
+    let mut pes: Vec<Pe> = Vec::with_capacity(launch.n);
+    let mut taggers = Vec::new();
+    for rank in 0..launch.n {
+        match spawn_pe(&launch, rank, launcher_pid, stdin_ok) {
+            Ok(mut child) => {
+                if launch.tag_output {
+                    let spawned = [
+                        child.stdout.take().map(|o| spawn_tagger(rank, o, false)),
+                        child.stderr.take().map(|e| spawn_tagger(rank, e, true)),
+                    ];
+                    for h in spawned.into_iter().flatten() {
+                        match h {
+                            Ok(h) => taggers.push(h),
+                            Err(e) => eprintln!("rshmemrun: cannot start output thread: {e}"),
+                        }
+                    }
+                }
+                let pid = child.id() as i32;
+                pes.push(Pe {
+                    rank,
+                    child,
+                    pid,
+                    status: None,
+                });
+            }
+            Err(e) => {
+                let prog = launch.command[0].to_string_lossy().into_owned();
+                for pe in &pes {
+                    signal_pe(pe.pid, Signal::SIGKILL);
+                }
+                for pe in &mut pes {
+                    let _ = pe.child.wait();
+                }
+                let code = if e.kind() == io::ErrorKind::NotFound {
+                    EXIT_NOTFOUND
+                } else {
+                    EXIT_NOEXEC
+                };
+                return Err(Fail::new(
+                    code,
+                    format!("cannot start PE {rank} ('{prog}'): {e}"),
+                ));
+            }
+        }
+    }
+    // Rank 0 has its copy of the rendezvous socket now.
+    drop(listen_owned);
+
+    let code = supervise(&mut pes, &sigfd, timeout, grace);
+    finish_taggers(taggers);
+    Ok(code)
+}
+
+/// Waits for the PEs, stopping them all when one fails, on --timeout, or on a signal.
+/// Returns the launcher's exit status.
+fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace: Duration) -> i32 {
+    let start = Instant::now();
+    let run_deadline = timeout.and_then(|t| start.checked_add(t));
+    let mut exit_code: Option<i32> = None;
+    let mut stopping = false;
+    let mut kill_at: Option<Instant> = None;
+
+    let stop = |pes: &[Pe], sig: Signal| {
+        // Every group, including those of PEs that already exited: their children may linger.
+        for pe in pes {
+            signal_pe(pe.pid, sig);
+        }
+    };
+
+    loop {
+        // Reap whatever has exited.
+        let mut failures = Vec::new();
+        for pe in pes.iter_mut().filter(|p| p.status.is_none()) {
+            match pe.child.try_wait() {
+                Ok(Some(st)) => {
+                    pe.status = Some(st);
+                    if !st.success() && !stopping {
+                        failures.push((pe.rank, st));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("rshmemrun: waiting for PE {}: {e}", pe.rank);
+                    pe.status = Some(ExitStatus::from_raw(1 << 8));
+                }
+            }
+        }
+        if !failures.is_empty() {
+            for &(rank, st) in &failures {
+                if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
+                    eprintln!("rshmemrun: {}", describe_failure(pe, st));
+                }
+            }
+            exit_code = Some(status_code(failures[0].1));
+            let left = pes.iter().filter(|p| p.status.is_none()).count();
+            if left > 0 {
+                eprintln!("rshmemrun: stopping the remaining {left} PE(s)");
+            }
+            stopping = true;
+            stop(pes, Signal::SIGTERM);
+            kill_at = Instant::now().checked_add(grace);
+        }
+
+        let running: Vec<&Pe> = pes.iter().filter(|p| p.status.is_none()).collect();
+        if running.is_empty() {
+            if stopping {
+                // Nothing may outlive a failed job.
+                stop(pes, Signal::SIGKILL);
+            }
+            break;
+        }
+
+        let now = Instant::now();
+        if !stopping && run_deadline.is_some_and(|d| now >= d) {
+            let list: Vec<String> = running
+                .iter()
+                .map(|p| format!("{} (pid {})", p.rank, p.pid))
+                .collect();
+            eprintln!(
+                "rshmemrun: timed out after {}s; PE(s) still running: {}",
+                timeout.map_or(0.0, |t| t.as_secs_f64()),
+                list.join(", ")
+            );
+            exit_code = Some(EXIT_TIMEOUT);
+            stopping = true;
+            stop(pes, Signal::SIGTERM);
+            kill_at = now.checked_add(grace);
+            continue;
+        }
+        if kill_at.is_some_and(|k| now >= k) {
+            stop(pes, Signal::SIGKILL);
+            kill_at = None;
+        }
+
+        // Sleep until a signal (SIGCHLD included) or the next deadline.
+        let wake = [if stopping { None } else { run_deadline }, kill_at]
+            .into_iter()
+            .flatten()
+            .min();
+        let poll_timeout = match wake {
+            None => PollTimeout::NONE,
+            Some(w) => {
+                let ms = w
+                    .saturating_duration_since(Instant::now())
+                    .as_nanos()
+                    .div_ceil(1_000_000);
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(
+            std::os::fd::AsFd::as_fd(sigfd),
+            PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, poll_timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                // Cannot wait for signals: fall back to polling.
+                eprintln!("rshmemrun: poll: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            let Ok(sig) = Signal::try_from(signo) else {
+                continue;
+            };
+            if sig == Signal::SIGCHLD {
+                continue;
+            }
+            if stopping {
+                // A second interrupt: no more grace.
+                stop(pes, Signal::SIGKILL);
+                kill_at = None;
+                continue;
+            }
+            eprintln!("rshmemrun: received {}, stopping the PEs", sig.as_str());
+            exit_code = Some(128 + signo);
+            stopping = true;
+            stop(pes, sig);
+            kill_at = Instant::now().checked_add(grace);
+        }
+    }
+
+    match exit_code {
+        Some(c) => c,
+        None if pes.iter().all(|p| p.status.is_some_and(|s| s.success())) => 0,
+        None => 1,
+    }
+}
+
+/// Lets the output threads print what the PEs wrote last; gives up after a moment if a
+/// leftover grandchild keeps a pipe open.
+fn finish_taggers(taggers: Vec<JoinHandle<()>>) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until && !taggers.iter().all(JoinHandle::is_finished) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for t in taggers.into_iter().filter(JoinHandle::is_finished) {
+        let _ = t.join();
+    }
+}
