@@ -25,7 +25,7 @@ fn run() -> rshmem::Result<bool> {
     } else {
         world.signal_wait_until(signal.as_ptr(), Cmp::Eq, 1)?;
     }
-    let got = data.to_vec();
+    let got = data.to_vec()?;
     let bad = got.iter().enumerate().filter(|&(i, v)| *v != pattern(i)).count();
     if me + 1 < n {
         world.put_signal(data.as_ptr(), &got, signal.as_ptr(), 1, SignalOp::Set, me + 1)?;

@@ -6,134 +6,106 @@
 //! with other operations to the same PE by [`World::fence`] and completed by [`World::quiet`];
 //! on the shared-memory transport each one is complete (and acquire-release) when it returns.
 
-use std::sync::atomic::Ordering;
-
 use crate::error::{Error, Result};
+use crate::transport::AmoOp;
 use crate::types::{AmoBitwise, AmoInt, AmoType, Bits};
 use crate::world::World;
 
 impl World {
+    /// Checks `dest` (aligned, inside a live allocation, PE in range) and applies `op`.
     #[inline]
-    fn amo_addr<T: AmoType>(&self, call: &'static str, dest: *const T, pe: usize) -> Result<usize> {
+    fn amo<T: AmoType>(&self, call: &'static str, op: AmoOp, dest: *const T, value: T, cond: T, pe: usize) -> Result<T> {
         let size = std::mem::size_of::<T>();
         if (dest as usize) % size != 0 {
             return Err(Error::invalid(call, format!("address {dest:p} is not {size}-byte aligned")));
         }
-        self.remote(call, dest as usize, size, pe)
+        let a = self.remote(call, dest as usize, size, pe)?;
+        let old = self.xport.amo(call, op, a, size, value.to_bits().to_u64(), cond.to_bits().to_u64())?;
+        Ok(T::from_bits(T::Bits::from_u64(old)))
     }
 
     /// **One-sided.** Atomically reads `src` on PE `pe`. Like `shmem_atomic_fetch`.
     #[inline]
     pub fn atomic_fetch<T: AmoType>(&self, src: *const T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch", src, pe)?;
-        // SAFETY: `amo_addr` checked alignment and that the object is inside a live allocation of
-        // PE pe's heap, mapped in this process for the World's lifetime.
-        Ok(T::from_bits(unsafe { T::Bits::load(a, Ordering::Acquire) }))
+        let zero = T::from_bits(T::Bits::from_u64(0));
+        self.amo("atomic_fetch", AmoOp::Fetch, src, zero, zero, pe)
     }
 
     /// **One-sided.** Atomically writes `value` to `dest` on PE `pe`. Like `shmem_atomic_set`.
     #[inline]
     pub fn atomic_set<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        let a = self.amo_addr("atomic_set", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        unsafe { T::Bits::store(a, value.to_bits(), Ordering::Release) };
-        Ok(())
+        self.amo("atomic_set", AmoOp::Set, dest, value, value, pe).map(drop)
     }
 
-    /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value.
-    /// Like `shmem_atomic_swap`.
+    /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value. Like `shmem_atomic_swap`.
     #[inline]
     pub fn atomic_swap<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_swap", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        Ok(T::from_bits(unsafe { T::Bits::swap(a, value.to_bits()) }))
+        self.amo("atomic_swap", AmoOp::Swap, dest, value, value, pe)
     }
 
-    /// **One-sided.** If `dest` on PE `pe` equals `cond`, replaces it with `value`; returns the
-    /// old value either way. Like `shmem_atomic_compare_swap`.
+    /// **One-sided.** If `dest` on PE `pe` equals `cond`, replaces it with `value`; returns the old value either way. Like `shmem_atomic_compare_swap`.
     #[inline]
     pub fn atomic_compare_swap<T: AmoInt>(&self, dest: *mut T, cond: T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_compare_swap", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        Ok(T::from_bits(unsafe { T::Bits::cas(a, cond.to_bits(), value.to_bits()) }))
+        self.amo("atomic_compare_swap", AmoOp::CompareSwap, dest, value, cond, pe)
     }
 
-    /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping); returns the old value. Like
-    /// `shmem_atomic_fetch_add`.
+    /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping); returns the old value. Like `shmem_atomic_fetch_add`.
     #[inline]
     pub fn atomic_fetch_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch_add", dest, pe)?;
-        // SAFETY: as in atomic_fetch. Two's-complement addition on the bits is the same for
-        // signed and unsigned types.
-        Ok(T::from_bits(unsafe { T::Bits::fetch_add(a, value.to_bits()) }))
+        self.amo("atomic_fetch_add", AmoOp::FetchAdd, dest, value, value, pe)
     }
 
-    /// **One-sided.** Adds `value` to `dest` on PE `pe`. Like `shmem_atomic_add`.
+    /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping). Like `shmem_atomic_add`.
     #[inline]
     pub fn atomic_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        let a = self.amo_addr("atomic_add", dest, pe)?;
-        // SAFETY: as in atomic_fetch_add.
-        unsafe { T::Bits::fetch_add(a, value.to_bits()) };
-        Ok(())
+        self.amo("atomic_add", AmoOp::FetchAdd, dest, value, value, pe).map(drop)
     }
 
-    /// **One-sided.** Increments `dest` on PE `pe`; returns the old value. Like
-    /// `shmem_atomic_fetch_inc`.
+    /// **One-sided.** Increments `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_inc`.
     #[inline]
     pub fn atomic_fetch_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch_inc", dest, pe)?;
-        // SAFETY: as in atomic_fetch_add.
-        Ok(T::from_bits(unsafe { T::Bits::fetch_add(a, T::one().to_bits()) }))
+        self.amo("atomic_fetch_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe)
     }
 
     /// **One-sided.** Increments `dest` on PE `pe`. Like `shmem_atomic_inc`.
     #[inline]
     pub fn atomic_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<()> {
-        let a = self.amo_addr("atomic_inc", dest, pe)?;
-        // SAFETY: as in atomic_fetch_add.
-        unsafe { T::Bits::fetch_add(a, T::one().to_bits()) };
-        Ok(())
+        self.amo("atomic_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe).map(drop)
     }
 
-    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value.
+    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_and`.
     #[inline]
     pub fn atomic_fetch_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch_and", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        Ok(T::from_bits(unsafe { T::Bits::fetch_and(a, value.to_bits()) }))
+        self.amo("atomic_fetch_and", AmoOp::FetchAnd, dest, value, value, pe)
     }
 
-    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`; returns the old value.
+    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_or`.
     #[inline]
     pub fn atomic_fetch_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch_or", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        Ok(T::from_bits(unsafe { T::Bits::fetch_or(a, value.to_bits()) }))
+        self.amo("atomic_fetch_or", AmoOp::FetchOr, dest, value, value, pe)
     }
 
-    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`; returns the old value.
+    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_xor`.
     #[inline]
     pub fn atomic_fetch_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        let a = self.amo_addr("atomic_fetch_xor", dest, pe)?;
-        // SAFETY: as in atomic_fetch.
-        Ok(T::from_bits(unsafe { T::Bits::fetch_xor(a, value.to_bits()) }))
+        self.amo("atomic_fetch_xor", AmoOp::FetchXor, dest, value, value, pe)
     }
 
-    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`.
+    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`. Like `shmem_atomic_and`.
     #[inline]
     pub fn atomic_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.atomic_fetch_and(dest, value, pe).map(drop)
+        self.amo("atomic_and", AmoOp::FetchAnd, dest, value, value, pe).map(drop)
     }
 
-    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`.
+    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`. Like `shmem_atomic_or`.
     #[inline]
     pub fn atomic_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.atomic_fetch_or(dest, value, pe).map(drop)
+        self.amo("atomic_or", AmoOp::FetchOr, dest, value, value, pe).map(drop)
     }
 
-    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`.
+    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`. Like `shmem_atomic_xor`.
     #[inline]
     pub fn atomic_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.atomic_fetch_xor(dest, value, pe).map(drop)
+        self.amo("atomic_xor", AmoOp::FetchXor, dest, value, value, pe).map(drop)
     }
 }

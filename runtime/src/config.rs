@@ -35,6 +35,30 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Check that every PE makes the same allocation calls in the same order; a mismatch is an error naming the PEs and calls.",
     },
     EnvVar {
+        name: "RSHMEM_BACKEND",
+        kind: "auto | cpu | gpu",
+        default: "auto",
+        help: "Where the symmetric heap lives: gpu (CUDA VMM memory, one GPU per PE) when a CUDA driver and GPUs are present, else cpu (host shared memory). All PEs must agree.",
+    },
+    EnvVar {
+        name: "RSHMEM_DEVICE",
+        kind: "integer",
+        default: "local rank mod GPU count",
+        help: "CUDA device ordinal this PE uses (among the visible devices).",
+    },
+    EnvVar {
+        name: "RSHMEM_DEVICE_CHECKS",
+        kind: "bool",
+        default: "1 in debug builds of rshmem, else 0",
+        help: "Device calls check PE numbers and heap ranges and trap with a message naming the call on bad input.",
+    },
+    EnvVar {
+        name: "RSHMEM_CACHE_DIR",
+        kind: "path",
+        default: "$XDG_CACHE_HOME/rshmem or ~/.cache/rshmem",
+        help: "Where CUBINs compiled by NVRTC are cached.",
+    },
+    EnvVar {
         name: "RSHMEM_NODE_ID",
         kind: "string",
         default: "hostname + boot id",
@@ -66,6 +90,23 @@ pub struct Config {
     pub debug_symmetry: bool,
     /// Host identity override.
     pub node_id: Option<String>,
+    /// Requested backend.
+    pub backend: BackendChoice,
+    /// CUDA device ordinal override.
+    pub device: Option<usize>,
+    /// Device-side argument checks.
+    pub device_checks: bool,
+}
+
+/// The `RSHMEM_BACKEND` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// GPU when available, else CPU.
+    Auto,
+    /// Host shared memory.
+    Cpu,
+    /// GPU memory (an error if no GPU is usable).
+    Gpu,
 }
 
 impl Default for Config {
@@ -76,6 +117,9 @@ impl Default for Config {
             heap_initial: 64 << 20,
             debug_symmetry: false,
             node_id: None,
+            backend: BackendChoice::Auto,
+            device: None,
+            device_checks: cfg!(debug_assertions),
         }
     }
 }
@@ -107,6 +151,20 @@ impl Config {
         }
         if let Some(v) = get("RSHMEM_DEBUG_SYMMETRY") {
             c.debug_symmetry = parse_bool(&v).ok_or_else(|| bad("RSHMEM_DEBUG_SYMMETRY", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_BACKEND") {
+            c.backend = match v.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => BackendChoice::Auto,
+                "cpu" | "host" => BackendChoice::Cpu,
+                "gpu" | "cuda" => BackendChoice::Gpu,
+                _ => return Err(bad("RSHMEM_BACKEND", &v, "expected auto, cpu or gpu")),
+            };
+        }
+        if let Some(v) = get("RSHMEM_DEVICE") {
+            c.device = Some(v.trim().parse().map_err(|_| bad("RSHMEM_DEVICE", &v, "expected a device ordinal"))?);
+        }
+        if let Some(v) = get("RSHMEM_DEVICE_CHECKS") {
+            c.device_checks = parse_bool(&v).ok_or_else(|| bad("RSHMEM_DEVICE_CHECKS", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_NODE_ID") {
             if v.is_empty() {
@@ -181,6 +239,8 @@ mod tests {
             ("RSHMEM_TIMEOUT", "-3"),
             ("RSHMEM_HEAP_LIMIT", "lots"),
             ("RSHMEM_DEBUG_SYMMETRY", "maybe"),
+            ("RSHMEM_BACKEND", "tpu"),
+            ("RSHMEM_DEVICE", "first"),
         ] {
             let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
             let msg = err.to_string();

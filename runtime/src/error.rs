@@ -91,6 +91,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A CUDA driver call failed.
+    #[error("{call}: CUDA error {code} while {what}")]
+    Cuda {
+        /// The rshmem call.
+        call: &'static str,
+        /// What rshmem was doing.
+        what: String,
+        /// The driver's status.
+        code: String,
+    },
+
     /// The request is valid but this build or backend cannot do it yet.
     #[error("{call}: unsupported: {reason}")]
     Unsupported {

@@ -31,6 +31,8 @@
 //! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
 
 pub mod config;
+pub mod cuda;
+pub mod device;
 mod error;
 pub mod heap;
 mod mem;
@@ -38,12 +40,17 @@ pub mod node;
 mod rma;
 mod amo;
 mod signal;
+mod stream;
 mod sync;
+pub mod transport;
 mod types;
 mod wait;
 mod world;
 
+pub use cudarc;
+pub use device::module::Module;
 pub use error::{Error, Result};
+pub use stream::cmp_code;
 pub use mem::SymBuf;
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 pub use world::{init, Builder, World};

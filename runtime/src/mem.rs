@@ -20,13 +20,15 @@ use crate::world::World;
 ///
 /// The handle names this PE's copy; pass [`SymBuf::as_ptr`] or [`SymBuf::at`] to the RMA,
 /// atomic and wait calls to name the matching copy on any PE. Remote PEs may write into it at
-/// any time, so local access goes through volatile [`read`](SymBuf::read)/[`write`](SymBuf::write)
-/// or the `unsafe` slice views. Release it with [`World::free`] (collective); a handle that is
+/// any time, so local access goes through [`read`](SymBuf::read)/[`write`](SymBuf::write)/
+/// [`to_vec`](SymBuf::to_vec) (which also work on the GPU heap) or the `unsafe` slice views
+/// (CPU heap only). Release it with [`World::free`] (collective); a handle that is
 /// dropped without `free` keeps its memory until [`World::finalize`].
 pub struct SymBuf<'w, T: RmaType> {
     ptr: *mut T,
     len: usize,
-    _world: PhantomData<&'w World>,
+    world: &'w World,
+    _t: PhantomData<T>,
 }
 
 // SAFETY: the handle is an address into memory that outlives 'w and that every thread may access
@@ -63,26 +65,37 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
         self.ptr.wrapping_add(i)
     }
 
-    /// Reads element `i` of this PE's copy (volatile). None when `i >= len`.
+    /// Reads element `i` of this PE's copy (a volatile load on the CPU heap, a copy from the
+    /// GPU heap). None when `i >= len` or the GPU copy fails.
     pub fn read(&self, i: usize) -> Option<T> {
-        // SAFETY: i < len, so the element is inside this live allocation, which is mapped
-        // for 'w; volatile because peers may write it concurrently.
-        (i < self.len).then(|| unsafe { self.ptr.add(i).read_volatile() })
+        if i >= self.len {
+            return None;
+        }
+        if self.world.xport.cheap_loads() {
+            // SAFETY: i < len, so the element is inside this live host allocation, which is
+            // mapped for 'w; volatile because peers may write it concurrently.
+            return Some(unsafe { self.ptr.add(i).read_volatile() });
+        }
+        let mut v = [T::default_value()];
+        self.world.get(&mut v, self.at(i), self.world.my_pe()).ok().map(|_| v[0])
     }
 
-    /// Writes element `i` of this PE's copy (volatile).
+    /// Writes element `i` of this PE's copy.
     pub fn write(&self, i: usize, v: T) -> Result<()> {
         if i >= self.len {
             return Err(Error::invalid("SymBuf::write", format!("index {i} out of range for length {}", self.len)));
         }
-        // SAFETY: as in `read`.
-        unsafe { self.ptr.add(i).write_volatile(v) };
-        Ok(())
+        self.world.put(self.at(i), &[v], self.world.my_pe())?;
+        self.world.quiet()
     }
 
     /// Copies this PE's copy into a Vec.
-    pub fn to_vec(&self) -> Vec<T> {
-        (0..self.len).filter_map(|i| self.read(i)).collect()
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = vec![T::default_value(); self.len];
+        if self.len > 0 {
+            self.world.get(&mut v, self.ptr, self.world.my_pe())?;
+        }
+        Ok(v)
     }
 
     /// Overwrites this PE's copy, starting at element 0, with `src`.
@@ -93,37 +106,49 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
                 format!("{} elements do not fit in {}", src.len(), self.len),
             ));
         }
-        for (i, v) in src.iter().enumerate() {
-            // SAFETY: i < src.len() <= len.
-            unsafe { self.ptr.add(i).write_volatile(*v) };
+        if !src.is_empty() {
+            self.world.put(self.ptr, src, self.world.my_pe())?;
         }
-        Ok(())
+        self.world.quiet()
     }
 
-    /// This PE's copy as a slice.
+    /// This PE's copy as a slice (CPU heap only: GPU memory is not addressable from the host).
     ///
     /// # Safety
     /// No PE may write these elements (put, atomic, local write) while the slice is alive.
-    pub unsafe fn as_slice(&self) -> &[T] {
+    pub unsafe fn as_slice(&self) -> Result<&[T]> {
+        self.host_only("SymBuf::as_slice")?;
         if self.len == 0 {
-            return &[];
+            return Ok(&[]);
         }
-        // SAFETY: the allocation holds len initialized elements (heap memory starts zeroed); the
+        // SAFETY: host allocation of len initialized elements (memfd memory starts zeroed); the
         // caller guarantees the absence of concurrent writers.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
     }
 
-    /// This PE's copy as a mutable slice.
+    /// This PE's copy as a mutable slice (CPU heap only).
     ///
     /// # Safety
     /// No PE may read or write these elements remotely while the slice is alive.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn as_mut_slice(&self) -> &mut [T] {
+    pub unsafe fn as_mut_slice(&self) -> Result<&mut [T]> {
+        self.host_only("SymBuf::as_mut_slice")?;
         if self.len == 0 {
-            return &mut [];
+            return Ok(&mut []);
         }
         // SAFETY: as in `as_slice`, and the caller guarantees exclusivity.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    fn host_only(&self, call: &'static str) -> Result<()> {
+        if self.world.xport.cheap_loads() {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                call,
+                reason: "the symmetric heap is in GPU memory; use read/to_vec or a kernel".into(),
+            })
+        }
     }
 }
 
@@ -209,13 +234,18 @@ impl World {
         let out = if self.heap.resize_in_place(call, off, size)? {
             ptr
         } else {
+            let grown = self.heap.mapped();
             let new_off = self.heap.alloc(&self.node, &self.live, call, size, MIN_ALIGN)?;
-            let np = (self.heap.my_base() + new_off) as *mut u8;
-            // SAFETY: both ranges are live allocations of my heap; they do not overlap because
-            // the old one is still allocated while the new one is placed.
-            unsafe { std::ptr::copy_nonoverlapping((self.heap.my_base() + off) as *const u8, np, old.min(size)) };
+            if self.heap.mapped() != grown {
+                self.refresh_device_state()?;
+            }
+            let np = self.heap.my_base() + new_off;
+            // Both ranges are live allocations of my heap and do not overlap (the old one is
+            // still allocated while the new one is placed).
+            self.xport.copy(call, np, self.heap.my_base() + off, old.min(size))?;
+            self.xport.quiet(call)?;
             self.heap.free(call, off)?;
-            np
+            np as *mut u8
         };
         self.sync_all_named(call)?;
         Ok(out)
@@ -254,11 +284,15 @@ impl World {
             self.sync_all_named(call)?;
             return Ok(std::ptr::null_mut());
         }
+        let grown = self.heap.mapped();
         let off = self.heap.alloc(&self.node, &self.live, call, size, align)?;
+        if self.heap.mapped() != grown {
+            self.refresh_device_state()?;
+        }
         let p = (self.heap.my_base() + off) as *mut u8;
         if zero {
-            // SAFETY: [p, p+size) is the allocation just made in my mapped heap.
-            unsafe { std::ptr::write_bytes(p, 0, size) };
+            // [p, p+size) is the allocation just made in my mapped heap.
+            self.xport.zero(call, p as usize, size)?;
         }
         self.sync_all_named(call)?;
         Ok(p)
@@ -268,7 +302,8 @@ impl World {
         SymBuf {
             ptr: if count == 0 { std::ptr::null_mut() } else { p.cast() },
             len: if p.is_null() { 0 } else { count },
-            _world: PhantomData,
+            world: self,
+            _t: PhantomData,
         }
     }
 

@@ -76,11 +76,9 @@ impl World {
     /// **One-sided.** Reads one element from the symmetric `src` on PE `pe`. Like `shmem_TYPE_g`.
     #[inline]
     pub fn g<T: RmaType>(&self, src: *const T, pe: usize) -> Result<T> {
-        let addr = self.remote("g", src as usize, std::mem::size_of::<T>(), pe)?;
-        // SAFETY: `remote` checked that [src, src+size) lies in a live allocation and translated
-        // it into PE pe's mapped copy; read_unaligned because symmetric byte buffers may be
-        // viewed at any offset.
-        Ok(unsafe { (addr as *const T).read_unaligned() })
+        let mut v = [T::default_value()];
+        self.get_impl("g", &mut v, src, pe)?;
+        Ok(v[0])
     }
 
     /// **One-sided.** Strided put: element `i` of the target is `dest[i·dst]`, of the source
@@ -96,11 +94,10 @@ impl World {
             return Err(Error::invalid(call, format!("source has {} elements, stride {sst} × {nelems} needs {sspan}", src.len())));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.remote(call, dest as usize, dspan * size, pe)? as *mut T;
+        let base = self.remote(call, dest as usize, dspan * size, pe)?;
         for i in 0..nelems {
-            // SAFETY: base..base+dspan elements was checked to be inside one live allocation of
-            // PE pe's mapped heap, and i·dst < dspan.
-            unsafe { base.add(i * dst).write_unaligned(src[i * sst]) };
+            // Each element lies inside the checked range: i·dst < dspan.
+            self.xport.put(call, base + i * dst * size, (&src[i * sst] as *const T).cast(), size)?;
         }
         Ok(())
     }
@@ -117,10 +114,10 @@ impl World {
             return Err(Error::invalid(call, format!("destination has {} elements, stride {dst} × {nelems} needs {dspan}", dest.len())));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.remote(call, src as usize, sspan * size, pe)? as *const T;
+        let base = self.remote(call, src as usize, sspan * size, pe)?;
         for i in 0..nelems {
-            // SAFETY: as in iput, for the source range.
-            dest[i * dst] = unsafe { base.add(i * sst).read_unaligned() };
+            // Each element lies inside the checked range: i·sst < sspan.
+            self.xport.get(call, (&mut dest[i * dst] as *mut T).cast(), base + i * sst * size, size)?;
         }
         Ok(())
     }
@@ -132,11 +129,7 @@ impl World {
             return self.local_index(call, pe).map(|_| ());
         }
         let addr = self.remote(call, dest as usize, bytes, pe)?;
-        // SAFETY: `remote` checked the destination range against a live allocation and mapped it
-        // to PE pe's copy, which is mapped read-write in this process; `copy` tolerates overlap
-        // (a put to myself from my own heap).
-        unsafe { std::ptr::copy(src.as_ptr().cast::<u8>(), addr as *mut u8, bytes) };
-        Ok(())
+        self.xport.put(call, addr, src.as_ptr().cast(), bytes)
     }
 
     #[inline]
@@ -146,9 +139,7 @@ impl World {
             return self.local_index(call, pe).map(|_| ());
         }
         let addr = self.remote(call, src as usize, bytes, pe)?;
-        // SAFETY: as in put_impl, for the source; `dest` is an exclusive local slice.
-        unsafe { std::ptr::copy(addr as *const u8, dest.as_mut_ptr().cast::<u8>(), bytes) };
-        Ok(())
+        self.xport.get(call, dest.as_mut_ptr().cast(), addr, bytes)
     }
 }
 

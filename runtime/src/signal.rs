@@ -8,6 +8,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use crate::error::{Error, Result};
+use crate::transport::AmoOp;
 use crate::types::{Bits, Cmp, RmaType, SignalOp};
 use crate::world::World;
 
@@ -47,29 +48,25 @@ impl World {
         let s = self.sig_addr(call, sig, pe)?;
         let d = if bytes > 0 { Some(self.remote(call, dest as usize, bytes, pe)?) } else { None };
         if let Some(d) = d {
-            // SAFETY: `remote` checked the range and translated it into PE pe's mapped copy.
-            unsafe { std::ptr::copy(src.as_ptr().cast::<u8>(), d as *mut u8, bytes) };
+            self.xport.put(call, d, src.as_ptr().cast(), bytes)?;
         }
+        // Release: on host memory a fence; on the GPU heap the signal kernel runs after the copy
+        // on the same stream.
         fence(Ordering::Release);
-        // SAFETY: `sig_addr` checked alignment and that the word lies in a live allocation.
-        unsafe { apply_signal(s, signal, op) };
-        Ok(())
+        self.apply_signal(call, s, signal, op)
     }
 
     /// **One-sided.** Updates the signal `sig` on PE `pe` without data (NVSHMEM's `signal_op`);
     /// ordered after earlier puts to `pe` only with a [`World::fence`] in between.
     pub fn signal_op(&self, sig: *mut u64, signal: u64, op: SignalOp, pe: usize) -> Result<()> {
         let s = self.sig_addr("signal_op", sig, pe)?;
-        // SAFETY: as in put_signal.
-        unsafe { apply_signal(s, signal, op) };
-        Ok(())
+        self.apply_signal("signal_op", s, signal, op)
     }
 
     /// **Local.** Atomically reads this PE's signal word. Like `shmem_signal_fetch`.
     pub fn signal_fetch(&self, sig: *const u64) -> Result<u64> {
         let s = self.sig_addr("signal_fetch", sig, self.me)?;
-        // SAFETY: as in put_signal.
-        Ok(unsafe { u64::load(s, Ordering::Acquire) })
+        self.xport.load("signal_fetch", s, 8)
     }
 
     /// **Local, blocking.** Waits until this PE's signal word satisfies `cmp value` and returns
@@ -78,33 +75,35 @@ impl World {
     pub fn signal_wait_until(&self, sig: *const u64, cmp: Cmp, value: u64) -> Result<u64> {
         let call = "signal_wait_until";
         let s = self.sig_addr(call, sig, self.me)?;
-        let load = || {
-            // SAFETY: as in put_signal.
-            unsafe { u64::load(s, Ordering::Acquire) }
+        let load = || -> Result<u64> {
+            if self.xport.cheap_loads() {
+                // SAFETY: `sig_addr` checked alignment and that the word lies in a live
+                // allocation of this PE's host heap.
+                return Ok(unsafe { u64::load(s, Ordering::Acquire) });
+            }
+            self.xport.load(call, s, 8)
         };
-        self.wait.wait(
-            &self.live,
-            call,
-            None,
-            || {
-                let v = load();
-                cmp.holds(v, value).then_some(v)
-            },
-            || format!("signal at {sig:p} to become {} {value} (it is {})", cmp.symbol(), load()),
-        )
+        self.wait
+            .wait(
+                &self.live,
+                call,
+                None,
+                || match load() {
+                    Ok(v) => cmp.holds(v, value).then_some(Ok(v)),
+                    Err(e) => Some(Err(e)),
+                },
+                || format!("signal at {sig:p} to become {} {value} (it is {:?})", cmp.symbol(), load()),
+            )
+            .and_then(|r| r)
+    }
+
+    #[inline]
+    fn apply_signal(&self, call: &'static str, addr: usize, signal: u64, op: SignalOp) -> Result<()> {
+        let op = match op {
+            SignalOp::Set => AmoOp::Set,
+            SignalOp::Add => AmoOp::FetchAdd,
+        };
+        self.xport.amo(call, op, addr, 8, signal, 0).map(drop)
     }
 }
 
-/// # Safety
-/// `addr` must be an aligned, mapped u64.
-#[inline]
-unsafe fn apply_signal(addr: usize, signal: u64, op: SignalOp) {
-    match op {
-        // SAFETY: forwarded from the caller.
-        SignalOp::Set => unsafe { u64::store(addr, signal, Ordering::Release) },
-        // SAFETY: forwarded from the caller.
-        SignalOp::Add => unsafe {
-            u64::fetch_add(addr, signal);
-        },
-    }
-}

@@ -30,15 +30,16 @@ impl World {
 
     /// **One-sided.** Completes this PE's outstanding puts, atomics and signals. Like
     /// `shmem_quiet`.
+    /// On the GPU heap this waits for the copies and atomics queued on rshmem's stream, so it
+    /// can fail with a CUDA error.
     #[inline]
-    pub fn quiet(&self) {
-        fence(Ordering::SeqCst);
+    pub fn quiet(&self) -> Result<()> {
+        self.xport.quiet("quiet")
     }
 
     /// **Collective.** Completes this PE's outstanding operations ([`quiet`](World::quiet)) and
     /// waits for every PE. Like `shmem_barrier_all`.
     pub fn barrier_all(&self) -> Result<()> {
-        self.quiet();
         self.barrier_all_named("barrier_all")
     }
 
@@ -49,7 +50,7 @@ impl World {
     }
 
     pub(crate) fn barrier_all_named(&self, call: &'static str) -> Result<()> {
-        self.quiet();
+        self.xport.quiet(call)?;
         self.sync_all_named(call)
     }
 
@@ -57,12 +58,12 @@ impl World {
     /// in round k, PE i raises a flag on PE i+2^k and waits for PE i−2^k's. Flags hold the
     /// barrier epoch, so they never need resetting.
     pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
-        let n = self.heap.n_local();
+        let n = self.ctrl.n_local();
         if n == 1 {
             fence(Ordering::SeqCst);
             return Ok(());
         }
-        let me = self.heap.me_local();
+        let me = self.ctrl.me_local();
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let mut dist = 1usize;
         let mut round = 0usize;
@@ -71,8 +72,8 @@ impl World {
             let to = (me + dist) % n;
             let from = (me + n - dist) % n;
             let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
-            let remote = self.heap.internal_addr(to, slot);
-            let mine = self.heap.internal_addr(me, slot);
+            let remote = self.ctrl.internal_addr(to, slot);
+            let mine = self.ctrl.internal_addr(me, slot);
             // SAFETY: internal-area flag slots are aligned u64s inside every local PE's first
             // heap chunk, mapped for the World's lifetime.
             unsafe { u64::store(remote, epoch, Ordering::Release) };
@@ -111,20 +112,24 @@ impl World {
     pub fn wait_until<T: AmoInt>(&self, ivar: *const T, cmp: Cmp, value: T) -> Result<()> {
         let call = "wait_until";
         let a = self.ivar_addr(call, ivar, 1)?;
-        let load = move || load_at::<T>(a, 0);
-        self.wait.wait(
-            &self.live,
-            call,
-            None,
-            || cmp.holds(load(), value).then_some(()),
-            || format!("{ivar:p} to become {} {value:?} (it is {:?})", cmp.symbol(), load()),
-        )
+        self.wait
+            .wait(
+                &self.live,
+                call,
+                None,
+                || match self.load_at::<T>(call, a, 0) {
+                    Ok(v) => cmp.holds(v, value).then_some(Ok(())),
+                    Err(e) => Some(Err(e)),
+                },
+                || format!("{ivar:p} to become {} {value:?} (it is {:?})", cmp.symbol(), self.load_at::<T>(call, a, 0)),
+            )
+            .and_then(|r| r)
     }
 
     /// **Local.** True if this PE's `ivar` satisfies `cmp value` now. Like `shmem_test`.
     pub fn test<T: AmoInt>(&self, ivar: *const T, cmp: Cmp, value: T) -> Result<bool> {
         let a = self.ivar_addr("test", ivar, 1)?;
-        Ok(cmp.holds(load_at::<T>(a, 0), value))
+        Ok(cmp.holds(self.load_at::<T>("test", a, 0)?, value))
     }
 
     /// **Local, blocking.** Waits until every `ivars[i]` (`i < nelems`) not excluded by a
@@ -167,39 +172,39 @@ impl World {
     /// `shmem_test_all`.
     pub fn test_all<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<bool> {
         let (a, active) = self.set_args("test_all", ivars, nelems, status)?;
-        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::All).is_some())
+        Ok(self.scan::<T>("test_all", a, &active, cmp, &|_| value, Want::All)?.is_some())
     }
 
     /// **Local.** Index of one non-excluded `ivars[i]` satisfying `cmp value` now, if any. Like
     /// `shmem_test_any`.
     pub fn test_any<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Option<usize>> {
         let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
-        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::Any).and_then(|v| v.first().copied()))
+        Ok(self.scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?.and_then(|v| v.first().copied()))
     }
 
     /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
     /// `shmem_test_some`.
     pub fn test_some<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Vec<usize>> {
         let (a, active) = self.set_args("test_some", ivars, nelems, status)?;
-        Ok(scan::<T>(a, &active, cmp, &|_| value, Want::Any).unwrap_or_default())
+        Ok(self.scan::<T>("test_some", a, &active, cmp, &|_| value, Want::Any)?.unwrap_or_default())
     }
 
     /// **Local.** [`test_all`](World::test_all) with one value per element.
     pub fn test_all_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<bool> {
         let (a, active) = self.set_args("test_all_vector", ivars, values.len(), status)?;
-        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::All).is_some())
+        Ok(self.scan::<T>("test_all_vector", a, &active, cmp, &|i| values[i], Want::All)?.is_some())
     }
 
     /// **Local.** [`test_any`](World::test_any) with one value per element.
     pub fn test_any_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Option<usize>> {
         let (a, active) = self.set_args("test_any_vector", ivars, values.len(), status)?;
-        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::Any).and_then(|v| v.first().copied()))
+        Ok(self.scan::<T>("test_any_vector", a, &active, cmp, &|i| values[i], Want::Any)?.and_then(|v| v.first().copied()))
     }
 
     /// **Local.** [`test_some`](World::test_some) with one value per element.
     pub fn test_some_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Vec<usize>> {
         let (a, active) = self.set_args("test_some_vector", ivars, values.len(), status)?;
-        Ok(scan::<T>(a, &active, cmp, &|i| values[i], Want::Any).unwrap_or_default())
+        Ok(self.scan::<T>("test_some_vector", a, &active, cmp, &|i| values[i], Want::Any)?.unwrap_or_default())
     }
 
     fn set_args<T: AmoInt>(&self, call: &'static str, ivars: *const T, nelems: usize, status: Option<&[i32]>) -> Result<(usize, Vec<usize>)> {
@@ -231,21 +236,69 @@ impl World {
         if active.is_empty() {
             return Ok(Vec::new());
         }
-        self.wait.wait(
-            &self.live,
-            call,
-            None,
-            || scan::<T>(a, &active, cmp, value, want),
-            || {
-                let pending: Vec<String> = active
-                    .iter()
-                    .filter(|&&i| !cmp.holds(load_at::<T>(a, i), value(i)))
-                    .take(8)
-                    .map(|&i| format!("[{i}] = {:?} (want {} {:?})", load_at::<T>(a, i), cmp.symbol(), value(i)))
-                    .collect();
-                format!("{} of {nelems} variables at {ivars:p}; unsatisfied: {}", want.word(), pending.join(", "))
-            },
-        )
+        self.wait
+            .wait(
+                &self.live,
+                call,
+                None,
+                || self.scan::<T>(call, a, &active, cmp, value, want).transpose(),
+                || {
+                    let pending: Vec<String> = active
+                        .iter()
+                        .filter_map(|&i| self.load_at::<T>(call, a, i).ok().map(|v| (i, v)))
+                        .filter(|&(i, v)| !cmp.holds(v, value(i)))
+                        .take(8)
+                        .map(|(i, v)| format!("[{i}] = {v:?} (want {} {:?})", cmp.symbol(), value(i)))
+                        .collect();
+                    format!("{} of {nelems} variables at {ivars:p}; unsatisfied: {}", want.word(), pending.join(", "))
+                },
+            )
+            .and_then(|r| r)
+    }
+
+    /// Reads element `i` of the checked array at `base` (acquire).
+    #[inline]
+    fn load_at<T: AmoInt>(&self, call: &'static str, base: usize, i: usize) -> Result<T> {
+        let addr = base + i * std::mem::size_of::<T>();
+        if self.xport.cheap_loads() {
+            // SAFETY: callers pass a base checked by `ivar_addr` for at least i+1 aligned
+            // elements in a live allocation of this PE's host heap.
+            return Ok(T::from_bits(unsafe { T::Bits::load(addr, Ordering::Acquire) }));
+        }
+        let w = self.xport.load(call, addr, std::mem::size_of::<T>())?;
+        Ok(T::from_bits(T::Bits::from_u64(w)))
+    }
+
+    /// All: Some(empty) once every active element holds. Any: Some(indices that hold) once one
+    /// does.
+    fn scan<T: AmoInt>(
+        &self,
+        call: &'static str,
+        base: usize,
+        active: &[usize],
+        cmp: Cmp,
+        value: &dyn Fn(usize) -> T,
+        want: Want,
+    ) -> Result<Option<Vec<usize>>> {
+        match want {
+            Want::All => {
+                for &i in active {
+                    if !cmp.holds(self.load_at::<T>(call, base, i)?, value(i)) {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(Vec::new()))
+            }
+            Want::Any => {
+                let mut hits = Vec::new();
+                for &i in active {
+                    if cmp.holds(self.load_at::<T>(call, base, i)?, value(i)) {
+                        hits.push(i);
+                    }
+                }
+                Ok((!hits.is_empty()).then_some(hits))
+            }
+        }
     }
 }
 
@@ -264,20 +317,3 @@ impl Want {
     }
 }
 
-#[inline]
-fn load_at<T: AmoInt>(base: usize, i: usize) -> T {
-    // SAFETY: callers pass a base checked by `ivar_addr` for at least i+1 aligned elements in a
-    // live allocation of this PE's heap.
-    T::from_bits(unsafe { T::Bits::load(base + i * std::mem::size_of::<T>(), Ordering::Acquire) })
-}
-
-/// All: Some(empty) once every active element holds. Any: Some(indices that hold) once one does.
-fn scan<T: AmoInt>(base: usize, active: &[usize], cmp: Cmp, value: &dyn Fn(usize) -> T, want: Want) -> Option<Vec<usize>> {
-    match want {
-        Want::All => active.iter().all(|&i| cmp.holds(load_at::<T>(base, i), value(i))).then(Vec::new),
-        Want::Any => {
-            let hits: Vec<usize> = active.iter().copied().filter(|&i| cmp.holds(load_at::<T>(base, i), value(i))).collect();
-            (!hits.is_empty()).then_some(hits)
-        }
-    }
-}

@@ -10,10 +10,13 @@ mod sealed {
 /// Types that RMA calls (put, get, p, g, iput, iget) move: every primitive integer and float.
 /// OpenSHMEM's `char`..`long long`, `intN_t`, `uintN_t`, `size_t`, `ptrdiff_t`, `float`,
 /// `double` map to these.
-pub trait RmaType: Copy + Send + Sync + 'static + sealed::Sealed + std::fmt::Debug {}
+pub trait RmaType: Copy + Send + Sync + 'static + sealed::Sealed + std::fmt::Debug {
+    #[doc(hidden)]
+    fn default_value() -> Self;
+}
 
 macro_rules! rma {
-    ($($t:ty),*) => {$( impl sealed::Sealed for $t {} impl RmaType for $t {} )*};
+    ($($t:ty),*) => {$( impl sealed::Sealed for $t {} impl RmaType for $t { #[inline] fn default_value() -> Self { 0 as $t } } )*};
 }
 rma!(i8, i16, i32, i64, i128, u8, u16, u32, u64, u128, isize, usize, f32, f64);
 
@@ -41,6 +44,10 @@ pub trait AmoBitwise: AmoInt {}
 #[doc(hidden)]
 pub trait Bits: Copy + Eq + std::fmt::Debug {
     const SIZE: usize;
+    /// Zero-extends to 64 bits.
+    fn to_u64(self) -> u64;
+    /// Truncates from 64 bits.
+    fn from_u64(v: u64) -> Self;
     /// # Safety
     /// `addr` must be aligned, mapped and valid for the returned lifetime.
     unsafe fn load(addr: usize, o: Ordering) -> Self;
@@ -71,6 +78,14 @@ macro_rules! bits {
     ($b:ty, $a:ty) => {
         impl Bits for $b {
             const SIZE: usize = std::mem::size_of::<$b>();
+            #[inline]
+            fn to_u64(self) -> u64 {
+                self as u64
+            }
+            #[inline]
+            fn from_u64(v: u64) -> Self {
+                v as $b
+            }
             unsafe fn load(addr: usize, o: Ordering) -> Self {
                 // SAFETY: the caller guarantees `addr` is aligned, mapped and lives long enough.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.load(o)

@@ -6,10 +6,16 @@ use std::time::{Duration, Instant};
 
 use rshmem_bootstrap::Bootstrap;
 
-use crate::config::Config;
+use std::sync::{Mutex, Weak};
+
+use crate::config::{BackendChoice, Config};
+use crate::cuda::Gpu;
+use crate::device::state::{internal as dev_internal, DEVICE_STATE_VERSION, FLAG_DEBUG};
+use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::heap::Heap;
+use crate::heap::{Backing, Heap, INTERNAL_SIZE};
 use crate::node::{host_identity, Liveness, Node};
+use crate::transport::{p2p::P2p, Transport};
 use crate::wait::WaitPolicy;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -89,7 +95,14 @@ pub struct World {
     pub(crate) n: usize,
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
+    /// The user's symmetric heap (host or GPU memory).
     pub(crate) heap: Heap,
+    /// A small host heap for host-side synchronization (barrier flags), whatever the backend.
+    pub(crate) ctrl: Heap,
+    pub(crate) xport: Transport,
+    pub(crate) gpu: Option<Arc<Gpu>>,
+    pub(crate) dstate: Arc<Mutex<DeviceState>>,
+    pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
     pub(crate) live: Arc<Liveness>,
     pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
@@ -143,25 +156,105 @@ impl World {
             });
         }
         let live = Arc::new(Liveness::new());
-        let heap = Heap::create(boot.as_ref(), &node, &live, cfg.heap_limit, cfg.heap_initial)?;
+        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        let backing = match &gpu {
+            Some(g) => Backing::Cuda(g.clone()),
+            None => Backing::Host,
+        };
+        let heap = Heap::create(boot.as_ref(), &node, &live, backing, cfg.heap_limit, cfg.heap_initial)?;
+        let dstate = Arc::new(Mutex::new(DeviceState::default()));
+        let xport = match &gpu {
+            Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
+            None => Transport::Shm,
+        };
         node.start_monitor(live.clone())?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
-        boot.barrier()?;
-        tracing::debug!(target: "rshmem::init", elapsed = ?t0.elapsed(), "initialized");
-        Ok(World {
+        let world = World {
             me,
             n,
             boot,
             node,
             heap,
+            ctrl,
+            xport,
+            gpu,
+            dstate,
+            modules: Mutex::new(Vec::new()),
             live,
             wait,
             cfg,
             barrier_epoch: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
             finalized: AtomicBool::new(false),
-            init_time: t0.elapsed(),
-        })
+            init_time: Duration::ZERO,
+        };
+        world.init_device_area()?;
+        world.boot.barrier()?;
+        let mut world = world;
+        world.init_time = t0.elapsed();
+        tracing::debug!(target: "rshmem::init", elapsed = ?world.init_time, gpu = world.gpu.is_some(), "initialized");
+        Ok(world)
+    }
+
+    /// GPU backend: fills the runtime-internal area of my GPU slice (zeroed barrier words, the
+    /// PE table) and the device state.
+    fn init_device_area(&self) -> Result<()> {
+        let Transport::P2p(p) = &self.xport else {
+            return Ok(());
+        };
+        let call = "init";
+        let mine = self.heap.my_base();
+        p.zero(call, mine, dev_internal::PE_TABLE)?;
+        let table: Vec<i32> = (0..self.n).map(|pe| self.node.local_of[pe].map_or(-1, |l| l as i32)).collect();
+        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        p.put(call, mine + dev_internal::PE_TABLE, bytes.as_ptr(), bytes.len())?;
+        p.quiet(call)?;
+        self.refresh_device_state()
+    }
+
+    /// Recomputes the device state (after init and heap growth) and installs it in every live
+    /// module.
+    pub(crate) fn refresh_device_state(&self) -> Result<()> {
+        if self.gpu.is_none() {
+            return Ok(());
+        }
+        let st = DeviceState {
+            version: DEVICE_STATE_VERSION,
+            size: std::mem::size_of::<DeviceState>() as u32,
+            my_pe: self.me as i32,
+            n_pes: self.n as i32,
+            my_local: self.heap.me_local() as i32,
+            n_local: self.heap.n_local() as i32,
+            heap_base: self.heap.base() as u64,
+            slice: self.heap.slice() as u64,
+            heap_user_start: INTERNAL_SIZE as u64,
+            heap_mapped: self.heap.mapped() as u64,
+            pe_local_table: (self.heap.my_base() + dev_internal::PE_TABLE) as u64,
+            timeout_ns: self.cfg.timeout.map_or(0, |t| t.as_nanos().min(u64::MAX as u128) as u64),
+            flags: if self.cfg.device_checks { FLAG_DEBUG } else { 0 },
+            reserved: [0; 7],
+        };
+        let changed = {
+            let mut cur = self.dstate.lock().map_err(|_| poisoned("init"))?;
+            let changed = *cur != st;
+            *cur = st;
+            changed
+        };
+        if changed {
+            if let (Some(g), Ok(mut mods)) = (&self.gpu, self.modules.lock()) {
+                mods.retain(|w| w.strong_count() > 0);
+                for m in mods.iter().filter_map(|w| w.upgrade()) {
+                    crate::device::module::Module::wrap(g, m).install_state(&st)?;
+                }
+            }
+            if let Transport::P2p(p) = &self.xport {
+                if let Some(Ok(m)) = p.internal_loaded() {
+                    m.install_state(&st)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// This PE's number, `0..n_pes()`. Like `shmem_my_pe`.
@@ -195,7 +288,6 @@ impl World {
     /// the runtime (heap, sockets, threads). Like `shmem_finalize`. Symmetric addresses are
     /// invalid afterwards; the borrow checker enforces it for [`crate::SymBuf`]s.
     pub fn finalize(self) -> Result<()> {
-        self.quiet();
         let r = self.barrier_all_named("finalize");
         self.live.set_finalizing();
         self.finalized.store(true, Ordering::Release);
@@ -228,6 +320,59 @@ impl World {
         let off = self.heap.check_range(call, addr, len)?;
         Ok(self.heap.peer_addr(local, off))
     }
+}
+
+fn poisoned(call: &'static str) -> Error {
+    Error::State {
+        call,
+        reason: "a lock is poisoned (another thread panicked inside rshmem)".into(),
+    }
+}
+
+/// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend.
+fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<Arc<Gpu>>> {
+    let call = "init";
+    let count = match cfg.backend {
+        BackendChoice::Cpu => 0,
+        _ => crate::cuda::device_count(),
+    };
+    let want_gpu = match cfg.backend {
+        BackendChoice::Cpu => false,
+        BackendChoice::Auto => count > 0,
+        BackendChoice::Gpu => {
+            if count == 0 {
+                return Err(Error::Unsupported {
+                    call,
+                    reason: if crate::cuda::driver_present() {
+                        "RSHMEM_BACKEND=gpu but no CUDA device is visible".into()
+                    } else {
+                        "RSHMEM_BACKEND=gpu but the CUDA driver (libcuda) is not installed".into()
+                    },
+                });
+            }
+            true
+        }
+    };
+    let votes = boot.allgather(&[want_gpu as u8])?;
+    let gpus: Vec<usize> = (0..votes.len()).filter(|&p| votes[p].first() == Some(&1)).collect();
+    if !gpus.is_empty() && gpus.len() != votes.len() {
+        let cpus: Vec<String> = (0..votes.len()).filter(|p| !gpus.contains(p)).map(|p| p.to_string()).collect();
+        return Err(Error::Unsupported {
+            call,
+            reason: format!(
+                "PEs disagree on the backend: PE(s) {} found no usable GPU while others use GPUs; set RSHMEM_BACKEND=cpu on all PEs or give every PE a GPU",
+                cpus.join(", ")
+            ),
+        });
+    }
+    if !want_gpu {
+        return Ok(None);
+    }
+    let ordinal = cfg.device.unwrap_or(node.me % count);
+    if ordinal >= count {
+        return Err(Error::invalid(call, format!("RSHMEM_DEVICE={ordinal} but only {count} CUDA device(s) are visible")));
+    }
+    Gpu::open(ordinal).map(Some)
 }
 
 impl Drop for World {

@@ -1,4 +1,5 @@
-//! Host memory for the symmetric heap: the matching-address reservation and memfd chunks.
+//! Memory for the symmetric heap: matching-address reservations (host and GPU) and memfd
+//! chunks.
 //!
 //! Everything here is a thin checked wrapper over `mmap`/`memfd_create`; the unsafe blocks map
 //! only inside the heap reservation this module created.
@@ -15,22 +16,36 @@ use crate::error::{Error, Result};
 /// Alignment of the reservation and granularity of heap chunks.
 pub const GRANULE: usize = 2 << 20;
 
-/// A PROT_NONE address-space reservation owned by this process.
+/// An address-space reservation owned by this process: host (PROT_NONE mmap) or GPU
+/// (`cuMemAddressReserve`). Dropping it releases the range; mappings inside must be gone first
+/// for GPU reservations (the heap unmaps its chunks before dropping it).
 #[derive(Debug)]
 pub struct Reservation {
     /// First byte.
     pub base: usize,
     /// Length in bytes.
     pub len: usize,
+    /// Host or GPU address space.
+    pub gpu: bool,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Some(p) = NonNull::new(self.base as *mut libc::c_void) {
+        if self.gpu {
+            crate::cuda::unreserve(self.base, self.len);
+        } else if let Some(p) = NonNull::new(self.base as *mut libc::c_void) {
             // SAFETY: [base, base+len) was mapped by this module and is owned by this
             // Reservation; nothing refers to it once the heap (its only user) is dropped.
             let _ = unsafe { munmap(p, self.len) };
         }
+    }
+}
+
+/// Reserves host address space: anywhere (`at == None`) or exactly at `at` (None if taken).
+pub fn reserve_host(at: Option<usize>, len: usize) -> Result<Option<Reservation>> {
+    match at {
+        None => reserve_anywhere(len).map(Some),
+        Some(a) => Ok(reserve_at(a, len)),
     }
 }
 
@@ -63,7 +78,7 @@ fn reserve_anywhere(len: usize) -> Result<Reservation> {
             }
         }
     }
-    Ok(Reservation { base, len })
+    Ok(Reservation { base, len, gpu: false })
 }
 
 fn reserve_at(addr: usize, len: usize) -> Option<Reservation> {
@@ -82,18 +97,32 @@ fn reserve_at(addr: usize, len: usize) -> Option<Reservation> {
     let r = Reservation {
         base: p.as_ptr() as usize,
         len,
+        gpu: false,
     };
     // Kernels older than 4.17 treat the flag as a hint: accept only the exact address.
     (r.base == addr).then_some(r)
 }
 
+/// Reserves GPU virtual address space: anywhere or exactly at `at`.
+pub fn reserve_gpu(at: Option<usize>, len: usize) -> Result<Option<Reservation>> {
+    Ok(crate::cuda::reserve(len, GRANULE, at)?.map(|base| Reservation { base, len, gpu: true }))
+}
+
 /// Collective over all PEs: reserves `len` bytes at the same address in every process of each
-/// host. `local` lists the global PE numbers on this host (ascending), `me` my index in it.
-pub fn reserve_matching(boot: &dyn Bootstrap, local: &[usize], me: usize, len: usize) -> Result<Reservation> {
+/// host, with `reserve(None, len)` (anywhere) and `reserve(Some(addr), len)` (exactly there).
+/// `local` lists the global PE numbers on this host (ascending), `me` my index in it.
+pub fn reserve_matching(
+    boot: &dyn Bootstrap,
+    local: &[usize],
+    me: usize,
+    len: usize,
+    reserve: &dyn Fn(Option<usize>, usize) -> Result<Option<Reservation>>,
+) -> Result<Reservation> {
     let mut blockers = Vec::new();
     for round in 0..16 {
         let proposal = if me == 0 {
-            let r = reserve_anywhere(len)?;
+            let r = reserve(None, len)?
+                .ok_or_else(|| Error::invalid("init", format!("could not reserve {len} bytes of address space")))?;
             let b = r.base;
             blockers.push(r);
             b
@@ -102,7 +131,7 @@ pub fn reserve_matching(boot: &dyn Bootstrap, local: &[usize], me: usize, len: u
         };
         let all = boot.allgather(&(proposal as u64).to_le_bytes())?;
         let leader = u64_at(&all[local[0]]) as usize;
-        let mine = if me == 0 { blockers.pop() } else { reserve_at(leader, len) };
+        let mine = if me == 0 { blockers.pop() } else { reserve(Some(leader), len)? };
         let ok = mine.is_some();
         let oks = boot.allgather(&[ok as u8])?;
         if local.iter().all(|&p| oks[p].first() == Some(&1)) {
@@ -117,7 +146,7 @@ pub fn reserve_matching(boot: &dyn Bootstrap, local: &[usize], me: usize, len: u
             }
         }
         // Someone on this host failed: retry with another address (the leader's failed
-        // reservation stays mapped in `blockers` until we are done, so the next proposal differs).
+        // reservation stays in `blockers` until we are done, so the next proposal differs).
         if let Some(r) = mine {
             if me == 0 {
                 blockers.push(r);

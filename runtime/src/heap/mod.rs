@@ -24,8 +24,18 @@ use crate::node::{Liveness, Node};
 use alloc::{round_up, Allocator};
 use host::{Reservation, GRANULE};
 
-/// Bytes at the start of every slice reserved for the runtime (see [`internal`]).
-pub const INTERNAL_SIZE: usize = 64 << 10;
+/// Bytes at the start of every slice reserved for the runtime (see [`internal`] for host heaps
+/// and [`crate::device::state::internal`] for GPU heaps).
+pub const INTERNAL_SIZE: usize = 2 << 20;
+
+/// Where a heap's memory lives.
+#[derive(Debug, Clone)]
+pub enum Backing {
+    /// Host memory (memfd chunks shared between the host's processes).
+    Host,
+    /// GPU memory of this PE's device (CUDA VMM chunks shared through POSIX fds).
+    Cuda(std::sync::Arc<crate::cuda::Gpu>),
+}
 
 /// Offsets of runtime-internal objects inside the internal area.
 pub mod internal {
@@ -39,6 +49,9 @@ pub mod internal {
 
 /// One PE's view of the node's symmetric heap.
 pub struct Heap {
+    backing: Backing,
+    /// GPU ranges mapped in this process (unmapped before the reservation is freed).
+    gpu_maps: Mutex<Vec<(usize, usize)>>,
     res: Reservation,
     slice: usize,
     my_base: usize,
@@ -69,16 +82,31 @@ thread_local! {
 
 impl Heap {
     /// Collective over all PEs: reserves the node's address range and maps the first chunk.
-    pub fn create(boot: &dyn Bootstrap, node: &Node, live: &Liveness, limit: usize, initial: usize) -> Result<Self> {
-        let slice = round_up(limit.max(INTERNAL_SIZE + GRANULE), GRANULE);
+    pub fn create(
+        boot: &dyn Bootstrap,
+        node: &Node,
+        live: &Liveness,
+        backing: Backing,
+        limit: usize,
+        initial: usize,
+    ) -> Result<Self> {
+        let slice = round_up(limit.saturating_add(INTERNAL_SIZE).max(INTERNAL_SIZE + GRANULE), GRANULE);
         let n_local = node.len();
         let total = slice
             .checked_mul(n_local)
             .ok_or_else(|| Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows"))?;
-        let res = host::reserve_matching(boot, &node.pes, node.me, total)?;
+        let res = match &backing {
+            Backing::Host => host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_host)?,
+            Backing::Cuda(g) => {
+                g.bind("init")?;
+                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_gpu)?
+            }
+        };
         let my_base = res.base + node.me * slice;
-        let first = round_up(initial.max(INTERNAL_SIZE + GRANULE), GRANULE).min(slice);
+        let first = round_up(initial.saturating_add(INTERNAL_SIZE), GRANULE).min(slice);
         let heap = Heap {
+            backing,
+            gpu_maps: Mutex::new(Vec::new()),
             my_base,
             slice,
             n_local,
@@ -98,12 +126,30 @@ impl Heap {
         let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
         let old = self.mapped.load(Ordering::Acquire);
         let len = new_end - old;
-        let fd = host::create_chunk(&format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no), len)?;
-        host::map_chunk(&fd, self.my_base + old, len, &self.res)?;
+        let mine = self.my_base + old;
+        let fd = match &self.backing {
+            Backing::Host => {
+                let fd = host::create_chunk(&format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no), len)?;
+                host::map_chunk(&fd, mine, len, &self.res)?;
+                fd
+            }
+            Backing::Cuda(g) => {
+                let fd = crate::cuda::create_and_map(g, mine, len)?;
+                self.gpu_maps.lock().map_err(|_| poisoned(call))?.push((mine, len));
+                fd
+            }
+        };
         let peers = node.exchange_fds(call, *chunk_no, &fd, live)?;
         for (j, pfd) in peers.iter().enumerate() {
             if let Some(pfd) = pfd {
-                host::map_chunk(pfd, self.res.base + j * self.slice + old, len, &self.res)?;
+                let at = self.res.base + j * self.slice + old;
+                match &self.backing {
+                    Backing::Host => host::map_chunk(pfd, at, len, &self.res)?,
+                    Backing::Cuda(g) => {
+                        crate::cuda::import_and_map(g, pfd, at, len)?;
+                        self.gpu_maps.lock().map_err(|_| poisoned(call))?.push((at, len));
+                    }
+                }
             }
         }
         *chunk_no += 1;
@@ -262,6 +308,24 @@ impl Heap {
         Ok(off)
     }
 
+    /// Where this heap's memory lives.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// The GPU of a GPU heap.
+    pub fn gpu(&self) -> Option<&std::sync::Arc<crate::cuda::Gpu>> {
+        match &self.backing {
+            Backing::Cuda(g) => Some(g),
+            Backing::Host => None,
+        }
+    }
+
+    /// Start of local PE 0's slice.
+    pub fn base(&self) -> usize {
+        self.res.base
+    }
+
     /// The local index of this PE.
     pub fn me_local(&self) -> usize {
         self.me_local
@@ -270,6 +334,19 @@ impl Heap {
     /// PEs sharing this heap reservation.
     pub fn n_local(&self) -> usize {
         self.n_local
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        if let Backing::Cuda(g) = &self.backing {
+            let _ = g.sync("finalize");
+            if let Ok(maps) = self.gpu_maps.lock() {
+                for &(a, l) in maps.iter() {
+                    crate::cuda::unmap(a, l);
+                }
+            }
+        }
     }
 }
 

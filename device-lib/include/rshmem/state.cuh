@@ -1,0 +1,51 @@
+// rshmem device state: the one struct the host runtime copies into every module that includes
+// the device library (as the __constant__ variable `rshmem_state`). Its layout is mirrored by
+// runtime/src/device/state.rs; both sides assert the size and every field offset.
+#pragma once
+
+#include "rshmem/types.cuh"
+
+#define RSHMEM_DEVICE_STATE_VERSION 1u
+
+// Offsets inside every PE's slice of the GPU heap reserved for the runtime (the user heap
+// starts at heap_user_start).
+#define RSHMEM_INTERNAL_BARRIER_EPOCH 0x0ull      // u64: this PE's device barrier epoch
+#define RSHMEM_INTERNAL_BARRIER_FLAGS 0x1000ull   // u64[RSHMEM_MAX_LOCAL_PES], written by peers
+#define RSHMEM_MAX_LOCAL_PES 512
+#define RSHMEM_INTERNAL_PE_TABLE 0x100000ull      // int32[n_pes]: local index of each PE, -1 if remote
+
+// flags bits
+#define RSHMEM_STATE_FLAG_DEBUG 0x1ull
+
+typedef struct rshmem_device_state {
+    uint32_t version;          // RSHMEM_DEVICE_STATE_VERSION
+    uint32_t size;             // sizeof(rshmem_device_state)
+    int32_t my_pe;
+    int32_t n_pes;
+    int32_t my_local;          // index of this PE among the PEs of its host
+    int32_t n_local;
+    uint64_t heap_base;        // start of local PE 0's slice (same address in every process)
+    uint64_t slice;            // bytes of address space per local PE
+    uint64_t heap_user_start;  // first offset of the user heap in a slice
+    uint64_t heap_mapped;      // bytes mapped per slice (grows)
+    uint64_t pe_local_table;   // device address of int32[n_pes]
+    uint64_t timeout_ns;       // device wait timeout (globaltimer ns); 0 waits forever
+    uint64_t flags;            // RSHMEM_STATE_FLAG_*
+    uint64_t reserved[7];
+} rshmem_device_state;
+
+static_assert(sizeof(rshmem_device_state) == 136, "rshmem_device_state size");
+static_assert(offsetof(rshmem_device_state, my_pe) == 8, "my_pe offset");
+static_assert(offsetof(rshmem_device_state, my_local) == 16, "my_local offset");
+static_assert(offsetof(rshmem_device_state, heap_base) == 24, "heap_base offset");
+static_assert(offsetof(rshmem_device_state, slice) == 32, "slice offset");
+static_assert(offsetof(rshmem_device_state, heap_user_start) == 40, "heap_user_start offset");
+static_assert(offsetof(rshmem_device_state, heap_mapped) == 48, "heap_mapped offset");
+static_assert(offsetof(rshmem_device_state, pe_local_table) == 56, "pe_local_table offset");
+static_assert(offsetof(rshmem_device_state, timeout_ns) == 64, "timeout_ns offset");
+static_assert(offsetof(rshmem_device_state, flags) == 72, "flags offset");
+static_assert(offsetof(rshmem_device_state, reserved) == 80, "reserved offset");
+
+// One copy per module (header-only, no -rdc needed); filled in by the host runtime before any
+// kernel of the module runs. The name is not mangled (global namespace variable).
+__constant__ rshmem_device_state rshmem_state;

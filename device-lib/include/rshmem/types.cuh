@@ -1,0 +1,21 @@
+// Fixed-width types without system headers (NVRTC has no libc headers).
+#pragma once
+
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long size_t;
+typedef long ptrdiff_t;
+#ifndef offsetof
+#define offsetof(T, f) __builtin_offsetof(T, f)
+#endif
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif

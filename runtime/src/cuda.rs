@@ -1,0 +1,267 @@
+//! Thin checked wrappers over the CUDA driver (`cudarc::driver::sys`): every call returns
+//! `Result` with the rshmem call and what was being done. libcuda is loaded at run time, so
+//! builds and CPU-only runs never need CUDA.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, CudaStream};
+
+use crate::error::{Error, Result};
+
+/// Turns a driver status into a `Result`.
+pub(crate) fn check(r: CUresult, call: &'static str, what: &str) -> Result<()> {
+    if r == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call,
+            what: what.to_string(),
+            code: format!("{r:?}"),
+        })
+    }
+}
+
+/// True if libcuda can be loaded (never panics).
+pub fn driver_present() -> bool {
+    // SAFETY: only probes for the library with dlopen.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Number of CUDA devices visible to this process (0 when there is no driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        if sys::cuInit(0) != CUresult::CUDA_SUCCESS {
+            return 0;
+        }
+        let mut n = 0i32;
+        if sys::cuDeviceGetCount(&mut n) != CUresult::CUDA_SUCCESS {
+            return 0;
+        }
+        n.max(0) as usize
+    }
+}
+
+/// The GPU of this PE: its primary context and an internal stream for host-API copies.
+pub struct Gpu {
+    /// The context (the device's primary context, shared with CUDA runtime code in the process).
+    pub ctx: Arc<CudaContext>,
+    /// rshmem's internal stream for host-initiated copies and kernels.
+    pub stream: Arc<CudaStream>,
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// VMM granularity for this device (bytes).
+    pub granularity: usize,
+    /// Compute capability as an NVRTC architecture, e.g. `sm_90`.
+    pub arch: String,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("ordinal", &self.ordinal).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal` (retaining its primary context) and checks it supports what the
+    /// symmetric heap needs.
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        let call = "init";
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::Cuda {
+            call,
+            what: format!("creating the context of GPU {ordinal}"),
+            code: format!("{e:?}"),
+        })?;
+        let dev = ctx.cu_device();
+        for (attr, name) in [
+            (
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                "virtual memory management",
+            ),
+            (
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                "POSIX file-descriptor memory handles",
+            ),
+        ] {
+            let mut v = 0i32;
+            // SAFETY: valid out-pointer and device handle.
+            check(unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) }, call, "cuDeviceGetAttribute")?;
+            if v == 0 {
+                return Err(Error::Unsupported {
+                    call,
+                    reason: format!("GPU {ordinal} lacks {name}, which the GPU symmetric heap needs; use RSHMEM_BACKEND=cpu"),
+                });
+            }
+        }
+        let mut cc = [0i32; 2];
+        for (i, attr) in [
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // SAFETY: valid out-pointer and device handle.
+            check(unsafe { sys::cuDeviceGetAttribute(&mut cc[i], attr, dev) }, call, "compute capability")?;
+        }
+        let stream = ctx.new_stream().map_err(|e| Error::Cuda {
+            call,
+            what: "creating rshmem's internal stream".into(),
+            code: format!("{e:?}"),
+        })?;
+        let prop = alloc_prop(ordinal);
+        let mut gran = 0usize;
+        // SAFETY: valid out-pointer and property struct.
+        check(
+            unsafe {
+                sys::cuMemGetAllocationGranularity(
+                    &mut gran,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+                )
+            },
+            call,
+            "cuMemGetAllocationGranularity",
+        )?;
+        Ok(Arc::new(Gpu {
+            ctx,
+            stream,
+            ordinal,
+            granularity: gran.max(1),
+            arch: format!("sm_{}{}", cc[0], cc[1]),
+        }))
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self, call: &'static str) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
+            call,
+            what: "binding the context".into(),
+            code: format!("{e:?}"),
+        })
+    }
+
+    /// Waits for everything queued on the internal stream.
+    pub fn sync(&self, call: &'static str) -> Result<()> {
+        self.bind(call)?;
+        // SAFETY: the stream handle is alive (owned by self).
+        check(unsafe { sys::cuStreamSynchronize(self.stream.cu_stream()) }, call, "synchronizing rshmem's stream")
+    }
+}
+
+pub(crate) fn alloc_prop(ordinal: usize) -> sys::CUmemAllocationProp {
+    // SAFETY: CUmemAllocationProp is a plain C struct for which all-zero is a valid value.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal as i32;
+    prop
+}
+
+/// Reserves `len` bytes of device virtual address space, at `at` exactly when given (None if
+/// the driver picks another address).
+pub(crate) fn reserve(len: usize, align: usize, at: Option<usize>) -> Result<Option<usize>> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: valid out-pointer; a reservation touches no memory.
+    let r = unsafe { sys::cuMemAddressReserve(&mut p, len, align, at.unwrap_or(0) as u64, 0) };
+    match (r, at) {
+        (CUresult::CUDA_SUCCESS, Some(a)) if p as usize != a => {
+            // SAFETY: p..p+len was just reserved by us and holds no mappings.
+            unsafe { sys::cuMemAddressFree(p, len) };
+            Ok(None)
+        }
+        (CUresult::CUDA_SUCCESS, _) => Ok(Some(p as usize)),
+        (_, Some(_)) => Ok(None),
+        (e, None) => check(e, "init", &format!("reserving {len} bytes of GPU address space")).map(|_| None),
+    }
+}
+
+/// Frees a reservation made by [`reserve`] (all mappings inside must be gone).
+pub(crate) fn unreserve(addr: usize, len: usize) {
+    // SAFETY: the caller owns the reservation and has unmapped it.
+    unsafe { sys::cuMemAddressFree(addr as u64, len) };
+}
+
+/// Creates `len` bytes of GPU memory on `gpu`, maps it at `addr`, grants the GPU access, and
+/// returns a POSIX fd that other processes can import.
+pub(crate) fn create_and_map(gpu: &Gpu, addr: usize, len: usize) -> Result<OwnedFd> {
+    let call = "malloc";
+    gpu.bind(call)?;
+    let prop = alloc_prop(gpu.ordinal);
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: valid out-pointer and property struct.
+    check(unsafe { sys::cuMemCreate(&mut h, len, &prop, 0) }, call, &format!("cuMemCreate of {len} bytes on GPU {}", gpu.ordinal))?;
+    let r = (|| {
+        // SAFETY: addr..addr+len lies in our reservation and is not mapped yet.
+        check(unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) }, call, "cuMemMap")?;
+        set_access(gpu, addr, len)?;
+        let mut fd: i32 = -1;
+        // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
+        check(
+            unsafe {
+                sys::cuMemExportToShareableHandle(
+                    (&mut fd as *mut i32).cast(),
+                    h,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            },
+            call,
+            "cuMemExportToShareableHandle",
+        )?;
+        // SAFETY: the driver returned a fresh fd that we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })();
+    // The mapping (and the exported fd) keep the memory alive; drop our handle either way.
+    // SAFETY: h is a live allocation handle owned by this function.
+    unsafe { sys::cuMemRelease(h) };
+    r
+}
+
+/// Imports a peer's exported GPU memory and maps it at `addr` with access for our GPU.
+pub(crate) fn import_and_map(gpu: &Gpu, fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let call = "malloc";
+    gpu.bind(call)?;
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
+    check(
+        unsafe {
+            sys::cuMemImportFromShareableHandle(
+                &mut h,
+                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        },
+        call,
+        "cuMemImportFromShareableHandle (a peer's heap chunk)",
+    )?;
+    // SAFETY: addr..addr+len is an unmapped part of our reservation.
+    let r = check(unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) }, call, "cuMemMap of a peer's chunk")
+        .and_then(|_| set_access(gpu, addr, len));
+    // SAFETY: h is the handle we imported; the mapping keeps the memory alive.
+    unsafe { sys::cuMemRelease(h) };
+    r
+}
+
+fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
+    // SAFETY: plain C struct; zero is valid.
+    let mut desc: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = gpu.ordinal as i32;
+    desc.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    // SAFETY: addr..addr+len is mapped; desc is valid for one entry.
+    check(unsafe { sys::cuMemSetAccess(addr as u64, len, &desc, 1) }, "malloc", "cuMemSetAccess")
+}
+
+/// Unmaps a mapped range (at teardown).
+pub(crate) fn unmap(addr: usize, len: usize) {
+    // SAFETY: the caller mapped this range and nothing uses it any more.
+    unsafe { sys::cuMemUnmap(addr as u64, len) };
+}

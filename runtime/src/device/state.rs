@@ -1,0 +1,84 @@
+//! The device state: the `#[repr(C)]` mirror of `rshmem_device_state` in
+//! `device-lib/include/rshmem/state.cuh`. The host fills one per PE and copies it into every
+//! module that includes the device library. Size and field offsets are asserted here and in the
+//! header (`static_assert`), so a change on one side that is not made on the other fails to
+//! build.
+
+/// Layout version; bump on any change (the header's `RSHMEM_DEVICE_STATE_VERSION`).
+pub const DEVICE_STATE_VERSION: u32 = 1;
+
+/// Offsets inside every PE's slice of the GPU heap that belong to the runtime.
+pub mod internal {
+    /// u64: this PE's device barrier epoch.
+    pub const BARRIER_EPOCH: usize = 0x0;
+    /// u64[MAX_LOCAL_PES] barrier flags, slot j written by local PE j.
+    pub const BARRIER_FLAGS: usize = 0x1000;
+    /// Most PEs per host the device barrier supports.
+    pub const MAX_LOCAL_PES: usize = 512;
+    /// i32[n_pes]: local index of each PE (-1: another host).
+    pub const PE_TABLE: usize = 0x10_0000;
+    /// First offset of the user heap in a GPU slice.
+    pub const USER_START: usize = 0x20_0000;
+}
+
+/// `flags` bit: device calls check their arguments and trap with a message on bad input.
+pub const FLAG_DEBUG: u64 = 0x1;
+
+/// Mirror of `rshmem_device_state`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    /// [`DEVICE_STATE_VERSION`].
+    pub version: u32,
+    /// `size_of::<DeviceState>()`.
+    pub size: u32,
+    /// This PE.
+    pub my_pe: i32,
+    /// PEs in the job.
+    pub n_pes: i32,
+    /// This PE's index among the PEs of its host.
+    pub my_local: i32,
+    /// PEs on this host.
+    pub n_local: i32,
+    /// Start of local PE 0's slice.
+    pub heap_base: u64,
+    /// Bytes of address space per local PE.
+    pub slice: u64,
+    /// First user offset in a slice.
+    pub heap_user_start: u64,
+    /// Bytes mapped per slice.
+    pub heap_mapped: u64,
+    /// Device address of the PE → local index table.
+    pub pe_local_table: u64,
+    /// Device wait timeout in ns (0: none).
+    pub timeout_ns: u64,
+    /// `FLAG_*` bits.
+    pub flags: u64,
+    /// Room for growth without changing the size.
+    pub reserved: [u64; 7],
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<DeviceState>() == 136);
+    assert!(offset_of!(DeviceState, my_pe) == 8);
+    assert!(offset_of!(DeviceState, my_local) == 16);
+    assert!(offset_of!(DeviceState, heap_base) == 24);
+    assert!(offset_of!(DeviceState, slice) == 32);
+    assert!(offset_of!(DeviceState, heap_user_start) == 40);
+    assert!(offset_of!(DeviceState, heap_mapped) == 48);
+    assert!(offset_of!(DeviceState, pe_local_table) == 56);
+    assert!(offset_of!(DeviceState, timeout_ns) == 64);
+    assert!(offset_of!(DeviceState, flags) == 72);
+    assert!(offset_of!(DeviceState, reserved) == 80);
+    assert!(internal::BARRIER_FLAGS + 8 * internal::MAX_LOCAL_PES <= internal::PE_TABLE);
+};
+
+impl DeviceState {
+    /// The bytes copied into a module's `rshmem_state`.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: DeviceState is repr(C), Copy, and has no padding (asserted layout: every field
+        // is naturally aligned and the offsets are contiguous), so all its bytes are initialized.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+    }
+}

@@ -1,0 +1,303 @@
+//! Stream-ordered operations on the GPU heap (`*_on_stream`), and the GPU-facing parts of the
+//! host API: the device, kernel modules that use the device library.
+//!
+//! Every `*_on_stream` call is enqueued on the caller's CUDA stream and returns at once; it takes
+//! effect in stream order, after the work queued before it. Errors about arguments are returned
+//! immediately, before anything is enqueued. These calls need the GPU backend; on the CPU backend
+//! they return `Error::Unsupported`.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use cudarc::driver::CudaStream;
+
+use crate::cuda::{check, Gpu};
+use crate::device::module::Module;
+use crate::device::DeviceState;
+use crate::error::{Error, Result};
+use crate::transport::{p2p::P2p, Transport};
+use crate::types::{Cmp, RmaType, SignalOp};
+use crate::world::World;
+
+impl World {
+    /// This PE's GPU when the heap is in GPU memory (its context and rshmem's internal stream).
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.gpu.as_ref()
+    }
+
+    /// The current device state (what modules see as `rshmem_state`).
+    pub fn device_state(&self) -> DeviceState {
+        self.dstate.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Compiles CUDA source that may `#include "rshmem/rshmem.cuh"` with NVRTC for this GPU,
+    /// loads it and installs the device state (kept current when the heap grows). **Local.**
+    pub fn load_module(&self, src: &str) -> Result<Module> {
+        self.load_module_with(src, &[])
+    }
+
+    /// [`load_module`](World::load_module) with extra NVRTC options (e.g. `-DN=4`).
+    pub fn load_module_with(&self, src: &str, options: &[String]) -> Result<Module> {
+        let g = self.p2p("load_module")?.gpu.clone();
+        let m = Module::load_with(&g, src, "user", options, &self.dstate)?;
+        self.register(&m)?;
+        Ok(m)
+    }
+
+    /// Loads a CUBIN/fatbin built elsewhere (e.g. nvcc with `-I device-lib/include`) and installs
+    /// the device state.
+    pub fn load_module_image(&self, image: Vec<u8>) -> Result<Module> {
+        let g = self.p2p("load_module")?.gpu.clone();
+        let m = Module::from_cubin(&g, image, &self.dstate)?;
+        self.register(&m)?;
+        Ok(m)
+    }
+
+    fn register(&self, m: &Module) -> Result<()> {
+        let mut v = self.modules.lock().map_err(|_| Error::State {
+            call: "load_module",
+            reason: "module list lock poisoned".into(),
+        })?;
+        v.push(Arc::downgrade(m.cuda_module()));
+        Ok(())
+    }
+
+    pub(crate) fn p2p(&self, call: &'static str) -> Result<&P2p> {
+        match &self.xport {
+            Transport::P2p(p) => Ok(p),
+            Transport::Shm => Err(Error::Unsupported {
+                call,
+                reason: "this call needs the GPU backend (the heap is in host memory: no GPU, or RSHMEM_BACKEND=cpu)".into(),
+            }),
+        }
+    }
+
+    /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` (this PE)
+    /// to the symmetric `dest` on PE `pe` with the copy engine. Like `putmem_on_stream`.
+    pub fn put_on_stream<T: RmaType>(&self, dest: *mut T, src: *const T, nelems: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+        let call = "put_on_stream";
+        let p = self.p2p(call)?;
+        let n = bytes_of::<T>(call, nelems)?;
+        if n == 0 {
+            return self.local_index(call, pe).map(drop);
+        }
+        let d = self.remote(call, dest as usize, n, pe)?;
+        let s = self.remote(call, src as usize, n, self.me)?;
+        p.gpu.bind(call)?;
+        // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
+        check(unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) }, call, "cuMemcpyAsync")
+    }
+
+    /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` on PE
+    /// `pe` into the symmetric `dest` of this PE. Like `getmem_on_stream`.
+    pub fn get_on_stream<T: RmaType>(&self, dest: *mut T, src: *const T, nelems: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+        let call = "get_on_stream";
+        let p = self.p2p(call)?;
+        let n = bytes_of::<T>(call, nelems)?;
+        if n == 0 {
+            return self.local_index(call, pe).map(drop);
+        }
+        let s = self.remote(call, src as usize, n, pe)?;
+        let d = self.remote(call, dest as usize, n, self.me)?;
+        p.gpu.bind(call)?;
+        // SAFETY: as in put_on_stream.
+        check(unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) }, call, "cuMemcpyAsync")
+    }
+
+    /// **One-sided, stream-ordered.** Byte form of [`put_on_stream`](World::put_on_stream).
+    pub fn putmem_on_stream(&self, dest: *mut u8, src: *const u8, nbytes: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+        self.put_on_stream(dest, src, nbytes, pe, stream)
+    }
+
+    /// **One-sided, stream-ordered.** Byte form of [`get_on_stream`](World::get_on_stream).
+    pub fn getmem_on_stream(&self, dest: *mut u8, src: *const u8, nbytes: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+        self.get_on_stream(dest, src, nbytes, pe, stream)
+    }
+
+    /// **One-sided, stream-ordered.** Writes one element to `dest` on PE `pe` (the value is
+    /// captured now).
+    pub fn p_on_stream<T: RmaType>(&self, dest: *mut T, value: T, pe: usize, stream: &CudaStream) -> Result<()> {
+        let call = "p_on_stream";
+        let p = self.p2p(call)?;
+        let size = std::mem::size_of::<T>();
+        let d = self.remote(call, dest as usize, size, pe)?;
+        p.gpu.bind(call)?;
+        if size == 8 && d % 8 == 0 {
+            let mut w = 0u64;
+            // SAFETY: T is 8 bytes; copy its bits into a u64.
+            unsafe { std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), (&mut w as *mut u64).cast::<u8>(), 8) };
+            // SAFETY: d is a checked, aligned word of the mapped GPU heap.
+            return check(
+                unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), d as u64, w, 0) },
+                call,
+                "cuStreamWriteValue64",
+            );
+        }
+        // SAFETY: the value lives on our stack; pageable copies are staged before returning.
+        check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(d as u64, (&value as *const T).cast(), size, stream.cu_stream()) },
+            call,
+            "cuMemcpyHtoDAsync",
+        )
+    }
+
+    /// **One-sided.** Reads one element of `src` on PE `pe` after the stream's earlier work
+    /// (synchronizes the stream).
+    pub fn g_on_stream<T: RmaType>(&self, src: *const T, pe: usize, stream: &CudaStream) -> Result<T> {
+        let call = "g_on_stream";
+        let p = self.p2p(call)?;
+        let size = std::mem::size_of::<T>();
+        let s = self.remote(call, src as usize, size, pe)?;
+        p.gpu.bind(call)?;
+        let mut v = T::default_value();
+        // SAFETY: checked source range; destination is our local; synchronized below.
+        check(
+            unsafe { sys::cuMemcpyDtoHAsync_v2((&mut v as *mut T).cast(), s as u64, size, stream.cu_stream()) },
+            call,
+            "cuMemcpyDtoHAsync",
+        )?;
+        stream.synchronize().map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
+        Ok(v)
+    }
+
+    /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` to `dest`
+    /// on PE `pe`, then updates the signal `sig` there (the data is visible first). Like
+    /// `put_signal_on_stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_on_stream<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "put_signal_on_stream";
+        let p = self.p2p(call)?;
+        if (sig as usize) % 8 != 0 {
+            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+        }
+        self.remote(call, sig as usize, 8, pe)?;
+        self.put_on_stream(dest, src, nelems, pe, stream)?;
+        self.signal_kernel(p, call, sig, signal, op, pe, stream)
+    }
+
+    /// **One-sided, stream-ordered.** Updates the signal `sig` on PE `pe` after the stream's
+    /// earlier work.
+    pub fn signal_op_on_stream(&self, sig: *mut u64, signal: u64, op: SignalOp, pe: usize, stream: &CudaStream) -> Result<()> {
+        let call = "signal_op_on_stream";
+        let p = self.p2p(call)?;
+        if (sig as usize) % 8 != 0 {
+            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+        }
+        self.remote(call, sig as usize, 8, pe)?;
+        self.signal_kernel(p, call, sig, signal, op, pe, stream)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn signal_kernel(&self, p: &P2p, call: &'static str, sig: *mut u64, signal: u64, op: SignalOp, pe: usize, stream: &CudaStream) -> Result<()> {
+        let m = p.internal(call)?;
+        let f = m.function("rshmem_internal_signal")?;
+        let mut a = sig as u64;
+        let mut v = signal;
+        let mut o: i32 = match op {
+            SignalOp::Set => 0,
+            SignalOp::Add => 1,
+        };
+        let mut pe_i = pe as i32;
+        let mut args: [*mut std::ffi::c_void; 4] = [
+            (&mut a as *mut u64).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut o as *mut i32).cast(),
+            (&mut pe_i as *mut i32).cast(),
+        ];
+        // SAFETY: matches `rshmem_internal_signal(uint64_t, uint64_t, int, int)`; the address was
+        // checked by the caller.
+        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut args) }
+    }
+
+    /// **Local, stream-ordered.** The stream waits until this PE's signal `sig` satisfies
+    /// `cmp value` (acquire). Bounded by the device wait timeout.
+    pub fn signal_wait_until_on_stream(&self, sig: *const u64, cmp: Cmp, value: u64, stream: &CudaStream) -> Result<()> {
+        let call = "signal_wait_until_on_stream";
+        let p = self.p2p(call)?;
+        if (sig as usize) % 8 != 0 {
+            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+        }
+        self.remote(call, sig as usize, 8, self.me)?;
+        let m = p.internal(call)?;
+        let f = m.function("rshmem_internal_signal_wait")?;
+        let mut a = sig as u64;
+        let mut c: i32 = cmp_code(cmp);
+        let mut v = value;
+        let mut args: [*mut std::ffi::c_void; 3] = [
+            (&mut a as *mut u64).cast(),
+            (&mut c as *mut i32).cast(),
+            (&mut v as *mut u64).cast(),
+        ];
+        // SAFETY: matches `rshmem_internal_signal_wait(uint64_t, int, uint64_t)`.
+        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut args) }
+    }
+
+    /// **One-sided, stream-ordered.** Work queued on `stream` after this call starts only once
+    /// every host-issued put/atomic of this PE (queued on rshmem's stream) has completed.
+    pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        let call = "quiet_on_stream";
+        let p = self.p2p(call)?;
+        let ev = p.gpu.stream.record_event(None).map_err(|e| cuda_err(call, "recording an event", e))?;
+        stream.wait(&ev).map_err(|e| cuda_err(call, "waiting on an event", e))
+    }
+
+    /// **Collective, stream-ordered.** All PEs' work queued before it on their streams is
+    /// complete and visible before any PE's work after it starts. Like `barrier_all_on_stream`.
+    pub fn barrier_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        self.quiet_on_stream(stream)?;
+        self.barrier_kernel("barrier_all_on_stream", 1, stream)
+    }
+
+    /// **Collective, stream-ordered.** Like [`barrier_all_on_stream`](World::barrier_all_on_stream)
+    /// without completing host-issued operations. Like `sync_all_on_stream`.
+    pub fn sync_all_on_stream(&self, stream: &CudaStream) -> Result<()> {
+        self.barrier_kernel("sync_all_on_stream", 0, stream)
+    }
+
+    fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
+        let p = self.p2p(call)?;
+        let m = p.internal(call)?;
+        let f = m.function("rshmem_internal_barrier_all")?;
+        let mut q = quiet;
+        let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
+        let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
+        // SAFETY: matches `rshmem_internal_barrier_all(int)`.
+        unsafe { m.launch_raw(call, f, (1, 1, 1), (threads.min(1024), 1, 1), 0, stream.cu_stream(), &mut args) }
+    }
+}
+
+/// The device library's `RSHMEM_CMP_*` code of a comparison.
+pub fn cmp_code(c: Cmp) -> i32 {
+    match c {
+        Cmp::Eq => 0,
+        Cmp::Ne => 1,
+        Cmp::Gt => 2,
+        Cmp::Ge => 3,
+        Cmp::Lt => 4,
+        Cmp::Le => 5,
+    }
+}
+
+fn bytes_of<T>(call: &'static str, nelems: usize) -> Result<usize> {
+    nelems
+        .checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))
+}
+
+fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        call,
+        what: what.to_string(),
+        code: format!("{e:?}"),
+    }
+}

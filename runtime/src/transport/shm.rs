@@ -1,0 +1,60 @@
+//! The shared-memory transport: plain loads, stores and CPU atomics on the peer's mapping.
+
+use std::sync::atomic::Ordering;
+
+use super::AmoOp;
+use crate::error::Result;
+use crate::types::Bits;
+
+/// # Safety
+/// `dst..dst+n` must be mapped writable and `src..src+n` readable.
+#[inline]
+pub unsafe fn put(dst: usize, src: *const u8, n: usize) -> Result<()> {
+    // SAFETY: forwarded; `copy` tolerates overlap (a put to myself from my own heap).
+    unsafe { std::ptr::copy(src, dst as *mut u8, n) };
+    Ok(())
+}
+
+/// # Safety
+/// `src..src+n` must be mapped readable and `dst..dst+n` writable.
+#[inline]
+pub unsafe fn get(dst: *mut u8, src: usize, n: usize) -> Result<()> {
+    // SAFETY: forwarded.
+    unsafe { std::ptr::copy(src as *const u8, dst, n) };
+    Ok(())
+}
+
+/// # Safety
+/// `addr` must be a mapped word of `size` (4 or 8) bytes, aligned to `size`.
+#[inline]
+pub unsafe fn amo(op: AmoOp, addr: usize, size: usize, value: u64, cond: u64) -> u64 {
+    // SAFETY: forwarded to the typed helpers.
+    unsafe {
+        if size == 4 {
+            word::<u32>(op, addr, value as u32, cond as u32) as u64
+        } else {
+            word::<u64>(op, addr, value, cond)
+        }
+    }
+}
+
+#[inline]
+unsafe fn word<B: Bits>(op: AmoOp, addr: usize, v: B, cond: B) -> B {
+    // SAFETY: the caller guarantees an aligned, mapped word.
+    unsafe {
+        match op {
+            AmoOp::Fetch => B::load(addr, Ordering::Acquire),
+            AmoOp::Set => {
+                let old = B::load(addr, Ordering::Relaxed);
+                B::store(addr, v, Ordering::Release);
+                old
+            }
+            AmoOp::Swap => B::swap(addr, v),
+            AmoOp::CompareSwap => B::cas(addr, cond, v),
+            AmoOp::FetchAdd => B::fetch_add(addr, v),
+            AmoOp::FetchAnd => B::fetch_and(addr, v),
+            AmoOp::FetchOr => B::fetch_or(addr, v),
+            AmoOp::FetchXor => B::fetch_xor(addr, v),
+        }
+    }
+}
