@@ -1,16 +1,40 @@
 //! Ring shift: every PE puts its PE number into a symmetric int on the next PE, then all meet at
 //! a barrier and print what arrived (the output of NVSHMEM's introductory example).
 //!
+//! With GPUs (one per PE) the put is a device `p` from a kernel, followed by
+//! `barrier_all_on_stream`; without, it is a host `p` and `barrier_all` on the CPU backend.
+//!
 //! Run: `target/release/rshmemrun -n 4 target/release/ring_shift`
 
 use std::process::ExitCode;
+
+use rshmem::cudarc::driver::{LaunchConfig, PushKernelArg};
+
+const KERNEL: &str = include_str!("kernels/ring_shift.cu");
 
 fn run() -> rshmem::Result<()> {
     let world = rshmem::init()?;
     let (me, n) = (world.my_pe(), world.n_pes());
     let message = world.calloc::<i32>(1)?;
-    world.p(message.as_ptr(), me as i32, (me + 1) % n)?;
-    world.barrier_all()?;
+    if let Some(gpu) = world.gpu() {
+        let module = world.load_module(KERNEL)?;
+        let f = module.function("ring_shift")?;
+        let stream = gpu.ctx.new_stream().map_err(|e| cuda("creating a stream", e))?;
+        let ptr = message.as_ptr() as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: ring_shift takes one `int*`, passed as a 64-bit device address of the
+        // symmetric heap.
+        unsafe { stream.launch_builder(&f).arg(&ptr).launch(cfg) }.map_err(|e| cuda("launching ring_shift", e))?;
+        world.barrier_all_on_stream(&stream)?;
+        stream.synchronize().map_err(|e| cuda("synchronizing", e))?;
+    } else {
+        world.p(message.as_ptr(), me as i32, (me + 1) % n)?;
+        world.barrier_all()?;
+    }
     let got = message.read(0).unwrap_or(-1);
     println!("{me}: received message {got}");
     let expected = ((me + n - 1) % n) as i32;
@@ -21,6 +45,14 @@ fn run() -> rshmem::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+fn cuda(what: &str, e: rshmem::cudarc::driver::DriverError) -> rshmem::Error {
+    rshmem::Error::Cuda {
+        call: "ring_shift",
+        what: what.to_string(),
+        code: format!("{e:?}"),
+    }
 }
 
 fn main() -> ExitCode {
