@@ -50,7 +50,11 @@ fn run() -> rshmem::Result<bool> {
             (Some(m), Some(gpu)) => {
                 let f = m.function("bidir_put")?;
                 let stream = &gpu.stream;
-                let (d, s, g) = (dest.as_ptr() as u64, src.as_ptr() as u64, sig.as_ptr() as u64);
+                let (d, s, g) = (
+                    dest.as_ptr() as u64,
+                    src.as_ptr() as u64,
+                    sig.as_ptr() as u64,
+                );
                 let (nb, pe) = (size as u64, peer as i32);
                 let cfg = LaunchConfig {
                     grid_dim: (BLOCKS as u32, 1, 1),
@@ -59,11 +63,22 @@ fn run() -> rshmem::Result<bool> {
                 };
                 // SAFETY: bidir_put(uint8_t*, const uint8_t*, size_t, uint64_t*, int) with
                 // symmetric addresses of live allocations.
-                unsafe { stream.launch_builder(&f).arg(&d).arg(&s).arg(&nb).arg(&g).arg(&pe).launch(cfg) }
-                    .map_err(|e| cuda("bidir_put_signal", "launch", e))?;
+                unsafe {
+                    stream
+                        .launch_builder(&f)
+                        .arg(&d)
+                        .arg(&s)
+                        .arg(&nb)
+                        .arg(&g)
+                        .arg(&pe)
+                        .launch(cfg)
+                }
+                .map_err(|e| cuda("bidir_put_signal", "launch", e))?;
                 expected_sig += BLOCKS;
                 world.signal_wait_until_on_stream(sig.as_ptr(), Cmp::Ge, expected_sig, stream)?;
-                stream.synchronize().map_err(|e| cuda("bidir_put_signal", "synchronize", e))?;
+                stream
+                    .synchronize()
+                    .map_err(|e| cuda("bidir_put_signal", "synchronize", e))?;
             }
             _ => {
                 expected_sig += 1;

@@ -18,7 +18,10 @@ use rshmem::{Cmp, SignalOp};
 const KERNEL: &str = include_str!("kernels/device_put.cu");
 
 fn run() -> rshmem::Result<bool> {
-    let nbytes: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or((1 << 20) + 13);
+    let nbytes: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or((1 << 20) + 13);
     let world = rshmem::init()?;
     let (me, n) = (world.my_pe(), world.n_pes());
     let (to, from) = ((me + 1) % n, (me + n - 1) % n);
@@ -39,7 +42,11 @@ fn run() -> rshmem::Result<bool> {
             (Some(m), Some(gpu)) => {
                 let f = m.function("device_put")?;
                 let stream = &gpu.stream;
-                let (d, s, g) = (dest.as_ptr() as u64, src.as_ptr() as u64, sig.as_ptr() as u64);
+                let (d, s, g) = (
+                    dest.as_ptr() as u64,
+                    src.as_ptr() as u64,
+                    sig.as_ptr() as u64,
+                );
                 let (nb, pe) = (nbytes as u64, to as i32);
                 let cfg = LaunchConfig {
                     grid_dim: (1, 1, 1),
@@ -48,10 +55,22 @@ fn run() -> rshmem::Result<bool> {
                 };
                 // SAFETY: device_put(uint8_t*, const uint8_t*, size_t, uint64_t*, uint64_t, int):
                 // symmetric addresses of live allocations and plain values.
-                unsafe { stream.launch_builder(&f).arg(&d).arg(&s).arg(&nb).arg(&g).arg(&round).arg(&pe).launch(cfg) }
-                    .map_err(|e| cuda("device_put", "launch", e))?;
+                unsafe {
+                    stream
+                        .launch_builder(&f)
+                        .arg(&d)
+                        .arg(&s)
+                        .arg(&nb)
+                        .arg(&g)
+                        .arg(&round)
+                        .arg(&pe)
+                        .launch(cfg)
+                }
+                .map_err(|e| cuda("device_put", "launch", e))?;
                 world.signal_wait_until_on_stream(sig.as_ptr(), Cmp::Eq, round, stream)?;
-                stream.synchronize().map_err(|e| cuda("device_put", "synchronize", e))?;
+                stream
+                    .synchronize()
+                    .map_err(|e| cuda("device_put", "synchronize", e))?;
             }
             _ => {
                 world.put_signal(dest.as_ptr(), &data, sig.as_ptr(), round, SignalOp::Set, to)?;
@@ -60,9 +79,15 @@ fn run() -> rshmem::Result<bool> {
         }
         let got = dest.to_vec()?;
         let bad = mismatches(&got, from, round);
-        let path = if module.is_some() { "device" } else { "host (no GPU)" };
+        let path = if module.is_some() {
+            "device"
+        } else {
+            "host (no GPU)"
+        };
         if bad == 0 {
-            println!("{me}: round {round}: {nbytes} bytes from PE {from} matched ({path} put_signal)");
+            println!(
+                "{me}: round {round}: {nbytes} bytes from PE {from} matched ({path} put_signal)"
+            );
         } else {
             println!("{me}: round {round}: {bad} of {nbytes} bytes from PE {from} WRONG ({path} put_signal)");
             ok = false;

@@ -13,7 +13,10 @@ fn pattern(i: usize) -> u64 {
 }
 
 fn run() -> rshmem::Result<bool> {
-    let elems: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1 << 16);
+    let elems: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 16);
     let world = rshmem::init()?;
     let (me, n) = (world.my_pe(), world.n_pes());
     let data = world.calloc::<u64>(elems)?;
@@ -26,9 +29,20 @@ fn run() -> rshmem::Result<bool> {
         world.signal_wait_until(signal.as_ptr(), Cmp::Eq, 1)?;
     }
     let got = data.to_vec()?;
-    let bad = got.iter().enumerate().filter(|&(i, v)| *v != pattern(i)).count();
+    let bad = got
+        .iter()
+        .enumerate()
+        .filter(|&(i, v)| *v != pattern(i))
+        .count();
     if me + 1 < n {
-        world.put_signal(data.as_ptr(), &got, signal.as_ptr(), 1, SignalOp::Set, me + 1)?;
+        world.put_signal(
+            data.as_ptr(),
+            &got,
+            signal.as_ptr(),
+            1,
+            SignalOp::Set,
+            me + 1,
+        )?;
     }
     if bad == 0 {
         println!("{me}: data matched ({elems} elements from PE 0)");

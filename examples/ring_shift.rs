@@ -19,7 +19,10 @@ fn run() -> rshmem::Result<()> {
     if let Some(gpu) = world.gpu() {
         let module = world.load_module(KERNEL)?;
         let f = module.function("ring_shift")?;
-        let stream = gpu.ctx.new_stream().map_err(|e| cuda("creating a stream", e))?;
+        let stream = gpu
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda("creating a stream", e))?;
         let ptr = message.as_ptr() as u64;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
@@ -28,7 +31,8 @@ fn run() -> rshmem::Result<()> {
         };
         // SAFETY: ring_shift takes one `int*`, passed as a 64-bit device address of the
         // symmetric heap.
-        unsafe { stream.launch_builder(&f).arg(&ptr).launch(cfg) }.map_err(|e| cuda("launching ring_shift", e))?;
+        unsafe { stream.launch_builder(&f).arg(&ptr).launch(cfg) }
+            .map_err(|e| cuda("launching ring_shift", e))?;
         world.barrier_all_on_stream(&stream)?;
         stream.synchronize().map_err(|e| cuda("synchronizing", e))?;
     } else {

@@ -14,13 +14,31 @@ use crate::world::World;
 impl World {
     /// Checks `dest` (aligned, inside a live allocation, PE in range) and applies `op`.
     #[inline]
-    fn amo<T: AmoType>(&self, call: &'static str, op: AmoOp, dest: *const T, value: T, cond: T, pe: usize) -> Result<T> {
+    fn amo<T: AmoType>(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        dest: *const T,
+        value: T,
+        cond: T,
+        pe: usize,
+    ) -> Result<T> {
         let size = std::mem::size_of::<T>();
         if (dest as usize) % size != 0 {
-            return Err(Error::invalid(call, format!("address {dest:p} is not {size}-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("address {dest:p} is not {size}-byte aligned"),
+            ));
         }
         let a = self.remote(call, dest as usize, size, pe)?;
-        let old = self.xport.amo(call, op, a, size, value.to_bits().to_u64(), cond.to_bits().to_u64())?;
+        let old = self.xport.amo(
+            call,
+            op,
+            a,
+            size,
+            value.to_bits().to_u64(),
+            cond.to_bits().to_u64(),
+        )?;
         Ok(T::from_bits(T::Bits::from_u64(old)))
     }
 
@@ -34,7 +52,8 @@ impl World {
     /// **One-sided.** Atomically writes `value` to `dest` on PE `pe`. Like `shmem_atomic_set`.
     #[inline]
     pub fn atomic_set<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_set", AmoOp::Set, dest, value, value, pe).map(drop)
+        self.amo("atomic_set", AmoOp::Set, dest, value, value, pe)
+            .map(drop)
     }
 
     /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value. Like `shmem_atomic_swap`.
@@ -45,8 +64,21 @@ impl World {
 
     /// **One-sided.** If `dest` on PE `pe` equals `cond`, replaces it with `value`; returns the old value either way. Like `shmem_atomic_compare_swap`.
     #[inline]
-    pub fn atomic_compare_swap<T: AmoInt>(&self, dest: *mut T, cond: T, value: T, pe: usize) -> Result<T> {
-        self.amo("atomic_compare_swap", AmoOp::CompareSwap, dest, value, cond, pe)
+    pub fn atomic_compare_swap<T: AmoInt>(
+        &self,
+        dest: *mut T,
+        cond: T,
+        value: T,
+        pe: usize,
+    ) -> Result<T> {
+        self.amo(
+            "atomic_compare_swap",
+            AmoOp::CompareSwap,
+            dest,
+            value,
+            cond,
+            pe,
+        )
     }
 
     /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping); returns the old value. Like `shmem_atomic_fetch_add`.
@@ -58,19 +90,28 @@ impl World {
     /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping). Like `shmem_atomic_add`.
     #[inline]
     pub fn atomic_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_add", AmoOp::FetchAdd, dest, value, value, pe).map(drop)
+        self.amo("atomic_add", AmoOp::FetchAdd, dest, value, value, pe)
+            .map(drop)
     }
 
     /// **One-sided.** Increments `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_inc`.
     #[inline]
     pub fn atomic_fetch_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<T> {
-        self.amo("atomic_fetch_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe)
+        self.amo(
+            "atomic_fetch_inc",
+            AmoOp::FetchAdd,
+            dest,
+            T::one(),
+            T::one(),
+            pe,
+        )
     }
 
     /// **One-sided.** Increments `dest` on PE `pe`. Like `shmem_atomic_inc`.
     #[inline]
     pub fn atomic_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<()> {
-        self.amo("atomic_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe).map(drop)
+        self.amo("atomic_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe)
+            .map(drop)
     }
 
     /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_and`.
@@ -94,18 +135,21 @@ impl World {
     /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`. Like `shmem_atomic_and`.
     #[inline]
     pub fn atomic_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_and", AmoOp::FetchAnd, dest, value, value, pe).map(drop)
+        self.amo("atomic_and", AmoOp::FetchAnd, dest, value, value, pe)
+            .map(drop)
     }
 
     /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`. Like `shmem_atomic_or`.
     #[inline]
     pub fn atomic_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_or", AmoOp::FetchOr, dest, value, value, pe).map(drop)
+        self.amo("atomic_or", AmoOp::FetchOr, dest, value, value, pe)
+            .map(drop)
     }
 
     /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`. Like `shmem_atomic_xor`.
     #[inline]
     pub fn atomic_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_xor", AmoOp::FetchXor, dest, value, value, pe).map(drop)
+        self.amo("atomic_xor", AmoOp::FetchXor, dest, value, value, pe)
+            .map(drop)
     }
 }

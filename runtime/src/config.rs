@@ -143,14 +143,16 @@ impl Config {
             c.timeout = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
         }
         if let Some(v) = get("RSHMEM_HEAP_LIMIT") {
-            c.heap_limit = parse_size(&v).ok_or_else(|| bad("RSHMEM_HEAP_LIMIT", &v, "expected a size like 512M or 16G"))?;
+            c.heap_limit = parse_size(&v)
+                .ok_or_else(|| bad("RSHMEM_HEAP_LIMIT", &v, "expected a size like 512M or 16G"))?;
         }
         if let Some(v) = get("RSHMEM_HEAP_INITIAL") {
-            c.heap_initial =
-                parse_size(&v).ok_or_else(|| bad("RSHMEM_HEAP_INITIAL", &v, "expected a size like 64M"))?;
+            c.heap_initial = parse_size(&v)
+                .ok_or_else(|| bad("RSHMEM_HEAP_INITIAL", &v, "expected a size like 64M"))?;
         }
         if let Some(v) = get("RSHMEM_DEBUG_SYMMETRY") {
-            c.debug_symmetry = parse_bool(&v).ok_or_else(|| bad("RSHMEM_DEBUG_SYMMETRY", &v, "expected 0/1/true/false"))?;
+            c.debug_symmetry = parse_bool(&v)
+                .ok_or_else(|| bad("RSHMEM_DEBUG_SYMMETRY", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_BACKEND") {
             c.backend = match v.trim().to_ascii_lowercase().as_str() {
@@ -161,10 +163,15 @@ impl Config {
             };
         }
         if let Some(v) = get("RSHMEM_DEVICE") {
-            c.device = Some(v.trim().parse().map_err(|_| bad("RSHMEM_DEVICE", &v, "expected a device ordinal"))?);
+            c.device = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("RSHMEM_DEVICE", &v, "expected a device ordinal"))?,
+            );
         }
         if let Some(v) = get("RSHMEM_DEVICE_CHECKS") {
-            c.device_checks = parse_bool(&v).ok_or_else(|| bad("RSHMEM_DEVICE_CHECKS", &v, "expected 0/1/true/false"))?;
+            c.device_checks = parse_bool(&v)
+                .ok_or_else(|| bad("RSHMEM_DEVICE_CHECKS", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_NODE_ID") {
             if v.is_empty() {
@@ -177,13 +184,19 @@ impl Config {
 }
 
 fn bad(var: &str, value: &str, reason: &str) -> Error {
-    Error::invalid("init", format!("environment variable {var}={value:?} is malformed: {reason}"))
+    Error::invalid(
+        "init",
+        format!("environment variable {var}={value:?} is malformed: {reason}"),
+    )
 }
 
 /// Parses `123`, `64K`, `64M`, `16G`, `1T` (powers of 1024; optional trailing `B`/`iB`).
 pub fn parse_size(s: &str) -> Option<usize> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     let (num, shift) = match t.char_indices().last()? {
         (i, 'k' | 'K') => (&t[..i], 10),
         (i, 'm' | 'M') => (&t[..i], 20),
@@ -208,7 +221,12 @@ mod tests {
     use super::*;
 
     fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
@@ -225,7 +243,11 @@ mod tests {
 
     #[test]
     fn env_values() {
-        let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "2.5"), ("RSHMEM_HEAP_LIMIT", "1G")])).unwrap();
+        let c = Config::from_lookup(&lookup(&[
+            ("RSHMEM_TIMEOUT", "2.5"),
+            ("RSHMEM_HEAP_LIMIT", "1G"),
+        ]))
+        .unwrap();
         assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(c.heap_limit, 1 << 30);
         let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "0")])).unwrap();

@@ -63,7 +63,9 @@ pub struct Gpu {
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("ordinal", &self.ordinal).finish()
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ordinal)
+            .finish()
     }
 }
 
@@ -107,7 +109,12 @@ impl Gpu {
         .enumerate()
         {
             // SAFETY: valid out-pointer and device handle.
-            check(unsafe { sys::cuDeviceGetAttribute(&mut cc[i], attr, dev) }, call, "compute capability")?;
+            check(
+                // SAFETY: valid out-pointer and device handle.
+                unsafe { sys::cuDeviceGetAttribute(&mut cc[i], attr, dev) },
+                call,
+                "compute capability",
+            )?;
         }
         let stream = ctx.new_stream().map_err(|e| Error::Cuda {
             call,
@@ -118,6 +125,7 @@ impl Gpu {
         let mut gran = 0usize;
         // SAFETY: valid out-pointer and property struct.
         check(
+            // SAFETY: valid out-pointer and property struct.
             unsafe {
                 sys::cuMemGetAllocationGranularity(
                     &mut gran,
@@ -150,7 +158,11 @@ impl Gpu {
     pub fn sync(&self, call: &'static str) -> Result<()> {
         self.bind(call)?;
         // SAFETY: the stream handle is alive (owned by self).
-        check(unsafe { sys::cuStreamSynchronize(self.stream.cu_stream()) }, call, "synchronizing rshmem's stream")
+        check(
+            unsafe { sys::cuStreamSynchronize(self.stream.cu_stream()) },
+            call,
+            "synchronizing rshmem's stream",
+        )
     }
 }
 
@@ -158,7 +170,8 @@ pub(crate) fn alloc_prop(ordinal: usize) -> sys::CUmemAllocationProp {
     // SAFETY: CUmemAllocationProp is a plain C struct for which all-zero is a valid value.
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.requestedHandleTypes =
+        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = ordinal as i32;
     prop
@@ -178,7 +191,12 @@ pub(crate) fn reserve(len: usize, align: usize, at: Option<usize>) -> Result<Opt
         }
         (CUresult::CUDA_SUCCESS, _) => Ok(Some(p as usize)),
         (_, Some(_)) => Ok(None),
-        (e, None) => check(e, "init", &format!("reserving {len} bytes of GPU address space")).map(|_| None),
+        (e, None) => check(
+            e,
+            "init",
+            &format!("reserving {len} bytes of GPU address space"),
+        )
+        .map(|_| None),
     }
 }
 
@@ -196,14 +214,25 @@ pub(crate) fn create_and_map(gpu: &Gpu, addr: usize, len: usize) -> Result<Owned
     let prop = alloc_prop(gpu.ordinal);
     let mut h: sys::CUmemGenericAllocationHandle = 0;
     // SAFETY: valid out-pointer and property struct.
-    check(unsafe { sys::cuMemCreate(&mut h, len, &prop, 0) }, call, &format!("cuMemCreate of {len} bytes on GPU {}", gpu.ordinal))?;
+    check(
+        // SAFETY: valid out-pointer and property struct.
+        unsafe { sys::cuMemCreate(&mut h, len, &prop, 0) },
+        call,
+        &format!("cuMemCreate of {len} bytes on GPU {}", gpu.ordinal),
+    )?;
     let r = (|| {
         // SAFETY: addr..addr+len lies in our reservation and is not mapped yet.
-        check(unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) }, call, "cuMemMap")?;
+        check(
+            // SAFETY: addr..addr+len lies in our reservation and is not mapped yet.
+            unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
+            call,
+            "cuMemMap",
+        )?;
         set_access(gpu, addr, len)?;
         let mut fd: i32 = -1;
         // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
         check(
+            // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
             unsafe {
                 sys::cuMemExportToShareableHandle(
                     (&mut fd as *mut i32).cast(),
@@ -232,6 +261,7 @@ pub(crate) fn import_and_map(gpu: &Gpu, fd: &OwnedFd, addr: usize, len: usize) -
     let mut h: sys::CUmemGenericAllocationHandle = 0;
     // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
     check(
+        // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
         unsafe {
             sys::cuMemImportFromShareableHandle(
                 &mut h,
@@ -243,8 +273,12 @@ pub(crate) fn import_and_map(gpu: &Gpu, fd: &OwnedFd, addr: usize, len: usize) -
         "cuMemImportFromShareableHandle (a peer's heap chunk)",
     )?;
     // SAFETY: addr..addr+len is an unmapped part of our reservation.
-    let r = check(unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) }, call, "cuMemMap of a peer's chunk")
-        .and_then(|_| set_access(gpu, addr, len));
+    let r = check(
+        unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
+        call,
+        "cuMemMap of a peer's chunk",
+    )
+    .and_then(|_| set_access(gpu, addr, len));
     // SAFETY: h is the handle we imported; the mapping keeps the memory alive.
     unsafe { sys::cuMemRelease(h) };
     r
@@ -257,7 +291,11 @@ fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
     desc.location.id = gpu.ordinal as i32;
     desc.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     // SAFETY: addr..addr+len is mapped; desc is valid for one entry.
-    check(unsafe { sys::cuMemSetAccess(addr as u64, len, &desc, 1) }, "malloc", "cuMemSetAccess")
+    check(
+        unsafe { sys::cuMemSetAccess(addr as u64, len, &desc, 1) },
+        "malloc",
+        "cuMemSetAccess",
+    )
 }
 
 /// Unmaps a mapped range (at teardown).

@@ -129,7 +129,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn os(call: &'static str, context: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+    pub(crate) fn os(
+        call: &'static str,
+        context: impl Into<String>,
+        source: impl Into<std::io::Error>,
+    ) -> Self {
         Error::Os {
             call,
             context: context.into(),

@@ -30,6 +30,7 @@
 //! an [`Error`] naming the call and the cause, writing nothing. Blocking calls are bounded by
 //! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
 
+mod amo;
 pub mod config;
 pub mod cuda;
 pub mod device;
@@ -38,11 +39,10 @@ pub mod heap;
 mod mem;
 pub mod node;
 mod rma;
-mod amo;
 mod signal;
 mod stream;
 mod sync;
-pub mod transport;
+pub(crate) mod transport;
 mod types;
 mod wait;
 mod world;
@@ -50,8 +50,8 @@ mod world;
 pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
-pub use stream::cmp_code;
 pub use mem::SymBuf;
+pub use stream::cmp_code;
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 pub use world::{init, Builder, World};
 

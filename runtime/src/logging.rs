@@ -34,7 +34,12 @@ impl Subscriber for Stderr {
     fn event(&self, e: &Event<'_>) {
         let mut f = Fields(String::new());
         e.record(&mut f);
-        eprintln!("rshmem {} [{}] {}", e.metadata().level(), e.metadata().target(), f.0.trim_end());
+        eprintln!(
+            "rshmem {} [{}] {}",
+            e.metadata().level(),
+            e.metadata().target(),
+            f.0.trim_end()
+        );
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
@@ -44,7 +49,11 @@ pub(crate) fn init() {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
-    let max = match std::env::var("RSHMEM_LOG").unwrap_or_default().to_ascii_lowercase().as_str() {
+    let max = match std::env::var("RSHMEM_LOG")
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+        .as_str()
+    {
         s if s.contains("trace") => Level::TRACE,
         s if s.contains("debug") => Level::DEBUG,
         s if s.contains("info") => Level::INFO,

@@ -39,7 +39,13 @@ unsafe impl<T: RmaType> Sync for SymBuf<'_, T> {}
 
 impl<T: RmaType> std::fmt::Debug for SymBuf<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SymBuf<{}>({:p}, len {})", std::any::type_name::<T>(), self.ptr, self.len)
+        write!(
+            f,
+            "SymBuf<{}>({:p}, len {})",
+            std::any::type_name::<T>(),
+            self.ptr,
+            self.len
+        )
     }
 }
 
@@ -77,13 +83,19 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
             return Some(unsafe { self.ptr.add(i).read_volatile() });
         }
         let mut v = [T::default_value()];
-        self.world.get(&mut v, self.at(i), self.world.my_pe()).ok().map(|_| v[0])
+        self.world
+            .get(&mut v, self.at(i), self.world.my_pe())
+            .ok()
+            .map(|_| v[0])
     }
 
     /// Writes element `i` of this PE's copy.
     pub fn write(&self, i: usize, v: T) -> Result<()> {
         if i >= self.len {
-            return Err(Error::invalid("SymBuf::write", format!("index {i} out of range for length {}", self.len)));
+            return Err(Error::invalid(
+                "SymBuf::write",
+                format!("index {i} out of range for length {}", self.len),
+            ));
         }
         self.world.put(self.at(i), &[v], self.world.my_pe())?;
         self.world.quiet()
@@ -173,20 +185,24 @@ impl World {
     /// Like `shmem_align`.
     pub fn align<T: RmaType>(&self, alignment: usize, count: usize) -> Result<SymBuf<'_, T>> {
         if !alignment.is_power_of_two() {
-            return Err(Error::invalid("align", format!("alignment {alignment} is not a power of two")));
+            return Err(Error::invalid(
+                "align",
+                format!("alignment {alignment} is not a power of two"),
+            ));
         }
         let bytes = elem_bytes::<T>("align", count)?;
         let p = self.alloc_impl("align", bytes, alignment.max(align_of_elem::<T>()), false)?;
         Ok(self.wrap(p, count))
     }
 
-    /// **Collective.** Resizes `buf` to `count` elements, keeping the contents up to the smaller
-    /// length; may move it. `count == 0` frees it and returns an empty handle. Like
-    /// `shmem_realloc`.
-    pub fn realloc<'w, T: RmaType>(&'w self, buf: SymBuf<'w, T>, count: usize) -> Result<SymBuf<'w, T>> {
+    /// **Collective.** Resizes `buf` to `count` elements in place of the handle, keeping the
+    /// contents up to the smaller length; the memory may move. `count == 0` frees it and leaves
+    /// an empty handle. On error `buf` is unchanged and still valid. Like `shmem_realloc`.
+    pub fn realloc<'w, T: RmaType>(&'w self, buf: &mut SymBuf<'w, T>, count: usize) -> Result<()> {
         let bytes = elem_bytes::<T>("realloc", count)?;
         let p = self.realloc_bytes(buf.ptr.cast(), bytes)?;
-        Ok(self.wrap(p, count))
+        *buf = self.wrap(p, count);
+        Ok(())
     }
 
     /// **Collective.** Releases `buf` on every PE. Like `shmem_free`.
@@ -211,7 +227,10 @@ impl World {
     /// **Collective.** Byte-level `shmem_align(alignment, size)`.
     pub fn align_bytes(&self, alignment: usize, size: usize) -> Result<*mut u8> {
         if !alignment.is_power_of_two() {
-            return Err(Error::invalid("align", format!("alignment {alignment} is not a power of two")));
+            return Err(Error::invalid(
+                "align",
+                format!("alignment {alignment} is not a power of two"),
+            ));
         }
         self.alloc_impl("align", size, alignment, false)
     }
@@ -235,14 +254,17 @@ impl World {
             ptr
         } else {
             let grown = self.heap.mapped();
-            let new_off = self.heap.alloc(&self.node, &self.live, call, size, MIN_ALIGN)?;
+            let new_off = self
+                .heap
+                .alloc(&self.node, &self.live, call, size, MIN_ALIGN)?;
             if self.heap.mapped() != grown {
                 self.refresh_device_state()?;
             }
             let np = self.heap.my_base() + new_off;
             // Both ranges are live allocations of my heap and do not overlap (the old one is
             // still allocated while the new one is placed).
-            self.xport.copy(call, np, self.heap.my_base() + off, old.min(size))?;
+            self.xport
+                .copy(call, np, self.heap.my_base() + off, old.min(size))?;
             self.xport.quiet(call)?;
             self.heap.free(call, off)?;
             np as *mut u8
@@ -257,7 +279,11 @@ impl World {
     }
 
     fn free_impl(&self, call: &'static str, ptr: *mut u8) -> Result<()> {
-        let off = if ptr.is_null() { 0 } else { self.start_offset(call, ptr)? };
+        let off = if ptr.is_null() {
+            0
+        } else {
+            self.start_offset(call, ptr)?
+        };
         self.check_symmetric(call, &[off as u64])?;
         self.sync_all_named(call)?;
         if !ptr.is_null() {
@@ -273,12 +299,20 @@ impl World {
             Some(_) if addr >= self.heap.my_base() => Ok(off),
             _ => Err(Error::NotSymmetric {
                 call,
-                reason: format!("{addr:#x} is not the start of a live symmetric allocation of this PE"),
+                reason: format!(
+                    "{addr:#x} is not the start of a live symmetric allocation of this PE"
+                ),
             }),
         }
     }
 
-    fn alloc_impl(&self, call: &'static str, size: usize, align: usize, zero: bool) -> Result<*mut u8> {
+    fn alloc_impl(
+        &self,
+        call: &'static str,
+        size: usize,
+        align: usize,
+        zero: bool,
+    ) -> Result<*mut u8> {
         self.check_symmetric(call, &[size as u64, align as u64])?;
         if size == 0 {
             self.sync_all_named(call)?;
@@ -300,7 +334,11 @@ impl World {
 
     fn wrap<T: RmaType>(&self, p: *mut u8, count: usize) -> SymBuf<'_, T> {
         SymBuf {
-            ptr: if count == 0 { std::ptr::null_mut() } else { p.cast() },
+            ptr: if count == 0 {
+                std::ptr::null_mut()
+            } else {
+                p.cast()
+            },
             len: if p.is_null() { 0 } else { count },
             world: self,
             _t: PhantomData,
@@ -313,7 +351,13 @@ impl World {
         if !self.cfg.debug_symmetry {
             return Ok(());
         }
-        let desc = format!("#{seq} {call}({})", args.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "));
+        let desc = format!(
+            "#{seq} {call}({})",
+            args.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let all = self.boot.allgather(desc.as_bytes())?;
         let mine = desc.as_bytes();
         if all.iter().all(|d| d == mine) {
@@ -329,7 +373,15 @@ impl World {
         }
         let details = groups
             .iter()
-            .map(|(d, pes)| format!("PE {} called {d}", pes.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")))
+            .map(|(d, pes)| {
+                format!(
+                    "PE {} called {d}",
+                    pes.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            })
             .collect::<Vec<_>>()
             .join("; ");
         Err(Error::AsymmetricCall { call, details })
@@ -338,7 +390,13 @@ impl World {
 
 fn elem_bytes<T>(call: &'static str, count: usize) -> Result<usize> {
     count.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-        Error::invalid(call, format!("{count} elements of {} bytes overflows", std::mem::size_of::<T>()))
+        Error::invalid(
+            call,
+            format!(
+                "{count} elements of {} bytes overflows",
+                std::mem::size_of::<T>()
+            ),
+        )
     })
 }
 

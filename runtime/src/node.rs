@@ -40,7 +40,12 @@ impl Liveness {
     /// The PE seen failing, with how it was noticed.
     pub fn failed(&self) -> Option<(usize, String)> {
         let pe = self.failed.load(Ordering::Acquire);
-        (pe != NO_FAILURE).then(|| (pe, self.reason.lock().map(|r| r.clone()).unwrap_or_default()))
+        (pe != NO_FAILURE).then(|| {
+            (
+                pe,
+                self.reason.lock().map(|r| r.clone()).unwrap_or_default(),
+            )
+        })
     }
 
     /// Cheap check for wait loops.
@@ -82,7 +87,10 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("pes", &self.pes).field("me", &self.me).finish()
+        f.debug_struct("Node")
+            .field("pes", &self.pes)
+            .field("me", &self.me)
+            .finish()
     }
 }
 
@@ -101,7 +109,11 @@ pub fn host_identity(over: Option<&str>) -> String {
 
 impl Node {
     /// Collective over all PEs: finds the PEs sharing this host and connects them pairwise.
-    pub fn establish(boot: &dyn Bootstrap, node_id: &str, timeout: Option<Duration>) -> Result<Self> {
+    pub fn establish(
+        boot: &dyn Bootstrap,
+        node_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
         let call = "init";
         let n = boot.size();
         let my_pe = boot.rank();
@@ -111,22 +123,31 @@ impl Node {
         for (i, &p) in pes.iter().enumerate() {
             local_of[p] = Some(i);
         }
-        let me = local_of[my_pe].ok_or_else(|| Error::invalid(call, "node identity inconsistent"))?;
+        let me =
+            local_of[my_pe].ok_or_else(|| Error::invalid(call, "node identity inconsistent"))?;
 
         // Job token from rank 0, used to authenticate local socket connections.
         let mut tok = [0u8; 16];
         if my_pe == 0 {
-            getrandom::fill(&mut tok).map_err(|e| Error::os(call, "random token", std::io::Error::other(e.to_string())))?;
+            getrandom::fill(&mut tok).map_err(|e| {
+                Error::os(call, "random token", std::io::Error::other(e.to_string()))
+            })?;
         }
         let token = boot.broadcast(0, &tok)?;
 
         // The node leader makes an owner-only directory for the sockets.
         let dir = if me == 0 && pes.len() > 1 {
-            Some(make_private_dir().map_err(|e| Error::os(call, "creating the socket directory", e))?)
+            Some(
+                make_private_dir()
+                    .map_err(|e| Error::os(call, "creating the socket directory", e))?,
+            )
         } else {
             None
         };
-        let dir_bytes = dir.as_ref().map(|d| d.as_os_str().as_encoded_bytes().to_vec()).unwrap_or_default();
+        let dir_bytes = dir
+            .as_ref()
+            .map(|d| d.as_os_str().as_encoded_bytes().to_vec())
+            .unwrap_or_default();
         let dirs = boot.allgather(&dir_bytes)?;
         let leader_dir = PathBuf::from(String::from_utf8_lossy(&dirs[pes[0]]).into_owned());
 
@@ -143,28 +164,42 @@ impl Node {
             // Connect to every lower local index, then accept every higher one.
             for j in 0..me {
                 let path = leader_dir.join(format!("{j}.sock"));
-                let mut s = UnixStream::connect(&path)
-                    .map_err(|e| Error::os(call, format!("connecting to local PE {} at {}", pes[j], path.display()), e))?;
+                let mut s = UnixStream::connect(&path).map_err(|e| {
+                    Error::os(
+                        call,
+                        format!("connecting to local PE {} at {}", pes[j], path.display()),
+                        e,
+                    )
+                })?;
                 let mut hello = token.clone();
                 hello.extend_from_slice(&(me as u32).to_le_bytes());
-                s.write_all(&hello).map_err(|e| Error::os(call, "local hello", e))?;
+                s.write_all(&hello)
+                    .map_err(|e| Error::os(call, "local hello", e))?;
                 links[j] = Some(s);
             }
             if let Some(l) = &listener {
                 let deadline = timeout.map(|t| Instant::now() + t);
                 let mut waiting: Vec<usize> = (me + 1..pes.len()).collect();
-                l.set_nonblocking(true).map_err(|e| Error::os(call, "listener", e))?;
+                l.set_nonblocking(true)
+                    .map_err(|e| Error::os(call, "listener", e))?;
                 while !waiting.is_empty() {
                     match l.accept() {
                         Ok((mut s, _)) => {
-                            s.set_nonblocking(false).map_err(|e| Error::os(call, "accept", e))?;
+                            s.set_nonblocking(false)
+                                .map_err(|e| Error::os(call, "accept", e))?;
                             s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-                            let uid_ok = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
-                                .map(|c| c.uid() == nix::unistd::getuid().as_raw())
-                                .unwrap_or(false);
+                            let uid_ok = nix::sys::socket::getsockopt(
+                                &s,
+                                nix::sys::socket::sockopt::PeerCredentials,
+                            )
+                            .map(|c| c.uid() == nix::unistd::getuid().as_raw())
+                            .unwrap_or(false);
                             let mut hello = [0u8; 20];
-                            let ok = uid_ok && s.read_exact(&mut hello).is_ok() && hello[..16] == token[..];
-                            let j = u32::from_le_bytes([hello[16], hello[17], hello[18], hello[19]]) as usize;
+                            let ok = uid_ok
+                                && s.read_exact(&mut hello).is_ok()
+                                && hello[..16] == token[..];
+                            let j = u32::from_le_bytes([hello[16], hello[17], hello[18], hello[19]])
+                                as usize;
                             if !ok || !waiting.contains(&j) {
                                 tracing::warn!(target: "rshmem::node", "refused a local connection without the job token");
                                 continue;
@@ -175,7 +210,8 @@ impl Node {
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             if deadline.is_some_and(|d| Instant::now() > d) {
-                                let names: Vec<String> = waiting.iter().map(|&j| pes[j].to_string()).collect();
+                                let names: Vec<String> =
+                                    waiting.iter().map(|&j| pes[j].to_string()).collect();
                                 return Err(Error::Timeout {
                                     call,
                                     me: my_pe,
@@ -227,7 +263,13 @@ impl Node {
 
     /// Sends `fd` (tagged with `tag`) to every other local PE, then receives one fd from each.
     /// Returns the received fds indexed by local index (None for myself). Collective over the node.
-    pub fn exchange_fds(&self, call: &'static str, tag: u64, fd: &OwnedFd, live: &Liveness) -> Result<Vec<Option<OwnedFd>>> {
+    pub fn exchange_fds(
+        &self,
+        call: &'static str,
+        tag: u64,
+        fd: &OwnedFd,
+        live: &Liveness,
+    ) -> Result<Vec<Option<OwnedFd>>> {
         let my_pe = self.pes[self.me];
         for (j, link) in self.links.iter().enumerate() {
             let Some(s) = link else { continue };
@@ -235,9 +277,8 @@ impl Node {
             let iov = [IoSlice::new(&hdr)];
             let fds = [fd.as_raw_fd()];
             let cmsg = [ControlMessage::ScmRights(&fds)];
-            sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(|e| {
-                self.link_error(call, j, e.into(), live)
-            })?;
+            sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+                .map_err(|e| self.link_error(call, j, e.into(), live))?;
         }
         let mut out: Vec<Option<OwnedFd>> = (0..self.pes.len()).map(|_| None).collect();
         for (j, link) in self.links.iter().enumerate() {
@@ -246,10 +287,18 @@ impl Node {
             let mut hdr = [0u8; 8];
             let mut iov = [IoSliceMut::new(&mut hdr)];
             let mut space = nix::cmsg_space!([RawFd; 1]);
-            let msg = recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-                .map_err(|e| self.link_error(call, j, e.into(), live))?;
+            let msg = recvmsg::<()>(
+                s.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            )
+            .map_err(|e| self.link_error(call, j, e.into(), live))?;
             let mut got = None;
-            for c in msg.cmsgs().map_err(|e| Error::os(call, "reading a heap descriptor", e))? {
+            for c in msg
+                .cmsgs()
+                .map_err(|e| Error::os(call, "reading a heap descriptor", e))?
+            {
                 if let ControlMessageOwned::ScmRights(fds) = c {
                     for raw in fds {
                         // SAFETY: the kernel just installed `raw` in our fd table for this message;
@@ -275,16 +324,25 @@ impl Node {
                     ),
                 });
             }
-            out[j] = Some(got.ok_or_else(|| Error::invalid(call, format!("PE {} sent no heap descriptor", self.pes[j])))?);
+            out[j] = Some(got.ok_or_else(|| {
+                Error::invalid(call, format!("PE {} sent no heap descriptor", self.pes[j]))
+            })?);
         }
         Ok(out)
     }
 
-    fn wait_readable(&self, call: &'static str, j: usize, s: &UnixStream, my_pe: usize) -> Result<()> {
+    fn wait_readable(
+        &self,
+        call: &'static str,
+        j: usize,
+        s: &UnixStream,
+        my_pe: usize,
+    ) -> Result<()> {
         let start = Instant::now();
         loop {
             let mut pfd = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
-            let n = poll(&mut pfd, PollTimeout::from(100u16)).map_err(|e| Error::os(call, "poll", e))?;
+            let n = poll(&mut pfd, PollTimeout::from(100u16))
+                .map_err(|e| Error::os(call, "poll", e))?;
             if n > 0 {
                 return Ok(());
             }
@@ -302,7 +360,13 @@ impl Node {
         }
     }
 
-    fn link_error(&self, call: &'static str, j: usize, e: std::io::Error, live: &Liveness) -> Error {
+    fn link_error(
+        &self,
+        call: &'static str,
+        j: usize,
+        e: std::io::Error,
+        live: &Liveness,
+    ) -> Error {
         let err = self.lost(call, j, &format!("its socket failed: {e}"));
         live.report(self.pes[j], "socket failed".into());
         err
@@ -322,7 +386,10 @@ impl Node {
         let mut watched = Vec::new();
         for (j, l) in self.links.iter().enumerate() {
             if let Some(s) = l {
-                let fd = s.as_fd().try_clone_to_owned().map_err(|e| Error::os("init", "dup", e))?;
+                let fd = s
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| Error::os("init", "dup", e))?;
                 watched.push((self.pes[j], fd));
             }
         }
@@ -357,26 +424,45 @@ impl Drop for Node {
 fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Liveness>) {
     let mut alive: Vec<bool> = vec![true; watched.len()];
     loop {
-        let mut pfds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
-        pfds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
         let idx: Vec<usize> = (0..watched.len()).filter(|&i| alive[i]).collect();
+        let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(idx.len() + 1);
+        pfds.push(libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         for &i in &idx {
-            pfds.push(PollFd::new(watched[i].1.as_fd(), rdhup()));
+            pfds.push(libc::pollfd {
+                fd: watched[i].1.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            });
         }
-        if poll(&mut pfds, PollTimeout::NONE).is_err() {
+        // SAFETY: `pfds` is a valid array of pollfd for the given length; the fds are owned by
+        // this thread (`watched`, `stop`) and stay open during the call. Raw poll(2) is used
+        // because nix's PollFlags cannot represent POLLRDHUP in `revents`.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+        if r < 0 {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        if pfds[0].revents().is_some_and(|r| !r.is_empty()) {
+        if pfds[0].revents != 0 {
             return;
         }
         for (k, &i) in idx.iter().enumerate() {
-            let r = pfds[k + 1].revents().unwrap_or(PollFlags::empty());
-            if r.intersects(rdhup() | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            if pfds[k + 1].revents
+                & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
+                != 0
+            {
                 alive[i] = false;
                 let pe = watched[i].0;
-                tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)");
-                live.report(pe, "it exited or crashed: its connection to this PE closed".into());
+                if !live.finalizing.load(Ordering::Acquire) {
+                    tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)");
+                }
+                live.report(
+                    pe,
+                    "it exited or crashed: its connection to this PE closed".into(),
+                );
             }
         }
         if alive.iter().all(|a| !a) {
@@ -393,8 +479,4 @@ fn make_private_dir() -> std::io::Result<PathBuf> {
     let template = base.join("rshmem-XXXXXX");
     // mkdtemp creates the directory with mode 0700.
     nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
-}
-
-fn rdhup() -> PollFlags {
-    PollFlags::from_bits_retain(libc::POLLRDHUP)
 }

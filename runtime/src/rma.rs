@@ -84,46 +84,90 @@ impl World {
     /// **One-sided.** Strided put: element `i` of the target is `dest[i·dst]`, of the source
     /// `src[i·sst]`, for `i < nelems`; strides count elements and must be at least 1. Like
     /// `shmem_TYPE_iput`.
-    pub fn iput<T: RmaType>(&self, dest: *mut T, src: &[T], dst: usize, sst: usize, nelems: usize, pe: usize) -> Result<()> {
+    pub fn iput<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: &[T],
+        dst: usize,
+        sst: usize,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
         let call = "iput";
         if nelems == 0 {
             return self.local_index(call, pe).map(|_| ());
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
         if sspan > src.len() {
-            return Err(Error::invalid(call, format!("source has {} elements, stride {sst} × {nelems} needs {sspan}", src.len())));
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "source has {} elements, stride {sst} × {nelems} needs {sspan}",
+                    src.len()
+                ),
+            ));
         }
         let size = std::mem::size_of::<T>();
         let base = self.remote(call, dest as usize, dspan * size, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·dst < dspan.
-            self.xport.put(call, base + i * dst * size, (&src[i * sst] as *const T).cast(), size)?;
+            self.xport.put(
+                call,
+                base + i * dst * size,
+                (&src[i * sst] as *const T).cast(),
+                size,
+            )?;
         }
         Ok(())
     }
 
     /// **One-sided.** Strided get: `dest[i·dst] = src[i·sst]` (src on PE `pe`) for `i < nelems`.
     /// Like `shmem_TYPE_iget`.
-    pub fn iget<T: RmaType>(&self, dest: &mut [T], src: *const T, dst: usize, sst: usize, nelems: usize, pe: usize) -> Result<()> {
+    pub fn iget<T: RmaType>(
+        &self,
+        dest: &mut [T],
+        src: *const T,
+        dst: usize,
+        sst: usize,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
         let call = "iget";
         if nelems == 0 {
             return self.local_index(call, pe).map(|_| ());
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
         if dspan > dest.len() {
-            return Err(Error::invalid(call, format!("destination has {} elements, stride {dst} × {nelems} needs {dspan}", dest.len())));
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "destination has {} elements, stride {dst} × {nelems} needs {dspan}",
+                    dest.len()
+                ),
+            ));
         }
         let size = std::mem::size_of::<T>();
         let base = self.remote(call, src as usize, sspan * size, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·sst < sspan.
-            self.xport.get(call, (&mut dest[i * dst] as *mut T).cast(), base + i * sst * size, size)?;
+            self.xport.get(
+                call,
+                (&mut dest[i * dst] as *mut T).cast(),
+                base + i * sst * size,
+                size,
+            )?;
         }
         Ok(())
     }
 
     #[inline]
-    fn put_impl<T: RmaType>(&self, call: &'static str, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
+    fn put_impl<T: RmaType>(
+        &self,
+        call: &'static str,
+        dest: *mut T,
+        src: &[T],
+        pe: usize,
+    ) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         if bytes == 0 {
             return self.local_index(call, pe).map(|_| ());
@@ -133,7 +177,13 @@ impl World {
     }
 
     #[inline]
-    fn get_impl<T: RmaType>(&self, call: &'static str, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
+    fn get_impl<T: RmaType>(
+        &self,
+        call: &'static str,
+        dest: &mut [T],
+        src: *const T,
+        pe: usize,
+    ) -> Result<()> {
         let bytes = std::mem::size_of_val(dest);
         if bytes == 0 {
             return self.local_index(call, pe).map(|_| ());
@@ -145,7 +195,10 @@ impl World {
 
 fn spans(call: &'static str, dst: usize, sst: usize, nelems: usize) -> Result<(usize, usize)> {
     if dst == 0 || sst == 0 {
-        return Err(Error::invalid(call, format!("strides must be at least 1 (dst {dst}, sst {sst})")));
+        return Err(Error::invalid(
+            call,
+            format!("strides must be at least 1 (dst {dst}, sst {sst})"),
+        ));
     }
     let span = |s: usize| (nelems - 1).checked_mul(s).and_then(|x| x.checked_add(1));
     match (span(dst), span(sst)) {

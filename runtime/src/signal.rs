@@ -15,7 +15,10 @@ use crate::world::World;
 impl World {
     fn sig_addr(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<usize> {
         if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("signal address {sig:p} is not 8-byte aligned"),
+            ));
         }
         self.remote(call, sig as usize, 8, pe)
     }
@@ -23,13 +26,29 @@ impl World {
     /// **One-sided.** Puts `src` into `dest` on PE `pe`, then updates the signal `sig` on PE `pe`
     /// with `op`/`signal`; the update is visible only after the data. Like `shmem_put_signal`.
     /// Both addresses are checked before anything is written.
-    pub fn put_signal<T: RmaType>(&self, dest: *mut T, src: &[T], sig: *mut u64, signal: u64, op: SignalOp, pe: usize) -> Result<()> {
+    pub fn put_signal<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: &[T],
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
         self.put_signal_impl("put_signal", dest, src, sig, signal, op, pe)
     }
 
     /// **One-sided.** Non-blocking [`put_signal`](World::put_signal); completed by
     /// [`World::quiet`]. Like `shmem_put_signal_nbi`.
-    pub fn put_signal_nbi<T: RmaType>(&self, dest: *mut T, src: &[T], sig: *mut u64, signal: u64, op: SignalOp, pe: usize) -> Result<()> {
+    pub fn put_signal_nbi<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: &[T],
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
         self.put_signal_impl("put_signal_nbi", dest, src, sig, signal, op, pe)
     }
 
@@ -46,7 +65,11 @@ impl World {
     ) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         let s = self.sig_addr(call, sig, pe)?;
-        let d = if bytes > 0 { Some(self.remote(call, dest as usize, bytes, pe)?) } else { None };
+        let d = if bytes > 0 {
+            Some(self.remote(call, dest as usize, bytes, pe)?)
+        } else {
+            None
+        };
         if let Some(d) = d {
             self.xport.put(call, d, src.as_ptr().cast(), bytes)?;
         }
@@ -92,13 +115,25 @@ impl World {
                     Ok(v) => cmp.holds(v, value).then_some(Ok(v)),
                     Err(e) => Some(Err(e)),
                 },
-                || format!("signal at {sig:p} to become {} {value} (it is {:?})", cmp.symbol(), load()),
+                || {
+                    format!(
+                        "signal at {sig:p} to become {} {value} (it is {})",
+                        cmp.symbol(),
+                        shown(load())
+                    )
+                },
             )
             .and_then(|r| r)
     }
 
     #[inline]
-    fn apply_signal(&self, call: &'static str, addr: usize, signal: u64, op: SignalOp) -> Result<()> {
+    fn apply_signal(
+        &self,
+        call: &'static str,
+        addr: usize,
+        signal: u64,
+        op: SignalOp,
+    ) -> Result<()> {
         let op = match op {
             SignalOp::Set => AmoOp::Set,
             SignalOp::Add => AmoOp::FetchAdd,
@@ -107,3 +142,10 @@ impl World {
     }
 }
 
+/// A value for an error message: the value, or why it could not be read.
+pub(crate) fn shown<T: std::fmt::Debug>(v: Result<T>) -> String {
+    match v {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("unreadable: {e}"),
+    }
+}

@@ -74,7 +74,14 @@ impl World {
 
     /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` (this PE)
     /// to the symmetric `dest` on PE `pe` with the copy engine. Like `putmem_on_stream`.
-    pub fn put_on_stream<T: RmaType>(&self, dest: *mut T, src: *const T, nelems: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn put_on_stream<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "put_on_stream";
         let p = self.p2p(call)?;
         let n = bytes_of::<T>(call, nelems)?;
@@ -85,12 +92,23 @@ impl World {
         let s = self.remote(call, src as usize, n, self.me)?;
         p.gpu.bind(call)?;
         // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
-        check(unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) }, call, "cuMemcpyAsync")
+        check(
+            unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) },
+            call,
+            "cuMemcpyAsync",
+        )
     }
 
     /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` on PE
     /// `pe` into the symmetric `dest` of this PE. Like `getmem_on_stream`.
-    pub fn get_on_stream<T: RmaType>(&self, dest: *mut T, src: *const T, nelems: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn get_on_stream<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "get_on_stream";
         let p = self.p2p(call)?;
         let n = bytes_of::<T>(call, nelems)?;
@@ -101,22 +119,46 @@ impl World {
         let d = self.remote(call, dest as usize, n, self.me)?;
         p.gpu.bind(call)?;
         // SAFETY: as in put_on_stream.
-        check(unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) }, call, "cuMemcpyAsync")
+        check(
+            unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) },
+            call,
+            "cuMemcpyAsync",
+        )
     }
 
     /// **One-sided, stream-ordered.** Byte form of [`put_on_stream`](World::put_on_stream).
-    pub fn putmem_on_stream(&self, dest: *mut u8, src: *const u8, nbytes: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn putmem_on_stream(
+        &self,
+        dest: *mut u8,
+        src: *const u8,
+        nbytes: usize,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         self.put_on_stream(dest, src, nbytes, pe, stream)
     }
 
     /// **One-sided, stream-ordered.** Byte form of [`get_on_stream`](World::get_on_stream).
-    pub fn getmem_on_stream(&self, dest: *mut u8, src: *const u8, nbytes: usize, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn getmem_on_stream(
+        &self,
+        dest: *mut u8,
+        src: *const u8,
+        nbytes: usize,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         self.get_on_stream(dest, src, nbytes, pe, stream)
     }
 
     /// **One-sided, stream-ordered.** Writes one element to `dest` on PE `pe` (the value is
     /// captured now).
-    pub fn p_on_stream<T: RmaType>(&self, dest: *mut T, value: T, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn p_on_stream<T: RmaType>(
+        &self,
+        dest: *mut T,
+        value: T,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "p_on_stream";
         let p = self.p2p(call)?;
         let size = std::mem::size_of::<T>();
@@ -125,7 +167,13 @@ impl World {
         if size == 8 && d % 8 == 0 {
             let mut w = 0u64;
             // SAFETY: T is 8 bytes; copy its bits into a u64.
-            unsafe { std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), (&mut w as *mut u64).cast::<u8>(), 8) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&value as *const T).cast::<u8>(),
+                    (&mut w as *mut u64).cast::<u8>(),
+                    8,
+                )
+            };
             // SAFETY: d is a checked, aligned word of the mapped GPU heap.
             return check(
                 unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), d as u64, w, 0) },
@@ -135,7 +183,14 @@ impl World {
         }
         // SAFETY: the value lives on our stack; pageable copies are staged before returning.
         check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(d as u64, (&value as *const T).cast(), size, stream.cu_stream()) },
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    d as u64,
+                    (&value as *const T).cast(),
+                    size,
+                    stream.cu_stream(),
+                )
+            },
             call,
             "cuMemcpyHtoDAsync",
         )
@@ -143,7 +198,12 @@ impl World {
 
     /// **One-sided.** Reads one element of `src` on PE `pe` after the stream's earlier work
     /// (synchronizes the stream).
-    pub fn g_on_stream<T: RmaType>(&self, src: *const T, pe: usize, stream: &CudaStream) -> Result<T> {
+    pub fn g_on_stream<T: RmaType>(
+        &self,
+        src: *const T,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<T> {
         let call = "g_on_stream";
         let p = self.p2p(call)?;
         let size = std::mem::size_of::<T>();
@@ -152,11 +212,21 @@ impl World {
         let mut v = T::default_value();
         // SAFETY: checked source range; destination is our local; synchronized below.
         check(
-            unsafe { sys::cuMemcpyDtoHAsync_v2((&mut v as *mut T).cast(), s as u64, size, stream.cu_stream()) },
+            // SAFETY: checked source range; destination is our local; synchronized below.
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    (&mut v as *mut T).cast(),
+                    s as u64,
+                    size,
+                    stream.cu_stream(),
+                )
+            },
             call,
             "cuMemcpyDtoHAsync",
         )?;
-        stream.synchronize().map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
         Ok(v)
     }
 
@@ -178,7 +248,10 @@ impl World {
         let call = "put_signal_on_stream";
         let p = self.p2p(call)?;
         if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("signal address {sig:p} is not 8-byte aligned"),
+            ));
         }
         self.remote(call, sig as usize, 8, pe)?;
         self.put_on_stream(dest, src, nelems, pe, stream)?;
@@ -187,18 +260,37 @@ impl World {
 
     /// **One-sided, stream-ordered.** Updates the signal `sig` on PE `pe` after the stream's
     /// earlier work.
-    pub fn signal_op_on_stream(&self, sig: *mut u64, signal: u64, op: SignalOp, pe: usize, stream: &CudaStream) -> Result<()> {
+    pub fn signal_op_on_stream(
+        &self,
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "signal_op_on_stream";
         let p = self.p2p(call)?;
         if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("signal address {sig:p} is not 8-byte aligned"),
+            ));
         }
         self.remote(call, sig as usize, 8, pe)?;
         self.signal_kernel(p, call, sig, signal, op, pe, stream)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn signal_kernel(&self, p: &P2p, call: &'static str, sig: *mut u64, signal: u64, op: SignalOp, pe: usize, stream: &CudaStream) -> Result<()> {
+    fn signal_kernel(
+        &self,
+        p: &P2p,
+        call: &'static str,
+        sig: *mut u64,
+        signal: u64,
+        op: SignalOp,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let m = p.internal(call)?;
         let f = m.function("rshmem_internal_signal")?;
         let mut a = sig as u64;
@@ -216,16 +308,35 @@ impl World {
         ];
         // SAFETY: matches `rshmem_internal_signal(uint64_t, uint64_t, int, int)`; the address was
         // checked by the caller.
-        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut args) }
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
     }
 
     /// **Local, stream-ordered.** The stream waits until this PE's signal `sig` satisfies
     /// `cmp value` (acquire). Bounded by the device wait timeout.
-    pub fn signal_wait_until_on_stream(&self, sig: *const u64, cmp: Cmp, value: u64, stream: &CudaStream) -> Result<()> {
+    pub fn signal_wait_until_on_stream(
+        &self,
+        sig: *const u64,
+        cmp: Cmp,
+        value: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "signal_wait_until_on_stream";
         let p = self.p2p(call)?;
         if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(call, format!("signal address {sig:p} is not 8-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("signal address {sig:p} is not 8-byte aligned"),
+            ));
         }
         self.remote(call, sig as usize, 8, self.me)?;
         let m = p.internal(call)?;
@@ -239,7 +350,17 @@ impl World {
             (&mut v as *mut u64).cast(),
         ];
         // SAFETY: matches `rshmem_internal_signal_wait(uint64_t, int, uint64_t)`.
-        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream.cu_stream(), &mut args) }
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
     }
 
     /// **One-sided, stream-ordered.** Work queued on `stream` after this call starts only once
@@ -247,8 +368,14 @@ impl World {
     pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
         let call = "quiet_on_stream";
         let p = self.p2p(call)?;
-        let ev = p.gpu.stream.record_event(None).map_err(|e| cuda_err(call, "recording an event", e))?;
-        stream.wait(&ev).map_err(|e| cuda_err(call, "waiting on an event", e))
+        let ev = p
+            .gpu
+            .stream
+            .record_event(None)
+            .map_err(|e| cuda_err(call, "recording an event", e))?;
+        stream
+            .wait(&ev)
+            .map_err(|e| cuda_err(call, "waiting on an event", e))
     }
 
     /// **Collective, stream-ordered.** All PEs' work queued before it on their streams is
@@ -272,7 +399,17 @@ impl World {
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
         // SAFETY: matches `rshmem_internal_barrier_all(int)`.
-        unsafe { m.launch_raw(call, f, (1, 1, 1), (threads.min(1024), 1, 1), 0, stream.cu_stream(), &mut args) }
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (threads.min(1024), 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
     }
 }
 

@@ -96,10 +96,18 @@ impl World {
         Ok(())
     }
 
-    fn ivar_addr<T: AmoInt>(&self, call: &'static str, ivar: *const T, nelems: usize) -> Result<usize> {
+    fn ivar_addr<T: AmoInt>(
+        &self,
+        call: &'static str,
+        ivar: *const T,
+        nelems: usize,
+    ) -> Result<usize> {
         let size = std::mem::size_of::<T>();
         if (ivar as usize) % size != 0 {
-            return Err(Error::invalid(call, format!("address {ivar:p} is not {size}-byte aligned")));
+            return Err(Error::invalid(
+                call,
+                format!("address {ivar:p} is not {size}-byte aligned"),
+            ));
         }
         let bytes = nelems
             .checked_mul(size)
@@ -121,7 +129,13 @@ impl World {
                     Ok(v) => cmp.holds(v, value).then_some(Ok(())),
                     Err(e) => Some(Err(e)),
                 },
-                || format!("{ivar:p} to become {} {value:?} (it is {:?})", cmp.symbol(), self.load_at::<T>(call, a, 0)),
+                || {
+                    format!(
+                        "{ivar:p} to become {} {value:?} (it is {})",
+                        cmp.symbol(),
+                        crate::signal::shown(self.load_at::<T>(call, a, 0))
+                    )
+                },
             )
             .and_then(|r| r)
     }
@@ -134,90 +148,263 @@ impl World {
 
     /// **Local, blocking.** Waits until every `ivars[i]` (`i < nelems`) not excluded by a
     /// non-zero `status[i]` satisfies `cmp value`. Like `shmem_wait_until_all`.
-    pub fn wait_until_all<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<()> {
-        self.wait_set("wait_until_all", ivars, nelems, status, cmp, &|_| value, Want::All).map(drop)
+    pub fn wait_until_all<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<()> {
+        self.wait_set(
+            "wait_until_all",
+            ivars,
+            nelems,
+            status,
+            cmp,
+            &|_| value,
+            Want::All,
+        )
+        .map(drop)
     }
 
     /// **Local, blocking.** Waits until some non-excluded `ivars[i]` satisfies `cmp value` and
     /// returns its index; `None` when every element is excluded. Like `shmem_wait_until_any`.
-    pub fn wait_until_any<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Option<usize>> {
-        self.wait_set("wait_until_any", ivars, nelems, status, cmp, &|_| value, Want::Any).map(|v| v.first().copied())
+    pub fn wait_until_any<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<Option<usize>> {
+        self.wait_set(
+            "wait_until_any",
+            ivars,
+            nelems,
+            status,
+            cmp,
+            &|_| value,
+            Want::Any,
+        )
+        .map(|v| v.first().copied())
     }
 
     /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
     /// `cmp value` and returns the indices of all that do (empty when every element is
     /// excluded). Like `shmem_wait_until_some`.
-    pub fn wait_until_some<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Vec<usize>> {
-        self.wait_set("wait_until_some", ivars, nelems, status, cmp, &|_| value, Want::Any)
+    pub fn wait_until_some<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<Vec<usize>> {
+        self.wait_set(
+            "wait_until_some",
+            ivars,
+            nelems,
+            status,
+            cmp,
+            &|_| value,
+            Want::Any,
+        )
     }
 
     /// **Local, blocking.** [`wait_until_all`](World::wait_until_all) with one comparison value
     /// per element. Like `shmem_wait_until_all_vector`.
-    pub fn wait_until_all_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<()> {
-        self.wait_set("wait_until_all_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::All).map(drop)
+    pub fn wait_until_all_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<()> {
+        self.wait_set(
+            "wait_until_all_vector",
+            ivars,
+            values.len(),
+            status,
+            cmp,
+            &|i| values[i],
+            Want::All,
+        )
+        .map(drop)
     }
 
     /// **Local, blocking.** [`wait_until_any`](World::wait_until_any) with one value per element.
-    pub fn wait_until_any_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Option<usize>> {
-        self.wait_set("wait_until_any_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::Any)
-            .map(|v| v.first().copied())
+    pub fn wait_until_any_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<Option<usize>> {
+        self.wait_set(
+            "wait_until_any_vector",
+            ivars,
+            values.len(),
+            status,
+            cmp,
+            &|i| values[i],
+            Want::Any,
+        )
+        .map(|v| v.first().copied())
     }
 
     /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per element.
-    pub fn wait_until_some_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Vec<usize>> {
-        self.wait_set("wait_until_some_vector", ivars, values.len(), status, cmp, &|i| values[i], Want::Any)
+    pub fn wait_until_some_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<Vec<usize>> {
+        self.wait_set(
+            "wait_until_some_vector",
+            ivars,
+            values.len(),
+            status,
+            cmp,
+            &|i| values[i],
+            Want::Any,
+        )
     }
 
     /// **Local.** True if every non-excluded `ivars[i]` satisfies `cmp value` now. Like
     /// `shmem_test_all`.
-    pub fn test_all<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<bool> {
+    pub fn test_all<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<bool> {
         let (a, active) = self.set_args("test_all", ivars, nelems, status)?;
-        Ok(self.scan::<T>("test_all", a, &active, cmp, &|_| value, Want::All)?.is_some())
+        Ok(self
+            .scan::<T>("test_all", a, &active, cmp, &|_| value, Want::All)?
+            .is_some())
     }
 
     /// **Local.** Index of one non-excluded `ivars[i]` satisfying `cmp value` now, if any. Like
     /// `shmem_test_any`.
-    pub fn test_any<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Option<usize>> {
+    pub fn test_any<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<Option<usize>> {
         let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
-        Ok(self.scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?.and_then(|v| v.first().copied()))
+        Ok(self
+            .scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?
+            .and_then(|v| v.first().copied()))
     }
 
     /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
     /// `shmem_test_some`.
-    pub fn test_some<T: AmoInt>(&self, ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T) -> Result<Vec<usize>> {
+    pub fn test_some<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<Vec<usize>> {
         let (a, active) = self.set_args("test_some", ivars, nelems, status)?;
-        Ok(self.scan::<T>("test_some", a, &active, cmp, &|_| value, Want::Any)?.unwrap_or_default())
+        Ok(self
+            .scan::<T>("test_some", a, &active, cmp, &|_| value, Want::Any)?
+            .unwrap_or_default())
     }
 
     /// **Local.** [`test_all`](World::test_all) with one value per element.
-    pub fn test_all_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<bool> {
+    pub fn test_all_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<bool> {
         let (a, active) = self.set_args("test_all_vector", ivars, values.len(), status)?;
-        Ok(self.scan::<T>("test_all_vector", a, &active, cmp, &|i| values[i], Want::All)?.is_some())
+        Ok(self
+            .scan::<T>(
+                "test_all_vector",
+                a,
+                &active,
+                cmp,
+                &|i| values[i],
+                Want::All,
+            )?
+            .is_some())
     }
 
     /// **Local.** [`test_any`](World::test_any) with one value per element.
-    pub fn test_any_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Option<usize>> {
+    pub fn test_any_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<Option<usize>> {
         let (a, active) = self.set_args("test_any_vector", ivars, values.len(), status)?;
-        Ok(self.scan::<T>("test_any_vector", a, &active, cmp, &|i| values[i], Want::Any)?.and_then(|v| v.first().copied()))
+        Ok(self
+            .scan::<T>(
+                "test_any_vector",
+                a,
+                &active,
+                cmp,
+                &|i| values[i],
+                Want::Any,
+            )?
+            .and_then(|v| v.first().copied()))
     }
 
     /// **Local.** [`test_some`](World::test_some) with one value per element.
-    pub fn test_some_vector<T: AmoInt>(&self, ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T]) -> Result<Vec<usize>> {
+    pub fn test_some_vector<T: AmoInt>(
+        &self,
+        ivars: *const T,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        values: &[T],
+    ) -> Result<Vec<usize>> {
         let (a, active) = self.set_args("test_some_vector", ivars, values.len(), status)?;
-        Ok(self.scan::<T>("test_some_vector", a, &active, cmp, &|i| values[i], Want::Any)?.unwrap_or_default())
+        Ok(self
+            .scan::<T>(
+                "test_some_vector",
+                a,
+                &active,
+                cmp,
+                &|i| values[i],
+                Want::Any,
+            )?
+            .unwrap_or_default())
     }
 
-    fn set_args<T: AmoInt>(&self, call: &'static str, ivars: *const T, nelems: usize, status: Option<&[i32]>) -> Result<(usize, Vec<usize>)> {
+    fn set_args<T: AmoInt>(
+        &self,
+        call: &'static str,
+        ivars: *const T,
+        nelems: usize,
+        status: Option<&[i32]>,
+    ) -> Result<(usize, Vec<usize>)> {
         if let Some(s) = status {
             if s.len() < nelems {
-                return Err(Error::invalid(call, format!("status has {} entries for {nelems} variables", s.len())));
+                return Err(Error::invalid(
+                    call,
+                    format!("status has {} entries for {nelems} variables", s.len()),
+                ));
             }
         }
         if nelems == 0 {
             return Ok((0, Vec::new()));
         }
         let a = self.ivar_addr(call, ivars, nelems)?;
-        let active = (0..nelems).filter(|&i| status.is_none_or(|s| s[i] == 0)).collect();
+        let active = (0..nelems)
+            .filter(|&i| status.is_none_or(|s| s[i] == 0))
+            .collect();
         Ok((a, active))
     }
 
@@ -241,16 +428,25 @@ impl World {
                 &self.live,
                 call,
                 None,
-                || self.scan::<T>(call, a, &active, cmp, value, want).transpose(),
+                || {
+                    self.scan::<T>(call, a, &active, cmp, value, want)
+                        .transpose()
+                },
                 || {
                     let pending: Vec<String> = active
                         .iter()
                         .filter_map(|&i| self.load_at::<T>(call, a, i).ok().map(|v| (i, v)))
                         .filter(|&(i, v)| !cmp.holds(v, value(i)))
                         .take(8)
-                        .map(|(i, v)| format!("[{i}] = {v:?} (want {} {:?})", cmp.symbol(), value(i)))
+                        .map(|(i, v)| {
+                            format!("[{i}] = {v:?} (want {} {:?})", cmp.symbol(), value(i))
+                        })
                         .collect();
-                    format!("{} of {nelems} variables at {ivars:p}; unsatisfied: {}", want.word(), pending.join(", "))
+                    format!(
+                        "{} of {nelems} variables at {ivars:p}; unsatisfied: {}",
+                        want.word(),
+                        pending.join(", ")
+                    )
                 },
             )
             .and_then(|r| r)
@@ -263,7 +459,9 @@ impl World {
         if self.xport.cheap_loads() {
             // SAFETY: callers pass a base checked by `ivar_addr` for at least i+1 aligned
             // elements in a live allocation of this PE's host heap.
-            return Ok(T::from_bits(unsafe { T::Bits::load(addr, Ordering::Acquire) }));
+            return Ok(T::from_bits(unsafe {
+                T::Bits::load(addr, Ordering::Acquire)
+            }));
         }
         let w = self.xport.load(call, addr, std::mem::size_of::<T>())?;
         Ok(T::from_bits(T::Bits::from_u64(w)))
@@ -316,4 +514,3 @@ impl Want {
         }
     }
 }
-

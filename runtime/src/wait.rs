@@ -59,45 +59,41 @@ impl WaitPolicy {
         describe: &dyn Fn() -> String,
     ) -> Result<T> {
         let start = Instant::now();
-        let mut iter: u64 = 0;
         loop {
             if let Some(v) = done() {
                 return Ok(v);
             }
-            iter += 1;
-            if iter % 64 == 0 {
-                let waited = start.elapsed();
-                if live.any_failed() {
+            let waited = start.elapsed();
+            if live.any_failed() {
+                if let Some(v) = done() {
+                    return Ok(v);
+                }
+                if let Some((dead, reason)) = live.failed() {
+                    return Err(Error::PeerLost {
+                        call,
+                        me: self.me,
+                        pe: dead,
+                        reason: format!("{reason}; this PE was waiting for {}", describe()),
+                    });
+                }
+            }
+            if let Some(t) = self.timeout {
+                if waited > t {
                     if let Some(v) = done() {
                         return Ok(v);
                     }
-                    if let Some((dead, reason)) = live.failed() {
-                        return Err(Error::PeerLost {
-                            call,
-                            me: self.me,
-                            pe: dead,
-                            reason: format!("{reason}; this PE was waiting for {}", describe()),
-                        });
-                    }
+                    return Err(Error::Timeout {
+                        call,
+                        me: self.me,
+                        pe,
+                        what: describe(),
+                        waited,
+                    });
                 }
-                if let Some(t) = self.timeout {
-                    if waited > t {
-                        if let Some(v) = done() {
-                            return Ok(v);
-                        }
-                        return Err(Error::Timeout {
-                            call,
-                            me: self.me,
-                            pe,
-                            what: describe(),
-                            waited,
-                        });
-                    }
-                }
-                if waited > Duration::from_millis(20) {
-                    std::thread::sleep(Duration::from_micros(50));
-                    continue;
-                }
+            }
+            if waited > Duration::from_millis(20) {
+                std::thread::sleep(Duration::from_micros(50));
+                continue;
             }
             std::thread::yield_now();
         }

@@ -129,7 +129,8 @@ impl World {
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(Error::State {
                 call: "init",
-                reason: "rshmem is already initialized in this process (call finalize first)".into(),
+                reason: "rshmem is already initialized in this process (call finalize first)"
+                    .into(),
             });
         }
         let r = Self::start_inner(cfg, boot, t0);
@@ -142,11 +143,15 @@ impl World {
     fn start_inner(cfg: Config, boot: Box<dyn Bootstrap>, t0: Instant) -> Result<World> {
         let me = boot.rank();
         let n = boot.size();
-        let _span = tracing::info_span!(target: "rshmem::init", "init", pe = me, n_pes = n).entered();
+        let _span =
+            tracing::info_span!(target: "rshmem::init", "init", pe = me, n_pes = n).entered();
         let id = host_identity(cfg.node_id.as_deref());
         let mut node = Node::establish(boot.as_ref(), &id, cfg.timeout)?;
         if node.len() != n {
-            let remote: Vec<String> = (0..n).filter(|&p| node.local_of[p].is_none()).map(|p| p.to_string()).collect();
+            let remote: Vec<String> = (0..n)
+                .filter(|&p| node.local_of[p].is_none())
+                .map(|p| p.to_string())
+                .collect();
             return Err(Error::Unsupported {
                 call: "init",
                 reason: format!(
@@ -156,13 +161,21 @@ impl World {
             });
         }
         let live = Arc::new(Liveness::new());
-        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
         };
-        let heap = Heap::create(boot.as_ref(), &node, &live, backing, cfg.heap_limit, cfg.heap_initial)?;
+        let heap = Heap::create(
+            boot.as_ref(),
+            &node,
+            &live,
+            backing,
+            cfg.heap_limit,
+            cfg.heap_initial,
+        )?;
         let dstate = Arc::new(Mutex::new(DeviceState::default()));
         let xport = match &gpu {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
@@ -206,9 +219,16 @@ impl World {
         let call = "init";
         let mine = self.heap.my_base();
         p.zero(call, mine, dev_internal::PE_TABLE)?;
-        let table: Vec<i32> = (0..self.n).map(|pe| self.node.local_of[pe].map_or(-1, |l| l as i32)).collect();
+        let table: Vec<i32> = (0..self.n)
+            .map(|pe| self.node.local_of[pe].map_or(-1, |l| l as i32))
+            .collect();
         let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
-        p.put(call, mine + dev_internal::PE_TABLE, bytes.as_ptr(), bytes.len())?;
+        p.put(
+            call,
+            mine + dev_internal::PE_TABLE,
+            bytes.as_ptr(),
+            bytes.len(),
+        )?;
         p.quiet(call)?;
         self.refresh_device_state()
     }
@@ -231,8 +251,15 @@ impl World {
             heap_user_start: INTERNAL_SIZE as u64,
             heap_mapped: self.heap.mapped() as u64,
             pe_local_table: (self.heap.my_base() + dev_internal::PE_TABLE) as u64,
-            timeout_ns: self.cfg.timeout.map_or(0, |t| t.as_nanos().min(u64::MAX as u128) as u64),
-            flags: if self.cfg.device_checks { FLAG_DEBUG } else { 0 },
+            timeout_ns: self
+                .cfg
+                .timeout
+                .map_or(0, |t| t.as_nanos().min(u64::MAX as u128) as u64),
+            flags: if self.cfg.device_checks {
+                FLAG_DEBUG
+            } else {
+                0
+            },
             reserved: [0; 7],
         };
         let changed = {
@@ -287,12 +314,23 @@ impl World {
     /// **Collective.** Completes all outstanding operations, waits for every PE, and releases
     /// the runtime (heap, sockets, threads). Like `shmem_finalize`. Symmetric addresses are
     /// invalid afterwards; the borrow checker enforces it for [`crate::SymBuf`]s.
-    pub fn finalize(self) -> Result<()> {
+    pub fn finalize(mut self) -> Result<()> {
+        // First barrier: every PE is done with its operations (and still watched: a PE that
+        // dies before it is reported).
         let r = self.barrier_all_named("finalize");
+        // Second barrier, after every PE stopped watching its peers: no PE closes its
+        // connections while another still watches them, so a clean exit is never mistaken for a
+        // crash. A PE dying in between is caught by the timeout.
         self.live.set_finalizing();
+        self.node.stop_monitor();
+        let r2 = if r.is_ok() {
+            self.sync_all_named("finalize")
+        } else {
+            Ok(())
+        };
         self.finalized.store(true, Ordering::Release);
         drop(self);
-        r
+        r.and(r2)
     }
 
     /// Validates `pe` and returns its index on this host.
@@ -310,12 +348,24 @@ impl World {
 
     #[cold]
     pub(crate) fn bad_pe(&self, call: &'static str, pe: usize) -> Error {
-        Error::invalid(call, format!("PE {pe} is out of range: the job has {} PEs (0..{})", self.n, self.n))
+        Error::invalid(
+            call,
+            format!(
+                "PE {pe} is out of range: the job has {} PEs (0..{})",
+                self.n, self.n
+            ),
+        )
     }
 
     /// Translates my symmetric `[addr, addr+len)` to PE `pe`'s copy, checking both.
     #[inline]
-    pub(crate) fn remote(&self, call: &'static str, addr: usize, len: usize, pe: usize) -> Result<usize> {
+    pub(crate) fn remote(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        pe: usize,
+    ) -> Result<usize> {
         let local = self.local_index(call, pe)?;
         let off = self.heap.check_range(call, addr, len)?;
         Ok(self.heap.peer_addr(local, off))
@@ -354,9 +404,14 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
         }
     };
     let votes = boot.allgather(&[want_gpu as u8])?;
-    let gpus: Vec<usize> = (0..votes.len()).filter(|&p| votes[p].first() == Some(&1)).collect();
+    let gpus: Vec<usize> = (0..votes.len())
+        .filter(|&p| votes[p].first() == Some(&1))
+        .collect();
     if !gpus.is_empty() && gpus.len() != votes.len() {
-        let cpus: Vec<String> = (0..votes.len()).filter(|p| !gpus.contains(p)).map(|p| p.to_string()).collect();
+        let cpus: Vec<String> = (0..votes.len())
+            .filter(|p| !gpus.contains(p))
+            .map(|p| p.to_string())
+            .collect();
         return Err(Error::Unsupported {
             call,
             reason: format!(
@@ -370,7 +425,10 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     }
     let ordinal = cfg.device.unwrap_or(node.me % count);
     if ordinal >= count {
-        return Err(Error::invalid(call, format!("RSHMEM_DEVICE={ordinal} but only {count} CUDA device(s) are visible")));
+        return Err(Error::invalid(
+            call,
+            format!("RSHMEM_DEVICE={ordinal} but only {count} CUDA device(s) are visible"),
+        ));
     }
     Gpu::open(ordinal).map(Some)
 }

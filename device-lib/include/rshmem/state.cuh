@@ -16,6 +16,12 @@
 
 // flags bits
 #define RSHMEM_STATE_FLAG_DEBUG 0x1ull
+// The PEs of this host are PEs (my_pe - my_local) .. (my_pe - my_local + n_local - 1) with local
+// indices 0 .. n_local-1 in that order, and every other PE is on another host (true of every
+// single-host job). Device calls then translate addresses without reading pe_local_table (the
+// table read is an L2 round trip after every acquire, which invalidates L1). Optional: without
+// it the table is used.
+#define RSHMEM_STATE_FLAG_CONTIGUOUS 0x2ull
 
 typedef struct rshmem_device_state {
     uint32_t version;          // RSHMEM_DEVICE_STATE_VERSION

@@ -13,7 +13,9 @@ typedef unsigned long long uint64_t;
 typedef unsigned long size_t;
 typedef long ptrdiff_t;
 #ifndef offsetof
-#define offsetof(T, f) __builtin_offsetof(T, f)
+// NVRTC's front end has no __builtin_offsetof; __INTADDR__ makes the classic form a constant
+// expression (usable in static_assert).
+#define offsetof(T, f) ((size_t)__INTADDR__(&(((T*)0)->f)))
 #endif
 #else
 #include <stddef.h>

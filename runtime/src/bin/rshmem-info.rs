@@ -9,7 +9,10 @@ fn main() {
     if markdown {
         out.push_str("| variable | type | default | meaning |\n|---|---|---|---|\n");
         for v in rshmem::config::all_env_vars() {
-            out.push_str(&format!("| `{}` | {} | {} | {} |\n", v.name, v.kind, v.default, v.help));
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                v.name, v.kind, v.default, v.help
+            ));
         }
     } else {
         out.push_str(&format!(
@@ -17,8 +20,13 @@ fn main() {
             env!("CARGO_PKG_VERSION")
         ));
         for v in rshmem::config::all_env_vars() {
-            let now = std::env::var(v.name).map(|s| format!(" (set: {s})")).unwrap_or_default();
-            out.push_str(&format!("  {:<28} {} [default: {}]{now}\n      {}\n", v.name, v.kind, v.default, v.help));
+            let now = std::env::var(v.name)
+                .map(|s| format!(" (set: {s})"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  {:<28} {} [default: {}]{now}\n      {}\n",
+                v.name, v.kind, v.default, v.help
+            ));
         }
     }
     // A closed pipe (`rshmem-info | head`) is not an error worth reporting.

@@ -1,5 +1,6 @@
-//! The device half of rshmem: the device state copied into user modules and the embedded
-//! header-only CUDA device library (`device-lib/include/rshmem/*.cuh`).
+//! The device half of rshmem: the device state copied into user modules, the embedded
+//! header-only CUDA device library (`device-lib/include/rshmem/*.cuh`), [`nvrtc`], which
+//! compiles user kernels against it, and [`module`], which loads them.
 
 pub mod module;
 pub mod nvrtc;
@@ -8,8 +9,46 @@ pub mod state;
 pub use state::DeviceState;
 
 /// The device library's headers, embedded so NVRTC can compile user kernels without the
-/// source tree: (include name, contents).
+/// source tree: (include name, contents). User code includes `rshmem/rshmem.cuh`.
 pub const HEADERS: &[(&str, &str)] = &[
-    ("rshmem/types.cuh", include_str!("../../../device-lib/include/rshmem/types.cuh")),
-    ("rshmem/state.cuh", include_str!("../../../device-lib/include/rshmem/state.cuh")),
+    (
+        "rshmem/types.cuh",
+        include_str!("../../../device-lib/include/rshmem/types.cuh"),
+    ),
+    (
+        "rshmem/state.cuh",
+        include_str!("../../../device-lib/include/rshmem/state.cuh"),
+    ),
+    (
+        "rshmem/ptx.cuh",
+        include_str!("../../../device-lib/include/rshmem/ptx.cuh"),
+    ),
+    (
+        "rshmem/util.cuh",
+        include_str!("../../../device-lib/include/rshmem/util.cuh"),
+    ),
+    (
+        "rshmem/rma.cuh",
+        include_str!("../../../device-lib/include/rshmem/rma.cuh"),
+    ),
+    (
+        "rshmem/amo.cuh",
+        include_str!("../../../device-lib/include/rshmem/amo.cuh"),
+    ),
+    (
+        "rshmem/sync.cuh",
+        include_str!("../../../device-lib/include/rshmem/sync.cuh"),
+    ),
+    (
+        "rshmem/signal.cuh",
+        include_str!("../../../device-lib/include/rshmem/signal.cuh"),
+    ),
+    (
+        "rshmem/barrier.cuh",
+        include_str!("../../../device-lib/include/rshmem/barrier.cuh"),
+    ),
+    (
+        "rshmem/rshmem.cuh",
+        include_str!("../../../device-lib/include/rshmem/rshmem.cuh"),
+    ),
 ];

@@ -24,7 +24,9 @@ pub struct Module {
 
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Module").field("has_state", &self.has_state).finish()
+        f.debug_struct("Module")
+            .field("has_state", &self.has_state)
+            .finish()
     }
 }
 
@@ -40,12 +42,23 @@ impl Module {
 
     /// Compiles `src` (which may `#include "rshmem/rshmem.cuh"`) for this GPU, loads it and
     /// installs the device state.
-    pub fn load(gpu: &Arc<Gpu>, src: &str, name: &str, state: &Mutex<DeviceState>) -> Result<Module> {
+    pub fn load(
+        gpu: &Arc<Gpu>,
+        src: &str,
+        name: &str,
+        state: &Mutex<DeviceState>,
+    ) -> Result<Module> {
         Self::load_with(gpu, src, name, &[], state)
     }
 
     /// [`load`](Module::load) with extra NVRTC options (e.g. `-DN=4`, `-lineinfo`).
-    pub fn load_with(gpu: &Arc<Gpu>, src: &str, name: &str, options: &[String], state: &Mutex<DeviceState>) -> Result<Module> {
+    pub fn load_with(
+        gpu: &Arc<Gpu>,
+        src: &str,
+        name: &str,
+        options: &[String],
+        state: &Mutex<DeviceState>,
+    ) -> Result<Module> {
         let opts = CompileOptions {
             arch: gpu.arch.clone(),
             options: options.to_vec(),
@@ -56,7 +69,11 @@ impl Module {
     }
 
     /// Loads an already compiled CUBIN/fatbin/PTX image and installs the device state.
-    pub fn from_cubin(gpu: &Arc<Gpu>, image: Vec<u8>, state: &Mutex<DeviceState>) -> Result<Module> {
+    pub fn from_cubin(
+        gpu: &Arc<Gpu>,
+        image: Vec<u8>,
+        state: &Mutex<DeviceState>,
+    ) -> Result<Module> {
         let call = "load_module";
         gpu.bind(call)?;
         let inner = gpu
@@ -99,11 +116,14 @@ impl Module {
                 ),
             ));
         }
-        self.gpu.stream.memcpy_htod(bytes, &mut view).map_err(|e| Error::Cuda {
-            call,
-            what: "installing the device state".into(),
-            code: format!("{e:?}"),
-        })?;
+        self.gpu
+            .stream
+            .memcpy_htod(bytes, &mut view)
+            .map_err(|e| Error::Cuda {
+                call,
+                what: "installing the device state".into(),
+                code: format!("{e:?}"),
+            })?;
         self.gpu.sync(call)?;
         Ok(true)
     }

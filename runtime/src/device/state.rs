@@ -79,6 +79,11 @@ impl DeviceState {
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: DeviceState is repr(C), Copy, and has no padding (asserted layout: every field
         // is naturally aligned and the offsets are contiguous), so all its bytes are initialized.
-        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            )
+        }
     }
 }

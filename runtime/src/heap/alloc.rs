@@ -51,7 +51,10 @@ impl Allocator {
 
     /// End of the highest live allocation (or `start`).
     pub fn top(&self) -> usize {
-        self.live.iter().next_back().map_or(self.start, |(o, (l, _))| o + l)
+        self.live
+            .iter()
+            .next_back()
+            .map_or(self.start, |(o, (l, _))| o + l)
     }
 
     /// Bytes currently allocated.

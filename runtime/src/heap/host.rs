@@ -44,14 +44,39 @@ impl Drop for Reservation {
 /// Reserves host address space: anywhere (`at == None`) or exactly at `at` (None if taken).
 pub fn reserve_host(at: Option<usize>, len: usize) -> Result<Option<Reservation>> {
     match at {
-        None => reserve_anywhere(len).map(Some),
+        None => {
+            // Try random high addresses first: the kernel's own choice (just below the other
+            // mappings) is where other processes' libraries and CUDA reservations tend to sit,
+            // so a random spot is far more likely to be free in every process of the host.
+            for _ in 0..8 {
+                if let Some(r) = random_hint(len).and_then(|a| reserve_at(a, len)) {
+                    return Ok(Some(r));
+                }
+            }
+            reserve_anywhere(len).map(Some)
+        }
         Some(a) => Ok(reserve_at(a, len)),
     }
 }
 
+/// A random GRANULE-aligned address in [16 TiB, 96 TiB) with room for `len` bytes (x86-64 user
+/// space ends at 128 TiB).
+fn random_hint(len: usize) -> Option<usize> {
+    const LO: usize = 16 << 40;
+    const HI: usize = 96 << 40;
+    if len >= HI - LO {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).ok()?;
+    let span = (HI - LO - len) / GRANULE;
+    Some(LO + (u64::from_le_bytes(b) as usize % span.max(1)) * GRANULE)
+}
+
 fn reserve_anywhere(len: usize) -> Result<Reservation> {
     let total = len + GRANULE;
-    let nz = NonZeroUsize::new(total).ok_or_else(|| Error::invalid("init", "empty heap reservation"))?;
+    let nz =
+        NonZeroUsize::new(total).ok_or_else(|| Error::invalid("init", "empty heap reservation"))?;
     // SAFETY: an anonymous PROT_NONE mapping at an address of the kernel's choosing touches no
     // existing memory.
     let p = unsafe {
@@ -78,7 +103,11 @@ fn reserve_anywhere(len: usize) -> Result<Reservation> {
             }
         }
     }
-    Ok(Reservation { base, len, gpu: false })
+    Ok(Reservation {
+        base,
+        len,
+        gpu: false,
+    })
 }
 
 fn reserve_at(addr: usize, len: usize) -> Option<Reservation> {
@@ -105,7 +134,27 @@ fn reserve_at(addr: usize, len: usize) -> Option<Reservation> {
 
 /// Reserves GPU virtual address space: anywhere or exactly at `at`.
 pub fn reserve_gpu(at: Option<usize>, len: usize) -> Result<Option<Reservation>> {
-    Ok(crate::cuda::reserve(len, GRANULE, at)?.map(|base| Reservation { base, len, gpu: true }))
+    if at.is_none() {
+        // As for host memory: propose a random spot first, then whatever the driver picks.
+        for _ in 0..8 {
+            if let Some(base) = random_hint(len)
+                .and_then(|a| crate::cuda::reserve(len, GRANULE, Some(a)).ok().flatten())
+            {
+                return Ok(Some(Reservation {
+                    base,
+                    len,
+                    gpu: true,
+                }));
+            }
+        }
+    }
+    Ok(
+        crate::cuda::reserve(len, GRANULE, at)?.map(|base| Reservation {
+            base,
+            len,
+            gpu: true,
+        }),
+    )
 }
 
 /// Collective over all PEs: reserves `len` bytes at the same address in every process of each
@@ -121,8 +170,12 @@ pub fn reserve_matching(
     let mut blockers = Vec::new();
     for round in 0..16 {
         let proposal = if me == 0 {
-            let r = reserve(None, len)?
-                .ok_or_else(|| Error::invalid("init", format!("could not reserve {len} bytes of address space")))?;
+            let r = reserve(None, len)?.ok_or_else(|| {
+                Error::invalid(
+                    "init",
+                    format!("could not reserve {len} bytes of address space"),
+                )
+            })?;
             let b = r.base;
             blockers.push(r);
             b
@@ -131,7 +184,11 @@ pub fn reserve_matching(
         };
         let all = boot.allgather(&(proposal as u64).to_le_bytes())?;
         let leader = u64_at(&all[local[0]]) as usize;
-        let mine = if me == 0 { blockers.pop() } else { reserve(Some(leader), len)? };
+        let mine = if me == 0 {
+            blockers.pop()
+        } else {
+            reserve(Some(leader), len)?
+        };
         let ok = mine.is_some();
         let oks = boot.allgather(&[ok as u8])?;
         if local.iter().all(|&p| oks[p].first() == Some(&1)) {
@@ -189,7 +246,10 @@ pub fn create_chunk(name: &str, len: usize) -> Result<OwnedFd> {
 /// this process (replacing its PROT_NONE pages).
 pub fn map_chunk(fd: &OwnedFd, addr: usize, len: usize, res: &Reservation) -> Result<()> {
     if addr < res.base || addr + len > res.base + res.len {
-        return Err(Error::invalid("malloc", "heap chunk outside the reservation"));
+        return Err(Error::invalid(
+            "malloc",
+            "heap chunk outside the reservation",
+        ));
     }
     let (Some(a), Some(l)) = (NonZeroUsize::new(addr), NonZeroUsize::new(len)) else {
         return Err(Error::invalid("malloc", "empty heap chunk"));

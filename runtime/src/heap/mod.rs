@@ -90,13 +90,20 @@ impl Heap {
         limit: usize,
         initial: usize,
     ) -> Result<Self> {
-        let slice = round_up(limit.saturating_add(INTERNAL_SIZE).max(INTERNAL_SIZE + GRANULE), GRANULE);
+        let slice = round_up(
+            limit
+                .saturating_add(INTERNAL_SIZE)
+                .max(INTERNAL_SIZE + GRANULE),
+            GRANULE,
+        );
         let n_local = node.len();
-        let total = slice
-            .checked_mul(n_local)
-            .ok_or_else(|| Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows"))?;
+        let total = slice.checked_mul(n_local).ok_or_else(|| {
+            Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows")
+        })?;
         let res = match &backing {
-            Backing::Host => host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_host)?,
+            Backing::Host => {
+                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_host)?
+            }
             Backing::Cuda(g) => {
                 g.bind("init")?;
                 host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_gpu)?
@@ -122,20 +129,32 @@ impl Heap {
     }
 
     /// Maps `[mapped, new_end)` in every local slice. Collective over the host's PEs.
-    fn grow_to(&self, node: &Node, live: &Liveness, call: &'static str, new_end: usize) -> Result<()> {
+    fn grow_to(
+        &self,
+        node: &Node,
+        live: &Liveness,
+        call: &'static str,
+        new_end: usize,
+    ) -> Result<()> {
         let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
         let old = self.mapped.load(Ordering::Acquire);
         let len = new_end - old;
         let mine = self.my_base + old;
         let fd = match &self.backing {
             Backing::Host => {
-                let fd = host::create_chunk(&format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no), len)?;
+                let fd = host::create_chunk(
+                    &format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no),
+                    len,
+                )?;
                 host::map_chunk(&fd, mine, len, &self.res)?;
                 fd
             }
             Backing::Cuda(g) => {
                 let fd = crate::cuda::create_and_map(g, mine, len)?;
-                self.gpu_maps.lock().map_err(|_| poisoned(call))?.push((mine, len));
+                self.gpu_maps
+                    .lock()
+                    .map_err(|_| poisoned(call))?
+                    .push((mine, len));
                 fd
             }
         };
@@ -147,7 +166,10 @@ impl Heap {
                     Backing::Host => host::map_chunk(pfd, at, len, &self.res)?,
                     Backing::Cuda(g) => {
                         crate::cuda::import_and_map(g, pfd, at, len)?;
-                        self.gpu_maps.lock().map_err(|_| poisoned(call))?.push((at, len));
+                        self.gpu_maps
+                            .lock()
+                            .map_err(|_| poisoned(call))?
+                            .push((at, len));
                     }
                 }
             }
@@ -164,7 +186,29 @@ impl Heap {
 
     /// Allocates `size` bytes at `align`, growing the heap collectively when needed. Returns the
     /// offset. Deterministic: same calls on every PE give the same offset.
-    pub fn alloc(&self, node: &Node, live: &Liveness, call: &'static str, size: usize, align: usize) -> Result<usize> {
+    pub fn alloc(
+        &self,
+        node: &Node,
+        live: &Liveness,
+        call: &'static str,
+        size: usize,
+        align: usize,
+    ) -> Result<usize> {
+        if size > self.slice - INTERNAL_SIZE || align > self.slice - INTERNAL_SIZE {
+            return Err(Error::OutOfMemory {
+                call,
+                requested: size,
+                reason: format!(
+                    "{} exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
+                    if size > self.slice - INTERNAL_SIZE {
+                        "the size"
+                    } else {
+                        "the alignment"
+                    },
+                    self.slice - INTERNAL_SIZE
+                ),
+            });
+        }
         loop {
             let need = {
                 let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
@@ -195,7 +239,10 @@ impl Heap {
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         let n = a.free(off).ok_or_else(|| Error::NotSymmetric {
             call,
-            reason: format!("address {:#x} is not the start of a live allocation", self.my_base + off),
+            reason: format!(
+                "address {:#x} is not the start of a live allocation",
+                self.my_base + off
+            ),
         })?;
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(n)
@@ -203,6 +250,16 @@ impl Heap {
 
     /// Resizes in place if possible.
     pub fn resize_in_place(&self, call: &'static str, off: usize, size: usize) -> Result<bool> {
+        if size > self.slice - INTERNAL_SIZE {
+            return Err(Error::OutOfMemory {
+                call,
+                requested: size,
+                reason: format!(
+                    "exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
+                    self.slice - INTERNAL_SIZE
+                ),
+            });
+        }
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         let ok = a.resize_in_place(off, size);
         if ok {
@@ -274,7 +331,13 @@ impl Heap {
     }
 
     #[cold]
-    fn check_range_slow(&self, call: &'static str, addr: usize, len: usize, gen: u64) -> Result<usize> {
+    fn check_range_slow(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        gen: u64,
+    ) -> Result<usize> {
         let mapped = self.mapped();
         if addr < self.my_base + INTERNAL_SIZE || addr >= self.my_base + mapped {
             return Err(Error::NotSymmetric {

@@ -92,7 +92,15 @@ impl Transport {
 
     /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `addr`; returns the old value.
     #[inline]
-    pub fn amo(&self, call: &'static str, op: AmoOp, addr: usize, size: usize, value: u64, cond: u64) -> Result<u64> {
+    pub fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        addr: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
         match self {
             // SAFETY: the caller checked alignment and that the word is in a live allocation.
             Transport::Shm => Ok(unsafe { shm::amo(op, addr, size, value, cond) }),

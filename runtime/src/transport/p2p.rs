@@ -52,7 +52,12 @@ impl P2p {
         gpu.bind("init")?;
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer; 64 bytes of pinned memory.
-        check(unsafe { sys::cuMemHostAlloc(&mut p, 64, 0) }, "init", "cuMemHostAlloc")?;
+        check(
+            // SAFETY: valid out-pointer; 64 bytes of pinned memory.
+            unsafe { sys::cuMemHostAlloc(&mut p, 64, 0) },
+            "init",
+            "cuMemHostAlloc",
+        )?;
         Ok(P2p {
             gpu,
             result: Mutex::new(Pinned(p.cast())),
@@ -82,6 +87,7 @@ impl P2p {
         self.gpu.bind(call)?;
         // SAFETY: as in put, reversed; the sync below completes the copy before dst is used.
         check(
+            // SAFETY: as in put, reversed; the sync below completes the copy before dst is used.
             unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as u64, n, self.stream()) },
             call,
             "copying from the GPU heap",
@@ -104,7 +110,12 @@ impl P2p {
     pub fn zero(&self, call: &'static str, dst: usize, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
         // SAFETY: checked, mapped heap range.
-        check(unsafe { sys::cuMemsetD8Async(dst as u64, 0, n, self.stream()) }, call, "zeroing GPU heap memory")?;
+        check(
+            // SAFETY: checked, mapped heap range.
+            unsafe { sys::cuMemsetD8Async(dst as u64, 0, n, self.stream()) },
+            call,
+            "zeroing GPU heap memory",
+        )?;
         self.gpu.sync(call)
     }
 
@@ -116,7 +127,8 @@ impl P2p {
     /// The internal kernels, compiled on first use.
     pub fn internal(&self, call: &'static str) -> Result<&Module> {
         let m = self.internal.get_or_init(|| {
-            Module::load(&self.gpu, INTERNAL_KERNELS, "rshmem_internal", &self.state).map_err(|e| e.to_string())
+            Module::load(&self.gpu, INTERNAL_KERNELS, "rshmem_internal", &self.state)
+                .map_err(|e| e.to_string())
         });
         m.as_ref().map_err(|e| Error::Unsupported {
             call,
@@ -130,7 +142,21 @@ impl P2p {
     }
 
     /// Runs one atomic on a GPU heap word from the host; returns the old value.
-    pub fn amo(&self, call: &'static str, op: AmoOp, addr: usize, size: usize, value: u64, cond: u64) -> Result<u64> {
+    pub fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        addr: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        if op == AmoOp::Fetch {
+            // An aligned 4/8-byte copy is a single access: atomic, and cheaper than a kernel.
+            let mut w = 0u64;
+            self.get(call, (&mut w as *mut u64).cast(), addr, size)?;
+            return Ok(w);
+        }
         let m = self.internal(call)?;
         let res = self.result.lock().map_err(|_| Error::State {
             call,

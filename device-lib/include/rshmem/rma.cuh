@@ -1,0 +1,338 @@
+// rshmem device library: remote memory access (p, g, put, get, putmem, getmem and _nbi forms)
+// in thread, warp and block scope.
+//
+// All calls are one-sided: only the calling PE takes part. PEs of this host are reached by
+// loads and stores over NVLink (see util.cuh for the translation).
+//
+// Completion and ordering (load/store transport):
+//   * put / putmem return once the source may be reused (every source byte has been read);
+//     the stores to the destination are issued but their visibility to other PEs is only
+//     guaranteed after rshmem_quiet (or a barrier), or to a PE that synchronizes with a later
+//     release of this PE (put_signal, rshmem_fence + rshmem_TYPE_p / atomics, barrier).
+//   * get / getmem return with the data in the destination.
+//   * _nbi forms behave the same on this transport (they may not on later ones: complete them
+//     with rshmem_quiet before reusing the source or reading the destination).
+//   * p is a single strong (relaxed, system-scope) store, g a single strong load: never torn,
+//     never cached, so polling with g sees new values; neither orders other accesses.
+//   * No ordering between separate puts to the same PE without rshmem_fence.
+//
+// Scopes: the plain names are thread scope. _warp / _block: every thread of the warp / block
+// calls with the same arguments and the threads share the copy; the call begins and ends with a
+// warp / block barrier (__syncwarp / __syncthreads), so the source may be written by any thread
+// of the group before the call and reused by any thread after it.
+#pragma once
+
+#include "rshmem/util.cuh"
+
+namespace rshmem_detail {
+
+// ---------------------------------------------------------------------------------------------
+// The copy engine. The side that crosses NVLink (destination of a put, source of a get) is
+// accessed with 16-byte aligned vectors; the other side with the widest accesses the relative
+// alignment of the two pointers allows (16, 8, 4, 2 or 1 bytes). Bytes before the first aligned
+// 16-byte boundary (head) and after the last (tail) are copied one byte per thread. Every thread
+// keeps UNROLL 16-byte loads in flight before it stores them.
+
+union vec16 {
+    uint4 v;
+    uint64_t d[2];
+    uint32_t w[4];
+    uint16_t h[8];
+    uint8_t b[16];
+};
+
+// Loads 16 bytes at p, which is aligned to G bytes. REMOTE: p is another GPU's memory (always
+// 16-byte aligned here): loaded with ld.global.cg, which does not allocate in L1, so every get
+// fetches the data over NVLink instead of returning a copy an earlier get left in L1.
+template <int G, bool REMOTE>
+static __device__ __forceinline__ vec16 load16(const char* p) {
+    vec16 r;
+    if constexpr (REMOTE) {
+        static_assert(G == 16, "remote loads are 16-byte aligned");
+        r.v = __ldcg((const uint4*)p);
+    } else if constexpr (G == 16) {
+        r.v = *(const uint4*)p;
+    } else if constexpr (G == 8) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) r.d[i] = ((const uint64_t*)p)[i];
+    } else if constexpr (G == 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r.w[i] = ((const uint32_t*)p)[i];
+    } else if constexpr (G == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) r.h[i] = ((const uint16_t*)p)[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) r.b[i] = ((const uint8_t*)p)[i];
+    }
+    return r;
+}
+
+// Stores 16 bytes at p, which is aligned to G bytes. REMOTE: p is another GPU's memory (always
+// 16-byte aligned here), stored with st.global (generic stores are slower over NVLink).
+template <int G, bool REMOTE>
+static __device__ __forceinline__ void store16(char* p, const vec16& r) {
+    if constexpr (REMOTE) {
+        static_assert(G == 16, "remote stores are 16-byte aligned");
+        __stwb((uint4*)p, r.v);
+    } else if constexpr (G == 16) {
+        *(uint4*)p = r.v;
+    } else if constexpr (G == 8) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ((uint64_t*)p)[i] = r.d[i];
+    } else if constexpr (G == 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ((uint32_t*)p)[i] = r.w[i];
+    } else if constexpr (G == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ((uint16_t*)p)[i] = r.h[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) ((uint8_t*)p)[i] = r.b[i];
+    }
+}
+
+// Chunks in flight per thread (each thread issues this many 16-byte loads before it stores
+// them) when both sides allow 4-byte or wider accesses; 4 by default (16 registers of data). The
+// whole engine then fits in 56 registers, so kernels of 1024 threads can call the block-scope
+// copies. 2- and 1-byte pieces need 8 and 16 registers per chunk, so those paths use at most 4
+// and 2. A module may define RSHMEM_COPY_UNROLL (1..8) before including rshmem.cuh.
+#ifndef RSHMEM_COPY_UNROLL
+#define RSHMEM_COPY_UNROLL 4
+#endif
+static_assert(RSHMEM_COPY_UNROLL >= 1 && RSHMEM_COPY_UNROLL <= 8, "RSHMEM_COPY_UNROLL: 1..8");
+
+template <int G>
+struct copy_unroll {
+    static constexpr int value =
+        G >= 4 ? RSHMEM_COPY_UNROLL
+               : (G == 2 ? (RSHMEM_COPY_UNROLL < 4 ? RSHMEM_COPY_UNROLL : 4)
+                         : (RSHMEM_COPY_UNROLL < 2 ? RSHMEM_COPY_UNROLL : 2));
+};
+
+// Copies nvec 16-byte chunks; dst is aligned to GD bytes, src to GS bytes; REMOTE_SRC: src is
+// the remote side (a get), else dst is (a put). The chunks are taken in rounds of size * U:
+// thread `rank` takes chunks rank, rank + size, ... of a round, so a warp touches 512 contiguous
+// bytes per access, and issues all its U loads before its first store. Groups start at
+// different rounds (round salt % rounds, then wrapping around): when many blocks copy adjacent
+// pieces at once, their accesses then spread over the target's memory channels instead of
+// marching in step at the same offset of each piece (about 6% more NVLink bandwidth on H200).
+template <int GD, int GS, bool REMOTE_SRC>
+static __device__ __forceinline__ void copy_chunks(char* dst, const char* src, size_t nvec,
+                                                   uint32_t rank, uint32_t size, uint32_t salt) {
+    constexpr int U = copy_unroll<(GD < GS ? GD : GS)>::value;
+    const size_t step = (size_t)size * 16;  // bytes between this thread's chunks in a round
+    const size_t round_bytes = step * U;
+    const size_t rounds = nvec / ((size_t)size * U);
+    const size_t total = rounds * round_bytes;
+    if (rounds != 0) {
+        const uint32_t nr = rounds < 0xffffffffu ? (uint32_t)rounds : 0xffffffffu;
+        size_t off = (size_t)(salt % nr) * round_bytes;  // this group's first round
+        const char* s0 = src + (size_t)rank * 16;
+        char* d0 = dst + (size_t)rank * 16;
+        for (size_t done = 0; done < rounds; ++done) {
+            vec16 v[U];
+            const char* s = s0 + off;
+#pragma unroll
+            for (int k = 0; k < U; ++k, s += step) v[k] = load16<GS, REMOTE_SRC>(s);
+            char* d = d0 + off;
+#pragma unroll
+            for (int k = 0; k < U; ++k, d += step) store16<GD, !REMOTE_SRC>(d, v[k]);
+            off += round_bytes;
+            if (off == total) off = 0;
+        }
+    }
+    for (size_t i = rounds * ((size_t)size * U) + rank; i < nvec; i += size) {
+        store16<GD, !REMOTE_SRC>(dst + i * 16, load16<GS, REMOTE_SRC>(src + i * 16));
+    }
+}
+
+// Copies n bytes from src to dst cooperatively (thread rank of size). The remote side (dst if
+// remote_dst, else src) gets the aligned 16-byte accesses. Inlined into the (not inlined)
+// putmem / getmem / putmem_signal of each scope, so a module holds at most nine copies of it.
+static __device__ __forceinline__ void copy_bytes(char* dst, const char* src, size_t n,
+                                                  bool remote_dst, uint32_t rank, uint32_t size,
+                                                  uint32_t salt) {
+    uint64_t a = remote_dst ? (uint64_t)dst : (uint64_t)src;
+    size_t head = (size_t)((16u - (uint32_t)(a & 15u)) & 15u);
+    if (head > n) head = n;
+    for (size_t i = rank; i < head; i += size) dst[i] = src[i];
+    dst += head;
+    src += head;
+    n -= head;
+    size_t nvec = n >> 4;
+    if (nvec != 0) {
+        // One side is now 16-byte aligned; the other's low 4 bits give the common alignment.
+        uint32_t rel = (uint32_t)(((uint64_t)dst ^ (uint64_t)src) & 15u);
+        if (remote_dst) {
+            if (rel == 0) copy_chunks<16, 16, false>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 7u) == 0) copy_chunks<16, 8, false>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 3u) == 0) copy_chunks<16, 4, false>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 1u) == 0) copy_chunks<16, 2, false>(dst, src, nvec, rank, size, salt);
+            else copy_chunks<16, 1, false>(dst, src, nvec, rank, size, salt);
+        } else {
+            if (rel == 0) copy_chunks<16, 16, true>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 7u) == 0) copy_chunks<8, 16, true>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 3u) == 0) copy_chunks<4, 16, true>(dst, src, nvec, rank, size, salt);
+            else if ((rel & 1u) == 0) copy_chunks<2, 16, true>(dst, src, nvec, rank, size, salt);
+            else copy_chunks<1, 16, true>(dst, src, nvec, rank, size, salt);
+        }
+    }
+    size_t done = nvec << 4;
+    for (size_t i = done + rank; i < n; i += size) dst[i] = src[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls. The bulk calls are not inlined either: every typed put / get of a scope shares one
+// instance of putmem<S> / getmem<S>.
+
+template <class S>
+static __device__ __noinline__ void putmem(const char* call, void* dest, const void* src,
+                                              size_t nbytes, int pe) {
+    S::sync();
+    const bool say = S::rank() == 0;
+    if (debug()) {
+        check_pe(call, pe, say);
+        check_sym(call, "destination", dest, nbytes, say);
+    }
+    if (nbytes != 0) {
+        char* d = translate(call, (char*)dest, pe, say);
+        copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size(), S::salt());
+    }
+    S::sync();
+}
+
+template <class S>
+static __device__ __noinline__ void getmem(const char* call, void* dest, const void* src,
+                                              size_t nbytes, int pe) {
+    S::sync();
+    const bool say = S::rank() == 0;
+    if (debug()) {
+        check_pe(call, pe, say);
+        check_sym(call, "source", src, nbytes, say);
+    }
+    if (nbytes != 0) {
+        const char* s = translate(call, (const char*)src, pe, say);
+        copy_bytes((char*)dest, s, nbytes, false, S::rank(), S::size(), S::salt());
+    }
+    S::sync();
+}
+
+template <class S, typename T>
+static __device__ __forceinline__ void put(const char* call, T* dest, const T* src, size_t nelems,
+                                           int pe) {
+    size_t nbytes = nelems * sizeof(T);
+    if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
+    putmem<S>(call, dest, src, nbytes, pe);
+}
+
+template <class S, typename T>
+static __device__ __forceinline__ void get(const char* call, T* dest, const T* src, size_t nelems,
+                                           int pe) {
+    size_t nbytes = nelems * sizeof(T);
+    if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
+    getmem<S>(call, dest, src, nbytes, pe);
+}
+
+template <typename T>
+static __device__ __forceinline__ void p(const char* call, T* dest, T value, int pe) {
+    if (debug()) {
+        check_pe(call, pe, true);
+        check_sym(call, "destination", dest, sizeof(T), true);
+        check_align(call, "destination", dest, sizeof(T), true);
+    }
+    st_relaxed_sys(translate(call, dest, pe, true), value);
+}
+
+template <typename T>
+static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
+    if (debug()) {
+        check_pe(call, pe, true);
+        check_sym(call, "source", src, sizeof(T), true);
+        check_align(call, "source", src, sizeof(T), true);
+    }
+    return ld_relaxed_sys(translate(call, src, pe, true));
+}
+
+}  // namespace rshmem_detail
+
+// ---------------------------------------------------------------------------------------------
+// Untyped: putmem / getmem (bytes).
+
+#define RSHMEM_DEFINE_MEM_SCOPE(SUFFIX, SCOPE)                                                   \
+    /* Copies nbytes from local src to dest on PE pe. One-sided; see the top of rma.cuh. */      \
+    static __device__ __forceinline__ void rshmem_putmem##SUFFIX(void* dest, const void* src,    \
+                                                                 size_t nbytes, int pe) {        \
+        rshmem_detail::putmem<rshmem_detail::SCOPE>("rshmem_putmem" #SUFFIX, dest, src, nbytes,  \
+                                                    pe);                                         \
+    }                                                                                            \
+    /* Non-blocking putmem: complete with rshmem_quiet. */                                       \
+    static __device__ __forceinline__ void rshmem_putmem_nbi##SUFFIX(                            \
+        void* dest, const void* src, size_t nbytes, int pe) {                                    \
+        rshmem_detail::putmem<rshmem_detail::SCOPE>("rshmem_putmem_nbi" #SUFFIX, dest, src,      \
+                                                    nbytes, pe);                                 \
+    }                                                                                            \
+    /* Copies nbytes from src on PE pe to local dest; returns with the data in dest. */          \
+    static __device__ __forceinline__ void rshmem_getmem##SUFFIX(void* dest, const void* src,    \
+                                                                 size_t nbytes, int pe) {        \
+        rshmem_detail::getmem<rshmem_detail::SCOPE>("rshmem_getmem" #SUFFIX, dest, src, nbytes,  \
+                                                    pe);                                         \
+    }                                                                                            \
+    /* Non-blocking getmem: dest is valid after rshmem_quiet. */                                 \
+    static __device__ __forceinline__ void rshmem_getmem_nbi##SUFFIX(                            \
+        void* dest, const void* src, size_t nbytes, int pe) {                                    \
+        rshmem_detail::getmem<rshmem_detail::SCOPE>("rshmem_getmem_nbi" #SUFFIX, dest, src,      \
+                                                    nbytes, pe);                                 \
+    }
+
+RSHMEM_DEFINE_MEM_SCOPE(, thread_scope)
+RSHMEM_DEFINE_MEM_SCOPE(_warp, warp_scope)
+RSHMEM_DEFINE_MEM_SCOPE(_block, block_scope)
+
+// ---------------------------------------------------------------------------------------------
+// Typed: rshmem_TYPE_p / _g (thread scope) and rshmem_TYPE_put / _get (+ _nbi) in each scope.
+
+#define RSHMEM_DEFINE_RMA_SCOPE(NAME, T, SUFFIX, SCOPE)                                          \
+    /* Copies nelems elements from local src to dest on PE pe. One-sided. */                    \
+    static __device__ __forceinline__ void rshmem_##NAME##_put##SUFFIX(T* dest, const T* src,    \
+                                                                       size_t nelems, int pe) {  \
+        rshmem_detail::put<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_put" #SUFFIX, dest, src,   \
+                                                    nelems, pe);                                 \
+    }                                                                                            \
+    /* Non-blocking put: complete with rshmem_quiet. */                                          \
+    static __device__ __forceinline__ void rshmem_##NAME##_put_nbi##SUFFIX(                      \
+        T* dest, const T* src, size_t nelems, int pe) {                                          \
+        rshmem_detail::put<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_put_nbi" #SUFFIX, dest,    \
+                                                    src, nelems, pe);                            \
+    }                                                                                            \
+    /* Copies nelems elements from src on PE pe to local dest; returns with the data. */         \
+    static __device__ __forceinline__ void rshmem_##NAME##_get##SUFFIX(T* dest, const T* src,    \
+                                                                       size_t nelems, int pe) {  \
+        rshmem_detail::get<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_get" #SUFFIX, dest, src,   \
+                                                    nelems, pe);                                 \
+    }                                                                                            \
+    /* Non-blocking get: dest is valid after rshmem_quiet. */                                    \
+    static __device__ __forceinline__ void rshmem_##NAME##_get_nbi##SUFFIX(                      \
+        T* dest, const T* src, size_t nelems, int pe) {                                          \
+        rshmem_detail::get<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_get_nbi" #SUFFIX, dest,    \
+                                                    src, nelems, pe);                            \
+    }
+
+#define RSHMEM_DEFINE_RMA(NAME, T)                                                               \
+    /* Stores one element into dest on PE pe (strong relaxed store at system scope). */          \
+    static __device__ __forceinline__ void rshmem_##NAME##_p(T* dest, T value, int pe) {         \
+        rshmem_detail::p<T>("rshmem_" #NAME "_p", dest, value, pe);                              \
+    }                                                                                            \
+    /* Loads one element from src on PE pe (strong relaxed load at system scope). */             \
+    static __device__ __forceinline__ T rshmem_##NAME##_g(const T* src, int pe) {                \
+        return rshmem_detail::g<T>("rshmem_" #NAME "_g", src, pe);                               \
+    }                                                                                            \
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, , thread_scope)                                             \
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _warp, warp_scope)                                          \
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _block, block_scope)
+
+RSHMEM_FOR_RMA_TYPES(RSHMEM_DEFINE_RMA)
+
+#undef RSHMEM_DEFINE_MEM_SCOPE
+#undef RSHMEM_DEFINE_RMA_SCOPE
+#undef RSHMEM_DEFINE_RMA

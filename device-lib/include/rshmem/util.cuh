@@ -1,0 +1,361 @@
+// rshmem device library: PE queries, address translation, argument checks, wait timeouts and
+// the thread / warp / block scopes the cooperative calls are written against.
+//
+// Translation (see state.cuh): local PE j's slice of the GPU heap is
+// [heap_base + j*slice, heap_base + (j+1)*slice) at the same virtual address in every process of
+// the host, so this PE's symmetric address p names PE pe's copy at
+//     p + (local(pe) - my_local) * slice,   local(pe) = ((int32_t*)pe_local_table)[pe]
+// (or pe - (my_pe - my_local) when the state says the host's PEs are contiguous).
+// local(pe) == -1 means PE pe is on another host and cannot be reached by load/store; the device
+// library has no proxy yet, so such a call traps with a message (in every build).
+//
+// Checks: with RSHMEM_STATE_FLAG_DEBUG set in rshmem_state.flags, every call checks its PE
+// argument (0 <= pe < n_pes) and that each symmetric range lies in this PE's user heap
+// [my slice + heap_user_start, my slice + heap_mapped); on failure it prints
+//     rshmem: <call> on PE <me>: <cause>
+// and executes __trap(), which aborts the kernel (the host sees an error on its next
+// synchronization). In cooperative (warp/block) calls every thread checks, one thread prints.
+#pragma once
+
+#include "rshmem/state.cuh"
+#include "rshmem/ptx.cuh"
+
+#if !defined(__CUDACC_RTC__)
+#include <stdio.h>  // device printf under nvcc (NVRTC declares it itself)
+#endif
+
+// Comparison operators of the wait/test calls (values match the host API's Cmp order).
+#define RSHMEM_CMP_EQ 0
+#define RSHMEM_CMP_NE 1
+#define RSHMEM_CMP_GT 2
+#define RSHMEM_CMP_GE 3
+#define RSHMEM_CMP_LT 4
+#define RSHMEM_CMP_LE 5
+
+// Signal operations of put_signal / signal_op (values match the host API's SignalOp order).
+#define RSHMEM_SIGNAL_SET 0
+#define RSHMEM_SIGNAL_ADD 1
+
+// Largest size_t: what wait_until_any / test_any return when no element can be chosen.
+#define RSHMEM_SIZE_MAX (~(size_t)0)
+
+// The element types, as (name, type) pairs, for code that wants to expand something per type.
+// Standard RMA types (p, g, put, get, put_signal).
+#define RSHMEM_FOR_RMA_TYPES(X)                                                                  \
+    X(char, char)                                                                                \
+    X(schar, signed char)                                                                        \
+    X(short, short)                                                                              \
+    X(int, int)                                                                                  \
+    X(long, long)                                                                                \
+    X(longlong, long long)                                                                       \
+    X(uchar, unsigned char)                                                                      \
+    X(ushort, unsigned short)                                                                    \
+    X(uint, unsigned int)                                                                        \
+    X(ulong, unsigned long)                                                                      \
+    X(ulonglong, unsigned long long)                                                             \
+    X(int8, int8_t)                                                                              \
+    X(int16, int16_t)                                                                            \
+    X(int32, int32_t)                                                                            \
+    X(int64, int64_t)                                                                            \
+    X(uint8, uint8_t)                                                                            \
+    X(uint16, uint16_t)                                                                          \
+    X(uint32, uint32_t)                                                                          \
+    X(uint64, uint64_t)                                                                          \
+    X(size, size_t)                                                                              \
+    X(ptrdiff, ptrdiff_t)                                                                        \
+    X(float, float)                                                                              \
+    X(double, double)
+
+// Standard AMO types (every atomic but the bitwise ones) and the point-to-point wait/test types.
+#define RSHMEM_FOR_AMO_TYPES(X)                                                                  \
+    X(int, int)                                                                                  \
+    X(long, long)                                                                                \
+    X(longlong, long long)                                                                       \
+    X(uint, unsigned int)                                                                        \
+    X(ulong, unsigned long)                                                                      \
+    X(ulonglong, unsigned long long)                                                             \
+    X(int32, int32_t)                                                                            \
+    X(int64, int64_t)                                                                            \
+    X(uint32, uint32_t)                                                                          \
+    X(uint64, uint64_t)                                                                          \
+    X(size, size_t)                                                                              \
+    X(ptrdiff, ptrdiff_t)
+
+// Extended AMO types beyond the standard ones (fetch, set, swap only).
+#define RSHMEM_FOR_AMO_FLOAT_TYPES(X)                                                            \
+    X(float, float)                                                                              \
+    X(double, double)
+
+// Bitwise AMO types (fetch_and/or/xor, and/or/xor).
+#define RSHMEM_FOR_AMO_BITWISE_TYPES(X)                                                          \
+    X(uint, unsigned int)                                                                        \
+    X(ulong, unsigned long)                                                                      \
+    X(ulonglong, unsigned long long)                                                             \
+    X(int32, int32_t)                                                                            \
+    X(int64, int64_t)                                                                            \
+    X(uint32, uint32_t)                                                                          \
+    X(uint64, uint64_t)
+
+// Point-to-point synchronization types (wait_until*, test*).
+#define RSHMEM_FOR_WAIT_TYPES(X) RSHMEM_FOR_AMO_TYPES(X)
+
+// This PE's number. Thread scope, local, no memory access beyond the constant bank.
+static __device__ __forceinline__ int rshmem_my_pe(void) {
+    return rshmem_state.my_pe;
+}
+
+// Number of PEs in the job. Thread scope, local.
+static __device__ __forceinline__ int rshmem_n_pes(void) {
+    return rshmem_state.n_pes;
+}
+
+namespace rshmem_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Scopes. A cooperative call is made by every thread of the group with the same arguments;
+// rank() numbers the threads 0..size()-1 and sync() is a barrier of the group that also orders
+// memory among its threads (bar.sync / bar.warp.sync).
+
+static __device__ __forceinline__ uint32_t block_thread_id() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+static __device__ __forceinline__ uint32_t block_threads() {
+    return blockDim.x * blockDim.y * blockDim.z;
+}
+
+static __device__ __forceinline__ uint32_t grid_block_id() {
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+// salt(): a number shared by the threads of one group and different between groups, used to
+// start concurrent bulk copies at different places (see copy_chunks).
+struct thread_scope {
+    static __device__ __forceinline__ uint32_t rank() { return 0; }
+    static __device__ __forceinline__ uint32_t size() { return 1; }
+    static __device__ __forceinline__ void sync() {}
+    static __device__ __forceinline__ uint32_t salt() {
+        return grid_block_id() * block_threads() + block_thread_id();
+    }
+};
+
+// A warp: the threads with linear block thread ids 32k..32k+31 (fewer in a partial last warp).
+struct warp_scope {
+    static __device__ __forceinline__ uint32_t rank() { return laneid(); }
+    static __device__ __forceinline__ uint32_t size() {
+        uint32_t left = block_threads() - (block_thread_id() & ~31u);
+        return left < 32u ? left : 32u;
+    }
+    static __device__ __forceinline__ void sync() {
+        uint32_t n = size();
+        __syncwarp(n == 32u ? 0xffffffffu : ((1u << n) - 1u));
+    }
+    static __device__ __forceinline__ uint32_t salt() {
+        return grid_block_id() * ((block_threads() + 31u) / 32u) + block_thread_id() / 32u;
+    }
+};
+
+struct block_scope {
+    static __device__ __forceinline__ uint32_t rank() { return block_thread_id(); }
+    static __device__ __forceinline__ uint32_t size() { return block_threads(); }
+    static __device__ __forceinline__ void sync() { __syncthreads(); }
+    static __device__ __forceinline__ uint32_t salt() { return grid_block_id(); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// State queries.
+
+static __device__ __forceinline__ bool debug() {
+    return (rshmem_state.flags & RSHMEM_STATE_FLAG_DEBUG) != 0;
+}
+
+// Start of this PE's slice.
+static __device__ __forceinline__ uint64_t my_slice() {
+    return rshmem_state.heap_base + (uint64_t)(int64_t)rshmem_state.my_local * rshmem_state.slice;
+}
+
+// Start of local PE j's slice.
+static __device__ __forceinline__ uint64_t slice_of(int j) {
+    return rshmem_state.heap_base + (uint64_t)(int64_t)j * rshmem_state.slice;
+}
+
+// The PE number of local index j (scans the table; for messages only).
+static __device__ int pe_of_local(int j) {
+    const int32_t* table = (const int32_t*)rshmem_state.pe_local_table;
+    for (int pe = 0; pe < rshmem_state.n_pes; ++pe) {
+        if (table[pe] == j) return pe;
+    }
+    return -1;
+}
+
+static __device__ __forceinline__ const char* cmp_name(int cmp) {
+    switch (cmp) {
+        case RSHMEM_CMP_EQ: return "==";
+        case RSHMEM_CMP_NE: return "!=";
+        case RSHMEM_CMP_GT: return ">";
+        case RSHMEM_CMP_GE: return ">=";
+        case RSHMEM_CMP_LT: return "<";
+        case RSHMEM_CMP_LE: return "<=";
+        default: return "(invalid comparison)";
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks. `say` selects the thread that prints (all threads trap).
+
+static __device__ __noinline__ void fail_pe(const char* call, int pe, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: PE %d is out of range (the job has PEs 0..%d)\n", call,
+               rshmem_state.my_pe, pe, rshmem_state.n_pes - 1);
+    }
+    __trap();
+}
+
+static __device__ __forceinline__ void check_pe(const char* call, int pe, bool say) {
+    if (pe < 0 || pe >= rshmem_state.n_pes) fail_pe(call, pe, say);
+}
+
+static __device__ __noinline__ void fail_range(const char* call, const char* what, const void* p,
+                                               size_t nbytes, bool say) {
+    if (say) {
+        uint64_t lo = my_slice() + rshmem_state.heap_user_start;
+        uint64_t hi = my_slice() + rshmem_state.heap_mapped;
+        printf("rshmem: %s on PE %d: %s [%p, +%llu bytes) is not inside this PE's symmetric heap "
+               "[0x%llx, 0x%llx) (only addresses from rshmem's allocation calls are symmetric)\n",
+               call, rshmem_state.my_pe, what, p, (unsigned long long)nbytes,
+               (unsigned long long)lo, (unsigned long long)hi);
+    }
+    __trap();
+}
+
+// Checks that [p, p + nbytes) lies in this PE's user heap. An empty range is always accepted.
+static __device__ __forceinline__ void check_sym(const char* call, const char* what, const void* p,
+                                                 size_t nbytes, bool say) {
+    if (nbytes == 0) return;
+    uint64_t a = (uint64_t)p;
+    uint64_t base = my_slice();
+    uint64_t lo = base + rshmem_state.heap_user_start;
+    uint64_t hi = base + rshmem_state.heap_mapped;
+    if (a < lo || a >= hi || nbytes > hi - a) fail_range(call, what, p, nbytes, say);
+}
+
+static __device__ __noinline__ void fail_align(const char* call, const char* what, const void* p,
+                                               size_t align, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: %s %p is not %llu-byte aligned\n", call, rshmem_state.my_pe,
+               what, p, (unsigned long long)align);
+    }
+    __trap();
+}
+
+static __device__ __forceinline__ void check_align(const char* call, const char* what,
+                                                   const void* p, size_t align, bool say) {
+    if (((uint64_t)p & (align - 1)) != 0) fail_align(call, what, p, align, say);
+}
+
+// Checks that nelems * size does not overflow; returns the byte count.
+static __device__ __forceinline__ size_t check_bytes(const char* call, size_t nelems, size_t size,
+                                                     bool say) {
+    if (size > 1 && nelems > RSHMEM_SIZE_MAX / size) {
+        if (say) {
+            printf("rshmem: %s on PE %d: %llu elements of %llu bytes overflow the address space\n",
+                   call, rshmem_state.my_pe, (unsigned long long)nelems, (unsigned long long)size);
+        }
+        __trap();
+    }
+    return nelems * size;
+}
+
+static __device__ __noinline__ void fail_cmp(const char* call, int cmp, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: %d is not a comparison (use RSHMEM_CMP_EQ/NE/GT/GE/LT/LE)\n",
+               call, rshmem_state.my_pe, cmp);
+    }
+    __trap();
+}
+
+static __device__ __noinline__ void fail_sig_op(const char* call, int op, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: %d is not a signal operation (use RSHMEM_SIGNAL_SET or "
+               "RSHMEM_SIGNAL_ADD)\n",
+               call, rshmem_state.my_pe, op);
+    }
+    __trap();
+}
+
+static __device__ __noinline__ void fail_unreachable(const char* call, int pe, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: PE %d is on another host and cannot be reached by "
+               "load/store from the GPU (device calls to remote hosts are not supported yet)\n",
+               call, rshmem_state.my_pe, pe);
+    }
+    __trap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Translation.
+
+// Local index of PE pe (-1: another host). pe must be in range. With
+// RSHMEM_STATE_FLAG_CONTIGUOUS it is arithmetic on the constant state; else one table load.
+static __device__ __forceinline__ int local_of(int pe) {
+    if (rshmem_state.flags & RSHMEM_STATE_FLAG_CONTIGUOUS) {
+        int local = pe - (rshmem_state.my_pe - rshmem_state.my_local);
+        return (unsigned)local < (unsigned)rshmem_state.n_local ? local : -1;
+    }
+    return __ldg((const int32_t*)rshmem_state.pe_local_table + pe);
+}
+
+// PE pe's copy of this PE's symmetric address p; traps if pe is not load/store reachable.
+template <typename T>
+static __device__ __forceinline__ T* translate(const char* call, T* p, int pe, bool say) {
+    if (pe == rshmem_state.my_pe) return p;
+    int local = local_of(pe);
+    if (local < 0) fail_unreachable(call, pe, say);
+    int64_t delta = (int64_t)(local - rshmem_state.my_local) * (int64_t)rshmem_state.slice;
+    return (T*)((char*)p + delta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wait timeouts. A wait loop calls expired() once per poll; it reads %globaltimer every 64th
+// poll and reports true once rshmem_state.timeout_ns (when non-zero) has passed since the first.
+
+struct wait_timer {
+    uint64_t start;
+    uint32_t polls;
+
+    __device__ __forceinline__ wait_timer() : start(0), polls(0) {}
+
+    __device__ __forceinline__ bool expired() {
+        uint64_t limit = rshmem_state.timeout_ns;
+        if (limit == 0) return false;
+        if ((polls++ & 63u) != 0) return false;
+        uint64_t now = globaltimer();
+        if (polls == 1) {
+            start = now;
+            return false;
+        }
+        return now - start >= limit;
+    }
+
+    __device__ __forceinline__ unsigned long long waited() const {
+        return (unsigned long long)(globaltimer() - start);
+    }
+};
+
+}  // namespace rshmem_detail
+
+// Address of PE pe's copy of the symmetric object at `ptr` that this thread can load from and
+// store to directly, or NULL when there is none (pe on another host, pe out of range, or ptr not
+// in this PE's symmetric heap). Thread scope, local, no memory ordering. For pe == my PE it is
+// ptr itself.
+static __device__ __forceinline__ void* rshmem_ptr(const void* ptr, int pe) {
+    if (pe < 0 || pe >= rshmem_state.n_pes) return (void*)0;
+    uint64_t a = (uint64_t)ptr;
+    uint64_t base = rshmem_detail::my_slice();
+    if (a < base || a - base >= rshmem_state.slice) return (void*)0;
+    if (pe == rshmem_state.my_pe) return (void*)ptr;
+    int local = rshmem_detail::local_of(pe);
+    if (local < 0) return (void*)0;
+    return (void*)(a + (uint64_t)((int64_t)(local - rshmem_state.my_local) *
+                                  (int64_t)rshmem_state.slice));
+}

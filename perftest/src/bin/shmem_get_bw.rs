@@ -1,0 +1,23 @@
+//! `shmem_get_bw`: getmem_nbi of SIZE bytes by PE 0 from PE 1, a window of them from consecutive slots, then quiet.
+//!
+//! Run: `target/release/rshmemrun -n 2 target/release/shmem_get_bw [--min 8] [--max 4M] [--json]`
+
+use std::process::ExitCode;
+
+use rshmem_perftest::rma::{Dir, RmaSweep};
+use rshmem_perftest::{run, sweep, Kind, Spec};
+
+const SPEC: Spec = Spec {
+    name: "shmem_get_bw",
+    about: "getmem_nbi of SIZE bytes by PE 0 from PE 1, a window of them from consecutive slots, then quiet",
+    kind: Kind::Bandwidth,
+    min_pes: 2,
+};
+
+fn main() -> ExitCode {
+    run(SPEC, |b| {
+        let mut s = RmaSweep::new(b, Dir::Get)?;
+        sweep(b, SPEC.about, &mut s)?;
+        s.free(b)
+    })
+}

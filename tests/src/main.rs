@@ -1,0 +1,138 @@
+//! `rshmem-testpe`: one PE of rshmem's multi-PE integration tests.
+//!
+//! ```text
+//! rshmemrun -n N --timeout SECS rshmem-testpe SCENARIO [ARGS...]
+//! ```
+//!
+//! Every PE runs the named scenario, checks what it sees, and either prints
+//! `PE <me>: ok <scenario>` to stdout and exits 0, or prints
+//! `PE <me>: FAIL <scenario>: <what, expected vs got>` to stderr at the first failed check and
+//! exits 1. Scenarios (each works with 1 to 8 PEs unless noted):
+//!
+//! * `rma` — put/get/p/g for every RMA type, putmem/getmem, `_nbi` forms, iput/iget, fence.
+//! * `amo` — every atomic on every AMO type.
+//! * `amo-names` — the error of every atomic names that atomic.
+//! * `signal` — put_signal(_nbi), signal_op, signal_fetch, signal_wait_until.
+//! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
+//! * `heap` — malloc family semantics, heap growth, symmetric offsets, out of memory (run with
+//!   `RSHMEM_HEAP_INITIAL=4M RSHMEM_HEAP_LIMIT=256M`).
+//! * `heap-huge` — allocation requests near `usize::MAX` must fail cleanly.
+//! * `errors` — bad arguments give the right error and write nothing.
+//! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
+//! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
+//!   then meet through marker files in DIR before they exit.
+//! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
+//! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+
+mod check;
+mod scenarios;
+mod vals;
+
+use std::process::ExitCode;
+
+use rshmem::World;
+
+use check::{Ctx, Fail, R};
+
+/// How a scenario ends when its checks pass.
+enum End {
+    /// Call finalize (collective) after the scenario.
+    Finalize,
+    /// The job cannot continue (a peer is gone or a barrier timed out): exit without finalize.
+    NoFinalize,
+}
+
+/// The scenarios, and whether each needs at least 2 PEs.
+const SCENARIOS: &[(&str, bool)] = &[
+    ("rma", false),
+    ("amo", false),
+    ("amo-names", false),
+    ("signal", false),
+    ("wait", false),
+    ("heap", false),
+    ("heap-huge", false),
+    ("errors", false),
+    ("symmetry", false),
+    ("timeout", false),
+    ("die", true),
+    ("crash", true),
+];
+
+/// Runs scenario `name` (one of [`SCENARIOS`]).
+fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
+    use scenarios::*;
+    let regular = match name {
+        "rma" => rma::run,
+        "amo" => amo::run,
+        "amo-names" => amo::names,
+        "signal" => signal::run,
+        "wait" => wait::run,
+        "heap" => heap::run,
+        "heap-huge" => heap::huge,
+        "errors" => errors::run,
+        "symmetry" => symmetry::run,
+        "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
+        "die" => return die::run(c).map(|()| End::NoFinalize),
+        "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        _ => return Err(Fail(format!("unknown scenario {name:?}"))),
+    };
+    regular(c).map(|()| End::Finalize)
+}
+
+fn fail(pe: &str, scenario: &str, msg: &str) -> ExitCode {
+    check::say(true, &format!("PE {pe}: FAIL {scenario}: {msg}"));
+    ExitCode::FAILURE
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os("RSHMEM_LOG").is_some() {
+        rshmem::init_logging();
+    }
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    // The launcher's rank, for messages before init knows it.
+    let rank = std::env::var("RSHMEM_RANK")
+        .ok()
+        .and_then(|r| r.trim().parse::<usize>().ok())
+        .map_or_else(|| "?".to_string(), |r| r.to_string());
+    let Some(&(_, needs_two)) = SCENARIOS.iter().find(|(s, _)| *s == scenario) else {
+        let names: Vec<&str> = SCENARIOS.iter().map(|(s, _)| *s).collect();
+        return fail(
+            &rank,
+            &scenario,
+            &format!("unknown scenario; expected one of {}", names.join(", ")),
+        );
+    };
+    {
+        let scenario = scenario.clone();
+        let rank = rank.clone();
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            check::say(true, &format!("PE {rank}: FAIL {scenario}: panic: {info}"));
+            default(info);
+        }));
+    }
+    let world = match rshmem::init() {
+        Ok(w) => w,
+        Err(e) => return fail(&rank, &scenario, &format!("rshmem::init failed: {e}")),
+    };
+    let me = world.my_pe().to_string();
+    if needs_two && world.n_pes() < 2 {
+        return fail(&me, &scenario, "this scenario needs at least 2 PEs");
+    }
+    match run(world, &scenario) {
+        Ok(()) => {
+            check::say(false, &format!("PE {me}: ok {scenario}"));
+            ExitCode::SUCCESS
+        }
+        Err(Fail(msg)) => fail(&me, &scenario, &msg),
+    }
+}
+
+fn run(world: World, scenario: &str) -> R {
+    let args = std::env::args().skip(2).collect();
+    let end = dispatch(scenario, &Ctx::new(&world, args))?;
+    match end {
+        End::Finalize => world.finalize().map_err(|e| Fail(format!("finalize: {e}"))),
+        End::NoFinalize => Ok(()),
+    }
+}

@@ -1,0 +1,12 @@
+//! The scenarios, one module each (see the crate documentation for the list).
+
+pub mod amo;
+pub mod crash;
+pub mod die;
+pub mod errors;
+pub mod heap;
+pub mod rma;
+pub mod signal;
+pub mod symmetry;
+pub mod timeout;
+pub mod wait;

@@ -1,0 +1,159 @@
+//! Failure scenarios through `rshmemrun`: waits and barriers running into `RSHMEM_TIMEOUT`,
+//! a PE that exits without finalize (`die`), and a PE that aborts (`crash`).
+
+mod common;
+
+use std::time::Duration;
+
+/// `timeout` with `RSHMEM_TIMEOUT=1`: every PE's waits time out naming the PE and the address;
+/// with 2+ PEs, PE 0 sleeps 3 s before a barrier and every other PE's barrier times out
+/// naming the PE it waited for. Every PE still exits 0 (the protocol ends without finalize).
+fn timeout(n: usize) {
+    let r = common::job(n, "timeout")
+        .env("RSHMEM_TIMEOUT", "1")
+        .timeout(30)
+        .run();
+    r.assert_ok(0..n, "timeout");
+    for pe in 0..n {
+        for call in ["wait_until", "signal_wait_until", "wait_until_any"] {
+            let prefix = format!(
+                "PE {pe}: {call} timed out as expected: {call} on PE {pe}: timed out after "
+            );
+            r.check(
+                r.stderr_lines(&prefix).len() == 1,
+                &format!("expected one line starting {prefix:?}"),
+            );
+        }
+    }
+    for pe in 1..n {
+        let prefix = format!("PE {pe}: barrier_all timed out as expected after ");
+        let lines = r.stderr_lines(&prefix);
+        r.check(
+            lines.len() == 1
+                && lines[0].contains(&format!("barrier_all on PE {pe}: timed out after "))
+                && lines[0].contains("waiting for PE "),
+            &format!("expected PE {pe}'s barrier timeout naming the PE it waited for"),
+        );
+    }
+    // 1 s of waits, 3 s of sleep, at most 1 s of a late barrier.
+    r.check(
+        r.elapsed < Duration::from_secs(15),
+        "the timeout scenario took too long",
+    );
+}
+
+#[test]
+fn timeout_1pe() {
+    timeout(1);
+}
+
+#[test]
+fn timeout_2pes() {
+    timeout(2);
+}
+
+#[test]
+fn timeout_3pes() {
+    timeout(3);
+}
+
+#[test]
+fn timeout_4pes() {
+    timeout(4);
+}
+
+#[test]
+fn timeout_8pes() {
+    timeout(8);
+}
+
+/// `die` with `RSHMEM_TIMEOUT=60`: the last PE exits 0 right after init; every other PE's
+/// barrier_all, sync_all and malloc fail with PeerLost naming it, within seconds.
+fn die(n: usize) {
+    let dir = common::TempDir::new();
+    let r = common::job(n, "die")
+        .arg(dir.arg())
+        .env("RSHMEM_TIMEOUT", "60")
+        .timeout(20)
+        .run();
+    r.assert_ok(0..n - 1, "die");
+    let dead = n - 1;
+    r.check(
+        !r.stdout.contains(&format!("PE {dead}: ok")),
+        "the PE that exits early must print nothing",
+    );
+    for pe in 0..dead {
+        for call in ["barrier_all", "sync_all", "malloc"] {
+            let prefix = format!("PE {pe}: {call} failed as expected after ");
+            let lines = r.stderr_lines(&prefix);
+            r.check(
+                lines.len() == 1
+                    && lines[0].contains(&format!("{call} on PE {pe}: PE {dead} is gone")),
+                &format!("expected PE {pe}'s {call} to report PE {dead} gone"),
+            );
+        }
+    }
+    r.check(
+        r.elapsed < Duration::from_secs(10),
+        "PeerLost must come well before RSHMEM_TIMEOUT (60 s)",
+    );
+}
+
+#[test]
+fn die_2pes() {
+    die(2);
+}
+
+#[test]
+fn die_3pes() {
+    die(3);
+}
+
+#[test]
+fn die_4pes() {
+    die(4);
+}
+
+#[test]
+fn die_8pes() {
+    die(8);
+}
+
+/// `crash`: PE 1 aborts while the others wait in a barrier; rshmemrun must exit non-zero
+/// (128 + SIGABRT) within a few seconds and name PE 1.
+fn crash(n: usize) {
+    let r = common::job(n, "crash").timeout(30).no_core_dumps().run();
+    r.check(!r.status.success(), "rshmemrun must fail when a PE crashes");
+    r.check(
+        r.status.code() == Some(128 + 6),
+        "rshmemrun must exit with 128 + SIGABRT",
+    );
+    let named = r.stderr_lines("rshmemrun: PE 1 ");
+    r.check(
+        named.iter().any(|l| l.contains("SIGABRT")),
+        "rshmemrun must name PE 1 and its signal",
+    );
+    r.check(
+        !r.stderr.contains(": FAIL "),
+        "no other PE may fail differently",
+    );
+    r.check(
+        r.elapsed < Duration::from_secs(8),
+        "the job must end within a few seconds of the crash",
+    );
+}
+
+#[test]
+fn crash_2pes() {
+    crash(2);
+}
+
+#[test]
+fn crash_3pes() {
+    crash(3);
+}
+
+#[test]
+fn crash_8pes() {
+    crash(8);
+}
