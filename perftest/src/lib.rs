@@ -11,6 +11,7 @@
 //! operations timed as one block with [`Instant`], and the reported value is the median over
 //! the reps (the table also shows the best and worst rep).
 
+pub mod gpu;
 pub mod rma;
 
 use std::fmt::{self, Write as _};

@@ -121,28 +121,25 @@ template <int GD, int GS, bool REMOTE_SRC>
 static __device__ __forceinline__ void copy_chunks(char* dst, const char* src, size_t nvec,
                                                    uint32_t rank, uint32_t size, uint32_t salt) {
     constexpr int U = copy_unroll<(GD < GS ? GD : GS)>::value;
+    const uint32_t per_round = size * U;    // chunks per round
     const size_t step = (size_t)size * 16;  // bytes between this thread's chunks in a round
-    const size_t round_bytes = step * U;
-    const size_t rounds = nvec / ((size_t)size * U);
-    const size_t total = rounds * round_bytes;
+    const size_t rounds = nvec / per_round;
     if (rounds != 0) {
-        const uint32_t nr = rounds < 0xffffffffu ? (uint32_t)rounds : 0xffffffffu;
-        size_t off = (size_t)(salt % nr) * round_bytes;  // this group's first round
-        const char* s0 = src + (size_t)rank * 16;
-        char* d0 = dst + (size_t)rank * 16;
+        const uint32_t nr = rounds < 0x7fffffffu ? (uint32_t)rounds : 0x7fffffffu;
+        uint32_t r = salt % nr;  // this group's first round
         for (size_t done = 0; done < rounds; ++done) {
+            const size_t i = (size_t)r * per_round + rank;
             vec16 v[U];
-            const char* s = s0 + off;
+            const char* s = src + i * 16;
 #pragma unroll
             for (int k = 0; k < U; ++k, s += step) v[k] = load16<GS, REMOTE_SRC>(s);
-            char* d = d0 + off;
+            char* d = dst + i * 16;
 #pragma unroll
             for (int k = 0; k < U; ++k, d += step) store16<GD, !REMOTE_SRC>(d, v[k]);
-            off += round_bytes;
-            if (off == total) off = 0;
+            if (++r == nr) r = 0;
         }
     }
-    for (size_t i = rounds * ((size_t)size * U) + rank; i < nvec; i += size) {
+    for (size_t i = rounds * per_round + rank; i < nvec; i += size) {
         store16<GD, !REMOTE_SRC>(dst + i * 16, load16<GS, REMOTE_SRC>(src + i * 16));
     }
 }

@@ -1,0 +1,511 @@
+//! GPU benchmarks (the GPU backend: one PE per GPU). Device-side loops live in
+//! `perftest/kernels/gpu_bench.cu`; kernels are timed with CUDA events (or `%globaltimer` inside
+//! the kernel for latencies), so the numbers are device time, not host launch overhead.
+//!
+//! Every benchmark checks once that what it moved is right (data pattern or counter value)
+//! and fails otherwise.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rshmem::cudarc::driver::sys::CUevent_flags;
+use rshmem::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use rshmem::{Error, Module, Result, World};
+
+/// The device loops.
+pub const KERNELS: &str = include_str!("../kernels/gpu_bench.cu");
+
+/// One result row.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Benchmark name.
+    pub bench: String,
+    /// Bytes per operation (0 when not applicable).
+    pub size: usize,
+    /// The measured value.
+    pub value: f64,
+    /// Its unit.
+    pub unit: &'static str,
+    /// Extra description (scope, PEs).
+    pub note: String,
+}
+
+impl Row {
+    /// Prints the row (table line, or one JSON object with `json`).
+    pub fn print(&self, json: bool) {
+        if json {
+            println!(
+                "{{\"bench\":\"{}\",\"size\":{},\"value\":{:.4},\"unit\":\"{}\",\"note\":\"{}\"}}",
+                self.bench, self.size, self.value, self.unit, self.note
+            );
+        } else {
+            println!(
+                "{:<28} {:>12} {:>12.3} {:<5} {}",
+                self.bench, self.size, self.value, self.unit, self.note
+            );
+        }
+    }
+}
+
+/// The benchmark context on one PE.
+pub struct Gpu<'w> {
+    /// The runtime.
+    pub world: &'w World,
+    module: Module,
+    /// A stream of this PE's GPU for the benchmark's work.
+    pub stream: Arc<CudaStream>,
+}
+
+fn cuda(what: &str, e: rshmem::cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        call: "perftest",
+        what: what.to_string(),
+        code: format!("{e:?}"),
+    }
+}
+
+fn bad(reason: String) -> Error {
+    Error::InvalidArgument {
+        call: "perftest",
+        reason,
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u8
+}
+
+impl<'w> Gpu<'w> {
+    /// None when the runtime is on the CPU backend.
+    pub fn new(world: &'w World) -> Result<Option<Self>> {
+        let Some(g) = world.gpu() else {
+            return Ok(None);
+        };
+        let module = world.load_module(KERNELS)?;
+        let stream = g.ctx.new_stream().map_err(|e| cuda("new stream", e))?;
+        Ok(Some(Gpu {
+            world,
+            module,
+            stream,
+        }))
+    }
+
+    fn f(&self, name: &str) -> Result<CudaFunction> {
+        self.module.function(name)
+    }
+
+    /// Runs `launch` between two timing events on the benchmark stream; returns milliseconds.
+    fn timed(&self, launch: impl FnOnce(&CudaStream) -> Result<()>) -> Result<f64> {
+        let s = &self.stream;
+        let a = s
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| cuda("event", e))?;
+        launch(s)?;
+        let b = s
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| cuda("event", e))?;
+        b.synchronize().map_err(|e| cuda("event sync", e))?;
+        Ok(a.elapsed_ms(&b).map_err(|e| cuda("elapsed", e))? as f64)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda("stream sync", e))
+    }
+
+    /// Device put (`get == false`) or get bandwidth from PE 0 to PE 1, block scope, `blocks`
+    /// CTAs × 1024 threads, for each size. PE 1 checks the data of the largest size.
+    pub fn rma_bw(&self, get: bool, sizes: &[usize], blocks: u32) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let src = w.malloc::<u8>(max)?;
+        let dst = w.malloc::<u8>(max)?;
+        let data: Vec<u8> = (0..max).map(pattern).collect();
+        src.copy_from_slice(&data)?;
+        dst.copy_from_slice(&vec![0u8; max])?;
+        w.barrier_all()?;
+        let name = if get { "get_bw" } else { "put_bw" };
+        let f = self.f(name)?;
+        let mut rows = Vec::new();
+        for &size in sizes {
+            w.barrier_all()?;
+            if me == 0 {
+                // get: PE 0 reads PE 1's src into its own dst; put: PE 0 writes its src into PE 1's dst.
+                let (d, s) = (dst.as_ptr() as u64, src.as_ptr() as u64);
+                let (nb, peer) = (size as u64, 1i32);
+                let cfg = LaunchConfig {
+                    grid_dim: (blocks, 1, 1),
+                    block_dim: (1024, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let launch = |iters: i32| -> Result<f64> {
+                    self.timed(|st| {
+                        // SAFETY: put_bw/get_bw(uint8_t*, const uint8_t*, size_t, int, int) with
+                        // symmetric addresses of allocations of at least `size` bytes.
+                        unsafe {
+                            st.launch_builder(&f)
+                                .arg(&d)
+                                .arg(&s)
+                                .arg(&nb)
+                                .arg(&peer)
+                                .arg(&iters)
+                                .launch(cfg)
+                        }
+                        .map(drop)
+                        .map_err(|e| cuda("launch", e))
+                    })
+                };
+                launch(2)?; // warmup
+                let one = launch(1)?.max(1e-3);
+                let iters = ((20.0 / one) as i32).clamp(2, 10_000);
+                let mut best = f64::MAX;
+                for _ in 0..3 {
+                    best = best.min(launch(iters)?);
+                }
+                let gbps = size as f64 * iters as f64 / (best * 1e-3) / 1e9;
+                rows.push(Row {
+                    bench: format!("shmem_{name}"),
+                    size,
+                    value: gbps,
+                    unit: "GB/s",
+                    note: format!("device, block scope, {blocks} CTAs x 1024 threads, best of 3 × {iters} iters"),
+                });
+            }
+            w.barrier_all()?;
+        }
+        // Correctness: the last transfer moved PE 0's / PE 1's pattern.
+        let check_pe = if get { 0 } else { 1 };
+        if me == check_pe {
+            let got = dst.to_vec()?;
+            let n = sizes.last().copied().unwrap_or(0);
+            if let Some(i) = (0..n).find(|&i| got[i] != data[i]) {
+                return Err(bad(format!(
+                    "{name}: byte {i} of {n} is {} instead of {}",
+                    got[i], data[i]
+                )));
+            }
+        }
+        w.barrier_all()?;
+        w.free(dst)?;
+        w.free(src)?;
+        Ok(rows)
+    }
+
+    /// p ping-pong between PE 0 and PE 1 (one thread each); one-way latency.
+    pub fn p_latency(&self, iters: i32) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let flag = w.calloc::<u64>(1)?;
+        let out = w.calloc::<u64>(2)?;
+        let f = self.f("p_pingpong")?;
+        let mut rows = Vec::new();
+        for round in 0..2 {
+            flag.write(0, 0)?;
+            w.barrier_all()?;
+            if me < 2 {
+                let (fl, o) = (flag.as_ptr() as u64, out.as_ptr() as u64);
+                let (peer, init) = (1 - me as i32, (me == 0) as i32);
+                let cfg = LaunchConfig {
+                    grid_dim: (1, 1, 1),
+                    block_dim: (1, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: p_pingpong(uint64_t*, int, int, int, uint64_t*) with symmetric addresses.
+                unsafe {
+                    self.stream
+                        .launch_builder(&f)
+                        .arg(&fl)
+                        .arg(&peer)
+                        .arg(&iters)
+                        .arg(&init)
+                        .arg(&o)
+                        .launch(cfg)
+                }
+                .map_err(|e| cuda("launch", e))?;
+                self.sync()?;
+            }
+            w.barrier_all()?;
+            if me == 0 && round == 1 {
+                let ns = out.read(0).unwrap_or(0) as f64;
+                let last = flag.read(0).unwrap_or(0);
+                if last != iters as u64 {
+                    return Err(bad(format!(
+                        "p ping-pong: final flag {last}, expected {iters}"
+                    )));
+                }
+                rows.push(Row {
+                    bench: "shmem_p_latency".into(),
+                    size: 8,
+                    value: ns / 1e3 / (2.0 * iters as f64),
+                    unit: "us",
+                    note: format!("device, one way (round trip / 2), {iters} round trips"),
+                });
+            }
+        }
+        w.free(out)?;
+        w.free(flag)?;
+        Ok(rows)
+    }
+
+    /// fetch_add round trips from PE 0 to PE 1.
+    pub fn atomic_latency(&self, iters: i32) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let counter = w.calloc::<u64>(1)?;
+        let out = w.calloc::<u64>(2)?;
+        let f = self.f("amo_latency")?;
+        let mut rows = Vec::new();
+        for round in 0..2u64 {
+            w.barrier_all()?;
+            if me == 0 {
+                let (c, o) = (counter.as_ptr() as u64, out.as_ptr() as u64);
+                let peer = 1i32;
+                let cfg = LaunchConfig {
+                    grid_dim: (1, 1, 1),
+                    block_dim: (1, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: amo_latency(uint64_t*, int, int, uint64_t*) with symmetric addresses.
+                unsafe {
+                    self.stream
+                        .launch_builder(&f)
+                        .arg(&c)
+                        .arg(&peer)
+                        .arg(&iters)
+                        .arg(&o)
+                        .launch(cfg)
+                }
+                .map_err(|e| cuda("launch", e))?;
+                self.sync()?;
+                let ns = out.read(0).unwrap_or(0) as f64;
+                let acc = out.read(1).unwrap_or(0);
+                let n = iters as u64;
+                let base = round * n;
+                let want = n * base + n * (n - 1) / 2;
+                if acc != want {
+                    return Err(bad(format!(
+                        "fetch_add: sum of fetched values {acc}, expected {want}"
+                    )));
+                }
+                if round == 1 {
+                    rows.push(Row {
+                        bench: "shmem_atomic_latency".into(),
+                        size: 8,
+                        value: ns / 1e3 / iters as f64,
+                        unit: "us",
+                        note: format!("device fetch_add round trip, {iters} ops"),
+                    });
+                }
+            }
+            w.barrier_all()?;
+        }
+        if me == 1 {
+            let v = counter.read(0).unwrap_or(0);
+            if v != 2 * iters as u64 {
+                return Err(bad(format!(
+                    "fetch_add: counter is {v}, expected {}",
+                    2 * iters
+                )));
+            }
+        }
+        w.barrier_all()?;
+        w.free(out)?;
+        w.free(counter)?;
+        Ok(rows)
+    }
+
+    /// Device barrier_all latency at thread, warp and block scope (all PEs).
+    pub fn barrier_latency(&self, iters: i32) -> Result<Vec<Row>> {
+        let w = self.world;
+        let out = w.calloc::<u64>(1)?;
+        let f = self.f("barrier_loop")?;
+        let mut rows = Vec::new();
+        for (scope, threads, label) in [(0i32, 1u32, "thread"), (1, 32, "warp"), (2, 128, "block")]
+        {
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                w.barrier_all()?;
+                let o = out.as_ptr() as u64;
+                let cfg = LaunchConfig {
+                    grid_dim: (1, 1, 1),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: barrier_loop(int, int, uint64_t*) with a symmetric address.
+                unsafe {
+                    self.stream
+                        .launch_builder(&f)
+                        .arg(&iters)
+                        .arg(&scope)
+                        .arg(&o)
+                        .launch(cfg)
+                }
+                .map_err(|e| cuda("launch", e))?;
+                self.sync()?;
+                best = best.min(out.read(0).unwrap_or(0) as f64 / 1e3 / iters as f64);
+            }
+            if w.my_pe() == 0 {
+                rows.push(Row {
+                    bench: "barrier_latency".into(),
+                    size: 0,
+                    value: best,
+                    unit: "us",
+                    note: format!(
+                        "device barrier_all, {label} scope, {} PEs, best of 3 × {iters}",
+                        w.n_pes()
+                    ),
+                });
+            }
+        }
+        w.barrier_all()?;
+        w.free(out)?;
+        Ok(rows)
+    }
+
+    /// barrier_all_on_stream back to back on every PE; time per barrier.
+    pub fn barrier_on_stream(&self, iters: usize) -> Result<Vec<Row>> {
+        let w = self.world;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            w.barrier_all()?;
+            let ms = self.timed(|s| {
+                for _ in 0..iters {
+                    w.barrier_all_on_stream(s)?;
+                }
+                Ok(())
+            })?;
+            best = best.min(ms * 1e3 / iters as f64);
+        }
+        w.barrier_all()?;
+        Ok(if w.my_pe() == 0 {
+            vec![Row {
+                bench: "barrier_all_on_stream".into(),
+                size: 0,
+                value: best,
+                unit: "us",
+                note: format!(
+                    "{} PEs, {iters} back to back, stream time per barrier",
+                    w.n_pes()
+                ),
+            }]
+        } else {
+            vec![]
+        })
+    }
+
+    /// putmem_on_stream (copy engine) bandwidth from PE 0 to PE 1.
+    pub fn put_on_stream_bw(&self, sizes: &[usize]) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let src = w.malloc::<u8>(max)?;
+        let dst = w.malloc::<u8>(max)?;
+        let data: Vec<u8> = (0..max).map(pattern).collect();
+        src.copy_from_slice(&data)?;
+        w.barrier_all()?;
+        let mut rows = Vec::new();
+        for &size in sizes {
+            w.barrier_all()?;
+            if me == 0 {
+                let run = |iters: usize| {
+                    self.timed(|s| {
+                        for _ in 0..iters {
+                            w.putmem_on_stream(dst.as_ptr(), src.as_ptr(), size, 1, s)?;
+                        }
+                        Ok(())
+                    })
+                };
+                run(2)?;
+                let one = run(1)?.max(1e-3);
+                let iters = ((20.0 / one) as usize).clamp(2, 10_000);
+                let mut best = f64::MAX;
+                for _ in 0..3 {
+                    best = best.min(run(iters)?);
+                }
+                rows.push(Row {
+                    bench: "putmem_on_stream".into(),
+                    size,
+                    value: size as f64 * iters as f64 / (best * 1e-3) / 1e9,
+                    unit: "GB/s",
+                    note: format!("copy engine, best of 3 × {iters}"),
+                });
+            }
+            w.barrier_all()?;
+        }
+        if me == 1 {
+            let got = dst.to_vec()?;
+            let n = sizes.last().copied().unwrap_or(0);
+            if let Some(i) = (0..n).find(|&i| got[i] != data[i]) {
+                return Err(bad(format!(
+                    "putmem_on_stream: byte {i} is {} instead of {}",
+                    got[i], data[i]
+                )));
+            }
+        }
+        w.barrier_all()?;
+        w.free(dst)?;
+        w.free(src)?;
+        Ok(rows)
+    }
+
+    /// Host-issued putmem of 8 bytes + quiet, and host barrier_all, on the GPU heap.
+    pub fn host_latencies(&self, iters: usize) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let buf = w.calloc::<u64>(1)?;
+        let mut rows = Vec::new();
+        w.barrier_all()?;
+        if me == 0 {
+            let mut best = f64::MAX;
+            for rep in 0..5u64 {
+                let t = Instant::now();
+                for i in 0..iters as u64 {
+                    w.putmem(buf.as_ptr().cast(), &(rep * 1_000_000 + i).to_le_bytes(), 1)?;
+                    w.quiet()?;
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            }
+            rows.push(Row {
+                bench: "shmem_put_latency".into(),
+                size: 8,
+                value: best,
+                unit: "us",
+                note: format!("host putmem 8 B + quiet to a GPU heap, best of 5 × {iters}"),
+            });
+        }
+        w.barrier_all()?;
+        if me == 1 {
+            let v = buf.read(0).unwrap_or(0);
+            let want = 4 * 1_000_000 + iters as u64 - 1;
+            if v != want {
+                return Err(bad(format!("host putmem: value {v}, expected {want}")));
+            }
+        }
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            w.barrier_all()?;
+            let t = Instant::now();
+            for _ in 0..iters {
+                w.barrier_all()?;
+            }
+            best = best.min(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
+        }
+        if me == 0 {
+            rows.push(Row {
+                bench: "barrier_latency".into(),
+                size: 0,
+                value: best,
+                unit: "us",
+                note: format!(
+                    "host barrier_all on the GPU backend, {} PEs, best of 5 × {iters}",
+                    w.n_pes()
+                ),
+            });
+        }
+        w.barrier_all()?;
+        w.free(buf)?;
+        Ok(rows)
+    }
+}
