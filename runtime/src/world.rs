@@ -10,7 +10,7 @@ use std::sync::{Mutex, Weak};
 
 use crate::config::{BackendChoice, Config};
 use crate::cuda::Gpu;
-use crate::device::state::{internal as dev_internal, DEVICE_STATE_VERSION, FLAG_DEBUG};
+use crate::device::state::{internal as dev_internal, DEVICE_STATE_VERSION, FLAG_CONTIGUOUS, FLAG_DEBUG};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::{Backing, Heap, INTERNAL_SIZE};

@@ -16,11 +16,12 @@
 //
 // Algorithm (flat, one round): each PE keeps an epoch in its own internal BARRIER_EPOCH word.
 // Barrier number e: the caller stores e into slot my_local of every other local PE's
-// BARRIER_FLAGS array (fence.acq_rel.sys first, then st.relaxed.sys: a release), then waits until
-// every slot j of its own array holds at least e (acquire; see barrier_wait). Epochs only grow,
-// so flags are never reset. In _warp / _block form the threads handle different peers in
-// parallel. Cost: one system-scope fence (about 0.6 us on H200) plus one NVLink one-way trip.
-// (A single arrival counter per PE, added to with red.add, was measured slower: 2.1 us.)
+// BARRIER_FLAGS array (fence.acq_rel.sys first, then st.relaxed.sys: a release), then waits
+// until every slot j of its own array holds at least e (ld.acquire.sys; see barrier_wait).
+// Epochs only grow, so flags are never reset. In _warp / _block form the threads handle
+// different peers in parallel. Cost: one system-scope fence (about 0.6 us on H200) plus one
+// NVLink one-way trip. (A single arrival counter per PE, added to with red.add, measured
+// slower: 2.1 us at 2 PEs.)
 //
 // Bounded by rshmem_state.timeout_ns: a barrier that waits longer prints which PE it waits for
 // and traps. PEs on other hosts are not supported yet: the call traps with a message.
@@ -75,52 +76,46 @@ static __device__ __forceinline__ void barrier_epoch_write(uint64_t epoch) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(w) : "memory");
 }
 
-// Waits until slots j = first, first + stride, ... (< n, != me) of this PE's barrier flags hold at
-// least epoch, in batches of up to 4 slots. A batch of one slot is polled with ld.acquire.sys. A
-// larger batch is polled with relaxed loads, which can all be in flight at once (an acquire load
-// holds back the loads after it), and once every slot of the batch is ready each is read again
-// with ld.acquire.sys (flags only grow, so the values still satisfy the wait) for the acquire.
+static __device__ __noinline__ void fail_barrier_slots(const char* call, int first, int stride,
+                                                       uint64_t epoch,
+                                                       unsigned long long waited) {
+    const int n = rshmem_state.n_local, me = rshmem_state.my_local;
+    for (int j = first; j < n; j += stride) {
+        if (j == me) continue;
+        const uint64_t* flag = barrier_flag(me, j);
+        uint64_t v = ld_relaxed_sys(flag);
+        if (v < epoch) fail_barrier_wait(call, j, epoch, flag, v, waited);
+    }
+    __trap();
+}
+
+// Waits until slots j = first, first + stride, ... (< n, != me) of this PE's barrier flags hold
+// at least epoch, with acquire loads. A thread that owns one slot polls it; the single thread of
+// a thread-scope barrier (stride 1) polls the slots in 16-byte pairs (ld.acquire.sys.v2.u64), so
+// a poll of n slots costs n/2 memory latencies (acquire loads do not overlap).
 static __device__ __forceinline__ void barrier_wait(const char* call, int first, int stride, int n,
                                                     int me, uint64_t epoch) {
-    for (int j0 = first; j0 < n; j0 += 4 * stride) {
-        int count = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            int j = j0 + k * stride;
-            count += (j < n && j != me) ? 1 : 0;
-        }
-        if (count == 0) continue;
-        wait_timer timer;
+    wait_timer timer;
+    if (stride == 1 && n > 2) {
+        const uint64_t* flags = barrier_flag(me, 0);  // 16-byte aligned
         for (;;) {
             bool ready = true;
-            if (count == 1) {
-                int j = (j0 != me) ? j0 : j0 + stride;
-                ready = ld_acquire_sys(barrier_flag(me, j)) >= epoch;
-            } else {
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    int j = j0 + k * stride;
-                    if (j < n && j != me) ready &= ld_relaxed_sys(barrier_flag(me, j)) >= epoch;
-                }
+            for (int j = first & ~1; j < n; j += 2) {
+                uint64_t a, b;
+                ld_acquire_sys_v2(flags + j, a, b);
+                ready &= (j < first || j == me || a >= epoch);
+                ready &= (j + 1 >= n || j + 1 == me || b >= epoch);
             }
-            if (ready) break;
-            if (timer.expired()) {
-                for (int k = 0; k < 4; ++k) {
-                    int j = j0 + k * stride;
-                    if (j >= n || j == me) continue;
-                    uint64_t v = ld_relaxed_sys(barrier_flag(me, j));
-                    if (v < epoch) {
-                        fail_barrier_wait(call, j, epoch, barrier_flag(me, j), v, timer.waited());
-                    }
-                }
-            }
+            if (ready) return;
+            if (timer.expired()) fail_barrier_slots(call, first, 1, epoch, timer.waited());
         }
-        if (count > 1) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                int j = j0 + k * stride;
-                if (j < n && j != me) (void)ld_acquire_sys(barrier_flag(me, j));
-            }
+    }
+    for (int j = first; j < n; j += stride) {
+        if (j == me) continue;
+        const uint64_t* flag = barrier_flag(me, j);
+        for (;;) {
+            if (ld_acquire_sys(flag) >= epoch) break;
+            if (timer.expired()) fail_barrier_slots(call, first, stride, epoch, timer.waited());
         }
     }
 }

@@ -118,6 +118,13 @@ RSHMEM_PTX_STORE(st_release_sys, "release")
 #undef RSHMEM_PTX_LOAD
 #undef RSHMEM_PTX_STORE
 
+// Two adjacent 8-byte words (p 16-byte aligned) in one ld.acquire.sys.v2.u64: one acquire for
+// both, so a thread polling several flags waits for one memory latency per pair, not per flag.
+static __device__ __forceinline__ void ld_acquire_sys_v2(const uint64_t* p, uint64_t& a,
+                                                         uint64_t& b) {
+    asm volatile("ld.acquire.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fences.
 

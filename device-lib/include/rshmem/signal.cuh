@@ -55,7 +55,7 @@ static __device__ __noinline__ void putmem_signal(const char* call, void* dest, 
     }
     if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) fail_sig_op(call, sig_op, say);
     char* d = translate(call, (char*)dest, pe, say);
-    if (nbytes != 0) copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size(), S::salt());
+    if (nbytes != 0) copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size());
     // Orders every thread's stores before thread 0's release (release is cumulative).
     S::sync();
     if (S::rank() == 0) {

@@ -214,7 +214,9 @@ static __device__ __noinline__ size_t wait_any(const char* call, const T* ivars,
         bool eligible = false;
         size_t i = test_any(ivars, n, status, cmp, values, value, &eligible);
         if (i != RSHMEM_SIZE_MAX || !eligible) return i;
-        if (timer.expired()) fail_wait_any(call, ivars, n, status, cmp, values, value, timer.waited());
+        if (timer.expired()) {
+            fail_wait_any(call, ivars, n, status, cmp, values, value, timer.waited());
+        }
     }
 }
 
@@ -228,7 +230,9 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
         bool eligible = false;
         size_t count = test_some(ivars, n, indices, status, cmp, values, value, &eligible);
         if (count != 0 || !eligible) return count;
-        if (timer.expired()) fail_wait_any(call, ivars, n, status, cmp, values, value, timer.waited());
+        if (timer.expired()) {
+            fail_wait_any(call, ivars, n, status, cmp, values, value, timer.waited());
+        }
     }
 }
 

@@ -124,19 +124,10 @@ static __device__ __forceinline__ uint32_t block_threads() {
     return blockDim.x * blockDim.y * blockDim.z;
 }
 
-static __device__ __forceinline__ uint32_t grid_block_id() {
-    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-}
-
-// salt(): a number shared by the threads of one group and different between groups, used to
-// start concurrent bulk copies at different places (see copy_chunks).
 struct thread_scope {
     static __device__ __forceinline__ uint32_t rank() { return 0; }
     static __device__ __forceinline__ uint32_t size() { return 1; }
     static __device__ __forceinline__ void sync() {}
-    static __device__ __forceinline__ uint32_t salt() {
-        return grid_block_id() * block_threads() + block_thread_id();
-    }
 };
 
 // A warp: the threads with linear block thread ids 32k..32k+31 (fewer in a partial last warp).
@@ -150,16 +141,12 @@ struct warp_scope {
         uint32_t n = size();
         __syncwarp(n == 32u ? 0xffffffffu : ((1u << n) - 1u));
     }
-    static __device__ __forceinline__ uint32_t salt() {
-        return grid_block_id() * ((block_threads() + 31u) / 32u) + block_thread_id() / 32u;
-    }
 };
 
 struct block_scope {
     static __device__ __forceinline__ uint32_t rank() { return block_thread_id(); }
     static __device__ __forceinline__ uint32_t size() { return block_threads(); }
     static __device__ __forceinline__ void sync() { __syncthreads(); }
-    static __device__ __forceinline__ uint32_t salt() { return grid_block_id(); }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -306,11 +293,21 @@ static __device__ __forceinline__ int local_of(int pe) {
 }
 
 // PE pe's copy of this PE's symmetric address p; traps if pe is not load/store reachable.
+// With RSHMEM_STATE_FLAG_CONTIGUOUS this is a few integer operations on the constant state
+// (no branch but the unlikely trap), else one load of the PE table (skipped for pe == me).
 template <typename T>
 static __device__ __forceinline__ T* translate(const char* call, T* p, int pe, bool say) {
-    if (pe == rshmem_state.my_pe) return p;
-    int local = local_of(pe);
-    if (local < 0) fail_unreachable(call, pe, say);
+    int local;
+    if (__builtin_expect((rshmem_state.flags & RSHMEM_STATE_FLAG_CONTIGUOUS) != 0, 1)) {
+        local = pe - (rshmem_state.my_pe - rshmem_state.my_local);
+        if (__builtin_expect((unsigned)local >= (unsigned)rshmem_state.n_local, 0)) {
+            fail_unreachable(call, pe, say);
+        }
+    } else {
+        if (pe == rshmem_state.my_pe) return p;
+        local = __ldg((const int32_t*)rshmem_state.pe_local_table + pe);
+        if (local < 0) fail_unreachable(call, pe, say);
+    }
     int64_t delta = (int64_t)(local - rshmem_state.my_local) * (int64_t)rshmem_state.slice;
     return (T*)((char*)p + delta);
 }

@@ -23,6 +23,9 @@ pub mod internal {
 
 /// `flags` bit: device calls check their arguments and trap with a message on bad input.
 pub const FLAG_DEBUG: u64 = 0x1;
+/// `flags` bit: this host's PEs are numbered contiguously (`my_pe - my_local ..`), so device
+/// calls translate PE numbers without reading the PE table.
+pub const FLAG_CONTIGUOUS: u64 = 0x2;
 
 /// Mirror of `rshmem_device_state`.
 #[repr(C)]
