@@ -10,7 +10,9 @@ use std::sync::{Mutex, Weak};
 
 use crate::config::{BackendChoice, Config};
 use crate::cuda::Gpu;
-use crate::device::state::{internal as dev_internal, DEVICE_STATE_VERSION, FLAG_CONTIGUOUS, FLAG_DEBUG};
+use crate::device::state::{
+    internal as dev_internal, DEVICE_STATE_VERSION, FLAG_CONTIGUOUS, FLAG_DEBUG,
+};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::{Backing, Heap, INTERNAL_SIZE};
@@ -255,11 +257,15 @@ impl World {
                 .cfg
                 .timeout
                 .map_or(0, |t| t.as_nanos().min(u64::MAX as u128) as u64),
-            flags: if self.cfg.device_checks {
+            flags: (if self.cfg.device_checks {
                 FLAG_DEBUG
             } else {
                 0
-            },
+            }) | (if self.node.pes.windows(2).all(|w| w[1] == w[0] + 1) {
+                FLAG_CONTIGUOUS
+            } else {
+                0
+            }),
             reserved: [0; 7],
         };
         let changed = {
