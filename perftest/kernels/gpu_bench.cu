@@ -2,26 +2,34 @@
 // around the launch, so launch overhead is excluded by running many iterations per launch.
 #include "rshmem/rshmem.cuh"
 
-// Bandwidth: every block copies its chunk of nbytes to (or from) `peer`, `iters` times, with the
-// block-scope put (get); then the grid's last operation is a quiet.
-extern "C" __global__ void put_bw(uint8_t *dest, const uint8_t *src, size_t nbytes, int peer, int iters) {
-    size_t chunk = (nbytes + gridDim.x - 1) / gridDim.x;
-    chunk = (chunk + 15) & ~(size_t)15;
-    size_t start = (size_t)blockIdx.x * chunk;
-    size_t len = start < nbytes ? (nbytes - start < chunk ? nbytes - start : chunk) : 0;
+// Bandwidth: the buffer is dealt to the blocks in pieces of at most 64 KiB, round robin, and each
+// block copies its pieces to (or from) `peer` with the block-scope put (get), `iters` times; then
+// a quiet. (Round-robin pieces keep all NVLink lanes busy at the same addresses' neighbourhood;
+// one contiguous 1 MiB+ range per block measured ~6% slower at 128 MiB.)
+static __device__ __forceinline__ size_t piece_of(size_t nbytes) {
+    size_t per_block = (nbytes + gridDim.x - 1) / gridDim.x;
+    per_block = (per_block + 15) & ~(size_t)15;
+    return per_block < (64u << 10) ? per_block : (64u << 10);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) put_bw(uint8_t *dest, const uint8_t *src, size_t nbytes, int peer, int iters) {
+    size_t piece = piece_of(nbytes);
     for (int i = 0; i < iters; ++i) {
-        rshmem_putmem_nbi_block(dest + start, src + start, len, peer);
+        for (size_t start = (size_t)blockIdx.x * piece; start < nbytes; start += (size_t)gridDim.x * piece) {
+            size_t len = nbytes - start < piece ? nbytes - start : piece;
+            rshmem_putmem_nbi_block(dest + start, src + start, len, peer);
+        }
     }
     rshmem_quiet();
 }
 
-extern "C" __global__ void get_bw(uint8_t *dest, const uint8_t *src, size_t nbytes, int peer, int iters) {
-    size_t chunk = (nbytes + gridDim.x - 1) / gridDim.x;
-    chunk = (chunk + 15) & ~(size_t)15;
-    size_t start = (size_t)blockIdx.x * chunk;
-    size_t len = start < nbytes ? (nbytes - start < chunk ? nbytes - start : chunk) : 0;
+extern "C" __global__ void __launch_bounds__(1024) get_bw(uint8_t *dest, const uint8_t *src, size_t nbytes, int peer, int iters) {
+    size_t piece = piece_of(nbytes);
     for (int i = 0; i < iters; ++i) {
-        rshmem_getmem_block(dest + start, src + start, len, peer);
+        for (size_t start = (size_t)blockIdx.x * piece; start < nbytes; start += (size_t)gridDim.x * piece) {
+            size_t len = nbytes - start < piece ? nbytes - start : piece;
+            rshmem_getmem_block(dest + start, src + start, len, peer);
+        }
     }
 }
 

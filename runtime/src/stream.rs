@@ -368,6 +368,10 @@ impl World {
     pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
         let call = "quiet_on_stream";
         let p = self.p2p(call)?;
+        if !p.pending() {
+            // Nothing host-issued is queued: no dependency to add.
+            return Ok(());
+        }
         let ev = p
             .gpu
             .stream

@@ -31,11 +31,26 @@ impl Drop for Pinned {
     }
 }
 
+/// Bytes of pinned memory small host puts are staged through.
+const STAGING: usize = 1 << 20;
+/// Puts up to this size are staged (truly asynchronous copies from pinned memory); larger ones
+/// are copied from the caller's pageable memory by the driver.
+const STAGE_MAX: usize = 64 << 10;
+
+/// Pinned staging for small host puts: bytes `[0, used)` may still be read by queued copies.
+struct Staging {
+    buf: Pinned,
+    used: usize,
+}
+
 /// Host-side access to the GPU heap.
 pub struct P2p {
     /// This PE's GPU.
     pub gpu: Arc<Gpu>,
     result: Mutex<Pinned>,
+    staging: Mutex<Staging>,
+    /// Host-issued work may be queued on rshmem's stream (cleared by `quiet`).
+    pending: std::sync::atomic::AtomicBool,
     internal: OnceLock<std::result::Result<Module, String>>,
     state: Arc<Mutex<crate::device::DeviceState>>,
 }
@@ -58,9 +73,19 @@ impl P2p {
             "init",
             "cuMemHostAlloc",
         )?;
+        let p = Pinned(p.cast());
+        let mut st: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; STAGING bytes of pinned memory.
+        let r = unsafe { sys::cuMemHostAlloc(&mut st, STAGING, 0) };
+        check(r, "init", "cuMemHostAlloc (staging)")?;
         Ok(P2p {
             gpu,
-            result: Mutex::new(Pinned(p.cast())),
+            result: Mutex::new(p),
+            staging: Mutex::new(Staging {
+                buf: Pinned(st.cast()),
+                used: 0,
+            }),
+            pending: std::sync::atomic::AtomicBool::new(false),
             internal: OnceLock::new(),
             state,
         })
@@ -70,9 +95,55 @@ impl P2p {
         self.gpu.stream.cu_stream()
     }
 
-    /// Host → GPU heap copy; `src` may be reused on return (pageable sources are staged).
+    /// Host → GPU heap copy; `src` may be reused on return. Aligned 4- and 8-byte puts travel
+    /// inside the stream command itself (`cuStreamWriteValue`); other small puts are staged
+    /// through pinned memory so the copy is truly asynchronous; large ones are copied by the
+    /// driver from the caller's memory.
     pub fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
+        use std::sync::atomic::Ordering;
         self.gpu.bind(call)?;
+        self.pending.store(true, Ordering::Release);
+        if (n == 8 && dst % 8 == 0) || (n == 4 && dst % 4 == 0) {
+            let mut w = 0u64;
+            // SAFETY: src points to n (4 or 8) readable bytes; w has room for 8.
+            unsafe { std::ptr::copy_nonoverlapping(src, (&mut w as *mut u64).cast::<u8>(), n) };
+            // SAFETY: dst is a checked, aligned word of the mapped GPU heap.
+            let r = unsafe {
+                if n == 8 {
+                    sys::cuStreamWriteValue64_v2(self.stream(), dst as u64, w, 0)
+                } else {
+                    sys::cuStreamWriteValue32_v2(self.stream(), dst as u64, w as u32, 0)
+                }
+            };
+            if r == sys::CUresult::CUDA_SUCCESS {
+                return Ok(());
+            }
+            // Not supported on this memory: fall through to a copy.
+        }
+        if n <= STAGE_MAX {
+            let mut st = self.staging.lock().map_err(|_| Error::State {
+                call,
+                reason: "a thread panicked during a host put".into(),
+            })?;
+            if st.used + n > STAGING {
+                self.gpu.sync(call)?;
+                st.used = 0;
+            }
+            let at = st.used;
+            // SAFETY: [at, at+n) lies inside the pinned staging buffer and no queued copy reads it
+            // (everything queued before was synchronized when `used` was last reset).
+            let stage = unsafe { st.buf.0.cast::<u8>().add(at) };
+            // SAFETY: src has n readable bytes; stage has n writable bytes; they cannot overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src, stage, n) };
+            st.used = (at + n + 63) & !63;
+            // SAFETY: dst..dst+n is a checked, mapped heap range; the pinned source stays
+            // untouched until the stream is synchronized.
+            return check(
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst as u64, stage.cast(), n, self.stream()) },
+                call,
+                "copying host memory into the GPU heap",
+            );
+        }
         // SAFETY: dst..dst+n is a checked, mapped heap range; src..src+n a live host buffer. For
         // pageable memory the driver copies it to staging before returning.
         check(
@@ -98,6 +169,8 @@ impl P2p {
     /// GPU heap → GPU heap copy (stream-ordered on rshmem's stream).
     pub fn copy(&self, call: &'static str, dst: usize, src: usize, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
         // SAFETY: both ranges are checked, mapped heap ranges.
         check(
             unsafe { sys::cuMemcpyAsync(dst as u64, src as u64, n, self.stream()) },
@@ -121,7 +194,23 @@ impl P2p {
 
     /// Completes every queued operation.
     pub fn quiet(&self, call: &'static str) -> Result<()> {
-        self.gpu.sync(call)
+        use std::sync::atomic::Ordering;
+        if !self.pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut st = self.staging.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a host put".into(),
+        })?;
+        self.pending.store(false, Ordering::Release);
+        self.gpu.sync(call)?;
+        st.used = 0;
+        Ok(())
+    }
+
+    /// True if host-issued work may still be queued on rshmem's stream.
+    pub fn pending(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The internal kernels, compiled on first use.
