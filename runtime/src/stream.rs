@@ -291,8 +291,7 @@ impl World {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let m = p.internal(call)?;
-        let f = m.function("rshmem_internal_signal")?;
+        let (m, f) = p.kernel(call, "rshmem_internal_signal")?;
         let mut a = sig as u64;
         let mut v = signal;
         let mut o: i32 = match op {
@@ -339,8 +338,7 @@ impl World {
             ));
         }
         self.remote(call, sig as usize, 8, self.me)?;
-        let m = p.internal(call)?;
-        let f = m.function("rshmem_internal_signal_wait")?;
+        let (m, f) = p.kernel(call, "rshmem_internal_signal_wait")?;
         let mut a = sig as u64;
         let mut c: i32 = cmp_code(cmp);
         let mut v = value;
@@ -397,8 +395,7 @@ impl World {
 
     fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
         let p = self.p2p(call)?;
-        let m = p.internal(call)?;
-        let f = m.function("rshmem_internal_barrier_all")?;
+        let (m, f) = p.kernel(call, "rshmem_internal_barrier_all")?;
         let mut q = quiet;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;

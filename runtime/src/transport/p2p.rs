@@ -52,6 +52,8 @@ pub struct P2p {
     /// Host-issued work may be queued on rshmem's stream (cleared by `quiet`).
     pending: std::sync::atomic::AtomicBool,
     internal: OnceLock<std::result::Result<Module, String>>,
+    /// Kernels of the internal module, looked up once.
+    kernels: Mutex<Vec<(&'static str, cudarc::driver::CudaFunction)>>,
     state: Arc<Mutex<crate::device::DeviceState>>,
 }
 
@@ -87,6 +89,7 @@ impl P2p {
             }),
             pending: std::sync::atomic::AtomicBool::new(false),
             internal: OnceLock::new(),
+            kernels: Mutex::new(Vec::new()),
             state,
         })
     }
@@ -225,6 +228,25 @@ impl P2p {
         })
     }
 
+    /// An internal kernel (the module is compiled on first use; the lookup is cached).
+    pub fn kernel(
+        &self,
+        call: &'static str,
+        name: &'static str,
+    ) -> Result<(&Module, cudarc::driver::CudaFunction)> {
+        let m = self.internal(call)?;
+        let mut k = self.kernels.lock().map_err(|_| Error::State {
+            call,
+            reason: "kernel cache lock poisoned".into(),
+        })?;
+        if let Some((_, f)) = k.iter().find(|(n, _)| *n == name) {
+            return Ok((m, f.clone()));
+        }
+        let f = m.function(name)?;
+        k.push((name, f.clone()));
+        Ok((m, f))
+    }
+
     /// The internal kernels if they were loaded already.
     pub fn internal_loaded(&self) -> Option<&std::result::Result<Module, String>> {
         self.internal.get()
@@ -246,12 +268,11 @@ impl P2p {
             self.get(call, (&mut w as *mut u64).cast(), addr, size)?;
             return Ok(w);
         }
-        let m = self.internal(call)?;
+        let (m, f) = self.kernel(call, "rshmem_internal_amo")?;
         let res = self.result.lock().map_err(|_| Error::State {
             call,
             reason: "a thread panicked during a host atomic".into(),
         })?;
-        let f = m.function("rshmem_internal_amo")?;
         let mut op_u = op as u32;
         let mut size_u = size as u32;
         let mut a = addr as u64;
