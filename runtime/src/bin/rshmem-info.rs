@@ -9,14 +9,18 @@ fn main() {
     if markdown {
         out.push_str("| variable | type | default | meaning |\n|---|---|---|---|\n");
         for v in rshmem::config::all_env_vars() {
+            let cell = |t: &str| t.replace('|', "\\|");
             out.push_str(&format!(
                 "| `{}` | {} | {} | {} |\n",
-                v.name, v.kind, v.default, v.help
+                v.name,
+                cell(v.kind),
+                cell(v.default),
+                cell(v.help)
             ));
         }
     } else {
         out.push_str(&format!(
-            "rshmem {}\ntransports: shm (host shared memory)\n\nenvironment variables:\n",
+            "rshmem {}\ntransports: shm (host shared memory), p2p (GPU memory over NVLink/PCIe, when CUDA GPUs are present)\n\nenvironment variables:\n",
             env!("CARGO_PKG_VERSION")
         ));
         for v in rshmem::config::all_env_vars() {
