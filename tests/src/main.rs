@@ -13,6 +13,8 @@
 //! * `amo` — every atomic on every AMO type.
 //! * `amo-names` — the error of every atomic names that atomic.
 //! * `signal` — put_signal(_nbi), signal_op, signal_fetch, signal_wait_until.
+//! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
+//!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
 //! * `heap` — malloc family semantics, heap growth, symmetric offsets, out of memory (run with
 //!   `RSHMEM_HEAP_INITIAL=4M RSHMEM_HEAP_LIMIT=256M`).
@@ -53,6 +55,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap-huge", false),
     ("errors", false),
     ("symmetry", false),
+    ("stream", false),
     ("timeout", false),
     ("die", true),
     ("crash", true),
@@ -66,6 +69,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "amo" => amo::run,
         "amo-names" => amo::names,
         "signal" => signal::run,
+        "stream" => stream::run,
         "wait" => wait::run,
         "heap" => heap::run,
         "heap-huge" => heap::huge,

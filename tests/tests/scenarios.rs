@@ -109,3 +109,7 @@ fn heap_huge_requests() {
     common::scenario(1, "heap-huge", NONE);
     common::scenario(2, "heap-huge", NONE);
 }
+
+// On a machine without GPUs `stream` checks that the GPU-only calls answer Unsupported (the
+// GPU path itself runs in scripts/gpu-check).
+per_n!("stream", NONE, stream_cpu_1pe = 1, stream_cpu_2pes = 2);

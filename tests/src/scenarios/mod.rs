@@ -7,6 +7,7 @@ pub mod errors;
 pub mod heap;
 pub mod rma;
 pub mod signal;
+pub mod stream;
 pub mod symmetry;
 pub mod timeout;
 pub mod wait;
