@@ -96,21 +96,11 @@ fn run() -> rshmem::Result<bool> {
         }
         world.barrier_all()?;
     }
-    world.free(sig)?;
-    world.free(dest)?;
-    world.free(src)?;
+    common::free_all(&world, [sig], [dest, src])?;
     world.finalize()?;
     Ok(ok)
 }
 
 fn main() -> ExitCode {
-    rshmem::init_logging();
-    match run() {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("bidir_put_signal: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main("bidir_put_signal", run)
 }

@@ -1,6 +1,9 @@
 //! Helpers shared by the examples (included with `#[path]`; not a public API).
 
+use std::process::ExitCode;
+
 use rshmem::cudarc::driver::DriverError;
+use rshmem::{SymBuf, World};
 
 /// The value element `i` of PE `pe`'s buffer holds in round `round`: distinct per PE, index and
 /// round, so a wrong PE, offset or stale round is caught.
@@ -26,4 +29,33 @@ pub fn mismatches(got: &[u8], pe: usize, round: u64) -> usize {
         .enumerate()
         .filter(|&(i, &b)| b != pattern(pe, round, i))
         .count()
+}
+
+/// Installs the logger, runs the example and turns its outcome into the exit code (errors are
+/// printed with the example's name).
+pub fn main(name: &str, run: fn() -> rshmem::Result<bool>) -> ExitCode {
+    rshmem::init_logging();
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Frees the examples' buffers (collective), in order.
+pub fn free_all<'w, const A: usize, const B: usize>(
+    world: &'w World,
+    words: [SymBuf<'w, u64>; A],
+    bytes: [SymBuf<'w, u8>; B],
+) -> rshmem::Result<()> {
+    for b in words {
+        world.free(b)?;
+    }
+    for b in bytes {
+        world.free(b)?;
+    }
+    Ok(())
 }

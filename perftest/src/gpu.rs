@@ -71,6 +71,19 @@ fn bad(reason: String) -> Error {
     }
 }
 
+/// Warms up with 2 iterations, picks the iteration count that takes about 20 ms, and returns the
+/// best of 3 timed runs (milliseconds) with that count.
+fn calibrated(run: impl Fn(usize) -> Result<f64>) -> Result<(f64, usize)> {
+    run(2)?;
+    let one = run(1)?.max(1e-3);
+    let iters = ((20.0 / one) as usize).clamp(2, 10_000);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        best = best.min(run(iters)?);
+    }
+    Ok((best, iters))
+}
+
 fn pattern(i: usize) -> u8 {
     ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u8
 }
@@ -157,13 +170,7 @@ impl<'w> Gpu<'w> {
                         .map_err(|e| cuda("launch", e))
                     })
                 };
-                launch(2)?; // warmup
-                let one = launch(1)?.max(1e-3);
-                let iters = ((20.0 / one) as i32).clamp(2, 10_000);
-                let mut best = f64::MAX;
-                for _ in 0..3 {
-                    best = best.min(launch(iters)?);
-                }
+                let (best, iters) = calibrated(|i| launch(i as i32))?;
                 let gbps = size as f64 * iters as f64 / (best * 1e-3) / 1e9;
                 rows.push(Row {
                     bench: format!("shmem_{name}"),
@@ -417,13 +424,7 @@ impl<'w> Gpu<'w> {
                         Ok(())
                     })
                 };
-                run(2)?;
-                let one = run(1)?.max(1e-3);
-                let iters = ((20.0 / one) as usize).clamp(2, 10_000);
-                let mut best = f64::MAX;
-                for _ in 0..3 {
-                    best = best.min(run(iters)?);
-                }
+                let (best, iters) = calibrated(run)?;
                 rows.push(Row {
                     bench: "putmem_on_stream".into(),
                     size,

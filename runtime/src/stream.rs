@@ -82,20 +82,12 @@ impl World {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let call = "put_on_stream";
-        let p = self.p2p(call)?;
-        let n = bytes_of::<T>(call, nelems)?;
-        if n == 0 {
-            return self.local_index(call, pe).map(drop);
-        }
-        let d = self.remote(call, dest as usize, n, pe)?;
-        let s = self.remote(call, src as usize, n, self.me)?;
-        p.gpu.bind(call)?;
-        // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
-        check(
-            unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) },
-            call,
-            "cuMemcpyAsync",
+        self.copy_on_stream::<T>(
+            "put_on_stream",
+            (dest as usize, pe),
+            (src as usize, self.me),
+            nelems,
+            stream,
         )
     }
 
@@ -109,21 +101,38 @@ impl World {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let call = "get_on_stream";
+        self.copy_on_stream::<T>(
+            "get_on_stream",
+            (dest as usize, self.me),
+            (src as usize, pe),
+            nelems,
+            stream,
+        )
+    }
+
+    /// Checks both symmetric ranges (address, PE) and enqueues the copy-engine copy.
+    fn copy_on_stream<T>(
+        &self,
+        call: &'static str,
+        (dest, dpe): (usize, usize),
+        (src, spe): (usize, usize),
+        nelems: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let p = self.p2p(call)?;
         let n = bytes_of::<T>(call, nelems)?;
         if n == 0 {
-            return self.local_index(call, pe).map(drop);
+            return self
+                .local_index(call, dpe)
+                .and(self.local_index(call, spe))
+                .map(drop);
         }
-        let s = self.remote(call, src as usize, n, pe)?;
-        let d = self.remote(call, dest as usize, n, self.me)?;
+        let d = self.remote(call, dest, n, dpe)?;
+        let s = self.remote(call, src, n, spe)?;
         p.gpu.bind(call)?;
-        // SAFETY: as in put_on_stream.
-        check(
-            unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) },
-            call,
-            "cuMemcpyAsync",
-        )
+        // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
+        let r = unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) };
+        check(r, call, "cuMemcpyAsync")
     }
 
     /// **One-sided, stream-ordered.** Byte form of [`put_on_stream`](World::put_on_stream).
