@@ -31,6 +31,7 @@
 //! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
 
 mod amo;
+mod coll;
 pub mod config;
 pub mod cuda;
 pub mod device;
@@ -42,16 +43,19 @@ mod rma;
 mod signal;
 mod stream;
 mod sync;
+mod team;
 pub(crate) mod transport;
 mod types;
 mod wait;
 mod world;
 
+pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
 pub use mem::SymBuf;
 pub use stream::cmp_code;
+pub use team::{Team, TeamConfig};
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 pub use world::{init, Builder, World};
 

@@ -110,6 +110,8 @@ pub struct World {
     pub(crate) cfg: Config,
     pub(crate) barrier_epoch: AtomicU64,
     pub(crate) coll_seq: AtomicU64,
+    /// Teams: free synchronization slots and the predefined teams.
+    pub(crate) teams: crate::team::Teams,
     finalized: AtomicBool,
     init_time: Duration,
 }
@@ -201,6 +203,7 @@ impl World {
             cfg,
             barrier_epoch: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
+            teams: crate::team::Teams::new(n),
             finalized: AtomicBool::new(false),
             init_time: Duration::ZERO,
         };

@@ -13,6 +13,8 @@
 //! * `amo` — every atomic on every AMO type.
 //! * `amo-names` — the error of every atomic names that atomic.
 //! * `signal` — put_signal(_nbi), signal_op, signal_fetch, signal_wait_until.
+//! * `coll` — teams (predefined, strided and 2-D splits, translate, destroy) and every host
+//!   collective on several teams, types and sizes, plus misuse errors.
 //! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
 //!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
@@ -50,6 +52,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("amo", false),
     ("amo-names", false),
     ("signal", false),
+    ("coll", false),
     ("wait", false),
     ("heap", false),
     ("heap-huge", false),
@@ -69,6 +72,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "amo" => amo::run,
         "amo-names" => amo::names,
         "signal" => signal::run,
+        "coll" => coll::run,
         "stream" => stream::run,
         "wait" => wait::run,
         "heap" => heap::run,

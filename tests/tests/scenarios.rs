@@ -113,3 +113,13 @@ fn heap_huge_requests() {
 // On a machine without GPUs `stream` checks that the GPU-only calls answer Unsupported (the
 // GPU path itself runs in scripts/gpu-check).
 per_n!("stream", NONE, stream_cpu_1pe = 1, stream_cpu_2pes = 2);
+
+per_n!(
+    "coll",
+    NONE,
+    coll_1pe = 1,
+    coll_2pes = 2,
+    coll_3pes = 3,
+    coll_4pes = 4,
+    coll_8pes = 8
+);

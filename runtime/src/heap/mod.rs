@@ -45,6 +45,9 @@ pub mod internal {
     pub const BARRIER_ROUNDS: usize = 64;
     /// Size of one flag slot.
     pub const FLAG_STRIDE: usize = 64;
+    /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
+    /// (`crate::team`); nothing else may use them.
+    pub const TEAM_AREA_START: usize = 64 << 10;
 }
 
 /// One PE's view of the node's symmetric heap.

@@ -1,6 +1,7 @@
 //! The scenarios, one module each (see the crate documentation for the list).
 
 pub mod amo;
+pub mod coll;
 pub mod crash;
 pub mod die;
 pub mod errors;

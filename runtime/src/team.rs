@@ -1,0 +1,552 @@
+//! Teams: ordered subsets of the job's PEs that collectives run over (OpenSHMEM 1.5 teams).
+//!
+//! * [`World::team_world`], [`World::team_shared`], [`World::team_node`] — the predefined teams
+//!   (`SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED`, and NVSHMEM's `TEAM_NODE`). Every PE of this
+//!   build runs on one host, so all three hold every PE; each still has its own
+//!   synchronization state, so their barriers never mix.
+//! * [`World::team_split_strided`] and [`World::team_split_2d`] — **collective over the parent
+//!   team**: make new teams; PEs not in a new team get `None`.
+//! * [`World::team_destroy`] — **collective over the team**.
+//! * [`Team::my_pe`], [`Team::n_pes`], [`Team::get_config`], [`Team::translate_pe`] — local.
+//!
+//! Team-relative PE numbers (`0..team.n_pes()`) are used wherever a team is passed.
+//!
+//! Synchronization state lives in a per-PE **slot area** of the host control heap's internal
+//! region (never the user heap), reserved for every PE at init. A split picks a slot free on
+//! every parent member (an AND of their free-slot bitmaps, exchanged through the parent's
+//! slot) so that no world-collective allocation is needed. See `docs/collectives.md`.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::heap::INTERNAL_SIZE;
+use crate::types::Bits;
+use crate::world::World;
+
+/// Offset of the team slot area inside the control heap's internal region (the barrier flags
+/// of `sync_all` use the first 4 KiB).
+pub(crate) const TEAM_AREA: usize = 64 << 10;
+/// Most team slots per PE (a bitmap of this many bits is exchanged on every split).
+const MAX_SLOTS: usize = 4096;
+/// Words of the free-slot bitmap.
+const BITMAP_WORDS: usize = MAX_SLOTS / 64;
+/// Bytes at the start of every slot for exchanges (the split bitmap, collect counts).
+pub(crate) const SCRATCH: usize = BITMAP_WORDS * 8;
+/// Slots of the predefined teams.
+const SLOT_WORLD: usize = 0;
+const SLOT_SHARED: usize = 1;
+const SLOT_NODE: usize = 2;
+
+/// Settings of a team (OpenSHMEM's `shmem_team_config_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TeamConfig {
+    /// Communication contexts the team is expected to use. rshmem has no contexts yet; the
+    /// value is kept and returned by [`Team::get_config`].
+    pub num_contexts: usize,
+}
+
+/// A team: an ordered set of PEs. Cheap to clone; clones name the same team. After
+/// [`World::team_destroy`] every clone is invalid (calls with it fail).
+#[derive(Clone)]
+pub struct Team {
+    pub(crate) inner: Arc<TeamInner>,
+}
+
+pub(crate) struct TeamInner {
+    /// Name for messages (`world`, `shared`, `node`, `split #k`).
+    pub(crate) name: String,
+    /// World PE of each team PE, in team order.
+    pub(crate) members: Vec<usize>,
+    /// My team PE number.
+    pub(crate) me: usize,
+    /// Slot of the synchronization state.
+    pub(crate) slot: usize,
+    /// Last barrier epoch used (same on every member).
+    pub(crate) epoch: AtomicU64,
+    pub(crate) destroyed: AtomicBool,
+    predefined: bool,
+    config: TeamConfig,
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("name", &self.inner.name)
+            .field("my_pe", &self.inner.me)
+            .field("n_pes", &self.inner.members.len())
+            .field("members", &self.inner.members)
+            .finish()
+    }
+}
+
+impl Team {
+    /// My PE number in this team, `0..n_pes()`. Like `shmem_team_my_pe`.
+    pub fn my_pe(&self) -> usize {
+        self.inner.me
+    }
+
+    /// Number of PEs in this team. Like `shmem_team_n_pes`.
+    pub fn n_pes(&self) -> usize {
+        self.inner.members.len()
+    }
+
+    /// The team's settings. Like `shmem_team_get_config`.
+    pub fn get_config(&self) -> TeamConfig {
+        self.inner.config
+    }
+
+    /// The world PE numbers of the members, in team order.
+    pub fn members(&self) -> &[usize] {
+        &self.inner.members
+    }
+
+    /// True once [`World::team_destroy`] destroyed the team.
+    pub fn is_destroyed(&self) -> bool {
+        self.inner.destroyed.load(Ordering::Acquire)
+    }
+
+    /// The number in `dest` of the PE numbered `pe` in this team; `None` when `pe` is out of
+    /// range, the PE is not in `dest`, or either team is destroyed. Like
+    /// `shmem_team_translate_pe`.
+    pub fn translate_pe(&self, pe: usize, dest: &Team) -> Option<usize> {
+        if self.is_destroyed() || dest.is_destroyed() {
+            return None;
+        }
+        let w = *self.inner.members.get(pe)?;
+        dest.inner.members.iter().position(|&m| m == w)
+    }
+
+    /// World PE of team PE `pe` (checked by the caller).
+    #[inline]
+    pub(crate) fn world_pe(&self, pe: usize) -> usize {
+        self.inner.members[pe]
+    }
+}
+
+/// Per-PE team bookkeeping (a field of [`World`]).
+pub(crate) struct Teams {
+    /// Bit `s` set: slot `s` is free on this PE.
+    free: Mutex<Vec<u64>>,
+    /// Slots that fit in the area.
+    n_slots: usize,
+    /// Bytes per slot.
+    slot_bytes: usize,
+    /// Dissemination rounds a team barrier may need.
+    rounds: usize,
+    splits: AtomicU64,
+    world: OnceLock<Team>,
+    shared: OnceLock<Team>,
+    node: OnceLock<Team>,
+}
+
+impl Teams {
+    /// Bookkeeping for a job of `n` PEs.
+    pub(crate) fn new(n: usize) -> Teams {
+        let rounds = (usize::BITS - n.max(2).saturating_sub(1).leading_zeros()) as usize;
+        let slot_bytes = (SCRATCH + 8 * rounds).div_ceil(64) * 64;
+        let n_slots = ((INTERNAL_SIZE - TEAM_AREA) / slot_bytes).min(MAX_SLOTS);
+        let mut free = vec![0u64; BITMAP_WORDS];
+        for s in SLOT_NODE + 1..n_slots {
+            free[s / 64] |= 1 << (s % 64);
+        }
+        Teams {
+            free: Mutex::new(free),
+            n_slots,
+            slot_bytes,
+            rounds,
+            splits: AtomicU64::new(0),
+            world: OnceLock::new(),
+            shared: OnceLock::new(),
+            node: OnceLock::new(),
+        }
+    }
+
+    /// Offset of byte `off` of slot `slot` in the control heap's internal region.
+    #[inline]
+    pub(crate) fn slot_off(&self, slot: usize, off: usize) -> usize {
+        TEAM_AREA + slot * self.slot_bytes + off
+    }
+
+    /// Offset of barrier flag `round` of slot `slot`.
+    #[inline]
+    fn flag_off(&self, slot: usize, round: usize) -> usize {
+        self.slot_off(slot, SCRATCH + 8 * round)
+    }
+}
+
+fn poisoned(call: &'static str) -> Error {
+    Error::State {
+        call,
+        reason: "the team lock is poisoned (another thread panicked inside rshmem)".into(),
+    }
+}
+
+impl World {
+    fn predefined(&self, which: usize) -> Team {
+        let (cell, name) = match which {
+            SLOT_WORLD => (&self.teams.world, "world"),
+            SLOT_SHARED => (&self.teams.shared, "shared"),
+            _ => (&self.teams.node, "node"),
+        };
+        cell.get_or_init(|| {
+            let members: Vec<usize> = if which == SLOT_WORLD {
+                (0..self.n).collect()
+            } else {
+                self.node.pes.clone()
+            };
+            let me = members.iter().position(|&p| p == self.me).unwrap_or(0);
+            Team {
+                inner: Arc::new(TeamInner {
+                    name: name.into(),
+                    members,
+                    me,
+                    slot: which,
+                    epoch: AtomicU64::new(0),
+                    destroyed: AtomicBool::new(false),
+                    predefined: true,
+                    config: TeamConfig::default(),
+                }),
+            }
+        })
+        .clone()
+    }
+
+    /// The team of every PE, numbered as the world (`SHMEM_TEAM_WORLD`).
+    pub fn team_world(&self) -> Team {
+        self.predefined(SLOT_WORLD)
+    }
+
+    /// The PEs that share memory with this PE (`SHMEM_TEAM_SHARED`): the PEs of this host.
+    pub fn team_shared(&self) -> Team {
+        self.predefined(SLOT_SHARED)
+    }
+
+    /// The PEs of this host ([`World::node_pes`]), like NVSHMEM's `NVSHMEMX_TEAM_NODE`.
+    pub fn team_node(&self) -> Team {
+        self.predefined(SLOT_NODE)
+    }
+
+    /// The number in `dest` of the PE numbered `pe` in `src`, or `None` (see
+    /// [`Team::translate_pe`]). Like `shmem_team_translate_pe`.
+    pub fn team_translate_pe(&self, src: &Team, pe: usize, dest: &Team) -> Option<usize> {
+        src.translate_pe(pe, dest)
+    }
+
+    /// Checks that `team` is usable by this PE.
+    pub(crate) fn team_check(&self, call: &'static str, team: &Team) -> Result<()> {
+        if team.is_destroyed() {
+            return Err(Error::invalid(
+                call,
+                format!("team {} was destroyed", team.inner.name),
+            ));
+        }
+        if team.inner.members.get(team.inner.me) != Some(&self.me) {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "PE {} is not a member of team {} (members {:?})",
+                    self.me, team.inner.name, team.inner.members
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// **Collective over the parent.** Makes the team of parent PEs `start`, `start+stride`,
+    /// …, `size` of them, numbered in that order; returns `None` on parent PEs not in it.
+    /// Like `shmem_team_split_strided`. `stride` may be negative; it may be 0 only when
+    /// `size` is 1.
+    pub fn team_split_strided(
+        &self,
+        parent: &Team,
+        start: usize,
+        stride: isize,
+        size: usize,
+    ) -> Result<Option<Team>> {
+        self.team_split_strided_with(parent, start, stride, size, TeamConfig::default())
+    }
+
+    /// [`team_split_strided`](World::team_split_strided) with a [`TeamConfig`].
+    pub fn team_split_strided_with(
+        &self,
+        parent: &Team,
+        start: usize,
+        stride: isize,
+        size: usize,
+        config: TeamConfig,
+    ) -> Result<Option<Team>> {
+        let call = "team_split_strided";
+        self.team_check(call, parent)?;
+        let pn = parent.n_pes();
+        if size == 0 || size > pn {
+            return Err(Error::invalid(
+                call,
+                format!("size {size} must be in 1..={pn} (the parent team's size)"),
+            ));
+        }
+        if stride == 0 && size > 1 {
+            return Err(Error::invalid(
+                call,
+                format!("stride 0 names one PE {size} times"),
+            ));
+        }
+        let mut members = Vec::with_capacity(size);
+        for i in 0..size {
+            let p = (start as i128) + (i as i128) * (stride as i128);
+            if p < 0 || p >= pn as i128 {
+                return Err(Error::invalid(
+                    call,
+                    format!(
+                        "start {start}, stride {stride}, size {size} names parent PE {p}, outside the parent team's 0..{pn}"
+                    ),
+                ));
+            }
+            members.push(parent.world_pe(p as usize));
+        }
+        let slots = self.pick_slots(call, parent, &[&members])?;
+        Ok(self.make_team(members, slots[0], config, "strided"))
+    }
+
+    /// **Collective over the parent.** Arranges the parent's PEs in rows of `xrange` (the last
+    /// row may be short) and returns `(row team, column team)` of this PE: parent PE `p` is PE
+    /// `p % xrange` of row `p / xrange` and PE `p / xrange` of column `p % xrange`. Like
+    /// `shmem_team_split_2d`; `xrange` larger than the parent is clamped to its size.
+    pub fn team_split_2d(&self, parent: &Team, xrange: usize) -> Result<(Team, Team)> {
+        self.team_split_2d_with(parent, xrange, TeamConfig::default(), TeamConfig::default())
+    }
+
+    /// [`team_split_2d`](World::team_split_2d) with a [`TeamConfig`] per new team.
+    pub fn team_split_2d_with(
+        &self,
+        parent: &Team,
+        xrange: usize,
+        xconfig: TeamConfig,
+        yconfig: TeamConfig,
+    ) -> Result<(Team, Team)> {
+        let call = "team_split_2d";
+        self.team_check(call, parent)?;
+        if xrange == 0 {
+            return Err(Error::invalid(call, "xrange must be at least 1"));
+        }
+        let pn = parent.n_pes();
+        let x = xrange.min(pn);
+        let me = parent.my_pe();
+        let (row, col) = (me / x, me % x);
+        let xs: Vec<usize> = (row * x..((row + 1) * x).min(pn))
+            .map(|p| parent.world_pe(p))
+            .collect();
+        let ys: Vec<usize> = (col..pn).step_by(x).map(|p| parent.world_pe(p)).collect();
+        let slots = self.pick_slots(call, parent, &[&xs, &ys])?;
+        let xt = self.make_team(xs, slots[0], xconfig, "2d-x");
+        let yt = self.make_team(ys, slots[1], yconfig, "2d-y");
+        match (xt, yt) {
+            (Some(a), Some(b)) => Ok((a, b)),
+            _ => Err(Error::State {
+                call,
+                reason: "this PE is missing from its own row or column team".into(),
+            }),
+        }
+    }
+
+    /// Builds the team if this PE is in `members` (the slot was taken by `pick_slots`).
+    fn make_team(
+        &self,
+        members: Vec<usize>,
+        slot: usize,
+        config: TeamConfig,
+        kind: &str,
+    ) -> Option<Team> {
+        let me = members.iter().position(|&p| p == self.me)?;
+        let k = self.teams.splits.fetch_add(1, Ordering::Relaxed);
+        Some(Team {
+            inner: Arc::new(TeamInner {
+                name: format!("{kind} #{k} (slot {slot})"),
+                members,
+                me,
+                slot,
+                epoch: AtomicU64::new(0),
+                destroyed: AtomicBool::new(false),
+                predefined: false,
+                config,
+            }),
+        })
+    }
+
+    /// Collective over `parent`: finds one slot per new team (`new[i]` lists the world PEs of
+    /// this PE's `i`-th new team) free on every parent member, and takes on this PE those of
+    /// the teams it belongs to, zeroing their barrier flags before the closing sync (after it,
+    /// members may raise them).
+    fn pick_slots(
+        &self,
+        call: &'static str,
+        parent: &Team,
+        new: &[&[usize]],
+    ) -> Result<Vec<usize>> {
+        let k = new.len();
+        let t = &self.teams;
+        let pslot = parent.inner.slot;
+        let mine = {
+            let free = t.free.lock().map_err(|_| poisoned(call))?;
+            free.clone()
+        };
+        let me_local = self.local_index(call, self.me)?;
+        for (i, w) in mine.iter().enumerate() {
+            let a = self.ctrl.internal_addr(me_local, t.slot_off(pslot, 8 * i));
+            // SAFETY: the slot area lies inside every local PE's control-heap internal region
+            // (checked by `Teams::new`), 8-byte aligned and mapped for the World's lifetime.
+            unsafe { u64::store(a, *w, Ordering::Release) };
+        }
+        self.team_sync_named(call, parent)?;
+        let mut all = mine;
+        for p in 0..parent.n_pes() {
+            let l = self.local_index(call, parent.world_pe(p))?;
+            for (i, w) in all.iter_mut().enumerate() {
+                let a = self.ctrl.internal_addr(l, t.slot_off(pslot, 8 * i));
+                // SAFETY: as above, for PE p's copy of the slot area.
+                *w &= unsafe { u64::load(a, Ordering::Acquire) };
+            }
+        }
+        let mut got = Vec::with_capacity(k);
+        'outer: for (i, w) in all.iter().enumerate() {
+            let mut w = *w;
+            while w != 0 {
+                let b = w.trailing_zeros() as usize;
+                w &= w - 1;
+                got.push(i * 64 + b);
+                if got.len() == k {
+                    break 'outer;
+                }
+            }
+        }
+        let claimed = if got.len() == k {
+            new.iter()
+                .zip(&got)
+                .filter(|(m, _)| m.contains(&self.me))
+                .try_for_each(|(_, &s)| self.claim(call, s))
+        } else {
+            Ok(())
+        };
+        // Everybody has read the bitmaps before any PE reuses the scratch, and has zeroed the
+        // new teams' flags before any member raises them.
+        let r = self.team_sync_named(call, parent);
+        claimed?;
+        if got.len() < k {
+            r?;
+            return Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "no free team slot: every PE can be in at most {} teams besides the predefined ones at a time (and a split needs a slot free on every parent PE); destroy unused teams",
+                    t.n_slots - SLOT_NODE - 1
+                ),
+            });
+        }
+        r?;
+        Ok(got)
+    }
+
+    /// Records slot use for a new team this PE belongs to and zeroes its flags.
+    fn claim(&self, call: &'static str, slot: usize) -> Result<()> {
+        let t = &self.teams;
+        let me_local = self.local_index(call, self.me)?;
+        for r in 0..t.rounds {
+            let a = self.ctrl.internal_addr(me_local, t.flag_off(slot, r));
+            // SAFETY: as in `pick_slots`.
+            unsafe { u64::store(a, 0, Ordering::Release) };
+        }
+        let mut free = t.free.lock().map_err(|_| poisoned(call))?;
+        free[slot / 64] &= !(1 << (slot % 64));
+        Ok(())
+    }
+
+    /// **Collective over the team.** Waits for every member, then releases the team's
+    /// synchronization slot; every clone of the handle becomes invalid. Like
+    /// `shmem_team_destroy`. The predefined teams cannot be destroyed.
+    pub fn team_destroy(&self, team: Team) -> Result<()> {
+        let call = "team_destroy";
+        self.team_check(call, &team)?;
+        if team.inner.predefined {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "team {} is predefined and cannot be destroyed",
+                    team.inner.name
+                ),
+            ));
+        }
+        self.team_sync_named(call, &team)?;
+        team.inner.destroyed.store(true, Ordering::Release);
+        let slot = team.inner.slot;
+        let mut free = self.teams.free.lock().map_err(|_| poisoned(call))?;
+        free[slot / 64] |= 1 << (slot % 64);
+        Ok(())
+    }
+
+    /// **Collective over the team.** Waits for every member without completing outstanding
+    /// operations. Like `shmem_team_sync`.
+    pub fn team_sync(&self, team: &Team) -> Result<()> {
+        self.team_check("team_sync", team)?;
+        self.team_sync_named("team_sync", team)
+    }
+
+    /// **Collective over the team.** Completes this PE's outstanding operations, then waits
+    /// for every member. Like NVSHMEM's `nvshmem_barrier(team)`.
+    pub fn team_barrier(&self, team: &Team) -> Result<()> {
+        self.team_check("team_barrier", team)?;
+        self.xport.quiet("team_barrier")?;
+        self.team_sync_named("team_barrier", team)
+    }
+
+    /// Dissemination barrier over the team's members through the flags of its slot, exactly
+    /// like `sync_all_named`: in round k member i raises its flag on member i+2^k and waits for
+    /// member i−2^k's. Flags hold the team's epoch, so they never need resetting while the
+    /// team lives.
+    pub(crate) fn team_sync_named(&self, call: &'static str, team: &Team) -> Result<()> {
+        let t = &team.inner;
+        let n = t.members.len();
+        if n == 1 {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        let me = t.me;
+        let my_local = self.local_index(call, self.me)?;
+        let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut dist = 1usize;
+        let mut round = 0usize;
+        while dist < n {
+            if round >= self.teams.rounds {
+                return Err(Error::State {
+                    call,
+                    reason: format!("team of {n} PEs needs more than {round} barrier rounds"),
+                });
+            }
+            let to = (me + dist) % n;
+            let from = (me + n - dist) % n;
+            let off = self.teams.flag_off(t.slot, round);
+            let remote = self
+                .ctrl
+                .internal_addr(self.local_index(call, t.members[to])?, off);
+            let mine = self.ctrl.internal_addr(my_local, off);
+            // SAFETY: team flags are aligned u64s inside every local PE's control-heap internal
+            // region, mapped for the World's lifetime.
+            unsafe { u64::store(remote, epoch, Ordering::Release) };
+            let from_pe = t.members[from];
+            self.wait.wait(
+                &self.live,
+                call,
+                Some(from_pe),
+                // SAFETY: as above.
+                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
+                || {
+                    format!(
+                        "PE {from_pe} to reach sync #{epoch} of team {} (round {round}; it, or a PE it waits for, has not arrived)",
+                        t.name
+                    )
+                },
+            )?;
+            dist <<= 1;
+            round += 1;
+        }
+        Ok(())
+    }
+}

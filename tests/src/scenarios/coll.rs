@@ -1,0 +1,705 @@
+//! `coll`: teams and host collectives. Team queries, translation and the predefined teams;
+//! strided splits (even PEs, the world reversed, a split of a split) and 2-D splits (rows and
+//! columns); then, for several element types, every team and sizes 0, 1, 3 and 7, every
+//! collective (broadcast from two roots, fcollect, collect with uneven counts, alltoall,
+//! alltoalls with strides, every reduction operator, in place too, and reduce_scatter),
+//! checked against results computed here from the known inputs of every PE, with the bytes
+//! past the result still poisoned. Last, misuse errors (naming the call; a bad collect on one
+//! PE fails every member instead of hanging) and recycling of team slots.
+
+use rshmem::{
+    And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, SymBuf, Team, Xor,
+};
+
+use crate::check::{expect_eq, expect_err, expect_slice, fill, Context, Ctx, Kind, R};
+use crate::ensure;
+use crate::vals::{seed, val_r, Val};
+
+/// Largest block size tested.
+const M: usize = 7;
+/// Block sizes tested.
+const SIZES: &[usize] = &[0, 1, 3, M];
+/// Strides of alltoalls.
+const DST: usize = 2;
+const SST: usize = 3;
+
+/// A reduction element type with independent reference operators.
+trait RT: Val + ReduceType {
+    /// Reduction input of world PE `pe` at `idx` (small for floats, so every result is exact).
+    fn rin(pe: usize, idx: usize, salt: u64) -> Self;
+    fn r_add(a: Self, b: Self) -> Self;
+    fn r_mul(a: Self, b: Self) -> Self;
+    fn r_min(a: Self, b: Self) -> Self;
+    fn r_max(a: Self, b: Self) -> Self;
+}
+
+/// Integer reduction types with bitwise reference operators.
+trait BT: RT + BitwiseReduceType {
+    fn r_and(a: Self, b: Self) -> Self;
+    fn r_or(a: Self, b: Self) -> Self;
+    fn r_xor(a: Self, b: Self) -> Self;
+}
+
+macro_rules! int_rt {
+    ($($t:ty),*) => {$(
+        impl RT for $t {
+            fn rin(pe: usize, idx: usize, salt: u64) -> Self { val_r(pe, 1, idx, salt) }
+            fn r_add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            fn r_mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            fn r_min(a: Self, b: Self) -> Self { std::cmp::min(a, b) }
+            fn r_max(a: Self, b: Self) -> Self { std::cmp::max(a, b) }
+        }
+        impl BT for $t {
+            fn r_and(a: Self, b: Self) -> Self { a & b }
+            fn r_or(a: Self, b: Self) -> Self { a | b }
+            fn r_xor(a: Self, b: Self) -> Self { a ^ b }
+        }
+    )*};
+}
+int_rt!(i8, u16, i32, i64, u64, usize);
+
+macro_rules! float_rt {
+    ($($t:ty),*) => {$(
+        impl RT for $t {
+            fn rin(pe: usize, idx: usize, salt: u64) -> Self {
+                let s = seed(77, pe, 0, idx, salt);
+                let m = (s % 3 + 1) as $t;
+                if s & 8 == 0 { m } else { -m }
+            }
+            fn r_add(a: Self, b: Self) -> Self { a + b }
+            fn r_mul(a: Self, b: Self) -> Self { a * b }
+            fn r_min(a: Self, b: Self) -> Self { a.min(b) }
+            fn r_max(a: Self, b: Self) -> Self { a.max(b) }
+        }
+    )*};
+}
+float_rt!(f32, f64);
+
+/// The symmetric buffers of one element type.
+struct Bufs<'w, T: Val> {
+    src: SymBuf<'w, T>,
+    dst: SymBuf<'w, T>,
+    cap: usize,
+}
+
+pub fn run(c: &Ctx<'_>) -> R {
+    let teams = make_teams(c)?;
+    let salt = &mut 0u64;
+    suite::<i8>(c, &teams, salt, true)?;
+    suite::<u16>(c, &teams, salt, true)?;
+    suite::<i32>(c, &teams, salt, true)?;
+    suite::<u64>(c, &teams, salt, true)?;
+    suite::<f32>(c, &teams, salt, false)?;
+    suite::<f64>(c, &teams, salt, false)?;
+    // Movement only, for the remaining widths.
+    moves::<u128>(c, &teams, salt)?;
+    moves::<usize>(c, &teams, salt)?;
+    misuse(c, &teams)?;
+    for (_, t) in teams
+        .into_iter()
+        .skip(3)
+        .flat_map(|(n, t)| t.map(|t| (n, t)))
+    {
+        c.w.team_destroy(t).ctx("team_destroy")?;
+    }
+    recycle(c)?;
+    Ok(())
+}
+
+/// Every team this test uses, in the same order on every PE (`None` where this PE is not a
+/// member): world, shared, node, even PEs, the world reversed, every 4th PE (a split of the
+/// even team), rows and columns of width 2 and rows and columns of width 3.
+fn make_teams(c: &Ctx<'_>) -> R<Vec<(String, Option<Team>)>> {
+    let (w, me, n) = (c.w, c.me, c.n);
+    let world = w.team_world();
+    expect_eq("team_world my_pe", me, world.my_pe())?;
+    expect_eq("team_world n_pes", n, world.n_pes())?;
+    let shared = w.team_shared();
+    let node = w.team_node();
+    expect_eq("team_shared members", w.node_pes(), shared.members())?;
+    expect_eq("team_node members", w.node_pes(), node.members())?;
+    expect_eq("team_node n_pes", n, node.n_pes())?;
+    expect_eq(
+        "get_config of world",
+        rshmem::TeamConfig::default(),
+        world.get_config(),
+    )?;
+
+    let even = w
+        .team_split_strided(&world, 0, 2, n.div_ceil(2))
+        .ctx("team_split_strided(even)")?;
+    expect_eq("even team membership", me % 2 == 0, even.is_some())?;
+    if let Some(t) = &even {
+        expect_eq("even my_pe", me / 2, t.my_pe())?;
+        expect_eq("even n_pes", n.div_ceil(2), t.n_pes())?;
+        expect_eq(
+            "translate even -> world",
+            Some(me),
+            w.team_translate_pe(t, t.my_pe(), &world),
+        )?;
+        expect_eq("translate out of range", None, t.translate_pe(n, &world))?;
+    }
+    for p in 0..n {
+        let want = (p % 2 == 0).then_some(p / 2);
+        let got = match &even {
+            Some(t) => w.team_translate_pe(&world, p, t),
+            None => want,
+        };
+        expect_eq(format_args!("translate world {p} -> even"), want, got)?;
+    }
+    let cfg = rshmem::TeamConfig { num_contexts: 3 };
+    let rev = w
+        .team_split_strided_with(&world, n - 1, -1, n, cfg)
+        .ctx("team_split_strided(reversed)")?
+        .ok_or_else(|| crate::check::Fail("reversed team: every PE is a member".into()))?;
+    expect_eq("reversed my_pe", n - 1 - me, rev.my_pe())?;
+    expect_eq("reversed get_config", cfg, rev.get_config())?;
+    let quarter = match &even {
+        Some(t) => {
+            let q = w
+                .team_split_strided(t, 0, 2, t.n_pes().div_ceil(2))
+                .ctx("team_split_strided(quarter)")?;
+            expect_eq("quarter membership", me % 4 == 0, q.is_some())?;
+            q
+        }
+        None => None,
+    };
+    let mut v = vec![
+        ("world".to_string(), Some(world)),
+        ("shared".to_string(), Some(shared)),
+        ("node".to_string(), Some(node)),
+        ("even".to_string(), even),
+        ("reversed".to_string(), Some(rev)),
+        ("quarter".to_string(), quarter),
+    ];
+    for x in [2usize, 3] {
+        let (row, col) = w
+            .team_split_2d(&w.team_world(), x)
+            .ctx(format_args!("team_split_2d({x})"))?;
+        let xr = x.min(n);
+        expect_eq("2d row my_pe", me % xr, row.my_pe())?;
+        expect_eq("2d col my_pe", me / xr, col.my_pe())?;
+        let row_n = ((me / xr + 1) * xr).min(n) - (me / xr) * xr;
+        expect_eq("2d row n_pes", row_n, row.n_pes())?;
+        expect_eq("2d col n_pes", (n - me % xr).div_ceil(xr), col.n_pes())?;
+        expect_eq(
+            "2d col -> row translate of myself",
+            Some(row.my_pe()),
+            col.translate_pe(col.my_pe(), &row),
+        )?;
+        v.push((format!("rows of {x}"), Some(row)));
+        v.push((format!("columns of {x}"), Some(col)));
+    }
+    Ok(v)
+}
+
+/// Every collective for type `T` on every team and size; `bitwise` adds and/or/xor.
+fn suite<T: RT + BT2>(
+    c: &Ctx<'_>,
+    teams: &[(String, Option<Team>)],
+    salt: &mut u64,
+    bitwise: bool,
+) -> R {
+    let b = alloc::<T>(c)?;
+    for (name, t) in teams {
+        for &k in SIZES {
+            // The same salt sequence on every PE, member or not.
+            *salt += 1;
+            let Some(t) = t else { continue };
+            let s = *salt;
+            let what = format!("{name} team, nelems {k}");
+            movement(c, &b, t, k, s, &what)?;
+            red(c, &b, t, k, Sum, T::r_add, s, &what, false)?;
+            red(c, &b, t, k, Sum, T::r_add, s, &what, true)?;
+            red(c, &b, t, k, Prod, T::r_mul, s, &what, false)?;
+            red(c, &b, t, k, Min, T::r_min, s, &what, false)?;
+            red(c, &b, t, k, Max, T::r_max, s, &what, true)?;
+            if bitwise {
+                T::bitwise(c, &b, t, k, s, &what)?;
+            }
+            reduce_scatter(c, &b, t, k, s, &what)?;
+        }
+    }
+    c.barrier("coll suite")?;
+    c.w.free(b.src).ctx("free")?;
+    c.w.free(b.dst).ctx("free")
+}
+
+/// Runs the bitwise reductions for integer types; nothing for floats (which cannot call them:
+/// `And` is not a `ReduceOp<f32>`).
+trait BT2: RT {
+    fn bitwise(c: &Ctx<'_>, b: &Bufs<'_, Self>, t: &Team, k: usize, s: u64, what: &str) -> R;
+}
+
+macro_rules! bt2_int {
+    ($($t:ty),*) => {$(
+        impl BT2 for $t {
+            fn bitwise(c: &Ctx<'_>, b: &Bufs<'_, Self>, t: &Team, k: usize, s: u64, what: &str) -> R {
+                red(c, b, t, k, And, <$t as BT>::r_and, s, what, false)?;
+                red(c, b, t, k, Or, <$t as BT>::r_or, s, what, true)?;
+                red(c, b, t, k, Xor, <$t as BT>::r_xor, s, what, false)
+            }
+        }
+    )*};
+}
+bt2_int!(i8, u16, i32, i64, u64, usize);
+
+impl BT2 for f32 {
+    fn bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+        Ok(())
+    }
+}
+impl BT2 for f64 {
+    fn bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+        Ok(())
+    }
+}
+
+fn moves<T: Val>(c: &Ctx<'_>, teams: &[(String, Option<Team>)], salt: &mut u64) -> R {
+    let b = alloc::<T>(c)?;
+    for (name, t) in teams {
+        for &k in SIZES {
+            // The same salt sequence on every PE, member or not.
+            *salt += 1;
+            let Some(t) = t else { continue };
+            movement(c, &b, t, k, *salt, &format!("{name} team, nelems {k}"))?;
+        }
+    }
+    c.barrier("coll moves")?;
+    c.w.free(b.src).ctx("free")?;
+    c.w.free(b.dst).ctx("free")
+}
+
+fn alloc<'w, T: Val>(c: &Ctx<'w>) -> R<Bufs<'w, T>> {
+    let cap = c.n * M * SST + 1;
+    Ok(Bufs {
+        src: c.w.malloc::<T>(cap).ctx("malloc")?,
+        dst: c.w.malloc::<T>(cap).ctx("malloc")?,
+        cap,
+    })
+}
+
+/// Fills my source with `f(index)` and my dest with poison (local writes; every collective
+/// starts with a team sync, so no member reads them early).
+fn prepare<T: Val>(b: &Bufs<'_, T>, f: impl Fn(usize) -> T) -> R {
+    fill(&b.src, f)?;
+    fill(&b.dst, |_| T::poison())
+}
+
+/// Checks my dest: `want(i)` for `i < len`, poison after.
+fn check_dst<T: Val>(b: &Bufs<'_, T>, what: &str, len: usize, want: impl Fn(usize) -> T) -> R {
+    let got = b.dst.to_vec().ctx("SymBuf::to_vec")?;
+    ensure!(got.len() == b.cap, "{what}: read {} elements", got.len());
+    expect_slice(what, &got, |i| if i < len { want(i) } else { T::poison() })
+}
+
+/// broadcast (roots 0 and last), fcollect, collect, alltoall, alltoalls.
+fn movement<T: Val>(c: &Ctx<'_>, b: &Bufs<'_, T>, t: &Team, k: usize, s: u64, what: &str) -> R {
+    let w = c.w;
+    let (tn, ti) = (t.n_pes(), t.my_pe());
+    let m = |j: usize| t.members()[j];
+    let input = |pe: usize, i: usize| val_r::<T>(pe, 0, i, s);
+
+    for root in [0, tn - 1] {
+        prepare(b, |i| input(c.me, i))?;
+        w.broadcast(t, b.dst.as_ptr(), b.src.as_ptr(), k, root)
+            .ctx(format_args!("broadcast {what} root {root}"))?;
+        check_dst(b, &format!("broadcast {what} root {root}"), k, |i| {
+            input(m(root), i)
+        })?;
+    }
+
+    prepare(b, |i| input(c.me, i))?;
+    w.fcollect(t, b.dst.as_ptr(), b.src.as_ptr(), k)
+        .ctx(format_args!("fcollect {what}"))?;
+    check_dst(b, &format!("fcollect {what}"), tn * k, |i| {
+        input(m(i / k), i % k)
+    })?;
+
+    // Uneven counts, some 0: member j contributes (k·(j+1) + j) % (M+1).
+    let count = |j: usize| (k * (j + 1) + j) % (M + 1);
+    let starts: Vec<usize> = (0..=tn).map(|j| (0..j).map(count).sum()).collect();
+    prepare(b, |i| input(c.me, i))?;
+    w.collect(t, b.dst.as_ptr(), b.src.as_ptr(), count(ti))
+        .ctx(format_args!("collect {what}"))?;
+    check_dst(b, &format!("collect {what}"), starts[tn], |i| {
+        let j = starts.partition_point(|&st| st <= i) - 1;
+        input(m(j), i - starts[j])
+    })?;
+
+    prepare(b, |i| input(c.me, i))?;
+    w.alltoall(t, b.dst.as_ptr(), b.src.as_ptr(), k)
+        .ctx(format_args!("alltoall {what}"))?;
+    check_dst(b, &format!("alltoall {what}"), tn * k, |i| {
+        let (j, e) = (i / k, i % k);
+        input(m(j), ti * k + e)
+    })?;
+
+    prepare(b, |i| input(c.me, i))?;
+    w.alltoalls(t, b.dst.as_ptr(), b.src.as_ptr(), DST, SST, k)
+        .ctx(format_args!("alltoalls {what}"))?;
+    let ext = if tn * k == 0 {
+        0
+    } else {
+        (tn * k - 1) * DST + 1
+    };
+    check_dst(b, &format!("alltoalls {what}"), ext, |i| {
+        if i % DST != 0 {
+            return T::poison();
+        }
+        let q = i / DST;
+        let (j, e) = (q / k, q % k);
+        input(m(j), (ti * k + e) * SST)
+    })
+}
+
+/// One reduction, out of place or in place (dest = source), against the reference `f`
+/// folded over the members in team order.
+#[allow(clippy::too_many_arguments)]
+fn red<T: RT, O: ReduceOp<T>>(
+    c: &Ctx<'_>,
+    b: &Bufs<'_, T>,
+    t: &Team,
+    k: usize,
+    op: O,
+    f: fn(T, T) -> T,
+    s: u64,
+    what: &str,
+    in_place: bool,
+) -> R {
+    let w = c.w;
+    let want = |i: usize| {
+        let ms = t.members();
+        ms[1..]
+            .iter()
+            .fold(T::rin(ms[0], i, s), |a, &p| f(a, T::rin(p, i, s)))
+    };
+    let label = format!(
+        "{}{} {what}",
+        O::CALL,
+        if in_place { " in place" } else { "" }
+    );
+    prepare(b, |i| T::rin(c.me, i, s))?;
+    if in_place {
+        w.reduce(t, b.src.as_ptr(), b.src.as_ptr(), k, op)
+            .ctx(&label)?;
+        let got = b.src.to_vec().ctx("SymBuf::to_vec")?;
+        expect_slice(&label, &got, |i| {
+            if i < k {
+                want(i)
+            } else {
+                T::rin(c.me, i, s)
+            }
+        })?;
+        check_dst(b, &label, 0, |_| T::poison())
+    } else {
+        w.reduce(t, b.dst.as_ptr(), b.src.as_ptr(), k, op)
+            .ctx(&label)?;
+        check_dst(b, &label, k, want)
+    }
+}
+
+fn reduce_scatter<T: RT>(
+    c: &Ctx<'_>,
+    b: &Bufs<'_, T>,
+    t: &Team,
+    k: usize,
+    s: u64,
+    what: &str,
+) -> R {
+    let ti = t.my_pe();
+    let label = format!("reduce_scatter(sum) {what}");
+    prepare(b, |i| T::rin(c.me, i, s))?;
+    c.w.reduce_scatter(t, b.dst.as_ptr(), b.src.as_ptr(), k, Sum)
+        .ctx(&label)?;
+    let ms = t.members();
+    check_dst(b, &label, k, |i| {
+        let idx = ti * k + i;
+        ms[1..].iter().fold(T::rin(ms[0], idx, s), |a, &p| {
+            T::r_add(a, T::rin(p, idx, s))
+        })
+    })
+}
+
+/// Misuse: every PE makes the same bad call (so none waits for another), except the uneven
+/// collect, where only the last PE is wrong and every member must still fail.
+fn misuse(c: &Ctx<'_>, teams: &[(String, Option<Team>)]) -> R {
+    let w = c.w;
+    let world = w.team_world();
+    let n = c.n;
+    let buf = w.malloc::<u64>(4 * n + 4).ctx("malloc")?;
+    let small = w.malloc::<u64>(2).ctx("malloc")?;
+    fill(&buf, |_| u64::poison())?;
+    c.barrier("misuse setup")?;
+    let mut local = vec![0u64; 4 * n];
+    let p = buf.as_ptr();
+
+    let e = expect_err(
+        "broadcast to a non-symmetric dest",
+        w.broadcast(&world, local.as_mut_ptr(), p, 2, 0),
+        Kind::NotSymmetric,
+        "broadcast",
+    )?;
+    crate::check::expect_contains("broadcast message", &e.to_string(), &["dest"])?;
+    expect_err(
+        "broadcast root out of range",
+        w.broadcast(&world, p.wrapping_add(2 * n), p, 2, n),
+        Kind::Invalid,
+        "broadcast",
+    )?;
+    expect_err(
+        "broadcast partial overlap",
+        w.broadcast(&world, p.wrapping_add(1), p, 2, 0),
+        Kind::Invalid,
+        "broadcast",
+    )?;
+    expect_err(
+        "fcollect overlap",
+        w.fcollect(&world, p, p, 1),
+        Kind::Invalid,
+        "fcollect",
+    )?;
+    expect_err(
+        "fcollect dest too small",
+        w.fcollect(&world, small.as_ptr(), p, 4),
+        Kind::NotSymmetric,
+        "fcollect",
+    )?;
+    expect_err(
+        "alltoall source not symmetric",
+        w.alltoall(&world, p, local.as_ptr(), 1),
+        Kind::NotSymmetric,
+        "alltoall",
+    )?;
+    expect_err(
+        "alltoalls stride 0",
+        w.alltoalls(&world, p, p.wrapping_add(2 * n), 0, 1, 1),
+        Kind::Invalid,
+        "alltoalls",
+    )?;
+    expect_err(
+        "sum_reduce partial overlap",
+        w.reduce(&world, p.wrapping_add(1), p, 2, Sum),
+        Kind::Invalid,
+        "sum_reduce",
+    )?;
+    expect_err(
+        "xor_reduce source runs past its allocation",
+        w.reduce(&world, p, small.as_ptr(), 3, Xor),
+        Kind::NotSymmetric,
+        "xor_reduce",
+    )?;
+    expect_err(
+        "reduce_scatter overflow",
+        w.reduce_scatter(&world, p, small.as_ptr(), usize::MAX / 2, Max),
+        Kind::Invalid,
+        "reduce_scatter",
+    )?;
+    // One PE passes a bad source to collect: it gets its own error, the others a message
+    // naming it; nobody hangs.
+    let last = n - 1;
+    let src: *const u64 = if c.me == last {
+        local.as_ptr()
+    } else {
+        p.wrapping_add(3 * n)
+    };
+    let r = w.collect(&world, p, src, 1);
+    if c.me == last {
+        expect_err("collect, my bad source", r, Kind::NotSymmetric, "collect")?;
+    } else {
+        let e = expect_err(
+            "collect, another PE's bad source",
+            r,
+            Kind::Invalid,
+            "collect",
+        )?;
+        crate::check::expect_contains(
+            "collect message",
+            &e.to_string(),
+            &[&format!("team PE {last}")],
+        )?;
+    }
+    // Nothing was written.
+    c.barrier("misuse")?;
+    expect_slice(
+        "buffer after the failed collectives",
+        &buf.to_vec().ctx("to_vec")?,
+        |_| u64::poison(),
+    )?;
+    local.clear();
+
+    // Team calls.
+    expect_err(
+        "team_destroy(world)",
+        w.team_destroy(world.clone()),
+        Kind::Invalid,
+        "team_destroy",
+    )?;
+    expect_err(
+        "split size 0",
+        w.team_split_strided(&world, 0, 1, 0),
+        Kind::Invalid,
+        "team_split_strided",
+    )?;
+    expect_err(
+        "split past the parent",
+        w.team_split_strided(&world, 0, 1, n + 1),
+        Kind::Invalid,
+        "team_split_strided",
+    )?;
+    expect_err(
+        "split stride running out",
+        w.team_split_strided(&world, n - 1, 1, 2),
+        Kind::Invalid,
+        "team_split_strided",
+    )?;
+    if n > 1 {
+        expect_err(
+            "split stride 0",
+            w.team_split_strided(&world, 0, 0, 2),
+            Kind::Invalid,
+            "team_split_strided",
+        )?;
+    }
+    expect_err(
+        "split_2d xrange 0",
+        w.team_split_2d(&world, 0),
+        Kind::Invalid,
+        "team_split_2d",
+    )?;
+    // A destroyed team (every clone of it) is refused.
+    let t = w
+        .team_split_strided(&world, 0, 1, n)
+        .ctx("split")?
+        .ok_or_else(|| crate::check::Fail("full split: every PE is a member".into()))?;
+    let clone = t.clone();
+    w.team_destroy(t).ctx("team_destroy")?;
+    ensure!(
+        clone.is_destroyed(),
+        "clone of a destroyed team is not marked"
+    );
+    expect_err(
+        "team_sync on a destroyed team",
+        w.team_sync(&clone),
+        Kind::Invalid,
+        "team_sync",
+    )?;
+    expect_err(
+        "broadcast on a destroyed team",
+        w.broadcast(&clone, p, p.wrapping_add(2 * n), 1, 0),
+        Kind::Invalid,
+        "broadcast",
+    )?;
+    expect_eq(
+        "translate with a destroyed team",
+        None,
+        clone.translate_pe(0, &world),
+    )?;
+    // Team barrier and sync on every team of the test.
+    for t in teams.iter().filter_map(|(_, t)| t.as_ref()) {
+        w.team_barrier(t).ctx("team_barrier")?;
+        w.team_sync(t).ctx("team_sync")?;
+    }
+    c.barrier("misuse end")?;
+    w.free(buf).ctx("free")?;
+    w.free(small).ctx("free")
+}
+
+/// Slots are recycled: many create/destroy cycles, and many teams alive at once, each used.
+fn recycle(c: &Ctx<'_>) -> R {
+    let w = c.w;
+    let world = w.team_world();
+    for i in 0..64 {
+        let t = w
+            .team_split_strided(&world, 0, 1, c.n)
+            .ctx(format_args!("split #{i}"))?
+            .ok_or_else(|| crate::check::Fail("full split".into()))?;
+        w.team_sync(&t).ctx("team_sync")?;
+        w.team_destroy(t).ctx("team_destroy")?;
+    }
+    let mut alive = Vec::new();
+    for i in 0..48 {
+        // Alternating halves and the whole world.
+        let t = match i % 3 {
+            0 => w.team_split_strided(&world, 0, 1, c.n),
+            1 => w.team_split_strided(&world, 0, 1, c.n.div_ceil(2)),
+            _ => w.team_split_strided(&world, c.n / 2, 1, c.n - c.n / 2),
+        }
+        .ctx(format_args!("alive split #{i}"))?;
+        alive.push(t);
+    }
+    let one = w.malloc::<i64>(1).ctx("malloc")?;
+    let out = w.malloc::<i64>(1).ctx("malloc")?;
+    fill(&one, |_| 1)?;
+    for t in alive.iter().rev().flatten() {
+        w.reduce(t, out.as_ptr(), one.as_ptr(), 1, Sum)
+            .ctx("sum_reduce on a live team")?;
+        expect_eq(
+            "sum of ones = team size",
+            Some(t.n_pes() as i64),
+            out.read(0),
+        )?;
+    }
+    for t in alive.into_iter().flatten() {
+        w.team_destroy(t).ctx("team_destroy")?;
+    }
+    if c.n <= 2 {
+        exhaust(c)?;
+    }
+    c.barrier("recycle")?;
+    w.free(one).ctx("free")?;
+    w.free(out).ctx("free")
+}
+
+/// Teams until the slots run out (thousands): the error says so and names the call; after
+/// destroying them, splits work again.
+fn exhaust(c: &Ctx<'_>) -> R {
+    let w = c.w;
+    let world = w.team_world();
+    let mut alive = Vec::new();
+    let err = loop {
+        match w.team_split_strided(&world, 0, 1, c.n) {
+            Ok(t) => alive.push(t),
+            Err(e) => break e,
+        }
+        ensure!(
+            alive.len() <= 10_000,
+            "no slot limit after 10000 live teams"
+        );
+    };
+    ensure!(
+        alive.len() >= 1000,
+        "only {} teams fit before {err}",
+        alive.len()
+    );
+    ensure!(
+        matches!(
+            &err,
+            rshmem::Error::Unsupported {
+                call: "team_split_strided",
+                ..
+            }
+        ),
+        "expected Unsupported from team_split_strided, got {err:?}"
+    );
+    crate::check::expect_contains(
+        "slot limit message",
+        &err.to_string(),
+        &["destroy unused teams"],
+    )?;
+    let last = alive.pop().flatten();
+    for t in alive.into_iter().flatten() {
+        w.team_destroy(t).ctx("team_destroy")?;
+    }
+    if let Some(t) = last {
+        w.team_barrier(&t).ctx("team_barrier on the last team")?;
+        w.team_destroy(t).ctx("team_destroy")?;
+    }
+    let t = w
+        .team_split_strided(&world, 0, 1, c.n)
+        .ctx("split after freeing")?;
+    if let Some(t) = t {
+        w.team_destroy(t).ctx("team_destroy")?;
+    }
+    Ok(())
+}
