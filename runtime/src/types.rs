@@ -86,18 +86,22 @@ macro_rules! bits {
             fn from_u64(v: u64) -> Self {
                 v as $b
             }
+            #[inline(always)]
             unsafe fn load(addr: usize, o: Ordering) -> Self {
                 // SAFETY: the caller guarantees `addr` is aligned, mapped and lives long enough.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.load(o)
             }
+            #[inline(always)]
             unsafe fn store(addr: usize, v: Self, o: Ordering) {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.store(v, o)
             }
+            #[inline(always)]
             unsafe fn swap(addr: usize, v: Self) -> Self {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.swap(v, Ordering::AcqRel)
             }
+            #[inline(always)]
             unsafe fn cas(addr: usize, cond: Self, v: Self) -> Self {
                 // SAFETY: as above.
                 match unsafe { <$a>::from_ptr(addr as *mut $b) }.compare_exchange(
@@ -109,18 +113,22 @@ macro_rules! bits {
                     Ok(x) | Err(x) => x,
                 }
             }
+            #[inline(always)]
             unsafe fn fetch_add(addr: usize, v: Self) -> Self {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_add(v, Ordering::AcqRel)
             }
+            #[inline(always)]
             unsafe fn fetch_and(addr: usize, v: Self) -> Self {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_and(v, Ordering::AcqRel)
             }
+            #[inline(always)]
             unsafe fn fetch_or(addr: usize, v: Self) -> Self {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_or(v, Ordering::AcqRel)
             }
+            #[inline(always)]
             unsafe fn fetch_xor(addr: usize, v: Self) -> Self {
                 // SAFETY: as above.
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_xor(v, Ordering::AcqRel)

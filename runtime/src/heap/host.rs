@@ -16,6 +16,11 @@ use crate::error::{Error, Result};
 /// Alignment of the reservation and granularity of heap chunks.
 pub const GRANULE: usize = 2 << 20;
 
+/// Alignment of every heap reservation and slice: each PE's slice starts at a multiple of it,
+/// so an allocation aligned (by offset) to any power of two up to it is aligned by address on
+/// every PE, and offsets stay symmetric.
+pub const BASE_ALIGN: usize = 1 << 30;
+
 /// An address-space reservation owned by this process: host (PROT_NONE mmap) or GPU
 /// (`cuMemAddressReserve`). Dropping it releases the range; mappings inside must be gone first
 /// for GPU reservations (the heap unmaps its chunks before dropping it).
@@ -59,7 +64,7 @@ pub fn reserve_host(at: Option<usize>, len: usize) -> Result<Option<Reservation>
     }
 }
 
-/// A random GRANULE-aligned address in [16 TiB, 96 TiB) with room for `len` bytes (x86-64 user
+/// A random BASE_ALIGN-aligned address in [16 TiB, 96 TiB) with room for `len` bytes (x86-64 user
 /// space ends at 128 TiB).
 fn random_hint(len: usize) -> Option<usize> {
     const LO: usize = 16 << 40;
@@ -69,12 +74,12 @@ fn random_hint(len: usize) -> Option<usize> {
     }
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).ok()?;
-    let span = (HI - LO - len) / GRANULE;
-    Some(LO + (u64::from_le_bytes(b) as usize % span.max(1)) * GRANULE)
+    let span = (HI - LO - len) / BASE_ALIGN;
+    Some(LO + (u64::from_le_bytes(b) as usize % span.max(1)) * BASE_ALIGN)
 }
 
 fn reserve_anywhere(len: usize) -> Result<Reservation> {
-    let total = len + GRANULE;
+    let total = len + BASE_ALIGN;
     let nz =
         NonZeroUsize::new(total).ok_or_else(|| Error::invalid("init", "empty heap reservation"))?;
     // SAFETY: an anonymous PROT_NONE mapping at an address of the kernel's choosing touches no
@@ -89,7 +94,7 @@ fn reserve_anywhere(len: usize) -> Result<Reservation> {
     }
     .map_err(|e| Error::os("init", format!("reserving {len} bytes of address space"), e))?;
     let start = p.as_ptr() as usize;
-    let base = crate::heap::alloc::round_up(start, GRANULE);
+    let base = crate::heap::alloc::round_up(start, BASE_ALIGN);
     // Trim the unaligned head and the tail.
     // SAFETY: both trimmed pieces lie inside the mapping just created and are not used.
     unsafe {
@@ -137,9 +142,11 @@ pub fn reserve_gpu(at: Option<usize>, len: usize) -> Result<Option<Reservation>>
     if at.is_none() {
         // As for host memory: propose a random spot first, then whatever the driver picks.
         for _ in 0..8 {
-            if let Some(base) = random_hint(len)
-                .and_then(|a| crate::cuda::reserve(len, GRANULE, Some(a)).ok().flatten())
-            {
+            if let Some(base) = random_hint(len).and_then(|a| {
+                crate::cuda::reserve(len, BASE_ALIGN, Some(a))
+                    .ok()
+                    .flatten()
+            }) {
                 return Ok(Some(Reservation {
                     base,
                     len,
@@ -149,7 +156,7 @@ pub fn reserve_gpu(at: Option<usize>, len: usize) -> Result<Option<Reservation>>
         }
     }
     Ok(
-        crate::cuda::reserve(len, GRANULE, at)?.map(|base| Reservation {
+        crate::cuda::reserve(len, BASE_ALIGN, at)?.map(|base| Reservation {
             base,
             len,
             gpu: true,

@@ -22,7 +22,7 @@ use rshmem_bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::node::{Liveness, Node};
 use alloc::{round_up, Allocator};
-use host::{Reservation, GRANULE};
+use host::{Reservation, BASE_ALIGN, GRANULE};
 
 /// Bytes at the start of every slice reserved for the runtime (see [`internal`] for host heaps
 /// and [`crate::device::state::internal`] for GPU heaps).
@@ -52,6 +52,8 @@ pub mod internal {
 
 /// One PE's view of the node's symmetric heap.
 pub struct Heap {
+    /// Most bytes a slice may map (the heap limit plus the internal area).
+    end: usize,
     backing: Backing,
     /// GPU ranges mapped in this process (unmapped before the reservation is freed).
     gpu_maps: Mutex<Vec<(usize, usize)>>,
@@ -78,9 +80,14 @@ impl std::fmt::Debug for Heap {
     }
 }
 
+/// Allocations remembered per thread by range checks.
+const HIT_CACHE: usize = 4;
+
 thread_local! {
-    /// Last allocation a range check hit: (generation, start, end) as addresses.
-    static LAST_HIT: Cell<(u64, usize, usize)> = const { Cell::new((u64::MAX, 0, 0)) };
+    /// The last allocations range checks hit: (generation, start, end) as addresses, most
+    /// recent first, so code alternating between a few objects (data and flag, ping and pong)
+    /// stays on the fast path.
+    static HITS: Cell<[(u64, usize, usize); HIT_CACHE]> = const { Cell::new([(u64::MAX, 0, 0); HIT_CACHE]) };
 }
 
 impl Heap {
@@ -93,12 +100,15 @@ impl Heap {
         limit: usize,
         initial: usize,
     ) -> Result<Self> {
-        let slice = round_up(
+        // `end` is the most a slice may map; `slice` (the address-space stride between PEs)
+        // rounds it up to BASE_ALIGN so every slice starts equally aligned.
+        let end = round_up(
             limit
                 .saturating_add(INTERNAL_SIZE)
                 .max(INTERNAL_SIZE + GRANULE),
             GRANULE,
         );
+        let slice = round_up(end, BASE_ALIGN);
         let n_local = node.len();
         let total = slice.checked_mul(n_local).ok_or_else(|| {
             Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows")
@@ -113,8 +123,9 @@ impl Heap {
             }
         };
         let my_base = res.base + node.me * slice;
-        let first = round_up(initial.saturating_add(INTERNAL_SIZE), GRANULE).min(slice);
+        let first = round_up(initial.saturating_add(INTERNAL_SIZE), GRANULE).min(end);
         let heap = Heap {
+            end,
             backing,
             gpu_maps: Mutex::new(Vec::new()),
             my_base,
@@ -197,18 +208,24 @@ impl Heap {
         size: usize,
         align: usize,
     ) -> Result<usize> {
-        if size > self.slice - INTERNAL_SIZE || align > self.slice - INTERNAL_SIZE {
+        if align > BASE_ALIGN {
+            return Err(Error::invalid(
+                call,
+                format!("alignment {align} is larger than the largest supported, the heap's base alignment of {BASE_ALIGN} bytes"),
+            ));
+        }
+        if size > self.end - INTERNAL_SIZE || align > self.end - INTERNAL_SIZE {
             return Err(Error::OutOfMemory {
                 call,
                 requested: size,
                 reason: format!(
                     "{} exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
-                    if size > self.slice - INTERNAL_SIZE {
+                    if size > self.end - INTERNAL_SIZE {
                         "the size"
                     } else {
                         "the alignment"
                     },
-                    self.slice - INTERNAL_SIZE
+                    self.end - INTERNAL_SIZE
                 ),
             });
         }
@@ -221,18 +238,18 @@ impl Heap {
                 }
             };
             let cur = self.mapped.load(Ordering::Acquire);
-            if need > self.slice {
+            if need > self.end {
                 return Err(Error::OutOfMemory {
                     call,
                     requested: size,
                     reason: format!(
                         "the heap limit is {} bytes per PE ({} in use); raise RSHMEM_HEAP_LIMIT",
-                        self.slice - INTERNAL_SIZE,
+                        self.end - INTERNAL_SIZE,
                         self.in_use()
                     ),
                 });
             }
-            let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(self.slice);
+            let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(self.end);
             self.grow_to(node, live, call, target)?;
         }
     }
@@ -253,13 +270,13 @@ impl Heap {
 
     /// Resizes in place if possible.
     pub fn resize_in_place(&self, call: &'static str, off: usize, size: usize) -> Result<bool> {
-        if size > self.slice - INTERNAL_SIZE {
+        if size > self.end - INTERNAL_SIZE {
             return Err(Error::OutOfMemory {
                 call,
                 requested: size,
                 reason: format!(
                     "exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
-                    self.slice - INTERNAL_SIZE
+                    self.end - INTERNAL_SIZE
                 ),
             });
         }
@@ -326,9 +343,11 @@ impl Heap {
     #[inline]
     pub fn check_range(&self, call: &'static str, addr: usize, len: usize) -> Result<usize> {
         let gen = self.generation.load(Ordering::Acquire);
-        let (g, s, e) = LAST_HIT.with(|c| c.get());
-        if g == gen && addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
-            return Ok(addr - self.my_base);
+        let hits = HITS.with(|c| c.get());
+        for &(g, s, e) in &hits {
+            if g == gen && addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
+                return Ok(addr - self.my_base);
+            }
         }
         self.check_range_slow(call, addr, len, gen)
     }
@@ -370,7 +389,12 @@ impl Heap {
                 ),
             });
         }
-        LAST_HIT.with(|c| c.set((gen, self.my_base + o, self.my_base + o + l)));
+        HITS.with(|c| {
+            let mut h = c.get();
+            h.rotate_right(1);
+            h[0] = (gen, self.my_base + o, self.my_base + o + l);
+            c.set(h);
+        });
         Ok(off)
     }
 

@@ -38,16 +38,16 @@ pub unsafe fn amo(op: AmoOp, addr: usize, size: usize, value: u64, cond: u64) ->
     }
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn word<B: Bits>(op: AmoOp, addr: usize, v: B, cond: B) -> B {
     // SAFETY: the caller guarantees an aligned, mapped word.
     unsafe {
         match op {
             AmoOp::Fetch => B::load(addr, Ordering::Acquire),
             AmoOp::Set => {
-                let old = B::load(addr, Ordering::Relaxed);
+                // The old value of a set is never used: a plain release store.
                 B::store(addr, v, Ordering::Release);
-                old
+                v
             }
             AmoOp::Swap => B::swap(addr, v),
             AmoOp::CompareSwap => B::cas(addr, cond, v),

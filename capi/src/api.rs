@@ -1,0 +1,413 @@
+//! The untyped C entry points: setup and query, memory, ordering, barriers, contexts, signals.
+//! The typed families are generated in `gen.rs`.
+//!
+//! # Safety (all entry points)
+//! Pointer arguments must be valid as OpenSHMEM 1.5 requires; invalid symmetric addresses and PE
+//! numbers are caught and reported, invalid local buffers cannot be.
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+
+use rshmem::SignalOp;
+
+use crate::ops::{self, pe_of};
+use crate::{exit_now, fatal, guarded, init_runtime, msg, with};
+
+const THREAD_MULTIPLE: c_int = 3;
+const NAME: &std::ffi::CStr = c"rshmem";
+
+/// `shmem_init`: **collective**; starts the runtime.
+#[no_mangle]
+pub extern "C" fn shmem_init() {
+    guarded("shmem_init", || init_runtime("shmem_init", THREAD_MULTIPLE));
+}
+
+/// `shmem_init_thread`: every level up to `SHMEM_THREAD_MULTIPLE` is provided (one-sided calls
+/// may come from any thread; collective calls from one thread at a time per PE). Returns 0.
+///
+/// # Safety
+/// `provided` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_int) -> c_int {
+    guarded("shmem_init_thread", || {
+        if !(0..=THREAD_MULTIPLE).contains(&requested) {
+            return msg(format!("{requested} is not a SHMEM_THREAD_* level"));
+        }
+        init_runtime("shmem_init_thread", requested)?;
+        if !provided.is_null() {
+            // SAFETY: non-null, valid by the caller's contract.
+            unsafe { provided.write(requested) };
+        }
+        Ok(0)
+    })
+}
+
+/// `shmem_query_thread`.
+///
+/// # Safety
+/// `provided` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_thread(provided: *mut c_int) {
+    let level = with("shmem_query_thread", |rt| Ok(rt.thread_level));
+    // SAFETY: the caller's contract.
+    unsafe { ops::store_fetch("shmem_query_thread", provided, level) };
+}
+
+/// `start_pes` (deprecated): `shmem_init`.
+#[no_mangle]
+pub extern "C" fn start_pes(_npes: c_int) {
+    shmem_init();
+}
+
+/// `shmem_finalize`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_finalize() {
+    guarded("shmem_finalize", crate::finalize_runtime);
+}
+
+/// `shmem_global_exit`: ends every PE of the job with `status` (the other PEs get a signal that
+/// makes them exit with it) and then this one.
+#[no_mangle]
+pub extern "C" fn shmem_global_exit(status: c_int) {
+    guarded("shmem_global_exit", || {
+        crate::exit::tell_others(status);
+        Ok(())
+    });
+    exit_now(status)
+}
+
+/// `shmem_my_pe`.
+#[no_mangle]
+pub extern "C" fn shmem_my_pe() -> c_int {
+    with("shmem_my_pe", |rt| Ok(rt.world.my_pe() as c_int))
+}
+
+/// `shmem_n_pes`.
+#[no_mangle]
+pub extern "C" fn shmem_n_pes() -> c_int {
+    with("shmem_n_pes", |rt| Ok(rt.world.n_pes() as c_int))
+}
+
+/// `_my_pe` (deprecated).
+#[no_mangle]
+pub extern "C" fn _my_pe() -> c_int {
+    shmem_my_pe()
+}
+
+/// `_num_pes` (deprecated).
+#[no_mangle]
+pub extern "C" fn _num_pes() -> c_int {
+    shmem_n_pes()
+}
+
+/// `shmem_pe_accessible`: 1 for every PE of the job (all are on this host).
+#[no_mangle]
+pub extern "C" fn shmem_pe_accessible(pe: c_int) -> c_int {
+    with("shmem_pe_accessible", |rt| {
+        Ok(pe_of(rt, pe).is_ok() as c_int)
+    })
+}
+
+/// `shmem_addr_accessible`: 1 if `addr` is symmetric (heap or data segment) and `pe` exists.
+#[no_mangle]
+pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int {
+    with("shmem_addr_accessible", |rt| {
+        let Ok(pe) = pe_of(rt, pe) else { return Ok(0) };
+        if let Some(s) = &rt.seg {
+            if let Some(r) = s.translate("shmem_addr_accessible", addr as usize, 1, pe) {
+                return Ok(r.is_ok() as c_int);
+            }
+        }
+        Ok(rt.world.g(addr as *const u8, pe).is_ok() as c_int)
+    })
+}
+
+/// `shmem_ptr`: a load/store address of `pe`'s copy of `dest`, or NULL. Data-segment objects
+/// give every PE's copy; heap objects only this PE's (see docs/capi.md).
+#[no_mangle]
+pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
+    with("shmem_ptr", |rt| {
+        let Ok(pe) = pe_of(rt, pe) else {
+            return Ok(std::ptr::null_mut());
+        };
+        if let Some(s) = &rt.seg {
+            if let Some(r) = s.translate("shmem_ptr", dest as usize, 1, pe) {
+                return Ok(r.map_or(std::ptr::null_mut(), |a| a as *mut c_void));
+            }
+        }
+        let me = rt.world.my_pe();
+        let local = rt.world.gpu().is_none() && pe == me;
+        Ok(if local && rt.world.g(dest as *const u8, me).is_ok() {
+            dest as *mut c_void
+        } else {
+            std::ptr::null_mut()
+        })
+    })
+}
+
+/// `shmem_info_get_version`.
+///
+/// # Safety
+/// Both pointers valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_info_get_version(major: *mut c_int, minor: *mut c_int) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        ops::store_fetch("shmem_info_get_version", major, 1);
+        ops::store_fetch("shmem_info_get_version", minor, 5);
+    }
+}
+
+/// `shmem_info_get_name`: writes "rshmem" (NUL-terminated; at most `SHMEM_MAX_NAME_LEN`).
+///
+/// # Safety
+/// `name` valid for `SHMEM_MAX_NAME_LEN` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
+    if name.is_null() {
+        fatal("shmem_info_get_name", "name is NULL");
+    }
+    let b = NAME.to_bytes_with_nul();
+    // SAFETY: the buffer holds SHMEM_MAX_NAME_LEN (256) bytes by the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().cast(), name, b.len()) };
+}
+
+// ---- memory ----
+
+/// `shmem_malloc`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_malloc(size: usize) -> *mut c_void {
+    with("shmem_malloc", |rt| Ok(rt.world.malloc_bytes(size)?.cast()))
+}
+
+/// `shmem_malloc_with_hints`: hints are accepted and ignored.
+#[no_mangle]
+pub extern "C" fn shmem_malloc_with_hints(size: usize, _hints: c_long) -> *mut c_void {
+    with("shmem_malloc_with_hints", |rt| {
+        Ok(rt.world.malloc_bytes(size)?.cast())
+    })
+}
+
+/// `shmem_calloc`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
+    with("shmem_calloc", |rt| {
+        Ok(rt.world.calloc_bytes(count, size)?.cast())
+    })
+}
+
+/// `shmem_align`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
+    with("shmem_align", |rt| {
+        Ok(rt.world.align_bytes(alignment, size)?.cast())
+    })
+}
+
+/// `shmem_realloc`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    with("shmem_realloc", |rt| {
+        Ok(rt.world.realloc_bytes(ptr.cast(), size)?.cast())
+    })
+}
+
+/// `shmem_free`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_free(ptr: *mut c_void) {
+    with("shmem_free", |rt| Ok(rt.world.free_bytes(ptr.cast())?))
+}
+
+/// `shmalloc` (deprecated).
+#[no_mangle]
+pub extern "C" fn shmalloc(size: usize) -> *mut c_void {
+    shmem_malloc(size)
+}
+
+/// `shfree` (deprecated).
+#[no_mangle]
+pub extern "C" fn shfree(ptr: *mut c_void) {
+    shmem_free(ptr)
+}
+
+/// `shrealloc` (deprecated).
+#[no_mangle]
+pub extern "C" fn shrealloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    shmem_realloc(ptr, size)
+}
+
+/// `shmemalign` (deprecated).
+#[no_mangle]
+pub extern "C" fn shmemalign(alignment: usize, size: usize) -> *mut c_void {
+    shmem_align(alignment, size)
+}
+
+// ---- ordering, barriers ----
+
+/// `shmem_fence`.
+#[no_mangle]
+pub extern "C" fn shmem_fence() {
+    with("shmem_fence", |rt| {
+        rt.world.fence();
+        Ok(())
+    })
+}
+
+/// `shmem_quiet`.
+#[no_mangle]
+pub extern "C" fn shmem_quiet() {
+    with("shmem_quiet", |rt| Ok(rt.world.quiet()?))
+}
+
+/// `shmem_barrier_all`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_barrier_all() {
+    with("shmem_barrier_all", |rt| Ok(rt.world.barrier_all()?))
+}
+
+/// `shmem_sync_all`: **collective**.
+#[no_mangle]
+pub extern "C" fn shmem_sync_all() {
+    with("shmem_sync_all", |rt| Ok(rt.world.sync_all()?))
+}
+
+/// `shmem_barrier` (deprecated active-set form): only the whole job (`PE_start` 0, `PE_size`
+/// `n_pes`, stride 1) is supported; other active sets abort with "not implemented yet".
+#[no_mangle]
+pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) {
+    with("shmem_barrier", |rt| {
+        let n = rt.world.n_pes() as c_int;
+        if start == 0 && size == n && (log_stride == 0 || n == 1) {
+            return Ok(rt.world.barrier_all()?);
+        }
+        msg(format!(
+            "active set (start {start}, log stride {log_stride}, size {size}) is not the whole job: active-set barriers are not implemented yet"
+        ))
+    })
+}
+
+/// `shmem_pcontrol` (the header's inline variadic `shmem_pcontrol` calls it): accepted, no
+/// effect (a profiling hint).
+#[no_mangle]
+pub extern "C" fn shmemi_pcontrol(_level: c_int) {}
+
+// ---- distributed locks: the lock word on PE 0 holds 0 (free) or 1 + the owner's PE ----
+
+/// `shmem_set_lock`: **blocking**; acquires the lock (spins on PE 0's copy with back-off).
+#[no_mangle]
+pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
+    let call = "shmem_set_lock";
+    let me = shmem_my_pe() as i64;
+    let mut spins = 0u32;
+    while ops::amo_int::<i64>(call, lock, ops::Op::Cswap(0), me + 1, 0) != 0 {
+        spins = spins.saturating_add(1);
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `shmem_clear_lock`: completes this PE's operations, then releases the lock.
+#[no_mangle]
+pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
+    let call = "shmem_clear_lock";
+    shmem_quiet();
+    let me = shmem_my_pe() as i64;
+    let old = ops::amo_int::<i64>(call, lock, ops::Op::Cswap((me + 1) as u64), 0, 0);
+    if old != me + 1 {
+        fatal(
+            call,
+            format!("the lock is not held by this PE (its word is {old})"),
+        );
+    }
+}
+
+/// `shmem_test_lock`: 0 if the lock was acquired, 1 if another PE holds it.
+#[no_mangle]
+pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
+    let me = shmem_my_pe() as i64;
+    (ops::amo_int::<i64>("shmem_test_lock", lock, ops::Op::Cswap(0), me + 1, 0) != 0) as c_int
+}
+
+// ---- contexts: every context shares the default one's ordering ----
+
+/// `shmem_ctx_create`: returns 0 and a context that shares the default context's resources
+/// (its fence/quiet order and complete every operation of the PE).
+///
+/// # Safety
+/// `ctx` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
+    with("shmem_ctx_create", |rt| {
+        if options & !7 != 0 {
+            return msg(format!("unknown context options {options:#x}"));
+        }
+        let _ = rt;
+        Ok(())
+    });
+    // SAFETY: the caller's contract.
+    unsafe { ops::store_fetch("shmem_ctx_create", ctx, 2usize as *mut c_void) };
+    0
+}
+
+/// `shmem_ctx_destroy`.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
+    ops::ctx("shmem_ctx_destroy", ctx);
+    shmem_quiet();
+}
+
+/// `shmem_ctx_fence`.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
+    ops::ctx("shmem_ctx_fence", ctx);
+    shmem_fence();
+}
+
+/// `shmem_ctx_quiet`.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
+    ops::ctx("shmem_ctx_quiet", ctx);
+    shmem_quiet();
+}
+
+// ---- signals ----
+
+/// `shmem_signal_fetch`.
+#[no_mangle]
+pub extern "C" fn shmem_signal_fetch(sig: *const u64) -> u64 {
+    ops::signal_fetch("shmem_signal_fetch", sig)
+}
+
+/// `shmem_signal_wait_until`.
+#[no_mangle]
+pub extern "C" fn shmem_signal_wait_until(sig: *mut u64, cmp: c_int, value: u64) -> u64 {
+    ops::signal_wait_until("shmem_signal_wait_until", sig, cmp, value)
+}
+
+/// `shmem_signal_set`.
+#[no_mangle]
+pub extern "C" fn shmem_signal_set(sig: *mut u64, value: u64, pe: c_int) {
+    ops::signal_op("shmem_signal_set", sig, value, SignalOp::Set, pe)
+}
+
+/// `shmem_signal_add`.
+#[no_mangle]
+pub extern "C" fn shmem_signal_add(sig: *mut u64, value: u64, pe: c_int) {
+    ops::signal_op("shmem_signal_add", sig, value, SignalOp::Add, pe)
+}
+
+/// `shmem_ctx_signal_set`.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_signal_set(ctx: *mut c_void, sig: *mut u64, value: u64, pe: c_int) {
+    ops::ctx("shmem_ctx_signal_set", ctx);
+    ops::signal_op("shmem_ctx_signal_set", sig, value, SignalOp::Set, pe)
+}
+
+/// `shmem_ctx_signal_add`.
+#[no_mangle]
+pub extern "C" fn shmem_ctx_signal_add(ctx: *mut c_void, sig: *mut u64, value: u64, pe: c_int) {
+    ops::ctx("shmem_ctx_signal_add", ctx);
+    ops::signal_op("shmem_ctx_signal_add", sig, value, SignalOp::Add, pe)
+}

@@ -1,0 +1,160 @@
+//! # rshmem-capi
+//!
+//! The OpenSHMEM 1.5 C ABI of rshmem: `libshmem.so` / `libshmem.a` with `include/shmem.h`.
+//!
+//! One runtime instance per process lives in a global behind a `RwLock`; every C entry point
+//! takes it for reading, converts its C arguments and calls the rshmem [`rshmem::World`]. No
+//! panic crosses the C boundary: each entry point runs inside `catch_unwind`, and every error
+//! (bad PE, address outside the symmetric heap and data segment, misaligned atomic, timeout, a
+//! peer gone, a call before `shmem_init`) is printed to stderr naming the C call and ends the
+//! job like `shmem_global_exit(1)`.
+//!
+//! Symmetric objects are what `shmem_malloc` and friends return and, as in OpenSHMEM, the
+//! global and static variables of the program: at `shmem_init` the program's writable data
+//! segment is moved onto shared memory that every PE of the host maps (see [`seg`]).
+
+use std::ffi::c_int;
+use std::fmt::Display;
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::RwLock;
+
+mod api;
+mod exit;
+mod gen;
+pub mod ops;
+pub mod seg;
+
+/// What a failing entry point reports.
+#[derive(Debug)]
+pub enum Fail {
+    /// An error from the runtime.
+    Rt(rshmem::Error),
+    /// An error found by the C layer.
+    Msg(String),
+}
+
+impl From<rshmem::Error> for Fail {
+    fn from(e: rshmem::Error) -> Self {
+        Fail::Rt(e)
+    }
+}
+
+impl Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fail::Rt(e) => write!(f, "{e}"),
+            Fail::Msg(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Result of the C layer's helpers.
+pub type CResult<T> = Result<T, Fail>;
+
+/// Shorthand for a C-layer error.
+pub fn msg<T>(m: impl Into<String>) -> CResult<T> {
+    Err(Fail::Msg(m.into()))
+}
+
+/// The running runtime of this process.
+pub struct Rt {
+    /// The rshmem world.
+    pub world: rshmem::World,
+    /// The program's data segment made symmetric, when that worked.
+    pub seg: Option<seg::Segment>,
+    /// The thread level granted by `shmem_init_thread`.
+    pub thread_level: c_int,
+}
+
+static RT: RwLock<Option<Rt>> = RwLock::new(None);
+
+/// Prints `call: what` to stderr, flushes C stdio and ends the process with status 1; the
+/// launcher then stops the other PEs (like `shmem_global_exit(1)`).
+#[cold]
+pub fn fatal(call: &str, what: impl Display) -> ! {
+    let pe = std::env::var("RSHMEM_RANK").unwrap_or_else(|_| "?".into());
+    let _ = writeln!(
+        std::io::stderr(),
+        "rshmem: PE {pe}: {call}: {what}; aborting the job"
+    );
+    exit_now(1)
+}
+
+/// Flushes C stdio and ends the process at once with `status`.
+pub fn exit_now(status: c_int) -> ! {
+    let _ = std::io::stdout().flush();
+    // SAFETY: fflush(NULL) flushes every C output stream; _exit ends the process without running
+    // atexit handlers (which might call back into this library while it holds its lock).
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
+}
+
+/// Runs `f` with the runtime; any error or panic is fatal for the job, naming `call`.
+pub fn with<R>(call: &'static str, f: impl FnOnce(&Rt) -> CResult<R>) -> R {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let g = RT.read().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            None => msg("called before shmem_init (or after shmem_finalize)"),
+            Some(rt) => f(rt),
+        }
+    }));
+    match r {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => fatal(call, e),
+        Err(_) => fatal(call, "internal error (a panic inside rshmem)"),
+    }
+}
+
+/// Runs `f` without the runtime (for calls allowed before init); panics are fatal.
+pub fn guarded<R>(call: &'static str, f: impl FnOnce() -> CResult<R>) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => fatal(call, e),
+        Err(_) => fatal(call, "internal error (a panic inside rshmem)"),
+    }
+}
+
+/// Starts the runtime if it is not running (idempotent like `shmem_init` after `start_pes`).
+pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
+    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
+    if g.is_some() {
+        return Ok(());
+    }
+    // Move the data segment onto shared memory before any other thread exists.
+    let local = seg::prepare(call);
+    exit::install();
+    // A C program loads and stores its symmetric heap directly: keep the heap in host memory
+    // unless the user asked for the GPU backend explicitly.
+    if std::env::var_os("RSHMEM_BACKEND").is_none() {
+        std::env::set_var("RSHMEM_BACKEND", "cpu");
+    }
+    let world = rshmem::init()?;
+    let (seg, pids) = seg::exchange(&world, local)?;
+    exit::set_pids(pids);
+    *g = Some(Rt {
+        world,
+        seg,
+        thread_level: level,
+    });
+    Ok(())
+}
+
+/// Stops the runtime (collective).
+pub(crate) fn finalize_runtime() -> CResult<()> {
+    let rt = {
+        let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
+        g.take()
+    };
+    match rt {
+        None => Ok(()),
+        Some(rt) => {
+            let Rt { world, seg, .. } = rt;
+            world.finalize()?;
+            drop(seg);
+            Ok(())
+        }
+    }
+}

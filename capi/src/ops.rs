@@ -1,0 +1,833 @@
+//! Generic bodies of the typed C entry points: argument conversion, the data-segment path, and
+//! the calls into [`rshmem::World`].
+//!
+//! Every function takes the C call's name for error messages; pointer arguments are what the C
+//! program passed, valid as OpenSHMEM 1.5 requires.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rshmem::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
+
+use crate::{msg, with, CResult, Rt};
+
+/// Validates a C PE number.
+pub fn pe_of(rt: &Rt, pe: c_int) -> CResult<usize> {
+    let n = rt.world.n_pes();
+    if pe < 0 || pe as usize >= n {
+        return msg(format!(
+            "PE {pe} is out of range: the job has {n} PEs (0..{n})"
+        ));
+    }
+    Ok(pe as usize)
+}
+
+/// Checks a context handle (`SHMEM_CTX_INVALID` is an error).
+pub fn ctx(call: &'static str, ctx: *mut c_void) {
+    if ctx.is_null() {
+        crate::fatal(call, "the context is SHMEM_CTX_INVALID");
+    }
+}
+
+/// Converts a C comparison constant.
+pub fn cmp_of(cmp: c_int) -> CResult<Cmp> {
+    Ok(match cmp {
+        0 => Cmp::Eq,
+        1 => Cmp::Ne,
+        2 => Cmp::Gt,
+        3 => Cmp::Ge,
+        4 => Cmp::Lt,
+        5 => Cmp::Le,
+        _ => return msg(format!("{cmp} is not a SHMEM_CMP_* constant")),
+    })
+}
+
+/// Converts a C signal operation.
+pub fn sigop_of(op: c_int) -> CResult<SignalOp> {
+    match op {
+        0 => Ok(SignalOp::Set),
+        1 => Ok(SignalOp::Add),
+        _ => msg(format!("{op} is not SHMEM_SIGNAL_SET or SHMEM_SIGNAL_ADD")),
+    }
+}
+
+/// A local buffer of `n` elements as a slice.
+///
+/// # Safety
+/// `p` must be valid for reads of `n` elements (when `n > 0`) for `'a`.
+unsafe fn src_slice<'a, T>(p: *const T, n: usize) -> CResult<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return msg("the source buffer is NULL");
+    }
+    if (p as usize) % std::mem::align_of::<T>() != 0 {
+        return msg(format!("the source buffer {p:p} is misaligned"));
+    }
+    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// A local buffer of `n` elements as a mutable slice.
+///
+/// # Safety
+/// `p` must be valid for writes of `n` elements (when `n > 0`) for `'a`.
+unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return msg("the destination buffer is NULL");
+    }
+    if (p as usize) % std::mem::align_of::<T>() != 0 {
+        return msg(format!("the destination buffer {p:p} is misaligned"));
+    }
+    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+fn bytes<T>(n: usize) -> CResult<usize> {
+    n.checked_mul(std::mem::size_of::<T>()).map_or_else(
+        || msg(format!("{n} elements overflow the address space")),
+        Ok,
+    )
+}
+
+/// The data-segment translation of `[addr, addr+len)` on `pe`, if it is in the segment.
+fn in_seg(rt: &Rt, call: &str, addr: usize, len: usize, pe: usize) -> Option<CResult<usize>> {
+    rt.seg.as_ref()?.translate(call, addr, len, pe)
+}
+
+/// `shmem_TYPE_put`, `_nbi`, `putmem`, `putSIZE`.
+///
+/// # Safety
+/// `src` valid for `n` reads.
+pub unsafe fn put<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { src_slice(src, n) }?;
+        if let Some(t) = in_seg(rt, call, dest as usize, bytes::<T>(n)?, pe) {
+            let t = t?;
+            // SAFETY: `t` is `n` elements inside a live mapping of PE pe's segment; `s` is a
+            // valid local buffer; they may overlap (pe == me), so copy, not copy_nonoverlapping.
+            unsafe { std::ptr::copy(s.as_ptr(), t as *mut T, n) };
+            return Ok(());
+        }
+        Ok(rt.world.put(dest, s, pe)?)
+    })
+}
+
+/// `shmem_TYPE_get`, `_nbi`, `getmem`, `getSIZE`.
+///
+/// # Safety
+/// `dest` valid for `n` writes.
+pub unsafe fn get<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        // SAFETY: the caller's contract.
+        let d = unsafe { dst_slice(dest, n) }?;
+        if let Some(t) = in_seg(rt, call, src as usize, bytes::<T>(n)?, pe) {
+            let t = t?;
+            // SAFETY: as in `put`, reversed.
+            unsafe { std::ptr::copy(t as *const T, d.as_mut_ptr(), n) };
+            return Ok(());
+        }
+        Ok(rt.world.get(d, src, pe)?)
+    })
+}
+
+/// `shmem_TYPE_p`.
+///
+/// # Safety
+/// `dest` is a symmetric address (checked) or garbage the checks reject.
+pub unsafe fn p<T: RmaType>(call: &'static str, dest: *mut T, v: T, pe: c_int) {
+    // SAFETY: one local element.
+    unsafe { put(call, dest, &v, 1, pe) }
+}
+
+/// `shmem_TYPE_g`.
+///
+/// # Safety
+/// As [`p`].
+pub unsafe fn g<T: RmaType + Default>(call: &'static str, src: *const T, pe: c_int) -> T {
+    let mut v = T::default();
+    // SAFETY: one local element.
+    unsafe { get(call, &mut v, src, 1, pe) };
+    v
+}
+
+fn stride(s: isize) -> CResult<usize> {
+    if s < 1 {
+        return msg(format!("stride {s} is not positive"));
+    }
+    Ok(s as usize)
+}
+
+/// `shmem_TYPE_iput`, `shmem_iputSIZE`.
+///
+/// # Safety
+/// `src` valid for reads of `(n-1)·sst+1` elements.
+pub unsafe fn iput<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        let (dst, sst) = (stride(dst)?, stride(sst)?);
+        if n == 0 {
+            return Ok(());
+        }
+        let sspan = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1));
+        let dspan = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1));
+        let (Some(sspan), Some(dspan)) = (sspan, dspan) else {
+            return msg("strides × nelems overflow");
+        };
+        // SAFETY: the caller's contract.
+        let s = unsafe { src_slice(src, sspan) }?;
+        if let Some(t) = in_seg(rt, call, dest as usize, bytes::<T>(dspan)?, pe) {
+            let t = t? as *mut T;
+            for i in 0..n {
+                // SAFETY: i·dst < dspan, inside the checked range of the peer's mapping.
+                unsafe { t.add(i * dst).write_volatile(s[i * sst]) };
+            }
+            return Ok(());
+        }
+        Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
+    })
+}
+
+/// `shmem_TYPE_iget`, `shmem_igetSIZE`.
+///
+/// # Safety
+/// `dest` valid for writes of `(n-1)·dst+1` elements.
+pub unsafe fn iget<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        let (dst, sst) = (stride(dst)?, stride(sst)?);
+        if n == 0 {
+            return Ok(());
+        }
+        let sspan = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1));
+        let dspan = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1));
+        let (Some(sspan), Some(dspan)) = (sspan, dspan) else {
+            return msg("strides × nelems overflow");
+        };
+        // SAFETY: the caller's contract.
+        let d = unsafe { dst_slice(dest, dspan) }?;
+        if let Some(t) = in_seg(rt, call, src as usize, bytes::<T>(sspan)?, pe) {
+            let t = t? as *const T;
+            for i in 0..n {
+                // SAFETY: i·sst < sspan, inside the checked range of the peer's mapping.
+                d[i * dst] = unsafe { t.add(i * sst).read_volatile() };
+            }
+            return Ok(());
+        }
+        Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
+    })
+}
+
+/// Element types of the atomics, as bits (the data-segment path).
+pub trait Amo: AmoType + Default {
+    /// Zero-extended bits.
+    fn bits(self) -> u64;
+    /// From (truncated) bits.
+    fn of_bits(b: u64) -> Self;
+}
+
+macro_rules! amo_ints {
+    ($($t:ty => $u:ty),*) => {$(
+        impl Amo for $t {
+            fn bits(self) -> u64 { self as $u as u64 }
+            fn of_bits(b: u64) -> Self { b as $u as $t }
+        }
+    )*};
+}
+amo_ints!(i32 => u32, u32 => u32, i64 => u64, u64 => u64, isize => u64, usize => u64);
+impl Amo for f32 {
+    fn bits(self) -> u64 {
+        self.to_bits() as u64
+    }
+    fn of_bits(b: u64) -> Self {
+        f32::from_bits(b as u32)
+    }
+}
+impl Amo for f64 {
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+    fn of_bits(b: u64) -> Self {
+        f64::from_bits(b)
+    }
+}
+
+/// An atomic operation on a word.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    /// Read.
+    Fetch,
+    /// Store.
+    Set,
+    /// Exchange.
+    Swap,
+    /// Compare-and-swap with this expected value.
+    Cswap(u64),
+    /// Wrapping add.
+    Add,
+    /// Bitwise and.
+    And,
+    /// Bitwise or.
+    Or,
+    /// Bitwise xor.
+    Xor,
+}
+
+/// Atomic `op` on the word at `addr` (size 4 or 8), returning the old bits.
+///
+/// # Safety
+/// `addr` aligned and valid for the size.
+unsafe fn word_op(addr: usize, size: usize, op: Op, v: u64) -> u64 {
+    macro_rules! run {
+        ($a:ty, $u:ty) => {{
+            // SAFETY: the caller's contract; every access to the word is atomic.
+            let a = unsafe { <$a>::from_ptr(addr as *mut $u) };
+            let v = v as $u;
+            (match op {
+                Op::Fetch => a.load(Ordering::Acquire),
+                Op::Set => {
+                    a.store(v, Ordering::Release);
+                    0
+                }
+                Op::Swap => a.swap(v, Ordering::AcqRel),
+                Op::Cswap(c) => {
+                    match a.compare_exchange(c as $u, v, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(x) | Err(x) => x,
+                    }
+                }
+                Op::Add => a.fetch_add(v, Ordering::AcqRel),
+                Op::And => a.fetch_and(v, Ordering::AcqRel),
+                Op::Or => a.fetch_or(v, Ordering::AcqRel),
+                Op::Xor => a.fetch_xor(v, Ordering::AcqRel),
+            }) as u64
+        }};
+    }
+    if size == 4 {
+        run!(AtomicU32, u32)
+    } else {
+        run!(AtomicU64, u64)
+    }
+}
+
+/// The data-segment path of an atomic: `Some(old)` if `dest` is in the segment.
+fn seg_amo<T: Amo>(
+    rt: &Rt,
+    call: &str,
+    dest: *const T,
+    pe: usize,
+    op: Op,
+    v: T,
+) -> CResult<Option<T>> {
+    let size = std::mem::size_of::<T>();
+    let Some(t) = in_seg(rt, call, dest as usize, size, pe) else {
+        return Ok(None);
+    };
+    let t = t?;
+    if t % size != 0 {
+        return msg(format!("address {dest:p} is not {size}-byte aligned"));
+    }
+    // SAFETY: aligned, inside the live mapping of PE pe's segment.
+    Ok(Some(T::of_bits(unsafe { word_op(t, size, op, v.bits()) })))
+}
+
+/// Atomics of every AMO type (fetch, set, swap).
+pub fn amo_ext<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
+            return Ok(old);
+        }
+        let w = &rt.world;
+        Ok(match op {
+            Op::Fetch => w.atomic_fetch(dest, pe)?,
+            Op::Set => {
+                w.atomic_set(dest, v, pe)?;
+                T::default()
+            }
+            _ => w.atomic_swap(dest, v, pe)?,
+        })
+    })
+}
+
+/// Arithmetic atomics (compare_swap, add, inc).
+pub fn amo_int<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
+            return Ok(old);
+        }
+        let w = &rt.world;
+        Ok(match op {
+            Op::Cswap(c) => w.atomic_compare_swap(dest, T::of_bits(c), v, pe)?,
+            _ => w.atomic_fetch_add(dest, v, pe)?,
+        })
+    })
+}
+
+/// Bitwise atomics.
+pub fn amo_bit<T: Amo + AmoBitwise>(
+    call: &'static str,
+    dest: *mut T,
+    op: Op,
+    v: T,
+    pe: c_int,
+) -> T {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
+            return Ok(old);
+        }
+        let w = &rt.world;
+        Ok(match op {
+            Op::And => w.atomic_fetch_and(dest, v, pe)?,
+            Op::Or => w.atomic_fetch_or(dest, v, pe)?,
+            _ => w.atomic_fetch_xor(dest, v, pe)?,
+        })
+    })
+}
+
+/// Stores a fetched value for the `_nbi` fetching atomics.
+///
+/// # Safety
+/// `fetch` valid for one write.
+pub unsafe fn store_fetch<T>(call: &'static str, fetch: *mut T, v: T) {
+    if fetch.is_null() || (fetch as usize) % std::mem::align_of::<T>() != 0 {
+        crate::fatal(call, "the fetch address is NULL or misaligned");
+    }
+    // SAFETY: non-null, aligned, valid by the caller's contract.
+    unsafe { fetch.write(v) };
+}
+
+// ---- signals ----
+
+/// `shmem_put_signal` and its forms.
+///
+/// # Safety
+/// `src` valid for `n` reads.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn put_signal<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe_u = pe_of(rt, pe)?;
+        let op = sigop_of(op)?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { src_slice(src, n) }?;
+        let dseg = in_seg(rt, call, dest as usize, bytes::<T>(n)?, pe_u).is_some();
+        let sseg = in_seg(rt, call, sig as usize, 8, pe_u).is_some();
+        if !dseg && !sseg {
+            return Ok(rt.world.put_signal(dest, s, sig, signal, op, pe_u)?);
+        }
+        if sseg {
+            // Check the signal before writing anything.
+            let t = in_seg(rt, call, sig as usize, 8, pe_u)
+                .transpose()?
+                .unwrap_or(0);
+            if t % 8 != 0 {
+                return msg(format!("signal address {sig:p} is not 8-byte aligned"));
+            }
+        }
+        // SAFETY: the caller's contract (forwarded).
+        unsafe { put_inner(rt, call, dest, s, pe_u) }?;
+        rt.world.quiet()?;
+        fence(Ordering::Release);
+        signal_update(rt, call, sig, signal, op, pe_u)
+    })
+}
+
+/// # Safety
+/// As [`put`].
+unsafe fn put_inner<T: RmaType>(
+    rt: &Rt,
+    call: &str,
+    dest: *mut T,
+    s: &[T],
+    pe: usize,
+) -> CResult<()> {
+    if let Some(t) = in_seg(rt, call, dest as usize, std::mem::size_of_val(s), pe) {
+        let t = t?;
+        // SAFETY: as in `put`.
+        unsafe { std::ptr::copy(s.as_ptr(), t as *mut T, s.len()) };
+        return Ok(());
+    }
+    Ok(rt.world.put(dest, s, pe)?)
+}
+
+fn signal_update(
+    rt: &Rt,
+    call: &str,
+    sig: *mut u64,
+    v: u64,
+    op: SignalOp,
+    pe: usize,
+) -> CResult<()> {
+    let o = match op {
+        SignalOp::Set => Op::Set,
+        SignalOp::Add => Op::Add,
+    };
+    if seg_amo(rt, call, sig, pe, o, v)?.is_none() {
+        rt.world.signal_op(sig, v, op, pe)?;
+    }
+    Ok(())
+}
+
+/// `shmem_signal_set/add`.
+pub fn signal_op(call: &'static str, sig: *mut u64, v: u64, op: SignalOp, pe: c_int) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        signal_update(rt, call, sig, v, op, pe)
+    })
+}
+
+/// `shmem_signal_fetch`.
+pub fn signal_fetch(call: &'static str, sig: *const u64) -> u64 {
+    with(call, |rt| {
+        let me = rt.world.my_pe();
+        if let Some(v) = seg_amo(rt, call, sig, me, Op::Fetch, 0)? {
+            return Ok(v);
+        }
+        Ok(rt.world.signal_fetch(sig)?)
+    })
+}
+
+/// `shmem_signal_wait_until`.
+pub fn signal_wait_until(call: &'static str, sig: *const u64, cmp: c_int, v: u64) -> u64 {
+    with(call, |rt| {
+        let cmp = cmp_of(cmp)?;
+        let me = rt.world.my_pe();
+        if in_seg(rt, call, sig as usize, 8, me).is_some() {
+            let load = seg_loader::<u64>(rt, call, sig)?;
+            let mut out = 0;
+            poll_mut(rt, call, &mut || {
+                out = load(0)?;
+                Ok(cmp.holds(out, v))
+            })?;
+            // `out` was set by the last successful poll.
+            return Ok(out);
+        }
+        Ok(rt.world.signal_wait_until(sig, cmp, v)?)
+    })
+}
+
+// ---- point-to-point synchronization ----
+
+/// Types of the wait/test calls.
+pub trait Watch: RmaType + PartialOrd + Default {
+    /// Atomic acquire load.
+    ///
+    /// # Safety
+    /// `addr` aligned and valid.
+    unsafe fn load(addr: usize) -> Self;
+}
+
+macro_rules! watch {
+    ($($t:ty => $a:ty, $u:ty);*) => {$(
+        impl Watch for $t {
+            unsafe fn load(addr: usize) -> Self {
+                // SAFETY: the caller's contract.
+                unsafe { <$a>::from_ptr(addr as *mut $u) }.load(Ordering::Acquire) as $t
+            }
+        }
+    )*};
+}
+watch!(i16 => AtomicU16, u16; u16 => AtomicU16, u16; i32 => AtomicU32, u32; u32 => AtomicU32, u32;
+       i64 => AtomicU64, u64; u64 => AtomicU64, u64; isize => AtomicU64, u64; usize => AtomicU64, u64);
+
+type Loader<'a, T> = Box<dyn Fn(usize) -> CResult<T> + 'a>;
+
+/// A loader of element `i` of `ivars` in the data segment (checked for `n` elements).
+fn seg_loader<'a, T: Watch>(rt: &'a Rt, call: &str, ivars: *const T) -> CResult<Loader<'a, T>> {
+    seg_loader_n(rt, call, ivars, 1)
+}
+
+fn seg_loader_n<'a, T: Watch>(
+    rt: &'a Rt,
+    call: &str,
+    ivars: *const T,
+    n: usize,
+) -> CResult<Loader<'a, T>> {
+    let size = std::mem::size_of::<T>();
+    let me = rt.world.my_pe();
+    let t = match in_seg(rt, call, ivars as usize, bytes::<T>(n.max(1))?, me) {
+        Some(t) => t?,
+        None => return msg("not in the data segment"),
+    };
+    if t % size != 0 {
+        return msg(format!("address {ivars:p} is not {size}-byte aligned"));
+    }
+    Ok(Box::new(move |i| {
+        // SAFETY: i < n, inside the checked, aligned range of my segment.
+        Ok(unsafe { T::load(t + i * size) })
+    }))
+}
+
+/// Polls `cond` until it holds, bounded by `RSHMEM_TIMEOUT`.
+fn poll_mut(rt: &Rt, call: &str, cond: &mut dyn FnMut() -> CResult<bool>) -> CResult<()> {
+    let t0 = Instant::now();
+    let limit = rt.world.config().timeout;
+    let mut spins = 0u32;
+    loop {
+        if cond()? {
+            return Ok(());
+        }
+        spins = spins.saturating_add(1);
+        if spins < 2000 {
+            std::hint::spin_loop();
+        } else if spins < 4000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        if spins % 1024 == 0 {
+            if let Some(l) = limit {
+                if t0.elapsed() > l {
+                    return msg(format!(
+                        "{call}: timed out after {:?} (RSHMEM_TIMEOUT) waiting on PE {}",
+                        t0.elapsed(),
+                        rt.world.my_pe()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// How a wait/test call treats its set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Set {
+    /// Every element.
+    All,
+    /// One element.
+    Any,
+    /// At least one; report all that hold.
+    Some,
+}
+
+/// The arguments of a set wait/test.
+pub struct SetArgs<T> {
+    /// The variables.
+    pub ivars: *const T,
+    /// How many.
+    pub n: usize,
+    /// Exclusion mask or NULL.
+    pub status: *const c_int,
+    /// Comparison.
+    pub cmp: c_int,
+    /// One value for all.
+    pub value: T,
+    /// Or one value per element (vector forms).
+    pub values: *const T,
+    /// Output indices (`_some` forms).
+    pub indices: *mut usize,
+}
+
+/// Runtime waits for the types that have them (`None`: poll here).
+pub trait WorldWait: Watch {
+    /// The wait/test through the World: (condition held, indices that hold).
+    #[allow(clippy::too_many_arguments)]
+    fn world(
+        rt: &Rt,
+        ivars: *const Self,
+        n: usize,
+        status: Option<&[i32]>,
+        cmp: Cmp,
+        value: Self,
+        values: Option<&[Self]>,
+        set: Set,
+        block: bool,
+    ) -> Option<CResult<(bool, Vec<usize>)>>;
+}
+
+macro_rules! world_wait {
+    ($($t:ty),*) => {$(
+        impl WorldWait for $t {
+            fn world(rt: &Rt, iv: *const Self, n: usize, st: Option<&[i32]>, cmp: Cmp, v: Self,
+                     vs: Option<&[Self]>, set: Set, block: bool) -> Option<CResult<(bool, Vec<usize>)>> {
+                let w = &rt.world;
+                let one = |x: Option<usize>| (x.is_some(), x.into_iter().collect::<Vec<_>>());
+                let many = |x: Vec<usize>| (!x.is_empty(), x);
+                let r: rshmem::Result<(bool, Vec<usize>)> = match (set, block, vs) {
+                    (Set::All, true, None) => w.wait_until_all(iv, n, st, cmp, v).map(|_| (true, vec![])),
+                    (Set::All, true, Some(vs)) => w.wait_until_all_vector(iv, st, cmp, vs).map(|_| (true, vec![])),
+                    (Set::Any, true, None) => w.wait_until_any(iv, n, st, cmp, v).map(one),
+                    (Set::Any, true, Some(vs)) => w.wait_until_any_vector(iv, st, cmp, vs).map(one),
+                    (Set::Some, true, None) => w.wait_until_some(iv, n, st, cmp, v).map(many),
+                    (Set::Some, true, Some(vs)) => w.wait_until_some_vector(iv, st, cmp, vs).map(many),
+                    (Set::All, false, None) => w.test_all(iv, n, st, cmp, v).map(|b| (b, vec![])),
+                    (Set::All, false, Some(vs)) => w.test_all_vector(iv, st, cmp, vs).map(|b| (b, vec![])),
+                    (Set::Any, false, None) => w.test_any(iv, n, st, cmp, v).map(one),
+                    (Set::Any, false, Some(vs)) => w.test_any_vector(iv, st, cmp, vs).map(one),
+                    (Set::Some, false, None) => w.test_some(iv, n, st, cmp, v).map(many),
+                    (Set::Some, false, Some(vs)) => w.test_some_vector(iv, st, cmp, vs).map(many),
+                };
+                Some(r.map_err(Into::into))
+            }
+        }
+    )*};
+}
+world_wait!(i32, u32, i64, u64, isize, usize);
+impl WorldWait for i16 {
+    fn world(
+        _: &Rt,
+        _: *const Self,
+        _: usize,
+        _: Option<&[i32]>,
+        _: Cmp,
+        _: Self,
+        _: Option<&[Self]>,
+        _: Set,
+        _: bool,
+    ) -> Option<CResult<(bool, Vec<usize>)>> {
+        None
+    }
+}
+impl WorldWait for u16 {
+    fn world(
+        _: &Rt,
+        _: *const Self,
+        _: usize,
+        _: Option<&[i32]>,
+        _: Cmp,
+        _: Self,
+        _: Option<&[Self]>,
+        _: Set,
+        _: bool,
+    ) -> Option<CResult<(bool, Vec<usize>)>> {
+        None
+    }
+}
+
+/// A set wait/test (`n` elements; the single-variable forms are `n == 1`, `Set::All`).
+/// Returns 1/0 for `All`, an index or `SIZE_MAX` for `Any`, a count for `Some` (indices written
+/// to `a.indices`).
+///
+/// # Safety
+/// The pointers in `a` valid for `a.n` elements where not NULL.
+pub unsafe fn wait_set<T: WorldWait>(
+    call: &'static str,
+    a: SetArgs<T>,
+    set: Set,
+    block: bool,
+) -> usize {
+    with(call, |rt| {
+        let cmp = cmp_of(a.cmp)?;
+        let status = if a.status.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(unsafe { src_slice(a.status, a.n) }?)
+        };
+        let values = if a.values.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(unsafe { src_slice(a.values, a.n) }?)
+        };
+        let me = rt.world.my_pe();
+        let in_segment = a.n > 0 && in_seg(rt, call, a.ivars as usize, 1, me).is_some();
+        let via_world = if in_segment || a.n == 0 {
+            None
+        } else {
+            T::world(rt, a.ivars, a.n, status, cmp, a.value, values, set, block)
+        };
+        let (ok, hits) = match via_world {
+            Some(r) => r?,
+            None => {
+                let load: Loader<'_, T> = if a.n == 0 {
+                    Box::new(|_| Ok(T::default()))
+                } else if in_segment {
+                    seg_loader_n(rt, call, a.ivars, a.n)?
+                } else {
+                    // Heap variables of types without runtime waits: poll with g on this PE.
+                    let size = std::mem::size_of::<T>();
+                    let base = a.ivars as usize;
+                    Box::new(move |i| Ok(rt.world.g((base + i * size) as *const T, me)?))
+                };
+                let active: Vec<usize> = (0..a.n)
+                    .filter(|&i| status.is_none_or(|s| s[i] == 0))
+                    .collect();
+                let val = |i: usize| values.map_or(a.value, |v| v[i]);
+                let mut hits = Vec::new();
+                let mut scan = || -> CResult<bool> {
+                    hits.clear();
+                    for &i in &active {
+                        if cmp.holds(load(i)?, val(i)) {
+                            hits.push(i);
+                            if set == Set::Any {
+                                break;
+                            }
+                        }
+                    }
+                    Ok(match set {
+                        Set::All => hits.len() == active.len(),
+                        _ => !hits.is_empty() || active.is_empty(),
+                    })
+                };
+                let ok = if block {
+                    poll_mut(rt, call, &mut scan)?;
+                    true
+                } else {
+                    scan()?
+                };
+                (ok, hits)
+            }
+        };
+        Ok(match set {
+            Set::All => ok as usize,
+            Set::Any => hits.first().copied().unwrap_or(usize::MAX),
+            Set::Some => {
+                if !hits.is_empty() {
+                    // SAFETY: the caller's contract: indices has room for n entries.
+                    let out = unsafe { dst_slice(a.indices, a.n) }?;
+                    for (o, h) in out.iter_mut().zip(&hits) {
+                        *o = *h;
+                    }
+                }
+                hits.len()
+            }
+        })
+    })
+}

@@ -1,0 +1,228 @@
+//! Builds the C programs in `tests/c/` against `shmem.h` and `libshmem` with `scripts/rshmemcc`
+//! and runs each with 2 and 4 PEs under `rshmemrun`, checking exit status and output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// `target/<profile>`: where this test binary, `libshmem` and `rshmemrun` live.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/c_programs-<hash>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary is in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("capi is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds `libshmem` and `rshmemrun` into the profile directory (once per test binary).
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = profile_dir();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "-p",
+            "rshmem-capi",
+            "-p",
+            "rshmem-bootstrap",
+            "--lib",
+            "--bin",
+            "rshmemrun",
+        ]);
+        match dir.file_name().and_then(|s| s.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(p) => {
+                cmd.args(["--profile", p]);
+            }
+        }
+        if let Some(parent) = dir.parent() {
+            if parent.join("CACHEDIR.TAG").exists() {
+                cmd.arg("--target-dir").arg(parent);
+            }
+        }
+        cmd.current_dir(workspace_root());
+        let st = cmd.status().expect("running cargo build");
+        assert!(st.success(), "building libshmem and rshmemrun failed: {st}");
+        assert!(
+            dir.join("libshmem.so").is_file(),
+            "no libshmem.so in {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
+/// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`.
+fn compile(name: &str) -> PathBuf {
+    let dir = built();
+    let out_dir = dir.join("capi-c-tests");
+    std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let bin = out_dir.join(name);
+    let out = Command::new(workspace_root().join("scripts/rshmemcc"))
+        .env("RSHMEM_LIB_DIR", dir)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("running scripts/rshmemcc (is a C compiler installed?)");
+    assert!(
+        out.status.success(),
+        "compiling {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+struct Ran {
+    ok: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(bin: &Path, n: usize) -> Ran {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(built().join("rshmemrun"))
+        .args(["-n", &n.to_string(), "--timeout", "120"])
+        .arg(bin)
+        .env("RSHMEM_TIMEOUT", "60")
+        .output()
+        .expect("running rshmemrun");
+    Ran {
+        ok: status.success(),
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// Runs `name` with 2 and 4 PEs and expects success and "OK <name> PE p" from every PE.
+fn passes(name: &str) {
+    let bin = compile(name);
+    for n in [2, 4] {
+        let r = run(&bin, n);
+        assert!(
+            r.ok,
+            "{name} on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
+            r.code, r.stdout, r.stderr
+        );
+        for pe in 0..n {
+            let line = format!("OK {name} PE {pe}");
+            assert!(
+                r.stdout.lines().any(|l| l == line),
+                "{name} on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+}
+
+/// Runs `name` with 2 and 4 PEs and expects the job to abort with stderr naming `call` and
+/// containing `cause`.
+fn aborts(name: &str, call: &str, cause: &str) {
+    let bin = compile(name);
+    for n in [2, 4] {
+        let r = run(&bin, n);
+        assert!(!r.ok, "{name} on {n} PEs should fail:\n{}", r.stdout);
+        assert_ne!(r.code, Some(124), "{name} on {n} PEs hung:\n{}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("{call}: ")) && r.stderr.contains(cause),
+            "{name} on {n} PEs: stderr does not name {call} and `{cause}`:\n{}",
+            r.stderr
+        );
+        assert!(
+            !r.stdout.contains("NOT REACHED"),
+            "{name}: a PE went on:\n{}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn setup_and_query() {
+    passes("setup");
+}
+
+#[test]
+fn memory() {
+    passes("memory");
+}
+
+#[test]
+fn rma() {
+    passes("rma");
+}
+
+#[test]
+fn atomics() {
+    passes("amo");
+}
+
+#[test]
+fn signals() {
+    passes("signal");
+}
+
+#[test]
+fn point_to_point_sync() {
+    passes("sync");
+}
+
+#[test]
+fn bad_pe_aborts_naming_the_call() {
+    aborts("bad_pe", "shmem_int_p", "out of range");
+}
+
+#[test]
+fn non_symmetric_address_aborts_naming_the_call() {
+    aborts(
+        "not_symmetric",
+        "shmem_long_put",
+        "outside this PE's symmetric heap",
+    );
+}
+
+#[test]
+fn locks() {
+    passes("lock");
+}
+
+#[test]
+fn global_exit_ends_every_pe_with_the_status() {
+    let bin = compile("global_exit");
+    for n in [2, 4] {
+        let r = run(&bin, n);
+        assert_eq!(
+            r.code,
+            Some(3),
+            "global_exit on {n} PEs:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert!(
+            !r.stdout.contains("NOT REACHED"),
+            "a PE went on:\n{}",
+            r.stdout
+        );
+    }
+}
