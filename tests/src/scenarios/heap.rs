@@ -192,7 +192,18 @@ fn realloc_semantics(c: &Ctx<'_>) -> R {
 
 fn alignment(c: &Ctx<'_>) -> R {
     let (w, me, succ, pred) = (c.w, c.me, c.succ(), c.pred());
-    let aligns = [1usize, 2, 8, 64, 128, 4096, 65536, 1 << 20, 4 << 20, 64 << 20];
+    let aligns = [
+        1usize,
+        2,
+        8,
+        64,
+        128,
+        4096,
+        65536,
+        1 << 20,
+        4 << 20,
+        64 << 20,
+    ];
     let mut ps = Vec::new();
     for &a in &aligns {
         let p = w
