@@ -71,6 +71,15 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
         self.ptr.wrapping_add(i)
     }
 
+    /// PE `pe`'s copy of element 0, for direct load/store ([`World::ptr`]); `None` for an empty
+    /// buffer or a PE not reachable by load/store.
+    pub fn ptr(&self, pe: usize) -> Option<*mut T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.world.ptr(self.ptr, pe)
+    }
+
     /// Reads element `i` of this PE's copy (a volatile load on the CPU heap, a copy from the
     /// GPU heap). None when `i >= len` or the GPU copy fails.
     pub fn read(&self, i: usize) -> Option<T> {

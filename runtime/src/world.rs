@@ -320,6 +320,29 @@ impl World {
         &self.node.pes
     }
 
+    /// **Local.** The address of PE `pe`'s copy of the symmetric object at `addr` (this PE's
+    /// address), usable by load/store from this process — host memory on the CPU backend, a
+    /// device address (for kernels and CUDA copies) on the GPU backend. `None` when `addr` is not
+    /// inside a live symmetric allocation, `pe` is out of range, or `pe` cannot be reached by
+    /// load/store. Like `shmem_ptr`.
+    pub fn ptr<T>(&self, addr: *const T, pe: usize) -> Option<*mut T> {
+        self.remote("ptr", addr as usize, 0, pe)
+            .ok()
+            .map(|a| a as *mut T)
+    }
+
+    /// **Local.** True if `addr` lies inside a live symmetric allocation of this PE and `pe`
+    /// can be reached (so one-sided calls on it to `pe` are valid). Like `shmem_addr_accessible`.
+    pub fn addr_accessible<T>(&self, addr: *const T, pe: usize) -> bool {
+        self.remote("addr_accessible", addr as usize, 0, pe).is_ok()
+    }
+
+    /// **Local.** True if `pe` exists and this PE can communicate with it. Like
+    /// `shmem_pe_accessible`.
+    pub fn pe_accessible(&self, pe: usize) -> bool {
+        self.local_index("pe_accessible", pe).is_ok()
+    }
+
     /// **Collective.** Completes all outstanding operations, waits for every PE, and releases
     /// the runtime (heap, sockets, threads). Like `shmem_finalize`. Symmetric addresses are
     /// invalid afterwards; the borrow checker enforces it for [`crate::SymBuf`]s.

@@ -27,7 +27,53 @@ pub fn run(c: &Ctx<'_>) -> R {
     strided::<f32>(c)?;
     strided::<u128>(c)?;
     fence_order(c)?;
+    pointers(c)?;
     Ok(())
+}
+
+/// ptr / addr_accessible / pe_accessible: every PE's copy is reachable; on the CPU backend a
+/// store through `ptr(pe)` is what PE `pe` then reads; bad PEs and addresses give None/false.
+fn pointers(c: &Ctx<'_>) -> R {
+    let (w, me, n) = (c.w, c.me, c.n);
+    let buf = w.calloc::<u64>(4).ctx("calloc")?;
+    let outside = [0u64; 4];
+    for pe in 0..n {
+        crate::ensure!(w.pe_accessible(pe), "pe_accessible({pe}) is false");
+        crate::ensure!(
+            w.addr_accessible(buf.at(3), pe),
+            "addr_accessible(buf[3], {pe}) is false"
+        );
+        crate::ensure!(buf.ptr(pe).is_some(), "ptr(buf, {pe}) is None");
+    }
+    crate::ensure!(!w.pe_accessible(n), "pe_accessible({n}) is true");
+    crate::ensure!(
+        w.ptr(buf.as_ptr(), n).is_none(),
+        "ptr(buf, n_pes) is not None"
+    );
+    crate::ensure!(
+        !w.addr_accessible(outside.as_ptr(), 0),
+        "a stack address is accessible"
+    );
+    crate::ensure!(
+        !w.addr_accessible(buf.at(4), 0),
+        "one past the end is accessible"
+    );
+    if w.gpu().is_none() {
+        let p = buf
+            .ptr(c.succ())
+            .ok_or_else(|| crate::check::Fail("ptr(succ) is None".into()))?;
+        // SAFETY: ptr() returned succ's copy of a live 4-element u64 allocation mapped in this
+        // process (CPU backend); index 1 is written only by this PE.
+        unsafe { p.add(1).write_volatile(0x5EED_0000 + me as u64) };
+        c.barrier("ptr stores")?;
+        crate::check::expect_eq(
+            "value stored through ptr by pred",
+            Some(0x5EED_0000 + c.pred() as u64),
+            buf.read(1),
+        )?;
+    }
+    c.barrier("pointers end")?;
+    w.free(buf).ctx("free")
 }
 
 /// What element `idx` of PE `t`'s buffer holds after every PE `s` wrote segment `s` of it:
