@@ -227,12 +227,85 @@ for n in WAIT:
                     fn(name, rp, cp, "usize", "size_t", r, f"{verb}_{s} on {ct}s")
 fn = _save
 
+# ---- teams' collectives (1.5) and the deprecated active-set forms ----
+RED_BIT = ["uchar", "ushort", "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8",
+           "uint16", "uint32", "uint64", "size"]
+RED_ARITH = ["char", "schar", "short", "int", "long", "longlong", "ptrdiff", "uchar", "ushort", "uint",
+             "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+             "uint64", "size", "float", "double"]
+RED_OPS = [("and", "And", RED_BIT), ("or", "Or", RED_BIT), ("xor", "Xor", RED_BIT),
+           ("max", "Max", RED_ARITH), ("min", "Min", RED_ARITH), ("sum", "Sum", RED_ARITH),
+           ("prod", "Prod", RED_ARITH)]
+TO_ALL = {"and": ["short", "int", "long", "longlong"], "or": ["short", "int", "long", "longlong"],
+          "xor": ["short", "int", "long", "longlong"]}
+for o in ["max", "min", "sum", "prod"]:
+    TO_ALL[o] = ["short", "int", "long", "longlong", "float", "double"]
+TEAM_R, TEAM_C = "team: *mut c_void", "shmem_team_t team"
+SET_R = ["start: c_int", "log_stride: c_int", "size: c_int", "psync: *mut c_long"]
+SET_C = ["int PE_start", "int logPE_stride", "int PE_size", "long *pSync"]
+
+
+def colls(P, t, ct, doc_t, mem=""):
+    fn(f"{P}broadcast{mem}",
+       [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nelems: usize", "root: c_int"],
+       [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems", "int PE_root"], "c_int", "int",
+       "coll::broadcast(CALL, team, dest, source, nelems, root)", f"broadcast of {doc_t}", ctx=False)
+    for op in ["collect", "fcollect", "alltoall"]:
+        body = {"collect": "coll::collect(CALL, team, dest, source, nelems)",
+                "fcollect": "coll::fcollect(CALL, team, dest, source, nelems)",
+                "alltoall": "coll::alltoalls(CALL, team, dest, source, 1, 1, nelems)"}[op]
+        fn(f"{P}{op}{mem}",
+           [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nelems: usize"],
+           [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems"], "c_int", "int", body,
+           f"{op} of {doc_t}", ctx=False)
+    fn(f"{P}alltoalls{mem}",
+       [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "dst: isize", "sst: isize", "nelems: usize"],
+       [TEAM_C, f"{ct} *dest", f"const {ct} *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems"],
+       "c_int", "int", "coll::alltoalls(CALL, team, dest, source, dst, sst, nelems)",
+       f"strided alltoall of {doc_t}", ctx=False)
+
+
+for n, ct, t in RMA:
+    colls(f"shmem_{n}_", t, ct, ct)
+colls("shmem_", "u8", "void", "bytes", "mem")
+for o, O, types in RED_OPS:
+    for n in types:
+        ct, t = RT[n]
+        fn(f"shmem_{n}_{o}_reduce", [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nreduce: usize"],
+           [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nreduce"], "c_int", "int",
+           f"coll::reduce::<{t}, rshmem::{O}>(CALL, team, dest, source, nreduce)", f"{o} reduction of {ct}", ctx=False)
+    for n in TO_ALL[o]:
+        ct, t = RT[n]
+        fn(f"shmem_{n}_{o}_to_all", [f"dest: *mut {t}", f"source: *const {t}", "nreduce: c_int"] + SET_R[:3] + [f"_pwrk: *mut {t}", SET_R[3]],
+           [f"{ct} *dest", f"const {ct} *source", "int nreduce"] + SET_C[:3] + [f"{ct} *pWrk", "long *pSync"], None, None,
+           f"coll::reduce_set::<{t}, rshmem::{O}>(CALL, dest, source, nreduce, start, log_stride, size, psync)",
+           f"deprecated active-set {o} reduction of {ct}", ctx=False)
+for bits, t in [(32, "u32"), (64, "u64")]:
+    fn(f"shmem_broadcast{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "root: c_int"] + SET_R,
+       ["void *dest", "const void *source", "size_t nelems", "int PE_root"] + SET_C, None, None,
+       f"coll::broadcast_set::<{t}>(CALL, dest.cast(), source.cast(), nelems, root, start, log_stride, size, psync)",
+       f"deprecated active-set broadcast of {bits}-bit elements", ctx=False)
+    for op, fixed in [("collect", "false"), ("fcollect", "true")]:
+        fn(f"shmem_{op}{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize"] + SET_R,
+           ["void *dest", "const void *source", "size_t nelems"] + SET_C, None, None,
+           f"coll::collect_set::<{t}>(CALL, {fixed}, dest.cast(), source.cast(), nelems, start, log_stride, size, psync)",
+           f"deprecated active-set {op} of {bits}-bit elements", ctx=False)
+    fn(f"shmem_alltoall{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize"] + SET_R,
+       ["void *dest", "const void *source", "size_t nelems"] + SET_C, None, None,
+       f"coll::alltoalls_set::<{t}>(CALL, dest.cast(), source.cast(), 1, 1, nelems, start, log_stride, size, psync)",
+       f"deprecated active-set alltoall of {bits}-bit elements", ctx=False)
+    fn(f"shmem_alltoalls{bits}", ["dest: *mut c_void", "source: *const c_void", "dst: isize", "sst: isize", "nelems: usize"] + SET_R,
+       ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems"] + SET_C, None, None,
+       f"coll::alltoalls_set::<{t}>(CALL, dest.cast(), source.cast(), dst, sst, nelems, start, log_stride, size, psync)",
+       f"deprecated active-set strided alltoall of {bits}-bit elements", ctx=False)
+
 RS_HEAD = """//! Generated by `capi/gen.py`: the typed OpenSHMEM entry points. Do not edit by hand.
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_long, c_void};
 
+use crate::coll;
 use crate::ops::{self, Amo};
 
 """
@@ -243,8 +316,9 @@ with open(os.path.join(HERE, "src", "gen.rs"), "w") as f:
 def generic(macro, cases, pick, nargs, ctx=True, first=1):
     """_Generic over argument `first` (1-based, without ctx), dispatching on arg count for ctx."""
     def body(prefix, argn):
-        alias = {"int32": "int", "int64": "long"}
-        sel = ", \\\n    ".join(f"{alias.get(n, RT[n][0])}: {pick(prefix, n)}" for n in cases)
+        alias = {"int32": "int", "int64": "long", "int8": "signed char", "int16": "short",
+                 "complexf": "float _Complex", "complexd": "double _Complex"}
+        sel = ", \\\n    ".join(f"{alias[n] if n in alias else RT[n][0]}: {pick(prefix, n)}" for n in cases)
         return sel
     out = []
     a = ", ".join(f"a{i}" for i in range(1, nargs + 1))
@@ -290,6 +364,18 @@ for old, new, nargs, cases in [("finc", "atomic_fetch_inc", 2, GENERIC_AMO_STD[:
                                ("set", "atomic_set", 3, GENERIC_AMO_STD[:3] + ["float", "double"])]:
     G.append(generic(old, cases, lambda p, n, old=old: f"{p}{n}_{old}", nargs, ctx=False))
 
+GENERIC_COLL = GENERIC_RMA
+for op, nargs in [("broadcast", 5), ("collect", 4), ("fcollect", 4), ("alltoall", 4), ("alltoalls", 6)]:
+    G.append(generic(op, GENERIC_COLL, lambda p, n, op=op: f"{p}{n}_{op}", nargs, ctx=False, first=2))
+GENERIC_RED_BIT = ["uchar", "ushort", "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64"]
+GENERIC_RED_ARITH = ["char", "schar", "short", "int", "long", "longlong", "uchar", "ushort", "uint", "ulong",
+                     "ulonglong", "float", "double", "longdouble"]
+for o, _, _ in RED_OPS:
+    cases = GENERIC_RED_BIT if o in ("and", "or", "xor") else GENERIC_RED_ARITH
+    if o in ("sum", "prod"):
+        cases = cases + ["complexf", "complexd"]
+    G.append(generic(f"{o}_reduce", cases, lambda p, n, o=o: f"{p}{n}_{o}_reduce", 4, ctx=False, first=2))
+
 LD = """/* long double cannot cross the Rust ABI by value: p/g are inline over putmem/getmem. */
 static inline void shmem_longdouble_p(long double *dest, long double value, int pe) {
     shmem_putmem(dest, &value, sizeof value, pe);
@@ -309,8 +395,41 @@ static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long dou
 }
 """
 
+# long double and complex reductions: inline in the header, arithmetic in C.
+CB = """/* long double and complex reductions: the arithmetic is done by these inline combine
+ * functions; the library runs the collective. */
+typedef void (*shmemi_combine_t)(void *acc, const void *b, size_t n);
+int shmemi_reduce_cb(const char *name, shmem_team_t team, void *dest, const void *source,
+                     size_t nreduce, size_t size, shmemi_combine_t combine);
+void shmemi_reduce_cb_set(const char *name, void *dest, const void *source, int nreduce,
+                          size_t size, shmemi_combine_t combine, int PE_start, int logPE_stride,
+                          int PE_size, long *pSync);
+"""
+CB_TYPES = [("longdouble", "long double", ["max", "min", "sum", "prod"]),
+            ("complexf", "float _Complex", ["sum", "prod"]),
+            ("complexd", "double _Complex", ["sum", "prod"])]
+CB_EXPR = {"max": "b[i] > a[i] ? b[i] : a[i]", "min": "b[i] < a[i] ? b[i] : a[i]",
+           "sum": "a[i] + b[i]", "prod": "a[i] * b[i]"}
+CB += "#ifndef __cplusplus\n"
+for n, ct, ops_ in CB_TYPES:
+    for o in ops_:
+        CB += (f"static inline void shmemi_{n}_{o}(void *acc, const void *bv, size_t n) {{\n"
+               f"    {ct} *a = ({ct} *) acc;\n    const {ct} *b = (const {ct} *) bv;\n"
+               f"    for (size_t i = 0; i < n; i++) a[i] = {CB_EXPR[o]};\n}}\n"
+               f"static inline int shmem_{n}_{o}_reduce(shmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce) {{\n"
+               f"    return shmemi_reduce_cb(\"shmem_{n}_{o}_reduce\", team, dest, source, nreduce, sizeof({ct}), shmemi_{n}_{o});\n}}\n"
+               f"static inline void shmem_{n}_{o}_to_all({ct} *dest, const {ct} *source, int nreduce, int PE_start, int logPE_stride, int PE_size, {ct} *pWrk, long *pSync) {{\n"
+               f"    (void) pWrk;\n"
+               f"    shmemi_reduce_cb_set(\"shmem_{n}_{o}_to_all\", dest, source, nreduce, sizeof({ct}), shmemi_{n}_{o}, PE_start, logPE_stride, PE_size, pSync);\n}}\n")
+CB += "#endif\n"
+CB += """/* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE_stride, PE_size, pSync)
+ * by argument count. */
+#define shmemi_sync_sel(_1, _2, _3, _4, NAME, ...) NAME
+#define shmem_sync(...) shmemi_sync_sel(__VA_ARGS__, shmem_sync, 0, 0, shmem_team_sync, 0)(__VA_ARGS__)
+"""
+
 with open(os.path.join(HERE, "include", "shmem_head.h.in")) as f:
     head = f.read()
 with open(os.path.join(HERE, "include", "shmem.h"), "w") as f:
-    f.write(head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + LD)
+    f.write(head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + LD + "\n" + CB)
             .replace("@GENERICS@", "\n\n".join(G)))

@@ -254,12 +254,14 @@ fn missing_rank_times_out_naming_exactly_it() {
 
 #[test]
 fn rank_that_skips_a_collective_times_out() {
-    let timeout = Duration::from_millis(300);
+    // Long enough that connecting never times out on a loaded 2-core machine, so the timeout
+    // that fires is the barrier's.
+    let timeout = Duration::from_millis(1500);
     let results = run_ranks(3, &[0, 1, 2], Some(timeout), |rank, b| {
         let b = b?;
         if rank == 2 {
             // Late: arrives after the others have given up.
-            thread::sleep(Duration::from_millis(1200));
+            thread::sleep(Duration::from_millis(4000));
         }
         b.barrier()
     });

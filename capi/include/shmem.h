@@ -2,8 +2,7 @@
  * shmem.h — OpenSHMEM 1.5 C API of rshmem (libshmem). Generated from shmem_head.h.in by
  * capi/gen.py; edit those, not this file.
  *
- * Teams and collectives (SHMEM_TEAM_WORLD, shmem_broadcast, shmem_*_reduce, ...) are not in
- * this version of the header; see docs/capi.md.
+ * What is implemented and what is not: docs/capi.md.
  */
 #ifndef RSHMEM_SHMEM_H
 #define RSHMEM_SHMEM_H
@@ -48,7 +47,8 @@ extern "C" {
 #define SHMEM_MALLOC_ATOMICS_REMOTE 1L
 #define SHMEM_MALLOC_SIGNAL_REMOTE 2L
 
-/* pSync/pWrk sizes of the deprecated active-set routines (only shmem_barrier is provided). */
+/* pSync/pWrk sizes of the deprecated active-set routines. pSync must be symmetric, hold
+ * SHMEM_*_SYNC_SIZE longs set to SHMEM_SYNC_VALUE; pWrk is not used. */
 #define SHMEM_SYNC_VALUE 0L
 #define SHMEM_SYNC_SIZE 64
 #define SHMEM_BARRIER_SYNC_SIZE 64
@@ -72,6 +72,18 @@ typedef void *shmem_ctx_t;
 #define SHMEM_CTX_NOSTORE 4L
 #define SHMEM_CTX_INVALID ((shmem_ctx_t) 0)
 #define SHMEM_CTX_DEFAULT ((shmem_ctx_t) 1)
+
+/* Teams: SHMEM_TEAM_INVALID is NULL; split teams are opaque handles. */
+typedef struct shmemi_team *shmem_team_t;
+#define SHMEM_TEAM_INVALID ((shmem_team_t) 0)
+#define SHMEM_TEAM_WORLD ((shmem_team_t) 1)
+#define SHMEM_TEAM_SHARED ((shmem_team_t) 2)
+#define SHMEM_TEAM_NODE ((shmem_team_t) 3)
+#define SHMEMX_TEAM_NODE SHMEM_TEAM_NODE
+typedef struct {
+    int num_contexts;
+} shmem_team_config_t;
+#define SHMEM_TEAM_NUM_CONTEXTS 1L
 
 /* Setup, exit, query */
 void shmem_init(void);
@@ -111,6 +123,23 @@ void shmem_quiet(void);
 void shmem_barrier_all(void);
 void shmem_sync_all(void);
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
+
+/* Teams */
+int shmem_team_my_pe(shmem_team_t team);
+int shmem_team_n_pes(shmem_team_t team);
+int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t *config);
+int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
+int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
+                             const shmem_team_config_t *config, long config_mask,
+                             shmem_team_t *new_team);
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
+                        const shmem_team_config_t *xaxis_config, long xaxis_mask,
+                        shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
+                        long yaxis_mask, shmem_team_t *yaxis_team);
+void shmem_team_destroy(shmem_team_t team);
+int shmem_team_sync(shmem_team_t team);
+int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
 
 /* Distributed locks (a lock is a symmetric long, initially 0) */
 void shmem_set_lock(long *lock);
@@ -131,7 +160,8 @@ void shmem_signal_add(uint64_t *sig_addr, uint64_t signal, int pe);
 void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
 void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
 
-/* Typed RMA, sized RMA, put-with-signal, atomics, point-to-point synchronization */
+/* Typed RMA, sized RMA, put-with-signal, atomics, point-to-point synchronization,
+ * collectives */
 void shmem_float_put(float *dest, const float *source, size_t nelems, int pe);
 void shmem_ctx_float_put(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe);
 void shmem_float_get(float *dest, const float *source, size_t nelems, int pe);
@@ -1398,6 +1428,311 @@ size_t shmem_ptrdiff_wait_until_some(ptrdiff_t *ivars, size_t nelems, size_t *in
 size_t shmem_ptrdiff_test_some(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, ptrdiff_t cmp_value);
 size_t shmem_ptrdiff_wait_until_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, ptrdiff_t *cmp_values);
 size_t shmem_ptrdiff_test_some_vector(ptrdiff_t *ivars, size_t nelems, size_t *indices, const int *status, int cmp, ptrdiff_t *cmp_values);
+int shmem_float_broadcast(shmem_team_t team, float *dest, const float *source, size_t nelems, int PE_root);
+int shmem_float_collect(shmem_team_t team, float *dest, const float *source, size_t nelems);
+int shmem_float_fcollect(shmem_team_t team, float *dest, const float *source, size_t nelems);
+int shmem_float_alltoall(shmem_team_t team, float *dest, const float *source, size_t nelems);
+int shmem_float_alltoalls(shmem_team_t team, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_double_broadcast(shmem_team_t team, double *dest, const double *source, size_t nelems, int PE_root);
+int shmem_double_collect(shmem_team_t team, double *dest, const double *source, size_t nelems);
+int shmem_double_fcollect(shmem_team_t team, double *dest, const double *source, size_t nelems);
+int shmem_double_alltoall(shmem_team_t team, double *dest, const double *source, size_t nelems);
+int shmem_double_alltoalls(shmem_team_t team, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_longdouble_broadcast(shmem_team_t team, long double *dest, const long double *source, size_t nelems, int PE_root);
+int shmem_longdouble_collect(shmem_team_t team, long double *dest, const long double *source, size_t nelems);
+int shmem_longdouble_fcollect(shmem_team_t team, long double *dest, const long double *source, size_t nelems);
+int shmem_longdouble_alltoall(shmem_team_t team, long double *dest, const long double *source, size_t nelems);
+int shmem_longdouble_alltoalls(shmem_team_t team, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_char_broadcast(shmem_team_t team, char *dest, const char *source, size_t nelems, int PE_root);
+int shmem_char_collect(shmem_team_t team, char *dest, const char *source, size_t nelems);
+int shmem_char_fcollect(shmem_team_t team, char *dest, const char *source, size_t nelems);
+int shmem_char_alltoall(shmem_team_t team, char *dest, const char *source, size_t nelems);
+int shmem_char_alltoalls(shmem_team_t team, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_schar_broadcast(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems, int PE_root);
+int shmem_schar_collect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems);
+int shmem_schar_fcollect(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems);
+int shmem_schar_alltoall(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems);
+int shmem_schar_alltoalls(shmem_team_t team, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_short_broadcast(shmem_team_t team, short *dest, const short *source, size_t nelems, int PE_root);
+int shmem_short_collect(shmem_team_t team, short *dest, const short *source, size_t nelems);
+int shmem_short_fcollect(shmem_team_t team, short *dest, const short *source, size_t nelems);
+int shmem_short_alltoall(shmem_team_t team, short *dest, const short *source, size_t nelems);
+int shmem_short_alltoalls(shmem_team_t team, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_int_broadcast(shmem_team_t team, int *dest, const int *source, size_t nelems, int PE_root);
+int shmem_int_collect(shmem_team_t team, int *dest, const int *source, size_t nelems);
+int shmem_int_fcollect(shmem_team_t team, int *dest, const int *source, size_t nelems);
+int shmem_int_alltoall(shmem_team_t team, int *dest, const int *source, size_t nelems);
+int shmem_int_alltoalls(shmem_team_t team, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_long_broadcast(shmem_team_t team, long *dest, const long *source, size_t nelems, int PE_root);
+int shmem_long_collect(shmem_team_t team, long *dest, const long *source, size_t nelems);
+int shmem_long_fcollect(shmem_team_t team, long *dest, const long *source, size_t nelems);
+int shmem_long_alltoall(shmem_team_t team, long *dest, const long *source, size_t nelems);
+int shmem_long_alltoalls(shmem_team_t team, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_longlong_broadcast(shmem_team_t team, long long *dest, const long long *source, size_t nelems, int PE_root);
+int shmem_longlong_collect(shmem_team_t team, long long *dest, const long long *source, size_t nelems);
+int shmem_longlong_fcollect(shmem_team_t team, long long *dest, const long long *source, size_t nelems);
+int shmem_longlong_alltoall(shmem_team_t team, long long *dest, const long long *source, size_t nelems);
+int shmem_longlong_alltoalls(shmem_team_t team, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uchar_broadcast(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems, int PE_root);
+int shmem_uchar_collect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems);
+int shmem_uchar_fcollect(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems);
+int shmem_uchar_alltoall(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems);
+int shmem_uchar_alltoalls(shmem_team_t team, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_ushort_broadcast(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems, int PE_root);
+int shmem_ushort_collect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems);
+int shmem_ushort_fcollect(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems);
+int shmem_ushort_alltoall(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems);
+int shmem_ushort_alltoalls(shmem_team_t team, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uint_broadcast(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems, int PE_root);
+int shmem_uint_collect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems);
+int shmem_uint_fcollect(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems);
+int shmem_uint_alltoall(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems);
+int shmem_uint_alltoalls(shmem_team_t team, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_ulong_broadcast(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems, int PE_root);
+int shmem_ulong_collect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems);
+int shmem_ulong_fcollect(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems);
+int shmem_ulong_alltoall(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems);
+int shmem_ulong_alltoalls(shmem_team_t team, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_ulonglong_broadcast(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems, int PE_root);
+int shmem_ulonglong_collect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems);
+int shmem_ulonglong_fcollect(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems);
+int shmem_ulonglong_alltoall(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems);
+int shmem_ulonglong_alltoalls(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_int8_broadcast(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems, int PE_root);
+int shmem_int8_collect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems);
+int shmem_int8_fcollect(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems);
+int shmem_int8_alltoall(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems);
+int shmem_int8_alltoalls(shmem_team_t team, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_int16_broadcast(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems, int PE_root);
+int shmem_int16_collect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems);
+int shmem_int16_fcollect(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems);
+int shmem_int16_alltoall(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems);
+int shmem_int16_alltoalls(shmem_team_t team, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_int32_broadcast(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems, int PE_root);
+int shmem_int32_collect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems);
+int shmem_int32_fcollect(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems);
+int shmem_int32_alltoall(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems);
+int shmem_int32_alltoalls(shmem_team_t team, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_int64_broadcast(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems, int PE_root);
+int shmem_int64_collect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems);
+int shmem_int64_fcollect(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems);
+int shmem_int64_alltoall(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems);
+int shmem_int64_alltoalls(shmem_team_t team, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uint8_broadcast(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems, int PE_root);
+int shmem_uint8_collect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems);
+int shmem_uint8_fcollect(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems);
+int shmem_uint8_alltoall(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems);
+int shmem_uint8_alltoalls(shmem_team_t team, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uint16_broadcast(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems, int PE_root);
+int shmem_uint16_collect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems);
+int shmem_uint16_fcollect(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems);
+int shmem_uint16_alltoall(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems);
+int shmem_uint16_alltoalls(shmem_team_t team, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uint32_broadcast(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems, int PE_root);
+int shmem_uint32_collect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems);
+int shmem_uint32_fcollect(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems);
+int shmem_uint32_alltoall(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems);
+int shmem_uint32_alltoalls(shmem_team_t team, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uint64_broadcast(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems, int PE_root);
+int shmem_uint64_collect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems);
+int shmem_uint64_fcollect(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems);
+int shmem_uint64_alltoall(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems);
+int shmem_uint64_alltoalls(shmem_team_t team, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_size_broadcast(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems, int PE_root);
+int shmem_size_collect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems);
+int shmem_size_fcollect(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems);
+int shmem_size_alltoall(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems);
+int shmem_size_alltoalls(shmem_team_t team, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_ptrdiff_broadcast(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems, int PE_root);
+int shmem_ptrdiff_collect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems);
+int shmem_ptrdiff_fcollect(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems);
+int shmem_ptrdiff_alltoall(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems);
+int shmem_ptrdiff_alltoalls(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root);
+int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+int shmem_uchar_and_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_and_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_and_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_and_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_and_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_and_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_and_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_and_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_and_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_and_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_and_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_and_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_and_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_and_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+void shmem_short_and_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_and_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_and_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_and_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+int shmem_uchar_or_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_or_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_or_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_or_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_or_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_or_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_or_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_or_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_or_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_or_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_or_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_or_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_or_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_or_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+void shmem_short_or_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_or_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_or_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_or_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+int shmem_uchar_xor_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_xor_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_xor_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_xor_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_xor_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_xor_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_xor_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_xor_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_xor_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_xor_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_xor_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_xor_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_xor_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_xor_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+void shmem_short_xor_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_xor_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_xor_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_xor_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+int shmem_char_max_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
+int shmem_schar_max_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
+int shmem_short_max_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
+int shmem_int_max_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce);
+int shmem_long_max_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce);
+int shmem_longlong_max_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce);
+int shmem_ptrdiff_max_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce);
+int shmem_uchar_max_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_max_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_max_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_max_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_max_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_max_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_max_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_max_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_max_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_max_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_max_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_max_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_max_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_max_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+int shmem_float_max_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
+int shmem_double_max_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+void shmem_short_max_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_max_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_max_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_max_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+void shmem_float_max_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
+void shmem_double_max_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+int shmem_char_min_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
+int shmem_schar_min_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
+int shmem_short_min_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
+int shmem_int_min_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce);
+int shmem_long_min_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce);
+int shmem_longlong_min_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce);
+int shmem_ptrdiff_min_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce);
+int shmem_uchar_min_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_min_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_min_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_min_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_min_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_min_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_min_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_min_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_min_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_min_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_min_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_min_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_min_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_min_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+int shmem_float_min_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
+int shmem_double_min_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+void shmem_short_min_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_min_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_min_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_min_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+void shmem_float_min_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
+void shmem_double_min_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+int shmem_char_sum_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
+int shmem_schar_sum_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
+int shmem_short_sum_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
+int shmem_int_sum_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce);
+int shmem_long_sum_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce);
+int shmem_longlong_sum_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce);
+int shmem_ptrdiff_sum_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce);
+int shmem_uchar_sum_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_sum_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_sum_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_sum_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_sum_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_sum_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_sum_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_sum_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_sum_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_sum_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_sum_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_sum_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_sum_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_sum_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+int shmem_float_sum_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
+int shmem_double_sum_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+void shmem_short_sum_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_sum_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_sum_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_sum_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+void shmem_float_sum_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
+void shmem_double_sum_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+int shmem_char_prod_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
+int shmem_schar_prod_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
+int shmem_short_prod_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
+int shmem_int_prod_reduce(shmem_team_t team, int *dest, const int *source, size_t nreduce);
+int shmem_long_prod_reduce(shmem_team_t team, long *dest, const long *source, size_t nreduce);
+int shmem_longlong_prod_reduce(shmem_team_t team, long long *dest, const long long *source, size_t nreduce);
+int shmem_ptrdiff_prod_reduce(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nreduce);
+int shmem_uchar_prod_reduce(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nreduce);
+int shmem_ushort_prod_reduce(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nreduce);
+int shmem_uint_prod_reduce(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nreduce);
+int shmem_ulong_prod_reduce(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nreduce);
+int shmem_ulonglong_prod_reduce(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nreduce);
+int shmem_int8_prod_reduce(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nreduce);
+int shmem_int16_prod_reduce(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nreduce);
+int shmem_int32_prod_reduce(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nreduce);
+int shmem_int64_prod_reduce(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nreduce);
+int shmem_uint8_prod_reduce(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nreduce);
+int shmem_uint16_prod_reduce(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nreduce);
+int shmem_uint32_prod_reduce(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nreduce);
+int shmem_uint64_prod_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nreduce);
+int shmem_size_prod_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
+int shmem_float_prod_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
+int shmem_double_prod_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+void shmem_short_prod_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
+void shmem_int_prod_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
+void shmem_long_prod_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
+void shmem_longlong_prod_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
+void shmem_float_prod_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
+void shmem_double_prod_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_collect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoall32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_collect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
 
 /* long double cannot cross the Rust ABI by value: p/g are inline over putmem/getmem. */
 static inline void shmem_longdouble_p(long double *dest, long double value, int pe) {
@@ -1416,6 +1751,117 @@ static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long dou
     shmem_ctx_getmem(ctx, &v, source, sizeof v, pe);
     return v;
 }
+
+/* long double and complex reductions: the arithmetic is done by these inline combine
+ * functions; the library runs the collective. */
+typedef void (*shmemi_combine_t)(void *acc, const void *b, size_t n);
+int shmemi_reduce_cb(const char *name, shmem_team_t team, void *dest, const void *source,
+                     size_t nreduce, size_t size, shmemi_combine_t combine);
+void shmemi_reduce_cb_set(const char *name, void *dest, const void *source, int nreduce,
+                          size_t size, shmemi_combine_t combine, int PE_start, int logPE_stride,
+                          int PE_size, long *pSync);
+#ifndef __cplusplus
+static inline void shmemi_longdouble_max(void *acc, const void *bv, size_t n) {
+    long double *a = (long double *) acc;
+    const long double *b = (const long double *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] > a[i] ? b[i] : a[i];
+}
+static inline int shmem_longdouble_max_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_longdouble_max_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_max);
+}
+static inline void shmem_longdouble_max_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_longdouble_max_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_max, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_longdouble_min(void *acc, const void *bv, size_t n) {
+    long double *a = (long double *) acc;
+    const long double *b = (const long double *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = b[i] < a[i] ? b[i] : a[i];
+}
+static inline int shmem_longdouble_min_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_longdouble_min_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_min);
+}
+static inline void shmem_longdouble_min_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_longdouble_min_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_min, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_longdouble_sum(void *acc, const void *bv, size_t n) {
+    long double *a = (long double *) acc;
+    const long double *b = (const long double *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+static inline int shmem_longdouble_sum_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_longdouble_sum_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_sum);
+}
+static inline void shmem_longdouble_sum_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_longdouble_sum_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_sum, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_longdouble_prod(void *acc, const void *bv, size_t n) {
+    long double *a = (long double *) acc;
+    const long double *b = (const long double *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
+}
+static inline int shmem_longdouble_prod_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_longdouble_prod_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_prod);
+}
+static inline void shmem_longdouble_prod_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_longdouble_prod_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_prod, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_complexf_sum(void *acc, const void *bv, size_t n) {
+    float _Complex *a = (float _Complex *) acc;
+    const float _Complex *b = (const float _Complex *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+static inline int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_complexf_sum_reduce", team, dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_sum);
+}
+static inline void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_complexf_sum_to_all", dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_sum, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_complexf_prod(void *acc, const void *bv, size_t n) {
+    float _Complex *a = (float _Complex *) acc;
+    const float _Complex *b = (const float _Complex *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
+}
+static inline int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_complexf_prod_reduce", team, dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_prod);
+}
+static inline void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_complexf_prod_to_all", dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_prod, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_complexd_sum(void *acc, const void *bv, size_t n) {
+    double _Complex *a = (double _Complex *) acc;
+    const double _Complex *b = (const double _Complex *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+static inline int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_complexd_sum_reduce", team, dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_sum);
+}
+static inline void shmem_complexd_sum_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_complexd_sum_to_all", dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_sum, PE_start, logPE_stride, PE_size, pSync);
+}
+static inline void shmemi_complexd_prod(void *acc, const void *bv, size_t n) {
+    double _Complex *a = (double _Complex *) acc;
+    const double _Complex *b = (const double _Complex *) bv;
+    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
+}
+static inline int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce) {
+    return shmemi_reduce_cb("shmem_complexd_prod_reduce", team, dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_prod);
+}
+static inline void shmem_complexd_prod_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync) {
+    (void) pWrk;
+    shmemi_reduce_cb_set("shmem_complexd_prod_to_all", dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_prod, PE_start, logPE_stride, PE_size, pSync);
+}
+#endif
+/* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE_stride, PE_size, pSync)
+ * by argument count. */
+#define shmemi_sync_sel(_1, _2, _3, _4, NAME, ...) NAME
+#define shmem_sync(...) shmemi_sync_sel(__VA_ARGS__, shmem_sync, 0, 0, shmem_team_sync, 0)(__VA_ARGS__)
 
 
 #ifdef __cplusplus
@@ -2349,6 +2795,199 @@ static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long dou
     float: shmem_float_set, \
     double: shmem_double_set)(a1, a2, a3)
 #define shmem_set(...) shmemi_set_n(__VA_ARGS__)
+
+#define shmemi_broadcast_n(a1, a2, a3, a4, a5) _Generic(*(a2), \
+    float: shmem_float_broadcast, \
+    double: shmem_double_broadcast, \
+    long double: shmem_longdouble_broadcast, \
+    char: shmem_char_broadcast, \
+    signed char: shmem_schar_broadcast, \
+    short: shmem_short_broadcast, \
+    int: shmem_int_broadcast, \
+    long: shmem_long_broadcast, \
+    long long: shmem_longlong_broadcast, \
+    unsigned char: shmem_uchar_broadcast, \
+    unsigned short: shmem_ushort_broadcast, \
+    unsigned int: shmem_uint_broadcast, \
+    unsigned long: shmem_ulong_broadcast, \
+    unsigned long long: shmem_ulonglong_broadcast)(a1, a2, a3, a4, a5)
+#define shmem_broadcast(...) shmemi_broadcast_n(__VA_ARGS__)
+
+#define shmemi_collect_n(a1, a2, a3, a4) _Generic(*(a2), \
+    float: shmem_float_collect, \
+    double: shmem_double_collect, \
+    long double: shmem_longdouble_collect, \
+    char: shmem_char_collect, \
+    signed char: shmem_schar_collect, \
+    short: shmem_short_collect, \
+    int: shmem_int_collect, \
+    long: shmem_long_collect, \
+    long long: shmem_longlong_collect, \
+    unsigned char: shmem_uchar_collect, \
+    unsigned short: shmem_ushort_collect, \
+    unsigned int: shmem_uint_collect, \
+    unsigned long: shmem_ulong_collect, \
+    unsigned long long: shmem_ulonglong_collect)(a1, a2, a3, a4)
+#define shmem_collect(...) shmemi_collect_n(__VA_ARGS__)
+
+#define shmemi_fcollect_n(a1, a2, a3, a4) _Generic(*(a2), \
+    float: shmem_float_fcollect, \
+    double: shmem_double_fcollect, \
+    long double: shmem_longdouble_fcollect, \
+    char: shmem_char_fcollect, \
+    signed char: shmem_schar_fcollect, \
+    short: shmem_short_fcollect, \
+    int: shmem_int_fcollect, \
+    long: shmem_long_fcollect, \
+    long long: shmem_longlong_fcollect, \
+    unsigned char: shmem_uchar_fcollect, \
+    unsigned short: shmem_ushort_fcollect, \
+    unsigned int: shmem_uint_fcollect, \
+    unsigned long: shmem_ulong_fcollect, \
+    unsigned long long: shmem_ulonglong_fcollect)(a1, a2, a3, a4)
+#define shmem_fcollect(...) shmemi_fcollect_n(__VA_ARGS__)
+
+#define shmemi_alltoall_n(a1, a2, a3, a4) _Generic(*(a2), \
+    float: shmem_float_alltoall, \
+    double: shmem_double_alltoall, \
+    long double: shmem_longdouble_alltoall, \
+    char: shmem_char_alltoall, \
+    signed char: shmem_schar_alltoall, \
+    short: shmem_short_alltoall, \
+    int: shmem_int_alltoall, \
+    long: shmem_long_alltoall, \
+    long long: shmem_longlong_alltoall, \
+    unsigned char: shmem_uchar_alltoall, \
+    unsigned short: shmem_ushort_alltoall, \
+    unsigned int: shmem_uint_alltoall, \
+    unsigned long: shmem_ulong_alltoall, \
+    unsigned long long: shmem_ulonglong_alltoall)(a1, a2, a3, a4)
+#define shmem_alltoall(...) shmemi_alltoall_n(__VA_ARGS__)
+
+#define shmemi_alltoalls_n(a1, a2, a3, a4, a5, a6) _Generic(*(a2), \
+    float: shmem_float_alltoalls, \
+    double: shmem_double_alltoalls, \
+    long double: shmem_longdouble_alltoalls, \
+    char: shmem_char_alltoalls, \
+    signed char: shmem_schar_alltoalls, \
+    short: shmem_short_alltoalls, \
+    int: shmem_int_alltoalls, \
+    long: shmem_long_alltoalls, \
+    long long: shmem_longlong_alltoalls, \
+    unsigned char: shmem_uchar_alltoalls, \
+    unsigned short: shmem_ushort_alltoalls, \
+    unsigned int: shmem_uint_alltoalls, \
+    unsigned long: shmem_ulong_alltoalls, \
+    unsigned long long: shmem_ulonglong_alltoalls)(a1, a2, a3, a4, a5, a6)
+#define shmem_alltoalls(...) shmemi_alltoalls_n(__VA_ARGS__)
+
+#define shmemi_and_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    unsigned char: shmem_uchar_and_reduce, \
+    unsigned short: shmem_ushort_and_reduce, \
+    unsigned int: shmem_uint_and_reduce, \
+    unsigned long: shmem_ulong_and_reduce, \
+    unsigned long long: shmem_ulonglong_and_reduce, \
+    signed char: shmem_int8_and_reduce, \
+    short: shmem_int16_and_reduce, \
+    int: shmem_int32_and_reduce, \
+    long: shmem_int64_and_reduce)(a1, a2, a3, a4)
+#define shmem_and_reduce(...) shmemi_and_reduce_n(__VA_ARGS__)
+
+#define shmemi_or_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    unsigned char: shmem_uchar_or_reduce, \
+    unsigned short: shmem_ushort_or_reduce, \
+    unsigned int: shmem_uint_or_reduce, \
+    unsigned long: shmem_ulong_or_reduce, \
+    unsigned long long: shmem_ulonglong_or_reduce, \
+    signed char: shmem_int8_or_reduce, \
+    short: shmem_int16_or_reduce, \
+    int: shmem_int32_or_reduce, \
+    long: shmem_int64_or_reduce)(a1, a2, a3, a4)
+#define shmem_or_reduce(...) shmemi_or_reduce_n(__VA_ARGS__)
+
+#define shmemi_xor_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    unsigned char: shmem_uchar_xor_reduce, \
+    unsigned short: shmem_ushort_xor_reduce, \
+    unsigned int: shmem_uint_xor_reduce, \
+    unsigned long: shmem_ulong_xor_reduce, \
+    unsigned long long: shmem_ulonglong_xor_reduce, \
+    signed char: shmem_int8_xor_reduce, \
+    short: shmem_int16_xor_reduce, \
+    int: shmem_int32_xor_reduce, \
+    long: shmem_int64_xor_reduce)(a1, a2, a3, a4)
+#define shmem_xor_reduce(...) shmemi_xor_reduce_n(__VA_ARGS__)
+
+#define shmemi_max_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_max_reduce, \
+    signed char: shmem_schar_max_reduce, \
+    short: shmem_short_max_reduce, \
+    int: shmem_int_max_reduce, \
+    long: shmem_long_max_reduce, \
+    long long: shmem_longlong_max_reduce, \
+    unsigned char: shmem_uchar_max_reduce, \
+    unsigned short: shmem_ushort_max_reduce, \
+    unsigned int: shmem_uint_max_reduce, \
+    unsigned long: shmem_ulong_max_reduce, \
+    unsigned long long: shmem_ulonglong_max_reduce, \
+    float: shmem_float_max_reduce, \
+    double: shmem_double_max_reduce, \
+    long double: shmem_longdouble_max_reduce)(a1, a2, a3, a4)
+#define shmem_max_reduce(...) shmemi_max_reduce_n(__VA_ARGS__)
+
+#define shmemi_min_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_min_reduce, \
+    signed char: shmem_schar_min_reduce, \
+    short: shmem_short_min_reduce, \
+    int: shmem_int_min_reduce, \
+    long: shmem_long_min_reduce, \
+    long long: shmem_longlong_min_reduce, \
+    unsigned char: shmem_uchar_min_reduce, \
+    unsigned short: shmem_ushort_min_reduce, \
+    unsigned int: shmem_uint_min_reduce, \
+    unsigned long: shmem_ulong_min_reduce, \
+    unsigned long long: shmem_ulonglong_min_reduce, \
+    float: shmem_float_min_reduce, \
+    double: shmem_double_min_reduce, \
+    long double: shmem_longdouble_min_reduce)(a1, a2, a3, a4)
+#define shmem_min_reduce(...) shmemi_min_reduce_n(__VA_ARGS__)
+
+#define shmemi_sum_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_sum_reduce, \
+    signed char: shmem_schar_sum_reduce, \
+    short: shmem_short_sum_reduce, \
+    int: shmem_int_sum_reduce, \
+    long: shmem_long_sum_reduce, \
+    long long: shmem_longlong_sum_reduce, \
+    unsigned char: shmem_uchar_sum_reduce, \
+    unsigned short: shmem_ushort_sum_reduce, \
+    unsigned int: shmem_uint_sum_reduce, \
+    unsigned long: shmem_ulong_sum_reduce, \
+    unsigned long long: shmem_ulonglong_sum_reduce, \
+    float: shmem_float_sum_reduce, \
+    double: shmem_double_sum_reduce, \
+    long double: shmem_longdouble_sum_reduce, \
+    float _Complex: shmem_complexf_sum_reduce, \
+    double _Complex: shmem_complexd_sum_reduce)(a1, a2, a3, a4)
+#define shmem_sum_reduce(...) shmemi_sum_reduce_n(__VA_ARGS__)
+
+#define shmemi_prod_reduce_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_prod_reduce, \
+    signed char: shmem_schar_prod_reduce, \
+    short: shmem_short_prod_reduce, \
+    int: shmem_int_prod_reduce, \
+    long: shmem_long_prod_reduce, \
+    long long: shmem_longlong_prod_reduce, \
+    unsigned char: shmem_uchar_prod_reduce, \
+    unsigned short: shmem_ushort_prod_reduce, \
+    unsigned int: shmem_uint_prod_reduce, \
+    unsigned long: shmem_ulong_prod_reduce, \
+    unsigned long long: shmem_ulonglong_prod_reduce, \
+    float: shmem_float_prod_reduce, \
+    double: shmem_double_prod_reduce, \
+    long double: shmem_longdouble_prod_reduce, \
+    float _Complex: shmem_complexf_prod_reduce, \
+    double _Complex: shmem_complexd_prod_reduce)(a1, a2, a3, a4)
+#define shmem_prod_reduce(...) shmemi_prod_reduce_n(__VA_ARGS__)
 #endif /* C11 */
 
 #endif /* RSHMEM_SHMEM_H */

@@ -99,11 +99,11 @@ pub extern "C" fn _num_pes() -> c_int {
     shmem_n_pes()
 }
 
-/// `shmem_pe_accessible`: 1 for every PE of the job (all are on this host).
+/// `shmem_pe_accessible`: 1 if `pe` exists and can be reached (every PE of the job).
 #[no_mangle]
 pub extern "C" fn shmem_pe_accessible(pe: c_int) -> c_int {
     with("shmem_pe_accessible", |rt| {
-        Ok(pe_of(rt, pe).is_ok() as c_int)
+        Ok((pe >= 0 && rt.world.pe_accessible(pe as usize)) as c_int)
     })
 }
 
@@ -117,12 +117,12 @@ pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int
                 return Ok(r.is_ok() as c_int);
             }
         }
-        Ok(rt.world.g(addr as *const u8, pe).is_ok() as c_int)
+        Ok(rt.world.addr_accessible(addr as *const u8, pe) as c_int)
     })
 }
 
-/// `shmem_ptr`: a load/store address of `pe`'s copy of `dest`, or NULL. Data-segment objects
-/// give every PE's copy; heap objects only this PE's (see docs/capi.md).
+/// `shmem_ptr`: a load/store address of `pe`'s copy of `dest` (heap or data segment), or NULL
+/// (GPU heap, not symmetric, bad PE).
 #[no_mangle]
 pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
     with("shmem_ptr", |rt| {
@@ -134,13 +134,10 @@ pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
                 return Ok(r.map_or(std::ptr::null_mut(), |a| a as *mut c_void));
             }
         }
-        let me = rt.world.my_pe();
-        let local = rt.world.gpu().is_none() && pe == me;
-        Ok(if local && rt.world.g(dest as *const u8, me).is_ok() {
-            dest as *mut c_void
-        } else {
-            std::ptr::null_mut()
-        })
+        Ok(rt
+            .world
+            .ptr(dest as *const u8, pe)
+            .map_or(std::ptr::null_mut(), |p| p.cast()))
     })
 }
 
@@ -268,21 +265,6 @@ pub extern "C" fn shmem_barrier_all() {
 #[no_mangle]
 pub extern "C" fn shmem_sync_all() {
     with("shmem_sync_all", |rt| Ok(rt.world.sync_all()?))
-}
-
-/// `shmem_barrier` (deprecated active-set form): only the whole job (`PE_start` 0, `PE_size`
-/// `n_pes`, stride 1) is supported; other active sets abort with "not implemented yet".
-#[no_mangle]
-pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, _psync: *mut c_long) {
-    with("shmem_barrier", |rt| {
-        let n = rt.world.n_pes() as c_int;
-        if start == 0 && size == n && (log_stride == 0 || n == 1) {
-            return Ok(rt.world.barrier_all()?);
-        }
-        msg(format!(
-            "active set (start {start}, log stride {log_stride}, size {size}) is not the whole job: active-set barriers are not implemented yet"
-        ))
-    })
 }
 
 /// `shmem_pcontrol` (the header's inline variadic `shmem_pcontrol` calls it): accepted, no

@@ -2,8 +2,9 @@
 
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_long, c_void};
 
+use crate::coll;
 use crate::ops::{self, Amo};
 
 /// `shmem_float_put`: put of float
@@ -27990,6 +27991,5806 @@ pub unsafe extern "C" fn shmem_ptrdiff_test_some_vector(
             },
             ops::Set::Some,
             false,
+        )
+    }
+}
+
+/// `shmem_float_broadcast`: broadcast of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_broadcast(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_float_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_float_collect`: collect of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_collect(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_float_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_float_fcollect`: fcollect of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_fcollect(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_float_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_float_alltoall`: alltoall of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_alltoall(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_float_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_float_alltoalls`: strided alltoall of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_alltoalls(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_float_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_double_broadcast`: broadcast of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_broadcast(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_double_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_double_collect`: collect of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_collect(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_double_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_double_fcollect`: fcollect of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_fcollect(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_double_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_double_alltoall`: alltoall of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_alltoall(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_double_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_double_alltoalls`: strided alltoall of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_alltoalls(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_double_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_longdouble_broadcast`: broadcast of long double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longdouble_broadcast(
+    team: *mut c_void,
+    dest: *mut u128,
+    source: *const u128,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::broadcast(
+            "shmem_longdouble_broadcast",
+            team,
+            dest,
+            source,
+            nelems,
+            root,
+        )
+    }
+}
+
+/// `shmem_longdouble_collect`: collect of long double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longdouble_collect(
+    team: *mut c_void,
+    dest: *mut u128,
+    source: *const u128,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_longdouble_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_longdouble_fcollect`: fcollect of long double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longdouble_fcollect(
+    team: *mut c_void,
+    dest: *mut u128,
+    source: *const u128,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_longdouble_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_longdouble_alltoall`: alltoall of long double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longdouble_alltoall(
+    team: *mut c_void,
+    dest: *mut u128,
+    source: *const u128,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_longdouble_alltoall",
+            team,
+            dest,
+            source,
+            1,
+            1,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_longdouble_alltoalls`: strided alltoall of long double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longdouble_alltoalls(
+    team: *mut c_void,
+    dest: *mut u128,
+    source: *const u128,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_longdouble_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_char_broadcast`: broadcast of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_broadcast(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_char_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_char_collect`: collect of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_collect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_char_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_char_fcollect`: fcollect of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_fcollect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_char_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_char_alltoall`: alltoall of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_alltoall(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_char_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_char_alltoalls`: strided alltoall of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_alltoalls(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_char_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_schar_broadcast`: broadcast of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_broadcast(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_schar_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_schar_collect`: collect of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_collect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_schar_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_schar_fcollect`: fcollect of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_fcollect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_schar_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_schar_alltoall`: alltoall of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_alltoall(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_schar_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_schar_alltoalls`: strided alltoall of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_alltoalls(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_schar_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_short_broadcast`: broadcast of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_broadcast(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_short_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_short_collect`: collect of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_collect(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_short_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_short_fcollect`: fcollect of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_fcollect(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_short_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_short_alltoall`: alltoall of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_alltoall(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_short_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_short_alltoalls`: strided alltoall of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_alltoalls(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_short_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_int_broadcast`: broadcast of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_broadcast(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_int_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_int_collect`: collect of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_collect(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_int_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_int_fcollect`: fcollect of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_fcollect(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_int_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_int_alltoall`: alltoall of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_alltoall(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_int_alltoalls`: strided alltoall of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_alltoalls(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_long_broadcast`: broadcast of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_broadcast(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_long_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_long_collect`: collect of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_collect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_long_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_long_fcollect`: fcollect of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_fcollect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_long_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_long_alltoall`: alltoall of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_alltoall(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_long_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_long_alltoalls`: strided alltoall of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_alltoalls(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_long_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_longlong_broadcast`: broadcast of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_broadcast(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_longlong_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_longlong_collect`: collect of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_collect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_longlong_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_longlong_fcollect`: fcollect of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_fcollect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_longlong_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_longlong_alltoall`: alltoall of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_alltoall(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_longlong_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_longlong_alltoalls`: strided alltoall of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_alltoalls(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_longlong_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uchar_broadcast`: broadcast of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_broadcast(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uchar_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uchar_collect`: collect of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_collect(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uchar_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uchar_fcollect`: fcollect of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_fcollect(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uchar_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uchar_alltoall`: alltoall of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_alltoall(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uchar_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uchar_alltoalls`: strided alltoall of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_alltoalls(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_uchar_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_ushort_broadcast`: broadcast of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_broadcast(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_ushort_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_ushort_collect`: collect of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_collect(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_ushort_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_ushort_fcollect`: fcollect of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_fcollect(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_ushort_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_ushort_alltoall`: alltoall of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_alltoall(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_ushort_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_ushort_alltoalls`: strided alltoall of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_alltoalls(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_ushort_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uint_broadcast`: broadcast of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_broadcast(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uint_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uint_collect`: collect of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_collect(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uint_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint_fcollect`: fcollect of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_fcollect(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uint_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint_alltoall`: alltoall of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_alltoall(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uint_alltoalls`: strided alltoall of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_alltoalls(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_ulong_broadcast`: broadcast of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_broadcast(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_ulong_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_ulong_collect`: collect of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_collect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_ulong_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_ulong_fcollect`: fcollect of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_fcollect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_ulong_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_ulong_alltoall`: alltoall of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_alltoall(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_ulong_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_ulong_alltoalls`: strided alltoall of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_alltoalls(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_ulong_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_ulonglong_broadcast`: broadcast of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_broadcast(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::broadcast(
+            "shmem_ulonglong_broadcast",
+            team,
+            dest,
+            source,
+            nelems,
+            root,
+        )
+    }
+}
+
+/// `shmem_ulonglong_collect`: collect of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_collect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_ulonglong_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_ulonglong_fcollect`: fcollect of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_fcollect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_ulonglong_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_ulonglong_alltoall`: alltoall of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_alltoall(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_ulonglong_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_ulonglong_alltoalls`: strided alltoall of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_alltoalls(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_ulonglong_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_int8_broadcast`: broadcast of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_broadcast(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_int8_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_int8_collect`: collect of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_collect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_int8_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_int8_fcollect`: fcollect of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_fcollect(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_int8_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_int8_alltoall`: alltoall of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_alltoall(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int8_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_int8_alltoalls`: strided alltoall of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_alltoalls(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int8_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_int16_broadcast`: broadcast of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_broadcast(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_int16_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_int16_collect`: collect of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_collect(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_int16_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_int16_fcollect`: fcollect of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_fcollect(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_int16_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_int16_alltoall`: alltoall of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_alltoall(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int16_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_int16_alltoalls`: strided alltoall of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_alltoalls(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_int16_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_int32_broadcast`: broadcast of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_broadcast(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_int32_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_int32_collect`: collect of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_collect(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_int32_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_int32_fcollect`: fcollect of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_fcollect(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_int32_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_int32_alltoall`: alltoall of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_alltoall(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int32_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_int32_alltoalls`: strided alltoall of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_alltoalls(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_int32_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_int64_broadcast`: broadcast of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_broadcast(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_int64_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_int64_collect`: collect of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_collect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_int64_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_int64_fcollect`: fcollect of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_fcollect(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_int64_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_int64_alltoall`: alltoall of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_alltoall(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_int64_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_int64_alltoalls`: strided alltoall of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_alltoalls(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_int64_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uint8_broadcast`: broadcast of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_broadcast(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uint8_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uint8_collect`: collect of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_collect(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uint8_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint8_fcollect`: fcollect of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_fcollect(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uint8_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint8_alltoall`: alltoall of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_alltoall(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint8_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uint8_alltoalls`: strided alltoall of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_alltoalls(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_uint8_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uint16_broadcast`: broadcast of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_broadcast(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uint16_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uint16_collect`: collect of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_collect(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uint16_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint16_fcollect`: fcollect of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_fcollect(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uint16_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint16_alltoall`: alltoall of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_alltoall(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint16_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uint16_alltoalls`: strided alltoall of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_alltoalls(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_uint16_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uint32_broadcast`: broadcast of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_broadcast(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uint32_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uint32_collect`: collect of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_collect(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uint32_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint32_fcollect`: fcollect of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_fcollect(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uint32_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint32_alltoall`: alltoall of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_alltoall(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint32_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uint32_alltoalls`: strided alltoall of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_alltoalls(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_uint32_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_uint64_broadcast`: broadcast of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_broadcast(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_uint64_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_uint64_collect`: collect of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_collect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_uint64_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint64_fcollect`: fcollect of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_fcollect(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_uint64_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_uint64_alltoall`: alltoall of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_alltoall(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_uint64_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_uint64_alltoalls`: strided alltoall of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_alltoalls(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_uint64_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_size_broadcast`: broadcast of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_broadcast(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_size_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_size_collect`: collect of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_collect(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_size_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_size_fcollect`: fcollect of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_fcollect(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_size_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_size_alltoall`: alltoall of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_alltoall(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_size_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_size_alltoalls`: strided alltoall of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_alltoalls(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_size_alltoalls", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_ptrdiff_broadcast`: broadcast of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_broadcast(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_ptrdiff_broadcast", team, dest, source, nelems, root) }
+}
+
+/// `shmem_ptrdiff_collect`: collect of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_collect(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_ptrdiff_collect", team, dest, source, nelems) }
+}
+
+/// `shmem_ptrdiff_fcollect`: fcollect of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_fcollect(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_ptrdiff_fcollect", team, dest, source, nelems) }
+}
+
+/// `shmem_ptrdiff_alltoall`: alltoall of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_alltoall(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_ptrdiff_alltoall", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_ptrdiff_alltoalls`: strided alltoall of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_alltoalls(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls(
+            "shmem_ptrdiff_alltoalls",
+            team,
+            dest,
+            source,
+            dst,
+            sst,
+            nelems,
+        )
+    }
+}
+
+/// `shmem_broadcastmem`: broadcast of bytes
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_broadcastmem(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+    root: c_int,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::broadcast("shmem_broadcastmem", team, dest, source, nelems, root) }
+}
+
+/// `shmem_collectmem`: collect of bytes
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_collectmem(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::collect("shmem_collectmem", team, dest, source, nelems) }
+}
+
+/// `shmem_fcollectmem`: fcollect of bytes
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_fcollectmem(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::fcollect("shmem_fcollectmem", team, dest, source, nelems) }
+}
+
+/// `shmem_alltoallmem`: alltoall of bytes
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoallmem(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_alltoallmem", team, dest, source, 1, 1, nelems) }
+}
+
+/// `shmem_alltoallsmem`: strided alltoall of bytes
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoallsmem(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::alltoalls("shmem_alltoallsmem", team, dest, source, dst, sst, nelems) }
+}
+
+/// `shmem_uchar_and_reduce`: and reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_and_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::And>("shmem_uchar_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_and_reduce`: and reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_and_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::And>("shmem_ushort_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_and_reduce`: and reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_and_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::And>("shmem_uint_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_and_reduce`: and reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_and_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::And>("shmem_ulong_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_and_reduce`: and reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_and_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::And>("shmem_ulonglong_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_and_reduce`: and reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_and_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::And>("shmem_int8_and_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_and_reduce`: and reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_and_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::And>("shmem_int16_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_and_reduce`: and reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_and_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::And>("shmem_int32_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_and_reduce`: and reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_and_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::And>("shmem_int64_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_and_reduce`: and reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_and_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::And>("shmem_uint8_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_and_reduce`: and reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_and_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::And>("shmem_uint16_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_and_reduce`: and reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_and_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::And>("shmem_uint32_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_and_reduce`: and reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_and_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::And>("shmem_uint64_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_and_reduce`: and reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_and_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::And>("shmem_size_and_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_and_to_all`: deprecated active-set and reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_and_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::And>(
+            "shmem_short_and_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_and_to_all`: deprecated active-set and reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_and_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::And>(
+            "shmem_int_and_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_and_to_all`: deprecated active-set and reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_and_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::And>(
+            "shmem_long_and_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_and_to_all`: deprecated active-set and reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_and_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::And>(
+            "shmem_longlong_and_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_uchar_or_reduce`: or reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_or_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<u8, rshmem::Or>("shmem_uchar_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_ushort_or_reduce`: or reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_or_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Or>("shmem_ushort_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_or_reduce`: or reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_or_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<u32, rshmem::Or>("shmem_uint_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_ulong_or_reduce`: or reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_or_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<u64, rshmem::Or>("shmem_ulong_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_ulonglong_or_reduce`: or reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_or_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Or>("shmem_ulonglong_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_or_reduce`: or reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_or_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Or>("shmem_int8_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_or_reduce`: or reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_or_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i16, rshmem::Or>("shmem_int16_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int32_or_reduce`: or reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_or_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i32, rshmem::Or>("shmem_int32_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int64_or_reduce`: or reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_or_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i64, rshmem::Or>("shmem_int64_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_uint8_or_reduce`: or reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_or_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<u8, rshmem::Or>("shmem_uint8_or_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_uint16_or_reduce`: or reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_or_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Or>("shmem_uint16_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_or_reduce`: or reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_or_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Or>("shmem_uint32_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_or_reduce`: or reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_or_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Or>("shmem_uint64_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_or_reduce`: or reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_or_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Or>("shmem_size_or_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_or_to_all`: deprecated active-set or reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_or_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Or>(
+            "shmem_short_or_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_or_to_all`: deprecated active-set or reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_or_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Or>(
+            "shmem_int_or_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_or_to_all`: deprecated active-set or reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_or_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Or>(
+            "shmem_long_or_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_or_to_all`: deprecated active-set or reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_or_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Or>(
+            "shmem_longlong_or_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_uchar_xor_reduce`: xor reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Xor>("shmem_uchar_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_xor_reduce`: xor reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Xor>("shmem_ushort_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_xor_reduce`: xor reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Xor>("shmem_uint_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_xor_reduce`: xor reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Xor>("shmem_ulong_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_xor_reduce`: xor reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Xor>("shmem_ulonglong_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_xor_reduce`: xor reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_xor_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Xor>("shmem_int8_xor_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_xor_reduce`: xor reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_xor_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Xor>("shmem_int16_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_xor_reduce`: xor reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_xor_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Xor>("shmem_int32_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_xor_reduce`: xor reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_xor_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Xor>("shmem_int64_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_xor_reduce`: xor reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Xor>("shmem_uint8_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_xor_reduce`: xor reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Xor>("shmem_uint16_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_xor_reduce`: xor reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Xor>("shmem_uint32_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_xor_reduce`: xor reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_xor_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Xor>("shmem_uint64_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_xor_reduce`: xor reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_xor_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Xor>("shmem_size_xor_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_xor_to_all`: deprecated active-set xor reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_xor_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Xor>(
+            "shmem_short_xor_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_xor_to_all`: deprecated active-set xor reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_xor_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Xor>(
+            "shmem_int_xor_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_xor_to_all`: deprecated active-set xor reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_xor_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Xor>(
+            "shmem_long_xor_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_xor_to_all`: deprecated active-set xor reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_xor_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Xor>(
+            "shmem_longlong_xor_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_char_max_reduce`: max reduction of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_max_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Max>("shmem_char_max_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_schar_max_reduce`: max reduction of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_max_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Max>("shmem_schar_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_max_reduce`: max reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_max_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Max>("shmem_short_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int_max_reduce`: max reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_max_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i32, rshmem::Max>("shmem_int_max_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_long_max_reduce`: max reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_max_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Max>("shmem_long_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_longlong_max_reduce`: max reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_max_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Max>("shmem_longlong_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ptrdiff_max_reduce`: max reduction of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_max_reduce(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<isize, rshmem::Max>("shmem_ptrdiff_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uchar_max_reduce`: max reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_max_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Max>("shmem_uchar_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_max_reduce`: max reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_max_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Max>("shmem_ushort_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_max_reduce`: max reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_max_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Max>("shmem_uint_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_max_reduce`: max reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_max_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Max>("shmem_ulong_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_max_reduce`: max reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_max_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Max>("shmem_ulonglong_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_max_reduce`: max reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_max_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Max>("shmem_int8_max_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_max_reduce`: max reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_max_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Max>("shmem_int16_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_max_reduce`: max reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_max_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Max>("shmem_int32_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_max_reduce`: max reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_max_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Max>("shmem_int64_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_max_reduce`: max reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_max_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Max>("shmem_uint8_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_max_reduce`: max reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_max_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Max>("shmem_uint16_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_max_reduce`: max reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_max_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Max>("shmem_uint32_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_max_reduce`: max reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_max_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Max>("shmem_uint64_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_max_reduce`: max reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_max_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Max>("shmem_size_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_float_max_reduce`: max reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_max_reduce(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f32, rshmem::Max>("shmem_float_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_double_max_reduce`: max reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_max_reduce(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f64, rshmem::Max>("shmem_double_max_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_max_to_all`: deprecated active-set max reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_max_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Max>(
+            "shmem_short_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_max_to_all`: deprecated active-set max reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_max_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Max>(
+            "shmem_int_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_max_to_all`: deprecated active-set max reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_max_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Max>(
+            "shmem_long_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_max_to_all`: deprecated active-set max reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_max_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Max>(
+            "shmem_longlong_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_float_max_to_all`: deprecated active-set max reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_max_to_all(
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f32, rshmem::Max>(
+            "shmem_float_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_double_max_to_all`: deprecated active-set max reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_max_to_all(
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f64, rshmem::Max>(
+            "shmem_double_max_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_char_min_reduce`: min reduction of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_min_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Min>("shmem_char_min_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_schar_min_reduce`: min reduction of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_min_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Min>("shmem_schar_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_min_reduce`: min reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_min_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Min>("shmem_short_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int_min_reduce`: min reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_min_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i32, rshmem::Min>("shmem_int_min_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_long_min_reduce`: min reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_min_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Min>("shmem_long_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_longlong_min_reduce`: min reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_min_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Min>("shmem_longlong_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ptrdiff_min_reduce`: min reduction of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_min_reduce(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<isize, rshmem::Min>("shmem_ptrdiff_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uchar_min_reduce`: min reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_min_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Min>("shmem_uchar_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_min_reduce`: min reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_min_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Min>("shmem_ushort_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_min_reduce`: min reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_min_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Min>("shmem_uint_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_min_reduce`: min reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_min_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Min>("shmem_ulong_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_min_reduce`: min reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_min_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Min>("shmem_ulonglong_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_min_reduce`: min reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_min_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Min>("shmem_int8_min_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_min_reduce`: min reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_min_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Min>("shmem_int16_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_min_reduce`: min reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_min_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Min>("shmem_int32_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_min_reduce`: min reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_min_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Min>("shmem_int64_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_min_reduce`: min reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_min_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Min>("shmem_uint8_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_min_reduce`: min reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_min_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Min>("shmem_uint16_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_min_reduce`: min reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_min_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Min>("shmem_uint32_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_min_reduce`: min reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_min_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Min>("shmem_uint64_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_min_reduce`: min reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_min_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Min>("shmem_size_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_float_min_reduce`: min reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_min_reduce(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f32, rshmem::Min>("shmem_float_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_double_min_reduce`: min reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_min_reduce(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f64, rshmem::Min>("shmem_double_min_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_min_to_all`: deprecated active-set min reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_min_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Min>(
+            "shmem_short_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_min_to_all`: deprecated active-set min reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_min_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Min>(
+            "shmem_int_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_min_to_all`: deprecated active-set min reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_min_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Min>(
+            "shmem_long_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_min_to_all`: deprecated active-set min reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_min_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Min>(
+            "shmem_longlong_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_float_min_to_all`: deprecated active-set min reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_min_to_all(
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f32, rshmem::Min>(
+            "shmem_float_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_double_min_to_all`: deprecated active-set min reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_min_to_all(
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f64, rshmem::Min>(
+            "shmem_double_min_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_char_sum_reduce`: sum reduction of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Sum>("shmem_char_sum_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_schar_sum_reduce`: sum reduction of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Sum>("shmem_schar_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_sum_reduce`: sum reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Sum>("shmem_short_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int_sum_reduce`: sum reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i32, rshmem::Sum>("shmem_int_sum_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_long_sum_reduce`: sum reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Sum>("shmem_long_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_longlong_sum_reduce`: sum reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Sum>("shmem_longlong_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ptrdiff_sum_reduce`: sum reduction of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_sum_reduce(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<isize, rshmem::Sum>("shmem_ptrdiff_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uchar_sum_reduce`: sum reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Sum>("shmem_uchar_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_sum_reduce`: sum reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Sum>("shmem_ushort_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_sum_reduce`: sum reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Sum>("shmem_uint_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_sum_reduce`: sum reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Sum>("shmem_ulong_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_sum_reduce`: sum reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Sum>("shmem_ulonglong_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int8_sum_reduce`: sum reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe { coll::reduce::<i8, rshmem::Sum>("shmem_int8_sum_reduce", team, dest, source, nreduce) }
+}
+
+/// `shmem_int16_sum_reduce`: sum reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Sum>("shmem_int16_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_sum_reduce`: sum reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Sum>("shmem_int32_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_sum_reduce`: sum reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_sum_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Sum>("shmem_int64_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_sum_reduce`: sum reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Sum>("shmem_uint8_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_sum_reduce`: sum reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Sum>("shmem_uint16_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_sum_reduce`: sum reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Sum>("shmem_uint32_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_sum_reduce`: sum reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_sum_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Sum>("shmem_uint64_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_sum_reduce`: sum reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_sum_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Sum>("shmem_size_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_float_sum_reduce`: sum reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_sum_reduce(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f32, rshmem::Sum>("shmem_float_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_double_sum_reduce`: sum reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_sum_reduce(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f64, rshmem::Sum>("shmem_double_sum_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_sum_to_all`: deprecated active-set sum reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_sum_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Sum>(
+            "shmem_short_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_sum_to_all`: deprecated active-set sum reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_sum_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Sum>(
+            "shmem_int_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_sum_to_all`: deprecated active-set sum reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_sum_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Sum>(
+            "shmem_long_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_sum_to_all`: deprecated active-set sum reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_sum_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Sum>(
+            "shmem_longlong_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_float_sum_to_all`: deprecated active-set sum reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_sum_to_all(
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f32, rshmem::Sum>(
+            "shmem_float_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_double_sum_to_all`: deprecated active-set sum reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_sum_to_all(
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f64, rshmem::Sum>(
+            "shmem_double_sum_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_char_prod_reduce`: prod reduction of char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_char_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Prod>("shmem_char_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_schar_prod_reduce`: prod reduction of signed char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_schar_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Prod>("shmem_schar_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_prod_reduce`: prod reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Prod>("shmem_short_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int_prod_reduce`: prod reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Prod>("shmem_int_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_long_prod_reduce`: prod reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Prod>("shmem_long_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_longlong_prod_reduce`: prod reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Prod>("shmem_longlong_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ptrdiff_prod_reduce`: prod reduction of ptrdiff_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ptrdiff_prod_reduce(
+    team: *mut c_void,
+    dest: *mut isize,
+    source: *const isize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<isize, rshmem::Prod>(
+            "shmem_ptrdiff_prod_reduce",
+            team,
+            dest,
+            source,
+            nreduce,
+        )
+    }
+}
+
+/// `shmem_uchar_prod_reduce`: prod reduction of unsigned char
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uchar_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Prod>("shmem_uchar_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ushort_prod_reduce`: prod reduction of unsigned short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ushort_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Prod>("shmem_ushort_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint_prod_reduce`: prod reduction of unsigned int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Prod>("shmem_uint_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulong_prod_reduce`: prod reduction of unsigned long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulong_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Prod>("shmem_ulong_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_ulonglong_prod_reduce`: prod reduction of unsigned long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ulonglong_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Prod>(
+            "shmem_ulonglong_prod_reduce",
+            team,
+            dest,
+            source,
+            nreduce,
+        )
+    }
+}
+
+/// `shmem_int8_prod_reduce`: prod reduction of int8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int8_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i8,
+    source: *const i8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i8, rshmem::Prod>("shmem_int8_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int16_prod_reduce`: prod reduction of int16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int16_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i16, rshmem::Prod>("shmem_int16_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int32_prod_reduce`: prod reduction of int32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int32_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i32, rshmem::Prod>("shmem_int32_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_int64_prod_reduce`: prod reduction of int64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int64_prod_reduce(
+    team: *mut c_void,
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<i64, rshmem::Prod>("shmem_int64_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint8_prod_reduce`: prod reduction of uint8_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint8_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u8,
+    source: *const u8,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u8, rshmem::Prod>("shmem_uint8_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint16_prod_reduce`: prod reduction of uint16_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint16_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u16,
+    source: *const u16,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u16, rshmem::Prod>("shmem_uint16_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint32_prod_reduce`: prod reduction of uint32_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint32_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u32,
+    source: *const u32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u32, rshmem::Prod>("shmem_uint32_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_uint64_prod_reduce`: prod reduction of uint64_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_uint64_prod_reduce(
+    team: *mut c_void,
+    dest: *mut u64,
+    source: *const u64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<u64, rshmem::Prod>("shmem_uint64_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_size_prod_reduce`: prod reduction of size_t
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_size_prod_reduce(
+    team: *mut c_void,
+    dest: *mut usize,
+    source: *const usize,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<usize, rshmem::Prod>("shmem_size_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_float_prod_reduce`: prod reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_prod_reduce(
+    team: *mut c_void,
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f32, rshmem::Prod>("shmem_float_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_double_prod_reduce`: prod reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_prod_reduce(
+    team: *mut c_void,
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: usize,
+) -> c_int {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce::<f64, rshmem::Prod>("shmem_double_prod_reduce", team, dest, source, nreduce)
+    }
+}
+
+/// `shmem_short_prod_to_all`: deprecated active-set prod reduction of short
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_short_prod_to_all(
+    dest: *mut i16,
+    source: *const i16,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i16,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i16, rshmem::Prod>(
+            "shmem_short_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_int_prod_to_all`: deprecated active-set prod reduction of int
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_int_prod_to_all(
+    dest: *mut i32,
+    source: *const i32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i32, rshmem::Prod>(
+            "shmem_int_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_long_prod_to_all`: deprecated active-set prod reduction of long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_long_prod_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Prod>(
+            "shmem_long_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_longlong_prod_to_all`: deprecated active-set prod reduction of long long
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_longlong_prod_to_all(
+    dest: *mut i64,
+    source: *const i64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut i64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<i64, rshmem::Prod>(
+            "shmem_longlong_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_float_prod_to_all`: deprecated active-set prod reduction of float
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_float_prod_to_all(
+    dest: *mut f32,
+    source: *const f32,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f32,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f32, rshmem::Prod>(
+            "shmem_float_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_double_prod_to_all`: deprecated active-set prod reduction of double
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_double_prod_to_all(
+    dest: *mut f64,
+    source: *const f64,
+    nreduce: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    _pwrk: *mut f64,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::reduce_set::<f64, rshmem::Prod>(
+            "shmem_double_prod_to_all",
+            dest,
+            source,
+            nreduce,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_broadcast32`: deprecated active-set broadcast of 32-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_broadcast32(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    root: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::broadcast_set::<u32>(
+            "shmem_broadcast32",
+            dest.cast(),
+            source.cast(),
+            nelems,
+            root,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_collect32`: deprecated active-set collect of 32-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_collect32(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::collect_set::<u32>(
+            "shmem_collect32",
+            false,
+            dest.cast(),
+            source.cast(),
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_fcollect32`: deprecated active-set fcollect of 32-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_fcollect32(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::collect_set::<u32>(
+            "shmem_fcollect32",
+            true,
+            dest.cast(),
+            source.cast(),
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_alltoall32`: deprecated active-set alltoall of 32-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoall32(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls_set::<u32>(
+            "shmem_alltoall32",
+            dest.cast(),
+            source.cast(),
+            1,
+            1,
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_alltoalls32`: deprecated active-set strided alltoall of 32-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoalls32(
+    dest: *mut c_void,
+    source: *const c_void,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls_set::<u32>(
+            "shmem_alltoalls32",
+            dest.cast(),
+            source.cast(),
+            dst,
+            sst,
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_broadcast64`: deprecated active-set broadcast of 64-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_broadcast64(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    root: c_int,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::broadcast_set::<u64>(
+            "shmem_broadcast64",
+            dest.cast(),
+            source.cast(),
+            nelems,
+            root,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_collect64`: deprecated active-set collect of 64-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_collect64(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::collect_set::<u64>(
+            "shmem_collect64",
+            false,
+            dest.cast(),
+            source.cast(),
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_fcollect64`: deprecated active-set fcollect of 64-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_fcollect64(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::collect_set::<u64>(
+            "shmem_fcollect64",
+            true,
+            dest.cast(),
+            source.cast(),
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_alltoall64`: deprecated active-set alltoall of 64-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoall64(
+    dest: *mut c_void,
+    source: *const c_void,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls_set::<u64>(
+            "shmem_alltoall64",
+            dest.cast(),
+            source.cast(),
+            1,
+            1,
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
+        )
+    }
+}
+
+/// `shmem_alltoalls64`: deprecated active-set strided alltoall of 64-bit elements
+///
+/// # Safety
+/// Pointer arguments valid as OpenSHMEM 1.5 requires.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_alltoalls64(
+    dest: *mut c_void,
+    source: *const c_void,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+    start: c_int,
+    log_stride: c_int,
+    size: c_int,
+    psync: *mut c_long,
+) {
+    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
+    unsafe {
+        coll::alltoalls_set::<u64>(
+            "shmem_alltoalls64",
+            dest.cast(),
+            source.cast(),
+            dst,
+            sst,
+            nelems,
+            start,
+            log_stride,
+            size,
+            psync,
         )
     }
 }

@@ -17,9 +17,11 @@ use std::ffi::c_int;
 use std::fmt::Display;
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 mod api;
+mod coll;
 mod exit;
 mod gen;
 pub mod ops;
@@ -65,9 +67,24 @@ pub struct Rt {
     pub seg: Option<seg::Segment>,
     /// The thread level granted by `shmem_init_thread`.
     pub thread_level: c_int,
+    /// Address of one symmetric heap word per PE for the C layer's own collectives (`collect`
+    /// counts on data-segment buffers).
+    pub scratch: usize,
 }
 
-static RT: RwLock<Option<Rt>> = RwLock::new(None);
+/// The running runtime: published once by `shmem_init`, taken back by `shmem_finalize`.
+/// Entry points read the pointer without a lock (a lock's two atomic operations per call were
+/// a third of the cost of a remote atomic); OpenSHMEM forbids calls that race with
+/// `shmem_finalize`, so no reader can outlive the `Rt`.
+static RT: AtomicPtr<Rt> = AtomicPtr::new(std::ptr::null_mut());
+// Entry points share the `Rt` between threads through the pointer: it must be Send + Sync.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Rt>();
+};
+
+/// Serializes `shmem_init` and `shmem_finalize`.
+static LIFECYCLE: Mutex<()> = Mutex::new(());
 
 /// Prints `call: what` to stderr, flushes C stdio and ends the process with status 1; the
 /// launcher then stops the other PEs (like `shmem_global_exit(1)`).
@@ -95,8 +112,10 @@ pub fn exit_now(status: c_int) -> ! {
 /// Runs `f` with the runtime; any error or panic is fatal for the job, naming `call`.
 pub fn with<R>(call: &'static str, f: impl FnOnce(&Rt) -> CResult<R>) -> R {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let g = RT.read().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
+        let p = RT.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a leaked `Box<Rt>` that stays alive until
+        // `shmem_finalize`, which the program may not run concurrently with other calls.
+        match unsafe { p.as_ref() } {
             None => msg("called before shmem_init (or after shmem_finalize)"),
             Some(rt) => f(rt),
         }
@@ -119,8 +138,8 @@ pub fn guarded<R>(call: &'static str, f: impl FnOnce() -> CResult<R>) -> R {
 
 /// Starts the runtime if it is not running (idempotent like `shmem_init` after `start_pes`).
 pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    if g.is_some() {
+    let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    if !RT.load(Ordering::Acquire).is_null() {
         return Ok(());
     }
     // Move the data segment onto shared memory before any other thread exists.
@@ -134,24 +153,29 @@ pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
     let world = rshmem::init()?;
     let (seg, pids) = seg::exchange(&world, local)?;
     exit::set_pids(pids);
-    *g = Some(Rt {
+    let scratch = world.malloc_bytes(64)? as usize;
+    let rt = Box::new(Rt {
         world,
         seg,
         thread_level: level,
+        scratch,
     });
+    RT.store(Box::into_raw(rt), Ordering::Release);
     Ok(())
 }
 
 /// Stops the runtime (collective).
 pub(crate) fn finalize_runtime() -> CResult<()> {
-    let rt = {
-        let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-        g.take()
-    };
+    let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = RT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: a non-null pointer came from `Box::into_raw` in `init_runtime` and is taken
+    // back exactly once (the swap).
+    let rt = (!p.is_null()).then(|| unsafe { Box::from_raw(p) });
     match rt {
         None => Ok(()),
         Some(rt) => {
-            let Rt { world, seg, .. } = rt;
+            coll::clear();
+            let Rt { world, seg, .. } = *rt;
             world.finalize()?;
             drop(seg);
             Ok(())

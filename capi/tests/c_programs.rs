@@ -203,6 +203,16 @@ fn non_symmetric_address_aborts_naming_the_call() {
 }
 
 #[test]
+fn teams() {
+    passes("team");
+}
+
+#[test]
+fn collectives() {
+    passes("coll");
+}
+
+#[test]
 fn locks() {
     passes("lock");
 }

@@ -30,11 +30,11 @@ impl World {
                 format!("address {dest:p} is not {size}-byte aligned"),
             ));
         }
-        let a = self.remote(call, dest as usize, size, pe)?;
-        let old = self.xport.amo(
+        let t = self.target(call, dest as usize, size, pe)?;
+        let old = self.amo_at(
             call,
             op,
-            a,
+            t,
             size,
             value.to_bits().to_u64(),
             cond.to_bits().to_u64(),

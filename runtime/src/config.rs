@@ -65,6 +65,18 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Identity of this PE's host; PEs with equal ids share memory. Override only for testing.",
     },
     EnvVar {
+        name: "RSHMEM_DISABLE_P2P",
+        kind: "bool",
+        default: "0",
+        help: "Treat every PE as its own host: no load/store between PEs, every other PE is reached over the TCP transport (CPU backend). For testing the remote path on one host.",
+    },
+    EnvVar {
+        name: "RSHMEM_TCP_ADDR",
+        kind: "IP address",
+        default: "the local address of the route to the bootstrap host",
+        help: "Address the TCP transport (PEs on other hosts) listens on and advertises to the other PEs.",
+    },
+    EnvVar {
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
@@ -96,6 +108,10 @@ pub struct Config {
     pub device: Option<usize>,
     /// Device-side argument checks.
     pub device_checks: bool,
+    /// Every PE is its own node (no load/store between PEs).
+    pub disable_p2p: bool,
+    /// Address of the TCP transport.
+    pub tcp_addr: Option<String>,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -120,6 +136,8 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             device: None,
             device_checks: cfg!(debug_assertions),
+            disable_p2p: false,
+            tcp_addr: None,
         }
     }
 }
@@ -172,6 +190,16 @@ impl Config {
         if let Some(v) = get("RSHMEM_DEVICE_CHECKS") {
             c.device_checks = parse_bool(&v)
                 .ok_or_else(|| bad("RSHMEM_DEVICE_CHECKS", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_DISABLE_P2P") {
+            c.disable_p2p = parse_bool(&v)
+                .ok_or_else(|| bad("RSHMEM_DISABLE_P2P", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_TCP_ADDR").filter(|v| !v.trim().is_empty()) {
+            if v.trim().parse::<std::net::IpAddr>().is_err() {
+                return Err(bad("RSHMEM_TCP_ADDR", &v, "expected an IP address"));
+            }
+            c.tcp_addr = Some(v.trim().to_string());
         }
         if let Some(v) = get("RSHMEM_NODE_ID") {
             if v.is_empty() {
@@ -263,6 +291,8 @@ mod tests {
             ("RSHMEM_DEBUG_SYMMETRY", "maybe"),
             ("RSHMEM_BACKEND", "tpu"),
             ("RSHMEM_DEVICE", "first"),
+            ("RSHMEM_DISABLE_P2P", "sometimes"),
+            ("RSHMEM_TCP_ADDR", "eth0"),
         ] {
             let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
             let msg = err.to_string();

@@ -257,6 +257,7 @@ impl World {
         }
         let off = self.start_offset(call, ptr)?;
         self.check_symmetric(call, &[off as u64, size as u64])?;
+        self.quiet_net(call)?;
         self.sync_all_named(call)?;
         let old = self.heap.size_of(off).unwrap_or(0);
         let out = if self.heap.resize_in_place(call, off, size)? {
@@ -278,6 +279,7 @@ impl World {
             self.heap.free(call, off)?;
             np as *mut u8
         };
+        self.quiet_net(call)?;
         self.sync_all_named(call)?;
         Ok(out)
     }
@@ -294,6 +296,7 @@ impl World {
             self.start_offset(call, ptr)?
         };
         self.check_symmetric(call, &[off as u64])?;
+        self.quiet_net(call)?;
         self.sync_all_named(call)?;
         if !ptr.is_null() {
             self.heap.free(call, off)?;
@@ -324,6 +327,7 @@ impl World {
     ) -> Result<*mut u8> {
         self.check_symmetric(call, &[size as u64, align as u64])?;
         if size == 0 {
+            self.quiet_net(call)?;
             self.sync_all_named(call)?;
             return Ok(std::ptr::null_mut());
         }
@@ -337,6 +341,7 @@ impl World {
             // [p, p+size) is the allocation just made in my mapped heap.
             self.xport.zero(call, p as usize, size)?;
         }
+        self.quiet_net(call)?;
         self.sync_all_named(call)?;
         Ok(p)
     }

@@ -66,6 +66,11 @@ impl Liveness {
         }
     }
 
+    /// True once finalize stopped watching peers (a closing connection is then expected).
+    pub(crate) fn is_finalizing(&self) -> bool {
+        self.finalizing.load(Ordering::Acquire)
+    }
+
     pub(crate) fn set_finalizing(&self) {
         self.finalizing.store(true, Ordering::Release);
     }
@@ -79,6 +84,8 @@ pub struct Node {
     pub me: usize,
     /// `local_of[pe]` = index in `pes`, or None for PEs on other hosts.
     pub local_of: Vec<Option<usize>>,
+    /// The job token (from PE 0), presented by every connection between PEs.
+    pub token: Vec<u8>,
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
@@ -245,6 +252,7 @@ impl Node {
             pes,
             me,
             local_of,
+            token,
             links,
             timeout,
             monitor: None,

@@ -10,7 +10,8 @@
 //! separated by [`World::fence`] arrive in order. A `get` returns with the data in the local
 //! buffer. `_nbi` calls may return before the source buffer is read (puts) or the destination
 //! filled (gets) on transports that allow it; [`World::quiet`] completes them. On the
-//! shared-memory transport every call completes before it returns.
+//! shared-memory transport every call completes before it returns. To a PE reached over TCP,
+//! puts are sent (the source is reusable) but applied later, in order; gets wait for the data.
 
 use crate::error::{Error, Result};
 use crate::types::RmaType;
@@ -95,7 +96,7 @@ impl World {
     ) -> Result<()> {
         let call = "iput";
         if nelems == 0 {
-            return self.local_index(call, pe).map(|_| ());
+            return self.check_pe(call, pe);
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
         if sspan > src.len() {
@@ -108,12 +109,12 @@ impl World {
             ));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.remote(call, dest as usize, dspan * size, pe)?;
+        let base = self.target(call, dest as usize, dspan * size, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·dst < dspan.
-            self.xport.put(
+            self.put_to(
                 call,
-                base + i * dst * size,
+                base.offset(i * dst * size),
                 (&src[i * sst] as *const T).cast(),
                 size,
             )?;
@@ -134,7 +135,7 @@ impl World {
     ) -> Result<()> {
         let call = "iget";
         if nelems == 0 {
-            return self.local_index(call, pe).map(|_| ());
+            return self.check_pe(call, pe);
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
         if dspan > dest.len() {
@@ -147,13 +148,13 @@ impl World {
             ));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.remote(call, src as usize, sspan * size, pe)?;
+        let base = self.target(call, src as usize, sspan * size, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·sst < sspan.
-            self.xport.get(
+            self.get_from(
                 call,
                 (&mut dest[i * dst] as *mut T).cast(),
-                base + i * sst * size,
+                base.offset(i * sst * size),
                 size,
             )?;
         }
@@ -170,10 +171,10 @@ impl World {
     ) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
         if bytes == 0 {
-            return self.local_index(call, pe).map(|_| ());
+            return self.check_pe(call, pe);
         }
-        let addr = self.remote(call, dest as usize, bytes, pe)?;
-        self.xport.put(call, addr, src.as_ptr().cast(), bytes)
+        let t = self.target(call, dest as usize, bytes, pe)?;
+        self.put_to(call, t, src.as_ptr().cast(), bytes)
     }
 
     #[inline]
@@ -186,10 +187,10 @@ impl World {
     ) -> Result<()> {
         let bytes = std::mem::size_of_val(dest);
         if bytes == 0 {
-            return self.local_index(call, pe).map(|_| ());
+            return self.check_pe(call, pe);
         }
-        let addr = self.remote(call, src as usize, bytes, pe)?;
-        self.xport.get(call, dest.as_mut_ptr().cast(), addr, bytes)
+        let t = self.target(call, src as usize, bytes, pe)?;
+        self.get_from(call, dest.as_mut_ptr().cast(), t, bytes)
     }
 }
 

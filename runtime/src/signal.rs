@@ -10,17 +10,27 @@ use std::sync::atomic::{fence, Ordering};
 use crate::error::{Error, Result};
 use crate::transport::AmoOp;
 use crate::types::{Bits, Cmp, RmaType, SignalOp};
-use crate::world::World;
+use crate::world::{Target, World};
 
 impl World {
     fn sig_addr(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<usize> {
+        Self::sig_aligned(call, sig)?;
+        self.remote(call, sig as usize, 8, pe)
+    }
+
+    fn sig_target(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<Target> {
+        Self::sig_aligned(call, sig)?;
+        self.target(call, sig as usize, 8, pe)
+    }
+
+    fn sig_aligned(call: &'static str, sig: *const u64) -> Result<()> {
         if (sig as usize) % 8 != 0 {
             return Err(Error::invalid(
                 call,
                 format!("signal address {sig:p} is not 8-byte aligned"),
             ));
         }
-        self.remote(call, sig as usize, 8, pe)
+        Ok(())
     }
 
     /// **One-sided.** Puts `src` into `dest` on PE `pe`, then updates the signal `sig` on PE `pe`
@@ -64,17 +74,18 @@ impl World {
         pe: usize,
     ) -> Result<()> {
         let bytes = std::mem::size_of_val(src);
-        let s = self.sig_addr(call, sig, pe)?;
+        let s = self.sig_target(call, sig, pe)?;
         let d = if bytes > 0 {
-            Some(self.remote(call, dest as usize, bytes, pe)?)
+            Some(self.target(call, dest as usize, bytes, pe)?)
         } else {
             None
         };
         if let Some(d) = d {
-            self.xport.put(call, d, src.as_ptr().cast(), bytes)?;
+            self.put_to(call, d, src.as_ptr().cast(), bytes)?;
         }
         // Release: on host memory a fence; on the GPU heap the signal kernel runs after the copy
-        // on the same stream.
+        // on the same stream; over TCP the target applies the signal after the data (one
+        // connection, applied in order).
         fence(Ordering::Release);
         self.apply_signal(call, s, signal, op)
     }
@@ -82,7 +93,7 @@ impl World {
     /// **One-sided.** Updates the signal `sig` on PE `pe` without data (NVSHMEM's `signal_op`);
     /// ordered after earlier puts to `pe` only with a [`World::fence`] in between.
     pub fn signal_op(&self, sig: *mut u64, signal: u64, op: SignalOp, pe: usize) -> Result<()> {
-        let s = self.sig_addr("signal_op", sig, pe)?;
+        let s = self.sig_target("signal_op", sig, pe)?;
         self.apply_signal("signal_op", s, signal, op)
     }
 
@@ -127,18 +138,12 @@ impl World {
     }
 
     #[inline]
-    fn apply_signal(
-        &self,
-        call: &'static str,
-        addr: usize,
-        signal: u64,
-        op: SignalOp,
-    ) -> Result<()> {
+    fn apply_signal(&self, call: &'static str, t: Target, signal: u64, op: SignalOp) -> Result<()> {
         let op = match op {
             SignalOp::Set => AmoOp::Set,
             SignalOp::Add => AmoOp::FetchAdd,
         };
-        self.xport.amo(call, op, addr, 8, signal, 0).map(drop)
+        self.amo_at(call, op, t, 8, signal, 0).map(drop)
     }
 }
 

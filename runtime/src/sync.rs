@@ -34,7 +34,7 @@ impl World {
     /// can fail with a CUDA error.
     #[inline]
     pub fn quiet(&self) -> Result<()> {
-        self.xport.quiet("quiet")
+        self.quiet_all("quiet")
     }
 
     /// **Collective.** Completes this PE's outstanding operations ([`quiet`](World::quiet)) and
@@ -50,20 +50,22 @@ impl World {
     }
 
     pub(crate) fn barrier_all_named(&self, call: &'static str) -> Result<()> {
-        self.xport.quiet(call)?;
+        self.quiet_all(call)?;
         self.sync_all_named(call)
     }
 
-    /// Dissemination barrier over the host's PEs through flags in each PE's internal heap area:
-    /// in round k, PE i raises a flag on PE i+2^k and waits for PE i−2^k's. Flags hold the
+    /// Dissemination barrier over all PEs through flags in each PE's control-heap internal
+    /// area: in round k, PE i raises a flag on PE i+2^k (a store on this node, a store request
+    /// over TCP otherwise) and waits for PE i−2^k's (always a local poll). Flags hold the
     /// barrier epoch, so they never need resetting.
     pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
-        let n = self.ctrl.n_local();
+        let n = self.n;
         if n == 1 {
             fence(Ordering::SeqCst);
             return Ok(());
         }
-        let me = self.ctrl.me_local();
+        let me = self.me;
+        let my_local = self.ctrl.me_local();
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let mut dist = 1usize;
         let mut round = 0usize;
@@ -72,17 +74,15 @@ impl World {
             let to = (me + dist) % n;
             let from = (me + n - dist) % n;
             let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
-            let remote = self.ctrl.internal_addr(to, slot);
-            let mine = self.ctrl.internal_addr(me, slot);
-            // SAFETY: internal-area flag slots are aligned u64s inside every local PE's first
-            // heap chunk, mapped for the World's lifetime.
-            unsafe { u64::store(remote, epoch, Ordering::Release) };
-            let from_pe = self.node.pes[from];
+            let mine = self.ctrl.internal_addr(my_local, slot);
+            self.ctrl_store(call, to, slot, epoch)?;
+            let from_pe = from;
             self.wait.wait(
                 &self.live,
                 call,
                 Some(from_pe),
-                // SAFETY: as above.
+                // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
+                // chunk, mapped for the World's lifetime.
                 || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
                 || {
                     format!(

@@ -390,7 +390,7 @@ impl World {
             let free = t.free.lock().map_err(|_| poisoned(call))?;
             free.clone()
         };
-        let me_local = self.local_index(call, self.me)?;
+        let me_local = self.ctrl.me_local();
         for (i, w) in mine.iter().enumerate() {
             let a = self.ctrl.internal_addr(me_local, t.slot_off(pslot, 8 * i));
             // SAFETY: the slot area lies inside every local PE's control-heap internal region
@@ -400,11 +400,9 @@ impl World {
         self.team_sync_named(call, parent)?;
         let mut all = mine;
         for p in 0..parent.n_pes() {
-            let l = self.local_index(call, parent.world_pe(p))?;
+            let pe = parent.world_pe(p);
             for (i, w) in all.iter_mut().enumerate() {
-                let a = self.ctrl.internal_addr(l, t.slot_off(pslot, 8 * i));
-                // SAFETY: as above, for PE p's copy of the slot area.
-                *w &= unsafe { u64::load(a, Ordering::Acquire) };
+                *w &= self.ctrl_load(call, pe, t.slot_off(pslot, 8 * i))?;
             }
         }
         let mut got = Vec::with_capacity(k);
@@ -448,7 +446,7 @@ impl World {
     /// Records slot use for a new team this PE belongs to and zeroes its flags.
     fn claim(&self, call: &'static str, slot: usize) -> Result<()> {
         let t = &self.teams;
-        let me_local = self.local_index(call, self.me)?;
+        let me_local = self.ctrl.me_local();
         for r in 0..t.rounds {
             let a = self.ctrl.internal_addr(me_local, t.flag_off(slot, r));
             // SAFETY: as in `pick_slots`.
@@ -493,7 +491,7 @@ impl World {
     /// for every member. Like NVSHMEM's `nvshmem_barrier(team)`.
     pub fn team_barrier(&self, team: &Team) -> Result<()> {
         self.team_check("team_barrier", team)?;
-        self.xport.quiet("team_barrier")?;
+        self.quiet_all("team_barrier")?;
         self.team_sync_named("team_barrier", team)
     }
 
@@ -509,7 +507,7 @@ impl World {
             return Ok(());
         }
         let me = t.me;
-        let my_local = self.local_index(call, self.me)?;
+        let my_local = self.ctrl.me_local();
         let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let mut dist = 1usize;
         let mut round = 0usize;
@@ -523,19 +521,15 @@ impl World {
             let to = (me + dist) % n;
             let from = (me + n - dist) % n;
             let off = self.teams.flag_off(t.slot, round);
-            let remote = self
-                .ctrl
-                .internal_addr(self.local_index(call, t.members[to])?, off);
             let mine = self.ctrl.internal_addr(my_local, off);
-            // SAFETY: team flags are aligned u64s inside every local PE's control-heap internal
-            // region, mapped for the World's lifetime.
-            unsafe { u64::store(remote, epoch, Ordering::Release) };
+            self.ctrl_store(call, t.members[to], off, epoch)?;
             let from_pe = t.members[from];
             self.wait.wait(
                 &self.live,
                 call,
                 Some(from_pe),
-                // SAFETY: as above.
+                // SAFETY: team flags are aligned u64s inside my control-heap internal region,
+                // mapped for the World's lifetime.
                 || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
                 || {
                     format!(

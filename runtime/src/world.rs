@@ -17,7 +17,9 @@ use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::{Backing, Heap, INTERNAL_SIZE};
 use crate::node::{host_identity, Liveness, Node};
-use crate::transport::{p2p::P2p, Transport};
+use crate::transport::tcp::{self, HeapId, Net, Region};
+use crate::transport::{p2p::P2p, AmoOp, Transport};
+use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -78,8 +80,9 @@ impl Builder {
         if let Some(v) = self.debug_symmetry {
             cfg.debug_symmetry = v;
         }
-        let (_info, boot) = rshmem_bootstrap::from_env(cfg.timeout)?;
-        World::start(cfg, boot)
+        let (info, boot) = rshmem_bootstrap::from_env(cfg.timeout)?;
+        let rendezvous = info.uid.as_ref().map(|u| u.addr().to_string());
+        World::start(cfg, boot, rendezvous)
     }
 }
 
@@ -95,6 +98,9 @@ pub fn init() -> Result<World> {
 pub struct World {
     pub(crate) me: usize,
     pub(crate) n: usize,
+    /// The TCP transport to PEs on other nodes (None when every PE shares this host's memory).
+    /// Declared before the heaps: its service threads stop before the heaps are unmapped.
+    pub(crate) net: Option<Net>,
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
     /// The user's symmetric heap (host or GPU memory).
@@ -128,7 +134,7 @@ impl std::fmt::Debug for World {
 }
 
 impl World {
-    fn start(cfg: Config, boot: Box<dyn Bootstrap>) -> Result<World> {
+    fn start(cfg: Config, boot: Box<dyn Bootstrap>, rendezvous: Option<String>) -> Result<World> {
         let t0 = Instant::now();
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(Error::State {
@@ -137,21 +143,34 @@ impl World {
                     .into(),
             });
         }
-        let r = Self::start_inner(cfg, boot, t0);
+        let r = Self::start_inner(cfg, boot, rendezvous, t0);
         if r.is_err() {
             ACTIVE.store(false, Ordering::Release);
         }
         r
     }
 
-    fn start_inner(cfg: Config, boot: Box<dyn Bootstrap>, t0: Instant) -> Result<World> {
+    fn start_inner(
+        cfg: Config,
+        boot: Box<dyn Bootstrap>,
+        rendezvous: Option<String>,
+        t0: Instant,
+    ) -> Result<World> {
         let me = boot.rank();
         let n = boot.size();
         let _span =
             tracing::info_span!(target: "rshmem::init", "init", pe = me, n_pes = n).entered();
-        let id = host_identity(cfg.node_id.as_deref());
+        let mut id = host_identity(cfg.node_id.as_deref());
+        if cfg.disable_p2p {
+            // Every PE its own node: no load/store between PEs, all of them over TCP.
+            id = format!("{id}/pe{me}");
+        }
         let mut node = Node::establish(boot.as_ref(), &id, cfg.timeout)?;
-        if node.len() != n {
+        let live = Arc::new(Liveness::new());
+        // The host control heap first: before a CUDA context fills the address space.
+        let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        if gpu.is_some() && node.len() != n {
             let remote: Vec<String> = (0..n)
                 .filter(|&p| node.local_of[p].is_none())
                 .map(|p| p.to_string())
@@ -159,15 +178,12 @@ impl World {
             return Err(Error::Unsupported {
                 call: "init",
                 reason: format!(
-                    "PE(s) {} run on another host; this build has only the shared-memory transport, so every PE must run on one host",
-                    remote.join(", ")
+                    "PE(s) {} run on another node{}; the GPU backend reaches only the GPUs of this host (remote PEs need RSHMEM_BACKEND=cpu)",
+                    remote.join(", "),
+                    if cfg.disable_p2p { " (RSHMEM_DISABLE_P2P=1)" } else { "" }
                 ),
             });
         }
-        let live = Arc::new(Liveness::new());
-        // The host control heap first: before a CUDA context fills the address space.
-        let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
-        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
@@ -185,11 +201,41 @@ impl World {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
             None => Transport::Shm,
         };
+        let net = if node.len() != n {
+            let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
+            let regions = [
+                Region {
+                    base: heap.my_base(),
+                    lo: INTERNAL_SIZE,
+                    hi: usize::MAX,
+                    mapped: heap.mapped_handle(),
+                },
+                Region {
+                    base: ctrl.my_base(),
+                    lo: 0,
+                    hi: INTERNAL_SIZE,
+                    mapped: ctrl.mapped_handle(),
+                },
+            ];
+            Some(Net::establish(
+                boot.as_ref(),
+                &node.local_of,
+                &node.token,
+                addr,
+                cfg.tcp_addr.is_none(),
+                cfg.timeout,
+                live.clone(),
+                regions,
+            )?)
+        } else {
+            None
+        };
         node.start_monitor(live.clone())?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
         let world = World {
             me,
             n,
+            net,
             boot,
             node,
             heap,
@@ -334,13 +380,13 @@ impl World {
     /// **Local.** True if `addr` lies inside a live symmetric allocation of this PE and `pe`
     /// can be reached (so one-sided calls on it to `pe` are valid). Like `shmem_addr_accessible`.
     pub fn addr_accessible<T>(&self, addr: *const T, pe: usize) -> bool {
-        self.remote("addr_accessible", addr as usize, 0, pe).is_ok()
+        self.target("addr_accessible", addr as usize, 0, pe).is_ok()
     }
 
     /// **Local.** True if `pe` exists and this PE can communicate with it. Like
     /// `shmem_pe_accessible`.
     pub fn pe_accessible(&self, pe: usize) -> bool {
-        self.local_index("pe_accessible", pe).is_ok()
+        self.check_pe("pe_accessible", pe).is_ok()
     }
 
     /// **Collective.** Completes all outstanding operations, waits for every PE, and releases
@@ -372,7 +418,9 @@ impl World {
             Some(Some(l)) => Ok(*l),
             Some(None) => Err(Error::Unsupported {
                 call,
-                reason: format!("PE {pe} is on another host and no remote transport is available"),
+                reason: format!(
+                    "PE {pe} is on another node: this call needs a PE reachable by load/store"
+                ),
             }),
             None => Err(self.bad_pe(call, pe)),
         }
@@ -401,6 +449,222 @@ impl World {
         let local = self.local_index(call, pe)?;
         let off = self.heap.check_range(call, addr, len)?;
         Ok(self.heap.peer_addr(local, off))
+    }
+
+    /// Validates `pe` as a target of one-sided calls (reachable by load/store or over TCP).
+    #[inline]
+    pub(crate) fn check_pe(&self, call: &'static str, pe: usize) -> Result<()> {
+        match self.node.local_of.get(pe) {
+            Some(Some(_)) => Ok(()),
+            Some(None) if self.net.is_some() => Ok(()),
+            _ => self.local_index(call, pe).map(drop),
+        }
+    }
+
+    /// Translates my symmetric `[addr, addr+len)` to PE `pe`'s copy, checking both: a
+    /// load/store address for a PE of this node, a heap offset for a PE reached over TCP.
+    #[inline]
+    pub(crate) fn target(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        pe: usize,
+    ) -> Result<Target> {
+        match self.node.local_of.get(pe) {
+            Some(Some(l)) => {
+                let off = self.heap.check_range(call, addr, len)?;
+                Ok(Target::Local(self.heap.peer_addr(*l, off)))
+            }
+            _ => self.target_remote(call, addr, len, pe),
+        }
+    }
+
+    #[cold]
+    fn target_remote(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        pe: usize,
+    ) -> Result<Target> {
+        self.check_pe(call, pe)?;
+        let off = self.heap.check_range(call, addr, len)?;
+        Ok(Target::Remote { pe, off })
+    }
+
+    fn net(&self, call: &'static str) -> Result<&Net> {
+        self.net.as_ref().ok_or_else(|| Error::State {
+            call,
+            reason: "no TCP transport (every PE is on this node)".into(),
+        })
+    }
+
+    /// Copies `n` bytes from local memory `src` to the checked target.
+    #[inline]
+    pub(crate) fn put_to(
+        &self,
+        call: &'static str,
+        t: Target,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        match t {
+            Target::Local(a) => self.xport.put(call, a, src, n),
+            Target::Remote { pe, off } => self.put_remote(call, pe, off, src, n),
+        }
+    }
+
+    #[cold]
+    fn put_remote(
+        &self,
+        call: &'static str,
+        pe: usize,
+        off: usize,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        self.net(call)?.put(call, pe, HeapId::User, off, src, n)
+    }
+
+    /// Copies `n` bytes from the checked target into local memory `dst`.
+    #[inline]
+    pub(crate) fn get_from(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        t: Target,
+        n: usize,
+    ) -> Result<()> {
+        match t {
+            Target::Local(a) => self.xport.get(call, dst, a, n),
+            Target::Remote { pe, off } => self.get_remote(call, dst, pe, off, n),
+        }
+    }
+
+    #[cold]
+    fn get_remote(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        pe: usize,
+        off: usize,
+        n: usize,
+    ) -> Result<()> {
+        self.net(call)?.get(call, pe, HeapId::User, off, dst, n)
+    }
+
+    /// Applies `op` to the checked, aligned word of `size` bytes; returns the old value.
+    #[inline]
+    pub(crate) fn amo_at(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        t: Target,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        match t {
+            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond),
+            Target::Remote { pe, off } => self.amo_remote(call, op, pe, off, size, value, cond),
+        }
+    }
+
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn amo_remote(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        pe: usize,
+        off: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        self.net(call)?
+            .amo(call, pe, HeapId::User, op, off, size, value, cond)
+    }
+
+    /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.
+    pub(crate) fn ctrl_store(
+        &self,
+        call: &'static str,
+        pe: usize,
+        off: usize,
+        v: u64,
+    ) -> Result<()> {
+        match self.node.local_of.get(pe) {
+            Some(Some(l)) => {
+                let a = self.ctrl.internal_addr(*l, off);
+                // SAFETY: runtime-internal control words are aligned u64s inside every local
+                // PE's first control-heap chunk, mapped for the World's lifetime.
+                unsafe { u64::store(a, v, Ordering::Release) };
+                Ok(())
+            }
+            Some(None) => self.net(call)?.store(call, pe, HeapId::Ctrl, off, v),
+            None => Err(self.bad_pe(call, pe)),
+        }
+    }
+
+    /// Reads (acquire) the runtime-internal word at `off` of PE `pe`'s control heap.
+    pub(crate) fn ctrl_load(&self, call: &'static str, pe: usize, off: usize) -> Result<u64> {
+        match self.node.local_of.get(pe) {
+            Some(Some(l)) => {
+                let a = self.ctrl.internal_addr(*l, off);
+                // SAFETY: as in `ctrl_store`.
+                Ok(unsafe { u64::load(a, Ordering::Acquire) })
+            }
+            Some(None) => self
+                .net(call)?
+                .amo(call, pe, HeapId::Ctrl, AmoOp::Fetch, off, 8, 0, 0),
+            None => Err(self.bad_pe(call, pe)),
+        }
+    }
+
+    /// Completes every operation this PE issued, on every transport.
+    #[inline]
+    pub(crate) fn quiet_all(&self, call: &'static str) -> Result<()> {
+        self.xport.quiet(call)?;
+        match &self.net {
+            Some(net) => net.quiet(call),
+            None => Ok(()),
+        }
+    }
+
+    /// Completes the puts sent over TCP (nothing without remote PEs): before the barrier of a
+    /// heap call, so that no put lands in memory the target frees or zeroes afterwards.
+    pub(crate) fn quiet_net(&self, call: &'static str) -> Result<()> {
+        match &self.net {
+            Some(net) => net.quiet(call),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Where PE `pe`'s copy of a symmetric range is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// Reachable by load/store (or the GPU copy engine) at this address.
+    Local(usize),
+    /// On a PE reached over TCP, at this offset of its user heap.
+    Remote {
+        /// The PE.
+        pe: usize,
+        /// Offset in its heap.
+        off: usize,
+    },
+}
+
+impl Target {
+    /// The target `d` bytes further.
+    #[inline]
+    pub(crate) fn offset(self, d: usize) -> Target {
+        match self {
+            Target::Local(a) => Target::Local(a + d),
+            Target::Remote { pe, off } => Target::Remote { pe, off: off + d },
+        }
     }
 }
 

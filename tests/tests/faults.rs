@@ -9,10 +9,17 @@ use std::time::Duration;
 /// with 2+ PEs, PE 0 sleeps 3 s before a barrier and every other PE's barrier times out
 /// naming the PE it waited for. Every PE still exits 0 (the protocol ends without finalize).
 fn timeout(n: usize) {
-    let r = common::job(n, "timeout")
+    timeout_with(n, &[]);
+}
+
+fn timeout_with(n: usize, env: &[(&str, &str)]) {
+    let mut j = common::job(n, "timeout")
         .env("RSHMEM_TIMEOUT", "1")
-        .timeout(30)
-        .run();
+        .timeout(30);
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    let r = j.run();
     r.assert_ok(0..n, "timeout");
     for pe in 0..n {
         for call in ["wait_until", "signal_wait_until", "wait_until_any"] {
@@ -70,12 +77,19 @@ fn timeout_8pes() {
 /// `die` with `RSHMEM_TIMEOUT=60`: the last PE exits 0 right after init; every other PE's
 /// barrier_all, sync_all and malloc fail with PeerLost naming it, within seconds.
 fn die(n: usize) {
+    die_with(n, &[]);
+}
+
+fn die_with(n: usize, env: &[(&str, &str)]) {
     let dir = common::TempDir::new();
-    let r = common::job(n, "die")
+    let mut j = common::job(n, "die")
         .arg(dir.arg())
         .env("RSHMEM_TIMEOUT", "60")
-        .timeout(20)
-        .run();
+        .timeout(20);
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    let r = j.run();
     r.assert_ok(0..n - 1, "die");
     let dead = n - 1;
     r.check(
@@ -156,4 +170,37 @@ fn crash_3pes() {
 #[test]
 fn crash_8pes() {
     crash(8);
+}
+
+/// Every PE its own node: barriers, waits and PeerLost over the TCP transport.
+const TCP: &[(&str, &str)] = &[("RSHMEM_DISABLE_P2P", "1"), ("RSHMEM_BACKEND", "cpu")];
+
+#[test]
+fn timeout_tcp_2pes() {
+    timeout_with(2, TCP);
+}
+
+#[test]
+fn timeout_tcp_3pes() {
+    timeout_with(3, TCP);
+}
+
+#[test]
+fn timeout_tcp_4pes() {
+    timeout_with(4, TCP);
+}
+
+#[test]
+fn die_tcp_2pes() {
+    die_with(2, TCP);
+}
+
+#[test]
+fn die_tcp_3pes() {
+    die_with(3, TCP);
+}
+
+#[test]
+fn die_tcp_4pes() {
+    die_with(4, TCP);
 }

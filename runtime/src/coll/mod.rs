@@ -15,11 +15,9 @@ mod ops;
 
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 
-use std::sync::atomic::Ordering;
-
 use crate::error::{Error, Result};
 use crate::team::Team;
-use crate::types::{Bits, RmaType};
+use crate::types::RmaType;
 use crate::world::World;
 
 /// `collect`'s "my arguments are bad" mark in the exchanged count.
@@ -113,8 +111,8 @@ impl World {
         if bytes == 0 {
             return Ok(());
         }
-        let addr = self.remote(call, src as usize, bytes, pe)?;
-        self.xport.get(call, out.as_mut_ptr().cast(), addr, bytes)
+        let t = self.target(call, src as usize, bytes, pe)?;
+        self.get_from(call, out.as_mut_ptr().cast(), t, bytes)
     }
 
     /// Writes `vals` to my copy of the symmetric `dest`.
@@ -137,14 +135,14 @@ impl World {
         gather: impl FnOnce() -> Result<V>,
         write: impl FnOnce(V) -> Result<()>,
     ) -> Result<()> {
-        self.xport.quiet(call)?;
+        self.quiet_all(call)?;
         self.team_sync_named(call, team)?;
         let got = gather();
         let synced = self.team_sync_named(call, team);
         let v = got?;
         synced?;
         write(v)?;
-        self.xport.quiet(call)
+        self.quiet_all(call)
     }
 
     /// **Collective over the team.** Copies `nelems` elements of `source` on team PE `root`
@@ -240,27 +238,17 @@ impl World {
             Ok(_) if (nelems as u64) < BAD_COUNT => nelems as u64,
             _ => BAD_COUNT,
         };
-        let slot_word = |pe: usize| -> Result<usize> {
-            let l = self.local_index(call, pe)?;
-            Ok(self
-                .ctrl
-                .internal_addr(l, self.teams.slot_off(team.inner.slot, 0)))
-        };
-        let my_word = slot_word(self.me)?;
-        self.xport.quiet(call)?;
-        // SAFETY: the slot's scratch words are aligned u64s in every local PE's control-heap
-        // internal region, mapped for the World's lifetime; between the two syncs of a
-        // collective only their owner writes them.
-        unsafe { u64::store(my_word, word, Ordering::Release) };
+        let slot_word = self.teams.slot_off(team.inner.slot, 0);
+        self.quiet_all(call)?;
+        // Between the two syncs of a collective only their owner writes the slot's words.
+        self.ctrl_store(call, self.me, slot_word, word)?;
         self.team_sync_named(call, team)?;
         let gathered = (|| {
             let sb = mine?;
             let mut counts = Vec::with_capacity(n);
             for j in 0..n {
                 let pe = team.world_pe(j);
-                let a = slot_word(pe)?;
-                // SAFETY: as above, for member j's word.
-                let c = unsafe { u64::load(a, Ordering::Acquire) };
+                let c = self.ctrl_load(call, pe, slot_word)?;
                 if c == BAD_COUNT {
                     return Err(Error::invalid(
                         call,
@@ -286,7 +274,7 @@ impl World {
         let v = gathered?;
         synced?;
         self.write_mine(call, dest, &v)?;
-        self.xport.quiet(call)
+        self.quiet_all(call)
     }
 
     /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team PE

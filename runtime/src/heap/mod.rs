@@ -63,7 +63,7 @@ pub struct Heap {
     n_local: usize,
     me_local: usize,
     /// Bytes mapped in every slice (equal on all PEs).
-    mapped: AtomicUsize,
+    mapped: std::sync::Arc<AtomicUsize>,
     alloc: RwLock<Allocator>,
     /// Bumped whenever an allocation disappears or shrinks (invalidates lookup caches).
     generation: AtomicU64,
@@ -132,7 +132,7 @@ impl Heap {
             slice,
             n_local,
             me_local: node.me,
-            mapped: AtomicUsize::new(0),
+            mapped: std::sync::Arc::new(AtomicUsize::new(0)),
             alloc: RwLock::new(Allocator::new(INTERNAL_SIZE, INTERNAL_SIZE)),
             generation: AtomicU64::new(0),
             grow_lock: Mutex::new(0),
@@ -312,6 +312,11 @@ impl Heap {
     /// Bytes mapped per slice.
     pub fn mapped(&self) -> usize {
         self.mapped.load(Ordering::Acquire)
+    }
+
+    /// The mapped size as a shared counter, for the TCP service threads' range checks.
+    pub(crate) fn mapped_handle(&self) -> std::sync::Arc<AtomicUsize> {
+        self.mapped.clone()
     }
 
     /// Bytes of address space per PE (the heap limit plus the internal area).

@@ -4,12 +4,16 @@
 //! * [`p2p`] — GPU heap: the copy engine (`cuMemcpy*Async` on rshmem's stream) for host-issued
 //!   puts and gets to any GPU of the host, and small kernels for host-issued atomics.
 //!
-//! The host API ([`crate::World`]) checks arguments and translates addresses, then calls the
-//! transport of the heap. Remote transports (TCP, verbs) and the proxy come later and will turn
-//! this enum into a trait with capability bits.
+//! * [`tcp`] — PEs that share no memory with this one (other hosts, or every other PE under
+//!   `RSHMEM_DISABLE_P2P=1`): requests applied by a service thread on the target (CPU backend).
+//!
+//! The host API ([`crate::World`]) checks arguments and translates addresses into a
+//! [`crate::world::Target`]: a load/store address handled by the transport of the heap, or a
+//! (PE, offset) handled by [`tcp::Net`].
 
 pub mod p2p;
 pub mod shm;
+pub mod tcp;
 
 use crate::error::Result;
 

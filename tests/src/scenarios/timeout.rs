@@ -27,6 +27,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     let iv = w.calloc::<i64>(4).ctx("calloc")?;
     let sig = w.calloc::<u64>(1).ctx("calloc")?;
     let timed_out = w.calloc::<u64>(1).ctx("calloc")?;
+    let left = w.calloc::<u64>(1).ctx("calloc")?;
     c.barrier("calloc")?;
 
     // Three waits at once (one per thread), each running into the timeout.
@@ -156,6 +157,22 @@ pub fn run(c: &Ctx<'_>) -> R {
                         .then_some(()),
                 )
             },
-        )
+        )?;
+        // PE 1 holds the counters: it leaves last, so that no PE polls a PE that is gone (over
+        // TCP an atomic to an exited PE fails with PeerLost).
+        w.atomic_inc(left.as_ptr(), 1).ctx("atomic_inc")?;
+        if me == 1 {
+            poll_until(
+                "waiting for the other PEs to stop polling",
+                Duration::from_secs(20),
+                || {
+                    Ok(
+                        (w.atomic_fetch(left.as_ptr(), 1).ctx("atomic_fetch")? == c.n as u64 - 1)
+                            .then_some(()),
+                    )
+                },
+            )?;
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,167 @@
+//! The functional scenarios over the TCP transport: `RSHMEM_DISABLE_P2P=1` makes every PE its
+//! own node, so every other PE is remote (puts, gets, atomics, signals, barriers and team flags
+//! all go over TCP), on 2, 3 and 4 PEs; and the ring examples through `rshmemrun`. Failure
+//! scenarios (timeout, die) over TCP are in `faults.rs`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// Every PE its own node, on the CPU backend (the GPU heap is not reachable over TCP).
+const TCP: &[(&str, &str)] = &[("RSHMEM_DISABLE_P2P", "1"), ("RSHMEM_BACKEND", "cpu")];
+
+/// One test per scenario and PE count, with [`TCP`] plus `extra`.
+macro_rules! tcp {
+    ($scenario:literal, $extra:expr, $($name:ident = $n:literal),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let env: Vec<(&str, &str)> = TCP.iter().chain($extra.iter()).copied().collect();
+            common::scenario($n, $scenario, &env);
+        }
+    )*};
+}
+
+const NONE: &[(&str, &str)] = &[];
+const HEAP: &[(&str, &str)] = &[("RSHMEM_HEAP_INITIAL", "4M"), ("RSHMEM_HEAP_LIMIT", "256M")];
+const SYMMETRY: &[(&str, &str)] = &[("RSHMEM_DEBUG_SYMMETRY", "1")];
+
+tcp!(
+    "rma",
+    NONE,
+    rma_tcp_2pes = 2,
+    rma_tcp_3pes = 3,
+    rma_tcp_4pes = 4
+);
+tcp!(
+    "amo",
+    NONE,
+    amo_tcp_2pes = 2,
+    amo_tcp_3pes = 3,
+    amo_tcp_4pes = 4
+);
+tcp!(
+    "signal",
+    NONE,
+    signal_tcp_2pes = 2,
+    signal_tcp_3pes = 3,
+    signal_tcp_4pes = 4
+);
+tcp!(
+    "wait",
+    NONE,
+    wait_tcp_2pes = 2,
+    wait_tcp_3pes = 3,
+    wait_tcp_4pes = 4
+);
+tcp!(
+    "heap",
+    HEAP,
+    heap_tcp_2pes = 2,
+    heap_tcp_3pes = 3,
+    heap_tcp_4pes = 4
+);
+tcp!(
+    "errors",
+    NONE,
+    errors_tcp_2pes = 2,
+    errors_tcp_3pes = 3,
+    errors_tcp_4pes = 4
+);
+tcp!(
+    "symmetry",
+    SYMMETRY,
+    symmetry_tcp_2pes = 2,
+    symmetry_tcp_3pes = 3,
+    symmetry_tcp_4pes = 4
+);
+tcp!(
+    "stream",
+    NONE,
+    stream_tcp_2pes = 2,
+    stream_tcp_3pes = 3,
+    stream_tcp_4pes = 4
+);
+tcp!(
+    "coll",
+    NONE,
+    coll_tcp_2pes = 2,
+    coll_tcp_3pes = 3,
+    coll_tcp_4pes = 4
+);
+
+/// An example program from the same target directory as `rshmem-testpe`, built if missing.
+fn example(name: &str) -> PathBuf {
+    let pe = common::testpe();
+    let dir = pe.parent().expect("rshmem-testpe has a parent directory");
+    let path = dir.join(name);
+    if !path.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "rshmem-examples", "--bin", name]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+        let st = cmd.status().expect("running cargo build for an example");
+        assert!(st.success(), "building {name} failed");
+    }
+    path
+}
+
+fn run_example(name: &str, n: usize, args: &[&str]) -> Vec<String> {
+    let mut cmd = Command::new(common::rshmemrun());
+    cmd.args(["-n", &n.to_string(), "--timeout", "60"])
+        .arg(example(name))
+        .args(args)
+        .env("RSHMEM_TIMEOUT", "30");
+    for (k, v) in TCP {
+        cmd.env(k, v);
+    }
+    let r = common::run_cmd(cmd, Duration::from_secs(90));
+    r.check(r.status.success(), &format!("{name} on {n} PEs failed"));
+    let mut lines: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn ring_shift_tcp() {
+    for n in [2, 3, 4] {
+        let mut want: Vec<String> = (0..n)
+            .map(|pe| format!("{pe}: received message {}", (pe + n - 1) % n))
+            .collect();
+        want.sort();
+        assert_eq!(
+            run_example("ring_shift", n, &[]),
+            want,
+            "ring_shift on {n} PEs"
+        );
+    }
+}
+
+#[test]
+fn ring_bcast_tcp() {
+    for n in [2, 3, 4] {
+        let mut want: Vec<String> = (0..n)
+            .map(|pe| format!("{pe}: data matched (10007 elements from PE 0)"))
+            .collect();
+        want.sort();
+        assert_eq!(
+            run_example("ring_bcast", n, &["10007"]),
+            want,
+            "ring_bcast on {n} PEs"
+        );
+    }
+}
+
+/// A 128 MiB get and put (chunked into frames) between two PEs over TCP.
+#[test]
+fn big_transfer_tcp() {
+    let env: Vec<(&str, &str)> = TCP
+        .iter()
+        .copied()
+        .chain([("RSHMEM_HEAP_INITIAL", "4M"), ("RSHMEM_HEAP_LIMIT", "512M")])
+        .collect();
+    common::scenario(2, "tcp-big", &env);
+}
