@@ -450,3 +450,35 @@ fn bootstrap_over_rshmemrun() {
         assert_eq!(results, want, "n={n}\n{}", r.stderr);
     }
 }
+
+#[test]
+fn bind_to_core_pins_each_pe_to_one_cpu() {
+    let r = rshmemrun(&[
+        "-n",
+        "3",
+        "--bind-to",
+        "core",
+        "sh",
+        "-c",
+        "echo $RSHMEM_RANK $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)",
+    ]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let mut cpus = vec![String::new(); 3];
+    for line in r.stdout.lines() {
+        let mut it = line.split_whitespace();
+        let rank: usize = it.next().and_then(|s| s.parse().ok()).expect("rank");
+        cpus[rank] = it.next().unwrap_or_default().to_string();
+    }
+    for c in &cpus {
+        assert!(
+            c.parse::<usize>().is_ok(),
+            "a PE is not pinned to a single CPU: {cpus:?}"
+        );
+    }
+    let n_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n_cpus >= 2 {
+        assert_ne!(cpus[0], cpus[1], "PEs 0 and 1 share a CPU: {cpus:?}");
+    }
+    let bad = rshmemrun(&["-n", "1", "--bind-to", "socket", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
+}

@@ -63,6 +63,12 @@ struct Cli {
     #[arg(long)]
     tag_output: bool,
 
+    /// Pin each PE to one CPU: `core` binds PE r to the r-th CPU (modulo their number) of
+    /// those rshmemrun may run on; `none` (default) leaves placement to the kernel. Pinning
+    /// keeps spinning PEs from sharing a core with each other (Open MPI's oshrun pins by default).
+    #[arg(long = "bind-to", value_name = "core|none", default_value = "none", value_parser = ["core", "none"])]
+    bind_to: String,
+
     /// Seconds between SIGTERM and SIGKILL when stopping PEs.
     #[arg(long, value_name = "SECS", default_value_t = 3.0)]
     grace: f64,
@@ -273,6 +279,8 @@ struct Launch {
     n: usize,
     command: Vec<OsString>,
     tag_output: bool,
+    /// CPUs to pin PEs to, round robin (empty: no pinning).
+    cpus: Vec<usize>,
     uid: Option<UniqueId>,
     listen_fd: Option<RawFd>,
 }
@@ -312,6 +320,14 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     let keep_fd: RawFd = inherit_fd.unwrap_or(-1);
+    // The CPU set is built here, before fork, so the child only makes a system call.
+    let pin: Option<libc::cpu_set_t> = (!l.cpus.is_empty()).then(|| {
+        // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU_SET writes one bit inside `set`; the index comes from sched_getaffinity.
+        unsafe { libc::CPU_SET(l.cpus[rank % l.cpus.len()], &mut set) };
+        set
+    });
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (sigprocmask, prctl, getppid, setpgid, fcntl); it
     // allocates nothing and touches no locks.
@@ -331,6 +347,11 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
             // Own process group, so stopping a PE also stops whatever it started.
             if libc::setpgid(0, 0) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            if let Some(set) = &pin {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             // Rank 0 alone keeps the rendezvous socket across exec.
             if keep_fd >= 0 && libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
@@ -395,10 +416,16 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         uid = Some(UniqueId::new(addr.to_string()).map_err(|e| Fail::new(1, e.to_string()))?);
         listen_owned = Some(fd);
     }
+    let cpus = if cli.bind_to == "core" {
+        allowed_cpus()
+    } else {
+        Vec::new()
+    };
     let launch = Launch {
         n: cli.n,
         command: cli.command,
         tag_output: cli.tag_output,
+        cpus,
         uid,
         listen_fd: listen_owned.as_ref().map(AsRawFd::as_raw_fd),
     };
@@ -605,4 +632,19 @@ fn finish_taggers(taggers: Vec<JoinHandle<()>>) {
     for t in taggers.into_iter().filter(JoinHandle::is_finished) {
         let _ = t.join();
     }
+}
+
+/// The CPUs this process may run on (its affinity mask), ascending.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size for the calling process's mask.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads one bit inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
 }
