@@ -77,6 +77,12 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Which launcher's variables to read; unset means detect (RSHMEM_*, then Open MPI, then Slurm, then PMI, else singleton). rshmemrun sets it to rshmemrun.",
     },
     EnvVar {
+        name: "RSHMEM_BOOTSTRAP",
+        kind: "auto|mpi|tcp",
+        default: "auto",
+        help: "Bootstrap of a multi-PE job: mpi (collectives over MPI_COMM_WORLD; needs the mpi feature) or tcp (the RSHMEM_BOOTSTRAP_ADDR rendezvous). auto: mpi when built with the mpi feature, started by mpirun/srun/PMI and RSHMEM_BOOTSTRAP_ADDR is unset; else tcp.",
+    },
+    EnvVar {
         name: "RSHMEM_RUN_TIMEOUT",
         kind: "seconds",
         default: "",
@@ -243,7 +249,7 @@ const JOB_ID_VARS: [&str; 4] = [
 impl LaunchInfo {
     /// Reads the process environment. See [`LaunchInfo::from_lookup`].
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(&|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+        Self::from_lookup(&env_lookup)
     }
 
     /// Reads the launcher's variables through `lookup` (testable without touching the
@@ -254,6 +260,12 @@ impl LaunchInfo {
     /// `SLURM_PROCID`/`SLURM_NTASKS`, then `PMI_RANK`/`PMI_SIZE`; with none of them the process
     /// is a singleton (rank 0 of 1).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        Self::with_bootstrap_choice(lookup).map(|(info, _)| info)
+    }
+
+    /// [`LaunchInfo::from_lookup`], and whether the job bootstraps through MPI (then `uid` is
+    /// `None` and `RSHMEM_BOOTSTRAP_ADDR` is not needed).
+    fn with_bootstrap_choice(lookup: &dyn Fn(&str) -> Option<String>) -> Result<(Self, bool)> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let launcher = match get("RSHMEM_LAUNCHER") {
             Some(v) => Launcher::parse(&v).ok_or_else(|| {
@@ -298,9 +310,10 @@ impl LaunchInfo {
             }
         };
 
+        let use_mpi = wants_mpi(&get, launcher)?;
         let mut uid = None;
         let mut listen_fd = None;
-        if size > 1 {
+        if size > 1 && !use_mpi {
             let id = rendezvous_id(&get, launcher, rank, size)?;
             if rank == 0 {
                 if let Some(v) = get("RSHMEM_BOOTSTRAP_LISTEN_FD") {
@@ -316,16 +329,57 @@ impl LaunchInfo {
             }
             uid = Some(id);
         }
-        Ok(LaunchInfo {
-            rank,
-            size,
-            local_rank,
-            local_size,
-            launcher,
-            uid,
-            listen_fd,
-        })
+        Ok((
+            LaunchInfo {
+                rank,
+                size,
+                local_rank,
+                local_size,
+                launcher,
+                uid,
+                listen_fd,
+            },
+            use_mpi,
+        ))
     }
+}
+
+/// The process environment as a lookup function.
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Whether the MPI bootstrap is used (`RSHMEM_BOOTSTRAP`, else automatic: built with the `mpi`
+/// feature, started by Open MPI, Slurm or PMI, and no `RSHMEM_BOOTSTRAP_ADDR`).
+fn wants_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> Result<bool> {
+    match get("RSHMEM_BOOTSTRAP") {
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(auto_mpi(get, launcher)),
+            "tcp" => Ok(false),
+            "mpi" if cfg!(feature = "mpi") => Ok(true),
+            "mpi" => Err(Error::Config(
+                "RSHMEM_BOOTSTRAP=mpi, but rshmem was built without MPI support: build with \
+                 `--features mpi` (needs an MPI library, e.g. libopenmpi-dev), or unset \
+                 RSHMEM_BOOTSTRAP and export RSHMEM_BOOTSTRAP_ADDR for the TCP bootstrap"
+                    .into(),
+            )),
+            _ => Err(Error::env(
+                "RSHMEM_BOOTSTRAP",
+                &v,
+                "expected one of auto, mpi, tcp (or unset for auto)",
+            )),
+        },
+        None => Ok(auto_mpi(get, launcher)),
+    }
+}
+
+fn auto_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> bool {
+    cfg!(feature = "mpi")
+        && matches!(
+            launcher,
+            Launcher::OpenMpi | Launcher::Slurm | Launcher::Pmi
+        )
+        && get("RSHMEM_BOOTSTRAP_ADDR").is_none()
 }
 
 fn detect(get: &dyn Fn(&str) -> Option<String>) -> Launcher {
@@ -446,12 +500,19 @@ fn rendezvous_id(
     size: usize,
 ) -> Result<UniqueId> {
     let addr = get("RSHMEM_BOOTSTRAP_ADDR").ok_or_else(|| {
+        let mpi_hint = if cfg!(feature = "mpi") {
+            "; or set RSHMEM_BOOTSTRAP=mpi (or unset RSHMEM_BOOTSTRAP) under mpirun/srun to \
+             bootstrap through MPI"
+        } else {
+            "; or build rshmem with `--features mpi` to bootstrap through MPI under mpirun/srun \
+             without an address"
+        };
         Error::Config(format!(
             "this is rank {rank} of {size} (from the {launcher} launcher's variables) but \
              RSHMEM_BOOTSTRAP_ADDR is not set: export RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<port> \
              to every rank, e.g. `mpirun -x RSHMEM_BOOTSTRAP_ADDR=node0:29500 ...` or \
              `export RSHMEM_BOOTSTRAP_ADDR=...` before srun; use rshmemrun for single-host jobs, \
-             or set RSHMEM_LAUNCHER=singleton if this process is meant to run alone"
+             or set RSHMEM_LAUNCHER=singleton if this process is meant to run alone{mpi_hint}"
         ))
     })?;
     let addr = addr.trim().to_owned();
@@ -617,14 +678,23 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
 /// [`TcpBootstrap`] at `RSHMEM_BOOTSTRAP_ADDR` (rank 0 uses the listening socket inherited
 /// through `RSHMEM_BOOTSTRAP_LISTEN_FD` when there is one). `timeout` bounds each step
 /// (`None`: wait forever).
+///
+/// With the `mpi` feature, a job started by Open MPI, Slurm or PMI without
+/// `RSHMEM_BOOTSTRAP_ADDR` (or any job with `RSHMEM_BOOTSTRAP=mpi`) gets an
+/// [`MpiBootstrap`](crate::MpiBootstrap) instead, whose rank and size are `MPI_COMM_WORLD`'s
+/// and which `timeout` does not bound (MPI calls block; MPI's failure handling applies).
 pub fn from_env(timeout: Option<Duration>) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
-    let info = LaunchInfo::from_env()?;
+    let (info, use_mpi) = LaunchInfo::with_bootstrap_choice(&env_lookup)?;
     tracing::debug!(
         rank = info.rank,
         size = info.size,
         launcher = %info.launcher,
+        mpi = use_mpi,
         "bootstrap: launch information"
     );
+    if use_mpi {
+        return mpi_from_env(info);
+    }
     if info.size == 1 {
         return Ok((info, Box::new(SingletonBootstrap::new())));
     }
@@ -637,6 +707,37 @@ pub fn from_env(timeout: Option<Duration>) -> Result<(LaunchInfo, Box<dyn Bootst
     };
     let boot = TcpBootstrap::new(info.rank, info.size, uid, timeout, listener)?;
     Ok((info, Box::new(boot)))
+}
+
+/// Joins `MPI_COMM_WORLD`; MPI's rank and size must match the launcher's variables (when there
+/// were any) and fill in what they lacked.
+#[cfg(feature = "mpi")]
+fn mpi_from_env(mut info: LaunchInfo) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+    let boot = crate::MpiBootstrap::new()?;
+    let (rank, size) = (boot.rank(), boot.size());
+    if info.launcher == Launcher::Singleton {
+        info.local_rank = None;
+        info.local_size = None;
+    } else if (rank, size) != (info.rank, info.size) {
+        return Err(Error::Config(format!(
+            "MPI_COMM_WORLD says this is rank {rank} of {size}, but the {} launcher's variables \
+             say rank {} of {}; set RSHMEM_LAUNCHER to the launcher that started the job, or \
+             RSHMEM_BOOTSTRAP=tcp",
+            info.launcher, info.rank, info.size
+        )));
+    }
+    info.rank = rank;
+    info.size = size;
+    info.local_rank = info.local_rank.or(Some(boot.local_rank()));
+    info.local_size = info.local_size.or(Some(boot.local_size()));
+    Ok((info, Box::new(boot)))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_from_env(_info: LaunchInfo) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+    Err(Error::Config(
+        "the MPI bootstrap needs rshmem built with `--features mpi`".into(),
+    ))
 }
 
 #[cfg(test)]
@@ -1081,6 +1182,78 @@ mod tests {
         assert_eq!(explicit.uid.unwrap().secret_hex(), SECRET);
     }
 
+    fn choice(vars: &[(&str, &str)]) -> Result<(LaunchInfo, bool)> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        LaunchInfo::with_bootstrap_choice(&|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn bootstrap_choice() {
+        let ompi = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = ompi.to_vec();
+            v.extend_from_slice(extra);
+            choice(&v)
+        };
+        // An address always means TCP unless MPI is forced.
+        let (i, mpi) = with(&[("RSHMEM_BOOTSTRAP_ADDR", "h:1")]).unwrap();
+        assert!(!mpi && i.uid.is_some());
+        // Forcing TCP without an address: the Config error.
+        match with(&[("RSHMEM_BOOTSTRAP", "tcp")]) {
+            Err(Error::Config(m)) => assert!(m.contains("RSHMEM_BOOTSTRAP_ADDR"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // A bad value names the variable.
+        assert_eq!(
+            env_var_of(with(&[("RSHMEM_BOOTSTRAP", "ucx")]).map(|(i, _)| i)),
+            "RSHMEM_BOOTSTRAP"
+        );
+        // rshmemrun's variables never pick MPI automatically.
+        let r = choice(&[("RSHMEM_RANK", "0"), ("RSHMEM_SIZE", "2")]);
+        assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+        // A single PE needs nothing.
+        let (i, mpi) = choice(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]).unwrap();
+        assert_eq!((i.size, i.uid), (1, None));
+        assert_eq!(mpi, cfg!(feature = "mpi"));
+        if cfg!(feature = "mpi") {
+            // Under mpirun without an address: MPI, no rendezvous id.
+            let (i, mpi) = with(&[]).unwrap();
+            assert!(mpi && i.uid.is_none());
+            assert_eq!((i.rank, i.size), (1, 4));
+            let (_, mpi) = with(&[("RSHMEM_BOOTSTRAP", "AUTO")]).unwrap();
+            assert!(mpi);
+            // Forced, even with an address or no launcher at all.
+            let (i, mpi) = with(&[
+                ("RSHMEM_BOOTSTRAP", "mpi"),
+                ("RSHMEM_BOOTSTRAP_ADDR", "h:1"),
+            ])
+            .unwrap();
+            assert!(mpi && i.uid.is_none());
+            let (_, mpi) = choice(&[("RSHMEM_BOOTSTRAP", "mpi")]).unwrap();
+            assert!(mpi);
+        } else {
+            // Without the feature: today's error, which now names the feature.
+            for extra in [&[][..], &[("RSHMEM_BOOTSTRAP", "mpi")][..]] {
+                match with(extra) {
+                    Err(Error::Config(m)) => assert!(m.contains("--features mpi"), "{m}"),
+                    other => panic!("{extra:?}: {other:?}"),
+                }
+            }
+            match with(&[]) {
+                Err(Error::Config(m)) => {
+                    assert!(
+                        m.contains("RSHMEM_BOOTSTRAP_ADDR") && m.contains("mpirun -x"),
+                        "{m}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn env_table_lists_every_variable_read() {
         let names: Vec<&str> = ENV_VARS.iter().map(|v| v.name).collect();
@@ -1093,6 +1266,7 @@ mod tests {
             "RSHMEM_BOOTSTRAP_SECRET",
             "RSHMEM_BOOTSTRAP_LISTEN_FD",
             "RSHMEM_LAUNCHER",
+            "RSHMEM_BOOTSTRAP",
             "OMPI_COMM_WORLD_RANK",
             "OMPI_COMM_WORLD_SIZE",
             "OMPI_COMM_WORLD_LOCAL_RANK",

@@ -10,19 +10,25 @@
 //! * [`Bootstrap`] is the small set of collectives the runtime needs at start-up (allgather,
 //!   alltoall, barrier, broadcast). [`TcpBootstrap`] implements it with a unique-id TCP rendezvous
 //!   (rank 0 listens, the others connect and present the job's secret); [`SingletonBootstrap`]
-//!   is the one-PE case.
+//!   is the one-PE case. With the `mpi` feature, [`MpiBootstrap`] runs them over
+//!   `MPI_COMM_WORLD` instead (chosen by [`from_env`] under mpirun/srun when no
+//!   `RSHMEM_BOOTSTRAP_ADDR` is set, or with `RSHMEM_BOOTSTRAP=mpi`).
 //! * The `rshmemrun` binary starts N PEs on this host.
 //!
 //! Every bootstrap operation is **collective**: all ranks must call it, in the same order.
 
 mod env;
 mod error;
+#[cfg(feature = "mpi")]
+mod mpi_bootstrap;
 mod singleton;
 mod tcp;
 mod uid;
 
 pub use env::{from_env, LaunchInfo, Launcher, ENV_VARS};
 pub use error::{Error, Result};
+#[cfg(feature = "mpi")]
+pub use mpi_bootstrap::MpiBootstrap;
 pub use singleton::SingletonBootstrap;
 pub use tcp::TcpBootstrap;
 pub use uid::UniqueId;
@@ -36,9 +42,10 @@ use std::time::Duration;
 /// The collectives rshmem needs before (and beside) its own heap exists.
 ///
 /// All methods are **collective** over the job's ranks: every rank calls the same methods in the
-/// same order. Each call is bounded by the bootstrap's timeout and fails with
-/// [`Error::Timeout`] naming the ranks that never arrived, or with [`Error::PeerLost`] when a
-/// rank's connection dies.
+/// same order. Each call is bounded by the bootstrap's timeout (when [`Bootstrap::timeout`] is
+/// `Some`) and fails with [`Error::Timeout`] naming the ranks that never arrived, or with
+/// [`Error::PeerLost`] when a rank's connection dies. The MPI bootstrap has no timeout: its calls
+/// block inside MPI, whose own failure handling applies.
 pub trait Bootstrap: Send + Sync {
     /// This process's rank, `0..size()`.
     fn rank(&self) -> usize;

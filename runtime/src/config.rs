@@ -14,7 +14,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_TIMEOUT",
         kind: "seconds (float)",
         default: "300",
-        help: "Timeout of every blocking wait (barrier, wait_until, signal_wait_until, bootstrap); 0 disables it. The error names the waiting PE and what it waited for.",
+        help: "Timeout of every blocking wait (barrier, wait_until, signal_wait_until, the TCP bootstrap; MPI calls of the MPI bootstrap are not covered); 0 disables it. The error names the waiting PE and what it waited for.",
     },
     EnvVar {
         name: "RSHMEM_HEAP_LIMIT",
