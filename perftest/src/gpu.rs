@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use rshmem::cudarc::driver::sys::CUevent_flags;
 use rshmem::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use rshmem::{Error, Module, Result, World};
+use rshmem::{Error, Module, Result, SymBuf, World};
 
 /// The device loops.
 pub const KERNELS: &str = include_str!("../kernels/gpu_bench.cu");
@@ -82,6 +82,18 @@ fn calibrated(run: impl Fn(usize) -> Result<f64>) -> Result<(f64, usize)> {
         best = best.min(run(iters)?);
     }
     Ok((best, iters))
+}
+
+/// Fails unless the first `n` bytes of this PE's `dst` equal `data`.
+fn expect_pattern(name: &str, dst: &SymBuf<'_, u8>, data: &[u8], n: usize) -> Result<()> {
+    let got = dst.to_vec()?;
+    match (0..n).find(|&i| got[i] != data[i]) {
+        Some(i) => Err(bad(format!(
+            "{name}: byte {i} of {n} is {} instead of {}",
+            got[i], data[i]
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn pattern(i: usize) -> u8 {
@@ -185,14 +197,7 @@ impl<'w> Gpu<'w> {
         // Correctness: the last transfer moved PE 0's / PE 1's pattern.
         let check_pe = if get { 0 } else { 1 };
         if me == check_pe {
-            let got = dst.to_vec()?;
-            let n = sizes.last().copied().unwrap_or(0);
-            if let Some(i) = (0..n).find(|&i| got[i] != data[i]) {
-                return Err(bad(format!(
-                    "{name}: byte {i} of {n} is {} instead of {}",
-                    got[i], data[i]
-                )));
-            }
+            expect_pattern(name, &dst, &data, sizes.last().copied().unwrap_or(0))?;
         }
         w.barrier_all()?;
         w.free(dst)?;
@@ -436,14 +441,12 @@ impl<'w> Gpu<'w> {
             w.barrier_all()?;
         }
         if me == 1 {
-            let got = dst.to_vec()?;
-            let n = sizes.last().copied().unwrap_or(0);
-            if let Some(i) = (0..n).find(|&i| got[i] != data[i]) {
-                return Err(bad(format!(
-                    "putmem_on_stream: byte {i} is {} instead of {}",
-                    got[i], data[i]
-                )));
-            }
+            expect_pattern(
+                "putmem_on_stream",
+                &dst,
+                &data,
+                sizes.last().copied().unwrap_or(0),
+            )?;
         }
         w.barrier_all()?;
         w.free(dst)?;

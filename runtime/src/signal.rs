@@ -13,7 +13,9 @@ use crate::types::{Bits, Cmp, RmaType, SignalOp};
 use crate::world::{Target, World};
 
 impl World {
-    fn sig_addr(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<usize> {
+    /// Checks a signal word (8-byte aligned, inside a live allocation, PE reachable by
+    /// load/store) and returns PE `pe`'s copy.
+    pub(crate) fn sig_addr(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<usize> {
         Self::sig_aligned(call, sig)?;
         self.remote(call, sig as usize, 8, pe)
     }

@@ -256,13 +256,7 @@ impl World {
     ) -> Result<()> {
         let call = "put_signal_on_stream";
         let p = self.p2p(call)?;
-        if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("signal address {sig:p} is not 8-byte aligned"),
-            ));
-        }
-        self.remote(call, sig as usize, 8, pe)?;
+        self.sig_addr(call, sig, pe)?;
         self.put_on_stream(dest, src, nelems, pe, stream)?;
         self.signal_kernel(p, call, sig, signal, op, pe, stream)
     }
@@ -279,13 +273,7 @@ impl World {
     ) -> Result<()> {
         let call = "signal_op_on_stream";
         let p = self.p2p(call)?;
-        if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("signal address {sig:p} is not 8-byte aligned"),
-            ));
-        }
-        self.remote(call, sig as usize, 8, pe)?;
+        self.sig_addr(call, sig, pe)?;
         self.signal_kernel(p, call, sig, signal, op, pe, stream)
     }
 
@@ -340,13 +328,7 @@ impl World {
     ) -> Result<()> {
         let call = "signal_wait_until_on_stream";
         let p = self.p2p(call)?;
-        if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("signal address {sig:p} is not 8-byte aligned"),
-            ));
-        }
-        self.remote(call, sig as usize, 8, self.me)?;
+        self.sig_addr(call, sig, self.me)?;
         let (m, f) = p.kernel(call, "rshmem_internal_signal_wait")?;
         let mut a = sig as u64;
         let mut c: i32 = cmp_code(cmp);
