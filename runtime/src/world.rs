@@ -315,7 +315,7 @@ impl World {
             } else {
                 0
             }),
-            reserved: [0; 7],
+            ..Default::default()
         };
         let changed = {
             let mut cur = self.dstate.lock().map_err(|_| poisoned("init"))?;

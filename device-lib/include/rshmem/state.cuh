@@ -5,7 +5,7 @@
 
 #include "rshmem/types.cuh"
 
-#define RSHMEM_DEVICE_STATE_VERSION 1u
+#define RSHMEM_DEVICE_STATE_VERSION 2u
 
 // Offsets inside every PE's slice of the GPU heap reserved for the runtime (the user heap
 // starts at heap_user_start).
@@ -37,7 +37,12 @@ typedef struct rshmem_device_state {
     uint64_t pe_local_table;   // device address of int32[n_pes]
     uint64_t timeout_ns;       // device wait timeout (globaltimer ns); 0 waits forever
     uint64_t flags;            // RSHMEM_STATE_FLAG_*
-    uint64_t reserved[7];
+    uint64_t proxy_fifo;       // host-mapped request ring of the proxy (0: no proxy)
+    uint64_t proxy_ctrl;       // host-mapped proxy control block (counters)
+    uint64_t proxy_slots;      // requests in the ring (a power of two; 0: no proxy)
+    uint64_t team_table;       // device address of the team descriptors (0: none yet)
+    uint64_t team_count;       // descriptors in the table
+    uint64_t reserved[2];
 } rshmem_device_state;
 
 static_assert(sizeof(rshmem_device_state) == 136, "rshmem_device_state size");
@@ -50,7 +55,12 @@ static_assert(offsetof(rshmem_device_state, heap_mapped) == 48, "heap_mapped off
 static_assert(offsetof(rshmem_device_state, pe_local_table) == 56, "pe_local_table offset");
 static_assert(offsetof(rshmem_device_state, timeout_ns) == 64, "timeout_ns offset");
 static_assert(offsetof(rshmem_device_state, flags) == 72, "flags offset");
-static_assert(offsetof(rshmem_device_state, reserved) == 80, "reserved offset");
+static_assert(offsetof(rshmem_device_state, proxy_fifo) == 80, "proxy_fifo offset");
+static_assert(offsetof(rshmem_device_state, proxy_ctrl) == 88, "proxy_ctrl offset");
+static_assert(offsetof(rshmem_device_state, proxy_slots) == 96, "proxy_slots offset");
+static_assert(offsetof(rshmem_device_state, team_table) == 104, "team_table offset");
+static_assert(offsetof(rshmem_device_state, team_count) == 112, "team_count offset");
+static_assert(offsetof(rshmem_device_state, reserved) == 120, "reserved offset");
 
 // One copy per module (header-only, no -rdc needed); filled in by the host runtime before any
 // kernel of the module runs. The name is not mangled (global namespace variable).

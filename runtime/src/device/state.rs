@@ -5,7 +5,7 @@
 //! build.
 
 /// Layout version; bump on any change (the header's `RSHMEM_DEVICE_STATE_VERSION`).
-pub const DEVICE_STATE_VERSION: u32 = 1;
+pub const DEVICE_STATE_VERSION: u32 = 2;
 
 /// Offsets inside every PE's slice of the GPU heap that belong to the runtime.
 pub mod internal {
@@ -57,8 +57,18 @@ pub struct DeviceState {
     pub timeout_ns: u64,
     /// `FLAG_*` bits.
     pub flags: u64,
+    /// Host-mapped request ring of the proxy (0: no proxy).
+    pub proxy_fifo: u64,
+    /// Host-mapped proxy control block (counters).
+    pub proxy_ctrl: u64,
+    /// Requests in the ring (a power of two; 0: no proxy).
+    pub proxy_slots: u64,
+    /// Device address of the team descriptors (0: none yet).
+    pub team_table: u64,
+    /// Descriptors in the team table.
+    pub team_count: u64,
     /// Room for growth without changing the size.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 2],
 }
 
 const _: () = {
@@ -73,7 +83,12 @@ const _: () = {
     assert!(offset_of!(DeviceState, pe_local_table) == 56);
     assert!(offset_of!(DeviceState, timeout_ns) == 64);
     assert!(offset_of!(DeviceState, flags) == 72);
-    assert!(offset_of!(DeviceState, reserved) == 80);
+    assert!(offset_of!(DeviceState, proxy_fifo) == 80);
+    assert!(offset_of!(DeviceState, proxy_ctrl) == 88);
+    assert!(offset_of!(DeviceState, proxy_slots) == 96);
+    assert!(offset_of!(DeviceState, team_table) == 104);
+    assert!(offset_of!(DeviceState, team_count) == 112);
+    assert!(offset_of!(DeviceState, reserved) == 120);
     assert!(internal::BARRIER_FLAGS + 8 * internal::MAX_LOCAL_PES <= internal::PE_TABLE);
 };
 
