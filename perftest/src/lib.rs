@@ -11,6 +11,7 @@
 //! operations timed as one block with [`Instant`], and the reported value is the median over
 //! the reps (the table also shows the best and worst rep).
 
+pub mod coll;
 pub mod gpu;
 pub mod rma;
 
@@ -35,6 +36,8 @@ const BW_MIN_ITERS: usize = 4;
 const BW_MAX_ITERS: usize = 20_000;
 /// Largest size accepted on the command line.
 const MAX_SIZE: usize = 1 << 30;
+/// Default largest size of a [`Kind::Collective`] sweep (bytes per PE).
+const COLL_MAX: usize = 16 << 20;
 
 /// What a program measures, which decides the defaults and the options that apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +46,9 @@ pub enum Kind {
     Latency,
     /// Many operations in flight, then a quiet, over a range of sizes; the value is GB/s.
     Bandwidth,
+    /// A collective over all PEs over a range of sizes (default up to 16 MiB per PE); every PE
+    /// times its own calls and the value is the mean over the PEs, in microseconds per call.
+    Collective,
     /// No size sweep (one row per operation or type); `iters` is the default count per rep.
     Fixed {
         /// Default operations per rep.
@@ -91,6 +97,8 @@ pub struct Options {
     pub window: Option<usize>,
     /// Print one JSON object per row instead of the table.
     pub json: bool,
+    /// Rows to run in programs with an op column that honour it (`--ops`; empty: all).
+    pub ops: Vec<String>,
 }
 
 impl Default for Options {
@@ -104,6 +112,7 @@ impl Default for Options {
             reps: 5,
             window: None,
             json: false,
+            ops: Vec::new(),
         }
     }
 }
@@ -127,6 +136,11 @@ impl Counts {
 }
 
 impl Options {
+    /// True if the row labelled `op` is selected by `--ops` (every row when it is not given).
+    pub fn ops_selected(&self, op: Option<&str>) -> bool {
+        self.ops.is_empty() || op.is_some_and(|o| self.ops.iter().any(|x| x == o))
+    }
+
     /// The sizes of the sweep, `min` up to `max` inclusive.
     pub fn sizes(&self) -> Vec<usize> {
         let f = match self.step {
@@ -626,7 +640,12 @@ fn usage(spec: &Spec) -> String {
     );
     let _ = writeln!(
         s,
-        "  --max SIZE       largest message size (default 4M){ignored}"
+        "  --max SIZE       largest message size (default {}){ignored}",
+        if spec.kind == Kind::Collective {
+            "16M"
+        } else {
+            "4M"
+        }
     );
     let _ = writeln!(
         s,
@@ -641,6 +660,11 @@ fn usage(spec: &Spec) -> String {
         " [bandwidth only: ignored]"
     };
     let _ = writeln!(s, "  --window N       operations in flight per iteration (default 64, fewer above 2M){ignored}");
+    if spec.kind == Kind::Collective {
+        s.push_str(
+            "  --ops A,B        only these rows of the op column (reduction_latency: int-sum, ...)\n",
+        );
+    }
     s.push_str("  --json           one JSON object per row instead of the table\n");
     s.push_str("  -h, --help       this text\n");
     s
@@ -668,6 +692,9 @@ fn parse_args(
     args: impl Iterator<Item = String>,
 ) -> std::result::Result<Parsed, String> {
     let mut o = Options::default();
+    if spec.kind == Kind::Collective {
+        o.max = COLL_MAX;
+    }
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -687,6 +714,13 @@ fn parse_args(
         match flag.as_str() {
             "-h" | "--help" => return Ok(Parsed::Help(usage(spec))),
             "--json" => o.json = true,
+            "--ops" => {
+                o.ops = value(&flag)?
+                    .split(',')
+                    .map(|x| x.trim().to_string())
+                    .filter(|x| !x.is_empty())
+                    .collect();
+            }
             "--min" | "--max" => {
                 let v = value(&flag)?;
                 let n = parse_size(&v)
@@ -896,6 +930,18 @@ mod tests {
             8
         );
         assert_eq!(parse(Kind::Latency, &["-h"]), Err("help".into()));
+    }
+
+    #[test]
+    fn collective_options() {
+        let o = parse(Kind::Collective, &[]).unwrap();
+        assert_eq!((o.min, o.max), (8, 16 << 20));
+        assert!(o.ops_selected(Some("int-sum")) && o.ops_selected(None));
+        let o = parse(Kind::Collective, &["--ops", "int-sum,float-sum"]).unwrap();
+        assert_eq!(o.ops, vec!["int-sum".to_string(), "float-sum".to_string()]);
+        assert!(o.ops_selected(Some("float-sum")));
+        assert!(!o.ops_selected(Some("int-max")) && !o.ops_selected(None));
+        assert_eq!(parse(Kind::Latency, &[]).unwrap().max, 4 << 20);
     }
 
     #[test]

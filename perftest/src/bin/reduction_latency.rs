@@ -1,0 +1,23 @@
+//! `reduction_latency`: reduce (element-wise, every PE gets the result) of SIZE bytes, per type and operator, back to back on all PEs; value = mean over PEs of the time per call.
+//!
+//! Rows (op column, NVSHMEM's labels): int-sum, int-max, int-and, long-sum, float-sum,
+//! float-min, double-sum; `--ops int-sum,float-sum` runs only those. Every size is checked
+//! once against a reduction computed here before it is timed (see `rshmem_perftest::coll`).
+//!
+//! Run: `target/release/rshmemrun -n 4 --bind-to core target/release/reduction_latency [--ops float-sum] [--max 16M] [--json]`
+
+use std::process::ExitCode;
+
+use rshmem_perftest::coll::{run_reductions, Coll};
+use rshmem_perftest::{run, Kind, Spec};
+
+const SPEC: Spec = Spec {
+    name: "reduction_latency",
+    about: "reduce (element-wise, every PE gets the result) of SIZE bytes, per type and operator, back to back on all PEs; value = mean over PEs of the time per call",
+    kind: Kind::Collective,
+    min_pes: 1,
+};
+
+fn main() -> ExitCode {
+    run(SPEC, |b| run_reductions(b, Coll::Reduce))
+}
