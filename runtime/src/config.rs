@@ -77,6 +77,24 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Address the TCP transport (PEs on other hosts) listens on and advertises to the other PEs.",
     },
     EnvVar {
+        name: "RSHMEM_REMOTE_TRANSPORT",
+        kind: "auto | tcp | verbs",
+        default: "auto",
+        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), or auto: verbs between two PEs that both opened an RDMA device, TCP otherwise. All PEs must agree.",
+    },
+    EnvVar {
+        name: "RSHMEM_IB_DEVICE",
+        kind: "name[:port]",
+        default: "the first device with an active port",
+        help: "RDMA device (as listed by ibv_devices) and port the verbs transport uses.",
+    },
+    EnvVar {
+        name: "RSHMEM_IB_GID_INDEX",
+        kind: "integer",
+        default: "a RoCE v2 GID of the port if any, else 0",
+        help: "GID table index the verbs transport addresses this port by (matters on RoCE; see show_gids).",
+    },
+    EnvVar {
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
@@ -112,6 +130,12 @@ pub struct Config {
     pub disable_p2p: bool,
     /// Address of the TCP transport.
     pub tcp_addr: Option<String>,
+    /// Transport to PEs on other hosts.
+    pub remote_transport: crate::transport::select::RemoteChoice,
+    /// RDMA device name and optional port for the verbs transport.
+    pub ib_device: Option<(String, Option<u8>)>,
+    /// GID index for the verbs transport.
+    pub ib_gid_index: Option<u32>,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -138,6 +162,9 @@ impl Default for Config {
             device_checks: cfg!(debug_assertions),
             disable_p2p: false,
             tcp_addr: None,
+            remote_transport: crate::transport::select::RemoteChoice::Auto,
+            ib_device: None,
+            ib_gid_index: None,
         }
     }
 }
@@ -200,6 +227,33 @@ impl Config {
                 return Err(bad("RSHMEM_TCP_ADDR", &v, "expected an IP address"));
             }
             c.tcp_addr = Some(v.trim().to_string());
+        }
+        if let Some(v) = get("RSHMEM_REMOTE_TRANSPORT") {
+            c.remote_transport = crate::transport::select::RemoteChoice::parse(&v)
+                .ok_or_else(|| bad("RSHMEM_REMOTE_TRANSPORT", &v, "expected auto, tcp or verbs"))?;
+        }
+        if let Some(v) = get("RSHMEM_IB_DEVICE").filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            c.ib_device = Some(match v.split_once(':') {
+                Some((name, port)) => {
+                    let port: u8 = port.parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+                        bad(
+                            "RSHMEM_IB_DEVICE",
+                            v,
+                            "expected name or name:port with a port from 1",
+                        )
+                    })?;
+                    (name.to_string(), Some(port))
+                }
+                None => (v.to_string(), None),
+            });
+        }
+        if let Some(v) = get("RSHMEM_IB_GID_INDEX").filter(|v| !v.trim().is_empty()) {
+            c.ib_gid_index = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("RSHMEM_IB_GID_INDEX", &v, "expected a GID table index"))?,
+            );
         }
         if let Some(v) = get("RSHMEM_NODE_ID") {
             if v.is_empty() {
@@ -280,6 +334,24 @@ mod tests {
         assert_eq!(c.heap_limit, 1 << 30);
         let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "0")])).unwrap();
         assert_eq!(c.timeout, None);
+        use crate::transport::select::RemoteChoice;
+        assert_eq!(c.remote_transport, RemoteChoice::Auto);
+        let c = Config::from_lookup(&lookup(&[
+            ("RSHMEM_REMOTE_TRANSPORT", "Verbs"),
+            ("RSHMEM_IB_DEVICE", "mlx5_1:2"),
+            ("RSHMEM_IB_GID_INDEX", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(c.remote_transport, RemoteChoice::Verbs);
+        assert_eq!(c.ib_device, Some(("mlx5_1".to_string(), Some(2))));
+        assert_eq!(c.ib_gid_index, Some(3));
+        let c = Config::from_lookup(&lookup(&[
+            ("RSHMEM_REMOTE_TRANSPORT", "tcp"),
+            ("RSHMEM_IB_DEVICE", "rxe0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.remote_transport, RemoteChoice::Tcp);
+        assert_eq!(c.ib_device, Some(("rxe0".to_string(), None)));
     }
 
     #[test]
@@ -293,6 +365,10 @@ mod tests {
             ("RSHMEM_DEVICE", "first"),
             ("RSHMEM_DISABLE_P2P", "sometimes"),
             ("RSHMEM_TCP_ADDR", "eth0"),
+            ("RSHMEM_REMOTE_TRANSPORT", "carrier-pigeon"),
+            ("RSHMEM_IB_DEVICE", "mlx5_0:x"),
+            ("RSHMEM_IB_DEVICE", "mlx5_0:0"),
+            ("RSHMEM_IB_GID_INDEX", "roce"),
         ] {
             let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
             let msg = err.to_string();

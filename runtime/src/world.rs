@@ -17,8 +17,10 @@ use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::{Backing, Heap, INTERNAL_SIZE};
 use crate::node::{host_identity, Liveness, Node};
+use crate::transport::remote::Remotes;
+use crate::transport::select::Via;
 use crate::transport::tcp::{self, HeapId, Net, Region};
-use crate::transport::{p2p::P2p, AmoOp, Transport};
+use crate::transport::{p2p::P2p, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
@@ -101,6 +103,9 @@ pub struct World {
     /// The TCP transport to PEs on other nodes (None when every PE shares this host's memory).
     /// Declared before the heaps: its service threads stop before the heaps are unmapped.
     pub(crate) net: Option<Net>,
+    /// How each PE is reached, and the verbs transport when some PE uses it. Declared before
+    /// the heaps: memory regions are deregistered before the heaps are unmapped.
+    pub(crate) remotes: Remotes,
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
     /// The user's symmetric heap (host or GPU memory).
@@ -201,7 +206,8 @@ impl World {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
             None => Transport::Shm,
         };
-        let net = if node.len() != n {
+        let mut remotes = Remotes::plan(boot.as_ref(), &cfg, &node.local_of)?;
+        let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
                 Region {
@@ -219,7 +225,7 @@ impl World {
             ];
             Some(Net::establish(
                 boot.as_ref(),
-                &node.local_of,
+                &remotes.tcp_mask(&node.local_of),
                 &node.token,
                 addr,
                 cfg.tcp_addr.is_none(),
@@ -230,12 +236,14 @@ impl World {
         } else {
             None
         };
+        remotes.connect(boot.as_ref(), &cfg, &live, &heap, &ctrl)?;
         node.start_monitor(live.clone())?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
         let world = World {
             me,
             n,
             net,
+            remotes,
             boot,
             node,
             heap,
@@ -285,8 +293,11 @@ impl World {
     }
 
     /// Recomputes the device state (after init and heap growth) and installs it in every live
-    /// module.
+    /// module. After heap growth (collectively, every PE grows in the same call) it first
+    /// registers the new chunk with the remote transports that need it (verbs).
     pub(crate) fn refresh_device_state(&self) -> Result<()> {
+        self.remotes
+            .heap_grown("malloc", self.boot.as_ref(), &self.heap)?;
         if self.gpu.is_none() {
             return Ok(());
         }
@@ -383,6 +394,20 @@ impl World {
         self.target("addr_accessible", addr as usize, 0, pe).is_ok()
     }
 
+    /// **Local.** Which transport serves PE `pe` from this PE and its capability bits:
+    /// `shm`/`p2p` (load/store) for this PE and the PEs of its host, `tcp` or `verbs` for the
+    /// others (see `RSHMEM_REMOTE_TRANSPORT`). `None` when `pe` is out of range.
+    pub fn transport(&self, pe: usize) -> Option<crate::transport::TransportInfo> {
+        let info = |name, caps| Some(crate::transport::TransportInfo { name, caps });
+        match self.node.local_of.get(pe)? {
+            Some(_) => info(self.xport.name(), self.xport.caps()),
+            None => {
+                let r = self.remote_xport("transport", pe).ok()?;
+                info(r.name(), r.caps())
+            }
+        }
+    }
+
     /// **Local.** True if `pe` exists and this PE can communicate with it. Like
     /// `shmem_pe_accessible`.
     pub fn pe_accessible(&self, pe: usize) -> bool {
@@ -456,7 +481,7 @@ impl World {
     pub(crate) fn check_pe(&self, call: &'static str, pe: usize) -> Result<()> {
         match self.node.local_of.get(pe) {
             Some(Some(_)) => Ok(()),
-            Some(None) if self.net.is_some() => Ok(()),
+            Some(None) if self.remotes.via(pe) != Via::Local => Ok(()),
             _ => self.local_index(call, pe).map(drop),
         }
     }
@@ -500,6 +525,15 @@ impl World {
         })
     }
 
+    /// The remote transport that serves PE `pe` (a PE of another host).
+    #[cold]
+    pub(crate) fn remote_xport(&self, call: &'static str, pe: usize) -> Result<RemoteRef<'_>> {
+        match self.remotes.via(pe) {
+            Via::Tcp => self.net(call).map(RemoteRef::Tcp),
+            _ => self.remotes.get(call, pe),
+        }
+    }
+
     /// Copies `n` bytes from local memory `src` to the checked target.
     #[inline]
     pub(crate) fn put_to(
@@ -524,7 +558,12 @@ impl World {
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        self.net(call)?.put(call, pe, HeapId::User, off, src, n)
+        let at = RemoteAddr {
+            pe,
+            heap: HeapId::User,
+            off,
+        };
+        self.remote_xport(call, pe)?.put(call, at, src, n)
     }
 
     /// Copies `n` bytes from the checked target into local memory `dst`.
@@ -551,7 +590,12 @@ impl World {
         off: usize,
         n: usize,
     ) -> Result<()> {
-        self.net(call)?.get(call, pe, HeapId::User, off, dst, n)
+        let at = RemoteAddr {
+            pe,
+            heap: HeapId::User,
+            off,
+        };
+        self.remote_xport(call, pe)?.get(call, dst, at, n)
     }
 
     /// Applies `op` to the checked, aligned word of `size` bytes; returns the old value.
@@ -583,8 +627,13 @@ impl World {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        self.net(call)?
-            .amo(call, pe, HeapId::User, op, off, size, value, cond)
+        let at = RemoteAddr {
+            pe,
+            heap: HeapId::User,
+            off,
+        };
+        self.remote_xport(call, pe)?
+            .amo(call, op, at, size, value, cond)
     }
 
     /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.
@@ -603,7 +652,14 @@ impl World {
                 unsafe { u64::store(a, v, Ordering::Release) };
                 Ok(())
             }
-            Some(None) => self.net(call)?.store(call, pe, HeapId::Ctrl, off, v),
+            Some(None) => {
+                let at = RemoteAddr {
+                    pe,
+                    heap: HeapId::Ctrl,
+                    off,
+                };
+                self.remote_xport(call, pe)?.store(call, at, v)
+            }
             None => Err(self.bad_pe(call, pe)),
         }
     }
@@ -616,9 +672,15 @@ impl World {
                 // SAFETY: as in `ctrl_store`.
                 Ok(unsafe { u64::load(a, Ordering::Acquire) })
             }
-            Some(None) => self
-                .net(call)?
-                .amo(call, pe, HeapId::Ctrl, AmoOp::Fetch, off, 8, 0, 0),
+            Some(None) => {
+                let at = RemoteAddr {
+                    pe,
+                    heap: HeapId::Ctrl,
+                    off,
+                };
+                self.remote_xport(call, pe)?
+                    .amo(call, AmoOp::Fetch, at, 8, 0, 0)
+            }
             None => Err(self.bad_pe(call, pe)),
         }
     }
@@ -627,19 +689,16 @@ impl World {
     #[inline]
     pub(crate) fn quiet_all(&self, call: &'static str) -> Result<()> {
         self.xport.quiet(call)?;
-        match &self.net {
-            Some(net) => net.quiet(call),
-            None => Ok(()),
-        }
+        self.quiet_net(call)
     }
 
     /// Completes the puts sent over TCP (nothing without remote PEs): before the barrier of a
     /// heap call, so that no put lands in memory the target frees or zeroes afterwards.
     pub(crate) fn quiet_net(&self, call: &'static str) -> Result<()> {
-        match &self.net {
-            Some(net) => net.quiet(call),
-            None => Ok(()),
+        if let Some(net) = &self.net {
+            net.quiet(call)?;
         }
+        self.remotes.quiet(call)
     }
 }
 
@@ -648,7 +707,7 @@ impl World {
 pub(crate) enum Target {
     /// Reachable by load/store (or the GPU copy engine) at this address.
     Local(usize),
-    /// On a PE reached over TCP, at this offset of its user heap.
+    /// On a PE of another host (reached over TCP or verbs), at this offset of its user heap.
     Remote {
         /// The PE.
         pe: usize,

@@ -21,6 +21,8 @@
 //! * `heap` — malloc family semantics, heap growth, symmetric offsets, out of memory (run with
 //!   `RSHMEM_HEAP_INITIAL=4M RSHMEM_HEAP_LIMIT=256M`).
 //! * `heap-huge` — allocation requests near `usize::MAX` must fail cleanly.
+//! * `transports [tcp|verbs]` — `World::transport` names the transport and capability bits of
+//!   every PE (load/store on this host, the given remote transport for the others).
 //! * `errors` — bad arguments give the right error and write nothing.
 //! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
 //! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
@@ -57,6 +59,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap", false),
     ("heap-huge", false),
     ("tcp-big", false),
+    ("transports", false),
     ("errors", false),
     ("symmetry", false),
     ("stream", false),
@@ -79,6 +82,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "heap" => heap::run,
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
+        "transports" => transports::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),

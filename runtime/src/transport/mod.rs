@@ -1,21 +1,120 @@
 //! Transports: how bytes reach a PE's copy of a symmetric object.
 //!
+//! Every transport implements [`TransportOps`]: it says what it can do in [`Caps`] bits and offers
+//! the same operations (memory registration, put, get, atomics, fence, quiet, progress) on the
+//! addresses it understands ([`TransportOps::Addr`]). Connecting is collective and happens when a
+//! transport is built at init: the local ones share the heap's chunks as the heap maps them, TCP
+//! connects in `tcp::Net::establish`, verbs in `remote::Remotes::connect` (queue pairs, keys).
+//!
 //! * [`shm`] — CPU load/store into memory shared by the host's processes (host heap).
 //! * [`p2p`] — GPU heap: the copy engine (`cuMemcpy*Async` on rshmem's stream) for host-issued
 //!   puts and gets to any GPU of the host, and small kernels for host-issued atomics.
-//!
 //! * [`tcp`] — PEs that share no memory with this one (other hosts, or every other PE under
-//!   `RSHMEM_DISABLE_P2P=1`): requests applied by a service thread on the target (CPU backend).
+//!   `RSHMEM_DISABLE_P2P=1`): requests applied by a service thread on the target.
+//! * `verbs` (cargo feature `verbs`) — InfiniBand/RoCE RC queue pairs to PEs on other hosts.
+//!
+//! The two local transports take load/store addresses (the heap is mapped in this process);
+//! the remote ones take a [`RemoteAddr`] (PE, heap, offset). Each PE pair is served by the best
+//! transport that reaches it: [`Transport`] (the transport of this host's heap) for the PEs of this
+//! host, and the remote transport chosen by [`select::plan`] for the others. Dispatch is static
+//! (enums with `#[inline]` matches), so a put to a PE of this host costs what a `memcpy` does.
 //!
 //! The host API ([`crate::World`]) checks arguments and translates addresses into a
-//! [`crate::world::Target`]: a load/store address handled by the transport of the heap, or a
-//! (PE, offset) handled by [`tcp::Net`].
+//! [`crate::world::Target`]: a load/store address handled by [`Transport`], or a (PE, offset)
+//! handled by a remote transport.
 
 pub mod p2p;
+pub(crate) mod remote;
+pub mod select;
 pub mod shm;
 pub mod tcp;
+pub mod verbs;
+
+use rshmem_bootstrap::Bootstrap;
 
 use crate::error::Result;
+
+pub use tcp::HeapId;
+
+/// What a transport can do, as bits (like NVSHMEM's transport capability flags).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Caps(u32);
+
+impl Caps {
+    /// No capability.
+    pub const NONE: Caps = Caps(0);
+    /// The target's heap is mapped in this process: `World::ptr` gives an address that loads and
+    /// stores reach (from the CPU for host heaps, from kernels for GPU heaps).
+    pub const LOAD_STORE: Caps = Caps(1);
+    /// One-sided put and get.
+    pub const RMA: Caps = Caps(1 << 1);
+    /// One-sided atomics on 4- and 8-byte words, atomic with respect to the target's own atomics
+    /// on the same word.
+    pub const AMO: Caps = Caps(1 << 2);
+    /// Operations to one PE are applied in the order they were issued (so `fence` costs nothing
+    /// and the data of `put_signal` lands before its signal without extra work).
+    pub const ORDERED: Caps = Caps(1 << 3);
+
+    const NAMES: [(Caps, &'static str); 4] = [
+        (Caps::LOAD_STORE, "load_store"),
+        (Caps::RMA, "rma"),
+        (Caps::AMO, "amo"),
+        (Caps::ORDERED, "ordered"),
+    ];
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// True if every bit of `other` is set in `self`.
+    pub const fn contains(self, other: Caps) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The bits of both.
+    pub const fn union(self, other: Caps) -> Caps {
+        Caps(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOr for Caps {
+    type Output = Caps;
+    fn bitor(self, rhs: Caps) -> Caps {
+        self.union(rhs)
+    }
+}
+
+impl std::fmt::Debug for Caps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Caps({self})")
+    }
+}
+
+impl std::fmt::Display for Caps {
+    /// The names of the set bits joined by `|` (`none` when empty).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = Self::NAMES
+            .iter()
+            .filter(|(c, _)| self.contains(*c))
+            .map(|(_, n)| *n)
+            .collect();
+        if names.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&names.join("|"))
+        }
+    }
+}
+
+/// Which transport serves a PE, and what it can do (see [`crate::World::transport`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportInfo {
+    /// `shm`, `p2p`, `tcp` or `verbs`.
+    pub name: &'static str,
+    /// Its capability bits.
+    pub caps: Caps,
+}
 
 /// An atomic operation on a 4- or 8-byte word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +138,124 @@ pub enum AmoOp {
     FetchXor = 7,
 }
 
-/// The transport of a heap.
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+impl AmoOp {
+    /// The new value of a word holding `old` after the operation (for transports that build
+    /// atomics out of compare-and-swap; `CompareSwap` only applies when `old == cond`).
+    pub fn apply(self, old: u64, value: u64, cond: u64) -> u64 {
+        match self {
+            AmoOp::Fetch => old,
+            AmoOp::Set | AmoOp::Swap => value,
+            AmoOp::CompareSwap => {
+                if old == cond {
+                    value
+                } else {
+                    old
+                }
+            }
+            AmoOp::FetchAdd => old.wrapping_add(value),
+            AmoOp::FetchAnd => old & value,
+            AmoOp::FetchOr => old | value,
+            AmoOp::FetchXor => old ^ value,
+        }
+    }
+}
+
+/// A symmetric location on a PE reached by a remote transport: the same offset names the same
+/// object on every PE because allocation is deterministic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteAddr {
+    /// The target PE.
+    pub pe: usize,
+    /// Which of its heaps.
+    pub heap: HeapId,
+    /// Offset from the start of that heap (this PE's slice of it).
+    pub off: usize,
+}
+
+/// A range of a heap that became accessible (at init, or when the heap grew), for
+/// [`TransportOps::register`].
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+pub struct Chunk {
+    /// Which heap.
+    pub heap: HeapId,
+    /// This PE's address of offset 0 of the heap.
+    pub base: usize,
+    /// First offset of the new range.
+    pub start: usize,
+    /// Length of the new range in bytes.
+    pub len: usize,
+    /// The GPU the memory belongs to (None for host memory).
+    pub gpu: Option<std::sync::Arc<crate::cuda::Gpu>>,
+}
+
+/// The operations every transport offers. Arguments are checked by the caller (`World`): the
+/// ranges lie inside live allocations of mapped heaps, words are aligned, local buffers are live
+/// for the length given.
+// `register`, `fence` and `progress` are part of every transport's interface; `World` does not
+// call them on every build yet (fence is free on all of them today).
+#[allow(dead_code)]
+pub trait TransportOps {
+    /// How this transport names a target: a load/store address, or a [`RemoteAddr`].
+    type Addr: Copy;
+
+    /// A short name (`shm`, `p2p`, `tcp`, `verbs`) for logs and errors.
+    fn name(&self) -> &'static str;
+
+    /// What this transport can do.
+    fn caps(&self) -> Caps;
+
+    /// **Collective over all PEs** when the transport needs it (verbs: every PE registers its
+    /// chunk and the keys are exchanged). Makes `chunk` reachable through this transport. The
+    /// default does nothing (shm and p2p share chunks when the heap maps them; TCP checks
+    /// requests against the mapped size).
+    fn register(&self, call: &'static str, boot: &dyn Bootstrap, chunk: &Chunk) -> Result<()> {
+        let _ = (call, boot, chunk);
+        Ok(())
+    }
+
+    /// Copies `n` bytes from local memory `src` to `dst`; `src` may be reused on return.
+    fn put(&self, call: &'static str, dst: Self::Addr, src: *const u8, n: usize) -> Result<()>;
+
+    /// Copies `n` bytes from `src` into local memory `dst`, complete on return.
+    fn get(&self, call: &'static str, dst: *mut u8, src: Self::Addr, n: usize) -> Result<()>;
+
+    /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `at`; returns the old value.
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: Self::Addr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64>;
+
+    /// Stores the 8-byte `value` at the aligned word `at` with release semantics: it lands after
+    /// every put issued before it to the same PE. Not acknowledged (use `quiet` to complete it).
+    /// The default is an atomic set.
+    fn store(&self, call: &'static str, at: Self::Addr, value: u64) -> Result<()> {
+        self.amo(call, AmoOp::Set, at, 8, value, 0).map(drop)
+    }
+
+    /// Orders the puts and atomics issued before it to each PE before those issued after it.
+    fn fence(&self, call: &'static str) -> Result<()>;
+
+    /// Completes every operation this PE issued through this transport.
+    fn quiet(&self, call: &'static str) -> Result<()>;
+
+    /// Advances outstanding work without blocking (reaps completions). The default does nothing.
+    fn progress(&self, call: &'static str) -> Result<()> {
+        let _ = call;
+        Ok(())
+    }
+}
+
+/// The transport of this host's heap: load/store addresses of PEs that share this host.
 #[derive(Debug)]
 pub enum Transport {
-    /// Host shared memory.
+    /// Host shared memory ([`shm::Shm`]).
     Shm,
     /// GPU memory over NVLink/PCIe.
     P2p(p2p::P2p),
@@ -53,33 +266,26 @@ impl Transport {
     #[inline]
     pub fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
         match self {
-            // SAFETY: the caller checked `dst..dst+n` against a live allocation of a mapped heap
-            // and `src` is a live slice of n bytes.
-            Transport::Shm => unsafe { shm::put(dst, src, n) },
+            Transport::Shm => shm::Shm.put(call, dst, src, n),
             Transport::P2p(p) => p.put(call, dst, src, n),
         }
-        .map(|_| ())
     }
 
     /// Copies `n` bytes from the (translated, checked) address `src` into local host memory.
     #[inline]
     pub fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
         match self {
-            // SAFETY: as in `put`, for the source; `dst` is a live exclusive slice of n bytes.
-            Transport::Shm => unsafe { shm::get(dst, src, n) },
+            Transport::Shm => shm::Shm.get(call, dst, src, n),
             Transport::P2p(p) => p.get(call, dst, src, n),
         }
-        .map(|_| ())
     }
 
     /// Copies `n` bytes between two (translated, checked) heap addresses.
     pub fn copy(&self, call: &'static str, dst: usize, src: usize, n: usize) -> Result<()> {
         match self {
-            // SAFETY: both ranges were checked against live allocations of a mapped heap.
-            Transport::Shm => unsafe { shm::put(dst, src as *const u8, n) },
+            Transport::Shm => shm::Shm.put(call, dst, src as *const u8, n),
             Transport::P2p(p) => p.copy(call, dst, src, n),
         }
-        .map(|_| ())
     }
 
     /// Sets `n` bytes at a (translated, checked) heap address to zero.
@@ -106,9 +312,8 @@ impl Transport {
         cond: u64,
     ) -> Result<u64> {
         match self {
-            // SAFETY: the caller checked alignment and that the word is in a live allocation.
-            Transport::Shm => Ok(unsafe { shm::amo(op, addr, size, value, cond) }),
-            Transport::P2p(p) => p.amo(call, op, addr, size, value, cond),
+            Transport::Shm => shm::Shm.amo(call, op, addr, size, value, cond),
+            Transport::P2p(p) => TransportOps::amo(p, call, op, addr, size, value, cond),
         }
     }
 
@@ -131,5 +336,238 @@ impl Transport {
             Transport::Shm => Ok(()),
             Transport::P2p(p) => p.quiet(call),
         }
+    }
+}
+
+impl TransportOps for Transport {
+    type Addr = usize;
+
+    fn name(&self) -> &'static str {
+        match self {
+            Transport::Shm => shm::Shm.name(),
+            Transport::P2p(p) => p.name(),
+        }
+    }
+
+    fn caps(&self) -> Caps {
+        match self {
+            Transport::Shm => shm::Shm.caps(),
+            Transport::P2p(p) => p.caps(),
+        }
+    }
+
+    #[inline]
+    fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
+        Transport::put(self, call, dst, src, n)
+    }
+
+    #[inline]
+    fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
+        Transport::get(self, call, dst, src, n)
+    }
+
+    #[inline]
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        Transport::amo(self, call, op, at, size, value, cond)
+    }
+
+    fn fence(&self, call: &'static str) -> Result<()> {
+        match self {
+            Transport::Shm => shm::Shm.fence(call),
+            Transport::P2p(p) => p.fence(call),
+        }
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        Transport::quiet(self, call)
+    }
+}
+
+/// A remote transport serving some PE: static dispatch over the built-in ones.
+#[derive(Clone, Copy)]
+pub enum RemoteRef<'a> {
+    /// The TCP transport.
+    Tcp(&'a tcp::Net),
+    /// The verbs transport.
+    #[cfg(feature = "verbs")]
+    Verbs(&'a verbs::Verbs),
+}
+
+macro_rules! remote_dispatch {
+    ($self:ident, $t:ident => $e:expr) => {
+        match $self {
+            RemoteRef::Tcp($t) => $e,
+            #[cfg(feature = "verbs")]
+            RemoteRef::Verbs($t) => $e,
+        }
+    };
+}
+
+impl TransportOps for RemoteRef<'_> {
+    type Addr = RemoteAddr;
+
+    fn name(&self) -> &'static str {
+        remote_dispatch!(self, t => TransportOps::name(*t))
+    }
+
+    fn caps(&self) -> Caps {
+        remote_dispatch!(self, t => TransportOps::caps(*t))
+    }
+
+    fn register(&self, call: &'static str, boot: &dyn Bootstrap, chunk: &Chunk) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::register(*t, call, boot, chunk))
+    }
+
+    fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::put(*t, call, dst, src, n))
+    }
+
+    fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::get(*t, call, dst, src, n))
+    }
+
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        remote_dispatch!(self, t => TransportOps::amo(*t, call, op, at, size, value, cond))
+    }
+
+    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::store(*t, call, at, value))
+    }
+
+    fn fence(&self, call: &'static str) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::fence(*t, call))
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::quiet(*t, call))
+    }
+
+    fn progress(&self, call: &'static str) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::progress(*t, call))
+    }
+}
+
+/// What the TCP transport can do.
+pub const TCP_CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
+
+/// The TCP transport as a [`TransportOps`]: requests applied in order by the target's service
+/// thread, so it is ordered; atomics use the target's CPU atomics.
+impl TransportOps for tcp::Net {
+    type Addr = RemoteAddr;
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn caps(&self) -> Caps {
+        TCP_CAPS
+    }
+
+    fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
+        tcp::Net::put(self, call, dst.pe, dst.heap, dst.off, src, n)
+    }
+
+    fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
+        tcp::Net::get(self, call, src.pe, src.heap, src.off, dst, n)
+    }
+
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        tcp::Net::amo(self, call, at.pe, at.heap, op, at.off, size, value, cond)
+    }
+
+    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        tcp::Net::store(self, call, at.pe, at.heap, at.off, value)
+    }
+
+    fn fence(&self, _call: &'static str) -> Result<()> {
+        // One connection per peer, applied in arrival order.
+        Ok(())
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        tcp::Net::quiet(self, call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_bits_are_distinct_and_named() {
+        let all = [Caps::LOAD_STORE, Caps::RMA, Caps::AMO, Caps::ORDERED];
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(a.bits().count_ones(), 1, "{a} is one bit");
+            for b in &all[i + 1..] {
+                assert_eq!(a.bits() & b.bits(), 0, "{a} and {b} overlap");
+            }
+        }
+        let c = Caps::RMA | Caps::ORDERED;
+        assert!(c.contains(Caps::RMA) && c.contains(Caps::ORDERED));
+        assert!(!c.contains(Caps::AMO) && !c.contains(Caps::LOAD_STORE));
+        assert!(c.contains(Caps::NONE));
+        assert_eq!(c.to_string(), "rma|ordered");
+        assert_eq!(Caps::NONE.to_string(), "none");
+        assert_eq!(
+            (Caps::LOAD_STORE | Caps::RMA | Caps::AMO | Caps::ORDERED).to_string(),
+            "load_store|rma|amo|ordered"
+        );
+    }
+
+    /// What each built-in transport claims: shm is the only one with CPU load/store and every
+    /// capability; the remote ones never claim load/store.
+    #[test]
+    fn transport_caps() {
+        let shm = Transport::Shm;
+        assert_eq!(shm.name(), "shm");
+        assert_eq!(
+            shm.caps(),
+            Caps::LOAD_STORE | Caps::RMA | Caps::AMO | Caps::ORDERED
+        );
+        assert_eq!(
+            p2p::CAPS,
+            Caps::LOAD_STORE | Caps::RMA | Caps::AMO | Caps::ORDERED
+        );
+        assert_eq!(TCP_CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
+        assert!(!TCP_CAPS.contains(Caps::LOAD_STORE));
+        #[cfg(feature = "verbs")]
+        assert_eq!(verbs::CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
+    }
+
+    #[test]
+    fn amo_apply() {
+        assert_eq!(AmoOp::Fetch.apply(5, 9, 0), 5);
+        assert_eq!(AmoOp::Set.apply(5, 9, 0), 9);
+        assert_eq!(AmoOp::Swap.apply(5, 9, 0), 9);
+        assert_eq!(AmoOp::CompareSwap.apply(5, 9, 5), 9);
+        assert_eq!(AmoOp::CompareSwap.apply(5, 9, 4), 5);
+        assert_eq!(AmoOp::FetchAdd.apply(u64::MAX, 2, 0), 1);
+        assert_eq!(AmoOp::FetchAnd.apply(0b1100, 0b1010, 0), 0b1000);
+        assert_eq!(AmoOp::FetchOr.apply(0b1100, 0b1010, 0), 0b1110);
+        assert_eq!(AmoOp::FetchXor.apply(0b1100, 0b1010, 0), 0b0110);
     }
 }

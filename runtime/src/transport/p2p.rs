@@ -10,13 +10,20 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
-use super::AmoOp;
+use super::{AmoOp, Caps, TransportOps};
 use crate::cuda::{check, Gpu};
 use crate::device::module::Module;
 use crate::error::{Error, Result};
 
 /// Source of rshmem's internal kernels (compiled by NVRTC on first use, then cached on disk).
 pub const INTERNAL_KERNELS: &str = include_str!("../device/kernels/internal.cu");
+
+/// What the GPU peer-to-peer transport can do: kernels reach every GPU of the host by
+/// load/store; host-issued puts, gets and atomics are stream-ordered on rshmem's stream.
+pub const CAPS: Caps = Caps::LOAD_STORE
+    .union(Caps::RMA)
+    .union(Caps::AMO)
+    .union(Caps::ORDERED);
 
 /// Pinned host memory for results of host-issued atomics.
 struct Pinned(*mut u64);
@@ -253,7 +260,7 @@ impl P2p {
     }
 
     /// Runs one atomic on a GPU heap word from the host; returns the old value.
-    pub fn amo(
+    fn amo_impl(
         &self,
         call: &'static str,
         op: AmoOp,
@@ -293,5 +300,46 @@ impl P2p {
         self.gpu.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
         Ok(unsafe { std::ptr::read_volatile(res.0) })
+    }
+}
+
+impl TransportOps for P2p {
+    type Addr = usize;
+
+    fn name(&self) -> &'static str {
+        "p2p"
+    }
+
+    fn caps(&self) -> Caps {
+        CAPS
+    }
+
+    fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
+        P2p::put(self, call, dst, src, n)
+    }
+
+    fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
+        P2p::get(self, call, dst, src, n)
+    }
+
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        self.amo_impl(call, op, at, size, value, cond)
+    }
+
+    fn fence(&self, _call: &'static str) -> Result<()> {
+        // Host-issued operations run in order on one stream.
+        Ok(())
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        P2p::quiet(self, call)
     }
 }

@@ -2,9 +2,71 @@
 
 use std::sync::atomic::Ordering;
 
-use super::AmoOp;
+use super::{AmoOp, Caps, TransportOps};
 use crate::error::Result;
 use crate::types::Bits;
+
+/// What the shared-memory transport can do: everything, by CPU loads, stores and atomics.
+pub const CAPS: Caps = Caps::LOAD_STORE
+    .union(Caps::RMA)
+    .union(Caps::AMO)
+    .union(Caps::ORDERED);
+
+/// The shared-memory transport: the target's slice of the heap is mapped in this process, so
+/// every operation is a `memcpy` or a CPU atomic on the translated address, complete on return.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shm;
+
+impl TransportOps for Shm {
+    type Addr = usize;
+
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn caps(&self) -> Caps {
+        CAPS
+    }
+
+    #[inline]
+    fn put(&self, _call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
+        // SAFETY: the caller checked `dst..dst+n` against a live allocation of a mapped heap
+        // and `src` is a live slice of n bytes.
+        unsafe { put(dst, src, n) }
+    }
+
+    #[inline]
+    fn get(&self, _call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
+        // SAFETY: as in `put`, for the source; `dst` is a live exclusive slice of n bytes.
+        unsafe { get(dst, src, n) }
+    }
+
+    #[inline]
+    fn amo(
+        &self,
+        _call: &'static str,
+        op: AmoOp,
+        at: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        // SAFETY: the caller checked alignment and that the word is in a live allocation.
+        Ok(unsafe { amo(op, at, size, value, cond) })
+    }
+
+    #[inline]
+    fn fence(&self, _call: &'static str) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[inline]
+    fn quiet(&self, _call: &'static str) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+}
 
 /// # Safety
 /// `dst..dst+n` must be mapped writable and `src..src+n` readable.

@@ -11,4 +11,5 @@ pub mod signal;
 pub mod stream;
 pub mod symmetry;
 pub mod timeout;
+pub mod transports;
 pub mod wait;

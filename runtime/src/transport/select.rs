@@ -1,0 +1,280 @@
+//! Which transport serves each PE pair.
+//!
+//! PEs of this host are reached by load/store through the heap's own transport ([`Via::Local`]).
+//! For the others, `RSHMEM_REMOTE_TRANSPORT` picks: `tcp`, `verbs`, or `auto` (verbs between two
+//! PEs that both opened an RDMA device, TCP otherwise). Every PE announces through the bootstrap
+//! what it asked for and whether verbs opened ([`Announce`]); [`plan`] then computes the same
+//! answer on both ends of every pair.
+
+use std::fmt;
+
+/// The `RSHMEM_REMOTE_TRANSPORT` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteChoice {
+    /// Verbs where both PEs of a pair have an RDMA device (and rshmem was built with the `verbs`
+    /// feature), TCP otherwise.
+    #[default]
+    Auto,
+    /// TCP for every PE of another host.
+    Tcp,
+    /// Verbs for every PE of another host; an error at init when a PE cannot open a device.
+    Verbs,
+}
+
+impl RemoteChoice {
+    /// Parses `auto`, `tcp` or `verbs` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(RemoteChoice::Auto),
+            "tcp" => Some(RemoteChoice::Tcp),
+            "verbs" | "ib" | "rdma" => Some(RemoteChoice::Verbs),
+            _ => None,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            RemoteChoice::Auto => 0,
+            RemoteChoice::Tcp => 1,
+            RemoteChoice::Verbs => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            0 => RemoteChoice::Auto,
+            1 => RemoteChoice::Tcp,
+            2 => RemoteChoice::Verbs,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for RemoteChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemoteChoice::Auto => "auto",
+            RemoteChoice::Tcp => "tcp",
+            RemoteChoice::Verbs => "verbs",
+        })
+    }
+}
+
+/// How this PE reaches one PE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Same host: load/store through the heap's transport (shm or p2p); also this PE itself.
+    Local,
+    /// The TCP transport.
+    Tcp,
+    /// The verbs transport.
+    Verbs,
+}
+
+/// What one PE tells the others at init: its setting and whether it opened an RDMA device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announce {
+    /// Its `RSHMEM_REMOTE_TRANSPORT`.
+    pub choice: RemoteChoice,
+    /// It opened an RDMA device (always false without the `verbs` feature).
+    pub verbs: bool,
+}
+
+impl Announce {
+    /// Two bytes: the setting and the verbs flag.
+    pub fn encode(self) -> [u8; 2] {
+        [self.choice.code(), self.verbs as u8]
+    }
+
+    /// The inverse of [`Announce::encode`]; `None` for anything else.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        match b {
+            [c, v @ (0 | 1)] => Some(Announce {
+                choice: RemoteChoice::from_code(*c)?,
+                verbs: *v == 1,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Why no plan could be made; the message names the PEs involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Routes for PE `me`: `local[pe]` says whether PE `pe` shares this host; `all[pe]` is what PE
+/// `pe` announced. Every PE must ask for the same setting. With `verbs`, every PE that has a
+/// PE on another host must have opened a device. With `auto`, a pair uses verbs when both of
+/// its PEs opened a device. Both ends of a pair compute the same answer.
+pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, PlanError> {
+    let n = all.len();
+    if local.len() != n || me >= n {
+        return Err(PlanError(format!(
+            "inconsistent job description: {n} announcements, {} host entries, PE {me}",
+            local.len()
+        )));
+    }
+    let choice = all[me].choice;
+    let differ: Vec<String> = (0..n)
+        .filter(|&p| all[p].choice != choice)
+        .map(|p| format!("PE {p} has {}", all[p].choice))
+        .collect();
+    if !differ.is_empty() {
+        return Err(PlanError(format!(
+            "PEs disagree on RSHMEM_REMOTE_TRANSPORT: PE {me} has {choice}, {}; set the same value on every PE",
+            differ.join(", ")
+        )));
+    }
+    let has_remote = local.iter().any(|l| !l);
+    if choice == RemoteChoice::Verbs && has_remote {
+        let without: Vec<String> = (0..n)
+            .filter(|&p| !all[p].verbs && (p == me || !local[p]))
+            .map(|p| p.to_string())
+            .collect();
+        if !without.is_empty() {
+            return Err(PlanError(format!(
+                "RSHMEM_REMOTE_TRANSPORT=verbs but PE(s) {} could not open an RDMA device",
+                without.join(", ")
+            )));
+        }
+    }
+    Ok((0..n)
+        .map(|p| {
+            if local[p] {
+                Via::Local
+            } else {
+                match choice {
+                    RemoteChoice::Tcp => Via::Tcp,
+                    RemoteChoice::Verbs => Via::Verbs,
+                    RemoteChoice::Auto if all[me].verbs && all[p].verbs => Via::Verbs,
+                    RemoteChoice::Auto => Via::Tcp,
+                }
+            }
+        })
+        .collect())
+}
+
+/// True if some pair of the job uses verbs, computed from the announcements alone, so every PE
+/// gets the same answer (the verbs connection exchange is collective, so all PEs take part
+/// when any pair needs it). At least two PEs must have opened a device and the setting must not
+/// be `tcp`; PEs of one host never talk over verbs, but a PE cannot see the other hosts' layout,
+/// so this may say yes for a job where every device-holding PE is on one host (the exchange then
+/// connects nothing).
+pub fn verbs_in_job(all: &[Announce]) -> bool {
+    all.first().is_some_and(|a| a.choice != RemoteChoice::Tcp)
+        && all.iter().filter(|a| a.verbs).count() >= 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(choice: RemoteChoice, verbs: &[bool]) -> Vec<Announce> {
+        verbs
+            .iter()
+            .map(|&v| Announce { choice, verbs: v })
+            .collect()
+    }
+
+    #[test]
+    fn parse_choice() {
+        assert_eq!(RemoteChoice::parse("auto"), Some(RemoteChoice::Auto));
+        assert_eq!(RemoteChoice::parse(" TCP "), Some(RemoteChoice::Tcp));
+        assert_eq!(RemoteChoice::parse("verbs"), Some(RemoteChoice::Verbs));
+        assert_eq!(RemoteChoice::parse("ib"), Some(RemoteChoice::Verbs));
+        assert_eq!(RemoteChoice::parse("udp"), None);
+        for c in [RemoteChoice::Auto, RemoteChoice::Tcp, RemoteChoice::Verbs] {
+            assert_eq!(RemoteChoice::parse(&c.to_string()), Some(c));
+        }
+    }
+
+    #[test]
+    fn announce_round_trip() {
+        for choice in [RemoteChoice::Auto, RemoteChoice::Tcp, RemoteChoice::Verbs] {
+            for verbs in [false, true] {
+                let a = Announce { choice, verbs };
+                assert_eq!(Announce::decode(&a.encode()), Some(a));
+            }
+        }
+        assert_eq!(Announce::decode(&[]), None);
+        assert_eq!(Announce::decode(&[0, 2]), None);
+        assert_eq!(Announce::decode(&[3, 0]), None);
+        assert_eq!(Announce::decode(&[0, 0, 0]), None);
+    }
+
+    /// Hosts {0,1} and {2,3}; from PE 0's view.
+    const LOCAL0: [bool; 4] = [true, true, false, false];
+
+    #[test]
+    fn auto_without_devices_is_tcp() {
+        let r = plan(0, &LOCAL0, &ann(RemoteChoice::Auto, &[false; 4])).unwrap();
+        assert_eq!(r, [Via::Local, Via::Local, Via::Tcp, Via::Tcp]);
+        assert!(!verbs_in_job(&ann(RemoteChoice::Auto, &[false; 4])));
+    }
+
+    #[test]
+    fn auto_uses_verbs_per_pair() {
+        // PE 3 has no device: 0↔2 over verbs, 0↔3 over TCP; the same from 3's side.
+        let a = ann(RemoteChoice::Auto, &[true, true, true, false]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Verbs, Via::Tcp]
+        );
+        let local3 = [false, false, true, true];
+        assert_eq!(
+            plan(3, &local3, &a).unwrap(),
+            [Via::Tcp, Via::Tcp, Via::Local, Via::Local]
+        );
+        assert_eq!(
+            plan(2, &local3, &a).unwrap(),
+            [Via::Verbs, Via::Verbs, Via::Local, Via::Local]
+        );
+        assert!(verbs_in_job(&a));
+    }
+
+    #[test]
+    fn tcp_forced_ignores_devices() {
+        let a = ann(RemoteChoice::Tcp, &[true; 4]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
+        );
+        assert!(!verbs_in_job(&a));
+    }
+
+    #[test]
+    fn verbs_forced() {
+        let a = ann(RemoteChoice::Verbs, &[true; 4]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Verbs, Via::Verbs]
+        );
+        // A PE without a device fails the plan on every PE that would need it, naming it.
+        let a = ann(RemoteChoice::Verbs, &[true, true, true, false]);
+        let e = plan(0, &LOCAL0, &a).unwrap_err();
+        assert!(e.0.contains("PE(s) 3 could not open"), "{e}");
+        let e = plan(3, &[false, false, true, true], &a).unwrap_err();
+        assert!(e.0.contains("PE(s) 3 could not open"), "{e}");
+        // My own missing device is named too.
+        let a = ann(RemoteChoice::Verbs, &[false, true, true, true]);
+        assert!(plan(0, &LOCAL0, &a).unwrap_err().0.contains("PE(s) 0 "));
+        // One host only: nothing remote, nothing needed.
+        let a = ann(RemoteChoice::Verbs, &[false; 2]);
+        assert_eq!(plan(1, &[true, true], &a).unwrap(), [Via::Local; 2]);
+    }
+
+    #[test]
+    fn disagreement_is_an_error() {
+        let mut a = ann(RemoteChoice::Auto, &[false; 4]);
+        a[2].choice = RemoteChoice::Tcp;
+        let e = plan(0, &LOCAL0, &a).unwrap_err();
+        assert!(e.0.contains("PE 2 has tcp"), "{e}");
+        assert!(plan(0, &LOCAL0, &a[..3]).is_err());
+    }
+}
