@@ -694,6 +694,7 @@ impl World {
 
     /// Completes the puts sent over TCP (nothing without remote PEs): before the barrier of a
     /// heap call, so that no put lands in memory the target frees or zeroes afterwards.
+    #[inline]
     pub(crate) fn quiet_net(&self, call: &'static str) -> Result<()> {
         if let Some(net) = &self.net {
             net.quiet(call)?;

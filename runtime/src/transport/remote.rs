@@ -308,6 +308,7 @@ impl Remotes {
     }
 
     /// Completes every operation issued through the non-TCP remote transports.
+    #[inline]
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
         #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs {
