@@ -5,23 +5,44 @@
 //! strides. PE numbers (`root`, block indices) are team-relative. Buffers are symmetric
 //! addresses on the user heap (CPU or GPU), checked before anything moves.
 //!
-//! Algorithm (the same for all, see `docs/collectives.md`): complete this PE's outstanding
-//! operations, team sync, *pull* what this PE needs from the members' `source` with one-sided
-//! gets into a private buffer (reducing as it goes), team sync (no member returns, and so
-//! reuses its `source`, while another still reads it), then write this PE's `dest` and quiet.
-//! Because the result is staged privately, in-place reductions and broadcasts work.
+//! Algorithms (see `docs/collectives.md`): every call completes this PE's outstanding
+//! operations, syncs the team, moves the data, completes its own copies and syncs the team
+//! again (no member returns, and so reuses its `source` or reads its `dest`, while another
+//! still reads or writes them): two team syncs per call, whatever the path.
+//!
+//! * Data movement (broadcast, collect, fcollect, alltoall(s)) *pulls* each member's block
+//!   straight into this PE's `dest`: a load/store copy on the CPU heap, a copy-engine copy on
+//!   the GPU heap, a TCP get into the (host) `dest` for PEs of other hosts. No private staging.
+//! * Reductions on the CPU heap with every member on this host are *partitioned*: the result
+//!   is dealt out in cache-line-aligned slices, one per member; each member combines its slice
+//!   of every member's `source` in team order, a cache-sized chunk at a time, and stores each
+//!   chunk into every member's `dest`. Every element is combined by exactly one member in team
+//!   order, so all members hold bit-identical results; since only the slice's owner reads that
+//!   slice of any `source`, it may overwrite it right after reading (in-place reduce).
+//!   `reduce_scatter` combines its own block straight into its `dest`.
+//! * Reductions elsewhere (GPU heap, PEs over TCP) pull every member's block into a private
+//!   buffer, combine there in team order, sync, and write `dest` afterwards.
 
 mod ops;
+pub(crate) mod stream;
 
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 
 use crate::error::{Error, Result};
 use crate::team::Team;
+use crate::transport::Transport;
 use crate::types::RmaType;
-use crate::world::World;
+use crate::world::{Target, World};
 
 /// `collect`'s "my arguments are bad" mark in the exchanged count.
 const BAD_COUNT: u64 = u64::MAX;
+
+/// Bytes a partitioned reduction combines per step (its accumulator stays in the L1/L2 cache).
+const CHUNK_BYTES: usize = 16 << 10;
+
+/// Granularity of the slices a partitioned reduction deals out, in bytes: a cache line, so no
+/// two members store into the same line of a `dest` at the same time.
+const LINE_BYTES: usize = 64;
 
 /// Bytes of `nelems` elements of `T`.
 fn bytes_of<T>(call: &'static str, what: &str, nelems: usize) -> Result<usize> {
@@ -125,7 +146,63 @@ impl World {
         self.xport.put(call, addr, vals.as_ptr().cast(), bytes)
     }
 
-    /// The protocol every collective follows: quiet, sync, `gather` (pulls into private
+    /// Copies `nelems` elements of the symmetric `src` on world PE `pe` straight into my copy
+    /// of the symmetric `dst` (no private buffer where the transports allow it: load/store or
+    /// a TCP get into host memory on the CPU heap, a copy-engine copy on the GPU heap).
+    fn pull_into<T: RmaType>(
+        &self,
+        call: &'static str,
+        dst: *mut T,
+        src: *const T,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
+        let bytes = bytes_of::<T>(call, "block", nelems)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let t = self.target(call, src as usize, bytes, pe)?;
+        let d = self.remote(call, dst as usize, bytes, self.me)?;
+        match (&self.xport, t) {
+            // My CPU heap is host memory: the transports copy into it directly.
+            (Transport::Shm, t) => self.get_from(call, d as *mut u8, t, bytes),
+            (_, Target::Local(a)) => self.xport.copy(call, d, a, bytes),
+            (_, t) => {
+                let mut v = vec![0u8; bytes];
+                self.get_from(call, v.as_mut_ptr(), t, bytes)?;
+                self.xport.put(call, d, v.as_ptr(), bytes)
+            }
+        }
+    }
+
+    /// Load/store addresses of every member's copy of the `nelems` elements at `p`, in team
+    /// order, when the user heap is host memory and every member is on this host (the
+    /// partitioned reductions and direct strided copies need them); `None` otherwise.
+    fn member_ptrs<T: RmaType>(
+        &self,
+        call: &'static str,
+        team: &Team,
+        p: *const T,
+        nelems: usize,
+    ) -> Result<Option<Vec<*mut T>>> {
+        if !matches!(self.xport, Transport::Shm) {
+            return Ok(None);
+        }
+        let bytes = bytes_of::<T>(call, "buffer", nelems)?;
+        if bytes == 0 || (p as usize) % std::mem::align_of::<T>() != 0 {
+            return Ok(None);
+        }
+        let mut v = Vec::with_capacity(team.n_pes());
+        for &pe in team.members() {
+            match self.target(call, p as usize, bytes, pe)? {
+                Target::Local(a) => v.push(a as *mut T),
+                Target::Remote { .. } => return Ok(None),
+            }
+        }
+        Ok(Some(v))
+    }
+
+    /// The protocol of the staged reductions: quiet, sync, `gather` (pulls into private
     /// memory), sync (also when `gather` failed, so that no member is left waiting), `write`
     /// (my `dest`), quiet.
     fn two_phase<V>(
@@ -143,6 +220,25 @@ impl World {
         synced?;
         write(v)?;
         self.quiet_all(call)
+    }
+
+    /// The protocol of the direct paths: quiet, sync, `work` (reads the members' `source`,
+    /// writes `dest`s), quiet (my copies are complete), sync (also when `work` failed, so that
+    /// no member is left waiting).
+    fn one_phase(
+        &self,
+        call: &'static str,
+        team: &Team,
+        work: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.quiet_all(call)?;
+        self.team_sync_named(call, team)?;
+        let r = work();
+        let q = self.quiet_all(call);
+        let synced = self.team_sync_named(call, team);
+        r?;
+        q?;
+        synced
     }
 
     /// **Collective over the team.** Copies `nelems` elements of `source` on team PE `root`
@@ -171,16 +267,15 @@ impl World {
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
         let root_pe = team.world_pe(root);
-        self.two_phase(
-            call,
-            team,
-            || {
-                let mut v = vec![T::default_value(); nelems];
-                self.pull(call, &mut v, source, root_pe)?;
-                Ok(v)
-            },
-            |v| self.write_mine(call, dest, &v),
-        )
+        self.one_phase(call, team, || {
+            if root_pe == self.me && dest.cast_const() == source {
+                // In place on the root: its dest already holds the data (and the others are
+                // reading it).
+                return Ok(());
+            }
+            // Nobody reads a non-root's source, so an in-place non-root may overwrite it.
+            self.pull_into(call, dest, source, nelems, root_pe)
+        })
     }
 
     /// **Collective over the team.** Concatenates every member's `source` block of
@@ -202,20 +297,17 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, total)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
-        self.two_phase(
-            call,
-            team,
-            || {
-                let mut v = vec![T::default_value(); total];
-                if nelems > 0 {
-                    for (j, chunk) in v.chunks_mut(nelems).enumerate() {
-                        self.pull(call, chunk, source, team.world_pe(j))?;
-                    }
-                }
-                Ok(v)
-            },
-            |v| self.write_mine(call, dest, &v),
-        )
+        self.one_phase(call, team, || {
+            // Starting with my own block, then the next members': at any moment the members
+            // read different sources.
+            let me = team.my_pe();
+            for i in 0..n {
+                let j = (me + i) % n;
+                let at = dest.wrapping_add(j * nelems);
+                self.pull_into(call, at, source, nelems, team.world_pe(j))?;
+            }
+            Ok(())
+        })
     }
 
     /// **Collective over the team.** Like [`fcollect`](World::fcollect) but every member may
@@ -262,19 +354,18 @@ impl World {
                 total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
             let db = self.coll_buf(call, "dest", dest, total)?;
             Self::coll_overlap(call, dest, db, source, sb, false)?;
-            let mut v = vec![T::default_value(); total];
             let mut at = 0;
             for (j, &c) in counts.iter().enumerate() {
-                self.pull(call, &mut v[at..at + c], source, team.world_pe(j))?;
+                self.pull_into(call, dest.wrapping_add(at), source, c, team.world_pe(j))?;
                 at += c;
             }
-            Ok(v)
+            Ok(())
         })();
+        let q = self.quiet_all(call);
         let synced = self.team_sync_named(call, team);
-        let v = gathered?;
-        synced?;
-        self.write_mine(call, dest, &v)?;
-        self.quiet_all(call)
+        gathered?;
+        q?;
+        synced
     }
 
     /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team PE
@@ -336,46 +427,63 @@ impl World {
         Self::coll_overlap(call, dest, db, source, sb, false)?;
         // Elements of one block as seen from its start: (nelems−1)·sst + 1.
         let bspan = span(call, "source", nelems, sst)?;
-        self.two_phase(
-            call,
-            team,
-            || {
-                let mut v = vec![T::default_value(); total];
-                if nelems == 0 {
-                    return Ok(v);
+        // My block in every member's source starts at element me·nelems·sst.
+        let start = source.wrapping_add(me * nelems * sst);
+        self.one_phase(call, team, || {
+            if nelems == 0 {
+                return Ok(());
+            }
+            if dst == 1 && sst == 1 {
+                for i in 0..n {
+                    let j = (me + i) % n;
+                    let at = dest.wrapping_add(j * nelems);
+                    self.pull_into(call, at, start, nelems, team.world_pe(j))?;
                 }
-                let mut block = vec![T::default_value(); bspan];
-                for (j, out) in v.chunks_mut(nelems).enumerate() {
-                    // My block in member j's source starts at element me·nelems·sst.
-                    let start = source.wrapping_add(me * nelems * sst);
-                    if sst == 1 {
-                        self.pull(call, out, start, team.world_pe(j))?;
-                    } else {
-                        self.pull(call, &mut block, start, team.world_pe(j))?;
-                        for (k, o) in out.iter_mut().enumerate() {
-                            *o = block[k * sst];
+                return Ok(());
+            }
+            if let Some(srcs) = self.member_ptrs(call, team, start, bspan)? {
+                // Strided, every member's memory reachable: element by element, straight
+                // into my dest (the elements between the strided ones are not touched).
+                let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
+                for i in 0..n {
+                    let j = (me + i) % n;
+                    for k in 0..nelems {
+                        // SAFETY: `srcs[j]` addresses `bspan` elements of member j's source,
+                        // checked against a live allocation, which nobody writes during the
+                        // call; `d` addresses my dest extent of `dspan` elements, which only
+                        // this PE writes during the call, and (j·nelems + k)·dst < dspan.
+                        unsafe {
+                            let x = srcs[j].add(k * sst).read();
+                            d.add((j * nelems + k) * dst).write(x);
                         }
                     }
                 }
-                Ok(v)
-            },
-            |v| {
-                if dst == 1 {
-                    return self.write_mine(call, dest, &v);
+                return Ok(());
+            }
+            // Otherwise through private buffers: gather my elements, then read-modify-write
+            // my dest extent (keeping the elements between the strided ones).
+            let mut v = vec![T::default_value(); total];
+            let mut block = vec![T::default_value(); bspan];
+            for (j, out) in v.chunks_mut(nelems).enumerate() {
+                if sst == 1 {
+                    self.pull(call, out, start, team.world_pe(j))?;
+                } else {
+                    self.pull(call, &mut block, start, team.world_pe(j))?;
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = block[k * sst];
+                    }
                 }
-                if v.is_empty() {
-                    return Ok(());
-                }
-                // Read-modify-write of my dest extent keeps the elements between the strided
-                // ones; nobody else writes my dest during the call.
-                let mut ext = vec![T::default_value(); dspan];
-                self.pull(call, &mut ext, dest, self.me)?;
-                for (i, x) in v.into_iter().enumerate() {
-                    ext[i * dst] = x;
-                }
-                self.write_mine(call, dest, &ext)
-            },
-        )
+            }
+            if dst == 1 {
+                return self.write_mine(call, dest, &v);
+            }
+            let mut ext = vec![T::default_value(); dspan];
+            self.pull(call, &mut ext, dest, self.me)?;
+            for (i, x) in v.into_iter().enumerate() {
+                ext[i * dst] = x;
+            }
+            self.write_mine(call, dest, &ext)
+        })
     }
 
     /// **Collective over the team.** Element-wise reduction with `op` of every member's
@@ -398,6 +506,30 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, nelems)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
+        let srcs = self.member_ptrs(call, team, source, nelems)?;
+        let dsts = self.member_ptrs(call, team, dest.cast_const(), nelems)?;
+        if let (Some(srcs), Some(dsts)) = (srcs, dsts) {
+            // Partitioned: my cache-line-aligned slice of the result, combined from every
+            // member's source and stored into every member's dest. Only I read this slice of
+            // any source, so storing right after reading is safe in place too.
+            let n = team.n_pes();
+            let unit = (LINE_BYTES / std::mem::size_of::<T>()).max(1);
+            let per = nelems.div_ceil(unit).div_ceil(n) * unit;
+            let lo = (team.my_pe() * per).min(nelems);
+            let hi = (lo + per).min(nelems);
+            return self.one_phase(call, team, || {
+                fold_range::<T, O>(&srcs, lo, hi, |at, chunk| {
+                    for &d in &dsts {
+                        // SAFETY: `d` addresses a member's dest of `nelems` elements (checked,
+                        // live, mapped), `at + chunk.len() <= hi <= nelems`; during the call
+                        // only this PE writes this slice of any dest, nobody reads it, and in
+                        // place this PE already read it (it is the slice's only reader).
+                        unsafe { store(d, at, chunk) };
+                    }
+                });
+                Ok(())
+            });
+        }
         self.two_phase(
             call,
             team,
@@ -428,6 +560,19 @@ impl World {
         let sb = self.coll_buf(call, "source", source, total)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
         let start = source.wrapping_add(team.my_pe() * nelems);
+        if let Some(srcs) = self.member_ptrs(call, team, start, nelems)? {
+            // My block, combined from every member's source straight into my dest (which
+            // nobody else reads or writes during the call).
+            let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
+            return self.one_phase(call, team, || {
+                fold_range::<T, O>(&srcs, 0, nelems, |at, chunk| {
+                    // SAFETY: `d` is my dest of `nelems` elements (checked, live, mapped) and
+                    // `at + chunk.len() <= nelems`; nobody else accesses it during the call.
+                    unsafe { store(d, at, chunk) }
+                });
+                Ok(())
+            });
+        }
         self.two_phase(
             call,
             team,
@@ -458,4 +603,56 @@ impl World {
         }
         Ok(acc)
     }
+}
+
+/// Combines elements `[lo, hi)` of the members' copies at `srcs` (team order) with `O`, a
+/// cache-sized chunk at a time, and hands each result chunk with its element offset to `emit`.
+/// The accumulator starts as member 0's values and folds in the others in order, exactly as
+/// the staged path does, so every path gives bit-identical results.
+fn fold_range<T: ReduceType, O: ReduceOp<T>>(
+    srcs: &[*mut T],
+    lo: usize,
+    hi: usize,
+    mut emit: impl FnMut(usize, &[T]),
+) {
+    if lo >= hi {
+        return;
+    }
+    let step = (CHUNK_BYTES / std::mem::size_of::<T>()).max(1);
+    let mut acc = vec![T::default_value(); step.min(hi - lo)];
+    let mut at = lo;
+    while at < hi {
+        let len = step.min(hi - at);
+        let a = &mut acc[..len];
+        // SAFETY: every `srcs[j]` addresses an aligned, checked, live range of at least `hi`
+        // elements of a member's source, mapped in this process; nobody writes elements
+        // `[lo, hi)` of any source while this PE combines them (only this PE stores there, and
+        // only after reading them).
+        a.copy_from_slice(unsafe { std::slice::from_raw_parts(srcs[0].add(at), len) });
+        for &s in &srcs[1..] {
+            // SAFETY: as above.
+            let b = unsafe { std::slice::from_raw_parts(s.add(at), len) };
+            for (x, &y) in a.iter_mut().zip(b) {
+                *x = O::combine(*x, y);
+            }
+        }
+        emit(at, a);
+        at += len;
+    }
+}
+
+/// Copies `chunk` to elements `at..at + chunk.len()` of `d` (bytewise: `d` need not be aligned).
+///
+/// # Safety
+/// That range of `d` must be mapped, writable, and not accessed by anyone else meanwhile.
+unsafe fn store<T: RmaType>(d: *mut T, at: usize, chunk: &[T]) {
+    let n = std::mem::size_of_val(chunk);
+    // SAFETY: forwarded; `chunk` is private memory, so the ranges do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            chunk.as_ptr().cast::<u8>(),
+            d.cast::<u8>().add(at * std::mem::size_of::<T>()),
+            n,
+        )
+    };
 }

@@ -1,11 +1,17 @@
 //! `coll`: teams and host collectives. Team queries, translation and the predefined teams;
 //! strided splits (even PEs, the world reversed, a split of a split) and 2-D splits (rows and
-//! columns); then, for several element types, every team and sizes 0, 1, 3 and 7, every
-//! collective (broadcast from two roots, fcollect, collect with uneven counts, alltoall,
-//! alltoalls with strides, every reduction operator, in place too, and reduce_scatter),
-//! checked against results computed here from the known inputs of every PE, with the bytes
-//! past the result still poisoned. Last, misuse errors (naming the call; a bad collect on one
-//! PE fails every member instead of hanging) and recycling of team slots.
+//! columns); then, for every element type (all integer widths, signed and unsigned, `f32`,
+//! `f64`), every team and sizes 0, 1, 3 and 7, every collective (broadcast from two roots,
+//! fcollect, collect with uneven counts, alltoall, alltoalls with strides, every reduction
+//! operator, in place too, and reduce_scatter), checked against results computed here from the
+//! known inputs of every PE, with the bytes past the result still poisoned. Then large blocks
+//! (thousands of elements, more than the runtime's 16 KiB reduction chunk, not a whole number
+//! of cache lines) for `i32` and `f64` on the world, the reversed world and a 2-D column
+//! team: every collective again, with the elements just past the result checked. Last, misuse
+//! errors (naming the call; a bad collect on one PE fails every member instead of hanging) and
+//! recycling of team slots.
+
+use std::cell::Cell;
 
 use rshmem::{
     And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, SymBuf, Team, Xor,
@@ -22,6 +28,14 @@ const SIZES: &[usize] = &[0, 1, 3, M];
 /// Strides of alltoalls.
 const DST: usize = 2;
 const SST: usize = 3;
+/// Large block size: thousands of elements, past the runtime's 16 KiB reduction chunk (in
+/// bytes for `i32` and `f64`, so in every reduce_scatter block and in a member's slice of a
+/// `f64` reduce with up to 2 PEs), and not a multiple of a 64-byte line.
+const BIG: &[usize] = &[5003];
+/// Teams of the large blocks: the world, a strided split (negative stride) and a 2-D split.
+const BIG_TEAMS: &[&str] = &["world", "reversed", "columns of 2"];
+/// Elements past the result (and past the input) that the large-block checks cover.
+const GUARD: usize = 64;
 
 /// A reduction element type with independent reference operators.
 trait RT: Val + ReduceType {
@@ -56,7 +70,7 @@ macro_rules! int_rt {
         }
     )*};
 }
-int_rt!(i8, u16, i32, i64, u64, usize);
+int_rt!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 
 macro_rules! float_rt {
     ($($t:ty),*) => {$(
@@ -75,25 +89,44 @@ macro_rules! float_rt {
 }
 float_rt!(f32, f64);
 
-/// The symmetric buffers of one element type.
+/// The symmetric buffers of one element type. `win` elements past what a call reads or writes
+/// are filled and checked (`cap` or more: all of them); `dirty` is how far `dst` may hold
+/// results of earlier calls.
 struct Bufs<'w, T: Val> {
     src: SymBuf<'w, T>,
     dst: SymBuf<'w, T>,
     cap: usize,
+    win: usize,
+    dirty: Cell<usize>,
+}
+
+impl<T: Val> Bufs<'_, T> {
+    /// Elements filled and checked for a call using `len` of them.
+    fn lim(&self, len: usize) -> usize {
+        len.saturating_add(self.win).min(self.cap)
+    }
 }
 
 pub fn run(c: &Ctx<'_>) -> R {
     let teams = make_teams(c)?;
     let salt = &mut 0u64;
+
     suite::<i8>(c, &teams, salt, true)?;
-    suite::<u16>(c, &teams, salt, true)?;
+    suite::<i16>(c, &teams, salt, true)?;
     suite::<i32>(c, &teams, salt, true)?;
+    suite::<i64>(c, &teams, salt, true)?;
+    suite::<i128>(c, &teams, salt, true)?;
+    suite::<isize>(c, &teams, salt, true)?;
+    suite::<u8>(c, &teams, salt, true)?;
+    suite::<u16>(c, &teams, salt, true)?;
+    suite::<u32>(c, &teams, salt, true)?;
     suite::<u64>(c, &teams, salt, true)?;
+    suite::<u128>(c, &teams, salt, true)?;
+    suite::<usize>(c, &teams, salt, true)?;
     suite::<f32>(c, &teams, salt, false)?;
     suite::<f64>(c, &teams, salt, false)?;
-    // Movement only, for the remaining widths.
-    moves::<u128>(c, &teams, salt)?;
-    moves::<usize>(c, &teams, salt)?;
+    big::<i32>(c, &teams, salt, BIG, true)?;
+    big::<f64>(c, &teams, salt, BIG, false)?;
     misuse(c, &teams)?;
     for (_, t) in teams
         .into_iter()
@@ -200,7 +233,7 @@ fn suite<T: RT + BT2>(
     salt: &mut u64,
     bitwise: bool,
 ) -> R {
-    let b = alloc::<T>(c)?;
+    let b = alloc::<T>(c, M, SST, usize::MAX)?;
     for (name, t) in teams {
         for &k in SIZES {
             // The same salt sequence on every PE, member or not.
@@ -208,7 +241,7 @@ fn suite<T: RT + BT2>(
             let Some(t) = t else { continue };
             let s = *salt;
             let what = format!("{name} team, nelems {k}");
-            movement(c, &b, t, k, s, &what)?;
+            movement(c, &b, t, k, s, &what, true)?;
             red(c, &b, t, k, Sum, T::r_add, s, &what, false)?;
             red(c, &b, t, k, Sum, T::r_add, s, &what, true)?;
             red(c, &b, t, k, Prod, T::r_mul, s, &what, false)?;
@@ -229,6 +262,8 @@ fn suite<T: RT + BT2>(
 /// `And` is not a `ReduceOp<f32>`).
 trait BT2: RT {
     fn bitwise(c: &Ctx<'_>, b: &Bufs<'_, Self>, t: &Team, k: usize, s: u64, what: &str) -> R;
+    /// The bitwise reductions of the large blocks (xor, in place).
+    fn big_bitwise(c: &Ctx<'_>, b: &Bufs<'_, Self>, t: &Team, k: usize, s: u64, what: &str) -> R;
 }
 
 macro_rules! bt2_int {
@@ -239,13 +274,19 @@ macro_rules! bt2_int {
                 red(c, b, t, k, Or, <$t as BT>::r_or, s, what, true)?;
                 red(c, b, t, k, Xor, <$t as BT>::r_xor, s, what, false)
             }
+            fn big_bitwise(c: &Ctx<'_>, b: &Bufs<'_, Self>, t: &Team, k: usize, s: u64, what: &str) -> R {
+                red(c, b, t, k, Xor, <$t as BT>::r_xor, s, what, true)
+            }
         }
     )*};
 }
-bt2_int!(i8, u16, i32, i64, u64, usize);
+bt2_int!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 
 impl BT2 for f32 {
     fn bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+        Ok(())
+    }
+    fn big_bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
         Ok(())
     }
 }
@@ -253,97 +294,171 @@ impl BT2 for f64 {
     fn bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
         Ok(())
     }
+    fn big_bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+        Ok(())
+    }
 }
 
-fn moves<T: Val>(c: &Ctx<'_>, teams: &[(String, Option<Team>)], salt: &mut u64) -> R {
-    let b = alloc::<T>(c)?;
-    for (name, t) in teams {
-        for &k in SIZES {
+/// Large blocks (`sizes`) on the teams of [`BIG_TEAMS`]: every collective but the strided
+/// alltoalls (element by element whatever the size), sum in and out of place, max, min
+/// (floats) or xor (integers), in place, and reduce_scatter.
+fn big<T: RT + BT2>(
+    c: &Ctx<'_>,
+    teams: &[(String, Option<Team>)],
+    salt: &mut u64,
+    sizes: &[usize],
+    bitwise: bool,
+) -> R {
+    let kmax = sizes.iter().copied().max().unwrap_or(0);
+    let b = alloc::<T>(c, kmax, 1, GUARD)?;
+    for (name, t) in teams
+        .iter()
+        .filter(|(n, _)| BIG_TEAMS.contains(&n.as_str()))
+    {
+        for &k in sizes {
             // The same salt sequence on every PE, member or not.
             *salt += 1;
             let Some(t) = t else { continue };
-            movement(c, &b, t, k, *salt, &format!("{name} team, nelems {k}"))?;
+            let s = *salt;
+            let what = format!("{name} team, large nelems {k}");
+            movement(c, &b, t, k, s, &what, false)?;
+            red(c, &b, t, k, Sum, T::r_add, s, &what, false)?;
+            red(c, &b, t, k, Sum, T::r_add, s, &what, true)?;
+            red(c, &b, t, k, Max, T::r_max, s, &what, false)?;
+            if bitwise {
+                T::big_bitwise(c, &b, t, k, s, &what)?;
+            } else {
+                red(c, &b, t, k, Min, T::r_min, s, &what, true)?;
+            }
+            reduce_scatter(c, &b, t, k, s, &what)?;
         }
     }
-    c.barrier("coll moves")?;
+    c.barrier("coll big")?;
     c.w.free(b.src).ctx("free")?;
     c.w.free(b.dst).ctx("free")
 }
 
-fn alloc<'w, T: Val>(c: &Ctx<'w>) -> R<Bufs<'w, T>> {
-    let cap = c.n * M * SST + 1;
+/// Buffers for blocks of up to `m` elements on every team (the largest extent is alltoalls'
+/// source, `stride` apart), checking `win` elements past each result.
+fn alloc<'w, T: Val>(c: &Ctx<'w>, m: usize, stride: usize, win: usize) -> R<Bufs<'w, T>> {
+    let cap = c.n * m * stride + 1;
     Ok(Bufs {
         src: c.w.malloc::<T>(cap).ctx("malloc")?,
         dst: c.w.malloc::<T>(cap).ctx("malloc")?,
         cap,
+        win,
+        dirty: Cell::new(cap),
     })
 }
 
-/// Fills my source with `f(index)` and my dest with poison (local writes; every collective
-/// starts with a team sync, so no member reads them early).
-fn prepare<T: Val>(b: &Bufs<'_, T>, f: impl Fn(usize) -> T) -> R {
-    fill(&b.src, f)?;
-    fill(&b.dst, |_| T::poison())
+/// The first `len` elements of my copy of `buf`.
+fn read<T: Val>(c: &Ctx<'_>, buf: &SymBuf<'_, T>, len: usize) -> R<Vec<T>> {
+    let mut v = vec![T::poison(); len];
+    c.w.get(&mut v, buf.as_ptr(), c.me).ctx("get from myself")?;
+    Ok(v)
 }
 
-/// Checks my dest: `want(i)` for `i < len`, poison after.
-fn check_dst<T: Val>(b: &Bufs<'_, T>, what: &str, len: usize, want: impl Fn(usize) -> T) -> R {
-    let got = b.dst.to_vec().ctx("SymBuf::to_vec")?;
-    ensure!(got.len() == b.cap, "{what}: read {} elements", got.len());
+/// Fills my source with `f(index)` (what a call reading `src_len` elements sees, and the
+/// window after) and my dest with poison (the window after `dst_len`, and whatever earlier
+/// calls wrote): local writes; every collective starts with a team sync, so no member reads
+/// them early.
+fn prepare<T: Val>(
+    c: &Ctx<'_>,
+    b: &Bufs<'_, T>,
+    src_len: usize,
+    dst_len: usize,
+    f: impl Fn(usize) -> T,
+) -> R {
+    let vals: Vec<T> = (0..b.lim(src_len)).map(f).collect();
+    c.w.put(b.src.as_ptr(), &vals, c.me).ctx("put to myself")?;
+    let dl = b.lim(dst_len);
+    c.w.put(
+        b.dst.as_ptr(),
+        &vec![T::poison(); dl.max(b.dirty.get())],
+        c.me,
+    )
+    .ctx("put to myself")?;
+    b.dirty.set(dl);
+    Ok(())
+}
+
+/// Checks my dest: `want(i)` for `i < len`, poison after (through the window).
+fn check_dst<T: Val>(
+    c: &Ctx<'_>,
+    b: &Bufs<'_, T>,
+    what: &str,
+    len: usize,
+    want: impl Fn(usize) -> T,
+) -> R {
+    let got = read(c, &b.dst, b.lim(len))?;
     expect_slice(what, &got, |i| if i < len { want(i) } else { T::poison() })
 }
 
-/// broadcast (roots 0 and last), fcollect, collect, alltoall, alltoalls.
-fn movement<T: Val>(c: &Ctx<'_>, b: &Bufs<'_, T>, t: &Team, k: usize, s: u64, what: &str) -> R {
+/// broadcast (roots 0 and last), fcollect, collect, alltoall, and alltoalls if `strided`.
+fn movement<T: Val>(
+    c: &Ctx<'_>,
+    b: &Bufs<'_, T>,
+    t: &Team,
+    k: usize,
+    s: u64,
+    what: &str,
+    strided: bool,
+) -> R {
     let w = c.w;
     let (tn, ti) = (t.n_pes(), t.my_pe());
     let m = |j: usize| t.members()[j];
     let input = |pe: usize, i: usize| val_r::<T>(pe, 0, i, s);
 
     for root in [0, tn - 1] {
-        prepare(b, |i| input(c.me, i))?;
+        prepare(c, b, k, k, |i| input(c.me, i))?;
         w.broadcast(t, b.dst.as_ptr(), b.src.as_ptr(), k, root)
             .ctx(format_args!("broadcast {what} root {root}"))?;
-        check_dst(b, &format!("broadcast {what} root {root}"), k, |i| {
+        check_dst(c, b, &format!("broadcast {what} root {root}"), k, |i| {
             input(m(root), i)
         })?;
     }
 
-    prepare(b, |i| input(c.me, i))?;
+    prepare(c, b, k, tn * k, |i| input(c.me, i))?;
     w.fcollect(t, b.dst.as_ptr(), b.src.as_ptr(), k)
         .ctx(format_args!("fcollect {what}"))?;
-    check_dst(b, &format!("fcollect {what}"), tn * k, |i| {
+    check_dst(c, b, &format!("fcollect {what}"), tn * k, |i| {
         input(m(i / k), i % k)
     })?;
 
-    // Uneven counts, some 0: member j contributes (k·(j+1) + j) % (M+1).
-    let count = |j: usize| (k * (j + 1) + j) % (M + 1);
+    // Uneven counts, some 0: member j contributes (k·(j+1) + j) % (max(k, M) + 1).
+    let count = |j: usize| (k * (j + 1) + j) % (k.max(M) + 1);
     let starts: Vec<usize> = (0..=tn).map(|j| (0..j).map(count).sum()).collect();
-    prepare(b, |i| input(c.me, i))?;
+    prepare(c, b, count(ti), starts[tn], |i| input(c.me, i))?;
     w.collect(t, b.dst.as_ptr(), b.src.as_ptr(), count(ti))
         .ctx(format_args!("collect {what}"))?;
-    check_dst(b, &format!("collect {what}"), starts[tn], |i| {
+    check_dst(c, b, &format!("collect {what}"), starts[tn], |i| {
         let j = starts.partition_point(|&st| st <= i) - 1;
         input(m(j), i - starts[j])
     })?;
 
-    prepare(b, |i| input(c.me, i))?;
+    prepare(c, b, tn * k, tn * k, |i| input(c.me, i))?;
     w.alltoall(t, b.dst.as_ptr(), b.src.as_ptr(), k)
         .ctx(format_args!("alltoall {what}"))?;
-    check_dst(b, &format!("alltoall {what}"), tn * k, |i| {
+    check_dst(c, b, &format!("alltoall {what}"), tn * k, |i| {
         let (j, e) = (i / k, i % k);
         input(m(j), ti * k + e)
     })?;
+    if !strided {
+        return Ok(());
+    }
 
-    prepare(b, |i| input(c.me, i))?;
+    let span = |stride: usize| {
+        if tn * k == 0 {
+            0
+        } else {
+            (tn * k - 1) * stride + 1
+        }
+    };
+    let ext = span(DST);
+    prepare(c, b, span(SST), ext, |i| input(c.me, i))?;
     w.alltoalls(t, b.dst.as_ptr(), b.src.as_ptr(), DST, SST, k)
         .ctx(format_args!("alltoalls {what}"))?;
-    let ext = if tn * k == 0 {
-        0
-    } else {
-        (tn * k - 1) * DST + 1
-    };
-    check_dst(b, &format!("alltoalls {what}"), ext, |i| {
+    check_dst(c, b, &format!("alltoalls {what}"), ext, |i| {
         if i % DST != 0 {
             return T::poison();
         }
@@ -379,11 +494,13 @@ fn red<T: RT, O: ReduceOp<T>>(
         O::CALL,
         if in_place { " in place" } else { "" }
     );
-    prepare(b, |i| T::rin(c.me, i, s))?;
+    prepare(c, b, k, if in_place { 0 } else { k }, |i| {
+        T::rin(c.me, i, s)
+    })?;
     if in_place {
         w.reduce(t, b.src.as_ptr(), b.src.as_ptr(), k, op)
             .ctx(&label)?;
-        let got = b.src.to_vec().ctx("SymBuf::to_vec")?;
+        let got = read(c, &b.src, b.lim(k))?;
         expect_slice(&label, &got, |i| {
             if i < k {
                 want(i)
@@ -391,11 +508,11 @@ fn red<T: RT, O: ReduceOp<T>>(
                 T::rin(c.me, i, s)
             }
         })?;
-        check_dst(b, &label, 0, |_| T::poison())
+        check_dst(c, b, &label, 0, |_| T::poison())
     } else {
         w.reduce(t, b.dst.as_ptr(), b.src.as_ptr(), k, op)
             .ctx(&label)?;
-        check_dst(b, &label, k, want)
+        check_dst(c, b, &label, k, want)
     }
 }
 
@@ -409,11 +526,11 @@ fn reduce_scatter<T: RT>(
 ) -> R {
     let ti = t.my_pe();
     let label = format!("reduce_scatter(sum) {what}");
-    prepare(b, |i| T::rin(c.me, i, s))?;
+    prepare(c, b, t.n_pes() * k, k, |i| T::rin(c.me, i, s))?;
     c.w.reduce_scatter(t, b.dst.as_ptr(), b.src.as_ptr(), k, Sum)
         .ctx(&label)?;
     let ms = t.members();
-    check_dst(b, &label, k, |i| {
+    check_dst(c, b, &label, k, |i| {
         let idx = ti * k + i;
         ms[1..].iter().fold(T::rin(ms[0], idx, s), |a, &p| {
             T::r_add(a, T::rin(p, idx, s))
