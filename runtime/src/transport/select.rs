@@ -109,8 +109,9 @@ impl fmt::Display for PlanError {
 }
 
 /// Routes for PE `me`: `local[pe]` says whether PE `pe` shares this host; `all[pe]` is what PE
-/// `pe` announced. Every PE must ask for the same setting. With `verbs`, every PE that has a
-/// PE on another host must have opened a device. With `auto`, a pair uses verbs when both of
+/// `pe` announced. Every PE must ask for the same setting. With `verbs`, every PE must have
+/// opened a device (in a job that spans hosts every PE has remote peers), so that all PEs fail
+/// together instead of some waiting for those that stopped. With `auto`, a pair uses verbs when both of
 /// its PEs opened a device. Both ends of a pair compute the same answer.
 pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, PlanError> {
     let n = all.len();
@@ -134,7 +135,7 @@ pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, Pla
     let has_remote = local.iter().any(|l| !l);
     if choice == RemoteChoice::Verbs && has_remote {
         let without: Vec<String> = (0..n)
-            .filter(|&p| !all[p].verbs && (p == me || !local[p]))
+            .filter(|&p| !all[p].verbs)
             .map(|p| p.to_string())
             .collect();
         if !without.is_empty() {
@@ -260,6 +261,9 @@ mod tests {
         let e = plan(0, &LOCAL0, &a).unwrap_err();
         assert!(e.0.contains("PE(s) 3 could not open"), "{e}");
         let e = plan(3, &[false, false, true, true], &a).unwrap_err();
+        assert!(e.0.contains("PE(s) 3 could not open"), "{e}");
+        // Also on PE 2, which shares PE 3's host: every PE stops, none waits for the others.
+        let e = plan(2, &[false, false, true, true], &a).unwrap_err();
         assert!(e.0.contains("PE(s) 3 could not open"), "{e}");
         // My own missing device is named too.
         let a = ann(RemoteChoice::Verbs, &[false, true, true, true]);
