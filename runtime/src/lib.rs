@@ -39,6 +39,7 @@ mod error;
 pub mod heap;
 mod mem;
 pub mod node;
+pub mod proxy;
 mod rma;
 mod signal;
 mod stream;

@@ -121,6 +121,14 @@ impl World {
     ) -> Result<()> {
         let p = self.p2p(call)?;
         let n = bytes_of::<T>(call, nelems)?;
+        if self.via_proxy(dpe) || self.via_proxy(spe) {
+            let (pe, get) = if dpe == self.me {
+                (spe, true)
+            } else {
+                (dpe, false)
+            };
+            return self.proxy_copy_on_stream(call, dest, src, n, pe, get, stream);
+        }
         if n == 0 {
             return self
                 .local_index(call, dpe)
@@ -171,6 +179,18 @@ impl World {
         let call = "p_on_stream";
         let p = self.p2p(call)?;
         let size = std::mem::size_of::<T>();
+        if self.via_proxy(pe) {
+            let mut bits = 0u64;
+            // SAFETY: T is at most 8 bytes (an RMA type); copy its bits into a u64.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&value as *const T).cast::<u8>(),
+                    (&mut bits as *mut u64).cast::<u8>(),
+                    size.min(8),
+                )
+            };
+            return self.proxy_p_on_stream(call, dest as usize, bits, size, pe, stream);
+        }
         let d = self.remote(call, dest as usize, size, pe)?;
         p.gpu.bind(call)?;
         if size == 8 && d % 8 == 0 {
@@ -216,6 +236,15 @@ impl World {
         let call = "g_on_stream";
         let p = self.p2p(call)?;
         let size = std::mem::size_of::<T>();
+        if self.via_proxy(pe) {
+            let t = self.target(call, src as usize, size, pe)?;
+            stream
+                .synchronize()
+                .map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
+            let mut v = T::default_value();
+            self.get_from(call, (&mut v as *mut T).cast(), t, size)?;
+            return Ok(v);
+        }
         let s = self.remote(call, src as usize, size, pe)?;
         p.gpu.bind(call)?;
         let mut v = T::default_value();
@@ -256,7 +285,7 @@ impl World {
     ) -> Result<()> {
         let call = "put_signal_on_stream";
         let p = self.p2p(call)?;
-        self.sig_addr(call, sig, pe)?;
+        self.sig_check(call, sig, pe)?;
         self.put_on_stream(dest, src, nelems, pe, stream)?;
         self.signal_kernel(p, call, sig, signal, op, pe, stream)
     }
@@ -273,7 +302,7 @@ impl World {
     ) -> Result<()> {
         let call = "signal_op_on_stream";
         let p = self.p2p(call)?;
-        self.sig_addr(call, sig, pe)?;
+        self.sig_check(call, sig, pe)?;
         self.signal_kernel(p, call, sig, signal, op, pe, stream)
     }
 
@@ -357,6 +386,9 @@ impl World {
     pub fn quiet_on_stream(&self, stream: &CudaStream) -> Result<()> {
         let call = "quiet_on_stream";
         let p = self.p2p(call)?;
+        if self.proxy.is_some() {
+            self.proxy_quiet_on_stream(call, stream)?;
+        }
         if !p.pending() {
             // Nothing host-issued is queued: no dependency to add.
             return Ok(());

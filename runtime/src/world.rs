@@ -100,9 +100,12 @@ pub fn init() -> Result<World> {
 pub struct World {
     pub(crate) me: usize,
     pub(crate) n: usize,
+    /// The proxy serving device calls to PEs on other nodes (GPU backend with remote PEs).
+    /// Declared first: its thread stops before the transport and heaps it uses go away.
+    pub(crate) proxy: Option<crate::proxy::Proxy>,
     /// The TCP transport to PEs on other nodes (None when every PE shares this host's memory).
     /// Declared before the heaps: its service threads stop before the heaps are unmapped.
-    pub(crate) net: Option<Net>,
+    pub(crate) net: Option<Arc<Net>>,
     /// How each PE is reached, and the verbs transport when some PE uses it. Declared before
     /// the heaps: memory regions are deregistered before the heaps are unmapped.
     pub(crate) remotes: Remotes,
@@ -175,20 +178,6 @@ impl World {
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
-        if gpu.is_some() && node.len() != n {
-            let remote: Vec<String> = (0..n)
-                .filter(|&p| node.local_of[p].is_none())
-                .map(|p| p.to_string())
-                .collect();
-            return Err(Error::Unsupported {
-                call: "init",
-                reason: format!(
-                    "PE(s) {} run on another node{}; the GPU backend reaches only the GPUs of this host (remote PEs need RSHMEM_BACKEND=cpu)",
-                    remote.join(", "),
-                    if cfg.disable_p2p { " (RSHMEM_DISABLE_P2P=1)" } else { "" }
-                ),
-            });
-        }
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
@@ -215,15 +204,17 @@ impl World {
                     lo: INTERNAL_SIZE,
                     hi: usize::MAX,
                     mapped: heap.mapped_handle(),
+                    gpu: crate::proxy::remote_apply(&gpu, &dstate)?,
                 },
                 Region {
                     base: ctrl.my_base(),
                     lo: 0,
                     hi: INTERNAL_SIZE,
                     mapped: ctrl.mapped_handle(),
+                    gpu: None,
                 },
             ];
-            Some(Net::establish(
+            Some(Arc::new(Net::establish(
                 boot.as_ref(),
                 &remotes.tcp_mask(&node.local_of),
                 &node.token,
@@ -232,16 +223,32 @@ impl World {
                 cfg.timeout,
                 live.clone(),
                 regions,
-            )?)
+            )?))
         } else {
             None
         };
         remotes.connect(boot.as_ref(), &cfg, &live, &heap, &ctrl)?;
+        let proxy = match (&gpu, &net) {
+            (Some(g), Some(net)) => Some(crate::proxy::Proxy::start(
+                g,
+                &dstate,
+                net,
+                &heap,
+                &ctrl,
+                &node,
+                me,
+                n,
+                &live,
+                cfg.timeout,
+            )?),
+            _ => None,
+        };
         node.start_monitor(live.clone())?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
         let world = World {
             me,
             n,
+            proxy,
             net,
             remotes,
             boot,
@@ -301,7 +308,7 @@ impl World {
         if self.gpu.is_none() {
             return Ok(());
         }
-        let st = DeviceState {
+        let mut st = DeviceState {
             version: DEVICE_STATE_VERSION,
             size: std::mem::size_of::<DeviceState>() as u32,
             my_pe: self.me as i32,
@@ -328,6 +335,9 @@ impl World {
             }),
             ..Default::default()
         };
+        if let Some(p) = &self.proxy {
+            p.describe(&mut st);
+        }
         let changed = {
             let mut cur = self.dstate.lock().map_err(|_| poisoned("init"))?;
             let changed = *cur != st;
@@ -519,7 +529,7 @@ impl World {
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {
-        self.net.as_ref().ok_or_else(|| Error::State {
+        self.net.as_deref().ok_or_else(|| Error::State {
             call,
             reason: "no TCP transport (every PE is on this node)".into(),
         })
@@ -779,7 +789,9 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     if !want_gpu {
         return Ok(None);
     }
-    let ordinal = cfg.device.unwrap_or(node.me % count);
+    let ordinal = cfg
+        .device
+        .unwrap_or(crate::proxy::host_rank(boot, cfg, node)? % count);
     if ordinal >= count {
         return Err(Error::invalid(
             call,

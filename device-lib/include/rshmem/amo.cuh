@@ -9,42 +9,82 @@
 //
 // The non-fetching forms (set, inc, add, and, or, xor) do not wait for a reply.
 //
+// PEs that are not reachable by load/store (proxy.cuh): the atomic is a proxy request executed
+// at the target by the host (with a system-scope atomic of the target GPU, so it stays atomic
+// with respect to device atomics there); fetching forms wait for the old value.
+//
 // Checks (debug flag): pe in range, the object in this PE's symmetric heap, naturally aligned.
 #pragma once
 
 #include "rshmem/util.cuh"
+#include "rshmem/proxy.cuh"
 
 namespace rshmem_detail {
 
-template <typename T>
-static __device__ __forceinline__ T* amo_target(const char* call, T* dest, int pe) {
+// One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value.
+template <int OP, bool FETCH, typename T>
+static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T cond, int pe) {
     if (debug()) {
         check_pe(call, pe, true);
         check_sym(call, "destination", dest, sizeof(T), true);
         check_align(call, "destination", dest, sizeof(T), true);
     }
-    return translate(call, dest, pe, true);
+    const int local = local_index(pe);
+    if (__builtin_expect(local < 0, 0)) {
+        typedef typename uint_of<sizeof(T)>::type U;
+        uint64_t old = proxy_amo(call, OP, dest, sizeof(T), (uint64_t)bit_cast<U>(value),
+                                 (uint64_t)bit_cast<U>(cond), pe, FETCH);
+        return bit_cast<T>((U)old);
+    }
+    T* p = at_local(dest, local);
+    if constexpr (OP == RSHMEM_PROXY_AMO_FETCH) {
+        return ld_relaxed_sys((const T*)p);
+    } else if constexpr (OP == RSHMEM_PROXY_AMO_SET || OP == RSHMEM_PROXY_AMO_SWAP) {
+        return atom_exch(p, value);
+    } else if constexpr (OP == RSHMEM_PROXY_AMO_CSWAP) {
+        return atom_cas(p, cond, value);
+    } else if constexpr (OP == RSHMEM_PROXY_AMO_ADD) {
+        if constexpr (FETCH) return atom_add(p, value);
+        red_add(p, value);
+        return T();
+    } else if constexpr (OP == RSHMEM_PROXY_AMO_AND) {
+        if constexpr (FETCH) return atom_and(p, value);
+        red_and(p, value);
+        return T();
+    } else if constexpr (OP == RSHMEM_PROXY_AMO_OR) {
+        if constexpr (FETCH) return atom_or(p, value);
+        red_or(p, value);
+        return T();
+    } else {
+        static_assert(OP == RSHMEM_PROXY_AMO_XOR, "unknown atomic");
+        if constexpr (FETCH) return atom_xor(p, value);
+        red_xor(p, value);
+        return T();
+    }
 }
 
 }  // namespace rshmem_detail
+
+#define RSHMEM_AMO_(OP, FETCH, T, NAME, dest, value, cond, pe)                                  \
+    rshmem_detail::amo<OP, FETCH, T>(NAME, dest, value, cond, pe)
 
 // fetch, set, swap: every AMO type, floating point included.
 #define RSHMEM_DEFINE_AMO_EXT(NAME, T)                                                           \
     /* Atomically reads source on PE pe. */                                                      \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch(const T* source, int pe) {  \
-        return rshmem_detail::ld_relaxed_sys(rshmem_detail::amo_target(                          \
-            "rshmem_" #NAME "_atomic_fetch", source, pe));                                       \
+        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_FETCH, true, T, "rshmem_" #NAME "_atomic_fetch",     \
+                           (T*)source, (T)0, (T)0, pe);                                            \
     }                                                                                            \
     /* Atomically writes value into dest on PE pe. */                                            \
     static __device__ __forceinline__ void rshmem_##NAME##_atomic_set(T* dest, T value,          \
                                                                       int pe) {                  \
-        (void)rshmem_detail::atom_exch(                                                          \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_set", dest, pe), value);          \
+        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_SET, false, T, "rshmem_" #NAME "_atomic_set", dest,   \
+                          value, (T)0, pe);                                                       \
     }                                                                                            \
     /* Atomically writes value into dest on PE pe; returns the old value. */                     \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_swap(T* dest, T value, int pe) {  \
-        return rshmem_detail::atom_exch(                                                         \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_swap", dest, pe), value);         \
+        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_SWAP, true, T, "rshmem_" #NAME "_atomic_swap", dest, \
+                           value, (T)0, pe);                                                      \
     }
 
 // compare_swap, fetch_inc, inc, fetch_add, add: the integer AMO types.
@@ -53,59 +93,55 @@ static __device__ __forceinline__ T* amo_target(const char* call, T* dest, int p
     /* Atomically: if dest on PE pe equals cond, writes value. Returns the old value. */         \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_compare_swap(T* dest, T cond,     \
                                                                             T value, int pe) {   \
-        return rshmem_detail::atom_cas(                                                          \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_compare_swap", dest, pe), cond,   \
-            value);                                                                              \
+        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_CSWAP, true, T,                                      \
+                           "rshmem_" #NAME "_atomic_compare_swap", dest, value, cond, pe);       \
     }                                                                                            \
     /* Atomically adds 1 to dest on PE pe; returns the old value. */                             \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch_inc(T* dest, int pe) {      \
-        return rshmem_detail::atom_add(                                                          \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_fetch_inc", dest, pe), (T)1);     \
+        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T, "rshmem_" #NAME "_atomic_fetch_inc",   \
+                           dest, (T)1, (T)0, pe);                                                 \
     }                                                                                            \
     /* Atomically adds 1 to dest on PE pe. */                                                    \
     static __device__ __forceinline__ void rshmem_##NAME##_atomic_inc(T* dest, int pe) {         \
-        rshmem_detail::red_add(rshmem_detail::amo_target("rshmem_" #NAME "_atomic_inc", dest,    \
-                                                         pe),                                    \
-                               (T)1);                                                            \
+        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T, "rshmem_" #NAME "_atomic_inc", dest,   \
+                          (T)1, (T)0, pe);                                                        \
     }                                                                                            \
     /* Atomically adds value to dest on PE pe; returns the old value. */                         \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch_add(T* dest, T value,       \
                                                                          int pe) {               \
-        return rshmem_detail::atom_add(                                                          \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_fetch_add", dest, pe), value);    \
+        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T, "rshmem_" #NAME "_atomic_fetch_add",   \
+                           dest, value, (T)0, pe);                                                \
     }                                                                                            \
     /* Atomically adds value to dest on PE pe. */                                                \
     static __device__ __forceinline__ void rshmem_##NAME##_atomic_add(T* dest, T value, int pe) { \
-        rshmem_detail::red_add(rshmem_detail::amo_target("rshmem_" #NAME "_atomic_add", dest,    \
-                                                         pe),                                    \
-                               value);                                                           \
+        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T, "rshmem_" #NAME "_atomic_add", dest,   \
+                          value, (T)0, pe);                                                       \
     }
 
 // fetch_and/or/xor, and/or/xor: the bitwise AMO types. OP is _and, _or or _xor (spelled with
-// the underscore because `and`, `or` and `xor` are C++ operator tokens).
-#define RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, OP)                                                    \
+// the underscore because `and`, `or` and `xor` are C++ operator tokens); CODE its proxy code.
+#define RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, OP, CODE)                                              \
     /* Atomically dest = dest OP value on PE pe; returns the old value. */                       \
     static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch##OP(T* dest, T value,       \
                                                                          int pe) {               \
-        return rshmem_detail::atom##OP(                                                          \
-            rshmem_detail::amo_target("rshmem_" #NAME "_atomic_fetch" #OP, dest, pe), value);    \
+        return RSHMEM_AMO_(CODE, true, T, "rshmem_" #NAME "_atomic_fetch" #OP, dest, value, (T)0, \
+                           pe);                                                                  \
     }                                                                                            \
     /* Atomically dest = dest OP value on PE pe. */                                              \
     static __device__ __forceinline__ void rshmem_##NAME##_atomic##OP(T* dest, T value, int pe) { \
-        rshmem_detail::red##OP(rshmem_detail::amo_target("rshmem_" #NAME "_atomic" #OP, dest,    \
-                                                         pe),                                    \
-                               value);                                                           \
+        (void)RSHMEM_AMO_(CODE, false, T, "rshmem_" #NAME "_atomic" #OP, dest, value, (T)0, pe);  \
     }
 
 #define RSHMEM_DEFINE_AMO_BITWISE(NAME, T)                                                       \
-    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _and)                                                      \
-    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _or)                                                       \
-    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _xor)
+    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _and, RSHMEM_PROXY_AMO_AND)                                \
+    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _or, RSHMEM_PROXY_AMO_OR)                                  \
+    RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, _xor, RSHMEM_PROXY_AMO_XOR)
 
 RSHMEM_FOR_AMO_TYPES(RSHMEM_DEFINE_AMO_STD)
 RSHMEM_FOR_AMO_FLOAT_TYPES(RSHMEM_DEFINE_AMO_EXT)
 RSHMEM_FOR_AMO_BITWISE_TYPES(RSHMEM_DEFINE_AMO_BITWISE)
 
+#undef RSHMEM_AMO_
 #undef RSHMEM_DEFINE_AMO_EXT
 #undef RSHMEM_DEFINE_AMO_STD
 #undef RSHMEM_DEFINE_AMO_BIT_OP

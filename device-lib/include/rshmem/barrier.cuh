@@ -24,10 +24,14 @@
 // slower: 2.1 us at 2 PEs.)
 //
 // Bounded by rshmem_state.timeout_ns: a barrier that waits longer prints which PE it waits for
-// and traps. PEs on other hosts are not supported yet: the call traps with a message.
+// and traps. When some PE is on another host (or RSHMEM_DISABLE_P2P=1), the barrier goes
+// through the proxy instead: one thread fences, pushes a BARRIER request and waits; the host
+// completes every earlier request of this PE (remote completion), then runs a dissemination
+// barrier over all PEs with host flags of its own, then completes the request.
 #pragma once
 
 #include "rshmem/util.cuh"
+#include "rshmem/proxy.cuh"
 
 namespace rshmem_detail {
 
@@ -128,7 +132,16 @@ static __device__ __forceinline__ void barrier(const char* call) {
     const uint32_t size = S::size();
     const int n = rshmem_state.n_local;
     const int me = rshmem_state.my_local;
-    if (n != rshmem_state.n_pes || n > RSHMEM_MAX_LOCAL_PES) fail_barrier_pes(call, rank == 0);
+    if (__builtin_expect(n != rshmem_state.n_pes, 0)) {
+        if (!has_proxy()) fail_barrier_pes(call, rank == 0);
+        if (rank == 0) {
+            fence_sc_sys();
+            proxy_sync_op(call, RSHMEM_PROXY_OP_BARRIER);
+        }
+        S::sync();
+        return;
+    }
+    if (n > RSHMEM_MAX_LOCAL_PES) fail_barrier_pes(call, rank == 0);
     uint64_t epoch = 0;
     if ((int)rank < n) {
         // Only this group writes the epoch word, after the closing sync below.

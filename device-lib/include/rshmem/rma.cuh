@@ -23,6 +23,7 @@
 #pragma once
 
 #include "rshmem/util.cuh"
+#include "rshmem/proxy.cuh"
 
 namespace rshmem_detail {
 
@@ -185,8 +186,13 @@ static __device__ __noinline__ void putmem(const char* call, void* dest, const v
         check_sym(call, "destination", dest, nbytes, say);
     }
     if (nbytes != 0) {
-        char* d = translate(call, (char*)dest, pe, say);
-        copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size());
+        const int local = local_index(pe);
+        if (__builtin_expect(local < 0, 0)) {
+            if (S::rank() == 0) proxy_putmem(call, dest, src, nbytes, pe, true);
+        } else {
+            copy_bytes(at_local((char*)dest, local), (const char*)src, nbytes, true, S::rank(),
+                       S::size());
+        }
     }
     S::sync();
 }
@@ -201,8 +207,13 @@ static __device__ __noinline__ void getmem(const char* call, void* dest, const v
         check_sym(call, "source", src, nbytes, say);
     }
     if (nbytes != 0) {
-        const char* s = translate(call, (const char*)src, pe, say);
-        copy_bytes((char*)dest, s, nbytes, false, S::rank(), S::size());
+        const int local = local_index(pe);
+        if (__builtin_expect(local < 0, 0)) {
+            if (S::rank() == 0) proxy_getmem(call, dest, src, nbytes, pe);
+        } else {
+            copy_bytes((char*)dest, at_local((const char*)src, local), nbytes, false, S::rank(),
+                       S::size());
+        }
     }
     S::sync();
 }
@@ -230,7 +241,13 @@ static __device__ __forceinline__ void p(const char* call, T* dest, T value, int
         check_sym(call, "destination", dest, sizeof(T), true);
         check_align(call, "destination", dest, sizeof(T), true);
     }
-    st_relaxed_sys(translate(call, dest, pe, true), value);
+    const int local = local_index(pe);
+    if (__builtin_expect(local < 0, 0)) {
+        proxy_p(call, dest, (uint64_t)bit_cast<typename uint_of<sizeof(T)>::type>(value),
+                sizeof(T), pe);
+        return;
+    }
+    st_relaxed_sys(at_local(dest, local), value);
 }
 
 template <typename T>
@@ -240,7 +257,9 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
         check_sym(call, "source", src, sizeof(T), true);
         check_align(call, "source", src, sizeof(T), true);
     }
-    return ld_relaxed_sys(translate(call, src, pe, true));
+    const int local = local_index(pe);
+    if (__builtin_expect(local < 0, 0)) return proxy_g(call, src, pe);
+    return ld_relaxed_sys(at_local(src, local));
 }
 
 }  // namespace rshmem_detail

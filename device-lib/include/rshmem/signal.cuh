@@ -54,12 +54,20 @@ static __device__ __noinline__ void putmem_signal(const char* call, void* dest, 
         check_signal(call, sig, pe, say);
     }
     if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) fail_sig_op(call, sig_op, say);
-    char* d = translate(call, (char*)dest, pe, say);
+    const int local = local_index(pe);
+    if (__builtin_expect(local < 0, 0)) {
+        // Through the proxy: one thread pushes data then signal; the group waits for it so
+        // the source may be reused by any thread after the call.
+        if (S::rank() == 0) proxy_putmem_signal(call, dest, src, nbytes, sig, signal, sig_op, pe);
+        S::sync();
+        return;
+    }
+    char* d = at_local((char*)dest, local);
     if (nbytes != 0) copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size());
     // Orders every thread's stores before thread 0's release (release is cumulative).
     S::sync();
     if (S::rank() == 0) {
-        signal_release(call, translate(call, sig, pe, say), signal, sig_op, say);
+        signal_release(call, at_local(sig, local), signal, sig_op, say);
     }
 }
 
@@ -130,7 +138,15 @@ static __device__ __forceinline__ void rshmem_signal_op(uint64_t* sig_addr, uint
                                                         int sig_op, int pe) {
     const char* call = "rshmem_signal_op";
     if (rshmem_detail::debug()) rshmem_detail::check_signal(call, sig_addr, pe, true);
-    uint64_t* s = rshmem_detail::translate(call, sig_addr, pe, true);
+    const int local = rshmem_detail::local_index(pe);
+    if (__builtin_expect(local < 0, 0)) {
+        if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) {
+            rshmem_detail::fail_sig_op(call, sig_op, true);
+        }
+        rshmem_detail::proxy_signal(call, sig_addr, signal, sig_op, pe);
+        return;
+    }
+    uint64_t* s = rshmem_detail::at_local(sig_addr, local);
     if (sig_op == RSHMEM_SIGNAL_SET) {
         rshmem_detail::st_relaxed_sys(s, signal);
     } else if (sig_op == RSHMEM_SIGNAL_ADD) {

@@ -16,11 +16,13 @@
 #pragma once
 
 #include "rshmem/util.cuh"
+#include "rshmem/proxy.cuh"
 
 // Orders this thread's earlier puts, AMOs and signal updates before its later ones: a PE that
 // observes a later one also observes the earlier ones. Thread scope, one-sided; a system-scope
 // acq_rel fence (fence.acq_rel.sys): followed by a p, an atomic or a signal update it forms a
 // release. To cover other threads' puts, synchronize with them first (e.g. __syncthreads).
+// Requests through the proxy are executed and delivered in order, so they need nothing more.
 static __device__ __forceinline__ void rshmem_fence(void) {
     rshmem_detail::fence_acq_rel_sys();
 }
@@ -30,8 +32,11 @@ static __device__ __forceinline__ void rshmem_fence(void) {
 // Thread scope, one-sided; a sequentially consistent system-scope fence (fence.sc.sys, as
 // __threadfence_system()). To cover other threads' calls, synchronize with them first (a
 // _block call ends with __syncthreads, so one thread's rshmem_quiet after it covers the block).
+// With a proxy (some PE not reachable by load/store) it also pushes a quiet request and waits
+// until the host has completed every request pushed before it, remotely.
 static __device__ __forceinline__ void rshmem_quiet(void) {
     rshmem_detail::fence_sc_sys();
+    if (rshmem_detail::has_proxy()) rshmem_detail::proxy_quiet("rshmem_quiet");
 }
 
 namespace rshmem_detail {

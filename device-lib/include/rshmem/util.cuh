@@ -6,8 +6,8 @@
 // the host, so this PE's symmetric address p names PE pe's copy at
 //     p + (local(pe) - my_local) * slice,   local(pe) = ((int32_t*)pe_local_table)[pe]
 // (or pe - (my_pe - my_local) when the state says the host's PEs are contiguous).
-// local(pe) == -1 means PE pe is on another host and cannot be reached by load/store; the device
-// library has no proxy yet, so such a call traps with a message (in every build).
+// local(pe) == -1 means PE pe is on another host and cannot be reached by load/store; calls to
+// it go through the proxy (proxy.cuh), or trap with a message when there is none.
 //
 // Checks: with RSHMEM_STATE_FLAG_DEBUG set in rshmem_state.flags, every call checks its PE
 // argument (0 <= pe < n_pes) and that each symmetric range lies in this PE's user heap
@@ -273,7 +273,8 @@ static __device__ __noinline__ void fail_sig_op(const char* call, int op, bool s
 static __device__ __noinline__ void fail_unreachable(const char* call, int pe, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: PE %d is on another host and cannot be reached by "
-               "load/store from the GPU (device calls to remote hosts are not supported yet)\n",
+               "load/store from the GPU, and no proxy serves this module (its device state "
+               "has proxy_slots = 0)\n",
                call, rshmem_state.my_pe, pe);
     }
     __trap();

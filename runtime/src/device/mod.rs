@@ -28,6 +28,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../../../device-lib/include/rshmem/util.cuh"),
     ),
     (
+        "rshmem/proxy.cuh",
+        include_str!("../../../device-lib/include/rshmem/proxy.cuh"),
+    ),
+    (
         "rshmem/rma.cuh",
         include_str!("../../../device-lib/include/rshmem/rma.cuh"),
     ),

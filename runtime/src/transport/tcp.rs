@@ -60,6 +60,9 @@ pub(crate) struct Region {
     pub lo: usize,
     pub hi: usize,
     pub mapped: Arc<AtomicUsize>,
+    /// GPU memory (applied through the CUDA driver on a stream of its own), or None for host
+    /// memory (load/store).
+    pub gpu: Option<Arc<crate::proxy::gpu::GpuMem>>,
 }
 
 impl Region {
@@ -71,6 +74,49 @@ impl Region {
             return None;
         }
         Some(self.base + off as usize)
+    }
+
+    /// Writes `data` at the checked address `a`; false if a GPU copy failed.
+    fn write(&self, a: usize, data: &[u8]) -> bool {
+        match &self.gpu {
+            // SAFETY: `check` proved [a, a+len) lies in the mapped part of this PE's GPU heap;
+            // the driver stages the pageable source before returning.
+            Some(g) => unsafe { g.write_async("tcp", a as u64, data.as_ptr(), data.len()) }.is_ok(),
+            None => {
+                // SAFETY: `check` proved [a, a+len) lies in the mapped part of this PE's heap.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a as *mut u8, data.len()) };
+                true
+            }
+        }
+    }
+
+    /// Reads `out.len()` bytes at the checked address `a` (after every earlier write).
+    fn read(&self, a: usize, out: &mut [u8]) -> bool {
+        match &self.gpu {
+            // SAFETY: as in `write`, for reading; out is a live exclusive slice.
+            Some(g) => unsafe { g.read("tcp", out.as_mut_ptr(), a as u64, out.len()) }.is_ok(),
+            None => {
+                // SAFETY: as in `write`, for reading.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(a as *const u8, out.as_mut_ptr(), out.len())
+                };
+                true
+            }
+        }
+    }
+
+    /// Applies an atomic to the checked, aligned word at `a`; the old value.
+    fn amo(&self, op: AmoOp, a: usize, size: usize, value: u64, cond: u64) -> Option<u64> {
+        match &self.gpu {
+            Some(g) => g.amo("tcp", op, a as u64, size, value, cond).ok(),
+            // SAFETY: an aligned word of `size` bytes in the mapped heap.
+            None => Some(unsafe { super::shm::amo(op, a, size, value, cond) }),
+        }
+    }
+
+    /// Completes the GPU writes queued so far (nothing for host memory).
+    fn flush(&self) -> bool {
+        self.gpu.as_ref().is_none_or(|g| g.flush("tcp").is_ok())
     }
 }
 
@@ -634,39 +680,41 @@ fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
                 }
                 bounce.resize(len as usize, 0);
                 rd.read_exact(&mut bounce)?;
-                match region.and_then(|r| r.check(off, len, 1)) {
-                    // SAFETY: `check` proved [a, a+len) lies in the mapped part of this PE's heap.
-                    Some(a) => unsafe {
-                        std::ptr::copy_nonoverlapping(bounce.as_ptr(), a as *mut u8, len as usize)
-                    },
-                    None => rejected += 1,
+                match region.and_then(|r| r.check(off, len, 1).map(|a| (r, a))) {
+                    Some((r, a)) if r.write(a, &bounce) => {}
+                    _ => rejected += 1,
                 }
             }
-            OP_STORE => match region.and_then(|r| r.check(off, 8, 8)) {
-                // SAFETY: an aligned word in the mapped part of this PE's heap.
-                Some(a) => unsafe {
-                    super::shm::amo(AmoOp::Set, a, 8, value, 0);
-                },
+            OP_STORE => match region.and_then(|r| r.check(off, 8, 8).map(|a| (r, a))) {
+                Some((r, a)) if r.gpu.is_some() => {
+                    if !r.write(a, &value.to_le_bytes()) {
+                        rejected += 1;
+                    }
+                }
+                Some((_, a)) => {
+                    // A flag in host memory: GPU writes before it land first.
+                    regions.iter().for_each(|r| {
+                        r.flush();
+                    });
+                    // SAFETY: an aligned word in the mapped part of this PE's heap.
+                    unsafe { super::shm::amo(AmoOp::Set, a, 8, value, 0) };
+                }
                 None => rejected += 1,
             },
             OP_GET => {
                 if len > FRAME as u64 {
                     return Err(proto("oversized get frame"));
                 }
-                match region.and_then(|r| r.check(off, len, 1)) {
-                    Some(a) => {
+                match region.and_then(|r| r.check(off, len, 1).map(|a| (r, a))) {
+                    Some((r, a)) => {
                         bounce.clear();
                         bounce.extend_from_slice(&rep(0, 0));
                         bounce.resize(REP + len as usize, 0);
-                        // SAFETY: as for puts, for reading.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                a as *const u8,
-                                bounce[REP..].as_mut_ptr(),
-                                len as usize,
-                            )
-                        };
-                        wr.write_all(&bounce)?;
+                        if r.read(a, &mut bounce[REP..]) {
+                            wr.write_all(&bounce)?;
+                        } else {
+                            wr.write_all(&rep(1, 0))?;
+                        }
                     }
                     None => wr.write_all(&rep(1, 0))?,
                 }
@@ -674,10 +722,10 @@ fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
             OP_AMO => {
                 let size = h[2] as u64;
                 let r = match (amo_op(h[3]), size) {
-                    (Some(aop), 4 | 8) => region
-                        .and_then(|r| r.check(off, size, size))
-                        // SAFETY: an aligned word of `size` bytes in the mapped heap.
-                        .map(|a| unsafe { super::shm::amo(aop, a, size as usize, value, cond) }),
+                    (Some(aop), 4 | 8) => region.and_then(|r| {
+                        r.check(off, size, size)
+                            .and_then(|a| r.amo(aop, a, size as usize, value, cond))
+                    }),
                     _ => None,
                 };
                 match r {
@@ -686,6 +734,11 @@ fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
                 }
             }
             OP_FLUSH => {
+                for r in regions {
+                    if !r.flush() {
+                        rejected += 1;
+                    }
+                }
                 wr.write_all(&rep(0, rejected))?;
                 rejected = 0;
             }
@@ -709,6 +762,7 @@ mod tests {
             lo: 4096,
             hi: usize::MAX,
             mapped: Arc::new(AtomicUsize::new(8192)),
+            gpu: None,
         };
         let ctrl = Region {
             lo: 0,

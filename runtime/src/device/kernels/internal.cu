@@ -57,3 +57,24 @@ extern "C" __global__ void rshmem_internal_signal(uint64_t sig_addr, uint64_t va
 extern "C" __global__ void rshmem_internal_signal_wait(uint64_t sig_addr, int cmp, uint64_t value) {
     rshmem_signal_wait_until((uint64_t *)sig_addr, cmp, value);
 }
+
+// *_on_stream to a PE reached through the proxy: the device call makes the proxy request.
+// put_on_stream (get == 0): dest on pe <- my src; get_on_stream (get != 0): my dest <- src on pe.
+extern "C" __global__ void rshmem_internal_proxy_copy(uint64_t dest, uint64_t src, uint64_t nbytes, int pe,
+                                                      int get) {
+    if (get) {
+        rshmem_getmem((void *)dest, (const void *)src, (size_t)nbytes, pe);
+    } else {
+        rshmem_putmem((void *)dest, (const void *)src, (size_t)nbytes, pe);
+    }
+}
+
+// p_on_stream through the proxy: `size` bytes (1, 2, 4 or 8) of `value`.
+extern "C" __global__ void rshmem_internal_proxy_p(uint64_t dest, uint64_t value, uint32_t size, int pe) {
+    rshmem_putmem((void *)dest, &value, size, pe);
+}
+
+// quiet_on_stream with a proxy: completes every request issued before it.
+extern "C" __global__ void rshmem_internal_quiet(void) {
+    rshmem_quiet();
+}

@@ -1,0 +1,580 @@
+//! The proxy's request ring: fixed-size requests in host memory mapped into the GPU's address
+//! space, written by device threads and read by the host service thread. The device half is
+//! `device-lib/include/rshmem/proxy.cuh`; the layout below is asserted on both sides.
+//!
+//! Protocol (tickets are 64-bit and never wrap in practice):
+//!
+//! * A device thread takes ticket `t` with an atomic add on the ring's head (a word of its own
+//!   GPU's internal area, [`HEAD`]), waits until slot `t mod slots` is free (`t < consumed +
+//!   slots`, read from the control block; a device-memory copy of the last value seen,
+//!   [`FREE_HINT`], spares the PCIe read while the ring is far from full), writes the request
+//!   and publishes it with a release store of `seq = t + 1` at system scope.
+//! * The host reads slot `tail mod slots` once its `seq` is `tail + 1` (acquire), copies the
+//!   request out and executes it; requests execute one at a time in ticket order.
+//! * `completed` (control block): every request with a ticket below it has been executed.
+//!   `consumed`: every slot of a ticket below it may be reused. A fetching request (an atomic
+//!   that returns a value, an inline get) keeps its slot until the device has read the result:
+//!   the host writes the result and `done = t + 1` into the slot, the device reads them and
+//!   stores `ack = t + 1`; `consumed` never passes an unacknowledged fetching request.
+//! * `error` (control block): non-zero once the host failed a request (lost peer, timeout, bad
+//!   request, CUDA error); `completed` then stops, and device waits trap with a message.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of one request slot.
+pub const SLOT: usize = 128;
+/// Bytes of the control block (four cache lines).
+pub const CTRL_BYTES: usize = 256;
+/// Bytes of data a request carries inline (small puts, small gets, non-global buffers).
+pub const INLINE: usize = 32;
+/// Requests in the ring (a power of two).
+pub const DEFAULT_SLOTS: usize = 1024;
+
+/// Offset of the ring head (u64 ticket counter) in this PE's GPU slice (internal area).
+pub const HEAD: usize = 0x2000;
+/// Offset of the device-side copy of `consumed` (u64) in this PE's GPU slice.
+pub const FREE_HINT: usize = 0x2040;
+
+/// Offsets of the control block's words.
+pub mod ctrl {
+    /// u64: slots of tickets below it may be reused.
+    pub const CONSUMED: usize = 0;
+    /// u64: requests with tickets below it have been executed.
+    pub const COMPLETED: usize = 64;
+    /// u64: 0, or the [`super::Failure`] code of the first failed request.
+    pub const ERROR: usize = 128;
+    /// u64: the PE the failed request targeted.
+    pub const ERROR_PE: usize = 136;
+    /// u64: the ticket of the failed request.
+    pub const ERROR_TICKET: usize = 144;
+}
+
+/// Request operations (`op`).
+pub mod op {
+    /// Copy `nbytes` from local memory (or the inline data) to `remote` on `pe`.
+    pub const PUT: u8 = 1;
+    /// Copy `nbytes` from `remote` on `pe` to local memory (or the inline result).
+    pub const GET: u8 = 2;
+    /// Atomic `amo` (an `AmoOp` code) of `size` bytes on `remote` on `pe`.
+    pub const AMO: u8 = 3;
+    /// Signal update (`amo`: 0 set, 1 add) of the u64 at `remote` on `pe`.
+    pub const SIGNAL: u8 = 4;
+    /// Complete every earlier request (remote completion of puts).
+    pub const QUIET: u8 = 5;
+    /// Complete every earlier request, then a barrier over all PEs.
+    pub const BARRIER: u8 = 6;
+    /// Nothing (measures the ring's round trip).
+    pub const NOP: u8 = 7;
+}
+
+/// `flags`: the payload (put) or the result (get) is in the slot's inline data.
+pub const FLAG_INLINE: u8 = 1;
+/// `flags`: the device waits for `done` and acknowledges the result.
+pub const FLAG_FETCH: u8 = 2;
+
+/// Codes of the control block's `error` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Failure {
+    /// The target PE exited or its connection failed.
+    PeerLost = 1,
+    /// A wait of the host proxy timed out.
+    Timeout = 2,
+    /// The request was malformed or the target rejected it.
+    BadRequest = 3,
+    /// A CUDA call of the host proxy failed.
+    Cuda = 4,
+}
+
+/// One slot as laid out in memory (mirrors `rshmem_proxy_req` in proxy.cuh).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Slot {
+    /// Ticket + 1 once published (device, release).
+    pub seq: u64,
+    /// [`op`] code.
+    pub op: u8,
+    /// `AmoOp` code of an atomic, signal operation of a signal.
+    pub amo: u8,
+    /// Width of an atomic (4 or 8).
+    pub size: u8,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Target PE.
+    pub pe: i32,
+    /// This PE's symmetric address of the target object.
+    pub remote: u64,
+    /// Local device address (put source, get destination); 0 when inline.
+    pub local: u64,
+    /// Bytes to move.
+    pub nbytes: u64,
+    /// Atomic operand, signal value.
+    pub value: u64,
+    /// Compare operand of compare-and-swap.
+    pub cond: u64,
+    /// Reserved.
+    pub spare: u64,
+    /// Ticket + 1 once a fetching request finished (host, release).
+    pub done: u64,
+    /// Old value of a fetching atomic.
+    pub result: u64,
+    /// Ticket + 1 once the device read the result (device).
+    pub ack: u64,
+    /// Reserved.
+    pub pad: u64,
+    /// Inline payload or result.
+    pub data: [u8; INLINE],
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Slot>() == SLOT);
+    assert!(offset_of!(Slot, op) == 8);
+    assert!(offset_of!(Slot, pe) == 12);
+    assert!(offset_of!(Slot, remote) == 16);
+    assert!(offset_of!(Slot, local) == 24);
+    assert!(offset_of!(Slot, nbytes) == 32);
+    assert!(offset_of!(Slot, value) == 40);
+    assert!(offset_of!(Slot, cond) == 48);
+    assert!(offset_of!(Slot, done) == 64);
+    assert!(offset_of!(Slot, result) == 72);
+    assert!(offset_of!(Slot, ack) == 80);
+    assert!(offset_of!(Slot, data) == 96);
+    // The ring head and hint lie between the device barrier flags and the next internal object.
+    use crate::device::state::internal as di;
+    assert!(di::BARRIER_FLAGS + 8 * di::MAX_LOCAL_PES <= HEAD);
+    assert!(FREE_HINT + 64 <= 0x1_0000);
+};
+
+/// A request as the host copied it out of its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Its ticket.
+    pub ticket: u64,
+    /// [`op`] code.
+    pub op: u8,
+    /// Atomic / signal operation.
+    pub amo: u8,
+    /// Atomic width.
+    pub size: u8,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Target PE.
+    pub pe: i32,
+    /// Symmetric address (this PE's) of the target.
+    pub remote: u64,
+    /// Local device address.
+    pub local: u64,
+    /// Bytes.
+    pub nbytes: u64,
+    /// Operand.
+    pub value: u64,
+    /// Compare operand.
+    pub cond: u64,
+    /// Inline payload.
+    pub data: [u8; INLINE],
+}
+
+impl Request {
+    /// True if the device waits for a result in the slot.
+    pub fn fetching(&self) -> bool {
+        self.flags & FLAG_FETCH != 0
+    }
+
+    /// True if the payload or result is inline.
+    pub fn inline(&self) -> bool {
+        self.flags & FLAG_INLINE != 0
+    }
+}
+
+/// What a request produced for the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing to hand back.
+    Done,
+    /// An old value (atomics).
+    Value(u64),
+    /// Inline data (gets of at most [`INLINE`] bytes).
+    Data([u8; INLINE]),
+}
+
+/// The host side of one ring.
+pub struct Ring {
+    slots: *mut Slot,
+    ctrl: *mut u8,
+    mask: u64,
+    tail: u64,
+    /// Fetching requests whose slots wait for the device's acknowledgement, in ticket order.
+    unacked: VecDeque<u64>,
+    consumed: u64,
+}
+
+// SAFETY: the ring memory is owned by the proxy for the ring's whole life and only this
+// struct's owner (one thread) reads it on the host side.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// A ring over `n` slots at `slots` with its control block at `ctrl`.
+    ///
+    /// # Safety
+    /// `slots` must point to `n * SLOT` zeroed bytes, `ctrl` to `CTRL_BYTES` zeroed bytes, both
+    /// 64-byte aligned and alive (and not read by another host thread) while the ring is used;
+    /// `n` must be a power of two.
+    pub unsafe fn new(slots: *mut u8, ctrl: *mut u8, n: usize) -> Ring {
+        debug_assert!(n.is_power_of_two());
+        Ring {
+            slots: slots.cast(),
+            ctrl,
+            mask: n as u64 - 1,
+            tail: 0,
+            unacked: VecDeque::new(),
+            consumed: 0,
+        }
+    }
+
+    fn slot(&self, t: u64) -> *mut Slot {
+        // SAFETY: the index is masked into the ring.
+        unsafe { self.slots.add((t & self.mask) as usize) }
+    }
+
+    fn word(p: *mut u64) -> &'static AtomicU64 {
+        // SAFETY: every word of the ring and control block is an aligned u64 in memory that
+        // outlives the ring (see `new`); AtomicU64 has u64's layout.
+        unsafe { &*(p as *const AtomicU64) }
+    }
+
+    fn ctrl_word(&self, off: usize) -> &'static AtomicU64 {
+        // SAFETY: `off` is one of the aligned control-block offsets.
+        Self::word(unsafe { self.ctrl.add(off) }.cast())
+    }
+
+    /// The next ticket the host will read.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Takes the next published request, if any.
+    pub fn poll(&mut self) -> Option<Request> {
+        let s = self.slot(self.tail);
+        // SAFETY: s points to a live slot (see `new`).
+        let seq = Self::word(unsafe { std::ptr::addr_of_mut!((*s).seq) });
+        if seq.load(Ordering::Acquire) != self.tail + 1 {
+            return None;
+        }
+        // SAFETY: the device wrote every field before its release store of seq, which the
+        // acquire load above observed; volatile reads because the device writes this memory.
+        let r = unsafe {
+            Request {
+                ticket: self.tail,
+                op: std::ptr::read_volatile(std::ptr::addr_of!((*s).op)),
+                amo: std::ptr::read_volatile(std::ptr::addr_of!((*s).amo)),
+                size: std::ptr::read_volatile(std::ptr::addr_of!((*s).size)),
+                flags: std::ptr::read_volatile(std::ptr::addr_of!((*s).flags)),
+                pe: std::ptr::read_volatile(std::ptr::addr_of!((*s).pe)),
+                remote: std::ptr::read_volatile(std::ptr::addr_of!((*s).remote)),
+                local: std::ptr::read_volatile(std::ptr::addr_of!((*s).local)),
+                nbytes: std::ptr::read_volatile(std::ptr::addr_of!((*s).nbytes)),
+                value: std::ptr::read_volatile(std::ptr::addr_of!((*s).value)),
+                cond: std::ptr::read_volatile(std::ptr::addr_of!((*s).cond)),
+                data: std::ptr::read_volatile(std::ptr::addr_of!((*s).data)),
+            }
+        };
+        if r.fetching() {
+            self.unacked.push_back(self.tail);
+        }
+        self.tail += 1;
+        Some(r)
+    }
+
+    /// Hands a fetching request's result to the device (no-op for other requests).
+    pub fn finish(&mut self, r: &Request, out: Outcome) {
+        if !r.fetching() {
+            return;
+        }
+        let s = self.slot(r.ticket);
+        // SAFETY: the slot is not reused before the device acknowledges (see `reap`).
+        unsafe {
+            match out {
+                Outcome::Value(v) => {
+                    std::ptr::write_volatile(std::ptr::addr_of_mut!((*s).result), v)
+                }
+                Outcome::Data(d) => std::ptr::write_volatile(std::ptr::addr_of_mut!((*s).data), d),
+                Outcome::Done => {}
+            }
+        }
+        // SAFETY: as above.
+        Self::word(unsafe { std::ptr::addr_of_mut!((*s).done) })
+            .store(r.ticket + 1, Ordering::Release);
+    }
+
+    /// Publishes that every request up to and including `ticket` has been executed.
+    pub fn complete(&self, ticket: u64) {
+        self.ctrl_word(ctrl::COMPLETED)
+            .store(ticket + 1, Ordering::Release);
+    }
+
+    /// Frees the slots the device no longer needs: everything read so far, up to the first
+    /// fetching request whose result the device has not acknowledged.
+    pub fn reap(&mut self) {
+        while let Some(&t) = self.unacked.front() {
+            // SAFETY: a live slot (see `new`).
+            let ack = Self::word(unsafe { std::ptr::addr_of_mut!((*self.slot(t)).ack) });
+            if ack.load(Ordering::Acquire) != t + 1 {
+                break;
+            }
+            self.unacked.pop_front();
+        }
+        let c = self.unacked.front().copied().unwrap_or(self.tail);
+        if c != self.consumed {
+            self.consumed = c;
+            self.ctrl_word(ctrl::CONSUMED).store(c, Ordering::Release);
+        }
+    }
+
+    /// Records the first failure for the device (later ones are ignored).
+    pub fn fail(&self, f: Failure, pe: i32, ticket: u64) {
+        if self.ctrl_word(ctrl::ERROR).load(Ordering::Acquire) != 0 {
+            return;
+        }
+        self.ctrl_word(ctrl::ERROR_PE)
+            .store(pe as i64 as u64, Ordering::Relaxed);
+        self.ctrl_word(ctrl::ERROR_TICKET)
+            .store(ticket, Ordering::Relaxed);
+        self.ctrl_word(ctrl::ERROR)
+            .store(f as u64, Ordering::Release);
+    }
+
+    /// The failure recorded so far, if any.
+    pub fn failure(&self) -> u64 {
+        self.ctrl_word(ctrl::ERROR).load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The ring protocol with a host thread playing the device: wraparound, a full ring,
+    //! ordering of each producer's requests, fetching requests holding their slots.
+
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    /// Aligned zeroed memory for a ring of `n` slots and its control block.
+    pub(crate) struct Mem {
+        buf: Vec<Slot>,
+        ctrl: Vec<Slot>,
+        /// The device's head counter and free hint.
+        head: AtomicU64,
+        n: usize,
+    }
+
+    // SAFETY: the test "device" writes slots through raw pointers following the protocol.
+    unsafe impl Sync for Mem {}
+    // SAFETY: as above.
+    unsafe impl Send for Mem {}
+
+    impl Mem {
+        pub(crate) fn new(n: usize) -> Arc<Mem> {
+            // SAFETY: Slot is plain old data; all-zero is a valid value.
+            let z = || unsafe { std::mem::zeroed::<Slot>() };
+            Arc::new(Mem {
+                buf: (0..n).map(|_| z()).collect(),
+                ctrl: (0..CTRL_BYTES / SLOT).map(|_| z()).collect(),
+                head: AtomicU64::new(0),
+                n,
+            })
+        }
+
+        pub(crate) fn ring(&self) -> Ring {
+            // SAFETY: both buffers are zeroed, 64-byte aligned (Slot's alignment) and outlive
+            // the ring in every test (the Arc is held by the test).
+            unsafe {
+                Ring::new(
+                    self.buf.as_ptr() as *mut u8,
+                    self.ctrl.as_ptr() as *mut u8,
+                    self.n,
+                )
+            }
+        }
+
+        fn ctrl(&self, off: usize) -> u64 {
+            // SAFETY: an aligned control word.
+            unsafe { &*((self.ctrl.as_ptr() as *const u8).add(off) as *const AtomicU64) }
+                .load(Ordering::Acquire)
+        }
+
+        /// The device's push: None if the ring is full and `block` is false.
+        pub(crate) fn push(
+            &self,
+            op: u8,
+            flags: u8,
+            pe: i32,
+            value: u64,
+            block: bool,
+        ) -> Option<u64> {
+            let t = if block {
+                self.head.fetch_add(1, Ordering::AcqRel)
+            } else {
+                let t = self.head.load(Ordering::Acquire);
+                if t >= self.ctrl(ctrl::CONSUMED) + self.n as u64 {
+                    return None;
+                }
+                self.head.fetch_add(1, Ordering::AcqRel)
+            };
+            while t >= self.ctrl(ctrl::CONSUMED) + self.n as u64 {
+                std::hint::spin_loop();
+            }
+            let s = (self.buf.as_ptr() as *mut Slot).wrapping_add(t as usize % self.n);
+            // SAFETY: the slot is free for ticket t (checked above) and only this producer
+            // writes it until it publishes seq.
+            unsafe {
+                (*s).op = op;
+                (*s).flags = flags;
+                (*s).pe = pe;
+                (*s).value = value;
+                (*(std::ptr::addr_of_mut!((*s).seq) as *const AtomicU64))
+                    .store(t + 1, Ordering::Release);
+            }
+            Some(t)
+        }
+
+        /// The device's wait for a fetching request's result, then its acknowledgement.
+        pub(crate) fn fetch(&self, t: u64) -> u64 {
+            let s = (self.buf.as_ptr() as *mut Slot).wrapping_add(t as usize % self.n);
+            // SAFETY: the slot belongs to ticket t until we acknowledge.
+            unsafe {
+                let done = &*(std::ptr::addr_of_mut!((*s).done) as *const AtomicU64);
+                while done.load(Ordering::Acquire) != t + 1 {
+                    std::hint::spin_loop();
+                }
+                let v = std::ptr::read_volatile(std::ptr::addr_of!((*s).result));
+                (*(std::ptr::addr_of_mut!((*s).ack) as *const AtomicU64))
+                    .store(t + 1, Ordering::Release);
+                v
+            }
+        }
+
+        pub(crate) fn completed(&self) -> u64 {
+            self.ctrl(ctrl::COMPLETED)
+        }
+    }
+
+    #[test]
+    fn wraps_around_in_order() {
+        let m = Mem::new(8);
+        let p = m.clone();
+        let prod = thread::spawn(move || {
+            for i in 0..1000u64 {
+                p.push(op::NOP, 0, 0, i, true);
+            }
+        });
+        let mut ring = m.ring();
+        let mut next = 0u64;
+        while next < 1000 {
+            if let Some(r) = ring.poll() {
+                assert_eq!((r.ticket, r.value), (next, next));
+                ring.complete(r.ticket);
+                next += 1;
+            }
+            ring.reap();
+        }
+        prod.join().unwrap();
+        assert_eq!(m.completed(), 1000);
+        assert!(ring.poll().is_none());
+    }
+
+    #[test]
+    fn full_ring_blocks_until_the_host_reads() {
+        let m = Mem::new(4);
+        for i in 0..4 {
+            assert_eq!(m.push(op::NOP, 0, 0, i, false), Some(i));
+        }
+        assert_eq!(
+            m.push(op::NOP, 0, 0, 9, false),
+            None,
+            "a full ring took a request"
+        );
+        let mut ring = m.ring();
+        let r = ring.poll().unwrap();
+        assert_eq!(r.ticket, 0);
+        assert_eq!(m.push(op::NOP, 0, 0, 9, false), None, "freed before reap");
+        ring.reap();
+        assert_eq!(m.push(op::NOP, 0, 0, 4, false), Some(4));
+        for t in 1..5 {
+            assert_eq!(ring.poll().unwrap().value, t);
+        }
+        assert!(ring.poll().is_none());
+    }
+
+    #[test]
+    fn many_producers_keep_their_own_order() {
+        let m = Mem::new(16);
+        let producers: Vec<_> = (0..4)
+            .map(|p| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    for i in 0..500u64 {
+                        m.push(op::PUT, 0, p, i, true);
+                    }
+                })
+            })
+            .collect();
+        let mut ring = m.ring();
+        let mut last = [None::<u64>; 4];
+        let mut n = 0;
+        while n < 2000 {
+            if let Some(r) = ring.poll() {
+                let p = r.pe as usize;
+                assert_eq!(
+                    r.value,
+                    last[p].map_or(0, |v| v + 1),
+                    "producer {p} out of order"
+                );
+                last[p] = Some(r.value);
+                n += 1;
+            }
+            ring.reap();
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn fetching_requests_hold_their_slot_until_acknowledged() {
+        let m = Mem::new(2);
+        let t0 = m.push(op::AMO, FLAG_FETCH, 1, 5, false).unwrap();
+        let t1 = m.push(op::NOP, 0, 1, 6, false).unwrap();
+        let mut ring = m.ring();
+        let a = ring.poll().unwrap();
+        ring.finish(&a, Outcome::Value(77));
+        ring.complete(a.ticket);
+        let b = ring.poll().unwrap();
+        ring.complete(b.ticket);
+        ring.reap();
+        assert_eq!((a.ticket, b.ticket), (t0, t1));
+        assert_eq!(
+            m.push(op::NOP, 0, 0, 0, false),
+            None,
+            "slot of an unread result reused"
+        );
+        assert_eq!(m.fetch(t0), 77);
+        ring.reap();
+        assert_eq!(m.push(op::NOP, 0, 0, 0, false), Some(2));
+        assert_eq!(m.push(op::NOP, 0, 0, 0, false), Some(3));
+        assert_eq!(m.completed(), 2);
+    }
+
+    #[test]
+    fn first_failure_is_kept() {
+        let m = Mem::new(2);
+        let ring = m.ring();
+        assert_eq!(ring.failure(), 0);
+        ring.fail(Failure::PeerLost, 3, 17);
+        ring.fail(Failure::Cuda, 1, 18);
+        assert_eq!(ring.failure(), Failure::PeerLost as u64);
+        assert_eq!(m.ctrl(ctrl::ERROR_PE), 3);
+        assert_eq!(m.ctrl(ctrl::ERROR_TICKET), 17);
+    }
+}

@@ -1,0 +1,277 @@
+//! GPU memory as the proxy and the TCP transport's service threads see it: copies between host
+//! buffers and this PE's GPU memory, and atomics on GPU heap words, on a stream of their own.
+//!
+//! The stream is never rshmem's internal stream nor a user stream: a user kernel that waits
+//! for a request served here (a device put's completion, a signal from another PE) may be
+//! running on those, and work queued behind it would never start.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys;
+use cudarc::driver::CudaStream;
+
+use crate::cuda::{check, Gpu};
+use crate::device::module::Module;
+use crate::device::DeviceState;
+use crate::error::{Error, Result};
+use crate::transport::AmoOp;
+
+/// Page-locked host memory (cuMemHostAlloc), optionally mapped into the GPU's address space.
+pub(crate) struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the allocation is owned by this value and freed once; users synchronize access.
+unsafe impl Send for Pinned {}
+// SAFETY: as above; shared use goes through `&self` raw pointers the users order themselves.
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    /// `len` zeroed bytes; `mapped`: also in the GPU's address space (the same address, UVA).
+    pub(crate) fn new(gpu: &Gpu, len: usize, mapped: bool, call: &'static str) -> Result<Pinned> {
+        gpu.bind(call)?;
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = if mapped {
+            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
+        } else {
+            0
+        };
+        // SAFETY: valid out-pointer; the driver allocates len bytes.
+        let r = unsafe { sys::cuMemHostAlloc(&mut p, len, flags) };
+        check(r, call, "cuMemHostAlloc (proxy)")?;
+        // SAFETY: p holds len freshly allocated bytes.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
+        Ok(Pinned { ptr: p.cast(), len })
+    }
+
+    /// The host address.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The device address of mapped memory.
+    pub(crate) fn device_ptr(&self, call: &'static str) -> Result<u64> {
+        let mut d: sys::CUdeviceptr = 0;
+        // SAFETY: ptr is a live mapped allocation from cuMemHostAlloc.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr.cast(), 0) };
+        check(r, call, "cuMemHostGetDevicePointer (proxy)")?;
+        Ok(d)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
+        unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+    }
+}
+
+/// Access to this PE's GPU memory from host threads, on a private stream.
+pub struct GpuMem {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    /// Old values of atomics.
+    result: Mutex<Pinned>,
+    /// The internal kernels (atomics), loaded on first use.
+    kernels: OnceLock<std::result::Result<(Module, cudarc::driver::CudaFunction), String>>,
+    state: Arc<Mutex<DeviceState>>,
+    /// Asynchronous copies may be queued on the stream.
+    pending: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for GpuMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuMem").field("gpu", &self.gpu).finish()
+    }
+}
+
+fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> Error {
+    Error::Cuda {
+        call,
+        what: what.to_string(),
+        code: format!("{e:?}"),
+    }
+}
+
+impl GpuMem {
+    /// Sets up access to `gpu`'s memory with a new stream.
+    pub fn new(gpu: Arc<Gpu>, state: Arc<Mutex<DeviceState>>) -> Result<Arc<GpuMem>> {
+        let call = "init";
+        gpu.bind(call)?;
+        let stream = gpu
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda_err(call, "creating the proxy's stream", e))?;
+        let result = Pinned::new(&gpu, 64, false, call)?;
+        Ok(Arc::new(GpuMem {
+            gpu,
+            stream,
+            result: Mutex::new(result),
+            kernels: OnceLock::new(),
+            state,
+            pending: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn s(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn sync(&self, call: &'static str) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        self.gpu.bind(call)?;
+        self.pending.store(false, Ordering::Release);
+        // SAFETY: the stream is alive (owned by self).
+        check(
+            unsafe { sys::cuStreamSynchronize(self.s()) },
+            call,
+            "synchronizing the proxy's stream",
+        )
+    }
+
+    /// Completes queued copies if there are any.
+    pub fn flush(&self, call: &'static str) -> Result<()> {
+        if self.pending.load(std::sync::atomic::Ordering::Acquire) {
+            self.sync(call)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `n` bytes of GPU memory at `src` into host memory at `dst`; complete on return.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `n` bytes of writes; `src..src+n` must be GPU memory of this
+    /// context (a bad device address is reported by the driver, not undefined behaviour).
+    pub unsafe fn read(&self, call: &'static str, dst: *mut u8, src: u64, n: usize) -> Result<()> {
+        self.gpu.bind(call)?;
+        // SAFETY: forwarded from the caller; synchronized below before dst is used.
+        let r = unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.s()) };
+        check(r, call, "copying from GPU memory (proxy)")?;
+        self.sync(call)
+    }
+
+    /// Copies `n` bytes of host memory at `src` to GPU memory at `dst`, in stream order; `src`
+    /// may be reused on return (pageable sources are staged by the driver; pinned ones must
+    /// stay untouched until [`flush`](GpuMem::flush) or [`sync`](GpuMem::sync)).
+    ///
+    /// # Safety
+    /// `src` must be valid for `n` bytes of reads; `dst..dst+n` GPU memory of this context.
+    pub unsafe fn write_async(
+        &self,
+        call: &'static str,
+        dst: u64,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        self.gpu.bind(call)?;
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
+        if n == 8 && dst % 8 == 0 {
+            let mut w = 0u64;
+            // SAFETY: src has 8 readable bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src, (&mut w as *mut u64).cast(), 8) };
+            // SAFETY: dst is an aligned word of GPU memory.
+            let r = unsafe { sys::cuStreamWriteValue64_v2(self.s(), dst, w, 0) };
+            if r == sys::CUresult::CUDA_SUCCESS {
+                return Ok(());
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n, self.s()) },
+            call,
+            "copying into GPU memory (proxy)",
+        )
+    }
+
+    /// [`write_async`](GpuMem::write_async), complete on return.
+    ///
+    /// # Safety
+    /// As for `write_async`.
+    pub unsafe fn write(
+        &self,
+        call: &'static str,
+        dst: u64,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.write_async(call, dst, src, n)? };
+        self.sync(call)
+    }
+
+    /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
+    /// everything queued before on the stream, atomic with respect to device atomics (system
+    /// scope). Returns the old value.
+    pub fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        addr: u64,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        let k = self.kernels.get_or_init(|| {
+            Module::load(
+                &self.gpu,
+                crate::transport::p2p::INTERNAL_KERNELS,
+                "rshmem_internal",
+                &self.state,
+            )
+            .and_then(|m| {
+                let f = m.function("rshmem_internal_amo")?;
+                Ok((m, f))
+            })
+            .map_err(|e| e.to_string())
+        });
+        let (m, f) = k.as_ref().map_err(|e| Error::Unsupported {
+            call,
+            reason: format!("rshmem's internal GPU kernels are unavailable: {e}"),
+        })?;
+        let res = self.result.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a proxy atomic".into(),
+        })?;
+        let mut op_u = op as u32;
+        let mut size_u = size as u32;
+        let (mut a, mut v, mut c) = (addr, value, cond);
+        let mut out = res.ptr() as u64;
+        let mut args: [*mut std::ffi::c_void; 6] = [
+            (&mut op_u as *mut u32).cast(),
+            (&mut size_u as *mut u32).cast(),
+            (&mut a as *mut u64).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut c as *mut u64).cast(),
+            (&mut out as *mut u64).cast(),
+        ];
+        // SAFETY: rshmem_internal_amo(u32, u32, u64, u64, u64, u64*); the result pointer is
+        // pinned host memory, device-accessible through UVA.
+        unsafe {
+            m.launch_raw(
+                call,
+                f.clone(),
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                self.s(),
+                &mut args,
+            )?
+        };
+        self.sync(call)?;
+        // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
+        Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
+    }
+}

@@ -1,0 +1,137 @@
+//! Stream-ordered calls (`*_on_stream`) whose target PE is not reachable by load/store: a
+//! one-thread internal kernel makes the device call, which goes through the proxy, so the
+//! operation happens in stream order like the load/store forms.
+
+use cudarc::driver::CudaStream;
+
+use crate::error::{Error, Result};
+use crate::world::World;
+
+impl World {
+    /// True if `pe` is a PE of the job that this PE reaches through the proxy (GPU heap, PE on
+    /// another node).
+    #[inline]
+    pub(crate) fn via_proxy(&self, pe: usize) -> bool {
+        self.proxy.is_some() && matches!(self.node.local_of.get(pe), Some(None))
+    }
+
+    /// Checks that `sig` is an aligned signal word of this PE's heap and `pe` a valid target
+    /// (reachable by load/store or through the proxy).
+    pub(crate) fn sig_check(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<()> {
+        if (sig as usize) % 8 != 0 {
+            return Err(Error::invalid(
+                call,
+                format!("signal address {sig:p} is not 8-byte aligned"),
+            ));
+        }
+        self.target(call, sig as usize, 8, pe).map(drop)
+    }
+
+    /// `put_on_stream` (`get == false`: `dest` on `pe` ← my `src`) or `get_on_stream`
+    /// (`get == true`: my `dest` ← `src` on `pe`) through the proxy; both addresses are this
+    /// PE's symmetric addresses.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn proxy_copy_on_stream(
+        &self,
+        call: &'static str,
+        dest: usize,
+        src: usize,
+        nbytes: usize,
+        pe: usize,
+        get: bool,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_pe(call, pe)?;
+        self.heap.check_range(call, dest, nbytes)?;
+        self.heap.check_range(call, src, nbytes)?;
+        if nbytes == 0 {
+            return Ok(());
+        }
+        let p = self.p2p(call)?;
+        let (m, f) = p.kernel(call, "rshmem_internal_proxy_copy")?;
+        let (mut d, mut s, mut n) = (dest as u64, src as u64, nbytes as u64);
+        let mut pe_i = pe as i32;
+        let mut g = get as i32;
+        let mut args: [*mut std::ffi::c_void; 5] = [
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut pe_i as *mut i32).cast(),
+            (&mut g as *mut i32).cast(),
+        ];
+        // SAFETY: matches rshmem_internal_proxy_copy(uint64_t, uint64_t, uint64_t, int, int);
+        // both ranges were checked against live allocations of this PE's GPU heap.
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
+    }
+
+    /// `p_on_stream` through the proxy: `size` bytes of `bits` to `dest` on `pe`.
+    pub(crate) fn proxy_p_on_stream(
+        &self,
+        call: &'static str,
+        dest: usize,
+        bits: u64,
+        size: usize,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_pe(call, pe)?;
+        self.heap.check_range(call, dest, size)?;
+        let p = self.p2p(call)?;
+        let (m, f) = p.kernel(call, "rshmem_internal_proxy_p")?;
+        let (mut d, mut v, mut sz) = (dest as u64, bits, size as u32);
+        let mut pe_i = pe as i32;
+        let mut args: [*mut std::ffi::c_void; 4] = [
+            (&mut d as *mut u64).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut sz as *mut u32).cast(),
+            (&mut pe_i as *mut i32).cast(),
+        ];
+        // SAFETY: matches rshmem_internal_proxy_p(uint64_t, uint64_t, uint32_t, int); the range
+        // was checked.
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
+    }
+
+    /// Stream-ordered quiet through the proxy: completes every request issued before it (the
+    /// device's and, since the TCP transport is shared, this PE's host-issued puts).
+    pub(crate) fn proxy_quiet_on_stream(
+        &self,
+        call: &'static str,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let p = self.p2p(call)?;
+        let (m, f) = p.kernel(call, "rshmem_internal_quiet")?;
+        let mut args: [*mut std::ffi::c_void; 0] = [];
+        // SAFETY: rshmem_internal_quiet takes no arguments.
+        unsafe {
+            m.launch_raw(
+                call,
+                f,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
+    }
+}
