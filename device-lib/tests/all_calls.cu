@@ -2,6 +2,7 @@
 // compiling this file (runtime/tests/device_compile.rs does, with NVRTC) instantiates every
 // template and macro. The kernels are not meant to be run as they are.
 #include "rshmem/rshmem.cuh"
+#include "rshmem/coll.cuh"
 
 #define N 37  // an odd element count, so the copies have vector bodies and byte tails
 
@@ -181,4 +182,56 @@ extern "C" __global__ void barriers_warp() {
 extern "C" __global__ void barriers_block() {
     rshmem_barrier_all_block();
     rshmem_sync_all_block();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teams and collectives, every scope and type.
+
+extern "C" __global__ void teams(rshmem_team_t team, int* ints) {
+    ints[0] = rshmem_team_my_pe(team);
+    ints[1] = rshmem_team_n_pes(team);
+    ints[2] = rshmem_team_translate_pe(team, 0, RSHMEM_TEAM_WORLD);
+    if (threadIdx.x == 0) {
+        rshmem_team_sync(team);
+        rshmem_barrier(team);
+    }
+    if (threadIdx.x < 32) {
+        rshmem_team_sync_warp(team);
+        rshmem_barrier_warp(team);
+    }
+    rshmem_team_sync_block(team);
+    rshmem_barrier_block(team);
+}
+
+#define COLL_SCOPE(NAME, T, SUFFIX)                                                              \
+    {                                                                                            \
+        T* d = (T*)dest;                                                                         \
+        const T* s = (const T*)src;                                                              \
+        rshmem_##NAME##_alltoall##SUFFIX(team, d, s, N);                                         \
+        rshmem_##NAME##_fcollect##SUFFIX(team, d, s, N);                                         \
+        rshmem_##NAME##_broadcast##SUFFIX(team, d, s, N, 0);                                     \
+    }
+#define COLL_ALL(NAME, T) COLL_SCOPE(NAME, T, ) COLL_SCOPE(NAME, T, _warp) COLL_SCOPE(NAME, T, _block)
+
+extern "C" __global__ void colls(rshmem_team_t team, void* dest, const void* src, size_t nbytes) {
+    RSHMEM_FOR_RMA_TYPES(COLL_ALL)
+    rshmem_alltoallmem(team, dest, src, nbytes);
+    rshmem_fcollectmem_warp(team, dest, src, nbytes);
+    rshmem_broadcastmem_block(team, dest, src, nbytes, 1);
+}
+
+// Every typed reduction wrapper is defined (and so type-checked, with its group function
+// instantiated) by the header itself; code is generated here for one operator per canonical
+// type and scope, so that this test stays fast. Operators share one instance per type.
+#define RED_CALLS(NAME, T, OP, SUFFIX)                                                           \
+    rshmem_##NAME##_##OP##_reduce##SUFFIX(team, (T*)dest, (const T*)src, N);                     \
+    rshmem_##NAME##_##OP##_reducescatter##SUFFIX(team, (T*)dest, (const T*)src, N);
+
+extern "C" __global__ void reductions(rshmem_team_t team, void* dest, const void* src) {
+    RED_CALLS(int8, int8_t, xor, )
+    RED_CALLS(uint16, uint16_t, and, _warp)
+    RED_CALLS(int, int, sum, _block)
+    RED_CALLS(ulonglong, unsigned long long, max, _block)
+    RED_CALLS(float, float, sum, _warp)
+    RED_CALLS(double, double, min, )
 }

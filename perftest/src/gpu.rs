@@ -407,6 +407,116 @@ impl<'w> Gpu<'w> {
         })
     }
 
+    /// The team collectives on stream over the world team (NVSHMEM's `*_latency` collective
+    /// perftests, on stream): alltoall, fcollect, broadcast, float sum reduce and
+    /// reduce-scatter, each at `sizes` bytes per PE, back to back on every PE's stream; the
+    /// stream time per collective on PE 0. Every size is checked once against a host
+    /// reference before it is timed.
+    pub fn coll_on_stream(&self, sizes: &[usize]) -> Result<Vec<Row>> {
+        let w = self.world;
+        let t = w.team_world();
+        let n = w.n_pes();
+        let me = w.my_pe();
+        let max = sizes.iter().copied().max().unwrap_or(4).max(4) / 4;
+        let src = w.malloc::<f32>(max * n)?;
+        let dst = w.malloc::<f32>(max * n)?;
+        let val = |pe: usize, i: usize| ((pe * 7 + i * 13) % 17) as f32 - 8.0;
+        src.copy_from_slice(&(0..max * n).map(|i| val(me, i)).collect::<Vec<_>>())?;
+        let mut rows = Vec::new();
+        let names = [
+            "alltoall_on_stream",
+            "fcollect_on_stream",
+            "broadcast_on_stream",
+            "reduce_on_stream",
+            "reducescatter_on_stream",
+        ];
+        for name in names {
+            for &size in sizes {
+                let m = (size / 4).max(1);
+                let run = |s: &CudaStream| -> Result<()> {
+                    match name {
+                        "alltoall_on_stream" => {
+                            w.alltoall_on_stream(&t, dst.as_ptr(), src.as_ptr(), m, s)
+                        }
+                        "fcollect_on_stream" => {
+                            w.fcollect_on_stream(&t, dst.as_ptr(), src.as_ptr(), m, s)
+                        }
+                        "broadcast_on_stream" => {
+                            w.broadcast_on_stream(&t, dst.as_ptr(), src.as_ptr(), m, 0, s)
+                        }
+                        "reduce_on_stream" => {
+                            w.reduce_on_stream(&t, dst.as_ptr(), src.as_ptr(), m, rshmem::Sum, s)
+                        }
+                        _ => w.reduce_scatter_on_stream(
+                            &t,
+                            dst.as_ptr(),
+                            src.as_ptr(),
+                            m,
+                            rshmem::Sum,
+                            s,
+                        ),
+                    }
+                };
+                // Check once.
+                w.barrier_all()?;
+                run(&self.stream)?;
+                self.sync()?;
+                w.barrier_all()?;
+                let got = dst.to_vec()?;
+                let sum = |i: usize| (0..n).fold(0f32, |a, j| a + val(j, i));
+                let want: Vec<f32> = match name {
+                    "alltoall_on_stream" => {
+                        (0..n * m).map(|i| val(i / m, me * m + i % m)).collect()
+                    }
+                    "fcollect_on_stream" => (0..n * m).map(|i| val(i / m, i % m)).collect(),
+                    "broadcast_on_stream" => (0..m).map(|i| val(0, i)).collect(),
+                    "reduce_on_stream" => (0..m).map(sum).collect(),
+                    _ => (0..m).map(|i| sum(me * m + i)).collect(),
+                };
+                if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+                    return Err(bad(format!(
+                        "{name} {size} B: element {i} is {} instead of {}",
+                        got[i], want[i]
+                    )));
+                }
+                // The same iteration count on every PE (collectives must match).
+                let iters = match size {
+                    0..=65536 => 2000,
+                    65537..=1048576 => 500,
+                    _ => 100,
+                };
+                let mut best = f64::MAX;
+                for k in 0..4 {
+                    w.barrier_all()?;
+                    let ms = self.timed(|s| {
+                        for _ in 0..(if k == 0 { 2 } else { iters }) {
+                            run(s)?;
+                        }
+                        Ok(())
+                    })?;
+                    if k > 0 {
+                        best = best.min(ms);
+                    }
+                }
+                if me == 0 {
+                    rows.push(Row {
+                        bench: name.into(),
+                        size: m * 4,
+                        value: best * 1e3 / iters as f64,
+                        unit: "us",
+                        note: format!(
+                            "{n} PEs, world team, float, bytes per PE, best of 3 × {iters} back to back"
+                        ),
+                    });
+                }
+            }
+        }
+        w.barrier_all()?;
+        w.free(dst)?;
+        w.free(src)?;
+        Ok(rows)
+    }
+
     /// putmem_on_stream (copy engine) bandwidth from PE 0 to PE 1.
     pub fn put_on_stream_bw(&self, sizes: &[usize]) -> Result<Vec<Row>> {
         let w = self.world;

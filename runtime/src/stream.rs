@@ -53,7 +53,7 @@ impl World {
         Ok(m)
     }
 
-    fn register(&self, m: &Module) -> Result<()> {
+    pub(crate) fn register(&self, m: &Module) -> Result<()> {
         let mut v = self.modules.lock().map_err(|_| Error::State {
             call: "load_module",
             reason: "module list lock poisoned".into(),

@@ -117,6 +117,14 @@ impl Team {
         dest.inner.members.iter().position(|&m| m == w)
     }
 
+    /// The team's handle in device code (`rshmem_team_t`; pass it to kernels that call the
+    /// device library's team collectives). The predefined teams have `RSHMEM_TEAM_WORLD` (0),
+    /// `RSHMEM_TEAM_SHARED` (1) and `RSHMEM_TEAM_NODE` (2). Handles of destroyed teams are
+    /// reused by later splits.
+    pub fn device_handle(&self) -> i32 {
+        self.inner.slot as i32
+    }
+
     /// World PE of team PE `pe` (checked by the caller).
     #[inline]
     pub(crate) fn world_pe(&self, pe: usize) -> usize {
@@ -421,7 +429,10 @@ impl World {
             new.iter()
                 .zip(&got)
                 .filter(|(m, _)| m.contains(&self.me))
-                .try_for_each(|(_, &s)| self.claim(call, s))
+                .try_for_each(|(m, &s)| {
+                    self.claim(call, s)?;
+                    self.device_team_install(call, s, m)
+                })
         } else {
             Ok(())
         };
@@ -475,9 +486,66 @@ impl World {
         self.team_sync_named(call, &team)?;
         team.inner.destroyed.store(true, Ordering::Release);
         let slot = team.inner.slot;
+        self.device_team_install(call, slot, &[])?;
         let mut free = self.teams.free.lock().map_err(|_| poisoned(call))?;
         free[slot / 64] |= 1 << (slot % 64);
         Ok(())
+    }
+
+    /// GPU heaps: writes the device descriptor of team slot `slot` (world PEs `members` in team
+    /// order; empty clears it) into my GPU internal area and zeroes the slot's device sync
+    /// block. Called by every member before the sync that makes the team usable, so no member
+    /// raises a flag in a block that is still to be zeroed. Nothing on the CPU backend.
+    pub(crate) fn device_team_install(
+        &self,
+        call: &'static str,
+        slot: usize,
+        members: &[usize],
+    ) -> Result<()> {
+        use crate::device::state::internal as di;
+        let crate::transport::Transport::P2p(p) = &self.xport else {
+            return Ok(());
+        };
+        if slot >= di::MAX_TEAMS {
+            return Ok(());
+        }
+        let stride = if members.len() >= 2 {
+            members[1] as i64 - members[0] as i64
+        } else {
+            1
+        };
+        let arithmetic = members
+            .windows(2)
+            .all(|w| w[1] as i64 - w[0] as i64 == stride)
+            && stride >= 1;
+        let mut desc = [0i32; 4];
+        if !members.is_empty() && arithmetic {
+            desc = [
+                members[0] as i32,
+                stride as i32,
+                members.len() as i32,
+                members
+                    .iter()
+                    .position(|&m| m == self.me)
+                    .map_or(-1, |i| i as i32),
+            ];
+        }
+        let bytes: Vec<u8> = desc.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mine = self.heap.my_base();
+        if !members.is_empty() {
+            p.zero(
+                call,
+                mine + di::TEAM_SYNC + slot * di::TEAM_SYNC_STRIDE,
+                di::TEAM_SYNC_STRIDE,
+            )?;
+        }
+        p.put(
+            call,
+            mine + di::TEAM_TABLE + slot * di::TEAM_DESC,
+            bytes.as_ptr(),
+            bytes.len(),
+        )?;
+        p.quiet(call)
     }
 
     /// **Collective over the team.** Waits for every member without completing outstanding

@@ -119,6 +119,8 @@ pub struct World {
     pub(crate) gpu: Option<Arc<Gpu>>,
     pub(crate) dstate: Arc<Mutex<DeviceState>>,
     pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
+    /// Kernels of the stream collectives (compiled on first use).
+    pub(crate) coll: crate::coll::stream::CollModules,
     pub(crate) live: Arc<Liveness>,
     pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
@@ -201,7 +203,7 @@ impl World {
             let regions = [
                 Region {
                     base: heap.my_base(),
-                    lo: INTERNAL_SIZE,
+                    lo: heap.internal(),
                     hi: usize::MAX,
                     mapped: heap.mapped_handle(),
                     gpu: crate::proxy::remote_apply(&gpu, &dstate)?,
@@ -259,6 +261,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
+            coll: Default::default(),
             live,
             wait,
             cfg,
@@ -296,6 +299,9 @@ impl World {
             bytes.len(),
         )?;
         p.quiet(call)?;
+        for t in [self.team_world(), self.team_shared(), self.team_node()] {
+            self.device_team_install(call, t.inner.slot, t.members())?;
+        }
         self.refresh_device_state()
     }
 
@@ -317,7 +323,7 @@ impl World {
             n_local: self.heap.n_local() as i32,
             heap_base: self.heap.base() as u64,
             slice: self.heap.slice() as u64,
-            heap_user_start: INTERNAL_SIZE as u64,
+            heap_user_start: self.heap.internal() as u64,
             heap_mapped: self.heap.mapped() as u64,
             pe_local_table: (self.heap.my_base() + dev_internal::PE_TABLE) as u64,
             timeout_ns: self
@@ -333,6 +339,8 @@ impl World {
             } else {
                 0
             }),
+            team_table: (self.heap.my_base() + dev_internal::TEAM_TABLE) as u64,
+            team_count: dev_internal::MAX_TEAMS as u64,
             ..Default::default()
         };
         if let Some(p) = &self.proxy {

@@ -15,6 +15,9 @@
 //! * `signal` — put_signal(_nbi), signal_op, signal_fetch, signal_wait_until.
 //! * `coll` — teams (predefined, strided and 2-D splits, translate, destroy) and every host
 //!   collective on several teams, types and sizes, plus misuse errors.
+//! * `gpucoll` — the GPU team collectives: every `*_on_stream` collective on several teams and
+//!   sizes against host references, the device library's collectives from a user kernel, and
+//!   argument errors (on the CPU backend: nothing to check, says so).
 //! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
 //!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
@@ -63,6 +66,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("errors", false),
     ("symmetry", false),
     ("stream", false),
+    ("gpucoll", false),
     ("timeout", false),
     ("die", true),
     ("crash", true),
@@ -78,6 +82,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "signal" => signal::run,
         "coll" => coll::run,
         "stream" => stream::run,
+        "gpucoll" => gpucoll::run,
         "wait" => wait::run,
         "heap" => heap::run,
         "heap-huge" => heap::huge,

@@ -17,6 +17,12 @@
 //   sync.cuh     rshmem_fence, rshmem_quiet, wait_until*, test*
 //   signal.cuh   put_signal, signal_op, signal_fetch, signal_wait_until
 //   barrier.cuh  barrier_all, sync_all (+ _warp, _block)
+//   team.cuh     device team handles: team_my_pe, team_n_pes, team_translate_pe, team_sync,
+//                barrier(team) (+ _warp, _block)
+//
+// The team collectives (alltoall, broadcast, fcollect, reduce, reducescatter) are in
+// "rshmem/coll.cuh", which a module includes after this header when it uses them (it adds about
+// a quarter of a second to every NVRTC compile, so modules that do not need it leave it out).
 #pragma once
 
 #include "rshmem/types.cuh"
@@ -28,3 +34,4 @@
 #include "rshmem/sync.cuh"
 #include "rshmem/signal.cuh"
 #include "rshmem/barrier.cuh"
+#include "rshmem/team.cuh"

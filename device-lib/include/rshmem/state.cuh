@@ -12,7 +12,12 @@
 #define RSHMEM_INTERNAL_BARRIER_EPOCH 0x0ull      // u64: this PE's device barrier epoch
 #define RSHMEM_INTERNAL_BARRIER_FLAGS 0x1000ull   // u64[RSHMEM_MAX_LOCAL_PES], written by peers
 #define RSHMEM_MAX_LOCAL_PES 512
+#define RSHMEM_INTERNAL_TEAM_TABLE 0x10000ull     // rshmem_team_desc[RSHMEM_MAX_TEAMS] by team slot
+#define RSHMEM_MAX_TEAMS 4096
 #define RSHMEM_INTERNAL_PE_TABLE 0x100000ull      // int32[n_pes]: local index of each PE, -1 if remote
+#define RSHMEM_INTERNAL_TEAM_SYNC 0x200000ull     // per-team sync blocks (team.cuh), by team slot
+#define RSHMEM_TEAM_SYNC_STRIDE 0x2000ull         // bytes of one team sync block
+// heap_user_start of a GPU heap: RSHMEM_INTERNAL_TEAM_SYNC + RSHMEM_MAX_TEAMS * stride = 34 MiB
 
 // flags bits
 #define RSHMEM_STATE_FLAG_DEBUG 0x1ull

@@ -1,6 +1,7 @@
 //! `gpu_perftest`: every GPU benchmark in one program (device put/get bandwidth, p ping-pong,
 //! fetch_add latency, device barriers, barrier_all_on_stream, putmem_on_stream bandwidth, host
-//! putmem + quiet and host barrier on the GPU heap), so one launch measures everything.
+//! putmem + quiet and host barrier on the GPU heap, the team collectives on stream), so one
+//! launch measures everything. `--coll` runs only the collectives.
 //!
 //! Run: `target/release/rshmemrun -n 2 target/release/gpu_perftest [--json] [--quick]`
 //! (with 4 PEs the barrier rows are the 4-PE numbers; the point-to-point rows use PEs 0 and 1).
@@ -25,23 +26,41 @@ fn run() -> rshmem::Result<bool> {
         return Ok(false);
     };
     let mut rows: Vec<Row> = Vec::new();
-    let bw_sizes: Vec<usize> = if quick {
-        vec![2 << 20, 128 << 20]
+    let coll_only = args.iter().any(|a| a == "--coll");
+    if !coll_only {
+        let bw_sizes: Vec<usize> = if quick {
+            vec![2 << 20, 128 << 20]
+        } else {
+            (3..=28).step_by(1).map(|s| 1usize << s).collect()
+        };
+        rows.extend(g.rma_bw(false, &bw_sizes, 132)?);
+        rows.extend(g.rma_bw(true, &bw_sizes, 132)?);
+        rows.extend(g.p_latency(10_000)?);
+        rows.extend(g.atomic_latency(10_000)?);
+        rows.extend(g.barrier_latency(10_000)?);
+        rows.extend(g.barrier_on_stream(2_000)?);
+        let stream_sizes: Vec<usize> = if quick {
+            vec![256 << 20]
+        } else {
+            vec![1 << 20, 16 << 20, 64 << 20, 256 << 20]
+        };
+        rows.extend(g.put_on_stream_bw(&stream_sizes)?);
+    }
+    let coll_sizes: Vec<usize> = if quick {
+        vec![8, 1 << 20, 16 << 20]
     } else {
-        (3..=28).step_by(1).map(|s| 1usize << s).collect()
+        vec![
+            8,
+            64,
+            1 << 10,
+            16 << 10,
+            128 << 10,
+            1 << 20,
+            4 << 20,
+            16 << 20,
+        ]
     };
-    rows.extend(g.rma_bw(false, &bw_sizes, 132)?);
-    rows.extend(g.rma_bw(true, &bw_sizes, 132)?);
-    rows.extend(g.p_latency(10_000)?);
-    rows.extend(g.atomic_latency(10_000)?);
-    rows.extend(g.barrier_latency(10_000)?);
-    rows.extend(g.barrier_on_stream(2_000)?);
-    let stream_sizes: Vec<usize> = if quick {
-        vec![256 << 20]
-    } else {
-        vec![1 << 20, 16 << 20, 64 << 20, 256 << 20]
-    };
-    rows.extend(g.put_on_stream_bw(&stream_sizes)?);
+    rows.extend(g.coll_on_stream(&coll_sizes)?);
     rows.extend(g.host_latencies(2_000)?);
     if world.my_pe() == 0 {
         if !json {

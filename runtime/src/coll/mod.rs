@@ -24,6 +24,7 @@
 //!   buffer, combine there in team order, sync, and write `dest` afterwards.
 
 mod ops;
+pub(crate) mod stream;
 
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 

@@ -28,6 +28,14 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../../../device-lib/include/rshmem/util.cuh"),
     ),
     (
+        "rshmem/team.cuh",
+        include_str!("../../../device-lib/include/rshmem/team.cuh"),
+    ),
+    (
+        "rshmem/coll.cuh",
+        include_str!("../../../device-lib/include/rshmem/coll.cuh"),
+    ),
+    (
         "rshmem/proxy.cuh",
         include_str!("../../../device-lib/include/rshmem/proxy.cuh"),
     ),

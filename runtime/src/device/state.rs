@@ -15,10 +15,20 @@ pub mod internal {
     pub const BARRIER_FLAGS: usize = 0x1000;
     /// Most PEs per host the device barrier supports.
     pub const MAX_LOCAL_PES: usize = 512;
+    /// Team descriptors (`rshmem_team_desc`, 16 bytes each), indexed by team slot.
+    pub const TEAM_TABLE: usize = 0x1_0000;
+    /// Bytes of one team descriptor.
+    pub const TEAM_DESC: usize = 16;
+    /// Team slots with a descriptor and a sync block (the host team code's slot limit).
+    pub const MAX_TEAMS: usize = 4096;
     /// i32[n_pes]: local index of each PE (-1: another host).
     pub const PE_TABLE: usize = 0x10_0000;
+    /// Per-team sync blocks of the device collectives, `TEAM_SYNC_STRIDE` bytes per slot.
+    pub const TEAM_SYNC: usize = 0x20_0000;
+    /// Bytes of one team sync block (u64 words: flags by team PE, then the control words).
+    pub const TEAM_SYNC_STRIDE: usize = 0x2000;
     /// First offset of the user heap in a GPU slice.
-    pub const USER_START: usize = 0x20_0000;
+    pub const USER_START: usize = TEAM_SYNC + MAX_TEAMS * TEAM_SYNC_STRIDE;
 }
 
 /// `flags` bit: device calls check their arguments and trap with a message on bad input.
@@ -89,7 +99,9 @@ const _: () = {
     assert!(offset_of!(DeviceState, team_table) == 104);
     assert!(offset_of!(DeviceState, team_count) == 112);
     assert!(offset_of!(DeviceState, reserved) == 120);
-    assert!(internal::BARRIER_FLAGS + 8 * internal::MAX_LOCAL_PES <= internal::PE_TABLE);
+    assert!(internal::BARRIER_FLAGS + 8 * internal::MAX_LOCAL_PES <= internal::TEAM_TABLE);
+    assert!(internal::TEAM_TABLE + internal::TEAM_DESC * internal::MAX_TEAMS <= internal::PE_TABLE);
+    assert!(internal::USER_START == 0x220_0000);
 };
 
 impl DeviceState {

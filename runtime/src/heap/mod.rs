@@ -24,8 +24,9 @@ use crate::node::{Liveness, Node};
 use alloc::{round_up, Allocator};
 use host::{Reservation, BASE_ALIGN, GRANULE};
 
-/// Bytes at the start of every slice reserved for the runtime (see [`internal`] for host heaps
-/// and [`crate::device::state::internal`] for GPU heaps).
+/// Bytes at the start of every slice of a host heap reserved for the runtime (see [`internal`]).
+/// GPU heaps reserve more ([`crate::device::state::internal::USER_START`]); ask
+/// [`Heap::internal`].
 pub const INTERNAL_SIZE: usize = 2 << 20;
 
 /// Where a heap's memory lives.
@@ -58,6 +59,8 @@ pub struct Heap {
     /// GPU ranges mapped in this process (unmapped before the reservation is freed).
     gpu_maps: Mutex<Vec<(usize, usize)>>,
     res: Reservation,
+    /// Bytes at the start of every slice that belong to the runtime (the user heap follows).
+    internal: usize,
     slice: usize,
     my_base: usize,
     n_local: usize,
@@ -102,10 +105,12 @@ impl Heap {
     ) -> Result<Self> {
         // `end` is the most a slice may map; `slice` (the address-space stride between PEs)
         // rounds it up to BASE_ALIGN so every slice starts equally aligned.
+        let internal = match &backing {
+            Backing::Host => INTERNAL_SIZE,
+            Backing::Cuda(_) => crate::device::state::internal::USER_START,
+        };
         let end = round_up(
-            limit
-                .saturating_add(INTERNAL_SIZE)
-                .max(INTERNAL_SIZE + GRANULE),
+            limit.saturating_add(internal).max(internal + GRANULE),
             GRANULE,
         );
         let slice = round_up(end, BASE_ALIGN);
@@ -123,7 +128,7 @@ impl Heap {
             }
         };
         let my_base = res.base + node.me * slice;
-        let first = round_up(initial.saturating_add(INTERNAL_SIZE), GRANULE).min(end);
+        let first = round_up(initial.saturating_add(internal), GRANULE).min(end);
         let heap = Heap {
             end,
             backing,
@@ -133,7 +138,8 @@ impl Heap {
             n_local,
             me_local: node.me,
             mapped: std::sync::Arc::new(AtomicUsize::new(0)),
-            alloc: RwLock::new(Allocator::new(INTERNAL_SIZE, INTERNAL_SIZE)),
+            alloc: RwLock::new(Allocator::new(internal, internal)),
+            internal,
             generation: AtomicU64::new(0),
             grow_lock: Mutex::new(0),
             res,
@@ -214,18 +220,18 @@ impl Heap {
                 format!("alignment {align} is larger than the largest supported, the heap's base alignment of {BASE_ALIGN} bytes"),
             ));
         }
-        if size > self.end - INTERNAL_SIZE || align > self.end - INTERNAL_SIZE {
+        if size > self.end - self.internal || align > self.end - self.internal {
             return Err(Error::OutOfMemory {
                 call,
                 requested: size,
                 reason: format!(
                     "{} exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
-                    if size > self.end - INTERNAL_SIZE {
+                    if size > self.end - self.internal {
                         "the size"
                     } else {
                         "the alignment"
                     },
-                    self.end - INTERNAL_SIZE
+                    self.end - self.internal
                 ),
             });
         }
@@ -244,7 +250,7 @@ impl Heap {
                     requested: size,
                     reason: format!(
                         "the heap limit is {} bytes per PE ({} in use); raise RSHMEM_HEAP_LIMIT",
-                        self.end - INTERNAL_SIZE,
+                        self.end - self.internal,
                         self.in_use()
                     ),
                 });
@@ -270,13 +276,13 @@ impl Heap {
 
     /// Resizes in place if possible.
     pub fn resize_in_place(&self, call: &'static str, off: usize, size: usize) -> Result<bool> {
-        if size > self.end - INTERNAL_SIZE {
+        if size > self.end - self.internal {
             return Err(Error::OutOfMemory {
                 call,
                 requested: size,
                 reason: format!(
                     "exceeds the heap limit of {} bytes per PE; raise RSHMEM_HEAP_LIMIT",
-                    self.end - INTERNAL_SIZE
+                    self.end - self.internal
                 ),
             });
         }
@@ -336,10 +342,17 @@ impl Heap {
         self.res.base + local * self.slice + off
     }
 
+    /// Bytes at the start of every slice that belong to the runtime: the user heap starts at
+    /// this offset.
+    #[inline]
+    pub fn internal(&self) -> usize {
+        self.internal
+    }
+
     /// Address of a runtime-internal object in local PE `j`'s slice.
     #[inline]
     pub fn internal_addr(&self, local: usize, off: usize) -> usize {
-        debug_assert!(off < INTERNAL_SIZE);
+        debug_assert!(off < self.internal);
         self.peer_addr(local, off)
     }
 
@@ -366,12 +379,12 @@ impl Heap {
         gen: u64,
     ) -> Result<usize> {
         let mapped = self.mapped();
-        if addr < self.my_base + INTERNAL_SIZE || addr >= self.my_base + mapped {
+        if addr < self.my_base + self.internal || addr >= self.my_base + mapped {
             return Err(Error::NotSymmetric {
                 call,
                 reason: format!(
                     "address {addr:#x} is outside this PE's symmetric heap [{:#x}, {:#x})",
-                    self.my_base + INTERNAL_SIZE,
+                    self.my_base + self.internal,
                     self.my_base + mapped
                 ),
             });

@@ -5,6 +5,7 @@ pub mod coll;
 pub mod crash;
 pub mod die;
 pub mod errors;
+pub mod gpucoll;
 pub mod heap;
 pub mod rma;
 pub mod signal;

@@ -1,0 +1,652 @@
+// rshmem device library: collectives over a team (alltoall, broadcast, fcollect, reduce,
+// reducescatter) in thread, warp and block scope, and the grid-wide forms that the runtime's
+// `*_on_stream` collectives launch.
+//
+// Semantics (OpenSHMEM 1.5 / NVSHMEM team collectives): every member of the team makes the same
+// call with the same arguments (root, nelems) in the same order as its other collectives on the
+// team; buffers are symmetric; team PE numbers are team-relative. Like OpenSHMEM, the `dest` of
+// every member must be ready to be written when any member calls (rshmem writes into the peers'
+// `dest` directly). When the call returns, this PE's `dest` holds the result and its `source`
+// may be reused. Reductions may run in place (dest == source); the others need dest and source
+// not to overlap. Reduction results are combined in team PE order, so every member gets
+// bit-identical values (floats included) and they equal a host reduction in team order.
+//
+// Algorithms (load/store over NVLink; the group's threads split the bytes):
+//   alltoall   push: block j of my source goes straight into team PE j's dest; team sync.
+//   fcollect   push: my source goes into every member's dest at my offset; team sync.
+//   broadcast  small (group forms, and `algo` 0 of the grid form): the root pushes into every
+//              member's dest; team sync. Large (grid form, `algo` 1): pipelined two-phase pull:
+//              after a start sync the non-roots split the data into one chunk each; each pulls
+//              its chunk from the root piece by piece, publishing a progress flag per piece, and
+//              pulls every other chunk's pieces from their owner as their flags appear, so the
+//              root sends every byte once and the links of all members work in parallel.
+//   reduce     two-shot: start sync; team PE i reduces chunk i of the elements, reading it from
+//              every member (16-byte loads) and writing the result into every member's dest;
+//              team sync. In place is safe: only PE i reads or writes chunk i.
+//   reducescatter  start sync; PE i reduces block i from every member into its own dest; sync.
+// Every wait is bounded by the device timeout (rshmem_state.timeout_ns) and traps with a
+// message naming the call.
+#pragma once
+
+#include "rshmem/rma.cuh"
+#include "rshmem/team.cuh"
+
+// Reduction operators (values match the host's internal op codes).
+#define RSHMEM_OP_SUM 0
+#define RSHMEM_OP_PROD 1
+#define RSHMEM_OP_MIN 2
+#define RSHMEM_OP_MAX 3
+#define RSHMEM_OP_AND 4
+#define RSHMEM_OP_OR 5
+#define RSHMEM_OP_XOR 6
+
+// Reduction types (name, type): integer types have every operator, floats sum/prod/min/max.
+#define RSHMEM_FOR_REDUCE_INT_TYPES(X)                                                           \
+    X(char, char)                                                                                \
+    X(schar, signed char)                                                                        \
+    X(short, short)                                                                              \
+    X(int, int)                                                                                  \
+    X(long, long)                                                                                \
+    X(longlong, long long)                                                                       \
+    X(ptrdiff, ptrdiff_t)                                                                        \
+    X(uchar, unsigned char)                                                                      \
+    X(ushort, unsigned short)                                                                    \
+    X(uint, unsigned int)                                                                        \
+    X(ulong, unsigned long)                                                                      \
+    X(ulonglong, unsigned long long)                                                             \
+    X(int8, int8_t)                                                                              \
+    X(int16, int16_t)                                                                            \
+    X(int32, int32_t)                                                                            \
+    X(int64, int64_t)                                                                            \
+    X(uint8, uint8_t)                                                                            \
+    X(uint16, uint16_t)                                                                          \
+    X(uint32, uint32_t)                                                                          \
+    X(uint64, uint64_t)                                                                          \
+    X(size, size_t)
+#define RSHMEM_FOR_REDUCE_FLOAT_TYPES(X)                                                         \
+    X(float, float)                                                                              \
+    X(double, double)
+
+namespace rshmem_detail {
+
+// The threads that share a collective's data movement: thread `rank` of `size`.
+struct coll_group {
+    uint32_t rank;
+    uint32_t size;
+};
+
+template <class S>
+static __device__ __forceinline__ coll_group group_of() {
+    return coll_group{S::rank(), S::size()};
+}
+
+static __device__ __forceinline__ coll_group grid_group() {
+    return coll_group{blockIdx.x * block_threads() + block_thread_id(),
+                      gridDim.x * block_threads()};
+}
+
+static __device__ __noinline__ void fail_root(const char* call, int root, int n, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: root %d is out of range (the team has PEs 0..%d)\n", call,
+               rshmem_state.my_pe, root, n - 1);
+    }
+    __trap();
+}
+
+static __device__ __noinline__ void fail_overlap(const char* call, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: dest and source overlap\n", call, rshmem_state.my_pe);
+    }
+    __trap();
+}
+
+static __device__ __forceinline__ void check_disjoint(const char* call, const void* d, size_t dn,
+                                                      const void* s, size_t sn, bool say) {
+    uint64_t a = (uint64_t)d, b = (uint64_t)s;
+    if (dn != 0 && sn != 0 && a < b + sn && b < a + dn) fail_overlap(call, say);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data movement (no synchronization): what each collective's group does between its syncs.
+
+// alltoall: my block j (nbytes) -> team PE j's dest at my offset. Peers in rotated order so the
+// members do not all write to the same PE at once.
+static __device__ __forceinline__ void alltoall_push(const char* call, const rshmem_team_desc& d,
+                                                     char* dest, const char* src, size_t nbytes,
+                                                     coll_group g) {
+    const int n = d.size, me = d.my_index;
+    team_check_reachable(call, d, g.rank == 0);
+    for (int k = 0; k < n; ++k) {
+        int j = me + k < n ? me + k : me + k - n;
+        char* to = team_peer_nc(d, dest + (size_t)me * nbytes, j);
+        copy_bytes(to, src + (size_t)j * nbytes, nbytes, true, g.rank, g.size);
+    }
+}
+
+// fcollect: my source -> every member's dest at my offset.
+static __device__ __forceinline__ void fcollect_push(const char* call, const rshmem_team_desc& d,
+                                                     char* dest, const char* src, size_t nbytes,
+                                                     coll_group g) {
+    const int n = d.size, me = d.my_index;
+    team_check_reachable(call, d, g.rank == 0);
+    for (int k = 0; k < n; ++k) {
+        int j = me + k < n ? me + k : me + k - n;
+        char* to = team_peer_nc(d, dest + (size_t)me * nbytes, j);
+        copy_bytes(to, src, nbytes, true, g.rank, g.size);
+    }
+}
+
+// broadcast, root side of the push algorithm: source -> every member's dest (mine too unless
+// dest == source).
+static __device__ __forceinline__ void bcast_push(const char* call, const rshmem_team_desc& d,
+                                                  char* dest, const char* src, size_t nbytes,
+                                                  coll_group g) {
+    const int n = d.size, me = d.my_index;
+    team_check_reachable(call, d, g.rank == 0);
+    for (int k = 0; k < n; ++k) {
+        int j = me + k < n ? me + k : me + k - n;
+        if (j == me && dest == src) continue;
+        char* to = team_peer_nc(d, dest, j);
+        copy_bytes(to, src, nbytes, true, g.rank, g.size);
+    }
+}
+
+template <typename T>
+struct float_type {
+    static constexpr bool value = false;
+};
+template <>
+struct float_type<float> {
+    static constexpr bool value = true;
+};
+template <>
+struct float_type<double> {
+    static constexpr bool value = true;
+};
+
+// Reduction operators.
+template <typename T, int OP>
+static __device__ __forceinline__ T combine(T a, T b) {
+    if constexpr (OP == RSHMEM_OP_SUM) return (T)(a + b);
+    else if constexpr (OP == RSHMEM_OP_PROD) return (T)(a * b);
+    else if constexpr (OP == RSHMEM_OP_MIN) return b < a ? b : a;
+    else if constexpr (OP == RSHMEM_OP_MAX) return b > a ? b : a;
+    else if constexpr (OP == RSHMEM_OP_AND) return (T)(a & b);
+    else if constexpr (OP == RSHMEM_OP_OR) return (T)(a | b);
+    else return (T)(a ^ b);
+}
+
+template <typename T>
+union rvec {
+    uint4 v;
+    T e[16 / sizeof(T)];
+};
+
+// Reduces elements [lo, hi) of `src` over every member (team order) and writes the result to
+// `dest` of every member (all_dest) or to mine only. 16-byte vectors when src and dest are
+// 16-byte aligned, else element by element.
+template <typename T, int OP>
+static __device__ __forceinline__ void reduce_range(const char* call, const rshmem_team_desc& d,
+                                                    T* dest, const T* src, size_t lo, size_t hi,
+                                                    bool all_dest, coll_group g) {
+    const int n = d.size;
+    team_check_reachable(call, d, g.rank == 0);
+    constexpr size_t V = 16 / sizeof(T);
+    size_t i = lo;
+    if (V > 1 && (((uint64_t)(src + lo) | (uint64_t)(dest + lo)) & 15u) == 0) {
+        const size_t nvec = (hi - lo) / V;
+        for (size_t v = g.rank; v < nvec; v += g.size) {
+            const size_t e = lo + v * V;
+            rvec<T> acc, x;
+            acc.v = __ldcg((const uint4*)team_peer_nc(d, src + e, 0));
+            for (int j = 1; j < n; ++j) {
+                x.v = __ldcg((const uint4*)team_peer_nc(d, src + e, j));
+#pragma unroll
+                for (size_t k = 0; k < V; ++k) acc.e[k] = combine<T, OP>(acc.e[k], x.e[k]);
+            }
+            if (all_dest) {
+                for (int j = 0; j < n; ++j) {
+                    __stwb((uint4*)team_peer_nc(d, dest + e, j), acc.v);
+                }
+            } else {
+                *(uint4*)(dest + e) = acc.v;
+            }
+        }
+        i = lo + nvec * V;
+    }
+    for (size_t e = i + g.rank; e < hi; e += g.size) {
+        T acc = *(const volatile T*)team_peer_nc(d, src + e, 0);
+        for (int j = 1; j < n; ++j) {
+            acc = combine<T, OP>(acc, *(const volatile T*)team_peer_nc(d, src + e, j));
+        }
+        if (all_dest) {
+            for (int j = 0; j < n; ++j) *team_peer_nc(d, dest + e, j) = acc;
+        } else {
+            dest[e] = acc;
+        }
+    }
+}
+
+// Chunk of team PE i when `total` elements are split into n chunks, in 16-byte multiples when
+// vectors are used (V elements each).
+static __device__ __forceinline__ void chunk_of(size_t total, int n, int i, size_t V, size_t& lo,
+                                                size_t& hi) {
+    size_t units = (total + V - 1) / V;
+    size_t per = (units + n - 1) / n;
+    lo = (size_t)i * per * V;
+    hi = lo + per * V;
+    if (lo > total) lo = total;
+    if (hi > total) hi = total;
+}
+
+// What team PE `me` reduces: reduce (two-shot) takes chunk `me` of the elements from every
+// member's source and writes it to every member's dest; reducescatter takes block `me` of every
+// member's source into its own dest. Returns the element range and shifts `src` so that
+// element e of the range is src[e] on every member.
+template <typename T>
+static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, const T*& src,
+                                                   size_t nelems, bool scatter, size_t& lo,
+                                                   size_t& hi) {
+    if (scatter) {
+        src += (size_t)d.my_index * nelems;
+        lo = 0;
+        hi = nelems;
+    } else {
+        chunk_of(nelems, d.size, d.my_index, 16 / sizeof(T), lo, hi);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The group forms: one group (thread, warp or block) per PE does everything. Not inlined: every
+// typed call of a scope shares one instance (bytes for alltoall / fcollect / broadcast, one per
+// canonical element type for the reductions), which keeps modules small and NVRTC fast.
+
+template <class S>
+static __device__ __noinline__ void alltoall_group(const char* call, rshmem_team_t team,
+                                                   void* dest, const void* src, size_t nbytes) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (debug()) {
+        size_t total = check_bytes(call, nbytes, (size_t)d.size, g.rank == 0);
+        check_sym(call, "dest", dest, total, g.rank == 0);
+        check_sym(call, "source", src, total, g.rank == 0);
+        check_disjoint(call, dest, total, src, total, g.rank == 0);
+    }
+    alltoall_push(call, d, (char*)dest, (const char*)src, nbytes, g);
+    team_sync<S>(call, team);
+}
+
+template <class S>
+static __device__ __noinline__ void fcollect_group(const char* call, rshmem_team_t team,
+                                                   void* dest, const void* src, size_t nbytes) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (debug()) {
+        size_t total = check_bytes(call, nbytes, (size_t)d.size, g.rank == 0);
+        check_sym(call, "dest", dest, total, g.rank == 0);
+        check_sym(call, "source", src, nbytes, g.rank == 0);
+        check_disjoint(call, dest, total, src, nbytes, g.rank == 0);
+    }
+    fcollect_push(call, d, (char*)dest, (const char*)src, nbytes, g);
+    team_sync<S>(call, team);
+}
+
+template <class S>
+static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
+                                                const void* src, size_t nbytes, int root) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (root < 0 || root >= d.size) fail_root(call, root, d.size, g.rank == 0);
+    if (debug()) {
+        check_sym(call, "dest", dest, nbytes, g.rank == 0);
+        check_sym(call, "source", src, nbytes, g.rank == 0);
+        if (dest != src) check_disjoint(call, dest, nbytes, src, nbytes, g.rank == 0);
+    }
+    if (d.my_index == root) bcast_push(call, d, (char*)dest, (const char*)src, nbytes, g);
+    team_sync<S>(call, team);
+}
+
+static __device__ __noinline__ void fail_op(const char* call, int op, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: %d is not a reduction operator for this type\n", call,
+               rshmem_state.my_pe, op);
+    }
+    __trap();
+}
+
+// The data movement of reduce (scatter == false) or reducescatter with a run-time operator.
+template <typename T>
+static __device__ __forceinline__ void reduce_body(const char* call, const rshmem_team_desc& d,
+                                                   T* dest, const T* src, size_t nelems, int op,
+                                                   bool scatter, coll_group g) {
+    size_t lo, hi;
+    reduce_plan<T>(d, src, nelems, scatter, lo, hi);
+#define RSHMEM_REDUCE_CASE(OP)                                                                   \
+    case OP: reduce_range<T, OP>(call, d, dest, src, lo, hi, !scatter, g); break;
+    switch (op) {
+        RSHMEM_REDUCE_CASE(RSHMEM_OP_SUM)
+        RSHMEM_REDUCE_CASE(RSHMEM_OP_PROD)
+        RSHMEM_REDUCE_CASE(RSHMEM_OP_MIN)
+        RSHMEM_REDUCE_CASE(RSHMEM_OP_MAX)
+        default:
+            if constexpr (!float_type<T>::value) {
+                switch (op) {
+                    RSHMEM_REDUCE_CASE(RSHMEM_OP_AND)
+                    RSHMEM_REDUCE_CASE(RSHMEM_OP_OR)
+                    RSHMEM_REDUCE_CASE(RSHMEM_OP_XOR)
+                    default: fail_op(call, op, g.rank == 0);
+                }
+            } else {
+                fail_op(call, op, g.rank == 0);
+            }
+    }
+#undef RSHMEM_REDUCE_CASE
+}
+
+template <class S, typename T>
+static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
+                                                 const T* src, size_t nelems, int op,
+                                                 bool scatter) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (debug()) {
+        size_t nb = check_bytes(call, nelems, sizeof(T), g.rank == 0);
+        size_t sn = scatter ? check_bytes(call, nb, (size_t)d.size, g.rank == 0) : nb;
+        check_sym(call, "dest", dest, nb, g.rank == 0);
+        check_sym(call, "source", src, sn, g.rank == 0);
+        if (scatter || (const T*)dest != src) check_disjoint(call, dest, nb, src, sn, g.rank == 0);
+    }
+    team_sync<S>(call, team);  // every member's source is ready
+    reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
+    team_sync<S>(call, team);
+}
+
+// Hides a constant from the optimizer, so a call site does not get its own specialized copy of
+// the (not inlined) group function: one instance per scope and type serves every operator.
+static __device__ __forceinline__ int opaque(int v) {
+    int r;
+    asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// The canonical type a reduction of T runs on: the fixed-width integer of its size and
+// signedness, or the float type itself.
+template <typename T>
+struct canon {
+    typedef T type;
+};
+#define RSHMEM_CANON(T, C)                                                                       \
+    template <>                                                                                  \
+    struct canon<T> {                                                                            \
+        typedef C type;                                                                          \
+    };
+RSHMEM_CANON(char, int8_t)
+RSHMEM_CANON(signed char, int8_t)
+RSHMEM_CANON(short, int16_t)
+RSHMEM_CANON(int, int32_t)
+RSHMEM_CANON(long, int64_t)
+RSHMEM_CANON(long long, int64_t)
+RSHMEM_CANON(unsigned char, uint8_t)
+RSHMEM_CANON(unsigned short, uint16_t)
+RSHMEM_CANON(unsigned int, uint32_t)
+RSHMEM_CANON(unsigned long, uint64_t)
+RSHMEM_CANON(unsigned long long, uint64_t)
+#undef RSHMEM_CANON
+
+// ---------------------------------------------------------------------------------------------
+// The grid forms: every block of one kernel launch takes part (launched by the runtime's
+// *_on_stream collectives, blocks <= the GPU's SMs so all are resident). Block 0 makes the
+// start sync when one is needed and releases the others through the team's GO word; each block
+// reports completion on the ARRIVE word and the last one makes the closing team sync, then
+// resets ARRIVE and advances KSEQ (the per-team launch sequence number `seq` the GO and progress
+// flags are compared with; it is the same on every member because every member launches the
+// same collectives on the team).
+
+static __device__ __noinline__ void fail_go(const char* call, rshmem_team_t team, uint64_t seq) {
+    printf("rshmem: %s on PE %d: timed out waiting for the start of collective %llu on team %d "
+           "(block %d; the GPU may be shared with work that keeps the collective's blocks from "
+           "running)\n",
+           call, rshmem_state.my_pe, (unsigned long long)seq, (int)team, (int)blockIdx.x);
+    __trap();
+}
+
+static __device__ __noinline__ void fail_progress(const char* call, rshmem_team_t team, int pe,
+                                                  int piece, uint64_t seq) {
+    printf("rshmem: %s on PE %d: timed out waiting for team PE %d of team %d to publish piece %d "
+           "of collective %llu\n",
+           call, rshmem_state.my_pe, pe, (int)team, piece, (unsigned long long)seq);
+    __trap();
+}
+
+static __device__ __forceinline__ void st_release_gpu(uint64_t* p, uint64_t v) {
+    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+static __device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+struct grid_coll {
+    const char* call;
+    rshmem_team_t team;
+    rshmem_team_desc d;
+    uint64_t seq;
+
+    __device__ __forceinline__ grid_coll(const char* c, rshmem_team_t t) : call(c), team(t) {
+        d = team_member(call, team, block_thread_id() == 0 && blockIdx.x == 0);
+        seq = *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_KSEQ) + 1;
+    }
+
+    // Start sync: every member has called (its source is ready).
+    __device__ __forceinline__ void start() {
+        if (gridDim.x == 1) {
+            team_sync<block_scope>(call, team);
+            return;
+        }
+        uint64_t* go = my_team_word(team, RSHMEM_TEAM_SYNC_GO);
+        if (blockIdx.x == 0) {
+            team_sync<block_scope>(call, team);
+            if (block_thread_id() == 0) st_release_gpu(go, seq);
+        } else {
+            if (block_thread_id() == 0) {
+                wait_timer timer;
+                while (ld_acquire_gpu(go) < seq) {
+                    if (timer.expired()) fail_go(call, team, seq);
+                }
+            }
+            __syncthreads();
+        }
+    }
+
+    // Closing sync after every block's part (releases all blocks' stores).
+    __device__ __forceinline__ void finish() {
+        uint64_t* kseq = my_team_word(team, RSHMEM_TEAM_SYNC_KSEQ);
+        if (gridDim.x == 1) {
+            team_sync<block_scope>(call, team);
+            if (block_thread_id() == 0) *(volatile uint64_t*)kseq = seq;
+            return;
+        }
+        __shared__ int last;
+        __syncthreads();
+        if (block_thread_id() == 0) {
+            fence_acq_rel_sys();
+            unsigned long long old =
+                atomicAdd((unsigned long long*)my_team_word(team, RSHMEM_TEAM_SYNC_ARRIVE), 1ull);
+            last = old == (unsigned long long)(gridDim.x - 1);
+            if (last) fence_acq_rel_sys();
+        }
+        __syncthreads();
+        if (!last) return;
+        team_sync<block_scope>(call, team);
+        if (block_thread_id() == 0) {
+            *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_ARRIVE) = 0;
+            *(volatile uint64_t*)kseq = seq;
+        }
+    }
+};
+
+// Pipelined two-phase broadcast (see the top of the file). Non-root q (0..m-1 in team order
+// without the root) owns chunk q; pieces of `piece` bytes; item t = p*m + k is piece p of chunk
+// (q + k) % m; block b takes items b, b + gridDim.x, ... in order.
+static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest, const char* src,
+                                                       size_t nbytes, int root) {
+    const rshmem_team_desc& d = c.d;
+    const int n = d.size, me = d.my_index;
+    if (me == root) {
+        if (dest != src) {
+            coll_group g = grid_group();
+            copy_bytes(dest, src, nbytes, false, g.rank, g.size);
+        }
+        return;
+    }
+    const int m = n - 1;
+    const int q = me < root ? me : me - 1;
+    size_t chunk = ((nbytes + m - 1) / m + 15) & ~(size_t)15;
+    size_t piece = (size_t)128 << 10;
+    size_t maxp = RSHMEM_TEAM_SYNC_MAX_PROGRESS;
+    if ((chunk + piece - 1) / piece > maxp) piece = ((chunk + maxp - 1) / maxp + 15) & ~(size_t)15;
+    const int pieces = (int)((chunk + piece - 1) / piece);
+    const int items = pieces * m;
+    const uint32_t tid = block_thread_id(), nt = block_threads();
+    const char* root_src = team_peer(c.call, d, src, root, tid == 0);
+    for (int t = blockIdx.x; t < items; t += gridDim.x) {
+        const int p = t / m, k = t % m;
+        const int cq = q + k < m ? q + k : q + k - m;
+        size_t lo = (size_t)cq * chunk + (size_t)p * piece;
+        size_t hi = lo + piece;
+        size_t cend = (size_t)(cq + 1) * chunk;
+        if (hi > cend) hi = cend;
+        if (hi > nbytes) hi = nbytes;
+        if (lo > hi) lo = hi;
+        if (k == 0) {
+            copy_bytes(dest + lo, root_src + lo, hi - lo, false, tid, nt);
+            __syncthreads();
+            if (tid == 0) {
+                fence_acq_rel_sys();
+                st_relaxed_sys(my_team_word(c.team, RSHMEM_TEAM_SYNC_PROGRESS + p), c.seq);
+            }
+        } else {
+            const int owner = cq < root ? cq : cq + 1;
+            if (tid == 0) {
+                const uint64_t* flag =
+                    team_word(team_local(c.call, d, owner, true), c.team,
+                              RSHMEM_TEAM_SYNC_PROGRESS + p);
+                wait_timer timer;
+                while (ld_acquire_sys(flag) < c.seq) {
+                    if (timer.expired()) fail_progress(c.call, c.team, owner, p, c.seq);
+                }
+            }
+            __syncthreads();
+            copy_bytes(dest + lo, team_peer(c.call, d, (const char*)dest, owner, tid == 0) + lo,
+                       hi - lo, false, tid, nt);
+        }
+    }
+}
+
+}  // namespace rshmem_detail
+
+// ---------------------------------------------------------------------------------------------
+// Public device API (NVSHMEM-style names). Returns 0; misuse traps with a message.
+
+#define RSHMEM_COLL_SCOPES(X)                                                                    \
+    X(, rshmem_detail::thread_scope)                                                             \
+    X(_warp, rshmem_detail::warp_scope)                                                          \
+    X(_block, rshmem_detail::block_scope)
+
+#define RSHMEM_COLL_MEM(SUFFIX, SCOPE)                                                           \
+    static __device__ __forceinline__ int rshmem_alltoallmem##SUFFIX(                            \
+        rshmem_team_t team, void* dest, const void* source, size_t nbytes) {                     \
+        rshmem_detail::alltoall_group<SCOPE>("rshmem_alltoallmem" #SUFFIX, team, dest, source,   \
+                                             nbytes);                                            \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_fcollectmem##SUFFIX(                            \
+        rshmem_team_t team, void* dest, const void* source, size_t nbytes) {                     \
+        rshmem_detail::fcollect_group<SCOPE>("rshmem_fcollectmem" #SUFFIX, team, dest, source,   \
+                                             nbytes);                                            \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_broadcastmem##SUFFIX(                           \
+        rshmem_team_t team, void* dest, const void* source, size_t nbytes, int root) {           \
+        rshmem_detail::bcast_group<SCOPE>("rshmem_broadcastmem" #SUFFIX, team, dest, source,     \
+                                          nbytes, root);                                         \
+        return 0;                                                                                \
+    }
+RSHMEM_COLL_SCOPES(RSHMEM_COLL_MEM)
+#undef RSHMEM_COLL_MEM
+
+// rshmem_TYPE_alltoall / fcollect / broadcast (+ _warp, _block): nelems elements per PE.
+#define RSHMEM_COLL_TYPED_SCOPE(NAME, T, SUFFIX, SCOPE)                                          \
+    static __device__ __forceinline__ int rshmem_##NAME##_alltoall##SUFFIX(                      \
+        rshmem_team_t team, T* dest, const T* source, size_t nelems) {                           \
+        rshmem_detail::alltoall_group<SCOPE>(                                                    \
+            "rshmem_" #NAME "_alltoall" #SUFFIX, team, dest, source,                             \
+            rshmem_detail::check_bytes("rshmem_" #NAME "_alltoall" #SUFFIX, nelems, sizeof(T),   \
+                                       true));                                                   \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_##NAME##_fcollect##SUFFIX(                      \
+        rshmem_team_t team, T* dest, const T* source, size_t nelems) {                           \
+        rshmem_detail::fcollect_group<SCOPE>(                                                    \
+            "rshmem_" #NAME "_fcollect" #SUFFIX, team, dest, source,                             \
+            rshmem_detail::check_bytes("rshmem_" #NAME "_fcollect" #SUFFIX, nelems, sizeof(T),   \
+                                       true));                                                   \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_##NAME##_broadcast##SUFFIX(                     \
+        rshmem_team_t team, T* dest, const T* source, size_t nelems, int root) {                 \
+        rshmem_detail::bcast_group<SCOPE>(                                                       \
+            "rshmem_" #NAME "_broadcast" #SUFFIX, team, dest, source,                            \
+            rshmem_detail::check_bytes("rshmem_" #NAME "_broadcast" #SUFFIX, nelems, sizeof(T),  \
+                                       true),                                                    \
+            root);                                                                               \
+        return 0;                                                                                \
+    }
+#define RSHMEM_COLL_TYPED(NAME, T)                                                               \
+    RSHMEM_COLL_TYPED_SCOPE(NAME, T, , rshmem_detail::thread_scope)                              \
+    RSHMEM_COLL_TYPED_SCOPE(NAME, T, _warp, rshmem_detail::warp_scope)                           \
+    RSHMEM_COLL_TYPED_SCOPE(NAME, T, _block, rshmem_detail::block_scope)
+RSHMEM_FOR_RMA_TYPES(RSHMEM_COLL_TYPED)
+#undef RSHMEM_COLL_TYPED
+#undef RSHMEM_COLL_TYPED_SCOPE
+
+// rshmem_TYPE_OP_reduce / rshmem_TYPE_OP_reducescatter (+ _warp, _block).
+#define RSHMEM_REDUCE_ONE(NAME, T, OPNAME, OP, SUFFIX, SCOPE)                                    \
+    static __device__ __forceinline__ int rshmem_##NAME##_##OPNAME##_reduce##SUFFIX(             \
+        rshmem_team_t team, T* dest, const T* source, size_t nreduce) {                          \
+        typedef typename rshmem_detail::canon<T>::type C;                                        \
+        rshmem_detail::reduce_group<SCOPE, C>("rshmem_" #NAME "_" #OPNAME "_reduce" #SUFFIX,     \
+                                              team, (C*)dest, (const C*)source, nreduce,         \
+                                              rshmem_detail::opaque(OP), false);                                            \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_##NAME##_##OPNAME##_reducescatter##SUFFIX(      \
+        rshmem_team_t team, T* dest, const T* source, size_t nreduce) {                          \
+        typedef typename rshmem_detail::canon<T>::type C;                                        \
+        rshmem_detail::reduce_group<SCOPE, C>(                                                   \
+            "rshmem_" #NAME "_" #OPNAME "_reducescatter" #SUFFIX, team, (C*)dest,                \
+            (const C*)source, nreduce, rshmem_detail::opaque(OP), true);                                                \
+        return 0;                                                                                \
+    }
+#define RSHMEM_REDUCE_SCOPES(NAME, T, OPNAME, OP)                                                \
+    RSHMEM_REDUCE_ONE(NAME, T, OPNAME, OP, , rshmem_detail::thread_scope)                        \
+    RSHMEM_REDUCE_ONE(NAME, T, OPNAME, OP, _warp, rshmem_detail::warp_scope)                     \
+    RSHMEM_REDUCE_ONE(NAME, T, OPNAME, OP, _block, rshmem_detail::block_scope)
+#define RSHMEM_REDUCE_ARITH(NAME, T)                                                             \
+    RSHMEM_REDUCE_SCOPES(NAME, T, sum, RSHMEM_OP_SUM)                                            \
+    RSHMEM_REDUCE_SCOPES(NAME, T, prod, RSHMEM_OP_PROD)                                          \
+    RSHMEM_REDUCE_SCOPES(NAME, T, min, RSHMEM_OP_MIN)                                            \
+    RSHMEM_REDUCE_SCOPES(NAME, T, max, RSHMEM_OP_MAX)
+#define RSHMEM_REDUCE_BITWISE(NAME, T)                                                           \
+    RSHMEM_REDUCE_SCOPES(NAME, T, and, RSHMEM_OP_AND)                                            \
+    RSHMEM_REDUCE_SCOPES(NAME, T, or, RSHMEM_OP_OR)                                              \
+    RSHMEM_REDUCE_SCOPES(NAME, T, xor, RSHMEM_OP_XOR)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEM_REDUCE_ARITH)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEM_REDUCE_BITWISE)
+RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEM_REDUCE_ARITH)
+#undef RSHMEM_REDUCE_ARITH
+#undef RSHMEM_REDUCE_BITWISE
+#undef RSHMEM_REDUCE_SCOPES
+#undef RSHMEM_REDUCE_ONE

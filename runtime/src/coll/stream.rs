@@ -1,0 +1,517 @@
+//! Stream-ordered team collectives on the GPU heap (`*_on_stream`, like NVSHMEM's
+//! `nvshmemx_*_on_stream`).
+//!
+//! Each call checks its arguments on the host (errors are returned before anything is
+//! enqueued) and enqueues one kernel on the caller's stream: the grid form of the device
+//! library's collective (`device-lib/include/rshmem/coll.cuh`), which moves the data by
+//! load/store over NVLink and synchronizes the team on the device. The call is collective over
+//! the team in stream order: every member enqueues the same collectives on the team in the same
+//! order, and each takes effect after the work queued before it on that member's stream. Like
+//! OpenSHMEM, every member's `dest` must be ready to be written when the collective starts on
+//! any member. Every member must be on this host (load/store reachable).
+//!
+//! Launch shapes are chosen from the size (see `docs/collectives.md`): one block for small
+//! messages (latency: the data goes in one round of stores, then one team sync), up to one block
+//! per SM for large ones (bandwidth); broadcast switches to a pipelined two-phase pull above
+//! [`BCAST_PIPELINE_MIN`] bytes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{sys, CudaFunction, CudaStream};
+
+use super::{ReduceOp, ReduceType};
+use crate::device::module::Module;
+use crate::error::{Error, Result};
+use crate::team::Team;
+use crate::types::RmaType;
+use crate::world::World;
+
+/// Source of the byte-moving collective kernels.
+const COLL_KERNELS: &str = include_str!("../device/kernels/coll.cu");
+/// Source of the reduction kernels (compiled once per element type).
+const REDUCE_KERNELS: &str = include_str!("../device/kernels/coll_reduce.cu");
+
+/// Threads per block of the collective kernels.
+const THREADS: u32 = 512;
+/// Bytes each block of a bandwidth-sized launch moves at least.
+const BYTES_PER_BLOCK: usize = 64 << 10;
+/// Broadcasts of at least this many bytes (and teams of 3 or more) use the pipelined pull.
+pub const BCAST_PIPELINE_MIN: usize = 256 << 10;
+/// Pieces of the pipelined broadcast (matches `bcast_pipelined` in coll.cuh).
+const BCAST_PIECE: usize = 128 << 10;
+
+/// The compiled collective modules of one PE (compiled on first use, cached on disk).
+#[derive(Default)]
+pub(crate) struct CollModules {
+    bytes: OnceLock<std::result::Result<Loaded, String>>,
+    reduce: Mutex<HashMap<&'static str, Arc<Loaded>>>,
+    sms: OnceLock<u32>,
+}
+
+/// A module and the kernels looked up in it.
+struct Loaded {
+    module: Module,
+    funcs: Mutex<Vec<(&'static str, CudaFunction)>>,
+}
+
+impl Loaded {
+    fn func(&self, call: &'static str, name: &'static str) -> Result<CudaFunction> {
+        let mut f = self.funcs.lock().map_err(|_| Error::State {
+            call,
+            reason: "kernel cache lock poisoned".into(),
+        })?;
+        if let Some((_, k)) = f.iter().find(|(n, _)| *n == name) {
+            return Ok(k.clone());
+        }
+        let k = self.module.function(name)?;
+        f.push((name, k.clone()));
+        Ok(k)
+    }
+}
+
+/// The device library's name of a reduction element type and whether it is an integer.
+fn device_type<T: 'static>() -> Option<(&'static str, bool)> {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    let table: [(TypeId, &str, bool); 14] = [
+        (TypeId::of::<i8>(), "int8_t", true),
+        (TypeId::of::<i16>(), "int16_t", true),
+        (TypeId::of::<i32>(), "int32_t", true),
+        (TypeId::of::<i64>(), "int64_t", true),
+        (TypeId::of::<i128>(), "__int128", true),
+        (TypeId::of::<u8>(), "uint8_t", true),
+        (TypeId::of::<u16>(), "uint16_t", true),
+        (TypeId::of::<u32>(), "uint32_t", true),
+        (TypeId::of::<u64>(), "uint64_t", true),
+        (TypeId::of::<u128>(), "unsigned __int128", true),
+        (TypeId::of::<isize>(), "int64_t", true),
+        (TypeId::of::<usize>(), "uint64_t", true),
+        (TypeId::of::<f32>(), "float", false),
+        (TypeId::of::<f64>(), "double", false),
+    ];
+    table
+        .iter()
+        .find(|(id, _, _)| *id == t)
+        .map(|&(_, n, i)| (n, i))
+}
+
+/// The device library's operator code of a reduction (`RSHMEM_OP_*`), from its call name.
+fn op_code(call: &str) -> Option<i32> {
+    Some(match call {
+        "sum_reduce" => 0,
+        "prod_reduce" => 1,
+        "min_reduce" => 2,
+        "max_reduce" => 3,
+        "and_reduce" => 4,
+        "or_reduce" => 5,
+        "xor_reduce" => 6,
+        _ => return None,
+    })
+}
+
+/// Blocks for a launch that moves `bytes` per PE.
+fn blocks_for(bytes: usize, sms: u32) -> u32 {
+    (bytes.div_ceil(BYTES_PER_BLOCK).max(1) as u64).min(sms.max(1) as u64) as u32
+}
+
+impl World {
+    fn coll_modules_sms(&self, call: &'static str) -> Result<u32> {
+        let p = self.p2p(call)?;
+        Ok(*self.coll.sms.get_or_init(|| {
+            let mut dev: sys::CUdevice = 0;
+            let mut n: i32 = 0;
+            // SAFETY: plain queries with valid out-pointers.
+            let ok = unsafe {
+                sys::cuDeviceGet(&mut dev, p.gpu.ordinal as i32) == sys::CUresult::CUDA_SUCCESS
+                    && sys::cuDeviceGetAttribute(
+                        &mut n,
+                        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                        dev,
+                    ) == sys::CUresult::CUDA_SUCCESS
+            };
+            if ok && n > 0 {
+                n as u32
+            } else {
+                1
+            }
+        }))
+    }
+
+    fn coll_bytes_module(&self, call: &'static str) -> Result<&Loaded> {
+        let p = self.p2p(call)?;
+        let m = self.coll.bytes.get_or_init(|| {
+            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dstate)
+                .map_err(|e| e.to_string())?;
+            self.register(&m).map_err(|e| e.to_string())?;
+            Ok(Loaded {
+                module: m,
+                funcs: Mutex::new(Vec::new()),
+            })
+        });
+        m.as_ref().map_err(|e| Error::Unsupported {
+            call,
+            reason: format!("rshmem's collective GPU kernels are unavailable: {e}"),
+        })
+    }
+
+    fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Loaded>> {
+        let p = self.p2p(call)?;
+        let (ty, int) = device_type::<T>().ok_or_else(|| Error::Unsupported {
+            call,
+            reason: format!("{} has no device reduction", std::any::type_name::<T>()),
+        })?;
+        let mut map = self.coll.reduce.lock().map_err(|_| Error::State {
+            call,
+            reason: "collective module lock poisoned".into(),
+        })?;
+        if let Some(l) = map.get(ty) {
+            return Ok(l.clone());
+        }
+        let _ = int;
+        let opts = vec![format!("-DRSHMEM_RT={ty}")];
+        let name = format!("rshmem_reduce_{}", ty.replace(' ', "_"));
+        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dstate)?;
+        self.register(&m)?;
+        let l = Arc::new(Loaded {
+            module: m,
+            funcs: Mutex::new(Vec::new()),
+        });
+        map.insert(ty, l.clone());
+        Ok(l)
+    }
+
+    /// Checks that `team` can run device collectives here: GPU heap, this PE a member, every
+    /// member on this host. Returns the team's device handle.
+    fn coll_team(&self, call: &'static str, team: &Team) -> Result<i32> {
+        self.p2p(call)?;
+        self.team_check(call, team)?;
+        if let Some(&pe) = team
+            .members()
+            .iter()
+            .find(|&&pe| self.node.local_of[pe].is_none())
+        {
+            return Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "PE {pe} of the team is on another host; stream collectives need every member reachable by load/store"
+                ),
+            });
+        }
+        Ok(team.device_handle())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn coll_launch(
+        &self,
+        call: &'static str,
+        l: &Loaded,
+        name: &'static str,
+        blocks: u32,
+        threads: u32,
+        stream: &CudaStream,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        let f = l.func(call, name)?;
+        // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
+        // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
+        unsafe {
+            l.module.launch_raw(
+                call,
+                f,
+                (blocks, 1, 1),
+                (threads, 1, 1),
+                0,
+                stream.cu_stream(),
+                args,
+            )
+        }
+    }
+
+    /// **Collective over the team, stream-ordered.** Every member's work queued before it on
+    /// its stream is visible to every member's work after it. Like `team_sync_on_stream`.
+    pub fn team_sync_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+        self.team_sync_kernel("team_sync_on_stream", team, stream)
+    }
+
+    /// **Collective over the team, stream-ordered.** Like
+    /// [`team_sync_on_stream`](World::team_sync_on_stream), after completing this PE's
+    /// host-issued puts and atomics. Like `barrier_on_stream`.
+    pub fn barrier_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
+        let call = "barrier_on_stream";
+        self.coll_team(call, team)?;
+        self.quiet_on_stream(stream)?;
+        self.team_sync_kernel(call, team, stream)
+    }
+
+    fn team_sync_kernel(&self, call: &'static str, team: &Team, stream: &CudaStream) -> Result<()> {
+        let mut h = self.coll_team(call, team)?;
+        let l = self.coll_bytes_module(call)?;
+        let threads = (team.n_pes() as u32).div_ceil(32).clamp(1, 32) * 32;
+        let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
+        self.coll_launch(
+            call,
+            l,
+            "rshmem_internal_team_sync",
+            1,
+            threads,
+            stream,
+            &mut args,
+        )
+    }
+
+    /// **Collective over the team, stream-ordered.** Block `j` of `nelems` elements of
+    /// `source` on team PE `i` goes to block `i` of `dest` on team PE `j`. Both hold
+    /// `n_pes()·nelems` elements and must not overlap. Like `alltoall_on_stream`.
+    pub fn alltoall_on_stream<T: RmaType>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.bytes_coll::<T>(
+            "alltoall_on_stream",
+            "rshmem_internal_alltoall",
+            team,
+            dest,
+            source,
+            nelems,
+            true,
+        )
+        .and_then(|(call, l, blocks, mut a)| {
+            let mut args = a.ptrs();
+            self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
+        })
+    }
+
+    /// **Collective over the team, stream-ordered.** Concatenates every member's `source`
+    /// block of `nelems` elements in team order into every member's `dest`; they must not
+    /// overlap. Like `fcollect_on_stream`.
+    pub fn fcollect_on_stream<T: RmaType>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.bytes_coll::<T>(
+            "fcollect_on_stream",
+            "rshmem_internal_fcollect",
+            team,
+            dest,
+            source,
+            nelems,
+            false,
+        )
+        .and_then(|(call, l, blocks, mut a)| {
+            let mut args = a.ptrs();
+            self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
+        })
+    }
+
+    /// Checks and prepares alltoall (`all`: source holds n blocks) or fcollect.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn bytes_coll<T: RmaType>(
+        &self,
+        call: &'static str,
+        kernel: &'static str,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        all: bool,
+    ) -> Result<(&'static str, &Loaded, u32, CollArgs)> {
+        let h = self.coll_team(call, team)?;
+        let n = team.n_pes();
+        let total = nelems
+            .checked_mul(n)
+            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
+        let db = self.coll_buf(call, "dest", dest, total)?;
+        let sb = self.coll_buf(call, "source", source, if all { total } else { nelems })?;
+        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let l = self.coll_bytes_module(call)?;
+        let sms = self.coll_modules_sms(call)?;
+        let nbytes = db / n.max(1);
+        Ok((
+            call,
+            l,
+            blocks_for(db, sms),
+            CollArgs {
+                kernel,
+                team: h,
+                dest: dest as u64,
+                src: source as u64,
+                n: nbytes as u64,
+                a: 0,
+                b: 0,
+            },
+        ))
+    }
+
+    /// **Collective over the team, stream-ordered.** Copies `nelems` elements of `source` on
+    /// team PE `root` to `dest` on every member. `dest` and `source` may be the very same
+    /// range but must not overlap otherwise. Like `broadcast_on_stream`.
+    pub fn broadcast_on_stream<T: RmaType>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        root: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "broadcast_on_stream";
+        let h = self.coll_team(call, team)?;
+        let n = team.n_pes();
+        if root >= n {
+            return Err(Error::invalid(
+                call,
+                format!("root {root} is out of range: the team has {n} PEs"),
+            ));
+        }
+        let db = self.coll_buf(call, "dest", dest, nelems)?;
+        let sb = self.coll_buf(call, "source", source, nelems)?;
+        Self::coll_overlap(call, dest, db, source, sb, true)?;
+        let l = self.coll_bytes_module(call)?;
+        let sms = self.coll_modules_sms(call)?;
+        let pipelined = n >= 3 && db >= BCAST_PIPELINE_MIN;
+        let blocks = if pipelined {
+            let m = n - 1;
+            let chunk = db.div_ceil(m);
+            let items = chunk.div_ceil(BCAST_PIECE) * m;
+            (items as u64).clamp(1, sms as u64) as u32
+        } else {
+            blocks_for(db * (n - 1).max(1), sms)
+        };
+        let mut a = CollArgs {
+            kernel: "rshmem_internal_broadcast",
+            team: h,
+            dest: dest as u64,
+            src: source as u64,
+            n: db as u64,
+            a: root as i32,
+            b: pipelined as i32,
+        };
+        let mut args = a.ptrs();
+        self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
+    }
+
+    /// **Collective over the team, stream-ordered.** Element-wise reduction with `op` of every
+    /// member's `source` (`nelems` elements) into every member's `dest` (may be the very same
+    /// range, must not overlap otherwise). Combined in team PE order: every member gets
+    /// bit-identical results, equal to [`reduce`](World::reduce)'s. Like
+    /// `TYPE_OP_reduce_on_stream`; errors name `<op>_reduce_on_stream`.
+    pub fn reduce_on_stream<T: ReduceType, O: ReduceOp<T>>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        op: O,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let _ = op;
+        let call = "reduce_on_stream";
+        self.reduce_kernel::<T, O>(call, team, dest, source, nelems, false, stream)
+    }
+
+    /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
+    /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on team
+    /// PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
+    pub fn reduce_scatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        op: O,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let _ = op;
+        let call = "reduce_scatter_on_stream";
+        self.reduce_kernel::<T, O>(call, team, dest, source, nelems, true, stream)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_kernel<T: ReduceType, O: ReduceOp<T>>(
+        &self,
+        call: &'static str,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        scatter: bool,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let h = self.coll_team(call, team)?;
+        let op = op_code(O::CALL).ok_or_else(|| Error::Unsupported {
+            call,
+            reason: format!("{} has no device form", O::CALL),
+        })?;
+        let n = team.n_pes();
+        let db = self.coll_buf(call, "dest", dest, nelems)?;
+        let (sb, moved) = if scatter {
+            let total = nelems
+                .checked_mul(n)
+                .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
+            let sb = self.coll_buf(call, "source", source, total)?;
+            Self::coll_overlap(call, dest, db, source, sb, false)?;
+            (sb, db * n)
+        } else {
+            let sb = self.coll_buf(call, "source", source, nelems)?;
+            Self::coll_overlap(call, dest, db, source, sb, true)?;
+            // Each PE reads its chunk from every member and writes it to every member.
+            (sb, 2 * db)
+        };
+        let _ = sb;
+        let l = self.coll_reduce_module::<T>(call)?;
+        let sms = self.coll_modules_sms(call)?;
+        let mut a = CollArgs {
+            kernel: "rshmem_internal_reduce",
+            team: h,
+            dest: dest as u64,
+            src: source as u64,
+            n: nelems as u64,
+            a: op,
+            b: scatter as i32,
+        };
+        let mut args = a.ptrs();
+        self.coll_launch(
+            call,
+            &l,
+            a.kernel,
+            blocks_for(moved, sms),
+            THREADS,
+            stream,
+            &mut args,
+        )
+    }
+}
+
+/// Arguments of a collective kernel `(int team, u64 dest, u64 src, u64 n[, int a, int b])`.
+struct CollArgs {
+    kernel: &'static str,
+    team: i32,
+    dest: u64,
+    src: u64,
+    n: u64,
+    a: i32,
+    b: i32,
+}
+
+impl CollArgs {
+    /// Pointers to the fields in kernel-argument order (the kernels ignore trailing extras).
+    fn ptrs(&mut self) -> [*mut std::ffi::c_void; 6] {
+        [
+            (&mut self.team as *mut i32).cast(),
+            (&mut self.dest as *mut u64).cast(),
+            (&mut self.src as *mut u64).cast(),
+            (&mut self.n as *mut u64).cast(),
+            (&mut self.a as *mut i32).cast(),
+            (&mut self.b as *mut i32).cast(),
+        ]
+    }
+}
