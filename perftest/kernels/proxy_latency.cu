@@ -6,6 +6,7 @@
 //   mode 3: rshmem_uint64_atomic_fetch_add (round trip)
 //   mode 4: rshmem_uint64_g (round trip)
 //   mode 5: rshmem_quiet alone (nothing outstanding)
+//   mode 6: rshmem_putmem_signal of nbytes (signal word at buf + 4096) + rshmem_quiet
 #include "rshmem/rshmem.cuh"
 
 extern "C" __global__ void proxy_latency(int mode, uint64_t *buf, const uint8_t *src, size_t nbytes, int peer,
@@ -26,6 +27,10 @@ extern "C" __global__ void proxy_latency(int mode, uint64_t *buf, const uint8_t 
                 break;
             case 3: sink += rshmem_uint64_atomic_fetch_add(buf, 1, peer); break;
             case 4: sink += rshmem_uint64_g(buf, peer); break;
+            case 6:
+                rshmem_putmem_signal(buf, src, nbytes, buf + 4096, (uint64_t)i + 1, RSHMEM_SIGNAL_SET, peer);
+                rshmem_quiet();
+                break;
             default: rshmem_quiet(); break;
             }
         }

@@ -272,6 +272,7 @@ impl World {
             init_time: Duration::ZERO,
         };
         world.init_device_area()?;
+        world.load_proxy_kernels()?;
         world.boot.barrier()?;
         let mut world = world;
         world.init_time = t0.elapsed();

@@ -3,10 +3,10 @@
 //!
 //! PE 0 runs one thread of a kernel that times `--iters` operations to PE 1 with
 //! `%globaltimer` (after one untimed round): a bare ring round trip (NOP request), `p` 8 B +
-//! quiet, `putmem` of 8 B / 4 KiB / 64 KiB from global memory + quiet, `atomic_fetch_add`,
-//! `g`, and a quiet with nothing outstanding. Needs the GPU backend and a proxy, i.e. PEs that
-//! cannot reach each other by load/store: run it with `RSHMEM_DISABLE_P2P=1` (two PEs may share
-//! one GPU).
+//! quiet, `putmem` of 8 B / 4 KiB / 64 KiB from global memory + quiet, `putmem_signal` 8 B +
+//! quiet, `atomic_fetch_add`, `g`, and a quiet with nothing outstanding. Needs the GPU backend
+//! and a proxy, i.e. PEs that cannot reach each other by load/store: run it with
+//! `RSHMEM_DISABLE_P2P=1` (two PEs may share one GPU).
 //!
 //! Run: `RSHMEM_DISABLE_P2P=1 target/release/rshmemrun -n 2 target/release/proxy_latency [--json] [--iters N]`
 
@@ -25,6 +25,7 @@ const CASES: &[(i32, &str, usize)] = &[
     (2, "putmem + quiet", 8),
     (2, "putmem + quiet", 4096),
     (2, "putmem + quiet", 65536),
+    (6, "putmem_signal + quiet", 8),
     (3, "atomic_fetch_add", 8),
     (4, "g 8 B", 8),
 ];

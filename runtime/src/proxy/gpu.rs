@@ -100,8 +100,16 @@ fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> E
 }
 
 impl GpuMem {
-    /// Sets up access to `gpu`'s memory with a new stream.
-    pub fn new(gpu: Arc<Gpu>, state: Arc<Mutex<DeviceState>>) -> Result<Arc<GpuMem>> {
+    /// Sets up access to `gpu`'s memory with a new stream. With `atomics`, the atomic kernel
+    /// is loaded (and launched once) now, at init: loading a module later installs the device
+    /// state on rshmem's stream and may need a context synchronization, and either waits
+    /// behind a user kernel or stream wait that is itself waiting for this PE's atomics
+    /// (a signal), which deadlocks.
+    pub fn new(
+        gpu: Arc<Gpu>,
+        state: Arc<Mutex<DeviceState>>,
+        atomics: bool,
+    ) -> Result<Arc<GpuMem>> {
         let call = "init";
         gpu.bind(call)?;
         let stream = gpu
@@ -109,14 +117,26 @@ impl GpuMem {
             .new_stream()
             .map_err(|e| cuda_err(call, "creating the proxy's stream", e))?;
         let result = Pinned::new(&gpu, 64, false, call)?;
-        Ok(Arc::new(GpuMem {
+        let m = Arc::new(GpuMem {
             gpu,
             stream,
             result: Mutex::new(result),
             kernels: OnceLock::new(),
             state,
             pending: std::sync::atomic::AtomicBool::new(false),
-        }))
+        });
+        if atomics {
+            let word = {
+                let r = m.result.lock().map_err(|_| Error::State {
+                    call,
+                    reason: "a proxy lock is poisoned".into(),
+                })?;
+                r.ptr() as u64 + 16
+            };
+            // A harmless atomic on a word of pinned host memory: loads the kernel for good.
+            m.amo(call, AmoOp::Fetch, word, 8, 0, 0)?;
+        }
+        Ok(m)
     }
 
     /// The GPU.
@@ -212,10 +232,10 @@ impl GpuMem {
         self.sync(call)
     }
 
-    /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
-    /// everything queued before on the stream, atomic with respect to device atomics (system
-    /// scope). Returns the old value.
-    pub fn amo(
+    /// Launches the one-thread atomic kernel on the stream; the old value goes to `out`
+    /// (device-accessible memory). The caller holds the result lock.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_amo(
         &self,
         call: &'static str,
         op: AmoOp,
@@ -223,7 +243,8 @@ impl GpuMem {
         size: usize,
         value: u64,
         cond: u64,
-    ) -> Result<u64> {
+        out: u64,
+    ) -> Result<()> {
         let k = self.kernels.get_or_init(|| {
             Module::load(
                 &self.gpu,
@@ -241,21 +262,17 @@ impl GpuMem {
             call,
             reason: format!("rshmem's internal GPU kernels are unavailable: {e}"),
         })?;
-        let res = self.result.lock().map_err(|_| Error::State {
-            call,
-            reason: "a thread panicked during a proxy atomic".into(),
-        })?;
+        self.gpu.bind(call)?;
         let mut op_u = op as u32;
         let mut size_u = size as u32;
-        let (mut a, mut v, mut c) = (addr, value, cond);
-        let mut out = res.ptr() as u64;
+        let (mut a, mut v, mut c, mut o) = (addr, value, cond, out);
         let mut args: [*mut std::ffi::c_void; 6] = [
             (&mut op_u as *mut u32).cast(),
             (&mut size_u as *mut u32).cast(),
             (&mut a as *mut u64).cast(),
             (&mut v as *mut u64).cast(),
             (&mut c as *mut u64).cast(),
-            (&mut out as *mut u64).cast(),
+            (&mut o as *mut u64).cast(),
         ];
         // SAFETY: rshmem_internal_amo(u32, u32, u64, u64, u64, u64*); the result pointer is
         // pinned host memory, device-accessible through UVA.
@@ -268,10 +285,50 @@ impl GpuMem {
                 0,
                 self.s(),
                 &mut args,
-            )?
-        };
+            )
+        }
+    }
+
+    /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
+    /// everything queued before on the stream, atomic with respect to device atomics (system
+    /// scope). Returns the old value.
+    pub fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        addr: u64,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        let res = self.result.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a proxy atomic".into(),
+        })?;
+        self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64)?;
         self.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
         Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
+    }
+
+    /// [`amo`](GpuMem::amo) without waiting and without the old value: queued on the stream in
+    /// order after the writes before it; [`flush`](GpuMem::flush) completes it.
+    pub fn amo_async(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        addr: u64,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        let res = self.result.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a proxy atomic".into(),
+        })?;
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
+        // The old value goes to a scratch word nobody reads.
+        self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
     }
 }

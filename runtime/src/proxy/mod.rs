@@ -48,7 +48,7 @@ pub(crate) fn remote_apply(
     state: &Arc<Mutex<DeviceState>>,
 ) -> Result<Option<Arc<GpuMem>>> {
     match gpu {
-        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone())?)),
+        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
         None => Ok(None),
     }
 }
@@ -98,7 +98,7 @@ impl Proxy {
         // the thread (joined in Drop before they are freed); only that thread reads them on
         // the host.
         let ring = unsafe { fifo::Ring::new(slots.ptr(), ctl.ptr(), n_slots) };
-        let mem = GpuMem::new(gpu.clone(), state.clone())?;
+        let mem = GpuMem::new(gpu.clone(), state.clone(), false)?;
         let bounce = Pinned::new(gpu, service::BOUNCE, false, call)?;
         let ex = service::NetExec {
             net: net.clone(),
@@ -116,6 +116,10 @@ impl Proxy {
                 timeout,
             },
         };
+        // Device requests wait on TCP round trips (quiet, gets, fetching atomics): this PE's
+        // TCP threads busy-poll for a while before blocking (every PE of the job has a proxy,
+        // so the targets' service threads do too).
+        net.set_spin(crate::transport::tcp::PROXY_SPIN);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let g = gpu.clone();

@@ -16,6 +16,11 @@ use crate::transport::AmoOp;
 pub(crate) trait Exec {
     /// Runs `r`; what comes back goes to the device for fetching requests.
     fn exec(&mut self, r: &Request) -> Result<Outcome>;
+
+    /// The ring ran empty: send what was held back to batch requests.
+    fn idle(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The failure code the device sees for an error.
@@ -75,6 +80,13 @@ pub(crate) fn run(mut ring: Ring, mut ex: impl Exec, stop: Arc<AtomicBool>, me: 
             }
             None => {
                 ring.reap();
+                if idle == 0 && !failed {
+                    if let Err(e) = ex.idle() {
+                        // The connection is broken and its PE reported lost: the next request
+                        // to it, or the next quiet, fails with that.
+                        tracing::debug!(target: "rshmem::proxy", pe = me, "sending batched requests: {e}");
+                    }
+                }
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
@@ -241,7 +253,7 @@ impl Exec for NetExec {
                         return Err(Error::invalid(CALL, "inline put longer than a slot holds"));
                     }
                     self.net
-                        .put(CALL, pe, HeapId::User, off, r.data.as_ptr(), n)?;
+                        .put_deferred(CALL, pe, HeapId::User, off, r.data.as_ptr(), n)?;
                 } else {
                     let mut done = 0;
                     while done < n {
@@ -252,8 +264,16 @@ impl Exec for NetExec {
                             self.mem
                                 .read(CALL, self.bounce.ptr(), r.local + done as u64, k)?
                         };
-                        self.net
-                            .put(CALL, pe, HeapId::User, off + done, self.bounce.ptr(), k)?;
+                        // Deferred: small frames are copied into the connection's buffer,
+                        // larger ones are written before this returns.
+                        self.net.put_deferred(
+                            CALL,
+                            pe,
+                            HeapId::User,
+                            off + done,
+                            self.bounce.ptr(),
+                            k,
+                        )?;
                         done += k;
                     }
                 }
@@ -288,6 +308,20 @@ impl Exec for NetExec {
                 let (pe, off) = self.target(r)?;
                 let aop = amo_of(r.amo)
                     .ok_or_else(|| Error::invalid(CALL, format!("unknown atomic {}", r.amo)))?;
+                if !r.fetching() {
+                    // Nobody waits for the old value: no round trip.
+                    self.net.amo_nf(
+                        CALL,
+                        pe,
+                        HeapId::User,
+                        aop,
+                        off,
+                        r.size as usize,
+                        r.value,
+                        r.cond,
+                    )?;
+                    return Ok(Outcome::Done);
+                }
                 let old = self.net.amo(
                     CALL,
                     pe,
@@ -307,8 +341,9 @@ impl Exec for NetExec {
                 } else {
                     AmoOp::FetchAdd
                 };
+                // Applied at the target after every earlier request to it; not waited for.
                 self.net
-                    .amo(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?;
+                    .amo_nf(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?;
                 Ok(Outcome::Done)
             }
             op::QUIET => {
@@ -326,6 +361,10 @@ impl Exec for NetExec {
                 format!("request #{} has unknown operation {other}", r.ticket),
             )),
         }
+    }
+
+    fn idle(&mut self) -> Result<()> {
+        self.net.push(CALL)
     }
 }
 

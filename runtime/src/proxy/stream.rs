@@ -7,7 +7,39 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::world::World;
 
+/// rshmem's internal kernels (`device/kernels/internal.cu`), loaded together at init when a
+/// proxy runs.
+const INTERNAL_KERNELS: &[&str] = &[
+    "rshmem_internal_amo",
+    "rshmem_internal_barrier_all",
+    "rshmem_internal_signal",
+    "rshmem_internal_signal_wait",
+    "rshmem_internal_proxy_copy",
+    "rshmem_internal_proxy_p",
+    "rshmem_internal_quiet",
+];
+
 impl World {
+    /// With a proxy, loads rshmem's internal kernels now, at init. Loaded at first use (CUDA's
+    /// lazy loading), a kernel can need a context synchronization while an earlier kernel
+    /// waits for the proxy, and the proxy's own CUDA calls then wait too: `*_on_stream` calls
+    /// through the proxy hung that way (the first `put_on_stream` kernel waited for its put
+    /// while the next call looked up another internal kernel).
+    pub(crate) fn load_proxy_kernels(&self) -> Result<()> {
+        if self.proxy.is_none() {
+            return Ok(());
+        }
+        let call = "init";
+        let p = self.p2p(call)?;
+        for name in INTERNAL_KERNELS {
+            let (_, f) = p.kernel(call, name)?;
+            // SAFETY: a live function handle of a loaded module; cuFuncLoad only loads it.
+            let r = unsafe { cudarc::driver::sys::cuFuncLoad(f.cu_function()) };
+            crate::cuda::check(r, call, "loading an internal kernel (cuFuncLoad)")?;
+        }
+        Ok(())
+    }
+
     /// True if `pe` is a PE of the job that this PE reaches through the proxy (GPU heap, PE on
     /// another node).
     #[inline]

@@ -17,9 +17,10 @@
 //! flush). A connection that closes or fails outside finalize reports its PE through
 //! [`Liveness`], so waits fail with `PeerLost` instead of hanging.
 
-use std::io::{BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +43,13 @@ const OP_GET: u8 = 2;
 const OP_AMO: u8 = 3;
 const OP_FLUSH: u8 = 4;
 const OP_STORE: u8 = 5;
+/// An atomic whose old value nobody wants (signals, non-fetching device atomics): no reply,
+/// rejections counted like a bad put.
+const OP_AMO_NF: u8 = 6;
+/// Deferred output of a connection is written once it reaches this many bytes.
+const DEFER_MAX: usize = 64 << 10;
+/// How long busy-polling threads spin for data before they block, while a proxy is active.
+pub(crate) const PROXY_SPIN: Duration = Duration::from_micros(200);
 
 /// Which heap of the target a request addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +122,19 @@ impl Region {
         }
     }
 
+    /// [`amo`](Region::amo) whose old value nobody reads: on a GPU it is queued in order
+    /// after the writes before it and completed by the next flush. False if it failed.
+    fn amo_nf(&self, op: AmoOp, a: usize, size: usize, value: u64, cond: u64) -> bool {
+        match &self.gpu {
+            Some(g) => g.amo_async("tcp", op, a as u64, size, value, cond).is_ok(),
+            None => {
+                // SAFETY: an aligned word of `size` bytes in the mapped heap.
+                unsafe { super::shm::amo(op, a, size, value, cond) };
+                true
+            }
+        }
+    }
+
     /// Completes the GPU writes queued so far (nothing for host memory).
     fn flush(&self) -> bool {
         self.gpu.as_ref().is_none_or(|g| g.flush("tcp").is_ok())
@@ -122,14 +143,29 @@ impl Region {
 
 struct Conn {
     s: TcpStream,
-    buf: Vec<u8>,
+    /// Bytes of requests not written yet (deferred puts, then the request being sent).
+    out: Vec<u8>,
     broken: bool,
+}
+
+impl Conn {
+    /// Writes every pending byte.
+    fn send(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            let r = self.s.write_all(&self.out);
+            self.out.clear();
+            r?;
+        }
+        Ok(())
+    }
 }
 
 struct Link {
     conn: Mutex<Conn>,
     /// A put or store went out since the last flush.
     dirty: AtomicBool,
+    /// Deferred bytes wait in the connection's output buffer.
+    deferred: AtomicBool,
 }
 
 /// The TCP mesh of one PE.
@@ -143,6 +179,9 @@ pub struct Net {
     stop: Arc<AtomicBool>,
     live: Arc<Liveness>,
     timeout: Option<Duration>,
+    /// Nanoseconds a thread waiting for bytes (a reply here, a request in a service thread)
+    /// busy-polls its socket before it blocks; 0: block at once.
+    spin: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Net {
@@ -256,10 +295,11 @@ impl Net {
             links[p] = Some(Link {
                 conn: Mutex::new(Conn {
                     s,
-                    buf: Vec::new(),
+                    out: Vec::new(),
                     broken: false,
                 }),
                 dirty: AtomicBool::new(false),
+                deferred: AtomicBool::new(false),
             });
         }
 
@@ -315,6 +355,7 @@ impl Net {
         }
 
         let stop = Arc::new(AtomicBool::new(false));
+        let spin = Arc::new(AtomicU64::new(0));
         let mut net = Net {
             me,
             links,
@@ -323,16 +364,18 @@ impl Net {
             stop: stop.clone(),
             live: live.clone(),
             timeout,
+            spin: spin.clone(),
         };
         for (p, s) in accepted {
             let clone = s
                 .try_clone()
                 .map_err(|e| Error::os(call, "cloning a TCP socket", e))?;
             net.incoming.push(clone);
-            let (stop, live, regions) = (stop.clone(), live.clone(), regions.clone());
+            let (stop, live, regions, spin) =
+                (stop.clone(), live.clone(), regions.clone(), spin.clone());
             let h = std::thread::Builder::new()
                 .name(format!("rshmem-tcp-{p}"))
-                .spawn(move || serve(p, s, regions, stop, live))
+                .spawn(move || serve(p, s, regions, stop, live, spin))
                 .map_err(|e| Error::os(call, "spawning a TCP service thread", e))?;
             net.services.push(h);
         }
@@ -397,6 +440,48 @@ impl Net {
         })
     }
 
+    /// Sets how long threads waiting for TCP bytes busy-poll before they block (the proxy
+    /// sets [`PROXY_SPIN`]; 0, the default, blocks at once). Applies to this PE's service
+    /// threads and to replies it waits for.
+    pub fn set_spin(&self, d: Duration) {
+        self.spin
+            .store(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Release);
+    }
+
+    fn spin(&self) -> Duration {
+        Duration::from_nanos(self.spin.load(Ordering::Acquire))
+    }
+
+    /// Appends a put of `n` bytes (n <= INLINE, or a frame sent at once) to `c`'s output.
+    fn put_frames(
+        c: &mut Conn,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+        defer: bool,
+    ) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(FRAME);
+            // SAFETY: the caller passes a live readable range of n bytes at src.
+            let data = unsafe { std::slice::from_raw_parts(src.add(done), k) };
+            let h = req(OP_PUT, heap, 0, 0, (off + done) as u64, k as u64, 0, 0);
+            c.out.extend_from_slice(&h);
+            if k <= INLINE {
+                c.out.extend_from_slice(data);
+            } else {
+                c.send()?;
+                c.s.write_all(data)?;
+            }
+            done += k;
+        }
+        if !defer || c.out.len() >= DEFER_MAX {
+            c.send()?;
+        }
+        Ok(())
+    }
+
     /// Sends `n` bytes from `src` to `[off, off+n)` of `pe`'s heap `heap` (not acknowledged).
     pub fn put(
         &self,
@@ -407,28 +492,59 @@ impl Net {
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        let r = self.with(call, pe, |c| {
-            let mut done = 0;
-            while done < n {
-                let k = (n - done).min(FRAME);
-                // SAFETY: the caller passes a live readable range of n bytes at src.
-                let data = unsafe { std::slice::from_raw_parts(src.add(done), k) };
-                let h = req(OP_PUT, heap, 0, 0, (off + done) as u64, k as u64, 0, 0);
-                if k <= INLINE {
-                    c.buf.clear();
-                    c.buf.extend_from_slice(&h);
-                    c.buf.extend_from_slice(data);
-                    c.s.write_all(&c.buf)?;
-                } else {
-                    c.s.write_all(&h)?;
-                    c.s.write_all(data)?;
-                }
-                done += k;
-            }
-            Ok(())
-        });
+        let r = self.with(call, pe, |c| Self::put_frames(c, heap, off, src, n, false));
         self.link(call, pe)?.dirty.store(true, Ordering::Release);
         self.tolerate(r)
+    }
+
+    /// [`put`](Net::put) that may leave the request in the connection's output buffer (one
+    /// write for a burst of small puts): it goes out with the next request to that PE that is
+    /// not deferred, a round trip to any PE, [`push`](Net::push), or once [`DEFER_MAX`] bytes
+    /// wait. Order with everything else sent to `pe` is kept.
+    pub fn put_deferred(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, |c| {
+            Self::put_frames(c, heap, off, src, n, true)?;
+            link.deferred.store(!c.out.is_empty(), Ordering::Release);
+            Ok(())
+        });
+        link.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
+    }
+
+    /// Writes the deferred output of every connection.
+    pub fn push(&self, call: &'static str) -> Result<()> {
+        for pe in 0..self.links.len() {
+            let Some(link) = &self.links[pe] else {
+                continue;
+            };
+            if link.deferred.swap(false, Ordering::AcqRel) {
+                let r = self.with(call, pe, |c| c.send());
+                self.tolerate(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a round trip: nothing deferred may wait behind it (a reply may depend on it).
+    fn push_all(&self, call: &'static str) -> Result<()> {
+        if self
+            .links
+            .iter()
+            .flatten()
+            .any(|l| l.deferred.load(Ordering::Acquire))
+        {
+            self.push(call)?;
+        }
+        Ok(())
     }
 
     /// Stores `value` (8 bytes, release) at `off` of `pe`'s heap `heap` (not acknowledged).
@@ -440,10 +556,14 @@ impl Net {
         off: usize,
         value: u64,
     ) -> Result<()> {
+        let link = self.link(call, pe)?;
         let r = self.with(call, pe, |c| {
-            c.s.write_all(&req(OP_STORE, heap, 8, 0, off as u64, 8, value, 0))
+            c.out
+                .extend_from_slice(&req(OP_STORE, heap, 8, 0, off as u64, 8, value, 0));
+            link.deferred.store(false, Ordering::Release);
+            c.send()
         });
-        self.link(call, pe)?.dirty.store(true, Ordering::Release);
+        link.dirty.store(true, Ordering::Release);
         self.tolerate(r)
     }
 
@@ -453,6 +573,13 @@ impl Net {
             Err(Error::PeerLost { .. }) if self.live.is_finalizing() => Ok(()),
             r => r,
         }
+    }
+
+    /// Sends `h` (with whatever output is pending) on `c` and reads the reply header.
+    fn round_trip(&self, c: &mut Conn, h: &[u8; REQ]) -> std::io::Result<(u32, u64)> {
+        c.out.extend_from_slice(h);
+        c.send()?;
+        reply(&c.s, self.spin())
     }
 
     /// Reads `n` bytes at `[off, off+n)` of `pe`'s heap `heap` into `dst`.
@@ -465,25 +592,19 @@ impl Net {
         dst: *mut u8,
         n: usize,
     ) -> Result<()> {
+        self.push_all(call)?;
+        let link = self.link(call, pe)?;
         let mut done = 0;
         while done < n {
             let k = (n - done).min(FRAME);
             let status = self.with(call, pe, |c| {
-                c.s.write_all(&req(
-                    OP_GET,
-                    heap,
-                    0,
-                    0,
-                    (off + done) as u64,
-                    k as u64,
-                    0,
-                    0,
-                ))?;
-                let (status, _) = reply(&mut c.s)?;
+                link.deferred.store(false, Ordering::Release);
+                let h = req(OP_GET, heap, 0, 0, (off + done) as u64, k as u64, 0, 0);
+                let (status, _) = self.round_trip(c, &h)?;
                 if status == 0 {
                     // SAFETY: the caller passes a live writable range of n bytes at dst.
                     let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), k) };
-                    c.s.read_exact(out)?;
+                    recv_exact(&c.s, out, self.spin())?;
                 }
                 Ok(status)
             })?;
@@ -508,8 +629,11 @@ impl Net {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
+        self.push_all(call)?;
+        let link = self.link(call, pe)?;
         let (status, v) = self.with(call, pe, |c| {
-            c.s.write_all(&req(
+            link.deferred.store(false, Ordering::Release);
+            let h = req(
                 OP_AMO,
                 heap,
                 size as u8,
@@ -518,13 +642,47 @@ impl Net {
                 size as u64,
                 value,
                 cond,
-            ))?;
-            reply(&mut c.s)
+            );
+            self.round_trip(c, &h)
         })?;
         if status != 0 {
             return Err(self.rejected(call, pe, "atomic", off, size));
         }
         Ok(v)
+    }
+
+    /// [`amo`](Net::amo) without the old value: not acknowledged (like a put; a rejection is
+    /// reported by the next [`quiet`](Net::quiet)), applied in order after everything sent
+    /// to `pe` before it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn amo_nf(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        op: AmoOp,
+        off: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, |c| {
+            c.out.extend_from_slice(&req(
+                OP_AMO_NF,
+                heap,
+                size as u8,
+                op as u8,
+                off as u64,
+                size as u64,
+                value,
+                cond,
+            ));
+            link.deferred.store(false, Ordering::Release);
+            c.send()
+        });
+        link.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
     }
 
     fn rejected(&self, call: &'static str, pe: usize, what: &str, off: usize, n: usize) -> Error {
@@ -534,8 +692,14 @@ impl Net {
         )
     }
 
-    /// Waits until every put and store issued so far to every peer has been applied.
+    /// Waits until every put, store and non-fetching atomic issued so far to every peer has
+    /// been applied. Peers with nothing outstanding cost nothing; the flushes to several peers
+    /// are all sent before the first reply is awaited.
     pub fn quiet(&self, call: &'static str) -> Result<()> {
+        self.push_all(call)?;
+        let mut sent: Vec<(usize, std::sync::MutexGuard<'_, Conn>)> = Vec::new();
+        let mut result = Ok(());
+        // Locks are taken in PE order (every other path holds one lock at a time).
         for pe in 0..self.links.len() {
             let Some(link) = &self.links[pe] else {
                 continue;
@@ -543,23 +707,62 @@ impl Net {
             if !link.dirty.swap(false, Ordering::AcqRel) {
                 continue;
             }
-            let r = self.with(call, pe, |c| {
-                c.s.write_all(&req(OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))?;
-                reply(&mut c.s)
-            });
-            let (_, bad) = match r {
-                Ok(v) => v,
-                Err(Error::PeerLost { .. }) if self.live.is_finalizing() => continue,
-                Err(e) => return Err(e),
+            let mut c = match link.conn.lock() {
+                Ok(c) => c,
+                Err(_) => {
+                    result = Err(Error::State {
+                        call,
+                        reason: "a TCP connection lock is poisoned".into(),
+                    });
+                    break;
+                }
             };
-            if bad != 0 {
-                return Err(Error::invalid(
+            if c.broken {
+                if !self.live.is_finalizing() {
+                    result = Err(Error::PeerLost {
+                        call,
+                        me: self.me,
+                        pe,
+                        reason: "its TCP connection failed earlier".into(),
+                    });
+                    break;
+                }
+                continue;
+            }
+            link.deferred.store(false, Ordering::Release);
+            c.out
+                .extend_from_slice(&req(OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0));
+            if let Err(e) = c.send() {
+                c.broken = true;
+                if !self.live.is_finalizing() {
+                    result = Err(self.lost(call, pe, &e));
+                    break;
+                }
+                continue;
+            }
+            sent.push((pe, c));
+        }
+        let spin = self.spin();
+        for (pe, mut c) in sent {
+            let r = reply(&c.s, spin);
+            let bad = match r {
+                Ok((_, bad)) => bad,
+                Err(e) => {
+                    c.broken = true;
+                    if result.is_ok() && !self.live.is_finalizing() {
+                        result = Err(self.lost(call, pe, &e));
+                    }
+                    continue;
+                }
+            };
+            if bad != 0 && result.is_ok() {
+                result = Err(Error::invalid(
                     call,
-                    format!("PE {pe} rejected {bad} put(s) from this PE (outside its mapped heap)"),
+                    format!("PE {pe} rejected {bad} put(s), store(s) or atomic(s) from this PE (outside its mapped heap or misaligned)"),
                 ));
             }
         }
-        Ok(())
+        result
     }
 }
 
@@ -603,13 +806,125 @@ fn req(
     h
 }
 
-fn reply(s: &mut TcpStream) -> std::io::Result<(u32, u64)> {
+/// One `recv` into `buf`: `Ok(0)` at end of stream. With `nowait`, `WouldBlock` when nothing
+/// is there; otherwise it blocks (bounded by the socket's read timeout, if any).
+fn recv_some(s: &TcpStream, buf: &mut [u8], nowait: bool) -> std::io::Result<usize> {
+    let flags = if nowait { libc::MSG_DONTWAIT } else { 0 };
+    loop {
+        // SAFETY: buf is a live writable slice of buf.len() bytes; the fd is the open socket.
+        let r = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives at least one byte into `buf` (`Ok(0)`: end of stream): busy-polls for up to
+/// `spin`, then blocks.
+fn recv_spin(s: &TcpStream, buf: &mut [u8], spin: Duration) -> std::io::Result<usize> {
+    if !spin.is_zero() {
+        let mut t0: Option<Instant> = None;
+        let mut polls = 0u32;
+        loop {
+            match recv_some(s, buf, true) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                r => return r,
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 {
+                let t = *t0.get_or_insert_with(Instant::now);
+                if t.elapsed() >= spin {
+                    break;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+    recv_some(s, buf, false)
+}
+
+/// Fills `out` from `s` (spinning up to `spin` whenever it has to wait).
+fn recv_exact(s: &TcpStream, out: &mut [u8], spin: Duration) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < out.len() {
+        match recv_spin(s, &mut out[done..], spin)? {
+            0 => return Err(ErrorKind::UnexpectedEof.into()),
+            k => done += k,
+        }
+    }
+    Ok(())
+}
+
+fn reply(s: &TcpStream, spin: Duration) -> std::io::Result<(u32, u64)> {
     let mut r = [0u8; REP];
-    s.read_exact(&mut r)?;
+    recv_exact(s, &mut r, spin)?;
     Ok((
         u32::from_le_bytes([r[0], r[1], r[2], r[3]]),
         u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8])),
     ))
+}
+
+/// The receiving side of a service thread: a buffer that many requests arrive in at once.
+struct Rx<'a> {
+    s: &'a TcpStream,
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    spin: &'a AtomicU64,
+}
+
+impl Rx<'_> {
+    fn spin(&self) -> Duration {
+        Duration::from_nanos(self.spin.load(Ordering::Relaxed))
+    }
+
+    /// Reads more bytes into the buffer; false at end of stream.
+    fn fill(&mut self) -> std::io::Result<bool> {
+        if self.lo == self.hi {
+            self.lo = 0;
+            self.hi = 0;
+        } else if self.hi == self.buf.len() {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        let spin = self.spin();
+        let k = recv_spin(self.s, &mut self.buf[self.hi..], spin)?;
+        self.hi += k;
+        Ok(k != 0)
+    }
+
+    /// The next request header; None at a clean end of stream (between requests).
+    fn header(&mut self) -> std::io::Result<Option<[u8; REQ]>> {
+        while self.hi - self.lo < REQ {
+            if !self.fill()? {
+                return if self.hi == self.lo {
+                    Ok(None)
+                } else {
+                    Err(ErrorKind::UnexpectedEof.into())
+                };
+            }
+        }
+        let mut h = [0u8; REQ];
+        h.copy_from_slice(&self.buf[self.lo..self.lo + REQ]);
+        self.lo += REQ;
+        Ok(Some(h))
+    }
+
+    /// Fills `out` with the next bytes of the stream.
+    fn read_exact(&mut self, out: &mut [u8]) -> std::io::Result<()> {
+        let k = (self.hi - self.lo).min(out.len());
+        out[..k].copy_from_slice(&self.buf[self.lo..self.lo + k]);
+        self.lo += k;
+        if k < out.len() {
+            recv_exact(self.s, &mut out[k..], self.spin())?;
+        }
+        Ok(())
+    }
 }
 
 fn rep(status: u32, value: u64) -> [u8; REP] {
@@ -640,8 +955,9 @@ fn serve(
     regions: [Region; 2],
     stop: Arc<AtomicBool>,
     live: Arc<Liveness>,
+    spin: Arc<AtomicU64>,
 ) {
-    let why = match serve_inner(&s, &regions) {
+    let why = match serve_inner(&s, &regions, &spin) {
         Ok(()) => "it exited or crashed: its TCP connection to this PE closed".to_string(),
         Err(e) => format!("its TCP connection failed: {e}"),
     };
@@ -653,19 +969,30 @@ fn serve(
     }
 }
 
-fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
-    let mut rd = BufReader::with_capacity(64 << 10, s);
+/// Completes the GPU writes queued so far in every region (before a host-memory flag or
+/// atomic, so the data it announces is visible first).
+fn flush_gpu(regions: &[Region; 2]) {
+    regions.iter().for_each(|r| {
+        r.flush();
+    });
+}
+
+fn serve_inner(s: &TcpStream, regions: &[Region; 2], spin: &AtomicU64) -> std::io::Result<()> {
+    let mut rd = Rx {
+        s,
+        buf: vec![0u8; 64 << 10],
+        lo: 0,
+        hi: 0,
+        spin,
+    };
     let mut wr = s;
     let mut bounce: Vec<u8> = Vec::new();
     let mut rejected: u64 = 0;
     let proto = |what: &str| std::io::Error::new(ErrorKind::InvalidData, what.to_string());
     loop {
-        let mut h = [0u8; REQ];
-        match rd.read_exact(&mut h) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        }
+        let Some(h) = rd.header()? else {
+            return Ok(());
+        };
         let word = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
         let (op, off, len, value, cond) = (h[0], word(8), word(16), word(24), word(32));
         let region = match h[1] {
@@ -692,10 +1019,7 @@ fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
                     }
                 }
                 Some((_, a)) => {
-                    // A flag in host memory: GPU writes before it land first.
-                    regions.iter().for_each(|r| {
-                        r.flush();
-                    });
+                    flush_gpu(regions);
                     // SAFETY: an aligned word in the mapped part of this PE's heap.
                     unsafe { super::shm::amo(AmoOp::Set, a, 8, value, 0) };
                 }
@@ -719,18 +1043,32 @@ fn serve_inner(s: &TcpStream, regions: &[Region; 2]) -> std::io::Result<()> {
                     None => wr.write_all(&rep(1, 0))?,
                 }
             }
-            OP_AMO => {
+            OP_AMO | OP_AMO_NF => {
                 let size = h[2] as u64;
-                let r = match (amo_op(h[3]), size) {
-                    (Some(aop), 4 | 8) => region.and_then(|r| {
-                        r.check(off, size, size)
-                            .and_then(|a| r.amo(aop, a, size as usize, value, cond))
-                    }),
+                let target = match (amo_op(h[3]), size) {
+                    (Some(aop), 4 | 8) => {
+                        region.and_then(|r| r.check(off, size, size).map(|a| (r, a, aop)))
+                    }
                     _ => None,
                 };
-                match r {
-                    Some(old) => wr.write_all(&rep(0, old))?,
-                    None => wr.write_all(&rep(1, 0))?,
+                if let Some((r, _, _)) = target {
+                    if r.gpu.is_none() {
+                        flush_gpu(regions);
+                    }
+                }
+                if op == OP_AMO {
+                    let old =
+                        target.and_then(|(r, a, aop)| r.amo(aop, a, size as usize, value, cond));
+                    match old {
+                        Some(old) => wr.write_all(&rep(0, old))?,
+                        None => wr.write_all(&rep(1, 0))?,
+                    }
+                } else {
+                    let ok = target
+                        .is_some_and(|(r, a, aop)| r.amo_nf(aop, a, size as usize, value, cond));
+                    if !ok {
+                        rejected += 1;
+                    }
                 }
             }
             OP_FLUSH => {
@@ -755,6 +1093,16 @@ mod tests {
     /// user area, past the mapped end, overflowing, misaligned atomics, unknown heaps.
     #[test]
     fn bad_requests_are_rejected_not_applied() {
+        bad_requests(Duration::ZERO);
+    }
+
+    /// The same with a busy-polling service thread (as while a proxy is active).
+    #[test]
+    fn bad_requests_are_rejected_not_applied_spinning() {
+        bad_requests(PROXY_SPIN);
+    }
+
+    fn bad_requests(spin: Duration) {
         let mut mem = vec![0u64; 1024];
         let base = mem.as_mut_ptr() as usize;
         let user = Region {
@@ -772,7 +1120,8 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (s, _) = l.accept().unwrap();
-        let t = std::thread::spawn(move || serve_inner(&s, &[user, ctrl]));
+        let spin = AtomicU64::new(spin.as_nanos() as u64);
+        let t = std::thread::spawn(move || serve_inner(&s, &[user, ctrl], &spin));
         let put = |c: &mut TcpStream, heap, off: u64, data: &[u8]| {
             c.write_all(&req(OP_PUT, heap, 0, 0, off, data.len() as u64, 0, 0))
                 .unwrap();
@@ -788,27 +1137,35 @@ mod tests {
             .unwrap(); // good
         c.write_all(&req(OP_GET, HeapId::User, 0, 0, u64::MAX - 4, 8, 0, 0))
             .unwrap();
-        assert_eq!(reply(&mut c).unwrap().0, 1, "overflowing get");
+        assert_eq!(reply(&c, Duration::ZERO).unwrap().0, 1, "overflowing get");
         c.write_all(&req(OP_AMO, HeapId::User, 8, 4, 4100, 8, 1, 0))
             .unwrap();
-        assert_eq!(reply(&mut c).unwrap().0, 1, "misaligned atomic");
+        assert_eq!(reply(&c, Duration::ZERO).unwrap().0, 1, "misaligned atomic");
         let mut h = req(OP_AMO, HeapId::User, 8, 4, 4104, 8, 1, 0);
         h[1] = 9;
         c.write_all(&h).unwrap();
-        assert_eq!(reply(&mut c).unwrap().0, 1, "unknown heap");
+        assert_eq!(reply(&c, Duration::ZERO).unwrap().0, 1, "unknown heap");
         c.write_all(&req(OP_AMO, HeapId::User, 8, 4, 4104, 8, 5, 0))
             .unwrap();
-        assert_eq!(reply(&mut c).unwrap(), (0, 0), "good fetch_add");
+        assert_eq!(reply(&c, Duration::ZERO).unwrap(), (0, 0), "good fetch_add");
         c.write_all(&req(OP_GET, HeapId::User, 0, 0, 4096, 16, 0, 0))
             .unwrap();
-        assert_eq!(reply(&mut c).unwrap().0, 0, "good get");
+        assert_eq!(reply(&c, Duration::ZERO).unwrap().0, 0, "good get");
         let mut got = [0u8; 16];
         c.read_exact(&mut got).unwrap();
         assert_eq!(&got[..8], &[0x11; 8]);
         assert_eq!(u64::from_le_bytes(got[8..].try_into().unwrap()), 5);
+        c.write_all(&req(OP_AMO_NF, HeapId::User, 8, 4, 4100, 8, 1, 0))
+            .unwrap(); // misaligned, not answered
+        c.write_all(&req(OP_AMO_NF, HeapId::User, 8, 4, 4112, 8, 10, 0))
+            .unwrap(); // good, not answered
         c.write_all(&req(OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))
             .unwrap();
-        assert_eq!(reply(&mut c).unwrap(), (0, 4), "four puts/stores rejected");
+        assert_eq!(
+            reply(&c, Duration::ZERO).unwrap(),
+            (0, 5),
+            "four puts/stores and an atomic rejected"
+        );
         drop(c);
         t.join().unwrap().unwrap();
         assert_eq!(mem[0], 0, "the internal area was written");
@@ -816,5 +1173,6 @@ mod tests {
         assert_eq!(mem[511], 0, "past the control area was written");
         assert_eq!(mem[1], 0, "a misaligned store was applied");
         assert_eq!(mem[2], 7, "the good store");
+        assert_eq!(mem[514], 10, "the good non-fetching atomic");
     }
 }
