@@ -195,14 +195,25 @@ static __device__ __forceinline__ void reduce_range(const char* call, const rshm
     size_t i = lo;
     if (V > 1 && (((uint64_t)(src + lo) | (uint64_t)(dest + lo)) & 15u) == 0) {
         const size_t nvec = (hi - lo) / V;
+        // The members' vectors are loaded FAN at a time before they are combined (in team
+        // order), so a thread has several remote loads in flight at once.
+        constexpr int FAN = 4;
         for (size_t v = g.rank; v < nvec; v += g.size) {
             const size_t e = lo + v * V;
-            rvec<T> acc, x;
-            acc.v = __ldcg((const uint4*)team_peer_nc(d, src + e, 0));
-            for (int j = 1; j < n; ++j) {
-                x.v = __ldcg((const uint4*)team_peer_nc(d, src + e, j));
+            rvec<T> acc, x[FAN];
+            for (int j0 = 0; j0 < n; j0 += FAN) {
 #pragma unroll
-                for (size_t k = 0; k < V; ++k) acc.e[k] = combine<T, OP>(acc.e[k], x.e[k]);
+                for (int j = 0; j < FAN; ++j) {
+                    if (j0 + j < n) x[j].v = __ldcg((const uint4*)team_peer_nc(d, src + e, j0 + j));
+                }
+                if (j0 == 0) acc = x[0];
+#pragma unroll
+                for (int j = 0; j < FAN; ++j) {
+                    if (j0 + j > 0 && j0 + j < n) {
+#pragma unroll
+                        for (size_t k = 0; k < V; ++k) acc.e[k] = combine<T, OP>(acc.e[k], x[j].e[k]);
+                    }
+                }
             }
             if (all_dest) {
                 for (int j = 0; j < n; ++j) {
@@ -343,6 +354,64 @@ static __device__ __forceinline__ void reduce_body(const char* call, const rshme
 #undef RSHMEM_REDUCE_CASE
 }
 
+// Small reductions in one step: every member pushes its source (reduce) or block j of it (to
+// team PE j, reducescatter) into slot `me` of the peers' scratch buffer, one team sync, then each
+// PE combines the n slots locally in team order. The buffer alternates with the parity of the
+// team's sync epoch: a member can only reach the next use of the same buffer after this PE's
+// next sync, which it makes after it has read its scratch.
+template <typename T>
+static __device__ __forceinline__ bool reduce_fits_oneshot(int n, size_t nelems) {
+    return (size_t)n * nelems * sizeof(T) <= RSHMEM_TEAM_SYNC_SCRATCH_BYTES;
+}
+
+template <class S, typename T>
+static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_team_t team,
+                                                      const rshmem_team_desc& d, T* dest,
+                                                      const T* src, size_t nelems, int op,
+                                                      bool scatter) {
+    const coll_group g = group_of<S>();
+    const int n = d.size, me = d.my_index;
+    team_check_reachable(call, d, g.rank == 0);
+    const uint64_t parity = *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_EPOCH) & 1;
+    const size_t nb = nelems * sizeof(T);
+    const size_t off = RSHMEM_TEAM_SYNC_SCRATCH * 8 + parity * RSHMEM_TEAM_SYNC_SCRATCH_BYTES;
+    // Scratch of the members: byte `off` of their sync block.
+    char* mine = (char*)my_team_word(team, 0) + off;
+    for (size_t i = g.rank; i < (size_t)n * nelems; i += g.size) {
+        const int j = (int)(i / nelems);
+        const size_t k = i % nelems;
+        T v = scatter ? src[(size_t)j * nelems + k] : src[k];
+        // Team PE j's scratch slot `me`.
+        T* to = (T*)(team_peer_nc(d, mine, j) + (size_t)me * nb) + k;
+        *(volatile T*)to = v;
+    }
+    team_sync<S>(call, team);
+    const T* slots = (const T*)mine;
+    for (size_t k = g.rank; k < nelems; k += g.size) {
+        T acc = slots[k];
+        for (int j = 1; j < n; ++j) {
+            T x = slots[(size_t)j * nelems + k];
+            switch (op) {
+                case RSHMEM_OP_SUM: acc = combine<T, RSHMEM_OP_SUM>(acc, x); break;
+                case RSHMEM_OP_PROD: acc = combine<T, RSHMEM_OP_PROD>(acc, x); break;
+                case RSHMEM_OP_MIN: acc = combine<T, RSHMEM_OP_MIN>(acc, x); break;
+                case RSHMEM_OP_MAX: acc = combine<T, RSHMEM_OP_MAX>(acc, x); break;
+                default:
+                    if constexpr (!float_type<T>::value) {
+                        if (op == RSHMEM_OP_AND) acc = combine<T, RSHMEM_OP_AND>(acc, x);
+                        else if (op == RSHMEM_OP_OR) acc = combine<T, RSHMEM_OP_OR>(acc, x);
+                        else if (op == RSHMEM_OP_XOR) acc = combine<T, RSHMEM_OP_XOR>(acc, x);
+                        else fail_op(call, op, g.rank == 0);
+                    } else {
+                        fail_op(call, op, g.rank == 0);
+                    }
+            }
+        }
+        dest[k] = acc;
+    }
+    S::sync();
+}
+
 template <class S, typename T>
 static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
                                                  const T* src, size_t nelems, int op,
@@ -355,6 +424,10 @@ static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t
         check_sym(call, "dest", dest, nb, g.rank == 0);
         check_sym(call, "source", src, sn, g.rank == 0);
         if (scatter || (const T*)dest != src) check_disjoint(call, dest, nb, src, sn, g.rank == 0);
+    }
+    if (reduce_fits_oneshot<T>(d.size, nelems)) {
+        reduce_oneshot<S, T>(call, team, d, dest, src, nelems, op, scatter);
+        return;
     }
     team_sync<S>(call, team);  // every member's source is ready
     reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
@@ -487,13 +560,45 @@ struct grid_coll {
     }
 };
 
-// Pipelined two-phase broadcast (see the top of the file). Non-root q (0..m-1 in team order
-// without the root) owns chunk q; pieces of `piece` bytes; item t = p*m + k is piece p of chunk
-// (q + k) % m; block b takes items b, b + gridDim.x, ... in order.
+// The grid form of the push collectives: the blocks split over the members, so every link is
+// busy at once (block b serves member (me + b) % n; with fewer blocks than members, all blocks
+// serve the members one after another). `target(j)` gives (dest on member j, source) for it.
+template <class F>
+static __device__ __forceinline__ void push_split(const char* call, const rshmem_team_desc& d,
+                                                  size_t nbytes, F target) {
+    const int n = d.size, me = d.my_index;
+    const uint32_t tid = block_thread_id(), nt = block_threads();
+    team_check_reachable(call, d, tid == 0 && blockIdx.x == 0);
+    if (gridDim.x < (uint32_t)n) {
+        const coll_group g = grid_group();
+        for (int k = 0; k < n; ++k) {
+            const int j = me + k < n ? me + k : me + k - n;
+            char* to;
+            const char* from;
+            if (target(j, to, from)) copy_bytes(to, from, nbytes, true, g.rank, g.size);
+        }
+        return;
+    }
+    const uint32_t k = blockIdx.x % (uint32_t)n;
+    const int j = me + (int)k < n ? me + (int)k : me + (int)k - n;
+    const uint32_t r = blockIdx.x / (uint32_t)n;
+    const uint32_t cnt = (gridDim.x - k + (uint32_t)n - 1) / (uint32_t)n;
+    char* to;
+    const char* from;
+    if (target(j, to, from)) copy_bytes(to, from, nbytes, true, r * nt + tid, cnt * nt);
+}
+
+// Pipelined two-phase broadcast (see the top of the file). The non-roots split the data into
+// m = n - 1 chunks, one each, cut into `pieces` pieces. On a non-root the first `gp` blocks are
+// producers: each pulls whole pieces of its own chunk from the root and publishes the progress
+// flag of each piece (value `seq`) when it has it. The other blocks are consumers: they take the pieces of the other chunks
+// in piece order, wait for the owner's flag and pull the piece from the owner's dest. So the
+// root sends every byte once, and every member's links carry both phases at the same time.
 static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest, const char* src,
                                                        size_t nbytes, int root) {
     const rshmem_team_desc& d = c.d;
     const int n = d.size, me = d.my_index;
+    const uint32_t tid = block_thread_id(), nt = block_threads();
     if (me == root) {
         if (dest != src) {
             coll_group g = grid_group();
@@ -503,45 +608,58 @@ static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest,
     }
     const int m = n - 1;
     const int q = me < root ? me : me - 1;
-    size_t chunk = ((nbytes + m - 1) / m + 15) & ~(size_t)15;
-    size_t piece = (size_t)128 << 10;
-    size_t maxp = RSHMEM_TEAM_SYNC_MAX_PROGRESS;
-    if ((chunk + piece - 1) / piece > maxp) piece = ((chunk + maxp - 1) / maxp + 15) & ~(size_t)15;
-    const int pieces = (int)((chunk + piece - 1) / piece);
-    const int items = pieces * m;
-    const uint32_t tid = block_thread_id(), nt = block_threads();
-    const char* root_src = team_peer(c.call, d, src, root, tid == 0);
-    for (int t = blockIdx.x; t < items; t += gridDim.x) {
-        const int p = t / m, k = t % m;
-        const int cq = q + k < m ? q + k : q + k - m;
-        size_t lo = (size_t)cq * chunk + (size_t)p * piece;
-        size_t hi = lo + piece;
-        size_t cend = (size_t)(cq + 1) * chunk;
-        if (hi > cend) hi = cend;
-        if (hi > nbytes) hi = nbytes;
-        if (lo > hi) lo = hi;
-        if (k == 0) {
+    const size_t chunk = ((nbytes + m - 1) / m + 15) & ~(size_t)15;
+    size_t pieces = (chunk + (64u << 10) - 1) / (64u << 10);
+    if (pieces > RSHMEM_TEAM_SYNC_MAX_PROGRESS) pieces = RSHMEM_TEAM_SYNC_MAX_PROGRESS;
+    if (pieces == 0) pieces = 1;
+    const size_t piece = ((chunk + pieces - 1) / pieces + 15) & ~(size_t)15;
+    const uint32_t G = gridDim.x;
+    const uint32_t gp = m >= 2 && G >= 2 ? (G / (uint32_t)m > 0 ? G / (uint32_t)m : 1) : G;
+    if (blockIdx.x < gp) {
+        // Producer: pieces blockIdx.x, blockIdx.x + gp, ... of my chunk, each published when
+        // this block has pulled it.
+        const char* root_src = team_peer(c.call, d, src, root, tid == 0);
+        const size_t cbase = (size_t)q * chunk;
+        for (size_t p = blockIdx.x; p < pieces; p += gp) {
+            size_t lo = cbase + p * piece, hi = lo + piece;
+            if (hi > cbase + chunk) hi = cbase + chunk;
+            if (hi > nbytes) hi = nbytes;
+            if (lo > hi) lo = hi;
             copy_bytes(dest + lo, root_src + lo, hi - lo, false, tid, nt);
             __syncthreads();
             if (tid == 0) {
                 fence_acq_rel_sys();
-                st_relaxed_sys(my_team_word(c.team, RSHMEM_TEAM_SYNC_PROGRESS + p), c.seq);
+                st_relaxed_sys(my_team_word(c.team, RSHMEM_TEAM_SYNC_PROGRESS + (int)p), c.seq);
             }
-        } else {
-            const int owner = cq < root ? cq : cq + 1;
-            if (tid == 0) {
-                const uint64_t* flag =
-                    team_word(team_local(c.call, d, owner, true), c.team,
-                              RSHMEM_TEAM_SYNC_PROGRESS + p);
-                wait_timer timer;
-                while (ld_acquire_sys(flag) < c.seq) {
-                    if (timer.expired()) fail_progress(c.call, c.team, owner, p, c.seq);
-                }
-            }
-            __syncthreads();
-            copy_bytes(dest + lo, team_peer(c.call, d, (const char*)dest, owner, tid == 0) + lo,
-                       hi - lo, false, tid, nt);
         }
+        return;
+    }
+    if (m < 2) return;
+    // Consumer: items (p, k), k = 1..m-1 (chunk (q + k) % m), in piece order.
+    const uint32_t gc = G - gp, cb = blockIdx.x - gp;
+    const size_t items = pieces * (size_t)(m - 1);
+    for (size_t t = cb; t < items; t += gc) {
+        const size_t p = t / (size_t)(m - 1);
+        const int k = 1 + (int)(t % (size_t)(m - 1));
+        const int cq = q + k < m ? q + k : q + k - m;
+        const int owner = cq < root ? cq : cq + 1;
+        size_t lo = (size_t)cq * chunk + p * piece, hi = lo + piece;
+        if (hi > (size_t)(cq + 1) * chunk) hi = (size_t)(cq + 1) * chunk;
+        if (hi > nbytes) hi = nbytes;
+        if (lo > hi) lo = hi;
+        if (tid == 0) {
+            const uint64_t* flag = team_word(team_local(c.call, d, owner, true), c.team,
+                                             RSHMEM_TEAM_SYNC_PROGRESS + (int)p);
+            wait_timer timer;
+            while (ld_acquire_sys(flag) < c.seq) {
+                __nanosleep(64);
+                if (timer.expired()) fail_progress(c.call, c.team, owner, (int)p, c.seq);
+            }
+        }
+        __syncthreads();
+        copy_bytes(dest + lo, team_peer(c.call, d, (const char*)dest, owner, tid == 0) + lo,
+                   hi - lo, false, tid, nt);
+        __syncthreads();
     }
 }
 

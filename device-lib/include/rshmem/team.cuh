@@ -43,10 +43,17 @@ typedef struct rshmem_team_desc {
 #define RSHMEM_TEAM_SYNC_ARRIVE 513    // blocks of a grid collective that finished (collectives)
 #define RSHMEM_TEAM_SYNC_KSEQ 514      // grid collectives completed on this team (collectives)
 #define RSHMEM_TEAM_SYNC_GO 515        // start signal of a grid collective (collectives)
-#define RSHMEM_TEAM_SYNC_PROGRESS 520  // progress flags of pipelined collectives
-#define RSHMEM_TEAM_SYNC_MAX_PROGRESS 504
+#define RSHMEM_TEAM_SYNC_PROGRESS 520  // progress flags of pipelined collectives (read by peers)
+#define RSHMEM_TEAM_SYNC_MAX_PROGRESS 128
+#define RSHMEM_TEAM_SYNC_PIECE_CNT 648 // per-piece block counters of pipelined collectives (local)
+#define RSHMEM_TEAM_SYNC_SCRATCH 776   // two buffers of small one-shot reductions (written by peers)
+#define RSHMEM_TEAM_SYNC_SCRATCH_BYTES 992
 
-static_assert((RSHMEM_TEAM_SYNC_PROGRESS + RSHMEM_TEAM_SYNC_MAX_PROGRESS) * 8 <=
+static_assert(RSHMEM_TEAM_SYNC_PROGRESS + RSHMEM_TEAM_SYNC_MAX_PROGRESS <=
+                  RSHMEM_TEAM_SYNC_PIECE_CNT &&
+              RSHMEM_TEAM_SYNC_PIECE_CNT + RSHMEM_TEAM_SYNC_MAX_PROGRESS <=
+                  RSHMEM_TEAM_SYNC_SCRATCH &&
+              RSHMEM_TEAM_SYNC_SCRATCH * 8 + 2 * RSHMEM_TEAM_SYNC_SCRATCH_BYTES <=
                   RSHMEM_TEAM_SYNC_STRIDE,
               "team sync block layout");
 static_assert(RSHMEM_TEAM_SYNC_EPOCH >= RSHMEM_MAX_LOCAL_PES, "team sync flags");

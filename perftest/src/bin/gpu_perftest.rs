@@ -61,7 +61,9 @@ fn run() -> rshmem::Result<bool> {
         ]
     };
     rows.extend(g.coll_on_stream(&coll_sizes)?);
-    rows.extend(g.host_latencies(2_000)?);
+    if !coll_only {
+        rows.extend(g.host_latencies(2_000)?);
+    }
     if world.my_pe() == 0 {
         if !json {
             println!(

@@ -37,9 +37,11 @@ const THREADS: u32 = 512;
 /// Bytes each block of a bandwidth-sized launch moves at least.
 const BYTES_PER_BLOCK: usize = 64 << 10;
 /// Broadcasts of at least this many bytes (and teams of 3 or more) use the pipelined pull.
-pub const BCAST_PIPELINE_MIN: usize = 256 << 10;
-/// Pieces of the pipelined broadcast (matches `bcast_pipelined` in coll.cuh).
-const BCAST_PIECE: usize = 128 << 10;
+pub const BCAST_PIPELINE_MIN: usize = 2 << 20;
+/// Bytes each block of a reduction moves at least (reductions need more parallelism).
+const REDUCE_BYTES_PER_BLOCK: usize = 16 << 10;
+/// Per-buffer scratch of the one-shot reductions (`RSHMEM_TEAM_SYNC_SCRATCH_BYTES`).
+const ONESHOT_SCRATCH: usize = 992;
 
 /// The compiled collective modules of one PE (compiled on first use, cached on disk).
 #[derive(Default)]
@@ -247,7 +249,7 @@ impl World {
     fn team_sync_kernel(&self, call: &'static str, team: &Team, stream: &CudaStream) -> Result<()> {
         let mut h = self.coll_team(call, team)?;
         let l = self.coll_bytes_module(call)?;
-        let threads = (team.n_pes() as u32).div_ceil(32).clamp(1, 32) * 32;
+        let threads = (team.n_pes() as u32).div_ceil(32).clamp(1, 16) * 32;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
         self.coll_launch(
             call,
@@ -379,10 +381,7 @@ impl World {
         let sms = self.coll_modules_sms(call)?;
         let pipelined = n >= 3 && db >= BCAST_PIPELINE_MIN;
         let blocks = if pipelined {
-            let m = n - 1;
-            let chunk = db.div_ceil(m);
-            let items = chunk.div_ceil(BCAST_PIECE) * m;
-            (items as u64).clamp(1, sms as u64) as u32
+            sms
         } else {
             blocks_for(db * (n - 1).max(1), sms)
         };
@@ -479,15 +478,12 @@ impl World {
             b: scatter as i32,
         };
         let mut args = a.ptrs();
-        self.coll_launch(
-            call,
-            &l,
-            a.kernel,
-            blocks_for(moved, sms),
-            THREADS,
-            stream,
-            &mut args,
-        )
+        let blocks = if n * db <= ONESHOT_SCRATCH {
+            1
+        } else {
+            (moved.div_ceil(REDUCE_BYTES_PER_BLOCK) as u64).clamp(1, sms as u64) as u32
+        };
+        self.coll_launch(call, &l, a.kernel, blocks, THREADS, stream, &mut args)
     }
 }
 

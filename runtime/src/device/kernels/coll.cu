@@ -9,31 +9,49 @@
 using namespace rshmem_detail;
 
 // team_sync_on_stream / barrier_on_stream.
-extern "C" __global__ void rshmem_internal_team_sync(int team) {
+extern "C" __global__ void __launch_bounds__(512) rshmem_internal_team_sync(int team) {
     team_sync<block_scope>("team_sync_on_stream", team);
 }
 
-extern "C" __global__ void rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
+extern "C" __global__ void __launch_bounds__(512) rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
                                                     uint64_t nbytes) {
     grid_coll c("alltoall_on_stream", team);
-    alltoall_push(c.call, c.d, (char*)dest, (const char*)src, nbytes, grid_group());
+    const int me = c.d.my_index;
+    const rshmem_team_desc d = c.d;
+    push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+        to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
+        from = (const char*)src + (size_t)j * nbytes;
+        return true;
+    });
     c.finish();
 }
 
-extern "C" __global__ void rshmem_internal_fcollect(int team, uint64_t dest, uint64_t src,
+extern "C" __global__ void __launch_bounds__(512) rshmem_internal_fcollect(int team, uint64_t dest, uint64_t src,
                                                     uint64_t nbytes) {
     grid_coll c("fcollect_on_stream", team);
-    fcollect_push(c.call, c.d, (char*)dest, (const char*)src, nbytes, grid_group());
+    const int me = c.d.my_index;
+    const rshmem_team_desc d = c.d;
+    push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+        to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
+        from = (const char*)src;
+        return true;
+    });
     c.finish();
 }
 
 // algo 0: the root pushes; 1: pipelined two-phase pull (large messages).
-extern "C" __global__ void rshmem_internal_broadcast(int team, uint64_t dest, uint64_t src,
+extern "C" __global__ void __launch_bounds__(512) rshmem_internal_broadcast(int team, uint64_t dest, uint64_t src,
                                                      uint64_t nbytes, int root, int algo) {
     grid_coll c("broadcast_on_stream", team);
+    const rshmem_team_desc d = c.d;
+    if (root < 0 || root >= d.size) fail_root(c.call, root, d.size, block_thread_id() == 0);
     if (algo == 0) {
-        if (c.d.my_index == root) {
-            bcast_push(c.call, c.d, (char*)dest, (const char*)src, nbytes, grid_group());
+        if (d.my_index == root) {
+            push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+                to = team_peer_nc(d, (char*)dest, j);
+                from = (const char*)src;
+                return !(j == d.my_index && dest == src);
+            });
         }
     } else {
         c.start();
