@@ -281,11 +281,8 @@ impl World {
             source,
             nelems,
             true,
+            stream,
         )
-        .and_then(|(call, l, blocks, mut a)| {
-            let mut args = a.ptrs();
-            self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
-        })
     }
 
     /// **Collective over the team, stream-ordered.** Concatenates every member's `source`
@@ -307,15 +304,15 @@ impl World {
             source,
             nelems,
             false,
+            stream,
         )
-        .and_then(|(call, l, blocks, mut a)| {
-            let mut args = a.ptrs();
-            self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
-        })
     }
 
-    /// Checks and prepares alltoall (`all`: source holds n blocks) or fcollect.
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// Checks and runs alltoall (`all`: source holds n blocks) or fcollect: a kernel that
+    /// stores into the members' dest, blocks split over the members. (Copy-engine copies to
+    /// every member on side streams, then a sync kernel, measured slower on 4 H200s: 245 µs
+    /// against 151 µs at 16 MiB per PE.)
+    #[allow(clippy::too_many_arguments)]
     fn bytes_coll<T: RmaType>(
         &self,
         call: &'static str,
@@ -325,7 +322,8 @@ impl World {
         source: *const T,
         nelems: usize,
         all: bool,
-    ) -> Result<(&'static str, &Loaded, u32, CollArgs)> {
+        stream: &CudaStream,
+    ) -> Result<()> {
         let h = self.coll_team(call, team)?;
         let n = team.n_pes();
         let total = nelems
@@ -334,23 +332,28 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, total)?;
         let sb = self.coll_buf(call, "source", source, if all { total } else { nelems })?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let nbytes = db / n.max(1);
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
-        let nbytes = db / n.max(1);
-        Ok((
+        let mut a = CollArgs {
+            kernel,
+            team: h,
+            dest: dest as u64,
+            src: source as u64,
+            n: nbytes as u64,
+            a: 0,
+            b: 0,
+        };
+        let mut args = a.ptrs();
+        self.coll_launch(
             call,
             l,
+            a.kernel,
             blocks_for(db, sms),
-            CollArgs {
-                kernel,
-                team: h,
-                dest: dest as u64,
-                src: source as u64,
-                n: nbytes as u64,
-                a: 0,
-                b: 0,
-            },
-        ))
+            THREADS,
+            stream,
+            &mut args,
+        )
     }
 
     /// **Collective over the team, stream-ordered.** Copies `nelems` elements of `source` on

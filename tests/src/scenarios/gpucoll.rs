@@ -1,6 +1,7 @@
 //! `gpucoll`: the GPU team collectives. For the world team, a strided split (even PEs) and the
 //! rows and columns of a 2-D split, and sizes from 1 element to past the bandwidth thresholds
-//! (several blocks, the pipelined broadcast), every `*_on_stream` collective (alltoall,
+//! (several blocks; and for alltoall, fcollect and broadcast on the world team, 2.4 MB per PE,
+//! the pipelined broadcast), every `*_on_stream` collective (alltoall,
 //! fcollect, broadcast from the first and last team PE, reduce with every operator on i32 and
 //! sum/min/max on f32 and f64, in place too, and reduce_scatter) is checked against results
 //! computed here from every PE's known inputs; bytes past the result stay poisoned. Then a user
@@ -18,6 +19,9 @@ use crate::ensure;
 /// multi-block and pipelined-broadcast thresholds.
 const SIZES: &[usize] = &[1, 7, 1000, 70_001];
 const POISON: i32 = -0x5A5A_5A5B;
+/// Elements per PE of the extra alltoall / fcollect / broadcast round on the world team: past
+/// the pipelined-broadcast threshold (2 MiB per PE).
+const BIG: usize = 600_000;
 
 fn fail(s: String) -> crate::check::Fail {
     crate::check::Fail(s)
@@ -84,7 +88,7 @@ pub fn run(c: &Ctx<'_>) -> R {
         .ctx
         .new_stream()
         .map_err(|e| fail(format!("new_stream: {e:?}")))?;
-    let max = SIZES.iter().copied().max().unwrap_or(1);
+    let max = SIZES.iter().copied().max().unwrap_or(1).max(BIG);
     let cap = max * c.n;
     let src = w.malloc::<i32>(cap).ctx("malloc src")?;
     let dst = w.malloc::<i32>(cap + 8).ctx("malloc dst")?;
@@ -109,6 +113,14 @@ pub fn run(c: &Ctx<'_>) -> R {
             ctx.reduce_one::<f64, Max>(&dsrc, &ddst, 3, |a, b| if b > a { b } else { a })?;
         }
     }
+    Bufs {
+        c,
+        s: &stream,
+        team: &w.team_world(),
+        name: "world",
+        m: BIG,
+    }
+    .bytes_colls(&src, &dst)?;
     device_api(c, &stream, &src, &dst)?;
     errors(c, &stream, &src, &dst)?;
     for (_, t) in ts.into_iter().skip(1) {
