@@ -561,15 +561,18 @@ struct grid_coll {
 };
 
 // The grid form of the push collectives: the blocks split over the members, so every link is
-// busy at once (block b serves member (me + b) % n; with fewer blocks than members, all blocks
-// serve the members one after another). `target(j)` gives (dest on member j, source) for it.
+// busy at once: `local_blocks` blocks copy this PE's own part (a local copy is fast), the others
+// split round robin over the n - 1 peers; with too few blocks, all blocks serve the members one
+// after another. `target(j, to, from)` gives (dest on member j, source), false to skip j.
 template <class F>
 static __device__ __forceinline__ void push_split(const char* call, const rshmem_team_desc& d,
-                                                  size_t nbytes, F target) {
+                                                  size_t nbytes, uint32_t local_blocks, F target) {
     const int n = d.size, me = d.my_index;
     const uint32_t tid = block_thread_id(), nt = block_threads();
     team_check_reachable(call, d, tid == 0 && blockIdx.x == 0);
-    if (gridDim.x < (uint32_t)n) {
+    const uint32_t G = gridDim.x;
+    if (local_blocks == 0) local_blocks = 1;
+    if (n == 1 || G < (uint32_t)n || G <= local_blocks + (uint32_t)(n - 2)) {
         const coll_group g = grid_group();
         for (int k = 0; k < n; ++k) {
             const int j = me + k < n ? me + k : me + k - n;
@@ -579,10 +582,19 @@ static __device__ __forceinline__ void push_split(const char* call, const rshmem
         }
         return;
     }
-    const uint32_t k = blockIdx.x % (uint32_t)n;
+    // Blocks [0, local_blocks) copy my own block; the others split over the n - 1 peers.
+    uint32_t k, r, cnt;
+    if (blockIdx.x < local_blocks) {
+        k = 0;
+        r = blockIdx.x;
+        cnt = local_blocks;
+    } else {
+        const uint32_t b = blockIdx.x - local_blocks, rem = G - local_blocks, m = (uint32_t)n - 1;
+        k = 1 + b % m;
+        r = b / m;
+        cnt = (rem - (k - 1) + m - 1) / m;
+    }
     const int j = me + (int)k < n ? me + (int)k : me + (int)k - n;
-    const uint32_t r = blockIdx.x / (uint32_t)n;
-    const uint32_t cnt = (gridDim.x - k + (uint32_t)n - 1) / (uint32_t)n;
     char* to;
     const char* from;
     if (target(j, to, from)) copy_bytes(to, from, nbytes, true, r * nt + tid, cnt * nt);
@@ -595,7 +607,8 @@ static __device__ __forceinline__ void push_split(const char* call, const rshmem
 // in piece order, wait for the owner's flag and pull the piece from the owner's dest. So the
 // root sends every byte once, and every member's links carry both phases at the same time.
 static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest, const char* src,
-                                                       size_t nbytes, int root) {
+                                                       size_t nbytes, int root,
+                                                       size_t piece_bytes) {
     const rshmem_team_desc& d = c.d;
     const int n = d.size, me = d.my_index;
     const uint32_t tid = block_thread_id(), nt = block_threads();
@@ -609,7 +622,8 @@ static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest,
     const int m = n - 1;
     const int q = me < root ? me : me - 1;
     const size_t chunk = ((nbytes + m - 1) / m + 15) & ~(size_t)15;
-    size_t pieces = (chunk + (64u << 10) - 1) / (64u << 10);
+    if (piece_bytes < 4096) piece_bytes = 4096;
+    size_t pieces = (chunk + piece_bytes - 1) / piece_bytes;
     if (pieces > RSHMEM_TEAM_SYNC_MAX_PROGRESS) pieces = RSHMEM_TEAM_SYNC_MAX_PROGRESS;
     if (pieces == 0) pieces = 1;
     const size_t piece = ((chunk + pieces - 1) / pieces + 15) & ~(size_t)15;

@@ -9,16 +9,16 @@
 using namespace rshmem_detail;
 
 // team_sync_on_stream / barrier_on_stream.
-extern "C" __global__ void __launch_bounds__(512) rshmem_internal_team_sync(int team) {
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_team_sync(int team) {
     team_sync<block_scope>("team_sync_on_stream", team);
 }
 
-extern "C" __global__ void __launch_bounds__(512) rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
-                                                    uint64_t nbytes) {
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
+                                                    uint64_t nbytes, int local_blocks) {
     grid_coll c("alltoall_on_stream", team);
     const int me = c.d.my_index;
     const rshmem_team_desc d = c.d;
-    push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+    push_split(c.call, d, nbytes, (uint32_t)local_blocks, [&](int j, char*& to, const char*& from) {
         to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
         from = (const char*)src + (size_t)j * nbytes;
         return true;
@@ -26,12 +26,12 @@ extern "C" __global__ void __launch_bounds__(512) rshmem_internal_alltoall(int t
     c.finish();
 }
 
-extern "C" __global__ void __launch_bounds__(512) rshmem_internal_fcollect(int team, uint64_t dest, uint64_t src,
-                                                    uint64_t nbytes) {
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_fcollect(int team, uint64_t dest, uint64_t src,
+                                                    uint64_t nbytes, int local_blocks) {
     grid_coll c("fcollect_on_stream", team);
     const int me = c.d.my_index;
     const rshmem_team_desc d = c.d;
-    push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+    push_split(c.call, d, nbytes, (uint32_t)local_blocks, [&](int j, char*& to, const char*& from) {
         to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
         from = (const char*)src;
         return true;
@@ -39,15 +39,17 @@ extern "C" __global__ void __launch_bounds__(512) rshmem_internal_fcollect(int t
     c.finish();
 }
 
-// algo 0: the root pushes; 1: pipelined two-phase pull (large messages).
-extern "C" __global__ void __launch_bounds__(512) rshmem_internal_broadcast(int team, uint64_t dest, uint64_t src,
-                                                     uint64_t nbytes, int root, int algo) {
+// algo 0: the root pushes (its own copy with local_blocks blocks); > 0: pipelined two-phase
+// pull (large messages) in pieces of `algo` KiB.
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_broadcast(int team, uint64_t dest, uint64_t src,
+                                                     uint64_t nbytes, int root, int algo,
+                                                     int local_blocks) {
     grid_coll c("broadcast_on_stream", team);
     const rshmem_team_desc d = c.d;
     if (root < 0 || root >= d.size) fail_root(c.call, root, d.size, block_thread_id() == 0);
     if (algo == 0) {
         if (d.my_index == root) {
-            push_split(c.call, d, nbytes, [&](int j, char*& to, const char*& from) {
+            push_split(c.call, d, nbytes, (uint32_t)local_blocks, [&](int j, char*& to, const char*& from) {
                 to = team_peer_nc(d, (char*)dest, j);
                 from = (const char*)src;
                 return !(j == d.my_index && dest == src);
@@ -55,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(512) rshmem_internal_broadcast(int 
         }
     } else {
         c.start();
-        bcast_pipelined(c, (char*)dest, (const char*)src, nbytes, root);
+        bcast_pipelined(c, (char*)dest, (const char*)src, nbytes, root, (size_t)algo << 10);
     }
     c.finish();
 }
