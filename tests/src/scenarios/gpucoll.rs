@@ -3,7 +3,8 @@
 //! (several blocks; and for alltoall, fcollect and broadcast on the world team, 2.4 MB per PE,
 //! the pipelined broadcast), every `*_on_stream` collective (alltoall,
 //! fcollect, broadcast from the first and last team PE, reduce with every operator on i32 and
-//! sum/min/max on f32 and f64, in place too, and reduce_scatter) is checked against results
+//! sum/min/max on f32 and f64, in place too, and reduce_scatter); then at 7 and 1000 elements
+//! every operator on i8, u16, u32, i64 and u64 and the rest of the float operators is checked against results
 //! computed here from every PE's known inputs; bytes past the result stay poisoned. Then a user
 //! kernel calls the device library's block-, warp- and thread-scope collectives on a team
 //! handle, and argument errors are checked. On the CPU backend it checks that the calls answer
@@ -43,11 +44,6 @@ fn input(pe: usize, i: usize, salt: usize) -> i32 {
 trait El: ReduceType + PartialEq + std::fmt::Debug {
     fn of(v: i32) -> Self;
 }
-impl El for i32 {
-    fn of(v: i32) -> Self {
-        v
-    }
-}
 impl El for f32 {
     fn of(v: i32) -> Self {
         v as f32
@@ -57,6 +53,52 @@ impl El for f64 {
     fn of(v: i32) -> Self {
         v as f64
     }
+}
+
+/// Integer element types: every operator, with wrapping reference arithmetic.
+trait IntEl: El + rshmem::BitwiseReduceType + Ord {
+    fn wadd(self, b: Self) -> Self;
+    fn wmul(self, b: Self) -> Self;
+    fn band(self, b: Self) -> Self;
+    fn bor(self, b: Self) -> Self;
+    fn bxor(self, b: Self) -> Self;
+}
+macro_rules! int_el {
+    ($($t:ty),*) => {$(
+        impl El for $t {
+            fn of(v: i32) -> Self { v as $t }
+        }
+        impl IntEl for $t {
+            fn wadd(self, b: Self) -> Self { self.wrapping_add(b) }
+            fn wmul(self, b: Self) -> Self { self.wrapping_mul(b) }
+            fn band(self, b: Self) -> Self { self & b }
+            fn bor(self, b: Self) -> Self { self | b }
+            fn bxor(self, b: Self) -> Self { self ^ b }
+        }
+    )*};
+}
+int_el!(i8, u16, i32, u32, i64, u64);
+
+/// Every operator on the integer type `T` (its own buffers), for every team and two sizes.
+fn int_type_round<T: IntEl>(c: &Ctx<'_>, s: &CudaStream, ts: &[(String, Team)]) -> R {
+    let w = c.w;
+    let cap = 1000 * c.n + 8;
+    let src = w.malloc::<T>(cap).ctx("malloc")?;
+    let dst = w.malloc::<T>(cap).ctx("malloc")?;
+    for (name, t) in ts {
+        for m in [7, 1000] {
+            let b = Bufs {
+                c,
+                s,
+                team: t,
+                name,
+                m,
+            };
+            b.reduces::<T>(&src, &dst, 5)?;
+        }
+    }
+    w.free(dst).ctx("free")?;
+    w.free(src).ctx("free")
 }
 
 /// The teams tested (those this PE is in), with names.
@@ -107,12 +149,24 @@ pub fn run(c: &Ctx<'_>) -> R {
                 m,
             };
             ctx.bytes_colls(&src, &dst)?;
-            ctx.reduces(&src, &dst, 0)?;
+            ctx.reduces::<i32>(&src, &dst, 0)?;
             ctx.reduce_one::<f32, Sum>(&fsrc, &fdst, 1, |a, b| a + b)?;
             ctx.reduce_one::<f64, Min>(&dsrc, &ddst, 2, |a, b| if b < a { b } else { a })?;
             ctx.reduce_one::<f64, Max>(&dsrc, &ddst, 3, |a, b| if b > a { b } else { a })?;
+            if m <= 1000 {
+                ctx.reduce_one::<f32, Prod>(&fsrc, &fdst, 4, |a, b| a * b)?;
+                ctx.reduce_one::<f32, Min>(&fsrc, &fdst, 4, |a, b| if b < a { b } else { a })?;
+                ctx.reduce_one::<f32, Max>(&fsrc, &fdst, 4, |a, b| if b > a { b } else { a })?;
+                ctx.reduce_one::<f64, Sum>(&dsrc, &ddst, 4, |a, b| a + b)?;
+                ctx.reduce_one::<f64, Prod>(&dsrc, &ddst, 4, |a, b| a * b)?;
+            }
         }
     }
+    int_type_round::<i8>(c, &stream, &ts)?;
+    int_type_round::<u16>(c, &stream, &ts)?;
+    int_type_round::<u32>(c, &stream, &ts)?;
+    int_type_round::<i64>(c, &stream, &ts)?;
+    int_type_round::<u64>(c, &stream, &ts)?;
     Bufs {
         c,
         s: &stream,
@@ -211,14 +265,14 @@ impl Bufs<'_, '_> {
         Ok(())
     }
 
-    fn reduces(&self, src: &SymBuf<'_, i32>, dst: &SymBuf<'_, i32>, salt: usize) -> R {
-        self.reduce_one::<i32, Sum>(src, dst, salt, |a, b| a.wrapping_add(b))?;
-        self.reduce_one::<i32, Prod>(src, dst, salt, |a, b| a.wrapping_mul(b))?;
-        self.reduce_one::<i32, Min>(src, dst, salt, |a, b| a.min(b))?;
-        self.reduce_one::<i32, Max>(src, dst, salt, |a, b| a.max(b))?;
-        self.reduce_one::<i32, And>(src, dst, salt, |a, b| a & b)?;
-        self.reduce_one::<i32, Or>(src, dst, salt, |a, b| a | b)?;
-        self.reduce_one::<i32, Xor>(src, dst, salt, |a, b| a ^ b)
+    fn reduces<T: IntEl>(&self, src: &SymBuf<'_, T>, dst: &SymBuf<'_, T>, salt: usize) -> R {
+        self.reduce_one::<T, Sum>(src, dst, salt, |a, b| a.wadd(b))?;
+        self.reduce_one::<T, Prod>(src, dst, salt, |a, b| a.wmul(b))?;
+        self.reduce_one::<T, Min>(src, dst, salt, |a, b| a.min(b))?;
+        self.reduce_one::<T, Max>(src, dst, salt, |a, b| a.max(b))?;
+        self.reduce_one::<T, And>(src, dst, salt, |a, b| a.band(b))?;
+        self.reduce_one::<T, Or>(src, dst, salt, |a, b| a.bor(b))?;
+        self.reduce_one::<T, Xor>(src, dst, salt, |a, b| a.bxor(b))
     }
 
     /// reduce (separate and in place) and reduce_scatter with `O`, against `f` in team order.
