@@ -210,6 +210,8 @@ extern "C" __global__ void teams(rshmem_team_t team, int* ints) {
         rshmem_##NAME##_alltoall##SUFFIX(team, d, s, N);                                         \
         rshmem_##NAME##_fcollect##SUFFIX(team, d, s, N);                                         \
         rshmem_##NAME##_broadcast##SUFFIX(team, d, s, N, 0);                                     \
+        rshmem_##NAME##_collect##SUFFIX(team, d, s, N);                                          \
+        rshmem_##NAME##_alltoalls##SUFFIX(team, d, s, 2, 3, N);                                  \
     }
 #define COLL_ALL(NAME, T) COLL_SCOPE(NAME, T, ) COLL_SCOPE(NAME, T, _warp) COLL_SCOPE(NAME, T, _block)
 
@@ -218,6 +220,7 @@ extern "C" __global__ void colls(rshmem_team_t team, void* dest, const void* src
     rshmem_alltoallmem(team, dest, src, nbytes);
     rshmem_fcollectmem_warp(team, dest, src, nbytes);
     rshmem_broadcastmem_block(team, dest, src, nbytes, 1);
+    rshmem_collectmem(team, dest, src, nbytes);
 }
 
 // Every typed reduction wrapper is defined (and so type-checked, with its group function

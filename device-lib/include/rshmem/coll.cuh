@@ -24,6 +24,10 @@
 //              every member (16-byte loads) and writing the result into every member's dest;
 //              team sync. In place is safe: only PE i reads or writes chunk i.
 //   reducescatter  start sync; PE i reduces block i from every member into its own dest; sync.
+//   alltoalls  push element by element with the strides; team sync.
+//   collect    every member stores its count into every member's sync block; team sync; each
+//              PE adds up the counts before its own (its offset) and pushes its source there
+//              into every member's dest; team sync (teams of at most 128 PEs).
 // Every wait is bounded by the device timeout (rshmem_state.timeout_ns) and traps with a
 // message naming the call.
 #pragma once
@@ -163,6 +167,80 @@ template <>
 struct float_type<double> {
     static constexpr bool value = true;
 };
+
+// alltoalls: element k of my block j (stride sst) -> element me*nelems + k (stride dst) of team PE
+// j's dest, for elements of `esize` bytes (1, 2, 4, 8 or 16, the addresses aligned to it).
+template <typename E>
+static __device__ __forceinline__ void alltoalls_push_t(const rshmem_team_desc& d, char* dest,
+                                                        const char* src, size_t dst, size_t sst,
+                                                        size_t nelems, coll_group g) {
+    const int n = d.size, me = d.my_index;
+    const size_t total = (size_t)n * nelems;
+    for (size_t i = g.rank; i < total; i += g.size) {
+        const int j = (int)(i / nelems);
+        const size_t k = i % nelems;
+        const E v = ((const E*)src)[((size_t)j * nelems + k) * sst];
+        E* to = (E*)team_peer_nc(d, dest, j) + ((size_t)me * nelems + k) * dst;
+        *to = v;
+    }
+}
+
+static __device__ __noinline__ void fail_esize(const char* call, size_t esize, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: element size %llu is not 1, 2, 4, 8 or 16\n", call,
+               rshmem_state.my_pe, (unsigned long long)esize);
+    }
+    __trap();
+}
+
+static __device__ __forceinline__ void alltoalls_push(const char* call, const rshmem_team_desc& d,
+                                                      char* dest, const char* src, size_t dst,
+                                                      size_t sst, size_t nelems, size_t esize,
+                                                      coll_group g) {
+    team_check_reachable(call, d, g.rank == 0);
+    switch (esize) {
+        case 1: alltoalls_push_t<uint8_t>(d, dest, src, dst, sst, nelems, g); break;
+        case 2: alltoalls_push_t<uint16_t>(d, dest, src, dst, sst, nelems, g); break;
+        case 4: alltoalls_push_t<uint32_t>(d, dest, src, dst, sst, nelems, g); break;
+        case 8: alltoalls_push_t<uint64_t>(d, dest, src, dst, sst, nelems, g); break;
+        case 16: alltoalls_push_t<uint4>(d, dest, src, dst, sst, nelems, g); break;
+        default: fail_esize(call, esize, g.rank == 0);
+    }
+}
+
+static __device__ __noinline__ void fail_collect(const char* call, int n, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: device collect takes teams of at most %d PEs, this one has "
+               "%d\n",
+               call, rshmem_state.my_pe, RSHMEM_TEAM_SYNC_MAX_COUNTS, n);
+    }
+    __trap();
+}
+
+// collect, first step: my element count into slot `me` of every member's COUNTS words.
+static __device__ __forceinline__ void collect_counts_out(const char* call, rshmem_team_t team,
+                                                          const rshmem_team_desc& d,
+                                                          uint64_t nelems, coll_group g) {
+    if (d.size > RSHMEM_TEAM_SYNC_MAX_COUNTS) fail_collect(call, d.size, g.rank == 0);
+    team_check_reachable(call, d, g.rank == 0);
+    uint64_t* mine = my_team_word(team, RSHMEM_TEAM_SYNC_COUNTS + d.my_index);
+    for (int j = (int)g.rank; j < d.size; j += (int)g.size) {
+        st_relaxed_sys(team_peer_nc(d, mine, j), nelems);
+    }
+}
+
+// collect, after a team sync: my offset (elements before mine) and the total, from the counts.
+static __device__ __forceinline__ void collect_offsets(rshmem_team_t team,
+                                                       const rshmem_team_desc& d, size_t& off,
+                                                       size_t& total) {
+    off = 0;
+    total = 0;
+    for (int j = 0; j < d.size; ++j) {
+        size_t c = (size_t)ld_relaxed_sys(my_team_word(team, RSHMEM_TEAM_SYNC_COUNTS + j));
+        if (j < d.my_index) off += c;
+        total += c;
+    }
+}
 
 // Reduction operators.
 template <typename T, int OP>
@@ -314,6 +392,42 @@ static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t 
         if (dest != src) check_disjoint(call, dest, nbytes, src, nbytes, g.rank == 0);
     }
     if (d.my_index == root) bcast_push(call, d, (char*)dest, (const char*)src, nbytes, g);
+    team_sync<S>(call, team);
+}
+
+template <class S>
+static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_team_t team,
+                                                    void* dest, const void* src, size_t dst,
+                                                    size_t sst, size_t nelems, size_t esize) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (debug() && nelems != 0) {
+        size_t last = (size_t)d.size * nelems - 1;
+        check_sym(call, "dest", dest, (last * dst + 1) * esize, g.rank == 0);
+        check_sym(call, "source", src, (last * sst + 1) * esize, g.rank == 0);
+    }
+    alltoalls_push(call, d, (char*)dest, (const char*)src, dst, sst, nelems, esize, g);
+    team_sync<S>(call, team);
+}
+
+template <class S>
+static __device__ __noinline__ void collect_group(const char* call, rshmem_team_t team,
+                                                  void* dest, const void* src, size_t nbytes_el,
+                                                  size_t nelems) {
+    const coll_group g = group_of<S>();
+    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
+    if (debug()) check_sym(call, "source", src, nelems * nbytes_el, g.rank == 0);
+    collect_counts_out(call, team, d, nelems, g);
+    team_sync<S>(call, team);
+    size_t off, total;
+    collect_offsets(team, d, off, total);
+    if (debug()) check_sym(call, "dest", dest, total * nbytes_el, g.rank == 0);
+    const size_t nb = nelems * nbytes_el;
+    for (int k = 0; k < d.size; ++k) {
+        const int j = d.my_index + k < d.size ? d.my_index + k : d.my_index + k - d.size;
+        copy_bytes(team_peer_nc(d, (char*)dest + off * nbytes_el, j), (const char*)src, nb, true,
+                   g.rank, g.size);
+    }
     team_sync<S>(call, team);
 }
 
@@ -707,6 +821,18 @@ static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest,
         return 0;                                                                                \
     }
 RSHMEM_COLL_SCOPES(RSHMEM_COLL_MEM)
+
+// rshmem_collectmem (+ _warp, _block): every member's nbytes (may differ) back to back in team
+// order into every member's dest.
+#define RSHMEM_COLLECT_MEM(SUFFIX, SCOPE)                                                        \
+    static __device__ __forceinline__ int rshmem_collectmem##SUFFIX(                             \
+        rshmem_team_t team, void* dest, const void* source, size_t nbytes) {                     \
+        rshmem_detail::collect_group<SCOPE>("rshmem_collectmem" #SUFFIX, team, dest, source, 1,  \
+                                            nbytes);                                             \
+        return 0;                                                                                \
+    }
+RSHMEM_COLL_SCOPES(RSHMEM_COLLECT_MEM)
+#undef RSHMEM_COLLECT_MEM
 #undef RSHMEM_COLL_MEM
 
 // rshmem_TYPE_alltoall / fcollect / broadcast (+ _warp, _block): nelems elements per PE.
@@ -725,6 +851,20 @@ RSHMEM_COLL_SCOPES(RSHMEM_COLL_MEM)
             "rshmem_" #NAME "_fcollect" #SUFFIX, team, dest, source,                             \
             rshmem_detail::check_bytes("rshmem_" #NAME "_fcollect" #SUFFIX, nelems, sizeof(T),   \
                                        true));                                                   \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_##NAME##_collect##SUFFIX(                       \
+        rshmem_team_t team, T* dest, const T* source, size_t nelems) {                           \
+        rshmem_detail::collect_group<SCOPE>("rshmem_" #NAME "_collect" #SUFFIX, team, dest,      \
+                                            source, sizeof(T), nelems);                          \
+        return 0;                                                                                \
+    }                                                                                            \
+    static __device__ __forceinline__ int rshmem_##NAME##_alltoalls##SUFFIX(                     \
+        rshmem_team_t team, T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst,              \
+        size_t nelems) {                                                                         \
+        rshmem_detail::alltoalls_group<SCOPE>("rshmem_" #NAME "_alltoalls" #SUFFIX, team, dest,  \
+                                              source, (size_t)dst, (size_t)sst, nelems,          \
+                                              sizeof(T));                                        \
         return 0;                                                                                \
     }                                                                                            \
     static __device__ __forceinline__ int rshmem_##NAME##_broadcast##SUFFIX(                     \

@@ -45,13 +45,14 @@ typedef struct rshmem_team_desc {
 #define RSHMEM_TEAM_SYNC_GO 515        // start signal of a grid collective (collectives)
 #define RSHMEM_TEAM_SYNC_PROGRESS 520  // progress flags of pipelined collectives (read by peers)
 #define RSHMEM_TEAM_SYNC_MAX_PROGRESS 128
-#define RSHMEM_TEAM_SYNC_PIECE_CNT 648 // per-piece block counters of pipelined collectives (local)
+#define RSHMEM_TEAM_SYNC_COUNTS 648    // collect: element count of team PE j in word 648 + j
+#define RSHMEM_TEAM_SYNC_MAX_COUNTS 128 // (so device collect takes teams of at most 128 PEs)
 #define RSHMEM_TEAM_SYNC_SCRATCH 776   // two buffers of small one-shot reductions (written by peers)
 #define RSHMEM_TEAM_SYNC_SCRATCH_BYTES 992
 
 static_assert(RSHMEM_TEAM_SYNC_PROGRESS + RSHMEM_TEAM_SYNC_MAX_PROGRESS <=
-                  RSHMEM_TEAM_SYNC_PIECE_CNT &&
-              RSHMEM_TEAM_SYNC_PIECE_CNT + RSHMEM_TEAM_SYNC_MAX_PROGRESS <=
+                  RSHMEM_TEAM_SYNC_COUNTS &&
+              RSHMEM_TEAM_SYNC_COUNTS + RSHMEM_TEAM_SYNC_MAX_COUNTS <=
                   RSHMEM_TEAM_SYNC_SCRATCH &&
               RSHMEM_TEAM_SYNC_SCRATCH * 8 + 2 * RSHMEM_TEAM_SYNC_SCRATCH_BYTES <=
                   RSHMEM_TEAM_SYNC_STRIDE,

@@ -359,6 +359,134 @@ impl World {
         self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
     }
 
+    /// **Collective over the team, stream-ordered.** Strided
+    /// [`alltoall_on_stream`](World::alltoall_on_stream): element `k` of block `j` is
+    /// `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]` (strides in elements, at
+    /// least 1); elements of `dest` between the strided ones are left alone. Like
+    /// [`alltoalls`](World::alltoalls), stream-ordered.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoalls_on_stream<T: RmaType>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        dst: usize,
+        sst: usize,
+        nelems: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "alltoalls_on_stream";
+        let mut h = self.coll_team(call, team)?;
+        if dst == 0 || sst == 0 {
+            return Err(Error::invalid(
+                call,
+                format!("strides must be at least 1 (dst {dst}, sst {sst})"),
+            ));
+        }
+        let esize = std::mem::size_of::<T>();
+        let total = nelems
+            .checked_mul(team.n_pes())
+            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
+        let span = |stride: usize| -> Result<usize> {
+            if total == 0 {
+                return Ok(0);
+            }
+            (total - 1)
+                .checked_mul(stride)
+                .and_then(|x| x.checked_add(1))
+                .ok_or_else(|| Error::invalid(call, "the strided extent overflows"))
+        };
+        let db = self.coll_buf(call, "dest", dest, span(dst)?)?;
+        let sb = self.coll_buf(call, "source", source, span(sst)?)?;
+        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let l = self.coll_bytes_module(call)?;
+        let sms = self.coll_modules_sms(call)?;
+        let (mut d, mut s, mut n, mut e, mut z, mut ds, mut ss) = (
+            dest as u64,
+            source as u64,
+            nelems as u64,
+            esize as i32,
+            0i32,
+            dst as u64,
+            sst as u64,
+        );
+        let mut args: [*mut std::ffi::c_void; 8] = [
+            (&mut h as *mut i32).cast(),
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut e as *mut i32).cast(),
+            (&mut z as *mut i32).cast(),
+            (&mut ds as *mut u64).cast(),
+            (&mut ss as *mut u64).cast(),
+        ];
+        let blocks = blocks_for(total * esize, sms);
+        self.coll_launch(
+            call,
+            l,
+            "rshmem_internal_alltoalls",
+            blocks,
+            THREADS,
+            stream,
+            &mut args,
+        )
+    }
+
+    /// **Collective over the team, stream-ordered.** Every member's `source` block (`nelems`
+    /// elements, which may differ between members) back to back in team order into every
+    /// member's `dest`, which must hold their sum; `dest` and `source` must not overlap. Like
+    /// [`collect`](World::collect), stream-ordered. The host checks `source` and that `dest`
+    /// starts in the symmetric heap; the members' counts are exchanged on the device, so `dest`'s
+    /// extent is checked there (with `RSHMEM_DEVICE_CHECKS=1`). Teams of at most 128 PEs.
+    pub fn collect_on_stream<T: RmaType>(
+        &self,
+        team: &Team,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "collect_on_stream";
+        let mut h = self.coll_team(call, team)?;
+        if team.n_pes() > 128 {
+            return Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "the team has {} PEs; collect on stream takes at most 128",
+                    team.n_pes()
+                ),
+            });
+        }
+        let sb = self.coll_buf(call, "source", source, nelems)?;
+        self.coll_buf(call, "dest", dest, 1)?;
+        Self::coll_overlap(call, dest, 1, source, sb, false)?;
+        let l = self.coll_bytes_module(call)?;
+        let sms = self.coll_modules_sms(call)?;
+        let (mut d, mut s, mut n, mut e) = (
+            dest as u64,
+            source as u64,
+            nelems as u64,
+            std::mem::size_of::<T>() as i32,
+        );
+        let mut args: [*mut std::ffi::c_void; 5] = [
+            (&mut h as *mut i32).cast(),
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut e as *mut i32).cast(),
+        ];
+        let blocks = blocks_for(sb * team.n_pes(), sms);
+        self.coll_launch(
+            call,
+            l,
+            "rshmem_internal_collect",
+            blocks,
+            THREADS,
+            stream,
+            &mut args,
+        )
+    }
+
     /// **Collective over the team, stream-ordered.** Copies `nelems` elements of `source` on
     /// team PE `root` to `dest` on every member. `dest` and `source` may be the very same
     /// range but must not overlap otherwise. Like `broadcast_on_stream`.

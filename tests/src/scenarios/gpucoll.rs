@@ -4,7 +4,8 @@
 //! the pipelined broadcast), every `*_on_stream` collective (alltoall,
 //! fcollect, broadcast from the first and last team PE, reduce with every operator on i32 and
 //! sum/min/max on f32 and f64, in place too, and reduce_scatter); then at 7 and 1000 elements
-//! every operator on i8, u16, u32, i64 and u64 and the rest of the float operators is checked against results
+//! every operator on i8, u16, u32, i64 and u64 and the rest of the float operators, and
+//! alltoalls_on_stream and collect_on_stream (uneven counts) on every team and size is checked against results
 //! computed here from every PE's known inputs; bytes past the result stay poisoned. Then a user
 //! kernel calls the device library's block-, warp- and thread-scope collectives on a team
 //! handle, and argument errors are checked. On the CPU backend it checks that the calls answer
@@ -78,6 +79,76 @@ macro_rules! int_el {
     )*};
 }
 int_el!(i8, u16, i32, u32, i64, u64);
+
+/// alltoalls_on_stream (dest stride 2, source stride 3; the elements between the strided ones
+/// keep their poison) and collect_on_stream (team PE i contributes m + i elements) on every team
+/// and size.
+fn strided_and_collect(c: &Ctx<'_>, s: &CudaStream, ts: &[(String, Team)]) -> R {
+    let w = c.w;
+    let max = SIZES.iter().copied().max().unwrap_or(1);
+    let n = c.n;
+    let src = w.malloc::<i32>(3 * n * max + n * n).ctx("malloc")?;
+    let dst = w.malloc::<i32>(2 * n * max + n * n + 16).ctx("malloc")?;
+    for (name, t) in ts {
+        let (tn, me) = (t.n_pes(), t.my_pe());
+        let wp = |j: usize| t.members()[j];
+        for &m in SIZES {
+            // alltoalls
+            let slen = 3 * (tn * m - 1) + 1;
+            let dlen = 2 * (tn * m - 1) + 1;
+            src.copy_from_slice(&(0..slen).map(|i| input(wp(me), i, 60)).collect::<Vec<_>>())
+                .ctx("fill")?;
+            dst.copy_from_slice(&vec![POISON; dlen + 8]).ctx("poison")?;
+            w.team_sync(t).ctx("team_sync")?;
+            w.alltoalls_on_stream(t, dst.as_ptr(), src.as_ptr(), 2, 3, m, s)
+                .ctx("alltoalls_on_stream")?;
+            sync(s)?;
+            let got = dst.to_vec().ctx("read")?;
+            let want: Vec<i32> = (0..dlen + 8)
+                .map(|x| {
+                    if x % 2 == 0 && x / 2 < tn * m {
+                        let i = x / 2; // element i of my dest: block i / m from that PE
+                        let (j, k) = (i / m, i % m);
+                        input(wp(j), (me * m + k) * 3, 60)
+                    } else {
+                        POISON
+                    }
+                })
+                .collect();
+            expect_eq(
+                format!("alltoalls_on_stream on team {name} with {m} elements per PE"),
+                want,
+                got[..dlen + 8].to_vec(),
+            )?;
+            w.team_sync(t).ctx("team_sync")?;
+            // collect
+            let mine = m + me;
+            let total: usize = (0..tn).map(|j| m + j).sum();
+            src.copy_from_slice(&(0..mine).map(|i| input(wp(me), i, 61)).collect::<Vec<_>>())
+                .ctx("fill")?;
+            dst.copy_from_slice(&vec![POISON; total + 8])
+                .ctx("poison")?;
+            w.team_sync(t).ctx("team_sync")?;
+            w.collect_on_stream(t, dst.as_ptr(), src.as_ptr(), mine, s)
+                .ctx("collect_on_stream")?;
+            sync(s)?;
+            let got = dst.to_vec().ctx("read")?;
+            let mut want = Vec::with_capacity(total + 8);
+            for j in 0..tn {
+                want.extend((0..m + j).map(|i| input(wp(j), i, 61)));
+            }
+            want.extend([POISON; 8]);
+            expect_eq(
+                format!("collect_on_stream on team {name} with {m}+i elements on team PE i"),
+                want,
+                got[..total + 8].to_vec(),
+            )?;
+            w.team_sync(t).ctx("team_sync")?;
+        }
+    }
+    w.free(dst).ctx("free")?;
+    w.free(src).ctx("free")
+}
 
 /// Every operator on the integer type `T` (its own buffers), for every team and two sizes.
 fn int_type_round<T: IntEl>(c: &Ctx<'_>, s: &CudaStream, ts: &[(String, Team)]) -> R {
@@ -162,6 +233,7 @@ pub fn run(c: &Ctx<'_>) -> R {
             }
         }
     }
+    strided_and_collect(c, &stream, &ts)?;
     int_type_round::<i8>(c, &stream, &ts)?;
     int_type_round::<u16>(c, &stream, &ts)?;
     int_type_round::<u32>(c, &stream, &ts)?;
@@ -330,6 +402,8 @@ extern "C" __global__ void colls(int team, int* dest, const int* src, int* red, 
     rshmem_int_sum_reduce_block(team, red, src, m);
     if (threadIdx.x < 32) {
         rshmem_int_fcollect_warp(team, dest + rshmem_team_n_pes(team) * m, src, m);
+        // collect with m elements from every PE into the third region (same as fcollect).
+        rshmem_int_collect_warp(team, dest + 3 * rshmem_team_n_pes(team) * m, src, m);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -352,7 +426,7 @@ fn device_api(c: &Ctx<'_>, s: &CudaStream, src: &SymBuf<'_, i32>, dst: &SymBuf<'
     let wp = |j: usize| t.members()[j];
     src.copy_from_slice(&(0..n * m).map(|i| input(wp(me), i, 40)).collect::<Vec<_>>())
         .ctx("fill")?;
-    dst.copy_from_slice(&vec![POISON; 3 * n * m + 8])
+    dst.copy_from_slice(&vec![POISON; 4 * n * m + 8])
         .ctx("poison")?;
     let red = w.malloc::<i32>(m).ctx("malloc red")?;
     let info = w.calloc::<i32>(3).ctx("calloc info")?;
@@ -398,8 +472,13 @@ fn device_api(c: &Ctx<'_>, s: &CudaStream, src: &SymBuf<'_, i32>, dst: &SymBuf<'
     let fc: Vec<i32> = (0..n * m).map(|i| input(wp(i / m), i % m, 40)).collect();
     expect_eq(
         "device rshmem_int_fcollect_warp",
-        fc,
+        fc.clone(),
         got[n * m..2 * n * m].to_vec(),
+    )?;
+    expect_eq(
+        "device rshmem_int_collect_warp",
+        fc,
+        got[3 * n * m..4 * n * m].to_vec(),
     )?;
     let bc: Vec<i32> = (0..m).map(|i| input(wp(1 % n), i, 40)).collect();
     expect_eq(

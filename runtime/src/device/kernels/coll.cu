@@ -61,3 +61,34 @@ extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_broadcast(int
     }
     c.finish();
 }
+
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_alltoalls(int team, uint64_t dest, uint64_t src,
+                                                     uint64_t nelems, int esize, int unused,
+                                                     uint64_t dst, uint64_t sst) {
+    grid_coll c("alltoalls_on_stream", team);
+    alltoalls_push(c.call, c.d, (char*)dest, (const char*)src, dst, sst, nelems, (size_t)esize,
+                   grid_group());
+    c.finish();
+}
+
+// collect: block 0 publishes this PE's count and makes the team sync (the start), then every
+// block reads the counts and pushes its share.
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_collect(int team, uint64_t dest, uint64_t src,
+                                                   uint64_t nelems, int esize) {
+    grid_coll c("collect_on_stream", team);
+    if (blockIdx.x == 0) {
+        collect_counts_out(c.call, c.team, c.d, nelems, group_of<block_scope>());
+    }
+    c.start();
+    size_t off, total;
+    collect_offsets(c.team, c.d, off, total);
+    const rshmem_team_desc d = c.d;
+    const size_t nb = nelems * (size_t)esize;
+    push_split(c.call, d, nb, (uint32_t)((gridDim.x + d.size - 1) / d.size),
+               [&](int j, char*& to, const char*& from) {
+                   to = team_peer_nc(d, (char*)dest + off * (size_t)esize, j);
+                   from = (const char*)src;
+                   return true;
+               });
+    c.finish();
+}
