@@ -387,17 +387,13 @@ impl World {
         let total = nelems
             .checked_mul(team.n_pes())
             .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let span = |stride: usize| -> Result<usize> {
-            if total == 0 {
-                return Ok(0);
-            }
-            (total - 1)
-                .checked_mul(stride)
-                .and_then(|x| x.checked_add(1))
-                .ok_or_else(|| Error::invalid(call, "the strided extent overflows"))
-        };
-        let db = self.coll_buf(call, "dest", dest, span(dst)?)?;
-        let sb = self.coll_buf(call, "source", source, span(sst)?)?;
+        let db = self.coll_buf(call, "dest", dest, super::span(call, "dest", total, dst)?)?;
+        let sb = self.coll_buf(
+            call,
+            "source",
+            source,
+            super::span(call, "source", total, sst)?,
+        )?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
