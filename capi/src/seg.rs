@@ -38,6 +38,7 @@ pub struct Segment {
 impl Segment {
     /// If `[addr, addr+len)` starts in the data segment: the address of PE `pe`'s copy, or an
     /// error if the range runs past the segment or the PE's copy is not mapped.
+    #[inline]
     pub fn translate(
         &self,
         call: &str,
@@ -45,16 +46,26 @@ impl Segment {
         len: usize,
         pe: usize,
     ) -> Option<CResult<usize>> {
-        if addr < self.start || addr >= self.start + self.len {
+        let off = addr.wrapping_sub(self.start);
+        if off >= self.len {
             return None;
         }
-        let off = addr - self.start;
-        if len > self.len - off {
-            return Some(msg(format!(
-                "{call}: range {addr:#x}+{len} runs past the end of the symmetric data segment"
-            )));
+        if len <= self.len - off {
+            if let Some(Some(base)) = self.peers.get(pe) {
+                return Some(Ok(base + off));
+            }
         }
-        Some(match self.peers.get(pe) {
+        Some(self.translate_err(call, addr, len, pe))
+    }
+
+    #[cold]
+    fn translate_err(&self, call: &str, addr: usize, len: usize, pe: usize) -> CResult<usize> {
+        if len > self.len - (addr - self.start) {
+            return msg(format!(
+                "{call}: range {addr:#x}+{len} runs past the end of the symmetric data segment"
+            ));
+        }
+        match self.peers.get(pe) {
             None => msg(format!(
                 "PE {pe} is out of range: the job has {} PEs (0..{})",
                 self.peers.len(),
@@ -63,8 +74,8 @@ impl Segment {
             Some(None) => msg(format!(
                 "the data segment of PE {pe} is not mapped in this process (see RSHMEM_CAPI_DATA_SEGMENT)"
             )),
-            Some(Some(base)) => Ok(base + off),
-        })
+            Some(Some(base)) => Ok(base + addr - self.start),
+        }
     }
 }
 

@@ -507,7 +507,7 @@ impl World {
 
     /// Translates my symmetric `[addr, addr+len)` to PE `pe`'s copy, checking both: a
     /// load/store address for a PE of this node, a heap offset for a PE reached over TCP.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn target(
         &self,
         call: &'static str,

@@ -13,8 +13,7 @@
 pub mod alloc;
 pub mod host;
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use rshmem_bootstrap::Bootstrap;
@@ -68,8 +67,8 @@ pub struct Heap {
     /// Bytes mapped in every slice (equal on all PEs).
     mapped: std::sync::Arc<AtomicUsize>,
     alloc: RwLock<Allocator>,
-    /// Bumped whenever an allocation disappears or shrinks (invalidates lookup caches).
-    generation: AtomicU64,
+    /// Allocations that range checks hit recently (cleared when one disappears or shrinks).
+    hits: HitCache,
     grow_lock: Mutex<u64>,
 }
 
@@ -83,14 +82,91 @@ impl std::fmt::Debug for Heap {
     }
 }
 
-/// Allocations remembered per thread by range checks.
+/// Allocations remembered by range checks.
 const HIT_CACHE: usize = 4;
 
-thread_local! {
-    /// The last allocations range checks hit: (generation, start, end) as addresses, most
-    /// recent first, so code alternating between a few objects (data and flag, ping and pong)
-    /// stays on the fast path.
-    static HITS: Cell<[(u64, usize, usize); HIT_CACHE]> = const { Cell::new([(u64::MAX, 0, 0); HIT_CACHE]) };
+/// The allocations range checks hit last, shared by the threads of one PE: (start, end) as
+/// addresses, most recent first, so code alternating between a few objects (data and flag, ping
+/// and pong) stays on the fast path. Empty entries are (0, 0), which match nothing.
+///
+/// A sequence lock rather than a thread-local: in `libshmem.so` every thread-local access is a
+/// call to `__tls_get_addr`, a sizeable part of a small put or atomic. `seq` is odd while the
+/// entries change; a reader that sees it odd or changed takes the slow path. Entries are added
+/// only while the allocator is locked for reading (no free can run) and all cleared, with the
+/// allocator locked for writing, by every free or shrink, so no entry outlives its allocation.
+struct HitCache {
+    seq: AtomicU64,
+    ent: [[AtomicUsize; 2]; HIT_CACHE],
+    /// Serializes writers (readers never take it).
+    write: Mutex<()>,
+}
+
+impl HitCache {
+    fn new() -> Self {
+        HitCache {
+            seq: AtomicU64::new(0),
+            ent: Default::default(),
+            write: Mutex::new(()),
+        }
+    }
+
+    /// True if `[addr, addr+len)` lies inside a remembered allocation (`len == 0`: `addr` does).
+    #[inline]
+    fn hit(&self, addr: usize, len: usize) -> bool {
+        let seq = self.seq.load(Ordering::Acquire);
+        let mut hit = false;
+        for [s, e] in &self.ent {
+            let (s, e) = (s.load(Ordering::Relaxed), e.load(Ordering::Relaxed));
+            if addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
+                hit = true;
+                break;
+            }
+        }
+        // The entries read above were stable if the sequence number did not move meanwhile.
+        fence(Ordering::Acquire);
+        hit && seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq
+    }
+
+    /// Runs `f` on the entries inside the write protocol; `wait`: block for the writer lock,
+    /// else give up when another thread holds it.
+    fn update(&self, wait: bool, f: impl FnOnce(&[[AtomicUsize; 2]; HIT_CACHE])) {
+        let _g = if wait {
+            self.write.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match self.write.try_lock() {
+                Ok(g) => g,
+                Err(_) => return,
+            }
+        };
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        f(&self.ent);
+        self.seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// Remembers `[start, end)` first. Call with the allocator locked (for reading at least).
+    fn insert(&self, start: usize, end: usize) {
+        self.update(false, |ent| {
+            for i in (1..HIT_CACHE).rev() {
+                for (to, from) in ent[i].iter().zip(&ent[i - 1]) {
+                    to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+            }
+            ent[0][0].store(start, Ordering::Relaxed);
+            ent[0][1].store(end, Ordering::Relaxed);
+        });
+    }
+
+    /// Forgets every allocation. Call with the allocator locked for writing.
+    fn clear(&self) {
+        self.update(true, |ent| {
+            for [s, e] in ent {
+                s.store(0, Ordering::Relaxed);
+                e.store(0, Ordering::Relaxed);
+            }
+        });
+    }
 }
 
 impl Heap {
@@ -140,7 +216,7 @@ impl Heap {
             mapped: std::sync::Arc::new(AtomicUsize::new(0)),
             alloc: RwLock::new(Allocator::new(internal, internal)),
             internal,
-            generation: AtomicU64::new(0),
+            hits: HitCache::new(),
             grow_lock: Mutex::new(0),
             res,
         };
@@ -270,7 +346,7 @@ impl Heap {
                 self.my_base + off
             ),
         })?;
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.hits.clear();
         Ok(n)
     }
 
@@ -289,7 +365,7 @@ impl Heap {
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         let ok = a.resize_in_place(off, size);
         if ok {
-            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.hits.clear();
         }
         Ok(ok)
     }
@@ -360,24 +436,14 @@ impl Heap {
     /// offset. `len == 0` only checks the address.
     #[inline]
     pub fn check_range(&self, call: &'static str, addr: usize, len: usize) -> Result<usize> {
-        let gen = self.generation.load(Ordering::Acquire);
-        let hits = HITS.with(|c| c.get());
-        for &(g, s, e) in &hits {
-            if g == gen && addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
-                return Ok(addr - self.my_base);
-            }
+        if self.hits.hit(addr, len) {
+            return Ok(addr - self.my_base);
         }
-        self.check_range_slow(call, addr, len, gen)
+        self.check_range_slow(call, addr, len)
     }
 
     #[cold]
-    fn check_range_slow(
-        &self,
-        call: &'static str,
-        addr: usize,
-        len: usize,
-        gen: u64,
-    ) -> Result<usize> {
+    fn check_range_slow(&self, call: &'static str, addr: usize, len: usize) -> Result<usize> {
         let mapped = self.mapped();
         if addr < self.my_base + self.internal || addr >= self.my_base + mapped {
             return Err(Error::NotSymmetric {
@@ -407,12 +473,9 @@ impl Heap {
                 ),
             });
         }
-        HITS.with(|c| {
-            let mut h = c.get();
-            h.rotate_right(1);
-            h[0] = (gen, self.my_base + o, self.my_base + o + l);
-            c.set(h);
-        });
+        // Still holding the allocator's lock: no free can remove the allocation meanwhile.
+        self.hits.insert(self.my_base + o, self.my_base + o + l);
+        drop(a);
         Ok(off)
     }
 
@@ -462,5 +525,66 @@ fn poisoned(call: &'static str) -> Error {
     Error::State {
         call,
         reason: "the heap lock is poisoned (another thread panicked inside rshmem)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HitCache;
+
+    #[test]
+    fn hit_cache_remembers_and_forgets() {
+        let c = HitCache::new();
+        assert!(!c.hit(0, 0), "an empty cache matches nothing");
+        assert!(!c.hit(0, 8));
+        c.insert(0x1000, 0x2000);
+        assert!(c.hit(0x1000, 0x1000));
+        assert!(c.hit(0x1ff8, 8));
+        assert!(c.hit(0x1fff, 0));
+        assert!(!c.hit(0x2000, 0), "the end is not inside");
+        assert!(!c.hit(0x1ff8, 9), "a range running past the end");
+        assert!(!c.hit(0xff8, 16), "a range starting before");
+        for i in 1..super::HIT_CACHE {
+            c.insert(0x10000 * (i + 1), 0x10000 * (i + 1) + 64);
+        }
+        assert!(
+            c.hit(0x1800, 8),
+            "still one of the last {}",
+            super::HIT_CACHE
+        );
+        c.insert(0x100000, 0x100040);
+        assert!(!c.hit(0x1800, 8), "the oldest entry was dropped");
+        assert!(c.hit(0x100000, 64));
+        c.clear();
+        assert!(!c.hit(0x100000, 64), "clear forgets every allocation");
+    }
+
+    #[test]
+    fn hit_cache_readers_never_see_torn_entries() {
+        // Writers alternate two entries whose halves do not combine into a valid range that
+        // covers the probe; readers must never report a hit for it.
+        let c = HitCache::new();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..20_000 {
+                    if i % 2 == 0 {
+                        c.insert(0x1000, 0x1100);
+                    } else {
+                        c.insert(0x8000, 0x8100);
+                    }
+                    if i % 7 == 0 {
+                        c.clear();
+                    }
+                }
+                stop.store(true, std::sync::atomic::Ordering::Release);
+            });
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    // (0x1000, 0x8100) would be a torn entry covering 0x4000.
+                    assert!(!c.hit(0x4000, 8));
+                }
+            });
+        });
     }
 }
