@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_long, c_void};
 use rshmem::SignalOp;
 
 use crate::ops::{self, pe_of};
-use crate::{exit_now, fatal, guarded, init_runtime, msg, with};
+use crate::{exit_now, fatal, guarded, init_runtime, msg, with, Rt};
 
 const THREAD_MULTIPLE: c_int = 3;
 const NAME: &std::ffi::CStr = c"rshmem";
@@ -170,17 +170,51 @@ pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
 
 // ---- memory ----
 
+/// Allocations up to this size are prefaulted (see [`prefault`]).
+const PREFAULT_MAX: usize = 64 << 20;
+
+/// Maps the pages of every host-local PE's copy of the new allocation `[p, p+size)` into this
+/// process's page tables now (`MADV_POPULATE_WRITE`), so that the first RMA to a peer's copy
+/// does not take one page fault per 4 KiB inside the caller's timed loop. Only on the CPU heap
+/// (`shm` transport) and for allocations up to [`PREFAULT_MAX`]; best effort (errors, e.g. on
+/// kernels before 5.14, are ignored). Touches no data.
+fn prefault(rt: &Rt, p: *mut u8, size: usize) -> *mut u8 {
+    let w = &rt.world;
+    if p.is_null() || size == 0 || size > PREFAULT_MAX {
+        return p;
+    }
+    if w.transport(w.my_pe()).map(|t| t.name) != Some("shm") {
+        return p;
+    }
+    const PAGE: usize = 4096;
+    for pe in 0..w.n_pes() {
+        if let Some(q) = w.ptr(p, pe) {
+            let start = q as usize & !(PAGE - 1);
+            let end = (q as usize + size).next_multiple_of(PAGE);
+            // SAFETY: `[q, q+size)` is PE pe's copy of a live allocation, mapped shared in this
+            // process; the rounded range stays inside the same mapped heap slice (slices are
+            // page-aligned). Populating changes no contents.
+            unsafe {
+                libc::madvise(start as *mut c_void, end - start, libc::MADV_POPULATE_WRITE);
+            }
+        }
+    }
+    p
+}
+
 /// `shmem_malloc`: **collective**.
 #[no_mangle]
 pub extern "C" fn shmem_malloc(size: usize) -> *mut c_void {
-    with("shmem_malloc", |rt| Ok(rt.world.malloc_bytes(size)?.cast()))
+    with("shmem_malloc", |rt| {
+        Ok(prefault(rt, rt.world.malloc_bytes(size)?, size).cast())
+    })
 }
 
 /// `shmem_malloc_with_hints`: hints are accepted and ignored.
 #[no_mangle]
 pub extern "C" fn shmem_malloc_with_hints(size: usize, _hints: c_long) -> *mut c_void {
     with("shmem_malloc_with_hints", |rt| {
-        Ok(rt.world.malloc_bytes(size)?.cast())
+        Ok(prefault(rt, rt.world.malloc_bytes(size)?, size).cast())
     })
 }
 
@@ -188,7 +222,8 @@ pub extern "C" fn shmem_malloc_with_hints(size: usize, _hints: c_long) -> *mut c
 #[no_mangle]
 pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
     with("shmem_calloc", |rt| {
-        Ok(rt.world.calloc_bytes(count, size)?.cast())
+        let p = rt.world.calloc_bytes(count, size)?;
+        Ok(prefault(rt, p, count.saturating_mul(size)).cast())
     })
 }
 
@@ -196,7 +231,7 @@ pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
 #[no_mangle]
 pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
     with("shmem_align", |rt| {
-        Ok(rt.world.align_bytes(alignment, size)?.cast())
+        Ok(prefault(rt, rt.world.align_bytes(alignment, size)?, size).cast())
     })
 }
 
@@ -204,7 +239,7 @@ pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
 #[no_mangle]
 pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     with("shmem_realloc", |rt| {
-        Ok(rt.world.realloc_bytes(ptr.cast(), size)?.cast())
+        Ok(prefault(rt, rt.world.realloc_bytes(ptr.cast(), size)?, size).cast())
     })
 }
 
