@@ -317,7 +317,6 @@ impl World {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let (m, f) = p.kernel(call, "rshmem_internal_signal")?;
         let mut a = sig as u64;
         let mut v = signal;
         let mut o: i32 = match op {
@@ -334,12 +333,9 @@ impl World {
         // SAFETY: matches `rshmem_internal_signal(uint64_t, uint64_t, int, int)`; the address was
         // checked by the caller.
         unsafe {
-            m.launch_raw(
+            p.launch_single(
                 call,
-                f,
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
+                "rshmem_internal_signal",
                 stream.cu_stream(),
                 &mut args,
             )
@@ -358,7 +354,6 @@ impl World {
         let call = "signal_wait_until_on_stream";
         let p = self.p2p(call)?;
         self.sig_addr(call, sig, self.me)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_signal_wait")?;
         let mut a = sig as u64;
         let mut c: i32 = cmp_code(cmp);
         let mut v = value;
@@ -369,12 +364,9 @@ impl World {
         ];
         // SAFETY: matches `rshmem_internal_signal_wait(uint64_t, int, uint64_t)`.
         unsafe {
-            m.launch_raw(
+            p.launch_single(
                 call,
-                f,
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
+                "rshmem_internal_signal_wait",
                 stream.cu_stream(),
                 &mut args,
             )

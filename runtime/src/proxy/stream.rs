@@ -80,7 +80,6 @@ impl World {
             return Ok(());
         }
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_proxy_copy")?;
         let (mut d, mut s, mut n) = (dest as u64, src as u64, nbytes as u64);
         let mut pe_i = pe as i32;
         let mut g = get as i32;
@@ -94,12 +93,9 @@ impl World {
         // SAFETY: matches rshmem_internal_proxy_copy(uint64_t, uint64_t, uint64_t, int, int);
         // both ranges were checked against live allocations of this PE's GPU heap.
         unsafe {
-            m.launch_raw(
+            p.launch_single(
                 call,
-                f,
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
+                "rshmem_internal_proxy_copy",
                 stream.cu_stream(),
                 &mut args,
             )
@@ -119,7 +115,6 @@ impl World {
         self.check_pe(call, pe)?;
         self.heap.check_range(call, dest, size)?;
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_proxy_p")?;
         let (mut d, mut v, mut sz) = (dest as u64, bits, size as u32);
         let mut pe_i = pe as i32;
         let mut args: [*mut std::ffi::c_void; 4] = [
@@ -131,12 +126,9 @@ impl World {
         // SAFETY: matches rshmem_internal_proxy_p(uint64_t, uint64_t, uint32_t, int); the range
         // was checked.
         unsafe {
-            m.launch_raw(
+            p.launch_single(
                 call,
-                f,
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
+                "rshmem_internal_proxy_p",
                 stream.cu_stream(),
                 &mut args,
             )
@@ -151,19 +143,8 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_quiet")?;
         let mut args: [*mut std::ffi::c_void; 0] = [];
         // SAFETY: rshmem_internal_quiet takes no arguments.
-        unsafe {
-            m.launch_raw(
-                call,
-                f,
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        unsafe { p.launch_single(call, "rshmem_internal_quiet", stream.cu_stream(), &mut args) }
     }
 }

@@ -254,6 +254,23 @@ impl P2p {
         Ok((m, f))
     }
 
+    /// Launches internal kernel `name` as one thread on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters, and every address in them must be valid for
+    /// what the kernel does with it.
+    pub unsafe fn launch_single(
+        &self,
+        call: &'static str,
+        name: &'static str,
+        stream: sys::CUstream,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        let (m, f) = self.kernel(call, name)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream, args) }
+    }
+
     /// The internal kernels if they were loaded already.
     pub fn internal_loaded(&self) -> Option<&std::result::Result<Module, String>> {
         self.internal.get()
