@@ -74,30 +74,28 @@ impl Loaded {
     }
 }
 
-/// The device library's name of a reduction element type and whether it is an integer.
-fn device_type<T: 'static>() -> Option<(&'static str, bool)> {
+/// The device library's name of a reduction element type (the module is compiled for it; the
+/// integer types get the bitwise operators there).
+fn device_type<T: 'static>() -> Option<&'static str> {
     use std::any::TypeId;
     let t = TypeId::of::<T>();
-    let table: [(TypeId, &str, bool); 14] = [
-        (TypeId::of::<i8>(), "int8_t", true),
-        (TypeId::of::<i16>(), "int16_t", true),
-        (TypeId::of::<i32>(), "int32_t", true),
-        (TypeId::of::<i64>(), "int64_t", true),
-        (TypeId::of::<i128>(), "__int128", true),
-        (TypeId::of::<u8>(), "uint8_t", true),
-        (TypeId::of::<u16>(), "uint16_t", true),
-        (TypeId::of::<u32>(), "uint32_t", true),
-        (TypeId::of::<u64>(), "uint64_t", true),
-        (TypeId::of::<u128>(), "unsigned __int128", true),
-        (TypeId::of::<isize>(), "int64_t", true),
-        (TypeId::of::<usize>(), "uint64_t", true),
-        (TypeId::of::<f32>(), "float", false),
-        (TypeId::of::<f64>(), "double", false),
+    let table: [(TypeId, &str); 14] = [
+        (TypeId::of::<i8>(), "int8_t"),
+        (TypeId::of::<i16>(), "int16_t"),
+        (TypeId::of::<i32>(), "int32_t"),
+        (TypeId::of::<i64>(), "int64_t"),
+        (TypeId::of::<i128>(), "__int128"),
+        (TypeId::of::<u8>(), "uint8_t"),
+        (TypeId::of::<u16>(), "uint16_t"),
+        (TypeId::of::<u32>(), "uint32_t"),
+        (TypeId::of::<u64>(), "uint64_t"),
+        (TypeId::of::<u128>(), "unsigned __int128"),
+        (TypeId::of::<isize>(), "int64_t"),
+        (TypeId::of::<usize>(), "uint64_t"),
+        (TypeId::of::<f32>(), "float"),
+        (TypeId::of::<f64>(), "double"),
     ];
-    table
-        .iter()
-        .find(|(id, _, _)| *id == t)
-        .map(|&(_, n, i)| (n, i))
+    table.iter().find(|(id, _)| *id == t).map(|&(_, n)| n)
 }
 
 /// The device library's operator code of a reduction (`RSHMEM_OP_*`), from its call name.
@@ -167,7 +165,7 @@ impl World {
 
     fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Loaded>> {
         let p = self.p2p(call)?;
-        let (ty, int) = device_type::<T>().ok_or_else(|| Error::Unsupported {
+        let ty = device_type::<T>().ok_or_else(|| Error::Unsupported {
             call,
             reason: format!("{} has no device reduction", std::any::type_name::<T>()),
         })?;
@@ -178,7 +176,6 @@ impl World {
         if let Some(l) = map.get(ty) {
             return Ok(l.clone());
         }
-        let _ = int;
         let opts = vec![format!("-DRSHMEM_RT={ty}")];
         let name = format!("rshmem_reduce_{}", ty.replace(' ', "_"));
         let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dstate)?;
@@ -583,20 +580,20 @@ impl World {
         })?;
         let n = team.n_pes();
         let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let (sb, moved) = if scatter {
+        // Bytes each PE moves: its block from every member (scatter), or its chunk from every
+        // member and to every member (reduce).
+        let moved = if scatter {
             let total = nelems
                 .checked_mul(n)
                 .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
             let sb = self.coll_buf(call, "source", source, total)?;
             Self::coll_overlap(call, dest, db, source, sb, false)?;
-            (sb, db * n)
+            db * n
         } else {
             let sb = self.coll_buf(call, "source", source, nelems)?;
             Self::coll_overlap(call, dest, db, source, sb, true)?;
-            // Each PE reads its chunk from every member and writes it to every member.
-            (sb, 2 * db)
+            2 * db
         };
-        let _ = sb;
         let l = self.coll_reduce_module::<T>(call)?;
         let sms = self.coll_modules_sms(call)?;
         let mut a = CollArgs {
