@@ -146,8 +146,11 @@ static __device__ __noinline__ rshmem_proxy_req* proxy_reserve(const char* call,
     unsigned long long* head = (unsigned long long*)(base + RSHMEM_INTERNAL_PROXY_HEAD);
     unsigned long long* hint = (unsigned long long*)(base + RSHMEM_INTERNAL_PROXY_FREE);
     const uint64_t slots = rshmem_state.proxy_slots;
+    // The hint is read before the ticket is taken so that the two memory round trips overlap;
+    // it only grows, so an older value is merely more cautious.
+    const uint64_t free_below = *(volatile unsigned long long*)hint + slots;
     const uint64_t t = atomicAdd(head, 1ull);
-    if (t >= *(volatile unsigned long long*)hint + slots) {
+    if (t >= free_below) {
         wait_timer timer;
         uint32_t polls = 0;
         for (;;) {
