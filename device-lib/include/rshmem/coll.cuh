@@ -15,11 +15,12 @@
 //   alltoall   push: block j of my source goes straight into team PE j's dest; team sync.
 //   fcollect   push: my source goes into every member's dest at my offset; team sync.
 //   broadcast  small (group forms, and `algo` 0 of the grid form): the root pushes into every
-//              member's dest; team sync. Large (grid form, `algo` 1): pipelined two-phase pull:
-//              after a start sync the non-roots split the data into one chunk each; each pulls
-//              its chunk from the root piece by piece, publishing a progress flag per piece, and
-//              pulls every other chunk's pieces from their owner as their flags appear, so the
-//              root sends every byte once and the links of all members work in parallel.
+//              member's dest; team sync. Large (grid form, `algo` 1): scatter + allgather,
+//              fused per piece: after a start sync the non-roots split the data into one chunk
+//              each; in every block of a non-root half the threads pull pieces of its chunk
+//              from the root into its own dest while the other half push the previous piece
+//              from there into the other non-roots' dest; team sync. The root sends every byte once, and the links of all
+//              members work in parallel with no waiting between the two phases.
 //   reduce     two-shot: start sync; team PE i reduces chunk i of the elements, reading it from
 //              every member (16-byte loads) and writing the result into every member's dest;
 //              team sync. In place is safe: only PE i reads or writes chunk i.
@@ -113,30 +114,19 @@ static __device__ __forceinline__ void check_disjoint(const char* call, const vo
 // ---------------------------------------------------------------------------------------------
 // Data movement (no synchronization): what each collective's group does between its syncs.
 
-// alltoall: my block j (nbytes) -> team PE j's dest at my offset. Peers in rotated order so the
-// members do not all write to the same PE at once.
-static __device__ __forceinline__ void alltoall_push(const char* call, const rshmem_team_desc& d,
-                                                     char* dest, const char* src, size_t nbytes,
-                                                     coll_group g) {
+// alltoall and fcollect: block j of my source -> team PE j's dest at my offset. Block j starts
+// at src + j * src_stride: nbytes for alltoall (one block per member), 0 for fcollect (the same
+// block for everybody). Peers in rotated order so the members do not all write to the same PE
+// at once.
+static __device__ __forceinline__ void gather_push(const char* call, const rshmem_team_desc& d,
+                                                   char* dest, const char* src, size_t nbytes,
+                                                   size_t src_stride, coll_group g) {
     const int n = d.size, me = d.my_index;
     team_check_reachable(call, d, g.rank == 0);
     for (int k = 0; k < n; ++k) {
         int j = me + k < n ? me + k : me + k - n;
         char* to = team_peer_nc(d, dest + (size_t)me * nbytes, j);
-        copy_bytes(to, src + (size_t)j * nbytes, nbytes, true, g.rank, g.size);
-    }
-}
-
-// fcollect: my source -> every member's dest at my offset.
-static __device__ __forceinline__ void fcollect_push(const char* call, const rshmem_team_desc& d,
-                                                     char* dest, const char* src, size_t nbytes,
-                                                     coll_group g) {
-    const int n = d.size, me = d.my_index;
-    team_check_reachable(call, d, g.rank == 0);
-    for (int k = 0; k < n; ++k) {
-        int j = me + k < n ? me + k : me + k - n;
-        char* to = team_peer_nc(d, dest + (size_t)me * nbytes, j);
-        copy_bytes(to, src, nbytes, true, g.rank, g.size);
+        copy_bytes(to, src + (size_t)j * src_stride, nbytes, true, g.rank, g.size);
     }
 }
 
@@ -350,33 +340,21 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 // typed call of a scope shares one instance (bytes for alltoall / fcollect / broadcast, one per
 // canonical element type for the reductions), which keeps modules small and NVRTC fast.
 
+// alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
-static __device__ __noinline__ void alltoall_group(const char* call, rshmem_team_t team,
-                                                   void* dest, const void* src, size_t nbytes) {
+static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t team,
+                                                 void* dest, const void* src, size_t nbytes,
+                                                 size_t src_stride) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
     if (debug()) {
         size_t total = check_bytes(call, nbytes, (size_t)d.size, g.rank == 0);
+        size_t src_bytes = src_stride != 0 ? total : nbytes;
         check_sym(call, "dest", dest, total, g.rank == 0);
-        check_sym(call, "source", src, total, g.rank == 0);
-        check_disjoint(call, dest, total, src, total, g.rank == 0);
+        check_sym(call, "source", src, src_bytes, g.rank == 0);
+        check_disjoint(call, dest, total, src, src_bytes, g.rank == 0);
     }
-    alltoall_push(call, d, (char*)dest, (const char*)src, nbytes, g);
-    team_sync<S>(call, team);
-}
-
-template <class S>
-static __device__ __noinline__ void fcollect_group(const char* call, rshmem_team_t team,
-                                                   void* dest, const void* src, size_t nbytes) {
-    const coll_group g = group_of<S>();
-    const rshmem_team_desc d = team_member(call, team, g.rank == 0);
-    if (debug()) {
-        size_t total = check_bytes(call, nbytes, (size_t)d.size, g.rank == 0);
-        check_sym(call, "dest", dest, total, g.rank == 0);
-        check_sym(call, "source", src, nbytes, g.rank == 0);
-        check_disjoint(call, dest, total, src, nbytes, g.rank == 0);
-    }
-    fcollect_push(call, d, (char*)dest, (const char*)src, nbytes, g);
+    gather_push(call, d, (char*)dest, (const char*)src, nbytes, src_stride, g);
     team_sync<S>(call, team);
 }
 
@@ -439,6 +417,61 @@ static __device__ __noinline__ void fail_op(const char* call, int op, bool say) 
     __trap();
 }
 
+// Calls f.template run<OP>() for the run-time operator `op` (the bitwise ones only for integer
+// types), so the operator is a compile-time constant inside; traps on any other value.
+template <typename T, class F>
+static __device__ __forceinline__ void with_op(const char* call, int op, bool say, const F& f) {
+    switch (op) {
+        case RSHMEM_OP_SUM: f.template run<RSHMEM_OP_SUM>(); return;
+        case RSHMEM_OP_PROD: f.template run<RSHMEM_OP_PROD>(); return;
+        case RSHMEM_OP_MIN: f.template run<RSHMEM_OP_MIN>(); return;
+        case RSHMEM_OP_MAX: f.template run<RSHMEM_OP_MAX>(); return;
+        default: break;
+    }
+    if constexpr (!float_type<T>::value) {
+        switch (op) {
+            case RSHMEM_OP_AND: f.template run<RSHMEM_OP_AND>(); return;
+            case RSHMEM_OP_OR: f.template run<RSHMEM_OP_OR>(); return;
+            case RSHMEM_OP_XOR: f.template run<RSHMEM_OP_XOR>(); return;
+            default: break;
+        }
+    }
+    fail_op(call, op, say);
+}
+
+template <typename T>
+struct reduce_range_fn {
+    const char* call;
+    const rshmem_team_desc& d;
+    T* dest;
+    const T* src;
+    size_t lo, hi;
+    bool all_dest;
+    coll_group g;
+    template <int OP>
+    __device__ __forceinline__ void run() const {
+        reduce_range<T, OP>(call, d, dest, src, lo, hi, all_dest, g);
+    }
+};
+
+// dest[k] = slots[k] OP slots[nelems + k] OP ... (n slots, team order), k split over the group.
+template <typename T>
+struct combine_slots_fn {
+    T* dest;
+    const T* slots;
+    size_t nelems;
+    int n;
+    coll_group g;
+    template <int OP>
+    __device__ __forceinline__ void run() const {
+        for (size_t k = g.rank; k < nelems; k += g.size) {
+            T acc = slots[k];
+            for (int j = 1; j < n; ++j) acc = combine<T, OP>(acc, slots[(size_t)j * nelems + k]);
+            dest[k] = acc;
+        }
+    }
+};
+
 // The data movement of reduce (scatter == false) or reducescatter with a run-time operator.
 template <typename T>
 static __device__ __forceinline__ void reduce_body(const char* call, const rshmem_team_desc& d,
@@ -446,26 +479,8 @@ static __device__ __forceinline__ void reduce_body(const char* call, const rshme
                                                    bool scatter, coll_group g) {
     size_t lo, hi;
     reduce_plan<T>(d, src, nelems, scatter, lo, hi);
-#define RSHMEM_REDUCE_CASE(OP)                                                                   \
-    case OP: reduce_range<T, OP>(call, d, dest, src, lo, hi, !scatter, g); break;
-    switch (op) {
-        RSHMEM_REDUCE_CASE(RSHMEM_OP_SUM)
-        RSHMEM_REDUCE_CASE(RSHMEM_OP_PROD)
-        RSHMEM_REDUCE_CASE(RSHMEM_OP_MIN)
-        RSHMEM_REDUCE_CASE(RSHMEM_OP_MAX)
-        default:
-            if constexpr (!float_type<T>::value) {
-                switch (op) {
-                    RSHMEM_REDUCE_CASE(RSHMEM_OP_AND)
-                    RSHMEM_REDUCE_CASE(RSHMEM_OP_OR)
-                    RSHMEM_REDUCE_CASE(RSHMEM_OP_XOR)
-                    default: fail_op(call, op, g.rank == 0);
-                }
-            } else {
-                fail_op(call, op, g.rank == 0);
-            }
-    }
-#undef RSHMEM_REDUCE_CASE
+    with_op<T>(call, op, g.rank == 0,
+               reduce_range_fn<T>{call, d, dest, src, lo, hi, !scatter, g});
 }
 
 // Small reductions in one step: every member pushes its source (reduce) or block j of it (to
@@ -501,28 +516,7 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
     }
     team_sync<S>(call, team);
     const T* slots = (const T*)mine;
-    for (size_t k = g.rank; k < nelems; k += g.size) {
-        T acc = slots[k];
-        for (int j = 1; j < n; ++j) {
-            T x = slots[(size_t)j * nelems + k];
-            switch (op) {
-                case RSHMEM_OP_SUM: acc = combine<T, RSHMEM_OP_SUM>(acc, x); break;
-                case RSHMEM_OP_PROD: acc = combine<T, RSHMEM_OP_PROD>(acc, x); break;
-                case RSHMEM_OP_MIN: acc = combine<T, RSHMEM_OP_MIN>(acc, x); break;
-                case RSHMEM_OP_MAX: acc = combine<T, RSHMEM_OP_MAX>(acc, x); break;
-                default:
-                    if constexpr (!float_type<T>::value) {
-                        if (op == RSHMEM_OP_AND) acc = combine<T, RSHMEM_OP_AND>(acc, x);
-                        else if (op == RSHMEM_OP_OR) acc = combine<T, RSHMEM_OP_OR>(acc, x);
-                        else if (op == RSHMEM_OP_XOR) acc = combine<T, RSHMEM_OP_XOR>(acc, x);
-                        else fail_op(call, op, g.rank == 0);
-                    } else {
-                        fail_op(call, op, g.rank == 0);
-                    }
-            }
-        }
-        dest[k] = acc;
-    }
+    with_op<T>(call, op, g.rank == 0, combine_slots_fn<T>{dest, slots, nelems, n, g});
     S::sync();
 }
 
@@ -594,14 +588,6 @@ static __device__ __noinline__ void fail_go(const char* call, rshmem_team_t team
            "(block %d; the GPU may be shared with work that keeps the collective's blocks from "
            "running)\n",
            call, rshmem_state.my_pe, (unsigned long long)seq, (int)team, (int)blockIdx.x);
-    __trap();
-}
-
-static __device__ __noinline__ void fail_progress(const char* call, rshmem_team_t team, int pe,
-                                                  int piece, uint64_t seq) {
-    printf("rshmem: %s on PE %d: timed out waiting for team PE %d of team %d to publish piece %d "
-           "of collective %llu\n",
-           call, rshmem_state.my_pe, pe, (int)team, piece, (unsigned long long)seq);
     __trap();
 }
 
@@ -714,12 +700,14 @@ static __device__ __forceinline__ void push_split(const char* call, const rshmem
     if (target(j, to, from)) copy_bytes(to, from, nbytes, true, r * nt + tid, cnt * nt);
 }
 
-// Pipelined two-phase broadcast (see the top of the file). The non-roots split the data into
-// m = n - 1 chunks, one each, cut into `pieces` pieces. On a non-root the first `gp` blocks are
-// producers: each pulls whole pieces of its own chunk from the root and publishes the progress
-// flag of each piece (value `seq`) when it has it. The other blocks are consumers: they take the pieces of the other chunks
-// in piece order, wait for the owner's flag and pull the piece from the owner's dest. So the
-// root sends every byte once, and every member's links carry both phases at the same time.
+// Large broadcast (see the top of the file): scatter + allgather, fused per piece. The
+// non-roots split the data into m = n - 1 chunks, one each; every block of a non-root takes an
+// equal share of its chunk and walks it `piece_bytes` at a time as a two-stage pipeline: in step
+// s the block's first half of threads pulls piece s from the root into this PE's dest while the
+// second half pushes piece s - 1 from there into the other non-roots' dest. The root sends
+// every byte once, every non-root receives every byte once, the pulls and pushes of all members
+// overlap, and nobody waits for anybody until the closing team sync (which publishes the
+// pushes).
 static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest, const char* src,
                                                        size_t nbytes, int root,
                                                        size_t piece_bytes) {
@@ -733,60 +721,42 @@ static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest,
         }
         return;
     }
+    team_check_reachable(c.call, d, tid == 0 && blockIdx.x == 0);
     const int m = n - 1;
     const int q = me < root ? me : me - 1;
     const size_t chunk = ((nbytes + m - 1) / m + 15) & ~(size_t)15;
-    if (piece_bytes < 4096) piece_bytes = 4096;
-    size_t pieces = (chunk + piece_bytes - 1) / piece_bytes;
-    if (pieces > RSHMEM_TEAM_SYNC_MAX_PROGRESS) pieces = RSHMEM_TEAM_SYNC_MAX_PROGRESS;
-    if (pieces == 0) pieces = 1;
-    const size_t piece = ((chunk + pieces - 1) / pieces + 15) & ~(size_t)15;
-    const uint32_t G = gridDim.x;
-    const uint32_t gp = m >= 2 && G >= 2 ? (G / (uint32_t)m > 0 ? G / (uint32_t)m : 1) : G;
-    if (blockIdx.x < gp) {
-        // Producer: pieces blockIdx.x, blockIdx.x + gp, ... of my chunk, each published when
-        // this block has pulled it.
-        const char* root_src = team_peer(c.call, d, src, root, tid == 0);
-        const size_t cbase = (size_t)q * chunk;
-        for (size_t p = blockIdx.x; p < pieces; p += gp) {
-            size_t lo = cbase + p * piece, hi = lo + piece;
-            if (hi > cbase + chunk) hi = cbase + chunk;
-            if (hi > nbytes) hi = nbytes;
-            if (lo > hi) lo = hi;
-            copy_bytes(dest + lo, root_src + lo, hi - lo, false, tid, nt);
-            __syncthreads();
-            if (tid == 0) {
-                fence_acq_rel_sys();
-                st_relaxed_sys(my_team_word(c.team, RSHMEM_TEAM_SYNC_PROGRESS + (int)p), c.seq);
+    if (piece_bytes < 1024) piece_bytes = 1024;
+    const size_t cbase = (size_t)q * chunk;
+    size_t cend = cbase + chunk;
+    if (cend > nbytes) cend = nbytes;
+    if (cbase >= cend) return;
+    const size_t share = ((cend - cbase + gridDim.x - 1) / gridDim.x + 15) & ~(size_t)15;
+    size_t lo = cbase + (size_t)blockIdx.x * share, hi = lo + share;
+    if (hi > cend) hi = cend;
+    if (lo >= hi) return;
+    const char* root_src = team_peer_nc(d, src, root);
+    // Threads [0, half) pull, [half, nt) push; a block too small to split does both in turn.
+    const uint32_t half = nt >= 64 ? nt / 2 : nt;
+    const bool split = half != nt;
+    const bool pulls = !split || tid < half, pushes = !split || tid >= half;
+    const uint32_t rank = split && tid >= half ? tid - half : tid;
+    const uint32_t size = split ? (tid < half ? half : nt - half) : nt;
+    const size_t steps = (hi - lo + piece_bytes - 1) / piece_bytes;
+    for (size_t s = 0; s <= steps; ++s) {
+        if (pushes && s > 0) {
+            const size_t off = lo + (s - 1) * piece_bytes;
+            const size_t len = hi - off < piece_bytes ? hi - off : piece_bytes;
+            for (int k = 1; k < m; ++k) {
+                const int cq = q + k < m ? q + k : q + k - m;
+                const int peer = cq < root ? cq : cq + 1;
+                copy_bytes(team_peer_nc(d, dest, peer) + off, dest + off, len, true, rank, size);
             }
         }
-        return;
-    }
-    if (m < 2) return;
-    // Consumer: items (p, k), k = 1..m-1 (chunk (q + k) % m), in piece order.
-    const uint32_t gc = G - gp, cb = blockIdx.x - gp;
-    const size_t items = pieces * (size_t)(m - 1);
-    for (size_t t = cb; t < items; t += gc) {
-        const size_t p = t / (size_t)(m - 1);
-        const int k = 1 + (int)(t % (size_t)(m - 1));
-        const int cq = q + k < m ? q + k : q + k - m;
-        const int owner = cq < root ? cq : cq + 1;
-        size_t lo = (size_t)cq * chunk + p * piece, hi = lo + piece;
-        if (hi > (size_t)(cq + 1) * chunk) hi = (size_t)(cq + 1) * chunk;
-        if (hi > nbytes) hi = nbytes;
-        if (lo > hi) lo = hi;
-        if (tid == 0) {
-            const uint64_t* flag = team_word(team_local(c.call, d, owner, true), c.team,
-                                             RSHMEM_TEAM_SYNC_PROGRESS + (int)p);
-            wait_timer timer;
-            while (ld_acquire_sys(flag) < c.seq) {
-                __nanosleep(64);
-                if (timer.expired()) fail_progress(c.call, c.team, owner, (int)p, c.seq);
-            }
+        if (pulls && s < steps) {
+            const size_t off = lo + s * piece_bytes;
+            const size_t len = hi - off < piece_bytes ? hi - off : piece_bytes;
+            copy_bytes(dest + off, root_src + off, len, false, rank, size);
         }
-        __syncthreads();
-        copy_bytes(dest + lo, team_peer(c.call, d, (const char*)dest, owner, tid == 0) + lo,
-                   hi - lo, false, tid, nt);
         __syncthreads();
     }
 }
@@ -804,14 +774,14 @@ static __device__ __forceinline__ void bcast_pipelined(grid_coll& c, char* dest,
 #define RSHMEM_COLL_MEM(SUFFIX, SCOPE)                                                           \
     static __device__ __forceinline__ int rshmem_alltoallmem##SUFFIX(                            \
         rshmem_team_t team, void* dest, const void* source, size_t nbytes) {                     \
-        rshmem_detail::alltoall_group<SCOPE>("rshmem_alltoallmem" #SUFFIX, team, dest, source,   \
-                                             nbytes);                                            \
+        rshmem_detail::gather_group<SCOPE>("rshmem_alltoallmem" #SUFFIX, team, dest, source,     \
+                                           nbytes, nbytes);                                      \
         return 0;                                                                                \
     }                                                                                            \
     static __device__ __forceinline__ int rshmem_fcollectmem##SUFFIX(                            \
         rshmem_team_t team, void* dest, const void* source, size_t nbytes) {                     \
-        rshmem_detail::fcollect_group<SCOPE>("rshmem_fcollectmem" #SUFFIX, team, dest, source,   \
-                                             nbytes);                                            \
+        rshmem_detail::gather_group<SCOPE>("rshmem_fcollectmem" #SUFFIX, team, dest, source,     \
+                                           nbytes, 0);                                           \
         return 0;                                                                                \
     }                                                                                            \
     static __device__ __forceinline__ int rshmem_broadcastmem##SUFFIX(                           \
@@ -839,18 +809,19 @@ RSHMEM_COLL_SCOPES(RSHMEM_COLLECT_MEM)
 #define RSHMEM_COLL_TYPED_SCOPE(NAME, T, SUFFIX, SCOPE)                                          \
     static __device__ __forceinline__ int rshmem_##NAME##_alltoall##SUFFIX(                      \
         rshmem_team_t team, T* dest, const T* source, size_t nelems) {                           \
-        rshmem_detail::alltoall_group<SCOPE>(                                                    \
-            "rshmem_" #NAME "_alltoall" #SUFFIX, team, dest, source,                             \
-            rshmem_detail::check_bytes("rshmem_" #NAME "_alltoall" #SUFFIX, nelems, sizeof(T),   \
-                                       true));                                                   \
+        const size_t nbytes = rshmem_detail::check_bytes("rshmem_" #NAME "_alltoall" #SUFFIX,   \
+                                                         nelems, sizeof(T), true);               \
+        rshmem_detail::gather_group<SCOPE>("rshmem_" #NAME "_alltoall" #SUFFIX, team, dest,      \
+                                           source, nbytes, nbytes);                              \
         return 0;                                                                                \
     }                                                                                            \
     static __device__ __forceinline__ int rshmem_##NAME##_fcollect##SUFFIX(                      \
         rshmem_team_t team, T* dest, const T* source, size_t nelems) {                           \
-        rshmem_detail::fcollect_group<SCOPE>(                                                    \
+        rshmem_detail::gather_group<SCOPE>(                                                      \
             "rshmem_" #NAME "_fcollect" #SUFFIX, team, dest, source,                             \
             rshmem_detail::check_bytes("rshmem_" #NAME "_fcollect" #SUFFIX, nelems, sizeof(T),   \
-                                       true));                                                   \
+                                       true),                                                    \
+            0);                                                                                  \
         return 0;                                                                                \
     }                                                                                            \
     static __device__ __forceinline__ int rshmem_##NAME##_collect##SUFFIX(                       \

@@ -43,7 +43,7 @@ typedef struct rshmem_team_desc {
 #define RSHMEM_TEAM_SYNC_ARRIVE 513    // blocks of a grid collective that finished (collectives)
 #define RSHMEM_TEAM_SYNC_KSEQ 514      // grid collectives completed on this team (collectives)
 #define RSHMEM_TEAM_SYNC_GO 515        // start signal of a grid collective (collectives)
-#define RSHMEM_TEAM_SYNC_PROGRESS 520  // progress flags of pipelined collectives (read by peers)
+#define RSHMEM_TEAM_SYNC_PROGRESS 520  // reserved (128 words; no collective uses them now)
 #define RSHMEM_TEAM_SYNC_MAX_PROGRESS 128
 #define RSHMEM_TEAM_SYNC_COUNTS 648    // collect: element count of team PE j in word 648 + j
 #define RSHMEM_TEAM_SYNC_MAX_COUNTS 128 // (so device collect takes teams of at most 128 PEs)

@@ -69,6 +69,22 @@ fn cu(r: sys::CUresult, what: &str) -> rshmem::Result<()> {
     }
 }
 
+/// Maps a cudarc error to the perftest's error, naming what failed.
+fn drv(what: &'static str) -> impl Fn(rshmem::cudarc::driver::DriverError) -> Error {
+    move |e| Error::Cuda {
+        call: "proxy_floor",
+        what: what.to_string(),
+        code: format!("{e:?}"),
+    }
+}
+
+/// One thread.
+const ONE: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (1, 1, 1),
+    shared_mem_bytes: 0,
+};
+
 fn io(what: &str, e: std::io::Error) -> Error {
     Error::InvalidArgument {
         call: "proxy_floor",
@@ -200,11 +216,7 @@ fn run() -> rshmem::Result<()> {
     let module = world.load_module(KERNEL)?;
     let echo = module.function("ring_echo")?;
     let empty = module.function("empty_kernel")?;
-    let stream = gpu.ctx.new_stream().map_err(|e| Error::Cuda {
-        call: "proxy_floor",
-        what: "stream".into(),
-        code: format!("{e:?}"),
-    })?;
+    let stream = gpu.ctx.new_stream().map_err(drv("stream"))?;
     let node = gpu_numa_node(gpu.ordinal);
     if !json {
         println!(
@@ -244,11 +256,7 @@ fn run() -> rshmem::Result<()> {
                 if !cpus2.is_empty() {
                     pin(&cpus2[..1]);
                 }
-                ctx.bind_to_thread().map_err(|e| Error::Cuda {
-                    call: "proxy_floor",
-                    what: "bind".into(),
-                    code: format!("{e:?}"),
-                })?;
+                ctx.bind_to_thread().map_err(drv("bind"))?;
                 let h = Host::new(4096)?;
                 tx.send(Ok((h.p as usize, h.p as usize + 64))).ok();
                 let _ = go_rx.recv();
@@ -283,11 +291,6 @@ fn run() -> rshmem::Result<()> {
             );
             let dw = dev_buf.as_ptr() as u64 + 256;
             go_tx.send(()).ok();
-            let cfg = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1, 1, 1),
-                shared_mem_bytes: 0,
-            };
             // SAFETY: ring_echo(int, u64*, u64*, int, u64*, u64*) with host-mapped pinned words
             // (UVA) and live device words.
             unsafe {
@@ -299,18 +302,10 @@ fn run() -> rshmem::Result<()> {
                     .arg(&it)
                     .arg(&dw)
                     .arg(&o)
-                    .launch(cfg)
+                    .launch(ONE)
             }
-            .map_err(|e| Error::Cuda {
-                call: "proxy_floor",
-                what: "launch".into(),
-                code: format!("{e:?}"),
-            })?;
-            stream.synchronize().map_err(|e| Error::Cuda {
-                call: "proxy_floor",
-                what: "sync".into(),
-                code: format!("{e:?}"),
-            })?;
+            .map_err(drv("launch"))?;
+            stream.synchronize().map_err(drv("sync"))?;
             go_tx.send(()).ok();
             echoer.join().map_err(|_| Error::State {
                 call: "proxy_floor",
@@ -390,45 +385,31 @@ fn run() -> rshmem::Result<()> {
         "cuStreamWriteValue64 + spin on cuStreamQuery",
         &mut v,
     );
-    let mut v = time(&mut |i| {
-        pinned.word(0).store(i, Ordering::Relaxed);
-        // SAFETY: 8 bytes of pinned memory to an aligned word of GPU memory.
-        let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, pinned.p.cast(), 8, s) };
-        cu(r, "cuMemcpyHtoDAsync")?;
-        sync(s)
-    })?;
-    report(
-        json,
-        "gpu write",
-        "cuMemcpyHtoDAsync 8 B from pinned + sync",
-        &mut v,
-    );
-    let mut v = time(&mut |i| {
-        pageable[..8].copy_from_slice(&i.to_le_bytes());
-        // SAFETY: 8 bytes of a live Vec to GPU memory (pageable: staged by the driver).
-        let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, pageable.as_ptr().cast(), 8, s) };
-        cu(r, "cuMemcpyHtoDAsync")?;
-        sync(s)
-    })?;
-    report(
-        json,
-        "gpu write",
-        "cuMemcpyHtoDAsync 8 B from pageable + sync",
-        &mut v,
-    );
+    for (kind, from) in [
+        ("pinned", pinned.p.cast::<u8>()),
+        ("pageable", pageable.as_mut_ptr()),
+    ] {
+        let mut v = time(&mut |i| {
+            // SAFETY: `from` points to at least 8 writable bytes (aligned for the pinned buffer,
+            // maybe not for the array), alive for the loop.
+            unsafe { std::ptr::write_unaligned(from.cast::<u64>(), i) };
+            // SAFETY: 8 host bytes to an aligned word of GPU memory (pageable ones are staged by
+            // the driver before the call returns).
+            let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, from.cast(), 8, s) };
+            cu(r, "cuMemcpyHtoDAsync")?;
+            sync(s)
+        })?;
+        report(
+            json,
+            "gpu write",
+            &format!("cuMemcpyHtoDAsync 8 B from {kind} + sync"),
+            &mut v,
+        );
+    }
     let mut v = time(&mut |_| {
         let p = 1u64;
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: empty_kernel(u64*) never dereferences a non-null pointer.
-        unsafe { stream.launch_builder(&empty).arg(&p).launch(cfg) }.map_err(|e| Error::Cuda {
-            call: "proxy_floor",
-            what: "launch".into(),
-            code: format!("{e:?}"),
-        })?;
+        unsafe { stream.launch_builder(&empty).arg(&p).launch(ONE) }.map_err(drv("launch"))?;
         sync(s)
     })?;
     report(json, "gpu write", "one-thread kernel launch + sync", &mut v);

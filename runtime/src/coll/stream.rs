@@ -12,8 +12,8 @@
 //!
 //! Launch shapes are chosen from the size (see `docs/collectives.md`): one block for small
 //! messages (latency: the data goes in one round of stores, then one team sync), up to one block
-//! per SM for large ones (bandwidth); broadcast switches to a pipelined two-phase pull above
-//! [`BCAST_PIPELINE_MIN`] bytes.
+//! per SM for large ones (bandwidth); broadcast switches to a pipelined scatter + allgather
+//! (pull from the root, push to the other members) above [`BCAST_PIPELINE_MIN`] bytes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,12 +36,16 @@ const REDUCE_KERNELS: &str = include_str!("../device/kernels/coll_reduce.cu");
 const THREADS: u32 = 512;
 /// Bytes each block of a bandwidth-sized launch moves at least.
 const BYTES_PER_BLOCK: usize = 64 << 10;
-/// Broadcasts of at least this many bytes (and teams of 3 or more) use the pipelined pull.
+/// Broadcasts of at least this many bytes (and teams of 3 or more) use the pipelined
+/// scatter + allgather.
 pub const BCAST_PIPELINE_MIN: usize = 2 << 20;
 /// Bytes each block of a reduction moves at least (reductions need more parallelism).
 const REDUCE_BYTES_PER_BLOCK: usize = 64 << 10;
-/// Pieces of the pipelined broadcast, KiB (256 and 1024 measured slower at 4 and 16 MiB).
-const BCAST_PIECE_KIB: i32 = 64;
+/// Bytes each block of the pipelined broadcast pulls per step while the block's other half
+/// pushes the previous step's, KiB. 16 MiB on 4 H200s: 2 and 4 KiB 62 us, 8 KiB 66, 16 KiB 73,
+/// 64 KiB 92 (smaller steps overlap the two halves better); 256 or 1024 threads per block
+/// were no faster than 512.
+const BCAST_PIECE_KIB: i32 = 4;
 /// Per-buffer scratch of the one-shot reductions (`RSHMEM_TEAM_SYNC_SCRATCH_BYTES`).
 const ONESHOT_SCRATCH: usize = 992;
 

@@ -13,34 +13,34 @@ extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_team_sync(int
     team_sync<block_scope>("team_sync_on_stream", team);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
-                                                    uint64_t nbytes, int local_blocks) {
-    grid_coll c("alltoall_on_stream", team);
+// alltoall (src_stride = nbytes) and fcollect (src_stride = 0): push_split over gather_push's
+// blocks.
+static __device__ __forceinline__ void gather_grid(const char* call, int team, uint64_t dest,
+                                                   uint64_t src, uint64_t nbytes,
+                                                   int local_blocks, size_t src_stride) {
+    grid_coll c(call, team);
     const int me = c.d.my_index;
     const rshmem_team_desc d = c.d;
     push_split(c.call, d, nbytes, (uint32_t)local_blocks, [&](int j, char*& to, const char*& from) {
         to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
-        from = (const char*)src + (size_t)j * nbytes;
+        from = (const char*)src + (size_t)j * src_stride;
         return true;
     });
     c.finish();
+}
+
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_alltoall(int team, uint64_t dest, uint64_t src,
+                                                    uint64_t nbytes, int local_blocks) {
+    gather_grid("alltoall_on_stream", team, dest, src, nbytes, local_blocks, nbytes);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_fcollect(int team, uint64_t dest, uint64_t src,
                                                     uint64_t nbytes, int local_blocks) {
-    grid_coll c("fcollect_on_stream", team);
-    const int me = c.d.my_index;
-    const rshmem_team_desc d = c.d;
-    push_split(c.call, d, nbytes, (uint32_t)local_blocks, [&](int j, char*& to, const char*& from) {
-        to = team_peer_nc(d, (char*)dest + (size_t)me * nbytes, j);
-        from = (const char*)src;
-        return true;
-    });
-    c.finish();
+    gather_grid("fcollect_on_stream", team, dest, src, nbytes, local_blocks, 0);
 }
 
-// algo 0: the root pushes (its own copy with local_blocks blocks); > 0: pipelined two-phase
-// pull (large messages) in pieces of `algo` KiB.
+// algo 0: the root pushes (its own copy with local_blocks blocks); > 0: pipelined scatter +
+// allgather (large messages) in steps of `algo` KiB.
 extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_broadcast(int team, uint64_t dest, uint64_t src,
                                                      uint64_t nbytes, int root, int algo,
                                                      int local_blocks) {
