@@ -612,7 +612,12 @@ struct grid_coll {
         seq = *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_KSEQ) + 1;
     }
 
-    // Start sync: every member has called (its source is ready).
+    // Start sync: every member has called (its source is ready). Block 0 makes the team sync
+    // and then raises GO; the other blocks watch the members' arrival flags themselves as well
+    // as GO, so they usually start without waiting for block 0's announcement (about a
+    // microsecond later). A block reads the epoch before watching: the sync's epoch E + 1 if
+    // block 0 has not finished it yet, else E + 2 — then only GO can release it, and block 0
+    // is about to raise it. Flags only grow, so a flag at E + 1 means this sync.
     __device__ __forceinline__ void start() {
         if (gridDim.x == 1) {
             team_sync<block_scope>(call, team);
@@ -624,8 +629,18 @@ struct grid_coll {
             if (block_thread_id() == 0) st_release_gpu(go, seq);
         } else {
             if (block_thread_id() == 0) {
+                const uint64_t epoch =
+                    *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_EPOCH) + 1;
+                int next = 0;  // members before it have arrived
                 wait_timer timer;
                 while (ld_acquire_gpu(go) < seq) {
+                    while (next < d.size &&
+                           (next == d.my_index ||
+                            ld_acquire_sys(my_team_word(team, RSHMEM_TEAM_SYNC_FLAGS + next)) >=
+                                epoch)) {
+                        ++next;
+                    }
+                    if (next == d.size) break;
                     if (timer.expired()) fail_go(call, team, seq);
                 }
             }
