@@ -166,6 +166,28 @@ impl Gpu {
     }
 }
 
+/// Queues on `stream` a write of the aligned word of `size` bytes (4 or 8) at `addr` with the
+/// low bytes of `value`, as a stream memory operation (no kernel, no copy). Returns the driver's
+/// result: callers either report it or fall back to a copy where the memory does not take it.
+///
+/// # Safety
+/// `addr` must be an aligned word of GPU memory of the current context; `stream` alive.
+pub(crate) unsafe fn stream_write_word(
+    stream: sys::CUstream,
+    addr: u64,
+    size: usize,
+    value: u64,
+) -> CUresult {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if size == 8 {
+            sys::cuStreamWriteValue64_v2(stream, addr, value, 0)
+        } else {
+            sys::cuStreamWriteValue32_v2(stream, addr, value as u32, 0)
+        }
+    }
+}
+
 pub(crate) fn alloc_prop(ordinal: usize) -> sys::CUmemAllocationProp {
     // SAFETY: CUmemAllocationProp is a plain C struct for which all-zero is a valid value.
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };

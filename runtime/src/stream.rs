@@ -205,7 +205,7 @@ impl World {
             };
             // SAFETY: d is a checked, aligned word of the mapped GPU heap.
             return check(
-                unsafe { sys::cuStreamWriteValue64_v2(stream.cu_stream(), d as u64, w, 0) },
+                unsafe { crate::cuda::stream_write_word(stream.cu_stream(), d as u64, 8, w) },
                 call,
                 "cuStreamWriteValue64",
             );

@@ -314,10 +314,6 @@ impl GpuMem {
         value: u64,
         cond: u64,
     ) -> Result<()> {
-        let res = self.result.lock().map_err(|_| Error::State {
-            call,
-            reason: "a thread panicked during a proxy atomic".into(),
-        })?;
         self.pending
             .store(true, std::sync::atomic::Ordering::Release);
         if op == AmoOp::Set {
@@ -328,15 +324,13 @@ impl GpuMem {
             self.gpu.bind(call)?;
             // SAFETY: addr is an aligned word of `size` bytes of this context's GPU memory
             // (checked by the caller); the stream is alive.
-            let r = unsafe {
-                if size == 8 {
-                    sys::cuStreamWriteValue64_v2(self.s(), addr, value, 0)
-                } else {
-                    sys::cuStreamWriteValue32_v2(self.s(), addr, value as u32, 0)
-                }
-            };
+            let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, size, value) };
             return check(r, call, "writing a GPU word (proxy atomic set)");
         }
+        let res = self.result.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a proxy atomic".into(),
+        })?;
         // The old value goes to a scratch word nobody reads.
         self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
     }

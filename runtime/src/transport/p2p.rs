@@ -118,13 +118,7 @@ impl P2p {
             // SAFETY: src points to n (4 or 8) readable bytes; w has room for 8.
             unsafe { std::ptr::copy_nonoverlapping(src, (&mut w as *mut u64).cast::<u8>(), n) };
             // SAFETY: dst is a checked, aligned word of the mapped GPU heap.
-            let r = unsafe {
-                if n == 8 {
-                    sys::cuStreamWriteValue64_v2(self.stream(), dst as u64, w, 0)
-                } else {
-                    sys::cuStreamWriteValue32_v2(self.stream(), dst as u64, w as u32, 0)
-                }
-            };
+            let r = unsafe { crate::cuda::stream_write_word(self.stream(), dst as u64, n, w) };
             if r == sys::CUresult::CUDA_SUCCESS {
                 return Ok(());
             }
