@@ -19,8 +19,9 @@
 //              fused per piece: after a start sync the non-roots split the data into one chunk
 //              each; in every block of a non-root half the threads pull pieces of its chunk
 //              from the root into its own dest while the other half push the previous piece
-//              from there into the other non-roots' dest; team sync. The root sends every byte once, and the links of all
-//              members work in parallel with no waiting between the two phases.
+//              from there into the other non-roots' dest; team sync. The root sends every
+//              byte once, and the links of all members work in parallel with no waiting
+//              between the two phases.
 //   reduce     two-shot: start sync; team PE i reduces chunk i of the elements, reading it from
 //              every member (16-byte loads) and writing the result into every member's dest;
 //              team sync. In place is safe: only PE i reads or writes chunk i.
