@@ -78,9 +78,15 @@ pub static ENV_VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RSHMEM_REMOTE_TRANSPORT",
-        kind: "auto | tcp | verbs",
+        kind: "auto | tcp | verbs | ucx",
         default: "auto",
-        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), or auto: verbs between two PEs that both opened an RDMA device, TCP otherwise. All PEs must agree.",
+        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), ucx (UCX's UCP API; libucp is loaded at run time, init fails naming the cause when it cannot be loaded or initialised), or auto: verbs between two PEs that both opened an RDMA device, else UCX between two PEs whose UCX has an InfiniBand/RoCE transport, else TCP. All PEs must agree.",
+    },
+    EnvVar {
+        name: "RSHMEM_UCX_LIB",
+        kind: "path",
+        default: "libucp.so.0 (the dynamic linker's search path)",
+        help: "The libucp the UCX transport loads. UCX's own variables (UCX_TLS, UCX_NET_DEVICES, ...) choose what UCX uses.",
     },
     EnvVar {
         name: "RSHMEM_IB_DEVICE",
@@ -136,6 +142,8 @@ pub struct Config {
     pub ib_device: Option<(String, Option<u8>)>,
     /// GID index for the verbs transport.
     pub ib_gid_index: Option<u32>,
+    /// The libucp to load (`RSHMEM_UCX_LIB`).
+    pub ucx_lib: Option<String>,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -165,6 +173,7 @@ impl Default for Config {
             remote_transport: crate::transport::select::RemoteChoice::Auto,
             ib_device: None,
             ib_gid_index: None,
+            ucx_lib: None,
         }
     }
 }
@@ -229,8 +238,17 @@ impl Config {
             c.tcp_addr = Some(v.trim().to_string());
         }
         if let Some(v) = get("RSHMEM_REMOTE_TRANSPORT") {
-            c.remote_transport = crate::transport::select::RemoteChoice::parse(&v)
-                .ok_or_else(|| bad("RSHMEM_REMOTE_TRANSPORT", &v, "expected auto, tcp or verbs"))?;
+            c.remote_transport =
+                crate::transport::select::RemoteChoice::parse(&v).ok_or_else(|| {
+                    bad(
+                        "RSHMEM_REMOTE_TRANSPORT",
+                        &v,
+                        "expected auto, tcp, verbs or ucx",
+                    )
+                })?;
+        }
+        if let Some(v) = get("RSHMEM_UCX_LIB").filter(|v| !v.trim().is_empty()) {
+            c.ucx_lib = Some(v.trim().to_string());
         }
         if let Some(v) = get("RSHMEM_IB_DEVICE").filter(|v| !v.trim().is_empty()) {
             let v = v.trim();

@@ -57,6 +57,7 @@ pub use error::{Error, Result};
 pub use mem::SymBuf;
 pub use stream::cmp_code;
 pub use team::{Team, TeamConfig};
+pub use transport::ucx::{probe as probe_ucx, Probe as UcxProbe};
 pub use transport::{Caps, TransportInfo};
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 pub use world::{init, Builder, World};

@@ -12,6 +12,7 @@
 //! * [`tcp`] — PEs that share no memory with this one (other hosts, or every other PE under
 //!   `RSHMEM_DISABLE_P2P=1`): requests applied by a service thread on the target.
 //! * `verbs` (cargo feature `verbs`) — InfiniBand/RoCE RC queue pairs to PEs on other hosts.
+//! * [`ucx`] — PEs on other hosts through UCX's UCP API (libucp opened at run time).
 //!
 //! The two local transports take load/store addresses (the heap is mapped in this process);
 //! the remote ones take a [`RemoteAddr`] (PE, heap, offset). Each PE pair is served by the best
@@ -28,6 +29,7 @@ pub(crate) mod remote;
 pub mod select;
 pub mod shm;
 pub mod tcp;
+pub mod ucx;
 pub mod verbs;
 
 use rshmem_bootstrap::Bootstrap;
@@ -110,7 +112,7 @@ impl std::fmt::Display for Caps {
 /// Which transport serves a PE, and what it can do (see [`crate::World::transport`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransportInfo {
-    /// `shm`, `p2p`, `tcp` or `verbs`.
+    /// `shm`, `p2p`, `tcp`, `verbs` or `ucx`.
     pub name: &'static str,
     /// Its capability bits.
     pub caps: Caps,
@@ -399,6 +401,8 @@ pub enum RemoteRef<'a> {
     /// The verbs transport.
     #[cfg(feature = "verbs")]
     Verbs(&'a verbs::Verbs),
+    /// The UCX transport.
+    Ucx(&'a ucx::Ucx),
 }
 
 macro_rules! remote_dispatch {
@@ -407,6 +411,7 @@ macro_rules! remote_dispatch {
             RemoteRef::Tcp($t) => $e,
             #[cfg(feature = "verbs")]
             RemoteRef::Verbs($t) => $e,
+            RemoteRef::Ucx($t) => $e,
         }
     };
 }
@@ -556,6 +561,7 @@ mod tests {
         assert!(!TCP_CAPS.contains(Caps::LOAD_STORE));
         #[cfg(feature = "verbs")]
         assert_eq!(verbs::CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
+        assert_eq!(ucx::CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use rshmem_bootstrap::Bootstrap;
 
 use super::select::{self, Announce, RemoteChoice, Via};
+use super::ucx;
 #[cfg(feature = "verbs")]
 use super::verbs;
 use super::verbs::wire::{self, ConnInfo};
@@ -29,6 +30,12 @@ pub(crate) struct Remotes {
     registered: Mutex<usize>,
     #[cfg(feature = "verbs")]
     verbs: Option<verbs::Verbs>,
+    /// Some pair of the job uses UCX: this PE takes part in the UCX exchanges.
+    ucx_job: bool,
+    /// Bytes of the user heap mapped with UCX so far (equal on every PE).
+    ucx_registered: Mutex<usize>,
+    /// The UCX transport, when some PE is reached through it.
+    ucx: Option<ucx::Ucx>,
 }
 
 impl std::fmt::Debug for Remotes {
@@ -36,6 +43,7 @@ impl std::fmt::Debug for Remotes {
         f.debug_struct("Remotes")
             .field("via", &self.via)
             .field("verbs_job", &self.verbs_job)
+            .field("ucx_job", &self.ucx_job)
             .finish()
     }
 }
@@ -75,18 +83,32 @@ impl Remotes {
             registered: Mutex::new(0),
             #[cfg(feature = "verbs")]
             verbs: None,
+            ucx_job: false,
+            ucx_registered: Mutex::new(0),
+            ucx: None,
         };
         if local.iter().all(|l| *l) {
             return Ok(r);
         }
         let choice = cfg.remote_transport;
-        let opened = (choice != RemoteChoice::Tcp).then(|| open_device(cfg));
+        let opened =
+            matches!(choice, RemoteChoice::Auto | RemoteChoice::Verbs).then(|| open_device(cfg));
         if let Some(Err(e)) = &opened {
             tracing::debug!(target: "rshmem::verbs", "no verbs transport on PE {me}: {e}");
+        }
+        let ucx = open_ucx(cfg, me, boot.size(), choice);
+        let (ucx_ok, ucx_rdma) = match &ucx {
+            Some(Ok((_, rdma))) => (true, *rdma),
+            _ => (false, false),
+        };
+        if let Some(Err(e)) = &ucx {
+            tracing::debug!(target: "rshmem::ucx", "no UCX transport on PE {me}: {e}");
         }
         let mine = Announce {
             choice,
             verbs: matches!(opened, Some(Ok(_))),
+            ucx: ucx_ok,
+            ucx_rdma,
         };
         let all: Vec<Announce> = boot
             .allgather(&mine.encode())?
@@ -103,9 +125,23 @@ impl Remotes {
                 return Err(e);
             }
         }
+        let ucx = match ucx {
+            Some(Err(e)) if choice == RemoteChoice::Ucx => {
+                return Err(Error::Unsupported {
+                    call,
+                    reason: format!("RSHMEM_REMOTE_TRANSPORT=ucx but UCX is unavailable: {e}"),
+                })
+            }
+            Some(Ok((u, _))) => Some(u),
+            _ => None,
+        };
         r.via =
             select::plan(me, &local, &all).map_err(|e| Error::Unsupported { call, reason: e.0 })?;
         r.verbs_job = select::verbs_in_job(&all);
+        r.ucx_job = select::ucx_in_job(&all);
+        if r.via.contains(&Via::Ucx) {
+            r.ucx = ucx;
+        }
         #[cfg(feature = "verbs")]
         if let Some(Ok(dev)) = opened {
             if r.via.contains(&Via::Verbs) {
@@ -146,6 +182,9 @@ impl Remotes {
         if let (Via::Verbs, Some(v)) = (self.via(pe), &self.verbs) {
             return Ok(RemoteRef::Verbs(v));
         }
+        if let (Via::Ucx, Some(u)) = (self.via(pe), &self.ucx) {
+            return Ok(RemoteRef::Ucx(u));
+        }
         Err(Error::State {
             call,
             reason: format!("no remote transport serves PE {pe}"),
@@ -164,6 +203,9 @@ impl Remotes {
         ctrl: &Heap,
     ) -> Result<()> {
         let _ = (cfg, live);
+        if self.ucx_job {
+            self.connect_ucx(boot, live, heap, ctrl)?;
+        }
         if !self.verbs_job {
             return Ok(());
         }
@@ -244,6 +286,9 @@ impl Remotes {
         boot: &dyn Bootstrap,
         heap: &Heap,
     ) -> Result<()> {
+        if self.ucx_job {
+            self.ucx_heap_grown(call, boot, heap)?;
+        }
         if !self.verbs_job {
             return Ok(());
         }
@@ -310,6 +355,9 @@ impl Remotes {
     /// Completes every operation issued through the non-TCP remote transports.
     #[inline]
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
+        if let Some(u) = &self.ucx {
+            super::TransportOps::quiet(u, call)?;
+        }
         #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs {
             return super::TransportOps::quiet(v, call);
@@ -324,4 +372,194 @@ fn poisoned(call: &'static str) -> Error {
         call,
         reason: "a lock is poisoned (another thread panicked inside rshmem)".into(),
     }
+}
+
+/// Loads UCX and creates this PE's worker when the setting may use it: always for `ucx`; for
+/// `auto` only on a machine with an RDMA device (`/sys/class/infiniband`), and the result says
+/// whether UCX found an RDMA transport there. `None`: UCX not considered.
+fn open_ucx(
+    cfg: &Config,
+    me: usize,
+    n: usize,
+    choice: RemoteChoice,
+) -> Option<std::result::Result<(ucx::Ucx, bool), String>> {
+    let rdma_device =
+        || std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    match choice {
+        RemoteChoice::Ucx => {}
+        RemoteChoice::Auto if rdma_device() => {}
+        _ => return None,
+    }
+    Some((|| {
+        let lib = ucx::ffi::lib(cfg.ucx_lib.as_deref())?;
+        let u = ucx::Ucx::new(lib, me, n, cfg.timeout)?;
+        let rdma = u.resources().iter().any(|r| ucx::ucp::is_rdma(r));
+        Ok((u, rdma))
+    })())
+}
+
+impl Remotes {
+    /// **Collective over all PEs** (when some pair uses UCX): maps the heaps with UCP, exchanges
+    /// worker addresses and packed keys, creates the endpoints, starts the progress thread.
+    /// Every PE learns whether all succeeded.
+    fn connect_ucx(
+        &mut self,
+        boot: &dyn Bootstrap,
+        live: &std::sync::Arc<Liveness>,
+        heap: &Heap,
+        ctrl: &Heap,
+    ) -> Result<()> {
+        let call = "init";
+        let mine: Result<Vec<u8>> = match &self.ucx {
+            None => Ok(Vec::new()),
+            Some(u) => (|| {
+                let mut keys = Vec::new();
+                for (h, id) in [(ctrl, HeapId::Ctrl), (heap, HeapId::User)] {
+                    keys.push(u.register(
+                        call,
+                        &super::Chunk {
+                            heap: id,
+                            base: h.my_base(),
+                            start: 0,
+                            len: h.mapped(),
+                            gpu: h.gpu().cloned(),
+                        },
+                    )?);
+                }
+                Ok(ucx::wire::Payload {
+                    address: u.address(call)?,
+                    keys,
+                }
+                .encode())
+            })(),
+        };
+        let all = boot.allgather(&status_payload(&mine))?;
+        let infos = decode_all(call, &all, "UCX connection details")?;
+        mine?;
+        let mut up: Result<()> = Ok(());
+        if let Some(u) = &mut self.ucx {
+            up = (|| {
+                for (p, info) in infos.iter().enumerate() {
+                    if self.via.get(p) != Some(&Via::Ucx) {
+                        continue;
+                    }
+                    let Some(info) = info else {
+                        return Err(Error::invalid(
+                            call,
+                            format!("PE {p} sent no UCX details but is routed to UCX"),
+                        ));
+                    };
+                    u.connect(call, p, &info.address)?;
+                    u.add_keys(call, p, &info.keys)?;
+                }
+                u.start_progress(live.clone())
+            })();
+        }
+        let ok = boot.allgather(&[up.is_ok() as u8])?;
+        up?;
+        let down: Vec<String> = (0..ok.len())
+            .filter(|&p| ok[p] != [1])
+            .map(|p| p.to_string())
+            .collect();
+        if !down.is_empty() {
+            return Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "UCX endpoints could not be created on PE(s) {}",
+                    down.join(", ")
+                ),
+            });
+        }
+        *self.ucx_registered.lock().map_err(|_| poisoned(call))? = heap.mapped();
+        Ok(())
+    }
+
+    /// **Collective over all PEs**: maps the new part of the user heap with UCP and exchanges
+    /// its key.
+    fn ucx_heap_grown(&self, call: &'static str, boot: &dyn Bootstrap, heap: &Heap) -> Result<()> {
+        let mut reg = self.ucx_registered.lock().map_err(|_| poisoned(call))?;
+        let mapped = heap.mapped();
+        if mapped <= *reg {
+            return Ok(());
+        }
+        let mine: Result<Vec<u8>> = match &self.ucx {
+            None => Ok(Vec::new()),
+            Some(u) => u
+                .register(
+                    call,
+                    &super::Chunk {
+                        heap: HeapId::User,
+                        base: heap.my_base(),
+                        start: *reg,
+                        len: mapped - *reg,
+                        gpu: heap.gpu().cloned(),
+                    },
+                )
+                .map(|k| {
+                    ucx::wire::Payload {
+                        address: Vec::new(),
+                        keys: vec![k],
+                    }
+                    .encode()
+                }),
+        };
+        let all = boot.allgather(&status_payload(&mine))?;
+        let infos = decode_all(call, &all, "UCX memory keys")?;
+        mine?;
+        if let Some(u) = &self.ucx {
+            for (p, info) in infos.iter().enumerate() {
+                if let (Some(Via::Ucx), Some(info)) = (self.via.get(p), info) {
+                    u.add_keys(call, p, &info.keys)?;
+                }
+            }
+        }
+        *reg = mapped;
+        Ok(())
+    }
+}
+
+/// A PE's payload in a UCX exchange: `[1] + payload` when it worked, `[1]` with nothing more
+/// when this PE takes no part, `[0]` when it failed (the others then stop too).
+fn status_payload(mine: &Result<Vec<u8>>) -> Vec<u8> {
+    match mine {
+        Ok(b) => {
+            let mut v = vec![1];
+            v.extend_from_slice(b);
+            v
+        }
+        Err(_) => vec![0],
+    }
+}
+
+/// Decodes every PE's [`status_payload`]; an error names the PEs that failed or sent garbage.
+fn decode_all(
+    call: &'static str,
+    all: &[Vec<u8>],
+    what: &str,
+) -> Result<Vec<Option<ucx::wire::Payload>>> {
+    let mut failed = Vec::new();
+    let mut out = Vec::with_capacity(all.len());
+    for (p, b) in all.iter().enumerate() {
+        match b.split_first() {
+            Some((1, [])) => out.push(None),
+            Some((1, rest)) => out
+                .push(Some(ucx::wire::Payload::decode(rest).map_err(|e| {
+                    Error::invalid(call, format!("PE {p} sent bad {what}: {e}"))
+                })?)),
+            _ => {
+                failed.push(p.to_string());
+                out.push(None);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        return Err(Error::Unsupported {
+            call,
+            reason: format!(
+                "the UCX transport failed on PE(s) {} (see their errors)",
+                failed.join(", ")
+            ),
+        });
+    }
+    Ok(out)
 }

@@ -1,9 +1,10 @@
 //! Which transport serves each PE pair.
 //!
 //! PEs of this host are reached by load/store through the heap's own transport ([`Via::Local`]).
-//! For the others, `RSHMEM_REMOTE_TRANSPORT` picks: `tcp`, `verbs`, or `auto` (verbs between two
-//! PEs that both opened an RDMA device, TCP otherwise). Every PE announces through the bootstrap
-//! what it asked for and whether verbs opened ([`Announce`]); [`plan`] then computes the same
+//! For the others, `RSHMEM_REMOTE_TRANSPORT` picks: `tcp`, `verbs`, `ucx`, or `auto` (verbs
+//! between two PEs that both opened an RDMA device; else UCX between two PEs whose UCX has an
+//! RDMA transport; TCP otherwise). Every PE announces through the bootstrap what it asked for,
+//! whether verbs opened and what UCX it has ([`Announce`]); [`plan`] then computes the same
 //! answer on both ends of every pair.
 
 use std::fmt;
@@ -19,6 +20,9 @@ pub enum RemoteChoice {
     Tcp,
     /// Verbs for every PE of another host; an error at init when a PE cannot open a device.
     Verbs,
+    /// UCX for every PE of another host; an error at init when a PE cannot load or initialise
+    /// libucp.
+    Ucx,
 }
 
 impl RemoteChoice {
@@ -28,6 +32,7 @@ impl RemoteChoice {
             "auto" | "" => Some(RemoteChoice::Auto),
             "tcp" => Some(RemoteChoice::Tcp),
             "verbs" | "ib" | "rdma" => Some(RemoteChoice::Verbs),
+            "ucx" => Some(RemoteChoice::Ucx),
             _ => None,
         }
     }
@@ -37,6 +42,7 @@ impl RemoteChoice {
             RemoteChoice::Auto => 0,
             RemoteChoice::Tcp => 1,
             RemoteChoice::Verbs => 2,
+            RemoteChoice::Ucx => 3,
         }
     }
 
@@ -45,6 +51,7 @@ impl RemoteChoice {
             0 => RemoteChoice::Auto,
             1 => RemoteChoice::Tcp,
             2 => RemoteChoice::Verbs,
+            3 => RemoteChoice::Ucx,
             _ => return None,
         })
     }
@@ -56,6 +63,7 @@ impl fmt::Display for RemoteChoice {
             RemoteChoice::Auto => "auto",
             RemoteChoice::Tcp => "tcp",
             RemoteChoice::Verbs => "verbs",
+            RemoteChoice::Ucx => "ucx",
         })
     }
 }
@@ -69,29 +77,41 @@ pub enum Via {
     Tcp,
     /// The verbs transport.
     Verbs,
+    /// The UCX transport.
+    Ucx,
 }
 
-/// What one PE tells the others at init: its setting and whether it opened an RDMA device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one PE tells the others at init: its setting, whether it opened an RDMA device, and
+/// what UCX it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Announce {
     /// Its `RSHMEM_REMOTE_TRANSPORT`.
     pub choice: RemoteChoice,
     /// It opened an RDMA device (always false without the `verbs` feature).
     pub verbs: bool,
+    /// It loaded and initialised UCX (a worker exists).
+    pub ucx: bool,
+    /// Its UCX has an RDMA transport (InfiniBand/RoCE).
+    pub ucx_rdma: bool,
 }
 
 impl Announce {
-    /// Two bytes: the setting and the verbs flag.
+    /// Two bytes: the setting, and flags (bit 0 verbs, bit 1 UCX, bit 2 UCX with RDMA).
     pub fn encode(self) -> [u8; 2] {
-        [self.choice.code(), self.verbs as u8]
+        [
+            self.choice.code(),
+            self.verbs as u8 | (self.ucx as u8) << 1 | (self.ucx_rdma as u8) << 2,
+        ]
     }
 
     /// The inverse of [`Announce::encode`]; `None` for anything else.
     pub fn decode(b: &[u8]) -> Option<Self> {
         match b {
-            [c, v @ (0 | 1)] => Some(Announce {
+            [c, f] if *f < 8 => Some(Announce {
                 choice: RemoteChoice::from_code(*c)?,
-                verbs: *v == 1,
+                verbs: f & 1 != 0,
+                ucx: f & 2 != 0,
+                ucx_rdma: f & 4 != 0,
             }),
             _ => None,
         }
@@ -133,6 +153,18 @@ pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, Pla
         )));
     }
     let has_remote = local.iter().any(|l| !l);
+    if choice == RemoteChoice::Ucx && has_remote {
+        let without: Vec<String> = (0..n)
+            .filter(|&p| !all[p].ucx)
+            .map(|p| p.to_string())
+            .collect();
+        if !without.is_empty() {
+            return Err(PlanError(format!(
+                "RSHMEM_REMOTE_TRANSPORT=ucx but PE(s) {} could not load or initialise UCX",
+                without.join(", ")
+            )));
+        }
+    }
     if choice == RemoteChoice::Verbs && has_remote {
         let without: Vec<String> = (0..n)
             .filter(|&p| !all[p].verbs)
@@ -153,7 +185,9 @@ pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, Pla
                 match choice {
                     RemoteChoice::Tcp => Via::Tcp,
                     RemoteChoice::Verbs => Via::Verbs,
+                    RemoteChoice::Ucx => Via::Ucx,
                     RemoteChoice::Auto if all[me].verbs && all[p].verbs => Via::Verbs,
+                    RemoteChoice::Auto if all[me].ucx_rdma && all[p].ucx_rdma => Via::Ucx,
                     RemoteChoice::Auto => Via::Tcp,
                 }
             }
@@ -172,6 +206,17 @@ pub fn verbs_in_job(all: &[Announce]) -> bool {
         && all.iter().filter(|a| a.verbs).count() >= 2
 }
 
+/// True if some pair of the job uses UCX, computed from the announcements alone (like
+/// [`verbs_in_job`]): the UCX exchanges are collective, so every PE takes part when any pair
+/// needs them. A PE that has UCX but no pair to use it on still takes part, connecting nothing.
+pub fn ucx_in_job(all: &[Announce]) -> bool {
+    match all.first().map(|a| a.choice) {
+        Some(RemoteChoice::Ucx) => all.iter().filter(|a| a.ucx).count() >= 2,
+        Some(RemoteChoice::Auto) => all.iter().filter(|a| a.ucx_rdma).count() >= 2,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,8 +224,79 @@ mod tests {
     fn ann(choice: RemoteChoice, verbs: &[bool]) -> Vec<Announce> {
         verbs
             .iter()
-            .map(|&v| Announce { choice, verbs: v })
+            .map(|&v| Announce {
+                choice,
+                verbs: v,
+                ..Default::default()
+            })
             .collect()
+    }
+
+    fn ann_ucx(choice: RemoteChoice, ucx: &[bool], rdma: &[bool]) -> Vec<Announce> {
+        ucx.iter()
+            .zip(rdma)
+            .map(|(&u, &r)| Announce {
+                choice,
+                ucx: u,
+                ucx_rdma: r,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ucx_forced() {
+        let a = ann_ucx(RemoteChoice::Ucx, &[true; 4], &[false; 4]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Ucx, Via::Ucx]
+        );
+        assert!(ucx_in_job(&a));
+        // A PE without UCX fails the plan on every PE, naming it.
+        let a = ann_ucx(RemoteChoice::Ucx, &[true, true, false, true], &[false; 4]);
+        let e = plan(0, &LOCAL0, &a).unwrap_err();
+        assert!(
+            e.0.contains("PE(s) 2 could not load or initialise UCX"),
+            "{e}"
+        );
+        let e = plan(3, &[false, false, true, true], &a).unwrap_err();
+        assert!(e.0.contains("PE(s) 2 "), "{e}");
+        // One host: nothing needed.
+        let a = ann_ucx(RemoteChoice::Ucx, &[false; 2], &[false; 2]);
+        assert_eq!(plan(1, &[true, true], &a).unwrap(), [Via::Local; 2]);
+    }
+
+    #[test]
+    fn auto_prefers_verbs_then_ucx_rdma_then_tcp() {
+        // UCX over TCP only: auto stays on rshmem's TCP.
+        let a = ann_ucx(RemoteChoice::Auto, &[true; 4], &[false; 4]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
+        );
+        assert!(!ucx_in_job(&a));
+        // UCX with RDMA on 0, 2 (not 3): 0↔2 over UCX, 0↔3 over TCP.
+        let a = ann_ucx(RemoteChoice::Auto, &[true; 4], &[true, true, true, false]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Ucx, Via::Tcp]
+        );
+        assert!(ucx_in_job(&a));
+        // Verbs wins where both opened a device.
+        let mut a = a;
+        a[0].verbs = true;
+        a[2].verbs = true;
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Verbs, Via::Tcp]
+        );
+        // tcp forced ignores UCX.
+        let a = ann_ucx(RemoteChoice::Tcp, &[true; 4], &[true; 4]);
+        assert_eq!(
+            plan(0, &LOCAL0, &a).unwrap(),
+            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
+        );
+        assert!(!ucx_in_job(&a));
     }
 
     #[test]
@@ -190,22 +306,38 @@ mod tests {
         assert_eq!(RemoteChoice::parse("verbs"), Some(RemoteChoice::Verbs));
         assert_eq!(RemoteChoice::parse("ib"), Some(RemoteChoice::Verbs));
         assert_eq!(RemoteChoice::parse("udp"), None);
-        for c in [RemoteChoice::Auto, RemoteChoice::Tcp, RemoteChoice::Verbs] {
+        assert_eq!(RemoteChoice::parse("UCX"), Some(RemoteChoice::Ucx));
+        for c in [
+            RemoteChoice::Auto,
+            RemoteChoice::Tcp,
+            RemoteChoice::Verbs,
+            RemoteChoice::Ucx,
+        ] {
             assert_eq!(RemoteChoice::parse(&c.to_string()), Some(c));
         }
     }
 
     #[test]
     fn announce_round_trip() {
-        for choice in [RemoteChoice::Auto, RemoteChoice::Tcp, RemoteChoice::Verbs] {
-            for verbs in [false, true] {
-                let a = Announce { choice, verbs };
+        for choice in [
+            RemoteChoice::Auto,
+            RemoteChoice::Tcp,
+            RemoteChoice::Verbs,
+            RemoteChoice::Ucx,
+        ] {
+            for f in 0..8u8 {
+                let a = Announce {
+                    choice,
+                    verbs: f & 1 != 0,
+                    ucx: f & 2 != 0,
+                    ucx_rdma: f & 4 != 0,
+                };
                 assert_eq!(Announce::decode(&a.encode()), Some(a));
             }
         }
         assert_eq!(Announce::decode(&[]), None);
-        assert_eq!(Announce::decode(&[0, 2]), None);
-        assert_eq!(Announce::decode(&[3, 0]), None);
+        assert_eq!(Announce::decode(&[0, 8]), None);
+        assert_eq!(Announce::decode(&[4, 0]), None);
         assert_eq!(Announce::decode(&[0, 0, 0]), None);
     }
 

@@ -1,0 +1,18 @@
+//! The UCX transport for PEs on other hosts, through UCX's UCP API.
+//!
+//! * [`ffi`] — hand-written declarations of the UCP structs and functions used (UCP API 1.13),
+//!   and the loader: libucp is opened at run time (`RSHMEM_UCX_LIB` or `libucp.so.0`), so the
+//!   default build has no dependency on UCX and runs where it is not installed.
+//! * [`wire`] — what PEs exchange through the bootstrap: worker addresses and packed remote keys.
+//! * [`ucp`] — the transport: context, worker, endpoints, memory mapping, the data path and the
+//!   progress thread.
+//!
+//! What was tested, and on what, is in docs/transports.md ("UCX transport").
+
+pub mod ffi;
+pub mod ucp;
+pub mod wire;
+
+#[cfg(test)]
+pub use ucp::CAPS;
+pub use ucp::{probe, Probe, Ucx};

@@ -1,0 +1,987 @@
+//! The UCX transport proper: one UCP context and worker per PE, endpoints to the PEs routed to
+//! UCX, the heap chunks mapped with `ucp_mem_map` and their packed remote keys, one-sided
+//! put/get/atomics through `ucp_put_nbx`/`ucp_get_nbx`/`ucp_atomic_op_nbx`, and a progress
+//! thread that sleeps on the worker's event fd while nothing happens.
+//!
+//! Threading: the worker is created `UCS_THREAD_MODE_SERIALIZED` and every UCP call (on the
+//! worker, its endpoints, keys and the context) happens under one mutex, so the host API's
+//! threads and the progress thread never call UCP at the same time.
+//!
+//! Ordering: UCP does not order operations by itself. Every operation that follows a put,
+//! store or atomic issued since the last fence or flush is preceded by `ucp_worker_fence`, so
+//! operations to one PE are applied in issue order (the transport is [`Caps::ORDERED`]: the data
+//! of a put-with-signal lands before its signal, barrier flags after the puts before them).
+//!
+//! One-sided for real: where UCX emulates RMA in software (over TCP), the target's worker must
+//! progress. The progress thread does that: it drains the worker, arms it (`ucp_worker_arm`)
+//! and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a stop eventfd, so
+//! it uses no CPU while nothing is in flight.
+
+use std::ffi::{c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::ffi::{self, Lib};
+use super::wire::Key;
+use crate::error::{Error, Result};
+use crate::node::Liveness;
+use crate::transport::{AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+
+/// What the UCX transport can do.
+pub const CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
+
+/// How long a thread waiting for a request polls the worker before it sleeps on the worker's
+/// event fd.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// Non-blocking stores whose completion is reaped later; above this many, the oldest is waited.
+const MAX_PENDING: usize = 1024;
+
+/// What a probe of the installed UCX found (for `auto` and `rshmem-info`).
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// Where libucp was loaded from.
+    pub path: String,
+    /// Its version.
+    pub version: (u32, u32, u32),
+    /// `transport/device` of every resource UCX would use under the current `UCX_*` settings.
+    pub resources: Vec<String>,
+}
+
+impl Probe {
+    /// True if some resource is an RDMA transport (InfiniBand / RoCE: `rc_*`, `dc_*`, `ud_*`).
+    pub fn rdma(&self) -> bool {
+        self.resources.iter().any(|r| is_rdma(r))
+    }
+}
+
+/// True for UCX's InfiniBand/RoCE transports.
+pub fn is_rdma(resource: &str) -> bool {
+    ["rc_", "dc_", "ud_"]
+        .iter()
+        .any(|p| resource.starts_with(p))
+}
+
+/// Parses the resource lines of `ucp_context_print_info`
+/// (`#      resource 1  :  md 1  dev 1  flags -- tcp/lo`) into `tcp/lo`.
+pub fn parse_resources(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| {
+            l.trim_start_matches('#')
+                .trim_start()
+                .starts_with("resource ")
+        })
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .filter(|r| r.contains('/'))
+        .collect()
+}
+
+/// A UCP context (created with `features`); cleaned up on drop.
+struct Ctx {
+    lib: &'static Lib,
+    h: ffi::Context,
+}
+
+// SAFETY: the context handle is used by `Ucx` only under its mutex (mapping, key packing,
+// printing) and in drop; `probe` uses its own context on one thread.
+unsafe impl Send for Ctx {}
+// SAFETY: as above.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    fn new(lib: &'static Lib, features: u64, eps: usize) -> std::result::Result<Ctx, String> {
+        let mut config: ffi::Config = std::ptr::null_mut();
+        // SAFETY: NULL prefix and file read UCX_* variables; `config` is a valid out-pointer.
+        let st = unsafe { (lib.config_read)(std::ptr::null(), std::ptr::null(), &mut config) };
+        if st != ffi::UCS_OK {
+            return Err(format!("ucp_config_read: {}", lib.status_text(st)));
+        }
+        let name = CString::new("rshmem").unwrap_or_default();
+        let params = ffi::UcpParams {
+            field_mask: ffi::UCP_PARAM_FIELD_FEATURES
+                | ffi::UCP_PARAM_FIELD_MT_WORKERS_SHARED
+                | ffi::UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
+                | ffi::UCP_PARAM_FIELD_NAME,
+            features,
+            request_size: 0,
+            request_init: None,
+            request_cleanup: None,
+            tag_sender_mask: 0,
+            mt_workers_shared: 0,
+            estimated_num_eps: eps.max(1),
+            estimated_num_ppn: 0,
+            name: name.as_ptr(),
+        };
+        let mut h: ffi::Context = std::ptr::null_mut();
+        // SAFETY: params and config are valid for the call; h is a valid out-pointer.
+        let st = unsafe {
+            (lib.init_version)(
+                ffi::MIN_VERSION.0,
+                ffi::MIN_VERSION.1,
+                &params,
+                config,
+                &mut h,
+            )
+        };
+        // SAFETY: config came from ucp_config_read and is released once.
+        unsafe { (lib.config_release)(config) };
+        if st != ffi::UCS_OK {
+            return Err(format!("ucp_init: {}", lib.status_text(st)));
+        }
+        Ok(Ctx { lib, h })
+    }
+
+    /// `ucp_context_print_info` as text.
+    fn info(&self) -> String {
+        // SAFETY: tmpfile returns a fresh FILE or NULL.
+        let f = unsafe { libc::tmpfile() };
+        if f.is_null() {
+            return String::new();
+        }
+        let mut out = Vec::new();
+        // SAFETY: f is an open FILE; the context is live. We rewind and read it back.
+        unsafe {
+            (self.lib.context_print_info)(self.h, f);
+            libc::fflush(f);
+            libc::rewind(f);
+            let mut buf = [0u8; 4096];
+            loop {
+                let k = libc::fread(buf.as_mut_ptr().cast(), 1, buf.len(), f);
+                if k == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..k]);
+            }
+            libc::fclose(f);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: the context is live and everything made from it is gone (fields of `Ucx` drop
+        // in order, the context last).
+        unsafe { (self.lib.cleanup)(self.h) };
+    }
+}
+
+/// Loads libucp and lists the resources a context would use (no worker, no endpoints).
+pub fn probe(path: Option<&str>) -> std::result::Result<Probe, String> {
+    let lib = ffi::lib(path)?;
+    let ctx = Ctx::new(
+        lib,
+        ffi::UCP_FEATURE_RMA | ffi::UCP_FEATURE_AMO32 | ffi::UCP_FEATURE_AMO64,
+        1,
+    )?;
+    Ok(Probe {
+        path: lib.path.clone(),
+        version: lib.version,
+        resources: parse_resources(&ctx.info()),
+    })
+}
+
+/// A peer's registered chunk, with its key unpacked on the endpoint to that peer.
+struct RemoteKey {
+    heap: HeapId,
+    start: u64,
+    len: u64,
+    addr: u64,
+    rkey: ffi::Rkey,
+}
+
+/// Everything UCP touches; only ever used under [`Shared::inner`].
+struct Inner {
+    worker: ffi::Worker,
+    /// Endpoint per PE (null for PEs not served by UCX).
+    eps: Vec<ffi::Ep>,
+    /// Remote keys per PE.
+    keys: Vec<Vec<RemoteKey>>,
+    /// This PE's mapped chunks.
+    memh: Vec<ffi::MemH>,
+    /// A put, store or atomic went out since the last fence or flush.
+    unfenced: bool,
+    /// Stores in flight: request and the buffers it reads and writes.
+    pending: Vec<(*mut c_void, Box<[u64; 2]>)>,
+}
+
+struct Shared {
+    lib: &'static Lib,
+    inner: Mutex<Inner>,
+    /// The worker's event fd (owned by the worker).
+    efd: c_int,
+    /// Wakes the progress thread to stop.
+    stopfd: c_int,
+    stop: AtomicBool,
+    /// Per PE: UCX reported the endpoint failed (set by the error callback).
+    failed: Box<[AtomicBool]>,
+}
+
+// SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
+// SERIALIZED); `efd`/`stopfd` are plain fds; the rest is Sync.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// The UCX transport of one PE.
+pub struct Ucx {
+    me: usize,
+    shared: Arc<Shared>,
+    progress: Option<JoinHandle<()>>,
+    /// Set at connect (the transport is created before the job's liveness watch exists).
+    live: std::sync::OnceLock<Arc<Liveness>>,
+    timeout: Option<Duration>,
+    /// Declared last: dropped after the worker (in `Drop for Ucx`) is destroyed.
+    ctx: Ctx,
+}
+
+impl std::fmt::Debug for Ucx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ucx(PE {}, {:?})", self.me, self.shared.lib)
+    }
+}
+
+/// UCX calls this when an endpoint fails (peer gone, connection reset).
+unsafe extern "C" fn ep_error(arg: *mut c_void, _ep: ffi::Ep, _status: ffi::Status) {
+    if !arg.is_null() {
+        // SAFETY: arg points into `Shared::failed`, which outlives every endpoint.
+        unsafe { (*(arg as *const AtomicBool)).store(true, Ordering::Release) };
+    }
+}
+
+impl Ucx {
+    /// Creates this PE's context and worker (UCX must already load: [`ffi::lib`]). `n` is the
+    /// job size.
+    pub fn new(
+        lib: &'static Lib,
+        me: usize,
+        n: usize,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Ucx, String> {
+        let ctx = Ctx::new(
+            lib,
+            ffi::UCP_FEATURE_RMA
+                | ffi::UCP_FEATURE_AMO32
+                | ffi::UCP_FEATURE_AMO64
+                | ffi::UCP_FEATURE_WAKEUP,
+            n,
+        )?;
+        // SAFETY: all-zero is a valid ucp_worker_params_t (integers and null pointers).
+        let mut wp: ffi::UcpWorkerParams = unsafe { std::mem::zeroed() };
+        wp.field_mask = ffi::UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = ffi::UCS_THREAD_MODE_SERIALIZED;
+        let mut worker: ffi::Worker = std::ptr::null_mut();
+        // SAFETY: live context, valid params and out-pointer.
+        let st = unsafe { (lib.worker_create)(ctx.h, &wp, &mut worker) };
+        if st != ffi::UCS_OK {
+            return Err(format!("ucp_worker_create: {}", lib.status_text(st)));
+        }
+        let destroy = |w| {
+            // SAFETY: w is the live worker created above, destroyed once on this error path.
+            unsafe { (lib.worker_destroy)(w) }
+        };
+        let mut efd: c_int = -1;
+        // SAFETY: live worker created with UCP_FEATURE_WAKEUP; valid out-pointer.
+        let st = unsafe { (lib.worker_get_efd)(worker, &mut efd) };
+        if st != ffi::UCS_OK {
+            destroy(worker);
+            return Err(format!("ucp_worker_get_efd: {}", lib.status_text(st)));
+        }
+        // SAFETY: plain eventfd creation.
+        let stopfd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if stopfd < 0 {
+            destroy(worker);
+            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+        }
+        let shared = Arc::new(Shared {
+            lib,
+            inner: Mutex::new(Inner {
+                worker,
+                eps: vec![std::ptr::null_mut(); n],
+                keys: (0..n).map(|_| Vec::new()).collect(),
+                memh: Vec::new(),
+                unfenced: false,
+                pending: Vec::new(),
+            }),
+            efd,
+            stopfd,
+            stop: AtomicBool::new(false),
+            failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        });
+        Ok(Ucx {
+            me,
+            shared,
+            progress: None,
+            live: std::sync::OnceLock::new(),
+            timeout,
+            ctx,
+        })
+    }
+
+    /// The resources (`transport/device`) this PE's context uses.
+    pub fn resources(&self) -> Vec<String> {
+        let _g = self.lock("init").ok();
+        parse_resources(&self.ctx.info())
+    }
+
+    fn lock(&self, call: &'static str) -> Result<MutexGuard<'_, Inner>> {
+        self.shared.inner.lock().map_err(|_| Error::State {
+            call,
+            reason: "the UCX transport lock is poisoned (another thread panicked inside rshmem)"
+                .into(),
+        })
+    }
+
+    fn ucs(&self, call: &'static str, what: &str, st: ffi::Status) -> Error {
+        Error::Unsupported {
+            call,
+            reason: format!("UCX {what}: {}", self.shared.lib.status_text(st)),
+        }
+    }
+
+    /// This PE's worker address.
+    pub fn address(&self, call: &'static str) -> Result<Vec<u8>> {
+        let g = self.lock(call)?;
+        let lib = self.shared.lib;
+        let mut a: ffi::Address = std::ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: live worker (under the lock), valid out-pointers.
+        let st = unsafe { (lib.worker_get_address)(g.worker, &mut a, &mut len) };
+        if st != ffi::UCS_OK {
+            return Err(self.ucs(call, "ucp_worker_get_address", st));
+        }
+        // SAFETY: UCX returned `len` readable bytes at `a`, released right after the copy.
+        let v = unsafe { std::slice::from_raw_parts(a as *const u8, len) }.to_vec();
+        // SAFETY: `a` came from ucp_worker_get_address on this worker.
+        unsafe { (lib.worker_release_address)(g.worker, a) };
+        Ok(v)
+    }
+
+    /// Maps `[start, start+len)` of a heap (at `base + start` in this process) with UCP and
+    /// packs its remote key.
+    pub fn register(&self, call: &'static str, chunk: &Chunk) -> Result<Key> {
+        let mut g = self.lock(call)?;
+        let lib = self.shared.lib;
+        let p = ffi::UcpMemMapParams {
+            field_mask: ffi::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | ffi::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | ffi::UCP_MEM_MAP_PARAM_FIELD_PROT
+                | ffi::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
+            address: (chunk.base + chunk.start) as *mut c_void,
+            length: chunk.len,
+            flags: 0,
+            prot: ffi::UCP_MEM_MAP_PROT_LOCAL_READ
+                | ffi::UCP_MEM_MAP_PROT_LOCAL_WRITE
+                | ffi::UCP_MEM_MAP_PROT_REMOTE_READ
+                | ffi::UCP_MEM_MAP_PROT_REMOTE_WRITE,
+            memory_type: if chunk.gpu.is_some() {
+                ffi::UCS_MEMORY_TYPE_CUDA
+            } else {
+                ffi::UCS_MEMORY_TYPE_HOST
+            },
+        };
+        let mut memh: ffi::MemH = std::ptr::null_mut();
+        // SAFETY: the range is mapped memory of this PE's heap that stays mapped until the
+        // transport is dropped (heaps are dropped after the remote transports).
+        let st = unsafe { (lib.mem_map)(self.ctx.h, &p, &mut memh) };
+        if st != ffi::UCS_OK {
+            return Err(self.ucs(
+                call,
+                &format!(
+                    "ucp_mem_map of {} bytes of the {:?} heap{}",
+                    chunk.len,
+                    chunk.heap,
+                    if chunk.gpu.is_some() {
+                        " (GPU memory)"
+                    } else {
+                        ""
+                    }
+                ),
+                st,
+            ));
+        }
+        g.memh.push(memh);
+        let mut buf: *mut c_void = std::ptr::null_mut();
+        let mut size = 0usize;
+        // SAFETY: live context and memh; valid out-pointers.
+        let st = unsafe { (lib.rkey_pack)(self.ctx.h, memh, &mut buf, &mut size) };
+        if st != ffi::UCS_OK {
+            return Err(self.ucs(call, "ucp_rkey_pack", st));
+        }
+        // SAFETY: UCX returned `size` readable bytes at `buf`, released right after the copy.
+        let rkey = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
+        // SAFETY: buf came from ucp_rkey_pack.
+        unsafe { (lib.rkey_buffer_release)(buf) };
+        Ok(Key {
+            heap: chunk.heap,
+            start: chunk.start as u64,
+            len: chunk.len as u64,
+            addr: (chunk.base + chunk.start) as u64,
+            rkey,
+        })
+    }
+
+    /// Creates the endpoint to PE `pe` from its worker address.
+    pub fn connect(&self, call: &'static str, pe: usize, address: &[u8]) -> Result<()> {
+        let mut g = self.lock(call)?;
+        if pe >= g.eps.len() || !g.eps[pe].is_null() {
+            return Err(Error::invalid(
+                call,
+                format!("UCX endpoint to PE {pe}: bad or repeated PE"),
+            ));
+        }
+        if address.is_empty() {
+            return Err(Error::invalid(
+                call,
+                format!("PE {pe} sent no UCX worker address"),
+            ));
+        }
+        let lib = self.shared.lib;
+        // SAFETY: all-zero is a valid ucp_ep_params_t.
+        let mut p: ffi::UcpEpParams = unsafe { std::mem::zeroed() };
+        p.field_mask = ffi::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+            | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+            | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        p.address = address.as_ptr().cast();
+        p.err_mode = ffi::UCP_ERR_HANDLING_MODE_PEER;
+        p.err_handler = ffi::UcpErrHandler {
+            cb: Some(ep_error),
+            arg: (&self.shared.failed[pe]) as *const AtomicBool as *mut c_void,
+        };
+        let mut ep: ffi::Ep = std::ptr::null_mut();
+        // SAFETY: live worker under the lock; the address bytes are live for the call (UCX
+        // copies what it needs); the error-callback argument outlives the endpoint.
+        let st = unsafe { (lib.ep_create)(g.worker, &p, &mut ep) };
+        if st != ffi::UCS_OK {
+            return Err(self.ucs(call, &format!("ucp_ep_create to PE {pe}"), st));
+        }
+        g.eps[pe] = ep;
+        Ok(())
+    }
+
+    /// Unpacks PE `pe`'s keys on the endpoint to it.
+    pub fn add_keys(&self, call: &'static str, pe: usize, keys: &[Key]) -> Result<()> {
+        let mut g = self.lock(call)?;
+        let ep = *g
+            .eps
+            .get(pe)
+            .filter(|e| !e.is_null())
+            .ok_or_else(|| Error::invalid(call, format!("no UCX endpoint to PE {pe}")))?;
+        let lib = self.shared.lib;
+        for k in keys {
+            let mut rkey: ffi::Rkey = std::ptr::null_mut();
+            // SAFETY: live endpoint; the packed key bytes are live for the call.
+            let st = unsafe { (lib.ep_rkey_unpack)(ep, k.rkey.as_ptr().cast(), &mut rkey) };
+            if st != ffi::UCS_OK {
+                return Err(self.ucs(call, &format!("ucp_ep_rkey_unpack of PE {pe}'s key"), st));
+            }
+            g.keys[pe].push(RemoteKey {
+                heap: k.heap,
+                start: k.start,
+                len: k.len,
+                addr: k.addr,
+                rkey,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts the progress thread (after the endpoints exist); failures of peers are reported
+    /// to `live` from now on.
+    pub fn start_progress(&mut self, live: Arc<Liveness>) -> Result<()> {
+        let _ = self.live.set(live);
+        let shared = self.shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("rshmem-ucx-{}", self.me))
+            .spawn(move || progress_loop(&shared))
+            .map_err(|e| Error::os("init", "spawning the UCX progress thread", e))?;
+        self.progress = Some(h);
+        Ok(())
+    }
+
+    /// The endpoint, remote address and key for `[off, off+n)` of `pe`'s heap: the returned
+    /// length is how much of it lies in one registered chunk.
+    fn locate(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        at: RemoteAddr,
+        n: usize,
+    ) -> Result<(ffi::Ep, u64, ffi::Rkey, usize)> {
+        if self
+            .shared
+            .failed
+            .get(at.pe)
+            .is_some_and(|f| f.load(Ordering::Acquire))
+        {
+            return Err(self.lost(call, at.pe));
+        }
+        let ep = g.eps.get(at.pe).copied().unwrap_or(std::ptr::null_mut());
+        if ep.is_null() {
+            return Err(Error::invalid(
+                call,
+                format!("PE {} is not a UCX peer", at.pe),
+            ));
+        }
+        let off = at.off as u64;
+        let k = g.keys[at.pe]
+            .iter()
+            .find(|k| k.heap == at.heap && off >= k.start && off - k.start < k.len)
+            .ok_or_else(|| {
+                Error::invalid(
+                    call,
+                    format!(
+                        "PE {} registered no UCX memory at offset {off:#x} of its {:?} heap",
+                        at.pe, at.heap
+                    ),
+                )
+            })?;
+        let k_n = ((k.start + k.len - off) as usize).min(n);
+        Ok((ep, k.addr + (off - k.start), k.rkey, k_n))
+    }
+
+    fn lost(&self, call: &'static str, pe: usize) -> Error {
+        let reason =
+            "UCX reported its endpoint failed (it exited, crashed or is unreachable)".to_string();
+        if let Some(l) = self.live.get() {
+            l.report(pe, reason.clone());
+        }
+        Error::PeerLost {
+            call,
+            me: self.me,
+            pe,
+            reason,
+        }
+    }
+
+    /// Orders what was issued before against what follows (see the module docs).
+    fn order(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        if g.unfenced {
+            // SAFETY: live worker under the lock.
+            let st = unsafe { (self.shared.lib.worker_fence)(g.worker) };
+            if st != ffi::UCS_OK {
+                return Err(self.ucs(call, "ucp_worker_fence", st));
+            }
+            g.unfenced = false;
+        }
+        Ok(())
+    }
+
+    /// Waits (progressing the worker) for a request returned by a `*_nbx` call; frees it.
+    fn wait(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        pe: Option<usize>,
+        what: &str,
+        req: ffi::StatusPtr,
+    ) -> Result<()> {
+        if req.is_null() {
+            return Ok(());
+        }
+        let lib = self.shared.lib;
+        if ffi::ptr_is_err(req) {
+            return Err(self.fail(call, pe, what, ffi::ptr_status(req)));
+        }
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            // SAFETY: live worker under the lock; req is a live request of it.
+            let st = unsafe {
+                (lib.worker_progress)(g.worker);
+                (lib.request_check_status)(req)
+            };
+            if st != ffi::UCS_INPROGRESS {
+                // SAFETY: a completed request, freed once.
+                unsafe { (lib.request_free)(req) };
+                return if st == ffi::UCS_OK {
+                    Ok(())
+                } else {
+                    Err(self.fail(call, pe, what, st))
+                };
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && t0.elapsed() >= SPIN {
+                // Nothing for a while: sleep on the worker's event fd instead of taking a core
+                // from the peers we wait for (and their progress threads).
+                // SAFETY: live worker under the lock.
+                if unsafe { (lib.worker_arm)(g.worker) } == ffi::UCS_OK {
+                    let mut fd = libc::pollfd {
+                        fd: self.shared.efd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd; the timeout bounds a missed wake-up.
+                    unsafe { libc::poll(&mut fd, 1, 10) };
+                }
+            }
+            if spins % 256 == 0 {
+                let lost = pe
+                    .filter(|&p| self.shared.failed[p].load(Ordering::Acquire))
+                    .or_else(|| self.live.get().and_then(|l| l.failed()).map(|(p, _)| p));
+                let late = self.timeout.is_some_and(|t| t0.elapsed() > t);
+                if lost.is_some() || late {
+                    // SAFETY: freeing an incomplete request lets UCX release it when it
+                    // completes (or fails); we never touch it again.
+                    unsafe { (lib.request_free)(req) };
+                    if let Some(p) = lost {
+                        return Err(self.lost(call, p));
+                    }
+                    return Err(Error::Timeout {
+                        call,
+                        me: self.me,
+                        pe,
+                        what: format!("UCX to complete a {what}"),
+                        waited: self.timeout.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn fail(&self, call: &'static str, pe: Option<usize>, what: &str, st: ffi::Status) -> Error {
+        match pe {
+            Some(p) if self.shared.failed[p].load(Ordering::Acquire) => self.lost(call, p),
+            _ => Error::Unsupported {
+                call,
+                reason: format!(
+                    "UCX {what}{} failed: {}",
+                    pe.map(|p| format!(" to PE {p}")).unwrap_or_default(),
+                    self.shared.lib.status_text(st)
+                ),
+            },
+        }
+    }
+
+    /// Completes every operation issued so far (remote completion) and reaps pending stores.
+    fn flush(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        let lib = self.shared.lib;
+        let p = ffi::UcpRequestParam::empty();
+        // SAFETY: live worker under the lock.
+        let req = unsafe { (lib.worker_flush_nbx)(g.worker, &p) };
+        let r = self.wait(call, g, None, "flush", req);
+        g.unfenced = false;
+        let pending = std::mem::take(&mut g.pending);
+        let mut out = r;
+        for (req, _buf) in pending {
+            let r = self.wait(call, g, None, "store", req);
+            if out.is_ok() {
+                out = r;
+            }
+        }
+        out
+    }
+
+    /// Reaps completed stores (keeps their buffers alive until then).
+    fn reap(&self, g: &mut Inner) {
+        let lib = self.shared.lib;
+        g.pending.retain(|(req, _)| {
+            // SAFETY: a live request of this worker.
+            let st = unsafe { (lib.request_check_status)(*req) };
+            if st == ffi::UCS_INPROGRESS {
+                return true;
+            }
+            // SAFETY: completed, freed once.
+            unsafe { (lib.request_free)(*req) };
+            false
+        });
+    }
+}
+
+/// Progress thread: drain, arm, sleep on the event fd; repeat until stopped.
+fn progress_loop(s: &Shared) {
+    let lib = s.lib;
+    while !s.stop.load(Ordering::Acquire) {
+        let armed: ffi::Status = match s.inner.lock() {
+            Ok(g) => {
+                // SAFETY: live worker under the lock.
+                unsafe { while (lib.worker_progress)(g.worker) != 0 {} }
+                // SAFETY: as above.
+                let st = unsafe { (lib.worker_arm)(g.worker) };
+                if st != ffi::UCS_OK && st != ffi::UCS_ERR_BUSY {
+                    tracing::warn!(target: "rshmem::ucx", "ucp_worker_arm: {}", lib.status_text(st));
+                }
+                st
+            }
+            Err(_) => return,
+        };
+        if armed == ffi::UCS_ERR_BUSY {
+            // More events arrived while arming: progress again.
+            std::thread::yield_now();
+            continue;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: s.efd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: s.stopfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds. The timeout only bounds a missed wake-up.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+    }
+}
+
+impl Drop for Ucx {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.shared.stopfd, (&one as *const u64).cast(), 8) };
+        if let Some(h) = self.progress.take() {
+            let _ = h.join();
+        }
+        let lib = self.shared.lib;
+        if let Ok(mut g) = self.shared.inner.lock() {
+            let _ = self.flush("finalize", &mut g);
+            for keys in g.keys.iter_mut() {
+                for k in keys.drain(..) {
+                    // SAFETY: unpacked once, destroyed once, before its endpoint closes.
+                    unsafe { (lib.rkey_destroy)(k.rkey) };
+                }
+            }
+            let eps: Vec<ffi::Ep> = g.eps.iter().copied().filter(|e| !e.is_null()).collect();
+            for ep in eps {
+                let mut p = ffi::UcpRequestParam::empty();
+                p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
+                // Forced: peers may already be gone, and nothing is outstanding (flushed above).
+                p.flags = ffi::UCP_EP_CLOSE_FLAG_FORCE;
+                // SAFETY: a live endpoint, closed once.
+                let req = unsafe { (lib.ep_close_nbx)(ep, &p) };
+                if !req.is_null() && !ffi::ptr_is_err(req) {
+                    let t0 = Instant::now();
+                    // SAFETY: progressing the live worker until the close request completes.
+                    unsafe {
+                        while (lib.request_check_status)(req) == ffi::UCS_INPROGRESS
+                            && t0.elapsed() < Duration::from_secs(2)
+                        {
+                            (lib.worker_progress)(g.worker);
+                        }
+                        (lib.request_free)(req);
+                    }
+                }
+            }
+            g.eps.clear();
+            for m in g.memh.drain(..) {
+                // SAFETY: mapped once on this context, unmapped once.
+                unsafe { (lib.mem_unmap)(self.ctx.h, m) };
+            }
+            // SAFETY: the worker is live and nothing uses it any more.
+            unsafe { (lib.worker_destroy)(g.worker) };
+        }
+        // SAFETY: our eventfd, closed once.
+        unsafe { libc::close(self.shared.stopfd) };
+    }
+}
+
+impl TransportOps for Ucx {
+    type Addr = RemoteAddr;
+
+    fn name(&self) -> &'static str {
+        "ucx"
+    }
+
+    fn caps(&self) -> Caps {
+        CAPS
+    }
+
+    fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)?;
+        let p = ffi::UcpRequestParam::empty();
+        let mut done = 0;
+        while done < n {
+            let at = RemoteAddr {
+                off: dst.off + done,
+                ..dst
+            };
+            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
+            // SAFETY: src..src+n is live and readable (the caller's contract); we wait for the
+            // request below, so the buffer is not read after this call returns.
+            let req =
+                unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, &p) };
+            self.wait(call, &g, Some(dst.pe), "put", req)?;
+            done += k;
+        }
+        g.unfenced = true;
+        Ok(())
+    }
+
+    fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)?;
+        let p = ffi::UcpRequestParam::empty();
+        let mut done = 0;
+        while done < n {
+            let at = RemoteAddr {
+                off: src.off + done,
+                ..src
+            };
+            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
+            // SAFETY: dst..dst+n is live and writable (the caller's contract); we wait for
+            // completion before returning.
+            let req =
+                unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, &p) };
+            self.wait(call, &g, Some(src.pe), "get", req)?;
+            done += k;
+        }
+        Ok(())
+    }
+
+    fn amo(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        if size != 4 && size != 8 {
+            return Err(Error::invalid(
+                call,
+                format!("atomic of {size} bytes (4 or 8 only)"),
+            ));
+        }
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)?;
+        let (ep, raddr, rkey, k) = self.locate(call, &g, at, size)?;
+        if k < size {
+            return Err(Error::invalid(
+                call,
+                "atomic word crosses a registered chunk",
+            ));
+        }
+        let (code, operand) = match op {
+            AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0),
+            AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value),
+            AmoOp::CompareSwap => (ffi::UCP_ATOMIC_OP_CSWAP, cond),
+            AmoOp::FetchAdd => (ffi::UCP_ATOMIC_OP_ADD, value),
+            AmoOp::FetchAnd => (ffi::UCP_ATOMIC_OP_AND, value),
+            AmoOp::FetchOr => (ffi::UCP_ATOMIC_OP_OR, value),
+            AmoOp::FetchXor => (ffi::UCP_ATOMIC_OP_XOR, value),
+        };
+        // Operand and reply as words of `size` bytes (a 4-byte word in the first half). They
+        // live in a box that is leaked if the request cannot be waited for (so a late
+        // completion never writes freed memory).
+        // CSWAP compares the remote word with `buffer` and writes the reply buffer's input
+        // value when they are equal (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z =
+        // reply_buffer).
+        let mut b = match op {
+            AmoOp::CompareSwap => Box::new([cond, value]),
+            _ => Box::new([operand, 0]),
+        };
+        if size == 4 {
+            let (o, r) = (b[0] as u32, b[1] as u32);
+            b[0] = u64::from(o) | (u64::from(o) << 32);
+            b[1] = u64::from(r) | (u64::from(r) << 32);
+        }
+        let mut p = ffi::UcpRequestParam::empty();
+        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        p.datatype = ffi::dt_contig(size);
+        p.reply_buffer = (&mut b[1] as *mut u64).cast();
+        // SAFETY: the box outlives the request: waited below, leaked if the wait fails.
+        let req = unsafe {
+            (self.shared.lib.atomic_op_nbx)(ep, code, b.as_ptr().cast(), 1, raddr, rkey, &p)
+        };
+        let r = self.wait(call, &g, Some(at.pe), "atomic", req);
+        g.unfenced = true;
+        if let Err(e) = r {
+            std::mem::forget(b);
+            return Err(e);
+        }
+        // A 4-byte reply fills the first four bytes (both halves were equal on input, so either
+        // byte order of the host gives the same low half back).
+        let v = b[1];
+        Ok(if size == 4 {
+            // SAFETY: reading the u32 at the start of the reply word, where UCX wrote it.
+            unsafe { *((&b[1]) as *const u64 as *const u32) as u64 }
+        } else {
+            v
+        })
+    }
+
+    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)?;
+        let (ep, raddr, rkey, k) = self.locate(call, &g, at, 8)?;
+        if k < 8 {
+            return Err(Error::invalid(call, "flag word crosses a registered chunk"));
+        }
+        if g.pending.len() >= MAX_PENDING {
+            self.flush(call, &mut g)?;
+        } else {
+            self.reap(&mut g);
+        }
+        // The operand and the (unused) old value live in a box until the request completes.
+        let mut b = Box::new([value, 0u64]);
+        let mut p = ffi::UcpRequestParam::empty();
+        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        p.datatype = ffi::dt_contig(8);
+        p.reply_buffer = (&mut b[1] as *mut u64).cast();
+        // SAFETY: the box outlives the request (kept in `pending` until it completes).
+        let req = unsafe {
+            (self.shared.lib.atomic_op_nbx)(
+                ep,
+                ffi::UCP_ATOMIC_OP_SWAP,
+                b.as_ptr().cast(),
+                1,
+                raddr,
+                rkey,
+                &p,
+            )
+        };
+        g.unfenced = true;
+        if ffi::ptr_is_err(req) {
+            return Err(self.fail(call, Some(at.pe), "store", ffi::ptr_status(req)));
+        }
+        if !req.is_null() {
+            g.pending.push((req, b));
+        }
+        Ok(())
+    }
+
+    fn fence(&self, call: &'static str) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.flush(call, &mut g)
+    }
+
+    fn progress(&self, call: &'static str) -> Result<()> {
+        let mut g = self.lock(call)?;
+        // SAFETY: live worker under the lock.
+        unsafe { (self.shared.lib.worker_progress)(g.worker) };
+        self.reap(&mut g);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_parse() {
+        let text = "#\n# UCP context\n#     component 1  :  tcp\n#            md 1  :  component 1  tcp \n#\n#      resource 0  :  md 0  dev 0  flags -- self/memory0\n#      resource 1  :  md 1  dev 1  flags -- tcp/lo\n#      resource 2  :  md 2  dev 2  flags -- rc_mlx5/mlx5_0:1\n#\n";
+        let r = parse_resources(text);
+        assert_eq!(r, ["self/memory0", "tcp/lo", "rc_mlx5/mlx5_0:1"]);
+        assert!(is_rdma(&r[2]) && !is_rdma(&r[1]));
+        let p = Probe {
+            path: String::new(),
+            version: (1, 13, 1),
+            resources: r[..2].to_vec(),
+        };
+        assert!(!p.rdma());
+    }
+}

@@ -1,0 +1,200 @@
+//! What PEs exchange through the bootstrap for the UCX transport: the UCP worker address (at
+//! init) and the packed remote keys of registered heap chunks (at init and whenever the heap
+//! grows). Everything a peer sends is checked before use: a truncated or malformed payload is
+//! an error naming what is wrong, never a panic.
+
+use crate::transport::HeapId;
+
+const MAGIC: [u8; 4] = *b"RSux";
+const VERSION: u8 = 1;
+
+/// One registered heap chunk of a PE: offsets `[start, start+len)` of heap `heap` are at the
+/// sending PE's virtual address `addr`, reachable with the packed UCP remote key `rkey`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// Which heap.
+    pub heap: HeapId,
+    /// First offset.
+    pub start: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The registering PE's address of `start`.
+    pub addr: u64,
+    /// `ucp_rkey_pack` output.
+    pub rkey: Vec<u8>,
+}
+
+/// A PE's payload: its worker address (empty in a key-only update) and its new keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Payload {
+    /// `ucp_worker_get_address` output.
+    pub address: Vec<u8>,
+    /// Chunks registered since the last exchange.
+    pub keys: Vec<Key>,
+}
+
+impl Payload {
+    /// Magic, version, address, keys; lengths as little-endian u32.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(16 + self.address.len() + self.keys.len() * 64);
+        b.extend_from_slice(&MAGIC);
+        b.push(VERSION);
+        b.extend_from_slice(&(self.address.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.address);
+        b.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
+        for k in &self.keys {
+            b.push(k.heap as u8);
+            b.extend_from_slice(&k.start.to_le_bytes());
+            b.extend_from_slice(&k.len.to_le_bytes());
+            b.extend_from_slice(&k.addr.to_le_bytes());
+            b.extend_from_slice(&(k.rkey.len() as u32).to_le_bytes());
+            b.extend_from_slice(&k.rkey);
+        }
+        b
+    }
+
+    /// The inverse of [`encode`](Payload::encode); the error says what is wrong.
+    pub fn decode(b: &[u8]) -> Result<Payload, String> {
+        let mut r = Reader { b, at: 0 };
+        if r.take(4)? != MAGIC {
+            return Err("bad magic (not a UCX transport payload)".into());
+        }
+        let v = r.take(1)?[0];
+        if v != VERSION {
+            return Err(format!(
+                "version {v}, this PE speaks {VERSION} (mixed rshmem versions?)"
+            ));
+        }
+        let alen = r.u32()? as usize;
+        let address = r.take(alen)?.to_vec();
+        let n = r.u32()? as usize;
+        let mut keys = Vec::new();
+        for i in 0..n {
+            let heap = match r.take(1)?[0] {
+                0 => HeapId::User,
+                1 => HeapId::Ctrl,
+                h => return Err(format!("key {i}: unknown heap {h}")),
+            };
+            let start = r.u64()?;
+            let len = r.u64()?;
+            let addr = r.u64()?;
+            if start.checked_add(len).is_none() || addr.checked_add(len).is_none() {
+                return Err(format!("key {i}: range overflows"));
+            }
+            let klen = r.u32()? as usize;
+            let rkey = r.take(klen)?.to_vec();
+            keys.push(Key {
+                heap,
+                start,
+                len,
+                addr,
+                rkey,
+            });
+        }
+        if r.at != b.len() {
+            return Err(format!("{} trailing bytes", b.len() - r.at));
+        }
+        Ok(Payload { address, keys })
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "truncated: {n} bytes wanted at {} of {}",
+                self.at,
+                self.b.len()
+            ));
+        };
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Payload {
+        Payload {
+            address: vec![7; 79],
+            keys: vec![
+                Key {
+                    heap: HeapId::Ctrl,
+                    start: 0,
+                    len: 2 << 20,
+                    addr: 0x7f00_0000_0000,
+                    rkey: vec![1, 2, 3],
+                },
+                Key {
+                    heap: HeapId::User,
+                    start: 64 << 20,
+                    len: 64 << 20,
+                    addr: 0x7e00_0000_0000,
+                    rkey: vec![9; 40],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let p = sample();
+        assert_eq!(Payload::decode(&p.encode()), Ok(p));
+        let empty = Payload::default();
+        assert_eq!(Payload::decode(&empty.encode()), Ok(empty));
+    }
+
+    #[test]
+    fn every_truncation_and_extension_is_an_error() {
+        let b = sample().encode();
+        for n in 0..b.len() {
+            assert!(
+                Payload::decode(&b[..n]).is_err(),
+                "prefix of {n} bytes decoded"
+            );
+        }
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(Payload::decode(&longer).unwrap_err().contains("trailing"));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let b = sample().encode();
+        let mut m = b.clone();
+        m[0] = b'X';
+        assert!(Payload::decode(&m).unwrap_err().contains("magic"));
+        let mut m = b.clone();
+        m[4] = 99;
+        assert!(Payload::decode(&m).unwrap_err().contains("version 99"));
+        // The first key's heap byte follows magic, version, address and key count.
+        let at = 4 + 1 + 4 + 79 + 4;
+        let mut m = b.clone();
+        m[at] = 5;
+        assert!(Payload::decode(&m).unwrap_err().contains("unknown heap 5"));
+        // A length field claiming more than is there.
+        let mut m = b;
+        m[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Payload::decode(&m).unwrap_err().contains("truncated"));
+    }
+}
