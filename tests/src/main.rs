@@ -24,8 +24,10 @@
 //! * `heap` — malloc family semantics, heap growth, symmetric offsets, out of memory (run with
 //!   `RSHMEM_HEAP_INITIAL=4M RSHMEM_HEAP_LIMIT=256M`).
 //! * `heap-huge` — allocation requests near `usize::MAX` must fail cleanly.
-//! * `transports [tcp|verbs]` — `World::transport` names the transport and capability bits of
+//! * `transports [tcp|verbs|ucx]` — `World::transport` names the transport and capability bits of
 //!   every PE (load/store on this host, the given remote transport for the others).
+//! * `idle` — one-sided operations on a PE that sleeps outside rshmem complete, and the
+//!   sleeping PE uses (almost) no CPU (2+ PEs).
 //! * `errors` — bad arguments give the right error and write nothing.
 //! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
 //! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
@@ -70,6 +72,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("timeout", false),
     ("die", true),
     ("crash", true),
+    ("idle", true),
 ];
 
 /// Runs scenario `name` (one of [`SCENARIOS`]).
@@ -88,6 +91,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
         "transports" => transports::run,
+        "idle" => idle::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),

@@ -212,15 +212,16 @@ struct Shared {
     inner: Mutex<Inner>,
     /// The worker's event fd (owned by the worker).
     efd: c_int,
-    /// Wakes the progress thread to stop.
-    stopfd: c_int,
+    /// Wakes the progress thread: to stop, or because a store is in flight (UCX may need this
+    /// worker's progress to send it while the caller waits elsewhere).
+    kickfd: c_int,
     stop: AtomicBool,
     /// Per PE: UCX reported the endpoint failed (set by the error callback).
     failed: Box<[AtomicBool]>,
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
-// SERIALIZED); `efd`/`stopfd` are plain fds; the rest is Sync.
+// SERIALIZED); `efd`/`kickfd` are plain fds; the rest is Sync.
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
@@ -290,8 +291,8 @@ impl Ucx {
             return Err(format!("ucp_worker_get_efd: {}", lib.status_text(st)));
         }
         // SAFETY: plain eventfd creation.
-        let stopfd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stopfd < 0 {
+        let kickfd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if kickfd < 0 {
             destroy(worker);
             return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
         }
@@ -306,7 +307,7 @@ impl Ucx {
                 pending: Vec::new(),
             }),
             efd,
-            stopfd,
+            kickfd,
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
         });
@@ -674,9 +675,16 @@ impl Ucx {
         out
     }
 
-    /// Reaps completed stores (keeps their buffers alive until then).
-    fn reap(&self, g: &mut Inner) {
-        let lib = self.shared.lib;
+    fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.shared.kickfd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// Reaps completed stores (their buffers stay alive until then).
+fn reap(lib: &Lib, g: &mut Inner) {
+    {
         g.pending.retain(|(req, _)| {
             // SAFETY: a live request of this worker.
             let st = unsafe { (lib.request_check_status)(*req) };
@@ -694,16 +702,17 @@ impl Ucx {
 fn progress_loop(s: &Shared) {
     let lib = s.lib;
     while !s.stop.load(Ordering::Acquire) {
-        let armed: ffi::Status = match s.inner.lock() {
-            Ok(g) => {
+        let (armed, busy) = match s.inner.lock() {
+            Ok(mut g) => {
                 // SAFETY: live worker under the lock.
                 unsafe { while (lib.worker_progress)(g.worker) != 0 {} }
+                reap(lib, &mut g);
                 // SAFETY: as above.
                 let st = unsafe { (lib.worker_arm)(g.worker) };
                 if st != ffi::UCS_OK && st != ffi::UCS_ERR_BUSY {
                     tracing::warn!(target: "rshmem::ucx", "ucp_worker_arm: {}", lib.status_text(st));
                 }
-                st
+                (st, !g.pending.is_empty())
             }
             Err(_) => return,
         };
@@ -719,13 +728,17 @@ fn progress_loop(s: &Shared) {
                 revents: 0,
             },
             libc::pollfd {
-                fd: s.stopfd,
+                fd: s.kickfd,
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
-        // SAFETY: two valid pollfds. The timeout only bounds a missed wake-up.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        // SAFETY: two valid pollfds. While stores are in flight the thread keeps progressing
+        // the worker every millisecond; otherwise the timeout only bounds a missed wake-up.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, if busy { 1 } else { 1000 }) };
+        let mut v = 0u64;
+        // SAFETY: draining our non-blocking eventfd into a u64.
+        unsafe { libc::read(s.kickfd, (&mut v as *mut u64).cast(), 8) };
     }
 }
 
@@ -734,7 +747,7 @@ impl Drop for Ucx {
         self.shared.stop.store(true, Ordering::Release);
         let one: u64 = 1;
         // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { libc::write(self.shared.stopfd, (&one as *const u64).cast(), 8) };
+        unsafe { libc::write(self.shared.kickfd, (&one as *const u64).cast(), 8) };
         if let Some(h) = self.progress.take() {
             let _ = h.join();
         }
@@ -777,7 +790,7 @@ impl Drop for Ucx {
             unsafe { (lib.worker_destroy)(g.worker) };
         }
         // SAFETY: our eventfd, closed once.
-        unsafe { libc::close(self.shared.stopfd) };
+        unsafe { libc::close(self.shared.kickfd) };
     }
 }
 
@@ -918,7 +931,7 @@ impl TransportOps for Ucx {
         if g.pending.len() >= MAX_PENDING {
             self.flush(call, &mut g)?;
         } else {
-            self.reap(&mut g);
+            reap(self.shared.lib, &mut g);
         }
         // The operand and the (unused) old value live in a box until the request completes.
         let mut b = Box::new([value, 0u64]);
@@ -944,6 +957,7 @@ impl TransportOps for Ucx {
         }
         if !req.is_null() {
             g.pending.push((req, b));
+            self.kick();
         }
         Ok(())
     }
@@ -962,7 +976,7 @@ impl TransportOps for Ucx {
         let mut g = self.lock(call)?;
         // SAFETY: live worker under the lock.
         unsafe { (self.shared.lib.worker_progress)(g.worker) };
-        self.reap(&mut g);
+        reap(self.shared.lib, &mut g);
         Ok(())
     }
 }

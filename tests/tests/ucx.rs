@@ -1,0 +1,231 @@
+//! The functional scenarios over the UCX transport (`RSHMEM_REMOTE_TRANSPORT=ucx`), UCX itself
+//! restricted to TCP (`UCX_TLS=tcp`, so RMA and atomics are emulated by UCX and need the
+//! target's progress thread): `RSHMEM_DISABLE_P2P=1` makes every PE its own node, so every
+//! other PE is reached through UCX. Also: the ring examples through `rshmemrun`, one-sided
+//! operations on a PE that sleeps outside rshmem, the capability bits, and a forced UCX that
+//! cannot be loaded failing cleanly at init on every PE.
+//!
+//! When libucp cannot be loaded on this machine every test here says `SKIPPED` and passes
+//! (CI installs Debian's `libucx-dev`, so they run there).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// Every PE its own node, on the CPU backend, every pair over UCX on TCP.
+const UCX: &[(&str, &str)] = &[
+    ("RSHMEM_DISABLE_P2P", "1"),
+    ("RSHMEM_BACKEND", "cpu"),
+    ("RSHMEM_REMOTE_TRANSPORT", "ucx"),
+    ("UCX_TLS", "tcp"),
+];
+
+/// True (after saying so) when UCX cannot be loaded here.
+fn skip() -> bool {
+    match rshmem::probe_ucx(None) {
+        Ok(_) => false,
+        Err(e) => {
+            eprintln!("SKIPPED: UCX is not available here: {e}");
+            true
+        }
+    }
+}
+
+/// Runs `scenario` on `n` PEs with [`UCX`] plus `extra`; `secs` bounds the launcher.
+fn run(n: usize, scenario: &str, extra: &[(&str, &str)], secs: u32) {
+    let mut j = common::job(n, scenario).timeout(secs);
+    for (k, v) in UCX.iter().chain(extra) {
+        j = j.env(k, v);
+    }
+    if scenario == "transports" {
+        j = j.arg("ucx");
+    }
+    j.run().assert_ok(0..n, scenario);
+}
+
+/// One test per scenario and PE count.
+macro_rules! ucx {
+    ($scenario:literal, $extra:expr, $secs:literal, $($name:ident = $n:literal),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            if skip() {
+                return;
+            }
+            run($n, $scenario, $extra, $secs);
+        }
+    )*};
+}
+
+const NONE: &[(&str, &str)] = &[];
+const HEAP: &[(&str, &str)] = &[("RSHMEM_HEAP_INITIAL", "4M"), ("RSHMEM_HEAP_LIMIT", "256M")];
+const SYMMETRY: &[(&str, &str)] = &[("RSHMEM_DEBUG_SYMMETRY", "1")];
+const BIG: &[(&str, &str)] = &[("RSHMEM_HEAP_INITIAL", "4M"), ("RSHMEM_HEAP_LIMIT", "512M")];
+
+ucx!(
+    "rma",
+    NONE,
+    60,
+    rma_ucx_2pes = 2,
+    rma_ucx_3pes = 3,
+    rma_ucx_4pes = 4
+);
+ucx!(
+    "amo",
+    NONE,
+    60,
+    amo_ucx_2pes = 2,
+    amo_ucx_3pes = 3,
+    amo_ucx_4pes = 4
+);
+ucx!(
+    "signal",
+    NONE,
+    60,
+    signal_ucx_2pes = 2,
+    signal_ucx_3pes = 3,
+    signal_ucx_4pes = 4
+);
+ucx!(
+    "wait",
+    NONE,
+    60,
+    wait_ucx_2pes = 2,
+    wait_ucx_3pes = 3,
+    wait_ucx_4pes = 4
+);
+ucx!(
+    "heap",
+    HEAP,
+    60,
+    heap_ucx_2pes = 2,
+    heap_ucx_3pes = 3,
+    heap_ucx_4pes = 4
+);
+ucx!(
+    "errors",
+    NONE,
+    60,
+    errors_ucx_2pes = 2,
+    errors_ucx_3pes = 3,
+    errors_ucx_4pes = 4
+);
+ucx!(
+    "symmetry",
+    SYMMETRY,
+    60,
+    symmetry_ucx_2pes = 2,
+    symmetry_ucx_3pes = 3,
+    symmetry_ucx_4pes = 4
+);
+ucx!(
+    "stream",
+    NONE,
+    60,
+    stream_ucx_2pes = 2,
+    stream_ucx_3pes = 3,
+    stream_ucx_4pes = 4
+);
+ucx!(
+    "coll",
+    NONE,
+    600,
+    coll_ucx_2pes = 2,
+    coll_ucx_3pes = 3,
+    coll_ucx_4pes = 4
+);
+ucx!(
+    "transports",
+    NONE,
+    60,
+    transports_ucx_2pes = 2,
+    transports_ucx_3pes = 3,
+    transports_ucx_4pes = 4
+);
+ucx!("idle", NONE, 60, idle_ucx_2pes = 2, idle_ucx_3pes = 3);
+// A 128 MiB get and put crossing the heap's chunks (each mapped and keyed separately).
+ucx!("tcp-big", BIG, 120, big_transfer_ucx = 2);
+
+/// An example program from the same target directory as `rshmem-testpe`, built if missing.
+fn example(name: &str) -> PathBuf {
+    let pe = common::testpe();
+    let dir = pe.parent().expect("rshmem-testpe has a parent directory");
+    let path = dir.join(name);
+    if !path.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "rshmem-examples", "--bin", name]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+        let st = cmd.status().expect("running cargo build for an example");
+        assert!(st.success(), "building {name} failed");
+    }
+    path
+}
+
+#[test]
+fn ring_shift_ucx() {
+    if skip() {
+        return;
+    }
+    for n in [2, 3, 4] {
+        let mut cmd = Command::new(common::rshmemrun());
+        cmd.args(["-n", &n.to_string(), "--timeout", "60"])
+            .arg(example("ring_shift"))
+            .env("RSHMEM_TIMEOUT", "30");
+        for (k, v) in UCX {
+            cmd.env(k, v);
+        }
+        let r = common::run_cmd(cmd, Duration::from_secs(90));
+        r.check(r.status.success(), &format!("ring_shift on {n} PEs failed"));
+        let mut got: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+        got.sort();
+        let mut want: Vec<String> = (0..n)
+            .map(|pe| format!("{pe}: received message {}", (pe + n - 1) % n))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "ring_shift on {n} PEs over UCX");
+    }
+}
+
+/// `RSHMEM_REMOTE_TRANSPORT=ucx` with a libucp that cannot be loaded: every PE fails at init
+/// with an error naming the library, none panics or waits for the others. Runs everywhere
+/// (it needs no UCX).
+#[test]
+fn ucx_forced_without_a_library_fails_cleanly_at_init() {
+    for n in [2, 3] {
+        let mut j = common::job(n, "rma");
+        for (k, v) in UCX {
+            j = j.env(k, v);
+        }
+        let r = j.env("RSHMEM_UCX_LIB", "/nonexistent/libucp.so.0").run();
+        r.check(!r.status.success(), "the job should fail");
+        r.check(
+            r.elapsed < Duration::from_secs(25),
+            "every PE should fail at once, not wait for the others",
+        );
+        r.check(!r.stderr.contains("panicked"), "a PE panicked");
+        let fails: Vec<&str> = r.stderr.lines().filter(|l| l.contains(": FAIL ")).collect();
+        r.check(!fails.is_empty(), "some PE should report its init error");
+        for l in fails {
+            r.check(
+                l.contains("RSHMEM_REMOTE_TRANSPORT=ucx but UCX is unavailable")
+                    && l.contains("/nonexistent/libucp.so.0"),
+                &format!("a clean init error naming the library: {l}"),
+            );
+        }
+    }
+}
+
+/// One host (no remote PE): forcing UCX needs nothing and changes nothing.
+#[test]
+fn local_pes_use_load_store_with_ucx_forced() {
+    common::job(3, "transports")
+        .env("RSHMEM_BACKEND", "cpu")
+        .env("RSHMEM_REMOTE_TRANSPORT", "ucx")
+        .env("RSHMEM_UCX_LIB", "/nonexistent/libucp.so.0")
+        .run()
+        .assert_ok(0..3, "transports");
+}
