@@ -229,3 +229,20 @@ fn local_pes_use_load_store_with_ucx_forced() {
         .run()
         .assert_ok(0..3, "transports");
 }
+
+/// UCX left to choose its own transports (`UCX_TLS=all`, UCX's default: on one host it may use
+/// shared memory and CMA as well as TCP): RMA, atomics and signals still work.
+#[test]
+fn ucx_own_transport_choice() {
+    if skip() {
+        return;
+    }
+    for scenario in ["rma", "amo", "signal"] {
+        let mut j = common::job(3, scenario);
+        for (k, v) in UCX.iter().filter(|(k, _)| *k != "UCX_TLS") {
+            j = j.env(k, v);
+        }
+        j = j.env("UCX_TLS", "all");
+        j.run().assert_ok(0..3, scenario);
+    }
+}

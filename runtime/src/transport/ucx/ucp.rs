@@ -203,6 +203,8 @@ struct Inner {
     memh: Vec<ffi::MemH>,
     /// A put, store or atomic went out since the last fence or flush.
     unfenced: bool,
+    /// A put or store went out since the last flush (atomics are complete when they return).
+    dirty: bool,
     /// Stores in flight: request and the buffers it reads and writes.
     pending: Vec<(*mut c_void, Box<[u64; 2]>)>,
 }
@@ -304,6 +306,7 @@ impl Ucx {
                 keys: (0..n).map(|_| Vec::new()).collect(),
                 memh: Vec::new(),
                 unfenced: false,
+                dirty: false,
                 pending: Vec::new(),
             }),
             efd,
@@ -658,6 +661,12 @@ impl Ucx {
 
     /// Completes every operation issued so far (remote completion) and reaps pending stores.
     fn flush(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        if !g.dirty && g.pending.is_empty() {
+            // Nothing outstanding: every earlier operation already completed remotely.
+            g.unfenced = false;
+            return Ok(());
+        }
+        g.dirty = false;
         let lib = self.shared.lib;
         let p = ffi::UcpRequestParam::empty();
         // SAFETY: live worker under the lock.
@@ -824,6 +833,7 @@ impl TransportOps for Ucx {
             done += k;
         }
         g.unfenced = true;
+        g.dirty = true;
         Ok(())
     }
 
@@ -952,6 +962,7 @@ impl TransportOps for Ucx {
             )
         };
         g.unfenced = true;
+        g.dirty = true;
         if ffi::ptr_is_err(req) {
             return Err(self.fail(call, Some(at.pe), "store", ffi::ptr_status(req)));
         }
