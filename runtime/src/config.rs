@@ -80,7 +80,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_REMOTE_TRANSPORT",
         kind: "auto | tcp | verbs | ucx",
         default: "auto",
-        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), ucx (UCX's UCP API; libucp is loaded at run time, init fails naming the cause when it cannot be loaded or initialised), or auto: verbs between two PEs that both opened an RDMA device, else UCX between two PEs whose UCX has an InfiniBand/RoCE transport, else TCP. All PEs must agree.",
+        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), ucx (UCX's UCP API, CPU backend; libucp is loaded at run time, init fails naming the cause when it cannot be loaded or initialised), or auto: verbs between two PEs that both opened an RDMA device, else (CPU backend) UCX between two PEs whose UCX has an InfiniBand/RoCE transport, else TCP. All PEs must agree.",
     },
     EnvVar {
         name: "RSHMEM_UCX_LIB",

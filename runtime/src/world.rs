@@ -197,7 +197,7 @@ impl World {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
             None => Transport::Shm,
         };
-        let mut remotes = Remotes::plan(boot.as_ref(), &cfg, &node.local_of)?;
+        let mut remotes = Remotes::plan(boot.as_ref(), &cfg, &node.local_of, gpu.is_some())?;
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [

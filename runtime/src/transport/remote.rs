@@ -68,11 +68,14 @@ impl Remotes {
     /// device when verbs may be used and announces the result; the routes follow from all
     /// announcements ([`select::plan`]). With `RSHMEM_REMOTE_TRANSPORT=verbs`, a PE whose device
     /// did not open returns that error (after the exchange, so the others fail too instead of
-    /// waiting for it).
+    /// waiting for it); likewise with `ucx` when libucp cannot be loaded or initialised. On the
+    /// GPU backend (`gpu`) UCX is not used: device calls to other hosts go through the proxy,
+    /// which uses TCP (`auto` leaves UCX out, `ucx` is an error).
     pub(crate) fn plan(
         boot: &dyn Bootstrap,
         cfg: &Config,
         local_of: &[Option<usize>],
+        gpu: bool,
     ) -> Result<Self> {
         let call = "init";
         let me = boot.rank();
@@ -96,7 +99,13 @@ impl Remotes {
         if let Some(Err(e)) = &opened {
             tracing::debug!(target: "rshmem::verbs", "no verbs transport on PE {me}: {e}");
         }
-        let ucx = open_ucx(cfg, me, boot.size(), choice);
+        let ucx = if gpu {
+            (choice == RemoteChoice::Ucx).then(|| {
+                Err("UCX is not supported with the GPU backend yet (device calls to other hosts go through the proxy, which uses TCP); use RSHMEM_REMOTE_TRANSPORT=tcp or RSHMEM_BACKEND=cpu".to_string())
+            })
+        } else {
+            open_ucx(cfg, me, boot.size(), choice)
+        };
         let (ucx_ok, ucx_rdma) = match &ucx {
             Some(Ok((_, rdma))) => (true, *rdma),
             _ => (false, false),
