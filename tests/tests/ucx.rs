@@ -246,3 +246,62 @@ fn ucx_own_transport_choice() {
         j.run().assert_ok(0..3, scenario);
     }
 }
+
+/// The last PE exits right after init: the others' barrier, sync and malloc fail with
+/// `PeerLost` naming it (UCX reports its endpoint failed; the progress thread tells the job),
+/// well before `RSHMEM_TIMEOUT`.
+#[test]
+fn die_ucx() {
+    if skip() {
+        return;
+    }
+    for n in [2, 3] {
+        let dir = common::TempDir::new();
+        let mut j = common::job(n, "die")
+            .arg(dir.arg())
+            .env("RSHMEM_TIMEOUT", "60")
+            .timeout(20);
+        for (k, v) in UCX {
+            j = j.env(k, v);
+        }
+        let r = j.run();
+        r.assert_ok(0..n - 1, "die");
+        let dead = n - 1;
+        for pe in 0..dead {
+            for call in ["barrier_all", "sync_all", "malloc"] {
+                let prefix = format!("PE {pe}: {call} failed as expected after ");
+                let lines = r.stderr_lines(&prefix);
+                r.check(
+                    lines.len() == 1
+                        && lines[0].contains(&format!("{call} on PE {pe}: PE {dead} is gone")),
+                    &format!("expected PE {pe}'s {call} to report PE {dead} gone"),
+                );
+            }
+        }
+        r.check(
+            r.elapsed < Duration::from_secs(10),
+            "PeerLost must come well before RSHMEM_TIMEOUT (60 s)",
+        );
+    }
+}
+
+/// Waits and a barrier run past `RSHMEM_TIMEOUT=1` over UCX and fail with `Timeout`.
+#[test]
+fn timeout_ucx() {
+    if skip() {
+        return;
+    }
+    let n = 3;
+    let mut j = common::job(n, "timeout")
+        .env("RSHMEM_TIMEOUT", "1")
+        .timeout(30);
+    for (k, v) in UCX {
+        j = j.env(k, v);
+    }
+    let r = j.run();
+    r.assert_ok(0..n, "timeout");
+    r.check(
+        r.elapsed < Duration::from_secs(15),
+        "the timeout scenario took too long",
+    );
+}

@@ -220,6 +220,9 @@ struct Shared {
     stop: AtomicBool,
     /// Per PE: UCX reported the endpoint failed (set by the error callback).
     failed: Box<[AtomicBool]>,
+    /// Set at connect (the transport is created before the job's liveness watch exists); the
+    /// progress thread reports failed endpoints to it, so local waits stop with `PeerLost`.
+    live: std::sync::OnceLock<Arc<Liveness>>,
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
@@ -233,8 +236,6 @@ pub struct Ucx {
     me: usize,
     shared: Arc<Shared>,
     progress: Option<JoinHandle<()>>,
-    /// Set at connect (the transport is created before the job's liveness watch exists).
-    live: std::sync::OnceLock<Arc<Liveness>>,
     timeout: Option<Duration>,
     /// Declared last: dropped after the worker (in `Drop for Ucx`) is destroyed.
     ctx: Ctx,
@@ -313,12 +314,12 @@ impl Ucx {
             kickfd,
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            live: std::sync::OnceLock::new(),
         });
         Ok(Ucx {
             me,
             shared,
             progress: None,
-            live: std::sync::OnceLock::new(),
             timeout,
             ctx,
         })
@@ -495,7 +496,7 @@ impl Ucx {
     /// Starts the progress thread (after the endpoints exist); failures of peers are reported
     /// to `live` from now on.
     pub fn start_progress(&mut self, live: Arc<Liveness>) -> Result<()> {
-        let _ = self.live.set(live);
+        let _ = self.shared.live.set(live);
         let shared = self.shared.clone();
         let h = std::thread::Builder::new()
             .name(format!("rshmem-ucx-{}", self.me))
@@ -547,9 +548,8 @@ impl Ucx {
     }
 
     fn lost(&self, call: &'static str, pe: usize) -> Error {
-        let reason =
-            "UCX reported its endpoint failed (it exited, crashed or is unreachable)".to_string();
-        if let Some(l) = self.live.get() {
+        let reason = LOST.to_string();
+        if let Some(l) = self.shared.live.get() {
             l.report(pe, reason.clone());
         }
         Error::PeerLost {
@@ -626,7 +626,13 @@ impl Ucx {
             if spins % 256 == 0 {
                 let lost = pe
                     .filter(|&p| self.shared.failed[p].load(Ordering::Acquire))
-                    .or_else(|| self.live.get().and_then(|l| l.failed()).map(|(p, _)| p));
+                    .or_else(|| {
+                        self.shared
+                            .live
+                            .get()
+                            .and_then(|l| l.failed())
+                            .map(|(p, _)| p)
+                    });
                 let late = self.timeout.is_some_and(|t| t0.elapsed() > t);
                 if lost.is_some() || late {
                     // SAFETY: freeing an incomplete request lets UCX release it when it
@@ -677,8 +683,12 @@ impl Ucx {
         g.unfenced = false;
         let pending = std::mem::take(&mut g.pending);
         let mut out = r;
-        for (req, _buf) in pending {
+        for (req, buf) in pending {
             let r = self.wait(call, g, None, "store", req);
+            if r.is_err() {
+                // The request may still complete later and write its reply: keep the buffer.
+                std::mem::forget(buf);
+            }
             if out.is_ok() {
                 out = r;
             }
@@ -709,10 +719,23 @@ fn reap(lib: &Lib, g: &mut Inner) {
     }
 }
 
-/// Progress thread: drain, arm, sleep on the event fd; repeat until stopped.
+/// Why a PE whose endpoint UCX failed is gone.
+const LOST: &str = "UCX reported its endpoint failed (it exited, crashed or is unreachable)";
+
+/// Progress thread: drain, arm, sleep on the event fd; repeat until stopped. Endpoints that
+/// failed (the error callback ran during progress) are reported to the job's liveness watch.
 fn progress_loop(s: &Shared) {
     let lib = s.lib;
+    let mut reported = vec![false; s.failed.len()];
     while !s.stop.load(Ordering::Acquire) {
+        for (pe, f) in s.failed.iter().enumerate() {
+            if !reported[pe] && f.load(Ordering::Acquire) {
+                reported[pe] = true;
+                if let Some(l) = s.live.get() {
+                    l.report(pe, LOST.to_string());
+                }
+            }
+        }
         let (armed, busy) = match s.inner.lock() {
             Ok(mut g) => {
                 // SAFETY: live worker under the lock.
