@@ -652,6 +652,41 @@ mod tests {
         assert!(e.contains("/nonexistent/libucp.so.0"), "{e}");
     }
 
+    /// A library reporting an unsupported UCP version is refused, naming the version: a stub
+    /// library with only `ucp_get_version` (1.12.0, then 2.0.0) built with the C compiler
+    /// (skipped, visibly, without one).
+    #[test]
+    fn old_or_new_major_version_is_refused() {
+        for (maj, min, want) in [(1, 12, "is UCX 1.12.0"), (2, 0, "is UCX 2.0.0")] {
+            let dir = std::env::temp_dir()
+                .join(format!("rshmem-ucx-ver-{}-{maj}{min}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let src = dir.join("v.c");
+            std::fs::write(
+                &src,
+                format!("void ucp_get_version(unsigned *a, unsigned *b, unsigned *c) {{ *a = {maj}; *b = {min}; *c = 0; }}\n"),
+            )
+            .unwrap();
+            let so = dir.join("libucp-stub.so");
+            let out =
+                std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                    .args(["-shared", "-fPIC", "-o"])
+                    .arg(&so)
+                    .arg(&src)
+                    .output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                _ => {
+                    eprintln!("SKIPPED: no C compiler to build a stub library");
+                    return;
+                }
+            }
+            let e = Lib::load(so.to_str()).unwrap_err();
+            std::fs::remove_dir_all(&dir).ok();
+            assert!(e.contains(want) && e.contains("needs UCX 1.x"), "{e}");
+        }
+    }
+
     /// The installed libucp (when there is one) loads and reports a supported version.
     #[test]
     fn loads_installed_ucx() {
