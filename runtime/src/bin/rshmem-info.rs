@@ -37,7 +37,7 @@ fn main() {
                     p.resources.join(", "),
                     if p.rdma() { "yes" } else { "no" },
                     if p.rdma() {
-                        "yes, where both PEs have it and verbs is not used"
+                        "yes (CPU backend), where both PEs have it and verbs is not used"
                     } else {
                         "no (rshmem's TCP transport; RSHMEM_REMOTE_TRANSPORT=ucx forces UCX)"
                     }
