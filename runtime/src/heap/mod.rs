@@ -20,7 +20,7 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::{Liveness, Node};
-use alloc::{round_up, Allocator};
+use alloc::{checked_round_up, round_up, Allocator};
 use host::{Reservation, BASE_ALIGN, GRANULE};
 
 /// Bytes at the start of every slice of a host heap reserved for the runtime (see [`internal`]).
@@ -185,11 +185,18 @@ impl Heap {
             Backing::Host => INTERNAL_SIZE,
             Backing::Cuda(_) => crate::device::state::internal::USER_START,
         };
-        let end = round_up(
-            limit.saturating_add(internal).max(internal + GRANULE),
-            GRANULE,
-        );
-        let slice = round_up(end, BASE_ALIGN);
+        let too_big = || {
+            Error::invalid(
+                "init",
+                format!("the heap limit of {limit} bytes (RSHMEM_HEAP_LIMIT) is too large for the address space"),
+            )
+        };
+        let end = limit
+            .checked_add(internal)
+            .map(|e| e.max(internal + GRANULE))
+            .and_then(|e| checked_round_up(e, GRANULE))
+            .ok_or_else(too_big)?;
+        let slice = checked_round_up(end, BASE_ALIGN).ok_or_else(too_big)?;
         let n_local = node.len();
         let total = slice.checked_mul(n_local).ok_or_else(|| {
             Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows")
@@ -204,7 +211,9 @@ impl Heap {
             }
         };
         let my_base = res.base + node.me * slice;
-        let first = round_up(initial.saturating_add(internal), GRANULE).min(end);
+        let first = checked_round_up(initial.saturating_add(internal), GRANULE)
+            .unwrap_or(end)
+            .min(end);
         let heap = Heap {
             end,
             backing,
