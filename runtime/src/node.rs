@@ -8,7 +8,7 @@ use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,20 +20,29 @@ use crate::error::{Error, Result};
 
 const NO_FAILURE: usize = usize::MAX;
 
-/// Shared failure state: which PE was seen dying (if any) and whether we are shutting down.
-#[derive(Debug, Default)]
+/// Shared failure state: which PE was seen dying first (if any), every PE seen gone, and
+/// whether we are shutting down.
+#[derive(Debug)]
 pub struct Liveness {
     failed: AtomicUsize,
     reason: Mutex<String>,
     finalizing: AtomicBool,
+    /// Every PE seen gone, also while finalizing (`finalize`'s last barrier needs it).
+    lost: Box<[AtomicBool]>,
+    /// Address of this PE's "gone PE" notice word in its control heap (0 until set): the first
+    /// failure is written there (PE + 1), so that local peers that see this PE leave in
+    /// reaction can blame the PE that died first.
+    notice: AtomicUsize,
 }
 
 impl Liveness {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(n_pes: usize) -> Self {
         Liveness {
             failed: AtomicUsize::new(NO_FAILURE),
             reason: Mutex::new(String::new()),
             finalizing: AtomicBool::new(false),
+            lost: (0..n_pes).map(|_| AtomicBool::new(false)).collect(),
+            notice: AtomicUsize::new(0),
         }
     }
 
@@ -54,7 +63,20 @@ impl Liveness {
         self.failed.load(Ordering::Relaxed) != NO_FAILURE
     }
 
+    /// True once `pe` was seen gone (exited, crashed or closed its connection), also when that
+    /// happened while finalizing.
+    #[inline]
+    pub fn is_lost(&self, pe: usize) -> bool {
+        self.lost.get(pe).is_some_and(|l| l.load(Ordering::Acquire))
+    }
+
+    /// Records that `pe` is gone. Outside finalize the first report is the job's failure (waits
+    /// fail with it); while finalizing only `is_lost` changes (a peer that finished finalize
+    /// closes its connections, which is no failure).
     pub(crate) fn report(&self, pe: usize, reason: String) {
+        if let Some(l) = self.lost.get(pe) {
+            l.store(true, Ordering::Release);
+        }
         if self.finalizing.load(Ordering::Acquire) {
             return;
         }
@@ -62,8 +84,31 @@ impl Liveness {
             if self.failed.load(Ordering::Acquire) == NO_FAILURE {
                 *r = reason;
                 self.failed.store(pe, Ordering::Release);
+                let at = self.notice.load(Ordering::Acquire);
+                if at != 0 {
+                    // SAFETY: `at` is the aligned notice word in this PE's control heap, set by
+                    // `set_notice` and mapped until the World (which owns this Liveness's
+                    // users) is dropped; peers only read it.
+                    unsafe { &*(at as *const AtomicU64) }.store(pe as u64 + 1, Ordering::Release);
+                }
             }
         }
+    }
+
+    /// Writes `pe` into this PE's notice word unless one is there already (for failures found
+    /// while finalizing, which `report` does not record).
+    pub(crate) fn note_root(&self, pe: usize) {
+        let at = self.notice.load(Ordering::Acquire);
+        if at != 0 {
+            // SAFETY: as in `report`.
+            let w = unsafe { &*(at as *const AtomicU64) };
+            let _ = w.compare_exchange(0, pe as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Sets the address of this PE's notice word (see the field).
+    pub(crate) fn set_notice(&self, addr: usize) {
+        self.notice.store(addr, Ordering::Release);
     }
 
     /// True once finalize stopped watching peers (a closing connection is then expected).
@@ -390,7 +435,13 @@ impl Node {
     }
 
     /// Starts a thread that reports a local PE whose socket hangs up (it exited or crashed).
-    pub(crate) fn start_monitor(&mut self, live: Arc<Liveness>) -> Result<()> {
+    /// `notice(j)` is the address of local PE `j`'s notice word (see [`Liveness`]), mapped
+    /// until [`stop_monitor`](Node::stop_monitor) returns.
+    pub(crate) fn start_monitor(
+        &mut self,
+        live: Arc<Liveness>,
+        notice: impl Fn(usize) -> usize,
+    ) -> Result<()> {
         let mut watched = Vec::new();
         for (j, l) in self.links.iter().enumerate() {
             if let Some(s) = l {
@@ -398,7 +449,11 @@ impl Node {
                     .as_fd()
                     .try_clone_to_owned()
                     .map_err(|e| Error::os("init", "dup", e))?;
-                watched.push((self.pes[j], fd));
+                watched.push(Watched {
+                    pe: self.pes[j],
+                    fd,
+                    notice: notice(j),
+                });
             }
         }
         if watched.is_empty() {
@@ -429,7 +484,15 @@ impl Drop for Node {
     }
 }
 
-fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Liveness>) {
+/// A local PE the liveness thread watches.
+struct Watched {
+    pe: usize,
+    fd: OwnedFd,
+    /// Address of its notice word (0: none).
+    notice: usize,
+}
+
+fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
     let mut alive: Vec<bool> = vec![true; watched.len()];
     loop {
         let idx: Vec<usize> = (0..watched.len()).filter(|&i| alive[i]).collect();
@@ -441,7 +504,7 @@ fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Livenes
         });
         for &i in &idx {
             pfds.push(libc::pollfd {
-                fd: watched[i].1.as_raw_fd(),
+                fd: watched[i].fd.as_raw_fd(),
                 events: libc::POLLRDHUP,
                 revents: 0,
             });
@@ -457,21 +520,49 @@ fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Livenes
         if pfds[0].revents != 0 {
             return;
         }
+        // Hang-ups of PEs that left in reaction to another's death (their notice names it)
+        // are handled after the others, and blame the PE named: the first failure reported is
+        // the one that started it.
+        let mut gone: Vec<(usize, Option<usize>)> = Vec::new();
         for (k, &i) in idx.iter().enumerate() {
             if pfds[k + 1].revents
                 & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
                 != 0
             {
                 alive[i] = false;
-                let pe = watched[i].0;
-                if !live.finalizing.load(Ordering::Acquire) {
-                    tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)");
-                }
-                live.report(
-                    pe,
-                    "it exited or crashed: its connection to this PE closed".into(),
-                );
+                let w = &watched[i];
+                let blamed = (w.notice != 0)
+                    .then(|| {
+                        // SAFETY: the notice word is an aligned u64 in that PE's control-heap
+                        // slice, mapped in this process until the monitor is stopped (the
+                        // memory stays valid after its owner exits).
+                        unsafe { &*(w.notice as *const AtomicU64) }.load(Ordering::Acquire)
+                    })
+                    .and_then(|v| v.checked_sub(1))
+                    .and_then(|p| usize::try_from(p).ok())
+                    .filter(|&p| p != w.pe && p < live.lost.len());
+                gone.push((w.pe, blamed));
             }
+        }
+        gone.sort_by_key(|&(_, blamed)| blamed.is_some());
+        for (pe, blamed) in gone {
+            if !live.finalizing.load(Ordering::Acquire) {
+                match blamed {
+                    Some(root) => {
+                        tracing::error!(target: "rshmem::node", "PE {pe} left after it saw PE {root} gone")
+                    }
+                    None => {
+                        tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)")
+                    }
+                }
+            }
+            if let Some(root) = blamed {
+                live.report(root, format!("PE {pe} saw it gone first, then left too"));
+            }
+            live.report(
+                pe,
+                "it exited or crashed: its connection to this PE closed".into(),
+            );
         }
         if alive.iter().all(|a| !a) {
             return;
@@ -487,4 +578,65 @@ fn make_private_dir() -> std::io::Result<PathBuf> {
     let template = base.join("rshmem-XXXXXX");
     // mkdtemp creates the directory with mode 0700.
     nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the liveness thread on `peers` (PE, its notice value) whose other ends are already
+    /// closed, until it has seen every hang-up; returns what it recorded.
+    fn monitor_after_hangups(n: usize, peers: &[(usize, u64)]) -> Liveness {
+        let live = Arc::new(Liveness::new(n));
+        let notices: Vec<Box<AtomicU64>> = peers
+            .iter()
+            .map(|&(_, v)| Box::new(AtomicU64::new(v)))
+            .collect();
+        let mut watched = Vec::new();
+        for (&(pe, _), notice) in peers.iter().zip(&notices) {
+            let (a, b) = UnixStream::pair().expect("socketpair");
+            drop(b);
+            watched.push(Watched {
+                pe,
+                fd: OwnedFd::from(a),
+                notice: &**notice as *const AtomicU64 as usize,
+            });
+        }
+        let (stop_r, _stop_w) = nix::unistd::pipe().expect("pipe");
+        let l = live.clone();
+        // Returns once every watched PE hung up (all did before it started).
+        std::thread::spawn(move || monitor_loop(watched, stop_r, l))
+            .join()
+            .expect("monitor thread");
+        drop(notices);
+        Arc::into_inner(live).expect("the monitor thread is done")
+    }
+
+    #[test]
+    fn a_pe_that_left_in_reaction_is_not_blamed() {
+        // PE 1 left after seeing PE 3 gone (its notice says 3 + 1), in the same poll as PE 3's
+        // own hang-up and before it in watch order: PE 3 is the failure.
+        let live = monitor_after_hangups(4, &[(1, 4), (3, 0)]);
+        assert_eq!(live.failed().map(|f| f.0), Some(3));
+        assert!(live.is_lost(1) && live.is_lost(3) && !live.is_lost(2));
+        // Only the PE that left in reaction hung up (the first one is on another host, say).
+        let live = monitor_after_hangups(4, &[(1, 4)]);
+        let (pe, why) = live.failed().expect("a failure");
+        assert_eq!(pe, 3, "{why}");
+        assert!(why.contains("PE 1 saw it gone first"), "{why}");
+        // No notice: the PE that hung up is the failure.
+        let live = monitor_after_hangups(4, &[(2, 0)]);
+        assert_eq!(live.failed().map(|f| f.0), Some(2));
+    }
+
+    #[test]
+    fn reports_while_finalizing_only_mark_pes_lost() {
+        let live = Liveness::new(3);
+        live.set_finalizing();
+        live.report(2, "gone".into());
+        assert!(live.is_lost(2));
+        assert!(!live.any_failed() && live.failed().is_none());
+        live.report(7, "out of range".into());
+        assert!(!live.is_lost(7));
+    }
 }

@@ -45,9 +45,20 @@ pub mod internal {
     pub const BARRIER_ROUNDS: usize = 64;
     /// Size of one flag slot.
     pub const FLAG_STRIDE: usize = 64;
+    /// Words of the checked barrier (`World::sync_all_checked`): per round, at the same
+    /// stride as the flags, two sets (by epoch parity, 32 bytes apart) of four words.
+    pub const CHECK_WORDS: usize = 0x1000;
+    /// The control heap's "gone PE" notice word: PE + 1 of the first PE this PE saw gone (0:
+    /// none), read by local peers when this PE leaves (`crate::node::Liveness`).
+    pub const PEER_NOTICE: usize = 0x7000;
     /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
     /// (`crate::team`); nothing else may use them.
     pub const TEAM_AREA_START: usize = 64 << 10;
+
+    const _: () = {
+        assert!(BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE <= CHECK_WORDS);
+        assert!(CHECK_WORDS + BARRIER_ROUNDS * FLAG_STRIDE <= PEER_NOTICE);
+    };
 }
 
 /// One PE's view of the node's symmetric heap.
