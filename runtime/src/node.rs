@@ -1,13 +1,14 @@
 //! The PEs that share this host: who they are, the Unix-socket mesh between them (used to pass
 //! heap file descriptors with SCM_RIGHTS) and the liveness monitor that notices a local PE dying.
 //!
-//! Sockets live in a fresh owner-only (0700) directory, are removed once the mesh is connected,
-//! and every connection must present the job token and come from the same user (SO_PEERCRED).
+//! Sockets are named in Linux's abstract namespace (no file that a killed PE could leave
+//! behind), under a random name per job; every connection must present the job token and come
+//! from the same user (SO_PEERCRED), checked on both ends.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -187,42 +188,53 @@ impl Node {
         }
         let token = boot.broadcast(0, &tok)?;
 
-        // The node leader makes an owner-only directory for the sockets.
-        let dir = if me == 0 && pes.len() > 1 {
-            Some(
-                make_private_dir()
-                    .map_err(|e| Error::os(call, "creating the socket directory", e))?,
-            )
-        } else {
-            None
+        // The node leader picks a random name for the node's sockets. They live in the
+        // abstract namespace (no file anywhere), so a PE killed at any moment leaves nothing
+        // behind; the name is no secret (it is visible in /proc/net/unix): connections are
+        // authenticated by the job token and the peer's user id.
+        let mut nonce = [0u8; 16];
+        if me == 0 && pes.len() > 1 {
+            getrandom::fill(&mut nonce).map_err(|e| {
+                Error::os(
+                    call,
+                    "random socket name",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        }
+        let names = boot.allgather(&nonce)?;
+        let leader_nonce: String = names[pes[0]].iter().map(|b| format!("{b:02x}")).collect();
+        let addr_of = |j: usize| -> Result<std::os::unix::net::SocketAddr> {
+            let name = format!("rshmem-{leader_nonce}-{j}");
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .map_err(|e| Error::os(call, format!("socket name {name}"), e))
         };
-        let dir_bytes = dir
-            .as_ref()
-            .map(|d| d.as_os_str().as_encoded_bytes().to_vec())
-            .unwrap_or_default();
-        let dirs = boot.allgather(&dir_bytes)?;
-        let leader_dir = PathBuf::from(String::from_utf8_lossy(&dirs[pes[0]]).into_owned());
 
         let mut links: Vec<Option<UnixStream>> = (0..pes.len()).map(|_| None).collect();
         let mut listener = None;
         let result = (|| -> Result<()> {
             if pes.len() > 1 {
-                let path = leader_dir.join(format!("{me}.sock"));
-                let l = UnixListener::bind(&path)
-                    .map_err(|e| Error::os(call, format!("binding {}", path.display()), e))?;
+                let l = UnixListener::bind_addr(&addr_of(me)?).map_err(|e| {
+                    Error::os(call, format!("binding the local socket of PE {my_pe}"), e)
+                })?;
                 listener = Some(l);
             }
             boot.barrier()?;
             // Connect to every lower local index, then accept every higher one.
             for j in 0..me {
-                let path = leader_dir.join(format!("{j}.sock"));
-                let mut s = UnixStream::connect(&path).map_err(|e| {
-                    Error::os(
-                        call,
-                        format!("connecting to local PE {} at {}", pes[j], path.display()),
-                        e,
-                    )
+                let mut s = UnixStream::connect_addr(&addr_of(j)?).map_err(|e| {
+                    Error::os(call, format!("connecting to local PE {}", pes[j]), e)
                 })?;
+                let same_user =
+                    nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                        .map(|c| c.uid() == nix::unistd::getuid().as_raw())
+                        .unwrap_or(false);
+                if !same_user {
+                    return Err(Error::invalid(
+                        call,
+                        format!("the local socket of PE {} belongs to another user", pes[j]),
+                    ));
+                }
                 let mut hello = token.clone();
                 hello.extend_from_slice(&(me as u32).to_le_bytes());
                 s.write_all(&hello)
@@ -280,19 +292,11 @@ impl Node {
             }
             Ok(())
         })();
-        // Everyone is connected (or failed); remove the socket files and the directory.
+        // Everyone is connected (or failed); the listeners' names disappear with them.
         let sync = boot.barrier();
         drop(listener);
-        if pes.len() > 1 {
-            let _ = std::fs::remove_file(leader_dir.join(format!("{me}.sock")));
-        }
-        let sync2 = boot.barrier();
-        if let Some(d) = dir {
-            let _ = std::fs::remove_dir(d);
-        }
         result?;
         sync?;
-        sync2?;
         Ok(Node {
             pes,
             me,
@@ -568,16 +572,6 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
             return;
         }
     }
-}
-
-fn make_private_dir() -> std::io::Result<PathBuf> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    let template = base.join("rshmem-XXXXXX");
-    // mkdtemp creates the directory with mode 0700.
-    nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
 }
 
 #[cfg(test)]

@@ -256,3 +256,67 @@ fn die_tcp_3pes() {
 fn die_tcp_4pes() {
     die_with(4, TCP);
 }
+
+/// Node setup creates no file a PE killed during init could leave behind: with `TMPDIR` and
+/// `XDG_RUNTIME_DIR` pointing at an empty directory, nothing ever appears there during a job;
+/// were something to appear, the job is killed on the spot (as a PE killed during init would
+/// be) and the test fails if anything is left.
+#[test]
+fn init_leaves_no_files() {
+    use std::process::{Command, Stdio};
+    for _ in 0..3 {
+        let dir = common::TempDir::new();
+        let path = std::path::PathBuf::from(dir.arg());
+        let mut cmd = Command::new(common::rshmemrun());
+        cmd.args(["-n", "4", "--timeout", "60"])
+            .arg(common::testpe())
+            .arg("rma");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RSHMEM_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("TMPDIR", &path)
+            .env("XDG_RUNTIME_DIR", &path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("starting rshmemrun");
+        let start = std::time::Instant::now();
+        let mut appeared = Vec::new();
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("waiting for rshmemrun") {
+                break Some(st);
+            }
+            let now: Vec<String> = std::fs::read_dir(&path)
+                .expect("reading the directory")
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect();
+            if !now.is_empty() || start.elapsed() > Duration::from_secs(60) {
+                appeared = now;
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        // The PEs die with the launcher; give them a moment.
+        std::thread::sleep(Duration::from_millis(300));
+        let left: Vec<String> = std::fs::read_dir(&path)
+            .expect("reading the directory")
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "files left behind by a job killed during init: {left:?}"
+        );
+        assert!(
+            appeared.is_empty(),
+            "the job created {appeared:?} in TMPDIR/XDG_RUNTIME_DIR"
+        );
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the job failed: {status:?}"
+        );
+    }
+}
