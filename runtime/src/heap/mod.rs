@@ -28,6 +28,10 @@ use host::{Reservation, BASE_ALIGN, GRANULE};
 /// [`Heap::internal`].
 pub const INTERNAL_SIZE: usize = 2 << 20;
 
+/// Frees of at least this many bytes return their pages to the system (host heaps); smaller
+/// ones keep them, so that allocation churn stays cheap.
+pub const RELEASE_MIN: usize = 1 << 20;
+
 /// Where a heap's memory lives.
 #[derive(Debug, Clone)]
 pub enum Backing {
@@ -356,7 +360,9 @@ impl Heap {
         }
     }
 
-    /// Frees the allocation at `off`; error if it is not one.
+    /// Frees the allocation at `off`; error if it is not one. On a host heap the pages of a
+    /// free of at least [`RELEASE_MIN`] bytes go back to the system (this PE's slice only:
+    /// every PE frees its own copy in the same collective call).
     pub fn free(&self, call: &'static str, off: usize) -> Result<usize> {
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         let n = a.free(off).ok_or_else(|| Error::NotSymmetric {
@@ -367,6 +373,12 @@ impl Heap {
             ),
         })?;
         self.hits.clear();
+        if n >= RELEASE_MIN && matches!(self.backing, Backing::Host) {
+            // Still holding the allocator's lock: nothing can be placed there meanwhile.
+            if let Err(e) = host::release_pages(self.my_base + off, n) {
+                tracing::warn!(target: "rshmem::heap", call, bytes = n, "returning freed pages to the system failed: {e}");
+            }
+        }
         Ok(n)
     }
 
