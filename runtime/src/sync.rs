@@ -95,11 +95,12 @@ impl World {
     /// [`sync_all_named`](World::sync_all_named) that can also compare a value across PEs and
     /// watch for peers that left during finalize.
     ///
-    /// `check`: every PE passes a value (a digest of its call's arguments); each round's flag
-    /// carries the smallest and largest (value, PE) seen so far, so after the last round every
-    /// PE holds the same extremes of all PEs' values, at no extra round trip. Returns them
-    /// when they differ (every PE then returns the same pair). The words are double-buffered by
-    /// epoch parity: a PE can be at most one barrier ahead of the reader of its last words.
+    /// `check`: every PE passes a value (a [`digest`] of its call's arguments); each round's
+    /// flag is preceded by two words with the smallest and largest (value, PE) seen so far
+    /// ([`CheckAgg`]), so after the last round every PE holds the same extremes of all PEs'
+    /// values, at no extra round trip. Returns them when they differ (every PE then returns the
+    /// same pair). The words are double-buffered by epoch parity: a PE is at most one barrier
+    /// ahead of the reader of its last words.
     ///
     /// `last` (finalize's last barrier): peers that finished it may leave at any time, so
     /// only a peer this PE waits on, seen gone with its flag still down, is an error (its
@@ -119,8 +120,8 @@ impl World {
         let me = self.me;
         let my_local = self.ctrl.me_local();
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let parity = (epoch & 1) as usize * 32;
-        let mut agg = check.map(|v| [v, me as u64, v, me as u64]);
+        let parity = (epoch & 1) as usize * 16;
+        let mut agg = check.map(|v| CheckAgg::new(v, me));
         let mut dist = 1usize;
         let mut round = 0usize;
         while dist < n {
@@ -131,9 +132,8 @@ impl World {
             let words = CHECK_WORDS + round * FLAG_STRIDE + parity;
             let mine = self.ctrl.internal_addr(my_local, slot);
             if let Some(a) = &agg {
-                for (i, &v) in a.iter().enumerate() {
-                    self.ctrl_store(call, to, words + 8 * i, v)?;
-                }
+                self.ctrl_store(call, to, words, a.lo)?;
+                self.ctrl_store(call, to, words + 8, a.hi)?;
             }
             self.ctrl_store(call, to, slot, epoch)?;
             let from_pe = from;
@@ -190,24 +190,17 @@ impl World {
                 // SAFETY: the check words are aligned u64s inside my control heap's internal
                 // area (below the proxy's flags), mapped for the World's lifetime; the flag
                 // seen above was stored after them (release/acquire, or in order over TCP).
-                let got: [u64; 4] =
-                    std::array::from_fn(|i| unsafe { u64::load(at + 8 * i, Ordering::Relaxed) });
-                if (got[0], got[1]) < (a[0], a[1]) {
-                    (a[0], a[1]) = (got[0], got[1]);
-                }
-                if (got[2], got[3]) > (a[2], a[3]) {
-                    (a[2], a[3]) = (got[2], got[3]);
-                }
+                a.merge(unsafe {
+                    [
+                        u64::load(at, Ordering::Relaxed),
+                        u64::load(at + 8, Ordering::Relaxed),
+                    ]
+                });
             }
             dist <<= 1;
             round += 1;
         }
-        Ok(agg.and_then(|a| {
-            (a[0] != a[2]).then_some(Mismatch {
-                low_pe: a[1] as usize,
-                high_pe: a[3] as usize,
-            })
-        }))
+        Ok(agg.and_then(|a| a.mismatch()))
     }
 
     /// The PE that local PE `pe` names in its notice word as the first it saw gone (see
@@ -641,6 +634,50 @@ pub(crate) struct Mismatch {
     pub low_pe: usize,
     /// The PE with the largest value (the highest-numbered one among equals).
     pub high_pe: usize,
+}
+
+/// What a checked barrier carries: the smallest and largest (value, PE) seen so far, each
+/// packed in one word as `value << 32 | PE` (the value is a 32-bit fold of the caller's
+/// 64-bit digest), so that the word order is the pair order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckAgg {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl CheckAgg {
+    pub(crate) fn new(digest: u64, pe: usize) -> Self {
+        let v = u64::from((digest ^ (digest >> 32)) as u32);
+        let w = (v << 32) | (pe as u64 & 0xffff_ffff);
+        CheckAgg { lo: w, hi: w }
+    }
+
+    /// Folds in a peer's `[lo, hi]`.
+    pub(crate) fn merge(&mut self, got: [u64; 2]) {
+        self.lo = self.lo.min(got[0]);
+        self.hi = self.hi.max(got[1]);
+    }
+
+    pub(crate) fn mismatch(&self) -> Option<Mismatch> {
+        (self.lo >> 32 != self.hi >> 32).then_some(Mismatch {
+            low_pe: (self.lo & 0xffff_ffff) as usize,
+            high_pe: (self.hi & 0xffff_ffff) as usize,
+        })
+    }
+}
+
+/// A stable 64-bit digest (FNV-1a) of a collective call's name and arguments, for the checked
+/// barriers (the same on every PE and build).
+pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = call
+        .bytes()
+        .chain(args.iter().flat_map(|a| a.to_le_bytes()));
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 #[derive(Clone, Copy)]
