@@ -23,9 +23,9 @@ use std::sync::Mutex;
 mod api;
 mod coll;
 mod exit;
-mod gen;
 pub mod ops;
 pub mod seg;
+mod typed;
 
 /// What a failing entry point reports.
 #[derive(Debug)]
