@@ -372,9 +372,9 @@ for name, text in [("shmem.h", shmem_h), ("pshmem.h", pshmem_h)]:
         try:
             with open(path) as f:
                 if f.read() != text:
-                    stale.append(path)
+                    stale.append(os.path.relpath(path, os.path.dirname(HERE)))
         except FileNotFoundError:
-            stale.append(path)
+            stale.append(os.path.relpath(path, os.path.dirname(HERE)))
     else:
         with open(path, "w") as f:
             f.write(text)

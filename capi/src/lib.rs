@@ -24,6 +24,7 @@ mod api;
 mod coll;
 mod exit;
 pub mod ops;
+mod profiling;
 pub mod seg;
 mod typed;
 

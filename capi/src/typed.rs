@@ -2,16 +2,16 @@
 //! `shmem_double_sum_reduce`, `shmem_put64`, …), written once per family as `macro_rules!` and
 //! expanded over OpenSHMEM 1.5's type tables at compile time.
 //!
-//! Reading guide: the type tables ([`elem!`] and the `*_types!` lists) come first, then one
+//! Reading guide: the type tables (`elem!` and the `*_types!` lists) come first, then one
 //! section per family; each family macro names the C routines it defines in its doc comment
 //! (`shmem_TYPENAME_put`, …) and builds the names with `paste` (`[<$t _put>]` is
-//! `int_put` for `int`). Every routine is defined by [`entry!`], which exports the real
+//! `int_put` for `int`). Every routine is defined by `entry!`, which exports the real
 //! implementation as `pshmem_NAME` and `shmem_NAME` as a thin forwarder to it (the OpenSHMEM
 //! profiling interface, see `docs/capi.md`). `capi/gen.py` has the same tables and writes the
 //! C prototypes into `include/shmem.h` and `include/pshmem.h`; the `c_programs` test
 //! `header_declares_exactly_the_exported_routines` fails when the two disagree.
 
-#![allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]
+#![allow(clippy::too_many_arguments, unused_unsafe)]
 
 use std::ffi::{c_int, c_long, c_void};
 
@@ -30,11 +30,13 @@ use crate::ops::{self, Amo};
 /// `pshmem_NAME` sees every call. `ctx NAME` adds a leading `ctx: shmem_ctx_t` argument that is
 /// checked with [`ops::ctx`] before the body runs.
 macro_rules! entry {
-    (ctx $name:ident, $doc:expr, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?, $call:ident => $body:expr) => {
+    (ctx $name:ident, $doc:expr, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?,
+     $call:ident => $body:expr) => {
         entry!(@def $name, $doc, (ctx: *mut c_void $(, $arg: $ty)*) $(-> $ret)?, $call,
                [ops::ctx($call, ctx);], $body);
     };
-    ($name:ident, $doc:expr, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?, $call:ident => $body:expr) => {
+    ($name:ident, $doc:expr, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?,
+     $call:ident => $body:expr) => {
         entry!(@def $name, $doc, ($($arg: $ty),*) $(-> $ret)?, $call, [], $body);
     };
     (@def $name:ident, $doc:expr, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?, $call:ident,
@@ -331,11 +333,13 @@ untyped_rma!(mem, u8);
 // ------------------------------------------------------------------------------------------
 
 /// One atomic routine `shmem_$s` (and, unless `noctx`, `shmem_ctx_$s`) on elements of `$t`:
-/// `ops::$kind` runs `ops::Op::$op` with the operand `$val`; the extra value arguments are
-/// `$args`. `fetch` returns the old value, `nbi` stores it through a leading `fetch` pointer,
-/// `void` returns nothing.
+/// `ops::$kind` (`amo_ext`, `amo_int`, `amo_bit`: which types it accepts) runs the operation
+/// `$op` with the operand `$val`; the C arguments between `dest` and `pe` are the ones named in
+/// the last `(...)`, all of type `$t`. `fetch` returns the old value, `nbi` stores it through a
+/// leading `fetch` pointer, `void` returns nothing.
 macro_rules! amo {
-    ($ctx:ident $s:ident, $t:ident, $how:ident, $kind:ident, $op:expr, $val:expr, ($($a:ident)*)) => {
+    ($ctx:ident $s:ident, $t:ident, $how:ident, $kind:ident,
+     $op:expr, $val:expr, ($($a:ident)*)) => {
         amo!(@$how $ctx $s, $t, $kind, $op, $val, ($($a)*));
     };
     (@fetch $ctx:ident $s:ident, $t:ident, $kind:ident, $op:expr, $val:expr, ($($a:ident)*)) => {
@@ -368,11 +372,16 @@ macro_rules! amo {
 macro_rules! amo_ext {
     (() $t:ident) => {
         paste::paste! {
-            amo!(ctx [<$t _atomic_fetch>], $t, fetch, amo_ext, ops::Op::Fetch, <elem!($t)>::default(), ());
-            amo!(ctx [<$t _atomic_set>], $t, void, amo_ext, ops::Op::Set, value, (value));
-            amo!(ctx [<$t _atomic_swap>], $t, fetch, amo_ext, ops::Op::Swap, value, (value));
-            amo!(ctx [<$t _atomic_fetch_nbi>], $t, nbi, amo_ext, ops::Op::Fetch, <elem!($t)>::default(), ());
-            amo!(ctx [<$t _atomic_swap_nbi>], $t, nbi, amo_ext, ops::Op::Swap, value, (value));
+            amo!(ctx [<$t _atomic_fetch>], $t, fetch, amo_ext,
+                 ops::Op::Fetch, <elem!($t)>::default(), ());
+            amo!(ctx [<$t _atomic_set>], $t, void, amo_ext,
+                 ops::Op::Set, value, (value));
+            amo!(ctx [<$t _atomic_swap>], $t, fetch, amo_ext,
+                 ops::Op::Swap, value, (value));
+            amo!(ctx [<$t _atomic_fetch_nbi>], $t, nbi, amo_ext,
+                 ops::Op::Fetch, <elem!($t)>::default(), ());
+            amo!(ctx [<$t _atomic_swap_nbi>], $t, nbi, amo_ext,
+                 ops::Op::Swap, value, (value));
         }
     };
 }
@@ -383,14 +392,22 @@ amo_ext_types!(amo_ext());
 macro_rules! amo_std {
     (() $t:ident) => {
         paste::paste! {
-            amo!(ctx [<$t _atomic_compare_swap>], $t, fetch, amo_int, ops::Op::Cswap(cond.bits()), value, (cond value));
-            amo!(ctx [<$t _atomic_compare_swap_nbi>], $t, nbi, amo_int, ops::Op::Cswap(cond.bits()), value, (cond value));
-            amo!(ctx [<$t _atomic_fetch_inc>], $t, fetch, amo_int, ops::Op::Add, 1 as _, ());
-            amo!(ctx [<$t _atomic_fetch_inc_nbi>], $t, nbi, amo_int, ops::Op::Add, 1 as _, ());
-            amo!(ctx [<$t _atomic_inc>], $t, void, amo_int, ops::Op::Add, 1 as _, ());
-            amo!(ctx [<$t _atomic_fetch_add>], $t, fetch, amo_int, ops::Op::Add, value, (value));
-            amo!(ctx [<$t _atomic_fetch_add_nbi>], $t, nbi, amo_int, ops::Op::Add, value, (value));
-            amo!(ctx [<$t _atomic_add>], $t, void, amo_int, ops::Op::Add, value, (value));
+            amo!(ctx [<$t _atomic_compare_swap>], $t, fetch, amo_int,
+                 ops::Op::Cswap(cond.bits()), value, (cond value));
+            amo!(ctx [<$t _atomic_compare_swap_nbi>], $t, nbi, amo_int,
+                 ops::Op::Cswap(cond.bits()), value, (cond value));
+            amo!(ctx [<$t _atomic_fetch_inc>], $t, fetch, amo_int,
+                 ops::Op::Add, 1 as _, ());
+            amo!(ctx [<$t _atomic_fetch_inc_nbi>], $t, nbi, amo_int,
+                 ops::Op::Add, 1 as _, ());
+            amo!(ctx [<$t _atomic_inc>], $t, void, amo_int,
+                 ops::Op::Add, 1 as _, ());
+            amo!(ctx [<$t _atomic_fetch_add>], $t, fetch, amo_int,
+                 ops::Op::Add, value, (value));
+            amo!(ctx [<$t _atomic_fetch_add_nbi>], $t, nbi, amo_int,
+                 ops::Op::Add, value, (value));
+            amo!(ctx [<$t _atomic_add>], $t, void, amo_int,
+                 ops::Op::Add, value, (value));
         }
     };
 }
@@ -406,9 +423,12 @@ macro_rules! amo_bit {
     };
     (@op $t:ident, $o:ident, $O:ident) => {
         paste::paste! {
-            amo!(ctx [<$t _atomic_fetch_ $o>], $t, fetch, amo_bit, ops::Op::$O, value, (value));
-            amo!(ctx [<$t _atomic_fetch_ $o _nbi>], $t, nbi, amo_bit, ops::Op::$O, value, (value));
-            amo!(ctx [<$t _atomic_ $o>], $t, void, amo_bit, ops::Op::$O, value, (value));
+            amo!(ctx [<$t _atomic_fetch_ $o>], $t, fetch, amo_bit,
+                 ops::Op::$O, value, (value));
+            amo!(ctx [<$t _atomic_fetch_ $o _nbi>], $t, nbi, amo_bit,
+                 ops::Op::$O, value, (value));
+            amo!(ctx [<$t _atomic_ $o>], $t, void, amo_bit,
+                 ops::Op::$O, value, (value));
         }
     };
 }
@@ -419,18 +439,26 @@ amo_bit_types!(amo_bit());
 macro_rules! amo_deprecated {
     ((int) $t:ident) => {
         paste::paste! {
-            amo!(noctx [<$t _finc>], $t, fetch, amo_int, ops::Op::Add, 1 as _, ());
-            amo!(noctx [<$t _inc>], $t, void, amo_int, ops::Op::Add, 1 as _, ());
-            amo!(noctx [<$t _fadd>], $t, fetch, amo_int, ops::Op::Add, value, (value));
-            amo!(noctx [<$t _add>], $t, void, amo_int, ops::Op::Add, value, (value));
-            amo!(noctx [<$t _cswap>], $t, fetch, amo_int, ops::Op::Cswap(cond.bits()), value, (cond value));
+            amo!(noctx [<$t _finc>], $t, fetch, amo_int,
+                 ops::Op::Add, 1 as _, ());
+            amo!(noctx [<$t _inc>], $t, void, amo_int,
+                 ops::Op::Add, 1 as _, ());
+            amo!(noctx [<$t _fadd>], $t, fetch, amo_int,
+                 ops::Op::Add, value, (value));
+            amo!(noctx [<$t _add>], $t, void, amo_int,
+                 ops::Op::Add, value, (value));
+            amo!(noctx [<$t _cswap>], $t, fetch, amo_int,
+                 ops::Op::Cswap(cond.bits()), value, (cond value));
         }
     };
     ((ext) $t:ident) => {
         paste::paste! {
-            amo!(noctx [<$t _swap>], $t, fetch, amo_ext, ops::Op::Swap, value, (value));
-            amo!(noctx [<$t _fetch>], $t, fetch, amo_ext, ops::Op::Fetch, <elem!($t)>::default(), ());
-            amo!(noctx [<$t _set>], $t, void, amo_ext, ops::Op::Set, value, (value));
+            amo!(noctx [<$t _swap>], $t, fetch, amo_ext,
+                 ops::Op::Swap, value, (value));
+            amo!(noctx [<$t _fetch>], $t, fetch, amo_ext,
+                 ops::Op::Fetch, <elem!($t)>::default(), ());
+            amo!(noctx [<$t _set>], $t, void, amo_ext,
+                 ops::Op::Set, value, (value));
         }
     };
 }
@@ -511,7 +539,8 @@ macro_rules! wait {
                 value: $value, values: $values, indices: std::ptr::null_mut() }, ops::Set::$S,
                 false) as c_int);
     };
-    (@any $name:ident, $t:ident, $S:ident, $block:ident, $v:ident: $vty:ty, $value:expr, $values:expr) => {
+    (@any $name:ident, $t:ident, $S:ident, $block:ident,
+     $v:ident: $vty:ty, $value:expr, $values:expr) => {
         entry!($name, concat!("wait or test for any of the ", stringify!($t), "s"),
             (ivars: *mut elem!($t), nelems: usize, status: *const c_int, cmp: c_int, $v: $vty)
                 -> usize,
@@ -519,7 +548,8 @@ macro_rules! wait {
                 value: $value, values: $values, indices: std::ptr::null_mut() }, ops::Set::$S,
                 $block));
     };
-    (@some $name:ident, $t:ident, $S:ident, $block:ident, $v:ident: $vty:ty, $value:expr, $values:expr) => {
+    (@some $name:ident, $t:ident, $S:ident, $block:ident,
+     $v:ident: $vty:ty, $value:expr, $values:expr) => {
         entry!($name, concat!("wait or test for some of the ", stringify!($t), "s"),
             (ivars: *mut elem!($t), nelems: usize, indices: *mut usize, status: *const c_int,
              cmp: c_int, $v: $vty) -> usize,
