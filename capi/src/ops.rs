@@ -796,9 +796,6 @@ pub unsafe fn wait_set<T: WorldWait>(
                     for &i in &active {
                         if cmp.holds(load(i)?, val(i)) {
                             hits.push(i);
-                            if set == Set::Any {
-                                break;
-                            }
                         }
                     }
                     Ok(match set {
@@ -812,6 +809,12 @@ pub unsafe fn wait_set<T: WorldWait>(
                 } else {
                     scan()?
                 };
+                if set == Set::Any {
+                    // The runtime's waits rotate the same way.
+                    hits = rshmem::pick_any(a.ivars as usize, a.n, &hits)
+                        .into_iter()
+                        .collect();
+                }
                 (ok, hits)
             }
         };

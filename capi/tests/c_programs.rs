@@ -236,3 +236,8 @@ fn global_exit_ends_every_pe_with_the_status() {
         );
     }
 }
+
+#[test]
+fn any_calls_return_every_satisfied_index() {
+    passes("any_fair");
+}
