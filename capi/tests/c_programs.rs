@@ -241,3 +241,17 @@ fn global_exit_ends_every_pe_with_the_status() {
 fn any_calls_return_every_satisfied_index() {
     passes("any_fair");
 }
+
+#[test]
+fn team_contexts() {
+    passes("team_ctx");
+}
+
+#[test]
+fn pe_outside_a_contexts_team_aborts_naming_the_call() {
+    aborts(
+        "team_ctx_bad_pe",
+        "shmem_ctx_int_p",
+        "out of range: the context's team has 1 PEs",
+    );
+}
