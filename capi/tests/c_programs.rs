@@ -255,3 +255,22 @@ fn pe_outside_a_contexts_team_aborts_naming_the_call() {
         "out of range: the context's team has 1 PEs",
     );
 }
+
+#[test]
+fn relro_stays_private_and_the_data_memfd_is_cloexec() {
+    passes("relro");
+}
+
+#[test]
+fn put_into_a_peers_dynamic_section_aborts_naming_the_call() {
+    aborts("relro_put", "shmem_putmem", "PT_GNU_RELRO");
+}
+
+#[test]
+fn put_past_the_end_of_a_global_aborts_naming_the_call() {
+    aborts(
+        "overrun",
+        "shmem_int_put",
+        "runs past the end of the symmetric variable `a`",
+    );
+}
