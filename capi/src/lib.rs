@@ -22,6 +22,7 @@ use std::sync::Mutex;
 
 mod api;
 mod coll;
+mod ctx;
 mod exit;
 pub mod ops;
 mod profiling;
@@ -113,6 +114,7 @@ pub fn exit_now(status: c_int) -> ! {
 /// Runs `f` with the runtime; any error or panic is fatal for the job, naming `call`.
 pub fn with<R>(call: &'static str, f: impl FnOnce(&Rt) -> CResult<R>) -> R {
     let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ctx = ctx::enter();
         let p = RT.load(Ordering::Acquire);
         // SAFETY: a non-null pointer is a leaked `Box<Rt>` that stays alive until
         // `shmem_finalize`, which the program may not run concurrently with other calls.
@@ -176,6 +178,7 @@ pub(crate) fn finalize_runtime() -> CResult<()> {
         None => Ok(()),
         Some(rt) => {
             coll::clear();
+            ctx::clear();
             let Rt { world, seg, .. } = *rt;
             world.finalize()?;
             drop(seg);

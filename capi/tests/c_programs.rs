@@ -39,6 +39,10 @@ fn built() -> &'static Path {
             "--bin",
             "rshmemrun",
         ]);
+        // Build the library these tests were built for (with MPI or without).
+        if cfg!(feature = "mpi") {
+            cmd.args(["--features", "rshmem-capi/mpi"]);
+        }
         match dir.file_name().and_then(|s| s.to_str()) {
             Some("debug") | None => {}
             Some("release") => {
@@ -67,6 +71,12 @@ fn built() -> &'static Path {
 
 /// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`.
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[], &[])
+}
+
+/// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`, `pre` before the source and `post`
+/// after it.
+fn compile_with(name: &str, pre: &[String], post: &[String]) -> PathBuf {
     let dir = built();
     let out_dir = dir.join("capi-c-tests");
     std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
@@ -76,9 +86,12 @@ fn compile(name: &str) -> PathBuf {
     let bin = out_dir.join(name);
     let out = Command::new(workspace_root().join("scripts/rshmemcc"))
         .env("RSHMEM_LIB_DIR", dir)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(pre)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
+        .args(post)
         .output()
         .expect("running scripts/rshmemcc (is a C compiler installed?)");
     assert!(
@@ -427,4 +440,112 @@ fn profiling_tool_interposes_shmem_routines() {
         r.stdout,
         r.stderr
     );
+#[test]
+fn any_calls_return_every_satisfied_index() {
+    passes("any_fair");
+}
+
+#[test]
+fn team_contexts() {
+    passes("team_ctx");
+}
+
+#[test]
+fn pe_outside_a_contexts_team_aborts_naming_the_call() {
+    aborts(
+        "team_ctx_bad_pe",
+        "shmem_ctx_int_p",
+        "out of range: the context's team has 1 PEs",
+    );
+}
+
+#[test]
+fn relro_stays_private_and_the_data_memfd_is_cloexec() {
+    passes("relro");
+}
+
+#[test]
+fn put_into_a_peers_dynamic_section_aborts_naming_the_call() {
+    aborts("relro_put", "shmem_putmem", "PT_GNU_RELRO");
+}
+
+#[test]
+fn put_past_the_end_of_a_global_aborts_naming_the_call() {
+    aborts(
+        "overrun",
+        "shmem_int_put",
+        "runs past the end of the symmetric variable `a`",
+    );
+}
+
+/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
+fn mpicc_flags(what: &str) -> Option<Vec<String>> {
+    let out = Command::new("mpicc")
+        .arg(format!("--showme:{what}"))
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// A hybrid MPI + OpenSHMEM program (`MPI_Init`, then `shmem_init`) under `mpirun` with 2 and
+/// 4 ranks: PE numbers are MPI ranks and both libraries work. libshmem built with the `mpi`
+/// feature bootstraps through `MPI_COMM_WORLD`; the default build through TCP, with the
+/// address and secret passed by `mpirun -x`. Needs Open MPI (`mpicc`, `mpirun`): without it the
+/// test says so on stderr and does nothing.
+#[test]
+fn hybrid_mpi_program_under_mpirun() {
+    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+        eprintln!("hybrid_mpi_program_under_mpirun: skipped: Open MPI's mpicc was not found");
+        return;
+    };
+    let bin = compile_with("hybrid_mpi", &cflags, &ldflags);
+    for n in [2, 4] {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } == 0 {
+            cmd.arg("--allow-run-as-root");
+        }
+        if !cfg!(feature = "mpi") {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut key = [0u8; 16];
+            std::io::Read::read_exact(
+                &mut std::fs::File::open("/dev/urandom").expect("opening /dev/urandom"),
+                &mut key,
+            )
+            .expect("reading /dev/urandom");
+            let secret: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_ADDR=127.0.0.1:{port}")]);
+            cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_SECRET={secret}")]);
+        }
+        let out = cmd
+            .arg(&bin)
+            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+            .env_remove("RSHMEM_BOOTSTRAP_ADDR")
+            .env("RSHMEM_TIMEOUT", "60")
+            .output()
+            .expect("running mpirun");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "hybrid_mpi under mpirun -np {n} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for pe in 0..n {
+            let line = format!("OK hybrid_mpi PE {pe}");
+            assert!(
+                stdout.lines().any(|l| l == line),
+                "no `{line}` in\n{stdout}"
+            );
+        }
+    }
 }

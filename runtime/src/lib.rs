@@ -56,6 +56,7 @@ pub use device::module::Module;
 pub use error::{Error, Result};
 pub use mem::SymBuf;
 pub use stream::cmp_code;
+pub use sync::pick_any;
 pub use team::{Team, TeamConfig};
 pub use transport::{Caps, TransportInfo};
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
