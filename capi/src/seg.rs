@@ -246,10 +246,12 @@ pub fn prepare(call: &str) -> Option<&'static Local> {
 /// Unreadable files give no variables (the segment-only checks apply).
 fn read_elf(bias: usize) -> (Option<Vars>, Loader) {
     use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-    let Ok(data) = std::fs::read("/proc/self/exe") else {
+    // Reads only the headers and tables it needs, not the whole program file.
+    let Ok(exe) = std::fs::File::open("/proc/self/exe") else {
         return (None, Vec::new());
     };
-    let Ok(file) = object::File::parse(&*data) else {
+    let cache = object::ReadCache::new(exe);
+    let Ok(file) = object::File::parse(&cache) else {
         return (None, Vec::new());
     };
     let loader = [".dynamic", ".got", ".got.plt"]
