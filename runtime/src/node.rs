@@ -135,7 +135,10 @@ pub struct Node {
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
-    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd)>,
+    /// The liveness thread, the write end of its stop pipe and a second read end that keeps a
+    /// stop write from meeting a pipe without readers (SIGPIPE in C programs) once the thread
+    /// has returned on its own.
+    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 
 impl std::fmt::Debug for Node {
@@ -464,17 +467,20 @@ impl Node {
             return Ok(());
         }
         let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        let keep_r = stop_r
+            .try_clone()
+            .map_err(|e| Error::os("init", "dup of the stop pipe", e))?;
         let h = std::thread::Builder::new()
             .name("rshmem-liveness".into())
             .spawn(move || monitor_loop(watched, stop_r, live))
             .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
-        self.monitor = Some((h, stop_w));
+        self.monitor = Some((h, stop_w, keep_r));
         Ok(())
     }
 
     /// Stops the liveness thread (before sockets close at finalize).
     pub(crate) fn stop_monitor(&mut self) {
-        if let Some((h, w)) = self.monitor.take() {
+        if let Some((h, w, _keep_r)) = self.monitor.take() {
             let _ = nix::unistd::write(&w, &[1u8]);
             drop(w);
             let _ = h.join();
