@@ -775,7 +775,25 @@ fn link_error(
     }
 }
 
+/// A connection rank 0 has accepted whose hello has not fully arrived yet.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    hello: [u8; HELLO_LEN],
+    got: usize,
+    /// When it is dropped if the hello is still incomplete.
+    deadline: Option<Instant>,
+}
+
+/// Most connections rank 0 keeps waiting for a hello at once (beyond the job's own ranks);
+/// when more arrive, the oldest is dropped.
+const MAX_PENDING: usize = 256;
+
 /// Rank 0: accepts connections until every other rank has joined, then sends `Ready`.
+///
+/// Hellos are read from all accepted connections at once (one `poll` over the listener and
+/// every connection still owing its hello), each with its own deadline, so idle or slow
+/// connections cannot delay a rank that sends its hello at once.
 fn rendezvous_root(
     listener: TcpListener,
     size: usize,
@@ -789,53 +807,81 @@ fn rendezvous_root(
         .map_err(|e| Error::io("making the bootstrap listener non-blocking", e))?;
     let deadline = deadline_after(timeout);
     let mut peers: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut joined = 1;
     while joined < size {
-        match wait_fd(&listener, PollFlags::POLLIN, deadline) {
-            Ok(()) => {}
-            Err(LinkErr::Timeout) => {
-                let missing: Vec<usize> = (1..size).filter(|&r| peers[r].is_none()).collect();
-                let e = Error::Timeout {
-                    op,
-                    waited: timeout.unwrap_or_default(),
-                    missing,
-                };
-                abort_peers(&peers, &e);
-                return Err(e);
+        // Drop connections whose hello is overdue.
+        let now = Instant::now();
+        pending.retain(|p| {
+            let late = p.deadline.is_some_and(|d| now >= d);
+            if late {
+                tracing::warn!(from = %p.from, "bootstrap: dropping connection that sent no complete hello in time");
             }
-            Err(le) => {
-                return Err(Error::io(
-                    format!("{op}: waiting for connections"),
-                    link_io(le),
-                ))
+            !late
+        });
+        if expired(deadline) {
+            let missing: Vec<usize> = (1..size).filter(|&r| peers[r].is_none()).collect();
+            let e = Error::Timeout {
+                op,
+                waited: timeout.unwrap_or_default(),
+                missing,
+            };
+            abort_peers(&peers, &e);
+            return Err(e);
+        }
+        let wake = pending
+            .iter()
+            .fold(deadline, |acc, p| earlier(acc, p.deadline));
+        let (listener_ready, ready) = {
+            let mut fds = Vec::with_capacity(1 + pending.len());
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            for p in &pending {
+                fds.push(PollFd::new(p.stream.as_fd(), PollFlags::POLLIN));
+            }
+            match nix::poll::poll(&mut fds, poll_timeout(wake)) {
+                Ok(0) | Err(Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    let err = Error::io(format!("{op}: waiting for connections"), e.into());
+                    abort_peers(&peers, &err);
+                    return Err(err);
+                }
+            }
+            let is_ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|ev| !ev.is_empty());
+            let ready: Vec<bool> = fds[1..].iter().map(is_ready).collect();
+            (is_ready(&fds[0]), ready)
+        };
+        // Hellos first (in arrival order), then new connections.
+        let mut i = 0;
+        let mut ready = ready.into_iter();
+        while i < pending.len() {
+            if !ready.next().unwrap_or(false) {
+                i += 1;
+                continue;
+            }
+            match read_hello(&mut pending[i]) {
+                HelloRead::Partial => i += 1,
+                HelloRead::Failed(why) => {
+                    let p = pending.remove(i);
+                    tracing::warn!(from = %p.from, "bootstrap: dropping connection that sent no hello: {why}");
+                }
+                HelloRead::Complete => {
+                    let p = pending.remove(i);
+                    if let Some(rank) = admit(&p.stream, p.from, &p.hello, &peers, size, uid) {
+                        tracing::debug!(rank, from = %p.from, "bootstrap: rank joined");
+                        peers[rank] = Some(p.stream);
+                        joined += 1;
+                    }
+                }
             }
         }
-        let (stream, from) = match listener.accept() {
-            Ok(x) => x,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionAborted
-                ) =>
-            {
-                continue
-            }
-            Err(e) => {
-                let err = Error::io(format!("{op}: accepting a connection"), e);
-                abort_peers(&peers, &err);
-                return Err(err);
-            }
-        };
-        let hello_deadline = earlier(deadline, deadline_after(Some(HELLO_TIMEOUT)));
-        if let Some(rank) = admit(&stream, from, &peers, size, uid, hello_deadline) {
-            tracing::debug!(rank, %from, "bootstrap: rank joined");
-            peers[rank] = Some(stream);
-            joined += 1;
+        if listener_ready && joined < size {
+            accept_pending(&listener, &mut pending, deadline, size, &op)
+                .inspect_err(|e| abort_peers(&peers, e))?;
         }
     }
     drop(listener);
+    drop(pending);
     let deadline = deadline_after(timeout);
     for (r, slot) in peers.iter().enumerate().skip(1) {
         if let Some(s) = slot {
@@ -849,35 +895,98 @@ fn rendezvous_root(
     Ok(peers)
 }
 
-fn link_io(le: LinkErr) -> io::Error {
-    match le {
-        LinkErr::Io(e) => e,
-        other => io::Error::other(other.describe()),
+/// Rank 0: accepts every connection waiting on the listener into `pending`.
+fn accept_pending(
+    listener: &TcpListener,
+    pending: &mut Vec<Pending>,
+    deadline: Option<Instant>,
+    size: usize,
+    op: &str,
+) -> Result<()> {
+    loop {
+        let (stream, from) = match listener.accept() {
+            Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                return Ok(())
+            }
+            // Out of descriptors (a flood of connections?): make room and go on.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                if pending.is_empty() {
+                    return Err(Error::io(format!("{op}: accepting a connection"), e));
+                }
+                let p = pending.remove(0);
+                tracing::warn!(from = %p.from, "bootstrap: out of file descriptors; dropping the oldest connection still owing a hello");
+                continue;
+            }
+            Err(e) => return Err(Error::io(format!("{op}: accepting a connection"), e)),
+        };
+        if let Err(e) = stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+        {
+            tracing::warn!(%from, error = %e, "bootstrap: dropping connection: cannot configure socket");
+            continue;
+        }
+        if pending.len() >= MAX_PENDING + size {
+            let p = pending.remove(0);
+            tracing::warn!(from = %p.from, "bootstrap: too many connections owing a hello; dropping the oldest");
+        }
+        pending.push(Pending {
+            stream,
+            from,
+            hello: [0; HELLO_LEN],
+            got: 0,
+            deadline: earlier(deadline, deadline_after(Some(HELLO_TIMEOUT))),
+        });
     }
 }
 
-/// Rank 0: reads and checks a new connection's hello. Returns the rank if admitted; otherwise
-/// logs why and (when the peer speaks the protocol) tells it, and the caller drops it.
+enum HelloRead {
+    Partial,
+    Complete,
+    Failed(String),
+}
+
+/// Reads what has arrived of a pending connection's hello, without blocking.
+fn read_hello(p: &mut Pending) -> HelloRead {
+    loop {
+        let mut reader = &p.stream;
+        match reader.read(&mut p.hello[p.got..]) {
+            Ok(0) => return HelloRead::Failed(LinkErr::Eof.describe()),
+            Ok(n) => {
+                p.got += n;
+                if p.got == HELLO_LEN {
+                    return HelloRead::Complete;
+                }
+                if p.got >= MAGIC.len() && p.hello[..MAGIC.len()] != MAGIC {
+                    return HelloRead::Failed("not an rshmem bootstrap peer".into());
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HelloRead::Partial,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return HelloRead::Failed(e.to_string()),
+        }
+    }
+}
+
+/// Rank 0: checks a complete hello. The secret is checked before anything else about the
+/// claim, and a rank already held is never replaced. Returns the rank if admitted; otherwise
+/// logs why and tells the peer, and the caller drops it.
 fn admit(
     stream: &TcpStream,
     from: SocketAddr,
+    hello: &[u8; HELLO_LEN],
     peers: &[Option<TcpStream>],
     size: usize,
     uid: &UniqueId,
-    deadline: Option<Instant>,
 ) -> Option<usize> {
-    if let Err(e) = stream
-        .set_nonblocking(true)
-        .and_then(|()| stream.set_nodelay(true))
-    {
-        tracing::warn!(%from, error = %e, "bootstrap: dropping connection: cannot configure socket");
-        return None;
-    }
-    let mut hello = [0u8; HELLO_LEN];
-    if let Err(le) = read_exact_by(stream, &mut hello, deadline) {
-        tracing::warn!(%from, "bootstrap: dropping connection that sent no hello: {}", le.describe());
-        return None;
-    }
     if hello[..8] != MAGIC {
         tracing::warn!(%from, "bootstrap: dropping connection: not an rshmem bootstrap peer");
         return None;
@@ -904,6 +1013,16 @@ fn admit(
     };
     let ack_deadline = deadline_after(Some(Duration::from_secs(1)));
     let sent = write_all_by(stream, &encode_ack(status), ack_deadline);
+    if status == ACK_DUP_RANK {
+        tracing::error!(
+            %from,
+            claimed_rank = rank,
+            "bootstrap: refusing a second claim of rank {rank}, which another connection already \
+             holds (the claimer had the job's secret: two processes were started as rank {rank}, \
+             or the secret has leaked); the first claim stays"
+        );
+        return None;
+    }
     if status != ACK_OK {
         tracing::warn!(
             %from,
@@ -940,8 +1059,9 @@ fn rendezvous_leaf(
         )));
     }
     let mut backoff = Duration::from_millis(5);
+    // The last real failure, over all rounds (a round cut short by the deadline keeps it).
+    let mut last_err: Option<(SocketAddr, io::Error)> = None;
     let stream = 'connect: loop {
-        let mut last_err = None;
         for t in &targets {
             let attempt = remaining(deadline).map_or(CONNECT_ATTEMPT, |r| r.min(CONNECT_ATTEMPT));
             if attempt.is_zero() {
@@ -949,11 +1069,17 @@ fn rendezvous_leaf(
             }
             match TcpStream::connect_timeout(t, attempt) {
                 Ok(s) => break 'connect s,
-                Err(e) => last_err = Some(e),
+                Err(e) => last_err = Some((*t, e)),
             }
         }
         if expired(deadline) {
-            let why = last_err.map_or_else(|| "no attempt made".to_owned(), |e| e.to_string());
+            let why = match &last_err {
+                Some((t, e)) if targets.len() > 1 => format!("{t}: {e}"),
+                Some((_, e)) => e.to_string(),
+                None => {
+                    "the timeout expired before a first connection attempt could be made".to_owned()
+                }
+            };
             return Err(Error::Timeout {
                 op: format!("connect to rank 0 at {addr} (last error: {why})"),
                 waited,

@@ -417,3 +417,41 @@ fn large_payloads_cross_intact() {
         r.unwrap();
     }
 }
+
+#[test]
+fn idle_connections_do_not_delay_start_up() {
+    // Rank 0 once read hellos one connection at a time, 5 s each: 20 idle connections held
+    // the job back by 100 s. Now they must cost (almost) nothing.
+    let (listener, uid) = job();
+    let size = 3;
+    let timeout = Some(Duration::from_secs(30));
+    let mut idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(uid.addr()).unwrap())
+        .collect();
+    // And some that start a hello and then stall (a slow sender), with the right magic.
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(uid.addr()).unwrap();
+        s.write_all(b"RSHMEMBS\x01\x00").unwrap();
+        idle.push(s);
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = (0..size)
+        .map(|rank| {
+            let uid = uid.clone();
+            let l = (rank == 0).then(|| listener.try_clone().unwrap());
+            thread::spawn(move || {
+                let b = TcpBootstrap::new(rank, size, &uid, timeout, l)?;
+                b.allgather(&[rank as u8])
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap().unwrap(), vec![vec![0], vec![1], vec![2]]);
+    }
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "25 idle connections delayed start-up by {took:?}"
+    );
+    drop(idle);
+}
