@@ -433,6 +433,34 @@ impl LaunchInfo {
     }
 }
 
+/// This process's rank as its launcher's variables give it, for messages written before (or
+/// without) a bootstrap: `None` when no launcher is detected or the rank variable is missing
+/// or malformed. Reads the same variables as [`LaunchInfo::from_env`] (honouring
+/// `RSHMEM_LAUNCHER`) but needs no address or secret, so it works even when start-up fails.
+pub fn launcher_rank() -> Option<usize> {
+    launcher_rank_from(&env_lookup)
+}
+
+fn launcher_rank_from(lookup: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
+    let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let launcher = match get("RSHMEM_LAUNCHER") {
+        Some(v) => Launcher::parse(&v)?,
+        None => detect(&get).ok()?,
+    };
+    let rank_vars: &[&str] = match launcher {
+        Launcher::Singleton => return Some(0),
+        Launcher::Rshmemrun => &["RSHMEM_RANK"],
+        Launcher::OpenMpi => &["OMPI_COMM_WORLD_RANK", "PMIX_RANK"],
+        Launcher::Slurm => &["SLURM_PROCID"],
+        Launcher::Pmi => &["PMI_RANK"],
+        Launcher::Torchrun => &["RANK"],
+    };
+    rank_vars
+        .iter()
+        .find_map(|&n| get(n))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The process environment as a lookup function.
 fn env_lookup(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
@@ -1558,6 +1586,41 @@ mod tests {
         v[6] = ("TORCHELASTIC_RUN_ID", "other");
         let b = parse(&v).unwrap().uid.unwrap();
         assert_ne!(a.secret(), b.secret());
+    }
+
+    #[test]
+    fn launcher_rank_needs_no_rendezvous() {
+        let rank = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            launcher_rank_from(&|n| map.get(n).cloned())
+        };
+        // Under mpirun with no address (start-up would fail): the rank is still known.
+        assert_eq!(
+            rank(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "4")]),
+            Some(3)
+        );
+        assert_eq!(
+            rank(&[("OMPI_COMM_WORLD_SIZE", "4"), ("PMIX_RANK", "2")]),
+            Some(2)
+        );
+        assert_eq!(rank(&[("SLURM_PROCID", "5")]), Some(5));
+        assert_eq!(rank(&[("PMI_RANK", "1")]), Some(1));
+        assert_eq!(rank(&[("RANK", "6"), ("WORLD_SIZE", "8")]), Some(6));
+        assert_eq!(rank(&[("RSHMEM_RANK", "7")]), Some(7));
+        assert_eq!(rank(&[]), Some(0));
+        assert_eq!(rank(&[("RSHMEM_RANK", "x")]), None);
+        assert_eq!(rank(&[("PMIX_RANK", "1")]), None);
+        assert_eq!(
+            rank(&[
+                ("RSHMEM_LAUNCHER", "slurm"),
+                ("SLURM_PROCID", "2"),
+                ("RSHMEM_RANK", "9")
+            ]),
+            Some(2)
+        );
     }
 
     #[test]
