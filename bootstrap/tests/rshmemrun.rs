@@ -401,6 +401,19 @@ fn pe_child_entry() {
             .collect::<Vec<_>>()
     );
     boot.barrier().unwrap();
+    if let Some(victim) = std::env::var("RSHMEM_TEST_PE_KILL")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        // One PE is SIGKILLed; the others lose it in the next barrier and exit with status 1.
+        if rank == victim {
+            // SAFETY: kill sends a signal to this very process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let e = boot.barrier().unwrap_err();
+        eprintln!("PE {rank}: {e}");
+        std::process::exit(1);
+    }
     println!(
         "PE-RESULT rank={rank} size={size} launcher={} inherited={}",
         info.launcher,
@@ -599,10 +612,18 @@ fn exit_status_is_that_of_the_pe_that_failed_first() {
         );
         assert!(r.stderr.contains("PE 2 failed first"), "{}", r.stderr);
     }
-    // First is first, not "signals before exit codes": PE 1 exits 3, then the others are killed.
-    let r = failures_in_order(1, "exit 3", "kill -KILL $$");
-    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
-    assert!(r.stderr.contains("PE 1 failed first"), "{}", r.stderr);
+    // Among non-zero exits, the first one is reported, not the lowest rank: PE 1 exits with
+    // 3, then PEs 0 and 2 with 1.
+    for _ in 0..3 {
+        let r = failures_in_order(1, "exit 3", "exit 1");
+        assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+        assert!(r.stderr.contains("PE 1 failed first"), "{}", r.stderr);
+    }
+    // Among deaths by signal too: PE 2 is killed with SIGTERM first, then PEs 0 and 1 with
+    // SIGKILL.
+    let r = failures_in_order(2, "kill -TERM $$", "kill -KILL $$");
+    assert_eq!(r.status.code(), Some(128 + 15), "{}", r.stderr);
+    assert!(r.stderr.contains("PE 2 failed first"), "{}", r.stderr);
 }
 
 #[test]
@@ -664,4 +685,32 @@ fn program_in_the_current_directory_is_found_like_mpirun_does() {
     let (st, _, _) = run_in("rshmem-cwd-prog");
     assert_eq!(st.code(), Some(127));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn killed_pe_is_reported_not_the_pes_it_took_down() {
+    // The tester's case with real PEs: PE 3 is SIGKILLed, the others notice at once (their
+    // bootstrap connection breaks) and exit with status 1, racing rshmemrun's reaping.
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    for round in 0..8 {
+        let r = rshmemrun_with(
+            &[
+                "-n",
+                "4",
+                exe,
+                "--exact",
+                "pe_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ],
+            &[("RSHMEM_TEST_PE", "1"), ("RSHMEM_TEST_PE_KILL", "3")],
+        );
+        assert_eq!(r.status.code(), Some(137), "round {round}:\n{}", r.stderr);
+        assert!(
+            r.stderr.contains("PE 3 failed first"),
+            "round {round}:\n{}",
+            r.stderr
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! rshmemrun -n N [--timeout SECS] [--tag-output] [--grace SECS] PROGRAM [ARGS...]
+//! rshmemrun -np N ...   (mpirun's spelling)
 //! ```
 //!
 //! Each PE gets `RSHMEM_RANK`, `RSHMEM_SIZE`, `RSHMEM_LOCAL_RANK`, `RSHMEM_LOCAL_SIZE`,
@@ -32,6 +33,9 @@ use rshmem_bootstrap::UniqueId;
 
 /// Exit status when --timeout expires (as coreutils' `timeout`).
 const EXIT_TIMEOUT: i32 = 124;
+/// How long rshmemrun waits, after the first PE failed, for others to fail too before it
+/// decides which failure was first (see `supervise`).
+const SETTLE: Duration = Duration::from_millis(200);
 /// Exit status for usage errors.
 const EXIT_USAGE: i32 = 2;
 /// Exit status when PROGRAM cannot be executed / found (as shells do).
@@ -46,7 +50,9 @@ const EXIT_NOTFOUND: i32 = 127;
     after_help = "Each PE gets RSHMEM_RANK, RSHMEM_SIZE, RSHMEM_LOCAL_RANK, RSHMEM_LOCAL_SIZE, \
 RSHMEM_BOOTSTRAP_ADDR, RSHMEM_BOOTSTRAP_SECRET and RSHMEM_LAUNCHER=rshmemrun.\n\
 If a PE exits non-zero or is killed by a signal, the other PEs get SIGTERM, then SIGKILL after \
---grace seconds, and rshmemrun exits with that PE's status (128+signal for a signal). \
+--grace seconds, and rshmemrun exits with the status of the PE that failed first (128+signal \
+for a signal). -np N is accepted for -n N; a PROGRAM not on PATH is looked for in the current \
+directory. The job secret reaches the PEs in their environment, never on a command line. \
 SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Exit status 124: --timeout \
 expired."
 )]
@@ -542,13 +548,15 @@ fn run(cli: Cli) -> Result<i32, Fail> {
 /// Waits for the PEs, stopping them all when one fails, on --timeout, or on a signal.
 /// Returns the launcher's exit status.
 ///
-/// The status is that of the PE that failed first. Which one that was comes from the order of
-/// the SIGCHLD notifications read from the signalfd: a SIGCHLD that arrives while one is
-/// already pending is merged into it by the kernel, which keeps the *first* child's siginfo, so
-/// each notification names the earliest exit since the previous read, however late rshmemrun
-/// gets to run. PEs found dead without their own notification come after those with one;
-/// among them a death by signal before a non-zero exit (the other PEs typically exit with an
-/// error because a killed PE vanished), then by rank.
+/// The status is that of the PE that failed first. A PE killed by a signal closes its
+/// connections a moment before the kernel reports it dead, so the PEs that notice and exit
+/// with an error can be reported first; rshmemrun therefore waits up to [`SETTLE`] after the
+/// first failure for more, and then counts a death by signal before a non-zero exit. Within
+/// each kind, the order is that of the SIGCHLD notifications read from the signalfd: a
+/// SIGCHLD that arrives while one is pending is merged into it by the kernel, which keeps the
+/// *first* child's siginfo, so each notification names the earliest exit since the previous
+/// read, however late rshmemrun gets to run. PEs found ended without a notification of their
+/// own come after those with one, then by rank.
 fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace: Duration) -> i32 {
     let start = Instant::now();
     let run_deadline = timeout.and_then(|t| start.checked_add(t));
@@ -557,6 +565,9 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
     let mut kill_at: Option<Instant> = None;
     // PIDs in the order their SIGCHLD notifications were read.
     let mut exit_order: Vec<i32> = Vec::new();
+    // Failed PEs (rank, pid, status) not yet reported, and until when to wait for more.
+    let mut failures: Vec<(usize, i32, ExitStatus)> = Vec::new();
+    let mut settle_until: Option<Instant> = None;
 
     let stop = |pes: &[Pe], sig: Signal| {
         // Every group, including those of PEs that already exited: their children may linger.
@@ -590,7 +601,6 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
         }
 
         // Reap whatever has exited.
-        let mut failures = Vec::new();
         for pe in pes.iter_mut().filter(|p| p.status.is_none()) {
             match pe.child.try_wait() {
                 Ok(Some(st)) => {
@@ -606,35 +616,47 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 }
             }
         }
-        if !failures.is_empty() {
-            failures.sort_by_key(|&(rank, pid, st)| {
-                (
-                    exit_order
-                        .iter()
-                        .position(|&p| p == pid)
-                        .unwrap_or(usize::MAX),
-                    st.signal().is_none(),
-                    rank,
-                )
-            });
-            for &(rank, _, st) in &failures {
+        let all_ended = pes.iter().all(|p| p.status.is_some());
+        if !failures.is_empty() && !stopping {
+            let settle = *settle_until.get_or_insert_with(|| Instant::now() + SETTLE);
+            if all_ended || Instant::now() >= settle {
+                failures.sort_by_key(|&(rank, pid, st)| {
+                    (
+                        st.signal().is_none(),
+                        exit_order
+                            .iter()
+                            .position(|&p| p == pid)
+                            .unwrap_or(usize::MAX),
+                        rank,
+                    )
+                });
+                for &(rank, _, st) in &failures {
+                    if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
+                        eprintln!("rshmemrun: {}", describe_failure(pe, st));
+                    }
+                }
+                exit_code = Some(status_code(failures[0].2));
+                let left = pes.iter().filter(|p| p.status.is_none()).count();
+                if left > 0 {
+                    eprintln!(
+                        "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
+                        failures[0].0
+                    );
+                } else if failures.len() > 1 {
+                    eprintln!("rshmemrun: PE {} failed first", failures[0].0);
+                }
+                failures.clear();
+                stopping = true;
+                stop(pes, Signal::SIGTERM);
+                kill_at = Instant::now().checked_add(grace);
+            }
+        } else if !failures.is_empty() {
+            // Stopping for another reason (a signal, --timeout) while settling: report them.
+            for (rank, _, st) in failures.drain(..) {
                 if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
                     eprintln!("rshmemrun: {}", describe_failure(pe, st));
                 }
             }
-            exit_code = Some(status_code(failures[0].2));
-            let left = pes.iter().filter(|p| p.status.is_none()).count();
-            if left > 0 {
-                eprintln!(
-                    "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
-                    failures[0].0
-                );
-            } else if failures.len() > 1 {
-                eprintln!("rshmemrun: PE {} failed first", failures[0].0);
-            }
-            stopping = true;
-            stop(pes, Signal::SIGTERM);
-            kill_at = Instant::now().checked_add(grace);
         }
 
         let running: Vec<&Pe> = pes.iter().filter(|p| p.status.is_none()).collect();
@@ -669,10 +691,15 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
         }
 
         // Sleep until a signal (SIGCHLD included) or the next deadline.
-        let wake = [if stopping { None } else { run_deadline }, kill_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let settling = if stopping { None } else { settle_until };
+        let wake = [
+            if stopping { None } else { run_deadline },
+            kill_at,
+            settling,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let poll_timeout = match wake {
             None => PollTimeout::NONE,
             Some(w) => {
