@@ -62,7 +62,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_BOOTSTRAP_SECRET",
         kind: "32 hex digits",
         default: "",
-        help: "Job secret every rank presents to rank 0 (e.g. $(openssl rand -hex 16)). Pass it in the environment (mpirun -x RSHMEM_BOOTSTRAP_SECRET with the variable exported), never as a command-line value. Required under rshmemrun's variables; under mpirun/srun/PMI/torchrun a guessable one is derived from the job id when neither it nor RSHMEM_BOOTSTRAP_SECRET_FILE is set.",
+        help: "Job secret every rank presents to rank 0 (e.g. $(openssl rand -hex 16)). Pass it in the environment (mpirun -x RSHMEM_BOOTSTRAP_SECRET with the variable exported), never as a command-line value. The TCP bootstrap of a multi-PE job needs it or RSHMEM_BOOTSTRAP_SECRET_FILE (rshmemrun sets it).",
     },
     EnvVar {
         name: "RSHMEM_BOOTSTRAP_SECRET_FILE",
@@ -194,7 +194,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "TORCHELASTIC_RUN_ID",
         kind: "string",
         default: "",
-        help: "Marks a torchrun worker (detection); also read to derive a fallback secret when no secret is given.",
+        help: "Marks a torchrun worker (detection).",
     },
     EnvVar {
         name: "MV2_COMM_WORLD_RANK",
@@ -213,30 +213,6 @@ pub static ENV_VARS: &[EnvVar] = &[
         kind: "integer",
         default: "",
         help: "Read only to detect a Cray ALPS (aprun) launch, which rshmem cannot join without RSHMEM_* variables: an error instead of a silent singleton.",
-    },
-    EnvVar {
-        name: "SLURM_JOB_ID",
-        kind: "string",
-        default: "",
-        help: "Read only to derive a guessable fallback secret when neither RSHMEM_BOOTSTRAP_SECRET nor RSHMEM_BOOTSTRAP_SECRET_FILE is set.",
-    },
-    EnvVar {
-        name: "SLURM_STEP_ID",
-        kind: "string",
-        default: "",
-        help: "Read only to derive a guessable fallback secret when neither RSHMEM_BOOTSTRAP_SECRET nor RSHMEM_BOOTSTRAP_SECRET_FILE is set.",
-    },
-    EnvVar {
-        name: "PMIX_NAMESPACE",
-        kind: "string",
-        default: "",
-        help: "Read only to derive a guessable fallback secret when neither RSHMEM_BOOTSTRAP_SECRET nor RSHMEM_BOOTSTRAP_SECRET_FILE is set.",
-    },
-    EnvVar {
-        name: "OMPI_MCA_ess_base_jobid",
-        kind: "string",
-        default: "",
-        help: "Read only to derive a guessable fallback secret when neither RSHMEM_BOOTSTRAP_SECRET nor RSHMEM_BOOTSTRAP_SECRET_FILE is set.",
     },
 ];
 
@@ -308,15 +284,6 @@ pub struct LaunchInfo {
     /// Rank 0 only: an inherited listening socket (`RSHMEM_BOOTSTRAP_LISTEN_FD`).
     pub listen_fd: Option<i32>,
 }
-
-/// Variables whose values identify the job, for the fallback secret (in this order).
-const JOB_ID_VARS: [&str; 5] = [
-    "SLURM_JOB_ID",
-    "SLURM_STEP_ID",
-    "PMIX_NAMESPACE",
-    "OMPI_MCA_ess_base_jobid",
-    "TORCHELASTIC_RUN_ID",
-];
 
 /// Variables that mark a multi-process launch by a launcher rshmem cannot join by itself, with
 /// the launcher's name: seeing one with no launcher detected is an error, not a singleton.
@@ -627,7 +594,7 @@ fn locals(
 }
 
 /// Builds the unique id of a multi-PE job from `RSHMEM_BOOTSTRAP_ADDR` (under torchrun, else
-/// `MASTER_ADDR:(MASTER_PORT+1)`) and the secret.
+/// `MASTER_ADDR:(MASTER_PORT+1)`) and the secret, which is required under every launcher.
 fn rendezvous_id(
     get: &dyn Fn(&str) -> Option<String>,
     launcher: Launcher,
@@ -657,37 +624,26 @@ fn rendezvous_id(
     let addr = addr.trim().to_owned();
     validate_addr(&addr).map_err(|reason| Error::env("RSHMEM_BOOTSTRAP_ADDR", &addr, reason))?;
 
-    let secret = match explicit_secret(get)? {
-        Some(secret) => secret,
-        None if launcher == Launcher::Rshmemrun => {
-            return Err(Error::Config(
-                "RSHMEM_RANK/RSHMEM_SIZE are set but neither RSHMEM_BOOTSTRAP_SECRET nor \
-                 RSHMEM_BOOTSTRAP_SECRET_FILE is. rshmemrun sets the secret; if you set the \
-                 RSHMEM_* variables yourself, give every rank the same secret, e.g. `export \
-                 RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16)` (exported, never written on a \
-                 command line, where other users can read it)"
-                    .into(),
-            ))
-        }
-        None => {
-            let (secret, used) = derived_secret(get, &addr);
-            let from = if used.is_empty() {
-                "no job id found".to_owned()
-            } else {
-                used.join(", ")
-            };
-            tracing::warn!(
-                "neither RSHMEM_BOOTSTRAP_SECRET nor RSHMEM_BOOTSTRAP_SECRET_FILE is set: using \
-                 a secret derived from the job id ({from}) and RSHMEM_BOOTSTRAP_ADDR, which \
-                 others can guess and then join this job as one of its ranks. Export \
-                 RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) and pass it by name (`mpirun \
-                 -x RSHMEM_BOOTSTRAP_SECRET`, not `-x RSHMEM_BOOTSTRAP_SECRET=value`, which \
-                 every user can read with ps), or point RSHMEM_BOOTSTRAP_SECRET_FILE at a \
-                 file only you can read"
-            );
-            secret
-        }
-    };
+    let secret = explicit_secret(get)?.ok_or_else(|| {
+        let how = match launcher {
+            Launcher::Rshmemrun => {
+                "rshmemrun sets it; if you set the RSHMEM_* variables yourself, give every rank \
+                 the same one"
+            }
+            Launcher::OpenMpi => "with Open MPI: `mpirun -x RSHMEM_BOOTSTRAP_SECRET ...`",
+            Launcher::Slurm => "srun forwards exported variables",
+            Launcher::Pmi => "with hydra: `mpiexec -genvlist RSHMEM_BOOTSTRAP_SECRET ...`",
+            Launcher::Torchrun => "torchrun's workers inherit it",
+            Launcher::Singleton => "",
+        };
+        Error::Config(format!(
+            "this is rank {rank} of {size} (from the {launcher} launcher's variables) but no job \
+             secret is set: without one, any process could join the job as one of its ranks. \
+             `export RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16)` and pass it by name to every \
+             rank ({how}), never as a value on a command line (`-x VAR=value` is visible to \
+             every user), or set RSHMEM_BOOTSTRAP_SECRET_FILE to a file only you can read"
+        ))
+    })?;
     UniqueId::with_secret(addr, secret)
 }
 
@@ -811,45 +767,6 @@ pub(crate) fn read_secret_file(path: &str) -> Result<String> {
         .read_to_string(&mut text)
         .map_err(|e| bad(format!("cannot read it: {e}")))?;
     Ok(text)
-}
-
-/// A deterministic secret from the launcher's job ids and the address (same on every rank).
-/// Returns it with the names of the variables used.
-fn derived_secret(
-    get: &dyn Fn(&str) -> Option<String>,
-    addr: &str,
-) -> ([u8; SECRET_LEN], Vec<&'static str>) {
-    let mut material = b"rshmem-bootstrap-derived-secret-v1\0".to_vec();
-    let mut used = Vec::new();
-    for name in JOB_ID_VARS {
-        if let Some(v) = get(name) {
-            material.extend_from_slice(name.as_bytes());
-            material.push(b'=');
-            material.extend_from_slice(v.trim().as_bytes());
-            material.push(0);
-            used.push(name);
-        }
-    }
-    material.extend_from_slice(addr.as_bytes());
-    let mut out = [0u8; SECRET_LEN];
-    out[..8].copy_from_slice(&fnv1a_mix(&material, 0xcbf2_9ce4_8422_2325).to_le_bytes());
-    out[8..].copy_from_slice(&fnv1a_mix(&material, 0x6c62_272e_07bb_0142).to_le_bytes());
-    (out, used)
-}
-
-/// FNV-1a with a given basis, then a SplitMix64 finaliser. Stable across versions and
-/// platforms (unlike `std`'s hashers). Not cryptographic: the result is guessable anyway.
-fn fnv1a_mix(data: &[u8], basis: u64) -> u64 {
-    let mut h = basis;
-    for &b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }
 
 /// Set once `RSHMEM_BOOTSTRAP_LISTEN_FD` has been adopted, so it is never owned twice.
@@ -1485,7 +1402,7 @@ mod tests {
         // Both ways at once: refused rather than guessing which one is meant.
         let e = with_file(&[("RSHMEM_BOOTSTRAP_SECRET", SECRET)]).unwrap_err();
         assert!(e.to_string().contains("one way only"), "{e}");
-        // Also under a foreign launcher (instead of the derived secret).
+        // Also under a foreign launcher.
         let i = parse(&[
             ("OMPI_COMM_WORLD_RANK", "1"),
             ("OMPI_COMM_WORLD_SIZE", "2"),
@@ -1579,13 +1496,6 @@ mod tests {
             ("WORLD_SIZE", "1"),
         ]);
         assert_eq!(i.unwrap().launcher, Launcher::Torchrun);
-        // Without a secret: the derived one, which includes the run id.
-        let mut v = base.to_vec();
-        v.pop();
-        let a = parse(&v).unwrap().uid.unwrap();
-        v[6] = ("TORCHELASTIC_RUN_ID", "other");
-        let b = parse(&v).unwrap().uid.unwrap();
-        assert_ne!(a.secret(), b.secret());
     }
 
     #[test]
@@ -1647,42 +1557,45 @@ mod tests {
     }
 
     #[test]
-    fn foreign_launchers_derive_a_deterministic_secret() {
-        let job = |id: &'static str| {
-            parse(&[
+    fn every_launcher_requires_a_secret() {
+        // A secret derived from job ids was once used here: other users could compute it and
+        // join the job as one of its ranks.
+        let launches: [&[(&str, &str)]; 4] = [
+            &[
                 ("SLURM_PROCID", "1"),
                 ("SLURM_NTASKS", "2"),
-                ("SLURM_JOB_ID", id),
-                ("SLURM_STEP_ID", "0"),
-                ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-            ])
-            .unwrap()
-            .uid
-            .unwrap()
-        };
-        // Same job: same secret on every rank; another job: another secret.
-        assert_eq!(job("1234").secret(), job("1234").secret());
-        assert_ne!(job("1234").secret(), job("1235").secret());
-        let mpi = parse(&[
-            ("OMPI_COMM_WORLD_RANK", "0"),
-            ("OMPI_COMM_WORLD_SIZE", "2"),
-            ("OMPI_MCA_ess_base_jobid", "99"),
-            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-        ])
-        .unwrap()
-        .uid
-        .unwrap();
-        assert_ne!(mpi.secret(), job("1234").secret());
-        // An explicit secret always wins.
-        let explicit = parse(&[
-            ("SLURM_PROCID", "1"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_JOB_ID", "1234"),
-            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
-        ])
-        .unwrap();
-        assert_eq!(explicit.uid.unwrap().secret_hex(), SECRET);
+                ("SLURM_JOB_ID", "1234"),
+            ],
+            &[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("OMPI_COMM_WORLD_SIZE", "2"),
+                ("OMPI_MCA_ess_base_jobid", "99"),
+            ],
+            &[("PMI_RANK", "1"), ("PMI_SIZE", "2")],
+            &[
+                ("RANK", "1"),
+                ("WORLD_SIZE", "2"),
+                ("TORCHELASTIC_RUN_ID", "r"),
+            ],
+        ];
+        for vars in launches {
+            let mut v = vars.to_vec();
+            v.push(("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"));
+            match parse(&v) {
+                Err(Error::Config(m)) => assert!(
+                    m.contains("RSHMEM_BOOTSTRAP_SECRET")
+                        && m.contains("RSHMEM_BOOTSTRAP_SECRET_FILE")
+                        && m.contains("never as a value on a command line"),
+                    "{m}"
+                ),
+                other => panic!("{vars:?}: no secret accepted: {other:?}"),
+            }
+            // With one: accepted, and it is the one used.
+            v.push(("RSHMEM_BOOTSTRAP_SECRET", SECRET));
+            assert_eq!(parse(&v).unwrap().uid.unwrap().secret_hex(), SECRET);
+        }
+        // A job of one needs none.
+        assert!(parse(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]).is_ok());
     }
 
     fn choice(vars: &[(&str, &str)]) -> Result<(LaunchInfo, bool)> {
@@ -1695,7 +1608,11 @@ mod tests {
 
     #[test]
     fn bootstrap_choice() {
-        let ompi = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")];
+        let ompi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
         let with = |extra: &[(&'static str, &'static str)]| {
             let mut v = ompi.to_vec();
             v.extend_from_slice(extra);
@@ -1780,10 +1697,7 @@ mod tests {
             "SLURM_LOCALID",
             "PMI_RANK",
             "PMI_SIZE",
-        ]
-        .into_iter()
-        .chain(JOB_ID_VARS)
-        {
+        ] {
             assert!(names.contains(&n), "{n} missing from ENV_VARS");
         }
         // Every lookup goes through the table: record what from_lookup asks for.
