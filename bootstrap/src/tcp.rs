@@ -1,13 +1,20 @@
 //! TCP bootstrap: a unique-id rendezvous at rank 0 and star-shaped collectives through it.
 //!
-//! # Wire protocol (version 1)
+//! # Wire protocol (version 2)
 //!
-//! All integers are little-endian.
+//! All integers are little-endian. The secret itself never crosses the network: each side
+//! proves it knows it with an HMAC-SHA256 over both sides' fresh nonces and the claim.
 //!
-//! * **hello** (peer → rank 0, 44 bytes): magic `RSHMEMBS`, `u32` version, 16-byte secret,
-//!   `u64` rank, `u64` size.
-//! * **ack** (rank 0 → peer, 16 bytes): magic, `u32` version, `u32` status (0 = accepted, else
-//!   the reason for refusal; the connection is then closed).
+//! * **challenge** (rank 0 → peer, 28 bytes, sent as soon as rank 0 accepts): magic `RSHMEMBS`,
+//!   `u32` version, 16-byte random nonce `Nr`.
+//! * **hello** (peer → rank 0, 76 bytes): magic, `u32` version, `u64` rank, `u64` size, 16-byte
+//!   random nonce `Np`, 32-byte proof `HMAC(secret, "rshmem-bootstrap-v2 peer" ‖ Nr ‖ Np ‖ rank
+//!   ‖ size)`.
+//! * **ack** (rank 0 → peer, 48 bytes): magic, `u32` version, `u32` status (0 = accepted, else
+//!   the reason for refusal; the connection is then closed), 32-byte proof `HMAC(secret,
+//!   "rshmem-bootstrap-v2 rank0" ‖ Nr ‖ Np ‖ rank ‖ size)` when accepted (zeros otherwise),
+//!   which the peer checks: a program that holds the address without the secret cannot pass
+//!   for rank 0.
 //! * **frame** (both ways): `u32` kind, `u64` length (at most [`MAX_FRAME`]), payload.
 //!
 //! Once every rank has connected, rank 0 sends each peer a `Ready` frame. Each collective is a
@@ -21,9 +28,11 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hmac::{Hmac, Mac};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::MsgFlags;
+use sha2::Sha256;
 
 use crate::error::{Error, Result};
 use crate::uid::{UniqueId, SECRET_LEN};
@@ -33,9 +42,12 @@ use crate::Bootstrap;
 pub const MAX_FRAME: u64 = 1 << 30;
 
 const MAGIC: [u8; 8] = *b"RSHMEMBS";
-const VERSION: u32 = 1;
-const HELLO_LEN: usize = 8 + 4 + SECRET_LEN + 8 + 8;
-const ACK_LEN: usize = 8 + 4 + 4;
+const VERSION: u32 = 2;
+const NONCE_LEN: usize = 16;
+const PROOF_LEN: usize = 32;
+const CHALLENGE_LEN: usize = 8 + 4 + NONCE_LEN;
+const HELLO_LEN: usize = 8 + 4 + 8 + 8 + NONCE_LEN + PROOF_LEN;
+const ACK_LEN: usize = 8 + 4 + 4 + PROOF_LEN;
 const FRAME_HDR: usize = 4 + 8;
 /// How long rank 0 waits for a new connection's hello before dropping it.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -434,22 +446,119 @@ fn ack_reason(status: u32) -> &'static str {
     }
 }
 
-fn encode_hello(uid: &UniqueId, rank: usize, size: usize) -> [u8; HELLO_LEN] {
+/// Which side a handshake proof comes from (domain separation: a peer's proof is never valid
+/// as rank 0's, and the other way round).
+#[derive(Clone, Copy)]
+enum Side {
+    Peer,
+    Root,
+}
+
+/// The HMAC over both nonces and the claim, keyed with the job secret.
+fn handshake_mac(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+) -> Hmac<Sha256> {
+    // HMAC accepts keys of any length: this cannot fail.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(match side {
+        Side::Peer => b"rshmem-bootstrap-v2 peer",
+        Side::Root => b"rshmem-bootstrap-v2 rank0",
+    });
+    mac.update(root_nonce);
+    mac.update(peer_nonce);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&size.to_le_bytes());
+    mac
+}
+
+fn handshake_proof(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+) -> [u8; PROOF_LEN] {
+    let mut out = [0u8; PROOF_LEN];
+    out.copy_from_slice(
+        &handshake_mac(secret, side, root_nonce, peer_nonce, rank, size)
+            .finalize()
+            .into_bytes(),
+    );
+    out
+}
+
+/// Checks a proof in constant time.
+fn proof_ok(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+    proof: &[u8],
+) -> bool {
+    handshake_mac(secret, side, root_nonce, peer_nonce, rank, size)
+        .verify_slice(proof)
+        .is_ok()
+}
+
+fn fresh_nonce() -> Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| {
+        Error::io(
+            "generating a bootstrap handshake nonce",
+            io::Error::other(e.to_string()),
+        )
+    })?;
+    Ok(n)
+}
+
+fn encode_challenge(root_nonce: &[u8; NONCE_LEN]) -> [u8; CHALLENGE_LEN] {
+    let mut c = [0u8; CHALLENGE_LEN];
+    c[..8].copy_from_slice(&MAGIC);
+    c[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    c[12..].copy_from_slice(root_nonce);
+    c
+}
+
+fn encode_hello(
+    uid: &UniqueId,
+    rank: usize,
+    size: usize,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+) -> [u8; HELLO_LEN] {
+    let (rank, size) = (rank as u64, size as u64);
     let mut h = [0u8; HELLO_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    h[12..12 + SECRET_LEN].copy_from_slice(uid.secret());
-    let o = 12 + SECRET_LEN;
-    h[o..o + 8].copy_from_slice(&(rank as u64).to_le_bytes());
-    h[o + 8..o + 16].copy_from_slice(&(size as u64).to_le_bytes());
+    h[12..20].copy_from_slice(&rank.to_le_bytes());
+    h[20..28].copy_from_slice(&size.to_le_bytes());
+    h[28..28 + NONCE_LEN].copy_from_slice(peer_nonce);
+    h[28 + NONCE_LEN..].copy_from_slice(&handshake_proof(
+        uid.secret(),
+        Side::Peer,
+        root_nonce,
+        peer_nonce,
+        rank,
+        size,
+    ));
     h
 }
 
-fn encode_ack(status: u32) -> [u8; ACK_LEN] {
+fn encode_ack(status: u32, proof: &[u8; PROOF_LEN]) -> [u8; ACK_LEN] {
     let mut a = [0u8; ACK_LEN];
     a[..8].copy_from_slice(&MAGIC);
     a[8..12].copy_from_slice(&VERSION.to_le_bytes());
     a[12..16].copy_from_slice(&status.to_le_bytes());
+    a[16..].copy_from_slice(proof);
     a
 }
 
@@ -779,6 +888,8 @@ fn link_error(
 struct Pending {
     stream: TcpStream,
     from: SocketAddr,
+    /// The nonce rank 0 sent in its challenge.
+    nonce: [u8; NONCE_LEN],
     hello: [u8; HELLO_LEN],
     got: usize,
     /// When it is dropped if the hello is still incomplete.
@@ -867,7 +978,9 @@ fn rendezvous_root(
                 }
                 HelloRead::Complete => {
                     let p = pending.remove(i);
-                    if let Some(rank) = admit(&p.stream, p.from, &p.hello, &peers, size, uid) {
+                    if let Some(rank) =
+                        admit(&p.stream, p.from, &p.nonce, &p.hello, &peers, size, uid)
+                    {
                         tracing::debug!(rank, from = %p.from, "bootstrap: rank joined");
                         peers[rank] = Some(p.stream);
                         joined += 1;
@@ -938,9 +1051,17 @@ fn accept_pending(
             let p = pending.remove(0);
             tracing::warn!(from = %p.from, "bootstrap: too many connections owing a hello; dropping the oldest");
         }
+        let nonce = fresh_nonce()?;
+        // 28 bytes into a fresh socket's empty send buffer: never blocks.
+        let quick = deadline_after(Some(Duration::from_millis(100)));
+        if let Err(le) = write_all_by(&stream, &encode_challenge(&nonce), quick) {
+            tracing::warn!(%from, "bootstrap: dropping connection: cannot send the challenge: {}", le.describe());
+            continue;
+        }
         pending.push(Pending {
             stream,
             from,
+            nonce,
             hello: [0; HELLO_LEN],
             got: 0,
             deadline: earlier(deadline, deadline_after(Some(HELLO_TIMEOUT))),
@@ -968,6 +1089,10 @@ fn read_hello(p: &mut Pending) -> HelloRead {
                 if p.got >= MAGIC.len() && p.hello[..MAGIC.len()] != MAGIC {
                     return HelloRead::Failed("not an rshmem bootstrap peer".into());
                 }
+                // Another protocol version has another hello length: answer it now.
+                if p.got >= 12 && le_u32(&p.hello[8..12]) != VERSION {
+                    return HelloRead::Complete;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HelloRead::Partial,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -982,6 +1107,7 @@ fn read_hello(p: &mut Pending) -> HelloRead {
 fn admit(
     stream: &TcpStream,
     from: SocketAddr,
+    root_nonce: &[u8; NONCE_LEN],
     hello: &[u8; HELLO_LEN],
     peers: &[Option<TcpStream>],
     size: usize,
@@ -992,15 +1118,22 @@ fn admit(
         return None;
     }
     let version = le_u32(&hello[8..12]);
-    let mut secret = [0u8; SECRET_LEN];
-    secret.copy_from_slice(&hello[12..12 + SECRET_LEN]);
-    let o = 12 + SECRET_LEN;
-    let rank = le_u64(&hello[o..o + 8]);
-    let their_size = le_u64(&hello[o + 8..o + 16]);
-    let secret_ok = uid.secret_matches(&secret);
+    let rank = le_u64(&hello[12..20]);
+    let their_size = le_u64(&hello[20..28]);
+    let mut peer_nonce = [0u8; NONCE_LEN];
+    peer_nonce.copy_from_slice(&hello[28..28 + NONCE_LEN]);
+    let proof = &hello[28 + NONCE_LEN..];
     let status = if version != VERSION {
         ACK_BAD_VERSION
-    } else if !secret_ok {
+    } else if !proof_ok(
+        uid.secret(),
+        Side::Peer,
+        root_nonce,
+        &peer_nonce,
+        rank,
+        their_size,
+        proof,
+    ) {
         ACK_BAD_SECRET
     } else if their_size != size as u64 {
         ACK_BAD_SIZE
@@ -1011,8 +1144,20 @@ fn admit(
     } else {
         ACK_OK
     };
+    let root_proof = if status == ACK_OK {
+        handshake_proof(
+            uid.secret(),
+            Side::Root,
+            root_nonce,
+            &peer_nonce,
+            rank,
+            their_size,
+        )
+    } else {
+        [0; PROOF_LEN]
+    };
     let ack_deadline = deadline_after(Some(Duration::from_secs(1)));
-    let sent = write_all_by(stream, &encode_ack(status), ack_deadline);
+    let sent = write_all_by(stream, &encode_ack(status, &root_proof), ack_deadline);
     if status == ACK_DUP_RANK {
         tracing::error!(
             %from,
@@ -1105,14 +1250,40 @@ fn rendezvous_leaf(
         .set_nodelay(true)
         .and_then(|()| stream.set_nonblocking(true))
         .map_err(|e| Error::io("configuring the bootstrap connection", e))?;
-    write_all_by(&stream, &encode_hello(uid, rank, size), deadline)
-        .map_err(|le| lost(le, "handshake"))?;
-    let mut ack = [0u8; ACK_LEN];
-    read_exact_by(&stream, &mut ack, deadline).map_err(|le| match le {
-        LinkErr::Eof => Error::Refused(format!(
+    let closed = || {
+        Error::Refused(format!(
             "rank 0 at {addr} closed the connection during the handshake (all ranks had \
              already joined, or the address belongs to another program or job)"
-        )),
+        ))
+    };
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    read_exact_by(&stream, &mut challenge, deadline).map_err(|le| match le {
+        LinkErr::Eof => closed(),
+        other => lost(other, "handshake"),
+    })?;
+    if challenge[..8] != MAGIC {
+        return Err(Error::Refused(format!(
+            "{addr} is not an rshmem bootstrap (bad magic)"
+        )));
+    }
+    if le_u32(&challenge[8..12]) != VERSION {
+        return Err(Error::Refused(format!(
+            "rank 0 at {addr}: {}",
+            ack_reason(ACK_BAD_VERSION)
+        )));
+    }
+    let mut root_nonce = [0u8; NONCE_LEN];
+    root_nonce.copy_from_slice(&challenge[12..]);
+    let peer_nonce = fresh_nonce()?;
+    write_all_by(
+        &stream,
+        &encode_hello(uid, rank, size, &root_nonce, &peer_nonce),
+        deadline,
+    )
+    .map_err(|le| lost(le, "handshake"))?;
+    let mut ack = [0u8; ACK_LEN];
+    read_exact_by(&stream, &mut ack, deadline).map_err(|le| match le {
+        LinkErr::Eof => closed(),
         other => lost(other, "handshake"),
     })?;
     if ack[..8] != MAGIC {
@@ -1125,6 +1296,20 @@ fn rendezvous_leaf(
         return Err(Error::Refused(format!(
             "rank 0 at {addr} refused rank {rank}: {}",
             ack_reason(status)
+        )));
+    }
+    if !proof_ok(
+        uid.secret(),
+        Side::Root,
+        &root_nonce,
+        &peer_nonce,
+        rank as u64,
+        size as u64,
+        &ack[16..],
+    ) {
+        return Err(Error::Refused(format!(
+            "the program listening at {addr} did not prove that it knows the job secret: it is \
+             not this job's rank 0 (another program or user holds the address?)"
         )));
     }
     let op = format!("rendezvous at {addr}");

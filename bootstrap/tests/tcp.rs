@@ -455,3 +455,40 @@ fn idle_connections_do_not_delay_start_up() {
     );
     drop(idle);
 }
+
+#[test]
+fn secret_never_crosses_the_network_and_a_squatter_cannot_pass_for_rank_0() {
+    use std::io::Read;
+    // Another program holds rank 0's address, speaks the protocol's framing, and records what
+    // a real rank sends it.
+    let (squatter, uid) = job();
+    let secret = *uid.secret();
+    let leaf = {
+        let uid = uid.clone();
+        thread::spawn(move || TcpBootstrap::new(1, 2, &uid, Some(Duration::from_secs(10)), None))
+    };
+    let (mut s, _) = squatter.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut challenge = b"RSHMEMBS".to_vec();
+    challenge.extend_from_slice(&2u32.to_le_bytes());
+    challenge.extend_from_slice(&[7u8; 16]);
+    s.write_all(&challenge).unwrap();
+    let mut hello = [0u8; 76];
+    s.read_exact(&mut hello).unwrap();
+    assert!(
+        !hello.windows(secret.len()).any(|w| w == secret),
+        "the hello carries the secret"
+    );
+    assert_eq!(&hello[..8], b"RSHMEMBS");
+    assert_eq!(u64::from_le_bytes(hello[12..20].try_into().unwrap()), 1);
+    // "Accepted", with a proof it cannot compute.
+    let mut ack = b"RSHMEMBS".to_vec();
+    ack.extend_from_slice(&2u32.to_le_bytes());
+    ack.extend_from_slice(&0u32.to_le_bytes());
+    ack.extend_from_slice(&[0u8; 32]);
+    s.write_all(&ack).unwrap();
+    match leaf.join().unwrap() {
+        Err(Error::Refused(m)) => assert!(m.contains("did not prove"), "{m}"),
+        other => panic!("a rank 0 without the secret was believed: {other:?}"),
+    }
+}
