@@ -62,7 +62,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_BOOTSTRAP_SECRET",
         kind: "32 hex digits",
         default: "",
-        help: "Job secret every rank presents to rank 0 (e.g. $(openssl rand -hex 16)). Pass it in the environment (mpirun -x RSHMEM_BOOTSTRAP_SECRET with the variable exported), never as a command-line value. The TCP bootstrap of a multi-PE job needs it or RSHMEM_BOOTSTRAP_SECRET_FILE (rshmemrun sets it).",
+        help: "Job secret every rank and rank 0 prove to each other (it is never sent) (e.g. $(openssl rand -hex 16)). Pass it in the environment (mpirun -x RSHMEM_BOOTSTRAP_SECRET with the variable exported), never as a command-line value. The TCP bootstrap of a multi-PE job needs it or RSHMEM_BOOTSTRAP_SECRET_FILE (rshmemrun sets it).",
     },
     EnvVar {
         name: "RSHMEM_BOOTSTRAP_SECRET_FILE",
