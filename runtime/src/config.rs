@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// This PE's rank from the launcher's variables, for messages before init knows it.
+pub use rshmem_bootstrap::launcher_rank;
 pub use rshmem_bootstrap::EnvVar;
 
 /// Every variable the runtime itself reads (the bootstrap's own are in
