@@ -21,6 +21,7 @@ pub mod cli;
 pub mod coll;
 pub mod gpu;
 pub mod output;
+pub mod plot;
 pub mod rma;
 
 use std::fmt;
