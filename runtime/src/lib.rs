@@ -34,6 +34,7 @@ mod amo;
 mod coll;
 pub mod config;
 pub mod cuda;
+mod cuda_interop;
 pub mod device;
 mod error;
 pub mod heap;
@@ -51,6 +52,7 @@ mod wait;
 mod world;
 
 pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
+pub use cuda_interop::SymDevice;
 pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
