@@ -64,7 +64,11 @@ fn run() -> rshmem::Result<bool> {
             via_slice[i] != want || via_sym[i] != want
         })
         .count();
-    println!("{me}: {N} floats from PE {from}, +1 on the GPU: {bad} wrong");
+    if bad == 0 {
+        println!("{me}: {N} floats from PE {from}, +1 on the GPU: matched");
+    } else {
+        println!("{me}: {N} floats from PE {from}, +1 on the GPU: {bad} WRONG");
+    }
     world.barrier_all()?;
     world.free(inbox)?;
     world.finalize()?;
