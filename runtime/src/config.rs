@@ -100,7 +100,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
-        help: "Log filter for programs that install rshmem's logger (examples, perftests), e.g. rshmem=debug.",
+        help: "tracing filter for programs that call rshmem::init_logging() (examples, perftests), e.g. rshmem=debug,rshmem::heap=trace; a bare level means rshmem=LEVEL.",
     },
 ];
 
