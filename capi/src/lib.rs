@@ -92,7 +92,7 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 /// launcher then stops the other PEs (like `shmem_global_exit(1)`).
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
-    let pe = std::env::var("RSHMEM_RANK").unwrap_or_else(|_| "?".into());
+    let pe = rshmem::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string());
     let _ = writeln!(
         std::io::stderr(),
         "rshmem: PE {pe}: {call}: {what}; aborting the job"

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// This PE's rank from the launcher's variables, for messages before init knows it.
+pub use rshmem_bootstrap::launcher_rank;
 pub use rshmem_bootstrap::EnvVar;
 
 /// Every variable the runtime itself reads (the bootstrap's own are in
@@ -98,7 +100,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
-        help: "Log filter for programs that install rshmem's logger (examples, perftests), e.g. rshmem=debug.",
+        help: "tracing filter for programs that call rshmem::init_logging() (examples, perftests), e.g. rshmem=debug,rshmem::heap=trace; a bare level means rshmem=LEVEL.",
     },
 ];
 

@@ -110,10 +110,7 @@ fn main() -> ExitCode {
     }
     let scenario = std::env::args().nth(1).unwrap_or_default();
     // The launcher's rank, for messages before init knows it.
-    let rank = std::env::var("RSHMEM_RANK")
-        .ok()
-        .and_then(|r| r.trim().parse::<usize>().ok())
-        .map_or_else(|| "?".to_string(), |r| r.to_string());
+    let rank = rshmem::config::launcher_rank().map_or_else(|| "?".to_string(), |r| r.to_string());
     let Some(&(_, needs_two)) = SCENARIOS.iter().find(|(s, _)| *s == scenario) else {
         let names: Vec<&str> = SCENARIOS.iter().map(|(s, _)| *s).collect();
         return fail(
