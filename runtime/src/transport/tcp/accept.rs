@@ -135,7 +135,13 @@ impl Accept<'_> {
                     }
                     Step::Hello(pe) => {
                         if let Some(p) = pending.remove(i) {
-                            if sock::send_all(&p.s, &wire::ack(wire::ACK_OK)).is_ok() {
+                            if sock::send_all(
+                                &p.s,
+                                &wire::ack(wire::ACK_OK),
+                                Some(Instant::now() + Duration::from_secs(1)),
+                            )
+                            .is_ok()
+                            {
                                 got[pe] = Some(p.s);
                                 count += 1;
                             }
@@ -204,7 +210,11 @@ impl Accept<'_> {
             return Step::Drop("it did not present the job token".into());
         };
         if version != wire::VERSION {
-            let _ = sock::send_all(&p.s, &wire::ack(wire::ACK_VERSION));
+            let _ = sock::send_all(
+                &p.s,
+                &wire::ack(wire::ACK_VERSION),
+                Some(Instant::now() + Duration::from_secs(1)),
+            );
             return Step::Drop(format!(
                 "PE {pe} speaks version {version} of the TCP transport protocol, this PE {}",
                 wire::VERSION
@@ -298,7 +308,7 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, 1);
         let mut ack = [0u8; wire::ACK];
-        sock::recv_exact(&good, &mut ack, Duration::ZERO).unwrap();
+        sock::recv_exact(&good, &mut ack, Duration::ZERO, None).unwrap();
         assert_eq!(wire::parse_ack(&ack), Some(wire::ACK_OK));
         // The stranger was closed without an answer.
         let mut b = [0u8; 1];

@@ -1,8 +1,8 @@
 //! The issuing side of the TCP transport: requests on this PE's outgoing connections.
 //!
-//! Every send and every wait for a reply is bounded by `RSHMEM_TIMEOUT` (the sockets' kernel
-//! timeouts, see [`super::sock`]): a peer that takes no bytes or sends no reply for that long
-//! (stopped, overloaded, cut off) makes the call fail with [`Error::Timeout`] naming the peer,
+//! Every send and every wait for a reply is bounded by `RSHMEM_TIMEOUT` (see [`super::sock`]): a
+//! peer that does not take a frame or send a reply within that time (stopped, overloaded, cut
+//! off) makes the call fail with [`Error::Timeout`] naming the peer,
 //! the call and the operation; the connection is then broken for good (a request may have been
 //! cut in half) and the peer is reported lost, so waits that depend on it fail too.
 
@@ -28,17 +28,20 @@ pub(super) struct Conn {
     /// Bytes of requests not written yet (deferred puts, then the request being sent).
     pub out: Vec<u8>,
     pub broken: bool,
+    /// `RSHMEM_TIMEOUT`: the most one send or receive may take.
+    timeout: Option<Duration>,
     /// Names of the calls that issued requests on this connection; a request carries the
     /// index, a rejection record echoes it.
     calls: Vec<&'static str>,
 }
 
 impl Conn {
-    pub fn new(s: std::net::TcpStream) -> Conn {
+    pub fn new(s: std::net::TcpStream, timeout: Option<Duration>) -> Conn {
         Conn {
             s,
             out: Vec::new(),
             broken: false,
+            timeout,
             calls: Vec::new(),
         }
     }
@@ -46,7 +49,7 @@ impl Conn {
     /// Writes every pending byte.
     fn send(&mut self) -> std::io::Result<()> {
         if !self.out.is_empty() {
-            let r = sock::send_all(&self.s, &self.out);
+            let r = sock::send_all(&self.s, &self.out, sock::deadline(self.timeout));
             self.out.clear();
             r?;
         }
@@ -139,7 +142,7 @@ impl Net {
                 me: self.me,
                 pe: Some(pe),
                 what: format!(
-                    "PE {pe} to make progress on {doing} over TCP (no bytes moved either way: is it stopped, overloaded or unreachable?)"
+                    "PE {pe} to complete {doing} over TCP (is it stopped, overloaded or unreachable?)"
                 ),
                 waited: t,
             };
@@ -230,7 +233,7 @@ impl Net {
                 c.out.extend_from_slice(data);
             } else {
                 c.send()?;
-                sock::send_all(&c.s, data)?;
+                sock::send_all(&c.s, data, sock::deadline(c.timeout))?;
             }
             done += k;
         }
@@ -351,7 +354,7 @@ impl Net {
         c.out.extend_from_slice(h);
         c.send()?;
         let mut r = [0u8; REP];
-        sock::recv_exact(&c.s, &mut r, self.spin())?;
+        sock::recv_exact(&c.s, &mut r, self.spin(), sock::deadline(c.timeout))?;
         Ok(wire::decode_rep(&r))
     }
 
@@ -387,7 +390,7 @@ impl Net {
                 if status == 0 {
                     // SAFETY: the caller passes a live writable range of n bytes at dst.
                     let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), k) };
-                    sock::recv_exact(&c.s, out, self.spin())?;
+                    sock::recv_exact(&c.s, out, self.spin(), sock::deadline(c.timeout))?;
                 }
                 Ok(status)
             })?;
@@ -551,12 +554,12 @@ impl Net {
         for (pe, mut c) in sent {
             let r = (|| {
                 let mut h = [0u8; REP];
-                sock::recv_exact(&c.s, &mut h, spin)?;
+                sock::recv_exact(&c.s, &mut h, spin, sock::deadline(c.timeout))?;
                 let (_, bad) = wire::decode_rep(&h);
                 let mut first = None;
                 if bad != 0 {
                     let mut j = [0u8; REJ];
-                    sock::recv_exact(&c.s, &mut j, spin)?;
+                    sock::recv_exact(&c.s, &mut j, spin, sock::deadline(c.timeout))?;
                     first = Some(Rejection::decode(&j));
                 }
                 Ok::<_, std::io::Error>((bad, first))

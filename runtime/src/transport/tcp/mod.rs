@@ -18,9 +18,10 @@
 //! multiplexed accept loop of init), `client` (the issuing side), [`service`] (the target side).
 //!
 //! **Time bounds.** Every blocking socket operation is bounded by `RSHMEM_TIMEOUT`: connecting
-//! and the handshake by a deadline for the whole set-up, sends and receives by the sockets'
-//! timeouts (no progress for that long fails the call with [`Error::Timeout`] naming the peer;
-//! a request that stops arriving halfway ends the connection on the target side). A failed or
+//! and the handshake by a deadline for the whole set-up, every send or receive of a frame or a
+//! reply by its own deadline ([`sock`]; a call whose data cannot move in time fails with
+//! [`Error::Timeout`] naming the peer; a request that stops arriving halfway ends the
+//! connection on the target side). A failed or
 //! stalled connection reports its PE through [`Liveness`], so waits fail with `PeerLost`
 //! instead of hanging. `RSHMEM_TIMEOUT=0` removes every bound.
 
@@ -179,10 +180,9 @@ fn connect_peer(
         }
     };
     s.set_nodelay(true).ok();
-    sock::set_timeouts(&s, sock::left(deadline)).map_err(&hs)?;
-    sock::send_all(&s, &wire::hello(token, me, wire::VERSION)).map_err(&hs)?;
+    sock::send_all(&s, &wire::hello(token, me, wire::VERSION), deadline).map_err(&hs)?;
     let mut a = [0u8; wire::ACK];
-    sock::recv_exact(&s, &mut a, Duration::ZERO).map_err(&hs)?;
+    sock::recv_exact(&s, &mut a, Duration::ZERO, deadline).map_err(&hs)?;
     match wire::parse_ack(&a) {
         Some(wire::ACK_OK) => {}
         Some(wire::ACK_VERSION) => {
@@ -200,13 +200,6 @@ fn connect_peer(
             })
         }
     }
-    sock::set_timeouts(&s, timeout).map_err(|e| {
-        Error::os(
-            call,
-            format!("setting the timeouts of the TCP connection to PE {p}"),
-            e,
-        )
-    })?;
     Ok(Some(s))
 }
 
@@ -311,7 +304,7 @@ impl Net {
         let mut links: Vec<Option<Link>> = (0..n).map(|_| None).collect();
         for (p, s) in outgoing {
             links[p] = Some(Link {
-                conn: Mutex::new(Conn::new(s)),
+                conn: Mutex::new(Conn::new(s, timeout)),
                 dirty: AtomicBool::new(false),
                 deferred: AtomicBool::new(false),
             });
@@ -330,10 +323,7 @@ impl Net {
             listened,
         };
         for (p, s) in accepted {
-            let prep = s
-                .set_nonblocking(false)
-                .and_then(|()| s.set_nodelay(true))
-                .and_then(|()| sock::set_timeouts(&s, timeout));
+            let prep = s.set_nonblocking(false).and_then(|()| s.set_nodelay(true));
             prep.map_err(|e| {
                 Error::os(
                     call,

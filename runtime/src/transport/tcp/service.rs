@@ -18,15 +18,14 @@
 //! first refused request (its call, offset, length and reason), so the issuing PE's `quiet`
 //! reports it naming the call that issued it.
 //!
-//! Every receive is bounded by the socket's receive timeout (`RSHMEM_TIMEOUT`) once a request
-//! has started: a request cut off in the middle (a truncated frame, a PE stopped halfway)
+//! Every receive is bounded by `RSHMEM_TIMEOUT` once a request has started, every reply too: a request cut off in the middle (a truncated frame, a PE stopped halfway)
 //! ends the connection, and the PE is reported lost, instead of stalling it forever. Between
 //! requests a connection may stay idle as long as it likes.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, Req, FRAME, REP, REQ};
@@ -166,6 +165,7 @@ struct Rx<'a> {
     hi: usize,
     spin: &'a AtomicU64,
     stop: &'a AtomicBool,
+    timeout: Option<Duration>,
 }
 
 /// A request that stopped arriving halfway.
@@ -181,8 +181,8 @@ impl Rx<'_> {
         Duration::from_nanos(self.spin.load(Ordering::Relaxed))
     }
 
-    /// Reads more bytes into the buffer: Ok(0) at end of stream.
-    fn fill(&mut self) -> std::io::Result<usize> {
+    /// Reads more bytes into the buffer by `deadline`: Ok(0) at end of stream.
+    fn fill(&mut self, deadline: Option<Instant>) -> std::io::Result<usize> {
         if self.lo == self.hi {
             self.lo = 0;
             self.hi = 0;
@@ -192,7 +192,7 @@ impl Rx<'_> {
             self.lo = 0;
         }
         let spin = self.spin();
-        let k = sock::recv_spin(self.s, &mut self.buf[self.hi..], spin)?;
+        let k = sock::recv_spin(self.s, &mut self.buf[self.hi..], spin, deadline)?;
         self.hi += k;
         Ok(k)
     }
@@ -201,18 +201,21 @@ impl Rx<'_> {
     /// service is told to stop. Idle time between requests is unlimited; a header that stops
     /// arriving halfway fails after the socket's receive timeout.
     fn header(&mut self) -> std::io::Result<Option<[u8; REQ]>> {
+        // Unbounded while nothing of the request is here, then RSHMEM_TIMEOUT for the rest.
+        let mut deadline = None;
         while self.hi - self.lo < REQ {
-            match self.fill() {
+            if self.hi > self.lo && deadline.is_none() {
+                deadline = sock::deadline(self.timeout);
+            }
+            match self.fill(deadline) {
                 Ok(0) if self.hi == self.lo => return Ok(None),
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 Ok(_) => {}
-                Err(e) if is_timeout(&e) && self.hi == self.lo => {
-                    if self.stop.load(Ordering::Acquire) {
-                        return Ok(None);
-                    }
-                }
                 Err(e) if is_timeout(&e) => return Err(stalled("a request header")),
                 Err(e) => return Err(e),
+            }
+            if self.hi == self.lo && self.stop.load(Ordering::Acquire) {
+                return Ok(None);
             }
         }
         let mut h = [0u8; REQ];
@@ -227,7 +230,13 @@ impl Rx<'_> {
         out[..k].copy_from_slice(&self.buf[self.lo..self.lo + k]);
         self.lo += k;
         if k < out.len() {
-            sock::recv_exact(self.s, &mut out[k..], self.spin()).map_err(|e| {
+            sock::recv_exact(
+                self.s,
+                &mut out[k..],
+                self.spin(),
+                sock::deadline(self.timeout),
+            )
+            .map_err(|e| {
                 if is_timeout(&e) {
                     stalled("the payload of a put")
                 } else {
@@ -377,6 +386,7 @@ impl Service {
             hi: 0,
             spin: &self.spin,
             stop: &self.stop,
+            timeout: self.timeout,
         };
         let mut bounce: Vec<u8> = Vec::new();
         let mut rejects = Rejects::default();
@@ -424,12 +434,20 @@ impl Service {
                             bounce.extend_from_slice(&wire::rep(0, 0));
                             bounce.resize(REP + r.len as usize, 0);
                             if g.read(a, &mut bounce[REP..]) {
-                                sock::send_all(s, &bounce)?;
+                                sock::send_all(s, &bounce, sock::deadline(self.timeout))?;
                             } else {
-                                sock::send_all(s, &wire::rep(Reject::Device as u32, 0))?;
+                                sock::send_all(
+                                    s,
+                                    &wire::rep(Reject::Device as u32, 0),
+                                    sock::deadline(self.timeout),
+                                )?;
                             }
                         }
-                        Err(why) => sock::send_all(s, &wire::rep(why as u32, 0))?,
+                        Err(why) => sock::send_all(
+                            s,
+                            &wire::rep(why as u32, 0),
+                            sock::deadline(self.timeout),
+                        )?,
                     }
                 }
                 wire::OP_AMO | wire::OP_AMO_NF => {
@@ -453,7 +471,7 @@ impl Service {
                             }
                             Err(why) => wire::rep(why as u32, 0),
                         };
-                        sock::send_all(s, &reply)?;
+                        sock::send_all(s, &reply, sock::deadline(self.timeout))?;
                     } else {
                         match target {
                             Ok((g, a, aop)) => {
@@ -471,7 +489,7 @@ impl Service {
                             rejects.add(&r, 0, Reject::Device);
                         }
                     }
-                    sock::send_all(s, &rejects.take_reply())?;
+                    sock::send_all(s, &rejects.take_reply(), sock::deadline(self.timeout))?;
                 }
                 _ => return Err(proto("unknown request")),
             }

@@ -56,7 +56,6 @@ fn serve(
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = l.accept().unwrap();
-    sock::set_timeouts(&s, timeout).unwrap();
     let svc = Service {
         from,
         me,
@@ -89,7 +88,7 @@ fn req(
 
 fn reply(c: &TcpStream) -> (u32, u64) {
     let mut r = [0u8; REP];
-    sock::recv_exact(c, &mut r, Duration::ZERO).unwrap();
+    sock::recv_exact(c, &mut r, Duration::ZERO, None).unwrap();
     wire::decode_rep(&r)
 }
 
@@ -187,7 +186,7 @@ fn service_checks_every_request() {
         .unwrap();
     assert_eq!(reply(&c).0, 0, "good get");
     let mut got = [0u8; 16];
-    sock::recv_exact(&c, &mut got, Duration::ZERO).unwrap();
+    sock::recv_exact(&c, &mut got, Duration::ZERO, None).unwrap();
     assert_eq!(&got[..8], &[0x11; 8]);
     assert_eq!(u64::from_le_bytes(got[8..].try_into().unwrap()), 5);
     c.write_all(&req(wire::OP_AMO_NF, HeapId::User, 8, 4, 0, past, 8, 1))
@@ -207,7 +206,7 @@ fn service_checks_every_request() {
         .unwrap();
     assert_eq!(reply(&c), (0, 7), "seven puts, stores and atomics refused");
     let mut j = [0u8; REJ];
-    sock::recv_exact(&c, &mut j, Duration::ZERO).unwrap();
+    sock::recv_exact(&c, &mut j, Duration::ZERO, None).unwrap();
     assert_eq!(
         Rejection::decode(&j),
         Rejection {

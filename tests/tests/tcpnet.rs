@@ -1,0 +1,96 @@
+//! Hardening of the TCP transport through `rshmemrun` (every PE its own node, CPU backend): a
+//! stopped peer, idle and hostile connections at init, refused requests, and connect errors.
+//! The scenarios are in `src/scenarios/tcpnet.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+/// Every PE its own node, on the CPU backend: every other PE is reached over TCP.
+const TCP: &[(&str, &str)] = &[("RSHMEM_DISABLE_P2P", "1"), ("RSHMEM_BACKEND", "cpu")];
+
+fn tcp_job(n: usize, scenario: &str, timeout: &str) -> common::Job {
+    let mut j = common::job(n, scenario).env("RSHMEM_TIMEOUT", timeout);
+    for (k, v) in TCP {
+        j = j.env(k, v);
+    }
+    j
+}
+
+/// PE 1 SIGSTOPs itself while PE 0 streams 1 MiB puts to it (`RSHMEM_TIMEOUT=5`): PE 0's
+/// putmem fails with a timeout naming PE 1 and exits 3, and the launcher then stops the job
+/// (PE 1 included), all within the timeout plus the launcher's grace period and a few seconds.
+fn stopped_peer(n: usize) {
+    let r = tcp_job(n, "tcp-stop", "5").timeout(60).run();
+    r.check(
+        r.status.code() == Some(3),
+        "rshmemrun must exit with PE 0's status 3 (its put to the stopped PE failed)",
+    );
+    let lines = r.stderr_lines("PE 0: putmem to the stopped PE 1 failed as expected after ");
+    r.check(
+        lines.len() == 1
+            && lines[0].contains("putmem on PE 0: timed out after 5s waiting for PE 1"),
+        "PE 0 must report putmem timing out on PE 1",
+    );
+    r.check(
+        r.stderr_lines("rshmemrun: PE 0 ").len() == 1,
+        "rshmemrun must name PE 0's failure",
+    );
+    // 5 s of RSHMEM_TIMEOUT, rshmemrun's 3 s grace before SIGKILL for the stopped PE, start-up.
+    r.check(
+        r.elapsed < Duration::from_secs(15),
+        "the job must end within RSHMEM_TIMEOUT + a few seconds",
+    );
+}
+
+#[test]
+fn stopped_peer_2pes() {
+    stopped_peer(2);
+}
+
+#[test]
+fn stopped_peer_3pes() {
+    stopped_peer(3);
+}
+
+/// Twelve connections (ten silent, two sending garbage) queue at every PE's TCP listener
+/// before its address is advertised; init must not wait for them (before the fix it took 5 s
+/// per silent connection: 50 s here) and the listener must be bound to loopback.
+fn idle_connections(n: usize) {
+    let r = tcp_job(n, "tcp-idle", "20").timeout(60).run();
+    r.assert_ok(0..n, "tcp-idle");
+    for pe in 0..n {
+        r.check(
+            r.stderr_lines(&format!("PE {pe}: init took ")).len() == 1,
+            &format!("PE {pe} must report its init"),
+        );
+    }
+    r.check(
+        r.elapsed < Duration::from_secs(15),
+        "init with idle connections at the listeners must complete well within RSHMEM_TIMEOUT (20 s)",
+    );
+}
+
+#[test]
+fn idle_connections_2pes() {
+    idle_connections(2);
+}
+
+#[test]
+fn idle_connections_3pes() {
+    idle_connections(3);
+}
+
+/// PE 1 frees an object PE 0 keeps; PE 0's put (reported by quiet), get and atomic on it are
+/// refused by PE 1 with errors naming the call and PE 1, and PE 1's memory stays untouched.
+#[test]
+fn refused_requests_2pes() {
+    let r = tcp_job(2, "tcp-asym", "30").run();
+    r.assert_ok(0..2, "tcp-asym");
+}
+
+#[test]
+fn refused_requests_3pes() {
+    let r = tcp_job(3, "tcp-asym", "30").run();
+    r.assert_ok(0..3, "tcp-asym");
+}
