@@ -940,8 +940,8 @@ fn rendezvous_leaf(
         )));
     }
     let mut backoff = Duration::from_millis(5);
+    let mut last_err = None;
     let stream = 'connect: loop {
-        let mut last_err = None;
         for t in &targets {
             let attempt = remaining(deadline).map_or(CONNECT_ATTEMPT, |r| r.min(CONNECT_ATTEMPT));
             if attempt.is_zero() {

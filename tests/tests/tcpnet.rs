@@ -94,3 +94,36 @@ fn refused_requests_3pes() {
     let r = tcp_job(3, "tcp-asym", "30").run();
     r.assert_ok(0..3, "tcp-asym");
 }
+
+/// A PE whose rendezvous address has nobody listening fails at `RSHMEM_TIMEOUT` with the last
+/// real connect error ("Connection refused"), not "no attempt made".
+#[test]
+fn connect_failure_names_the_last_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+        l.local_addr().expect("its address").port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let r = common::direct(
+        &["rma"],
+        &[
+            ("RSHMEM_RANK", "1"),
+            ("RSHMEM_SIZE", "2"),
+            ("RSHMEM_BOOTSTRAP_ADDR", &addr),
+            (
+                "RSHMEM_BOOTSTRAP_SECRET",
+                "00112233445566778899aabbccddeeff",
+            ),
+            ("RSHMEM_TIMEOUT", "1"),
+        ],
+    );
+    r.check(!r.status.success(), "init must fail");
+    r.check(
+        r.stderr.contains(&addr) && r.stderr.contains("refused"),
+        "the error must name the address and the connect error",
+    );
+    r.check(
+        !r.stderr.contains("no attempt made"),
+        "the error must say what really happened",
+    );
+}
