@@ -1,5 +1,5 @@
 //! The untyped C entry points: setup and query, memory, ordering, barriers, contexts, signals.
-//! The typed families are generated in `gen.rs`.
+//! The typed families are in `typed.rs`.
 //!
 //! # Safety (all entry points)
 //! Pointer arguments must be valid as OpenSHMEM 1.5 requires; invalid symmetric addresses and PE

@@ -23,9 +23,10 @@ use std::sync::Mutex;
 mod api;
 mod coll;
 mod exit;
-mod gen;
 pub mod ops;
+mod profiling;
 pub mod seg;
+mod typed;
 
 /// What a failing entry point reports.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! Builds the C programs in `tests/c/` against `shmem.h` and `libshmem` with `scripts/rshmemcc`
 //! and runs each with 2 and 4 PEs under `rshmemrun`, checking exit status and output.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -97,13 +98,18 @@ struct Ran {
 }
 
 fn run(bin: &Path, n: usize) -> Ran {
+    run_cmd(&[bin.to_str().expect("UTF-8 path")], n)
+}
+
+/// Runs `cmd` (program and arguments) with `n` PEs under `rshmemrun`.
+fn run_cmd(cmd: &[&str], n: usize) -> Ran {
     let Output {
         status,
         stdout,
         stderr,
     } = Command::new(built().join("rshmemrun"))
         .args(["-n", &n.to_string(), "--timeout", "120"])
-        .arg(bin)
+        .args(cmd)
         .env("RSHMEM_TIMEOUT", "60")
         .output()
         .expect("running rshmemrun");
@@ -235,4 +241,190 @@ fn global_exit_ends_every_pe_with_the_status() {
             r.stdout
         );
     }
+}
+
+/// The routines `libshmem.so` exports: its defined dynamic text symbols (`nm -D`).
+fn exported_routines() -> BTreeSet<String> {
+    let lib = built().join("libshmem.so");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("running nm (binutils)");
+    assert!(out.status.success(), "nm -D {} failed", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, "T", name] => Some(name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The functions that `shmem.h` and `pshmem.h` declare (inline functions and macros aside):
+/// the names before the `(` of each top-level declaration of the preprocessed headers.
+fn declared_routines() -> BTreeSet<String> {
+    let dir = built().join("capi-c-tests");
+    std::fs::create_dir_all(&dir).expect("creating the C test directory");
+    let src = dir.join("headers.c");
+    std::fs::write(&src, "#include <shmem.h>\n#include <pshmem.h>\n").expect("writing headers.c");
+    let out = Command::new(workspace_root().join("scripts/rshmemcc"))
+        .args(["-std=c11", "-E", "-P"])
+        .arg(&src)
+        .output()
+        .expect("running scripts/rshmemcc -E");
+    assert!(out.status.success(), "preprocessing the headers failed");
+    // Top-level text only: the bodies of inline functions and structs end a statement.
+    let mut top = String::new();
+    let mut depth = 0usize;
+    for c in String::from_utf8_lossy(&out.stdout).chars() {
+        match c {
+            '{' => {
+                if depth == 0 {
+                    top.push(';');
+                }
+                depth += 1;
+            }
+            '}' => depth = depth.saturating_sub(1),
+            c if depth == 0 => top.push(c),
+            _ => {}
+        }
+    }
+    top.split(';')
+        .map(str::trim)
+        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
+        .filter_map(|st| {
+            let head = st[..st.find('(')?].trim_end();
+            let name = head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            name.into_iter()
+                .next()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn header_declares_exactly_the_exported_routines() {
+    let exported = exported_routines();
+    let declared = declared_routines();
+    assert!(
+        declared.contains("shmem_int_put") && declared.contains("pshmem_barrier_all"),
+        "the header parser found too little: {declared:?}"
+    );
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    assert!(
+        undeclared.is_empty() && missing.is_empty(),
+        "exported by libshmem.so but not declared in shmem.h/pshmem.h: {undeclared:?}\n\
+         declared but not exported: {missing:?}\n\
+         (the tables of capi/gen.py and capi/src/typed.rs differ, or a header is stale: \
+         python3 capi/gen.py)"
+    );
+}
+
+#[test]
+fn every_routine_has_a_profiling_twin() {
+    let exported = exported_routines();
+    let lacking: Vec<_> = exported
+        .iter()
+        .filter(|n| n.starts_with("shmem_") && !exported.contains(&format!("p{n}")))
+        .collect();
+    let orphans: Vec<_> = exported
+        .iter()
+        .filter(|n| n.starts_with("pshmem_") && !exported.contains(&n[1..]))
+        .collect();
+    assert!(
+        exported.len() > 3000 && lacking.is_empty() && orphans.is_empty(),
+        "shmem_ routines without pshmem_ (add them to capi/src/profiling.rs): {lacking:?}\n\
+         pshmem_ without shmem_: {orphans:?}"
+    );
+}
+
+/// Runs `profiling.c` with `profiling_tool.c`'s library found before libshmem: linked before
+/// it, and preloaded; the tool must see and forward every call. Without the tool the program
+/// must notice.
+#[test]
+fn profiling_tool_interposes_shmem_routines() {
+    let dir = built();
+    let out_dir = dir.join("capi-c-tests");
+    std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
+    let c = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/c")
+            .join(format!("{name}.c"))
+    };
+    let cc = |args: &[&str]| {
+        let out = Command::new(workspace_root().join("scripts/rshmemcc"))
+            .env("RSHMEM_LIB_DIR", dir)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .args(args)
+            .output()
+            .expect("running scripts/rshmemcc");
+        assert!(
+            out.status.success(),
+            "compiling {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let tool = out_dir.join("libprofiling_tool.so");
+    let tool_s = tool.to_str().expect("UTF-8 path");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        tool_s,
+        c("profiling_tool").to_str().expect("UTF-8"),
+    ]);
+    let linked = out_dir.join("profiling_linked");
+    let plain = out_dir.join("profiling");
+    let src = c("profiling");
+    let src_s = src.to_str().expect("UTF-8 path");
+    let dir_s = out_dir.to_str().expect("UTF-8 path");
+    cc(&[
+        "-o",
+        linked.to_str().expect("UTF-8"),
+        src_s,
+        "-L",
+        dir_s,
+        &format!("-Wl,-rpath,{dir_s}"),
+        "-lprofiling_tool",
+    ]);
+    cc(&["-o", plain.to_str().expect("UTF-8"), src_s]);
+    let preload = format!("LD_PRELOAD={tool_s}");
+    for (how, cmd) in [
+        (
+            "linked before libshmem",
+            vec![linked.to_str().expect("UTF-8")],
+        ),
+        (
+            "LD_PRELOAD",
+            vec!["env", &preload, plain.to_str().expect("UTF-8")],
+        ),
+    ] {
+        for n in [2, 4] {
+            let r = run_cmd(&cmd, n);
+            assert!(
+                r.ok,
+                "profiling ({how}) on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
+                r.code, r.stdout, r.stderr
+            );
+            for pe in 0..n {
+                let line = format!("OK profiling PE {pe}");
+                assert!(
+                    r.stdout.lines().any(|l| l == line),
+                    "profiling ({how}) on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
+                    r.stdout,
+                    r.stderr
+                );
+            }
+        }
+    }
+    let r = run_cmd(&[plain.to_str().expect("UTF-8")], 2);
+    assert!(
+        !r.ok && r.stderr.contains("the profiling tool is not loaded"),
+        "profiling without the tool should fail:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
 }

@@ -15,6 +15,7 @@ use crate::device::state::{
 };
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
+use crate::heap::internal::PEER_NOTICE;
 use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
@@ -176,9 +177,10 @@ impl World {
             id = format!("{id}/pe{me}");
         }
         let mut node = Node::establish(boot.as_ref(), &id, cfg.timeout)?;
-        let live = Arc::new(Liveness::new());
+        let live = Arc::new(Liveness::new(n));
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
@@ -232,7 +234,7 @@ impl World {
             )?),
             _ => None,
         };
-        node.start_monitor(live.clone())?;
+        node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
         let world = World {
             me,
@@ -427,16 +429,18 @@ impl World {
         // First barrier: every PE is done with its operations (and still watched: a PE that
         // dies before it is reported).
         let r = self.barrier_all_named("finalize");
-        // Second barrier, after every PE stopped watching its peers: no PE closes its
-        // connections while another still watches them, so a clean exit is never mistaken for a
-        // crash. A PE dying in between is caught by the timeout.
+        // Last barrier: from here on a peer that finished it may exit and close its
+        // connections at any time, which is no failure, so reports only mark PEs gone. The
+        // watching goes on: a peer that left without making its stores of this barrier (it
+        // exited or died between the two) is found when this PE waits on it, instead of
+        // waiting out the timeout.
         self.live.set_finalizing();
-        self.node.stop_monitor();
         let r2 = if r.is_ok() {
-            self.sync_all_named("finalize")
+            self.sync_all_checked("finalize", None, true).map(drop)
         } else {
             Ok(())
         };
+        self.node.stop_monitor();
         self.finalized.store(true, Ordering::Release);
         drop(self);
         r.and(r2)

@@ -75,6 +75,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("gpucoll", false),
     ("timeout", false),
     ("die", true),
+    ("die-finalize", true),
     ("crash", true),
 ];
 
@@ -160,6 +161,9 @@ fn main() -> ExitCode {
 }
 
 fn run(world: World, scenario: &str) -> R {
+    if scenario == "die-finalize" {
+        return scenarios::die::finalize(world);
+    }
     let args = std::env::args().skip(2).collect();
     let end = dispatch(scenario, &Ctx::new(&world, args))?;
     match end {

@@ -83,6 +83,17 @@ per_n!(
     symmetry_8pes = 8
 );
 
+// Without RSHMEM_DEBUG_SYMMETRY the mismatches are found by the calls' own barriers.
+per_n!(
+    "symmetry",
+    NONE,
+    symmetry_always_1pe = 1,
+    symmetry_always_2pes = 2,
+    symmetry_always_3pes = 3,
+    symmetry_always_4pes = 4,
+    symmetry_always_8pes = 8
+);
+
 /// The mismatch message names both groups of PEs and both calls.
 #[test]
 fn symmetry_message_names_pes_and_calls() {

@@ -417,7 +417,7 @@ impl World {
             (&mut ds as *mut u64).cast(),
             (&mut ss as *mut u64).cast(),
         ];
-        let blocks = blocks_for(total * esize, sms);
+        let blocks = blocks_for(total.saturating_mul(esize), sms);
         self.coll_launch(
             call,
             l,
@@ -472,7 +472,7 @@ impl World {
             (&mut n as *mut u64).cast(),
             (&mut e as *mut i32).cast(),
         ];
-        let blocks = blocks_for(sb * team.n_pes(), sms);
+        let blocks = blocks_for(sb.saturating_mul(team.n_pes()), sms);
         self.coll_launch(
             call,
             l,
@@ -514,7 +514,7 @@ impl World {
         let blocks = if pipelined {
             sms
         } else {
-            blocks_for(db * (n - 1).max(1), sms)
+            blocks_for(db.saturating_mul((n - 1).max(1)), sms)
         };
         let mut a = CollArgs {
             kernel: "rshmem_internal_broadcast",
@@ -592,11 +592,11 @@ impl World {
                 .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
             let sb = self.coll_buf(call, "source", source, total)?;
             Self::coll_overlap(call, dest, db, source, sb, false)?;
-            db * n
+            db.saturating_mul(n)
         } else {
             let sb = self.coll_buf(call, "source", source, nelems)?;
             Self::coll_overlap(call, dest, db, source, sb, true)?;
-            2 * db
+            db.saturating_mul(2)
         };
         let l = self.coll_reduce_module::<T>(call)?;
         let sms = self.coll_modules_sms(call)?;
@@ -611,7 +611,7 @@ impl World {
             c: 0,
         };
         let mut args = a.ptrs();
-        let blocks = if n * db <= ONESHOT_SCRATCH {
+        let blocks = if n.saturating_mul(db) <= ONESHOT_SCRATCH {
             1
         } else {
             (moved.div_ceil(REDUCE_BYTES_PER_BLOCK) as u64).clamp(1, sms as u64) as u32

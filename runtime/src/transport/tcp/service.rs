@@ -9,9 +9,10 @@
 //!   allocations differ from ours, after an asymmetric `malloc`/`free`) are refused. Atomics
 //!   must be aligned.
 //! * **Control heap** (barrier and team flags): only the accesses the runtime makes are
-//!   accepted — an 8-byte aligned flag store into a barrier slot, only from the PE that the
-//!   dissemination barrier has raise that slot (in round `r`, PE `me − 2^r`), or into the team
-//!   area, and an 8-byte read of a team-area word. No put, get or modifying atomic.
+//!   accepted — an 8-byte aligned store into a barrier round's flag or check words, only from
+//!   the PE the dissemination barrier assigns that round's slot to (in round `r`, PE
+//!   `me − 2^r`), or into the team area, and an 8-byte read of a team-area word. No put, get or
+//!   modifying atomic.
 //!
 //! A refused get or fetching atomic is answered with the reason; a refused put, store or
 //! non-fetching atomic is dropped and counted, and the next flush answers the count with the
@@ -29,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, Req, FRAME, REP, REQ};
-use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, FLAG_STRIDE, TEAM_AREA_START};
+use crate::heap::internal::{
+    BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, TEAM_AREA_START,
+};
 use crate::heap::{Heap, INTERNAL_SIZE};
 use crate::node::Liveness;
 use crate::transport::AmoOp;
@@ -348,29 +351,42 @@ impl Service {
         }
     }
 
-    /// The control-heap accesses the runtime makes: flag stores into barrier slots (from the
-    /// PE the dissemination barrier assigns each slot) and into the team area, and 8-byte
-    /// reads of team-area words (`ctrl_load`).
+    /// The control-heap accesses the runtime makes: flag stores into the slots of the
+    /// dissemination barrier — the round's flag word and its four check words (two per epoch
+    /// parity) — only from the PE the barrier assigns each round's slot to; stores into the
+    /// team area; and 8-byte reads of team-area words (`ctrl_load`).
     fn ctrl_allowed(&self, r: &Req, off: usize, len: usize) -> std::result::Result<(), Reject> {
         if len != 8 {
             return Err(Reject::Control);
         }
-        let barrier_end = BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE;
+        let span = BARRIER_ROUNDS * FLAG_STRIDE;
+        // (start of the area, bytes of each round's slot the sender writes)
+        let barrier = [(BARRIER_FLAGS, 8), (CHECK_WORDS, 32)]
+            .into_iter()
+            .find(|&(a, _)| (a..a + span).contains(&off));
         let team = off >= TEAM_AREA_START && off + 8 <= INTERNAL_SIZE;
         match r.op {
-            wire::OP_STORE if (BARRIER_FLAGS..barrier_end).contains(&off) => {
-                let rel = off - BARRIER_FLAGS;
-                if rel % FLAG_STRIDE != 0 {
-                    return Err(Reject::Control);
+            wire::OP_STORE => {
+                if let Some((area, used)) = barrier {
+                    let rel = off - area;
+                    if rel % FLAG_STRIDE >= used {
+                        return Err(Reject::Control);
+                    }
+                    let round = (rel / FLAG_STRIDE) as u32;
+                    // In round r, PE i writes the slot of PE i + 2^r (mod n).
+                    return match 1usize.checked_shl(round) {
+                        Some(dist) if dist < self.n && (self.from + dist) % self.n == self.me => {
+                            Ok(())
+                        }
+                        _ => Err(Reject::Control),
+                    };
                 }
-                let round = (rel / FLAG_STRIDE) as u32;
-                // In round r, PE i raises the flag of PE i + 2^r (mod n).
-                match 1usize.checked_shl(round) {
-                    Some(dist) if dist < self.n && (self.from + dist) % self.n == self.me => Ok(()),
-                    _ => Err(Reject::Control),
+                if team {
+                    Ok(())
+                } else {
+                    Err(Reject::Control)
                 }
             }
-            wire::OP_STORE if team => Ok(()),
             wire::OP_AMO if team && r.size == 8 && wire::amo_op(r.amo) == Some(AmoOp::Fetch) => {
                 Ok(())
             }

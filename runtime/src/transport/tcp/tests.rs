@@ -11,7 +11,7 @@ use rshmem_bootstrap::SingletonBootstrap;
 use super::service::{Region, Service};
 use super::wire::{self, Reject, Rejection, REJ, REP};
 use super::*;
-use crate::heap::internal::{BARRIER_FLAGS, FLAG_STRIDE, TEAM_AREA_START};
+use crate::heap::internal::{BARRIER_FLAGS, CHECK_WORDS, FLAG_STRIDE, TEAM_AREA_START};
 use crate::heap::{Backing, Heap};
 use crate::node::{Liveness, Node};
 
@@ -29,7 +29,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let boot = SingletonBootstrap::new();
     let node = Node::establish(&boot, "tcp-unit-test", Some(Duration::from_secs(10))).unwrap();
-    let live = Arc::new(Liveness::new());
+    let live = Arc::new(Liveness::new(1));
     let ctrl = Heap::create(&boot, &node, &live, Backing::Host, 0, 0).unwrap();
     let heap =
         Arc::new(Heap::create(&boot, &node, &live, Backing::Host, 64 << 20, 4 << 20).unwrap());
@@ -128,6 +128,9 @@ fn service_checks_every_request() {
     store(&mut c, BARRIER_FLAGS + FLAG_STRIDE, 5); // round 1: PE 2's flag to raise, not PE 3's
     store(&mut c, BARRIER_FLAGS + 8, 5); // not a flag slot
     store(&mut c, BARRIER_FLAGS, 6); // round 0 from PE 3: good
+    store(&mut c, CHECK_WORDS + 24, 8); // round 0's last check word: good
+    store(&mut c, CHECK_WORDS + 32, 9); // past round 0's check words
+    store(&mut c, CHECK_WORDS + FLAG_STRIDE, 9); // round 1's check word: PE 2's to write
     store(&mut c, TEAM_AREA_START + 16, 7); // team flag: good
     c.write_all(&req(wire::OP_GET, HeapId::User, 0, 0, 0, past, 8, 0))
         .unwrap();
@@ -204,7 +207,7 @@ fn service_checks_every_request() {
     .unwrap(); // good
     c.write_all(&req(wire::OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))
         .unwrap();
-    assert_eq!(reply(&c), (0, 7), "seven puts, stores and atomics refused");
+    assert_eq!(reply(&c), (0, 9), "nine puts, stores and atomics refused");
     let mut j = [0u8; REJ];
     sock::recv_exact(&c, &mut j, Duration::ZERO, None).unwrap();
     assert_eq!(
@@ -243,6 +246,17 @@ fn service_checks_every_request() {
         "a store between flag slots"
     );
     assert_eq!(word(ctrl, BARRIER_FLAGS), 6, "the good barrier flag");
+    assert_eq!(word(ctrl, CHECK_WORDS + 24), 8, "the good check word");
+    assert_eq!(
+        word(ctrl, CHECK_WORDS + 32),
+        0,
+        "a store past the check words"
+    );
+    assert_eq!(
+        word(ctrl, CHECK_WORDS + FLAG_STRIDE),
+        0,
+        "a check word of the wrong PE"
+    );
     assert_eq!(word(ctrl, TEAM_AREA_START + 16), 7, "the good team flag");
     assert_eq!(word(user, obj + 16), 10, "the good non-fetching atomic");
     // A closed connection outside finalize reports its PE.
