@@ -32,9 +32,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
-//! * `tcp-stop`, `tcp-idle`, `tcp-asym` — the TCP transport with a stopped peer, with idle and
-//!   hostile connections at init, and with a peer whose allocations differ (see
-//!   `scenarios/tcpnet.rs`).
+//! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
+//!   connections at init (see `scenarios/tcpnet.rs`).
 
 mod check;
 mod scenarios;
@@ -66,7 +65,6 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap-huge", false),
     ("tcp-big", false),
     ("tcp-idle", false),
-    ("tcp-asym", true),
     ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
@@ -95,7 +93,6 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
         "tcp-idle" => tcpnet::idle,
-        "tcp-asym" => tcpnet::asym,
         "transports" => transports::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,

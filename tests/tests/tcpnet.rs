@@ -1,5 +1,7 @@
 //! Hardening of the TCP transport through `rshmemrun` (every PE its own node, CPU backend): a
-//! stopped peer, idle and hostile connections at init, refused requests, and connect errors.
+//! stopped peer, idle and hostile connections at init, and connect errors. (What a target
+//! refuses cannot be asked for through the host API; the runtime's unit tests of
+//! `transport::tcp` send it crafted requests.)
 //! The scenarios are in `src/scenarios/tcpnet.rs`.
 
 mod common;
@@ -79,20 +81,6 @@ fn idle_connections_2pes() {
 #[test]
 fn idle_connections_3pes() {
     idle_connections(3);
-}
-
-/// PE 1 frees an object PE 0 keeps; PE 0's put (reported by quiet), get and atomic on it are
-/// refused by PE 1 with errors naming the call and PE 1, and PE 1's memory stays untouched.
-#[test]
-fn refused_requests_2pes() {
-    let r = tcp_job(2, "tcp-asym", "30").run();
-    r.assert_ok(0..2, "tcp-asym");
-}
-
-#[test]
-fn refused_requests_3pes() {
-    let r = tcp_job(3, "tcp-asym", "30").run();
-    r.assert_ok(0..3, "tcp-asym");
 }
 
 /// A PE whose rendezvous address has nobody listening fails at `RSHMEM_TIMEOUT` with the last

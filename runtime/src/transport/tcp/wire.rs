@@ -75,7 +75,7 @@ impl Reject {
     pub fn describe(self) -> &'static str {
         match self {
             Reject::Outside => "the range is outside its symmetric heap",
-            Reject::Unallocated => "the range is not inside one live allocation there (freed there, or allocated by an asymmetric malloc/free?)",
+            Reject::Unallocated => "the range is not inside one live allocation there",
             Reject::Misaligned => "the word is misaligned",
             Reject::Control => "the runtime never makes this access to its internal control area",
             Reject::Malformed => "the request is malformed (unknown heap, operation or size)",
