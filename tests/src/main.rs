@@ -32,6 +32,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
+//!   connections at init (see `scenarios/tcpnet.rs`).
 
 mod check;
 mod scenarios;
@@ -62,6 +64,8 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap", false),
     ("heap-huge", false),
     ("tcp-big", false),
+    ("tcp-idle", false),
+    ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
     ("symmetry", false),
@@ -88,12 +92,14 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "heap" => heap::run,
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
+        "tcp-idle" => tcpnet::idle,
         "transports" => transports::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
     };
     regular(c).map(|()| End::Finalize)
@@ -127,6 +133,9 @@ fn main() -> ExitCode {
             check::say(true, &format!("PE {rank}: FAIL {scenario}: panic: {info}"));
             default(info);
         }));
+    }
+    if scenario == "tcp-idle" {
+        scenarios::tcpnet::crowd_listeners();
     }
     let world = match rshmem::init() {
         Ok(w) => w,

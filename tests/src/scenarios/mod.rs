@@ -11,6 +11,7 @@ pub mod rma;
 pub mod signal;
 pub mod stream;
 pub mod symmetry;
+pub mod tcpnet;
 pub mod timeout;
 pub mod transports;
 pub mod wait;
