@@ -180,6 +180,10 @@ impl World {
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let sharing = match &gpu {
+            Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
+            None => Default::default(),
+        };
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
@@ -261,7 +265,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: Default::default(),
+            coll: crate::coll::stream::CollModules::new(sharing),
             live,
             wait,
             cfg,
