@@ -182,6 +182,10 @@ impl World {
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let sharing = match &gpu {
+            Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
+            None => Default::default(),
+        };
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
@@ -250,7 +254,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: Default::default(),
+            coll: crate::coll::stream::CollModules::new(sharing),
             live,
             wait,
             cfg,

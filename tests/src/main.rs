@@ -18,6 +18,9 @@
 //! * `gpucoll` — the GPU team collectives: every `*_on_stream` collective on several teams and
 //!   sizes against host references, the device library's collectives from a user kernel, and
 //!   argument errors (on the CPU backend: nothing to check, says so).
+//! * `overlap` — every PE keeps a compute kernel that holds most of the GPU's SMs running on
+//!   another stream while the stream collectives of every size run and are checked (they must
+//!   make progress without all their blocks resident).
 //! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
 //!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
@@ -71,6 +74,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("symmetry", false),
     ("stream", false),
     ("gpucoll", false),
+    ("overlap", false),
     ("timeout", false),
     ("die", true),
     ("die-finalize", true),
@@ -88,6 +92,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "coll" => coll::run,
         "stream" => stream::run,
         "gpucoll" => gpucoll::run,
+        "overlap" => overlap::run,
         "wait" => wait::run,
         "heap" => heap::run,
         "heap-huge" => heap::huge,

@@ -7,6 +7,7 @@ pub mod die;
 pub mod errors;
 pub mod gpucoll;
 pub mod heap;
+pub mod overlap;
 pub mod rma;
 pub mod signal;
 pub mod stream;
