@@ -59,6 +59,18 @@ fn uuid(ordinal: usize) -> [u8; 16] {
     out
 }
 
+/// Whether `id` is a device UUID from the driver (not the ordinal stand-in of [`uuid`]). A UUID
+/// names one physical GPU, so equal UUIDs mean the same GPU on the same host even when the PEs
+/// are not one node (`RSHMEM_DISABLE_P2P=1` makes every PE its own node).
+fn real_uuid(id: &[u8]) -> bool {
+    id[15] != 0xff || id[8..15].iter().any(|&b| b != 0)
+}
+
+/// Whether PE `p` is on this PE's node (the only PEs an ordinal stand-in can be compared with).
+fn on_my_node(node: &Node, p: usize) -> bool {
+    node.local_of.get(p).is_some_and(|l| l.is_some())
+}
+
 /// The MPS pipe directory this process's CUDA driver connects to.
 pub fn mps_pipe_directory() -> PathBuf {
     std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
@@ -81,7 +93,7 @@ pub(crate) fn detect(boot: &dyn Bootstrap, node: &Node, gpu: &Gpu) -> Result<Gpu
     let all = boot.allgather(&mine)?;
     let me = boot.rank();
     let sharing: Vec<usize> = (0..all.len())
-        .filter(|&p| node.local_of.get(p).is_some_and(|l| l.is_some()) && all[p] == mine)
+        .filter(|&p| all[p] == mine && (real_uuid(&mine) || on_my_node(node, p)))
         .collect();
     let pes_on_gpu = sharing.len().max(1);
     if pes_on_gpu == 1 {
