@@ -79,6 +79,7 @@ pshmem! {
         yaxis_team: *mut *mut c_void) -> c_int;
     coll::shmem_team_destroy(team: *mut c_void);
     coll::shmem_team_sync(team: *mut c_void) -> c_int;
+    ctx::shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int;
     api::shmem_team_ptr(team: *mut c_void, dest: *const c_void, pe: c_int) -> *mut c_void;
     // Distributed locks
     api::shmem_set_lock(lock: *mut c_long);
@@ -90,7 +91,6 @@ pshmem! {
     ctx::shmem_ctx_destroy(ctx: *mut c_void);
     ctx::shmem_ctx_fence(ctx: *mut c_void);
     ctx::shmem_ctx_quiet(ctx: *mut c_void);
-    ctx::shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int;
     // Signals
     api::shmem_signal_fetch(sig: *const u64) -> u64;
     api::shmem_signal_wait_until(sig: *mut u64, cmp: c_int, value: u64) -> u64;

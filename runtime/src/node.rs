@@ -135,9 +135,9 @@ pub struct Node {
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
-    /// The liveness thread, the write end of its stop pipe and a second read end that keeps a
-    /// stop write from meeting a pipe without readers (SIGPIPE in C programs) once the thread
-    /// has returned on its own.
+    /// The liveness thread, the write end of its stop pipe, and a second read end kept open
+    /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
+    /// programs, which do not ignore it) when the thread has already ended on its own.
     monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 
@@ -469,7 +469,7 @@ impl Node {
         let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
         let keep_r = stop_r
             .try_clone()
-            .map_err(|e| Error::os("init", "dup of the stop pipe", e))?;
+            .map_err(|e| Error::os("init", "dup", e))?;
         let h = std::thread::Builder::new()
             .name("rshmem-liveness".into())
             .spawn(move || monitor_loop(watched, stop_r, live))
@@ -480,10 +480,11 @@ impl Node {
 
     /// Stops the liveness thread (before sockets close at finalize).
     pub(crate) fn stop_monitor(&mut self) {
-        if let Some((h, w, _keep_r)) = self.monitor.take() {
+        if let Some((h, w, keep_r)) = self.monitor.take() {
             let _ = nix::unistd::write(&w, &[1u8]);
             drop(w);
             let _ = h.join();
+            drop(keep_r);
         }
     }
 }
