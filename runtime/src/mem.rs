@@ -5,8 +5,15 @@
 //! same sizes; they return the same offset in every PE's heap. `malloc`/`calloc`/`align` end
 //! with a barrier (no PE touches the new object on a peer before the peer has it); `free` starts
 //! with one (no PE frees what a peer may still access); `realloc` has both.
-//! With `RSHMEM_DEBUG_SYMMETRY=1` every call is compared across PEs first and a mismatch is an
-//! [`Error::AsymmetricCall`] naming the PEs and their calls.
+//! The barrier of every call also compares the call across PEs (its sequence number, kind,
+//! size and alignment, or address), at no extra cost: the comparison travels with the
+//! barrier's flags. A mismatch is an [`Error::AsymmetricCall`] on every PE naming two PEs that
+//! differ, and the call has no effect (a mismatched allocation is undone, a mismatched free
+//! frees nothing). With `RSHMEM_DEBUG_SYMMETRY=1` every call is also compared through the
+//! bootstrap before anything happens, and the error lists every PE's call. Not caught: calls
+//! whose sizes differ so that some PEs grow the heap and others do not (the growing PEs wait
+//! for the others' chunk until `RSHMEM_TIMEOUT`, with a message asking whether every PE made
+//! the same call) — `RSHMEM_DEBUG_SYMMETRY=1` catches those too.
 
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
@@ -63,6 +70,16 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
     /// The symmetric address of element 0 on this PE.
     pub fn as_ptr(&self) -> *mut T {
         self.ptr
+    }
+
+    /// The runtime the buffer belongs to.
+    pub(crate) fn world(&self) -> &'w World {
+        self.world
+    }
+
+    /// The address field itself (a kernel argument points at it: see `cuda_interop`).
+    pub(crate) fn ptr_field(&self) -> &*mut T {
+        &self.ptr
     }
 
     /// The symmetric address of element `i` (not checked here; the call it is passed to checks
@@ -256,9 +273,10 @@ impl World {
             return Ok(std::ptr::null_mut());
         }
         let off = self.start_offset(call, ptr)?;
-        self.check_symmetric(call, &[off as u64, size as u64])?;
+        let args = [off as u64, size as u64];
+        let seq = self.check_symmetric(call, &args)?;
         self.quiet_net(call)?;
-        self.sync_all_named(call)?;
+        self.sync_all_symmetric(call, seq, &args)?;
         let old = self.heap.size_of(off).unwrap_or(0);
         let out = if self.heap.resize_in_place(call, off, size)? {
             ptr
@@ -295,9 +313,10 @@ impl World {
         } else {
             self.start_offset(call, ptr)?
         };
-        self.check_symmetric(call, &[off as u64])?;
+        let seq = self.check_symmetric(call, &[off as u64])?;
         self.quiet_net(call)?;
-        self.sync_all_named(call)?;
+        // A mismatch (PEs freeing different objects) frees nothing.
+        self.sync_all_symmetric(call, seq, &[off as u64])?;
         if !ptr.is_null() {
             self.heap.free(call, off)?;
         }
@@ -325,10 +344,11 @@ impl World {
         align: usize,
         zero: bool,
     ) -> Result<*mut u8> {
-        self.check_symmetric(call, &[size as u64, align as u64])?;
+        let args = [size as u64, align as u64];
+        let seq = self.check_symmetric(call, &args)?;
         if size == 0 {
             self.quiet_net(call)?;
-            self.sync_all_named(call)?;
+            self.sync_all_symmetric(call, seq, &args)?;
             return Ok(std::ptr::null_mut());
         }
         let grown = self.heap.mapped();
@@ -342,7 +362,13 @@ impl World {
             self.xport.zero(call, p as usize, size)?;
         }
         self.quiet_net(call)?;
-        self.sync_all_named(call)?;
+        if let Err(e) = self.sync_all_symmetric(call, seq, &args) {
+            if matches!(e, Error::AsymmetricCall { .. }) {
+                // Every PE saw the mismatch: undo this PE's part so its heap stays in step.
+                self.heap.free(call, off)?;
+            }
+            return Err(e);
+        }
         Ok(p)
     }
 
@@ -359,11 +385,33 @@ impl World {
         }
     }
 
-    /// With `RSHMEM_DEBUG_SYMMETRY`, compares this collective call across PEs.
-    pub(crate) fn check_symmetric(&self, call: &'static str, args: &[u64]) -> Result<()> {
+    /// The barrier of a heap call, which also compares the call (its sequence number, name and
+    /// `args`) across PEs at no extra round trip (see `World::sync_all_checked`): a mismatch is
+    /// an [`Error::AsymmetricCall`] naming two PEs that differ, on every PE.
+    fn sync_all_symmetric(&self, call: &'static str, seq: u64, args: &[u64]) -> Result<()> {
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(seq);
+        all.extend_from_slice(args);
+        let d = crate::sync::digest(call, &all);
+        match self.sync_all_checked(call, Some(d), false)? {
+            None => Ok(()),
+            Some(m) => Err(Error::AsymmetricCall {
+                call,
+                details: asymmetry_details(
+                    m,
+                    &format!("#{seq} {call}{}", show_args(args)),
+                    "set RSHMEM_DEBUG_SYMMETRY=1 to list every PE's heap call",
+                ),
+            }),
+        }
+    }
+
+    /// Numbers this collective heap call and, with `RSHMEM_DEBUG_SYMMETRY`, compares it across
+    /// PEs (every PE's call, through the bootstrap). Returns its sequence number.
+    pub(crate) fn check_symmetric(&self, call: &'static str, args: &[u64]) -> Result<u64> {
         let seq = self.coll_seq.fetch_add(1, Ordering::AcqRel);
         if !self.cfg.debug_symmetry {
-            return Ok(());
+            return Ok(seq);
         }
         let desc = format!(
             "#{seq} {call}({})",
@@ -375,7 +423,7 @@ impl World {
         let all = self.boot.allgather(desc.as_bytes())?;
         let mine = desc.as_bytes();
         if all.iter().all(|d| d == mine) {
-            return Ok(());
+            return Ok(seq);
         }
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         for (pe, d) in all.iter().enumerate() {
@@ -400,6 +448,19 @@ impl World {
             .join("; ");
         Err(Error::AsymmetricCall { call, details })
     }
+}
+
+/// `(a, b, …)`.
+fn show_args(args: &[u64]) -> String {
+    let v: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    format!("({})", v.join(", "))
+}
+
+/// The message of a mismatch found by a checked barrier: the two PEs it names, this PE's own
+/// call, and what to do.
+pub(crate) fn asymmetry_details(m: crate::sync::Mismatch, mine: &str, hint: &str) -> String {
+    let (a, b) = (m.low_pe.min(m.high_pe), m.low_pe.max(m.high_pe));
+    format!("PEs {a} and {b} made different calls here (this PE: {mine}); {hint}")
 }
 
 fn elem_bytes<T>(call: &'static str, count: usize) -> Result<usize> {

@@ -1,14 +1,15 @@
 //! The PEs that share this host: who they are, the Unix-socket mesh between them (used to pass
 //! heap file descriptors with SCM_RIGHTS) and the liveness monitor that notices a local PE dying.
 //!
-//! Sockets live in a fresh owner-only (0700) directory, are removed once the mesh is connected,
-//! and every connection must present the job token and come from the same user (SO_PEERCRED).
+//! Sockets are named in Linux's abstract namespace (no file that a killed PE could leave
+//! behind), under a random name per job; every connection must present the job token and come
+//! from the same user (SO_PEERCRED), checked on both ends.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,20 +21,29 @@ use crate::error::{Error, Result};
 
 const NO_FAILURE: usize = usize::MAX;
 
-/// Shared failure state: which PE was seen dying (if any) and whether we are shutting down.
-#[derive(Debug, Default)]
+/// Shared failure state: which PE was seen dying first (if any), every PE seen gone, and
+/// whether we are shutting down.
+#[derive(Debug)]
 pub struct Liveness {
     failed: AtomicUsize,
     reason: Mutex<String>,
     finalizing: AtomicBool,
+    /// Every PE seen gone, also while finalizing (`finalize`'s last barrier needs it).
+    lost: Box<[AtomicBool]>,
+    /// Address of this PE's "gone PE" notice word in its control heap (0 until set): the first
+    /// failure is written there (PE + 1), so that local peers that see this PE leave in
+    /// reaction can blame the PE that died first.
+    notice: AtomicUsize,
 }
 
 impl Liveness {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(n_pes: usize) -> Self {
         Liveness {
             failed: AtomicUsize::new(NO_FAILURE),
             reason: Mutex::new(String::new()),
             finalizing: AtomicBool::new(false),
+            lost: (0..n_pes).map(|_| AtomicBool::new(false)).collect(),
+            notice: AtomicUsize::new(0),
         }
     }
 
@@ -54,7 +64,20 @@ impl Liveness {
         self.failed.load(Ordering::Relaxed) != NO_FAILURE
     }
 
+    /// True once `pe` was seen gone (exited, crashed or closed its connection), also when that
+    /// happened while finalizing.
+    #[inline]
+    pub fn is_lost(&self, pe: usize) -> bool {
+        self.lost.get(pe).is_some_and(|l| l.load(Ordering::Acquire))
+    }
+
+    /// Records that `pe` is gone. Outside finalize the first report is the job's failure (waits
+    /// fail with it); while finalizing only `is_lost` changes (a peer that finished finalize
+    /// closes its connections, which is no failure).
     pub(crate) fn report(&self, pe: usize, reason: String) {
+        if let Some(l) = self.lost.get(pe) {
+            l.store(true, Ordering::Release);
+        }
         if self.finalizing.load(Ordering::Acquire) {
             return;
         }
@@ -62,8 +85,31 @@ impl Liveness {
             if self.failed.load(Ordering::Acquire) == NO_FAILURE {
                 *r = reason;
                 self.failed.store(pe, Ordering::Release);
+                let at = self.notice.load(Ordering::Acquire);
+                if at != 0 {
+                    // SAFETY: `at` is the aligned notice word in this PE's control heap, set by
+                    // `set_notice` and mapped until the World (which owns this Liveness's
+                    // users) is dropped; peers only read it.
+                    unsafe { &*(at as *const AtomicU64) }.store(pe as u64 + 1, Ordering::Release);
+                }
             }
         }
+    }
+
+    /// Writes `pe` into this PE's notice word unless one is there already (for failures found
+    /// while finalizing, which `report` does not record).
+    pub(crate) fn note_root(&self, pe: usize) {
+        let at = self.notice.load(Ordering::Acquire);
+        if at != 0 {
+            // SAFETY: as in `report`.
+            let w = unsafe { &*(at as *const AtomicU64) };
+            let _ = w.compare_exchange(0, pe as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Sets the address of this PE's notice word (see the field).
+    pub(crate) fn set_notice(&self, addr: usize) {
+        self.notice.store(addr, Ordering::Release);
     }
 
     /// True once finalize stopped watching peers (a closing connection is then expected).
@@ -89,7 +135,10 @@ pub struct Node {
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
-    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd)>,
+    /// The liveness thread, the write end of its stop pipe, and a second read end kept open
+    /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
+    /// programs, which do not ignore it) when the thread has already ended on its own.
+    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 
 impl std::fmt::Debug for Node {
@@ -142,42 +191,53 @@ impl Node {
         }
         let token = boot.broadcast(0, &tok)?;
 
-        // The node leader makes an owner-only directory for the sockets.
-        let dir = if me == 0 && pes.len() > 1 {
-            Some(
-                make_private_dir()
-                    .map_err(|e| Error::os(call, "creating the socket directory", e))?,
-            )
-        } else {
-            None
+        // The node leader picks a random name for the node's sockets. They live in the
+        // abstract namespace (no file anywhere), so a PE killed at any moment leaves nothing
+        // behind; the name is no secret (it is visible in /proc/net/unix): connections are
+        // authenticated by the job token and the peer's user id.
+        let mut nonce = [0u8; 16];
+        if me == 0 && pes.len() > 1 {
+            getrandom::fill(&mut nonce).map_err(|e| {
+                Error::os(
+                    call,
+                    "random socket name",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        }
+        let names = boot.allgather(&nonce)?;
+        let leader_nonce: String = names[pes[0]].iter().map(|b| format!("{b:02x}")).collect();
+        let addr_of = |j: usize| -> Result<std::os::unix::net::SocketAddr> {
+            let name = format!("rshmem-{leader_nonce}-{j}");
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .map_err(|e| Error::os(call, format!("socket name {name}"), e))
         };
-        let dir_bytes = dir
-            .as_ref()
-            .map(|d| d.as_os_str().as_encoded_bytes().to_vec())
-            .unwrap_or_default();
-        let dirs = boot.allgather(&dir_bytes)?;
-        let leader_dir = PathBuf::from(String::from_utf8_lossy(&dirs[pes[0]]).into_owned());
 
         let mut links: Vec<Option<UnixStream>> = (0..pes.len()).map(|_| None).collect();
         let mut listener = None;
         let result = (|| -> Result<()> {
             if pes.len() > 1 {
-                let path = leader_dir.join(format!("{me}.sock"));
-                let l = UnixListener::bind(&path)
-                    .map_err(|e| Error::os(call, format!("binding {}", path.display()), e))?;
+                let l = UnixListener::bind_addr(&addr_of(me)?).map_err(|e| {
+                    Error::os(call, format!("binding the local socket of PE {my_pe}"), e)
+                })?;
                 listener = Some(l);
             }
             boot.barrier()?;
             // Connect to every lower local index, then accept every higher one.
             for j in 0..me {
-                let path = leader_dir.join(format!("{j}.sock"));
-                let mut s = UnixStream::connect(&path).map_err(|e| {
-                    Error::os(
-                        call,
-                        format!("connecting to local PE {} at {}", pes[j], path.display()),
-                        e,
-                    )
+                let mut s = UnixStream::connect_addr(&addr_of(j)?).map_err(|e| {
+                    Error::os(call, format!("connecting to local PE {}", pes[j]), e)
                 })?;
+                let same_user =
+                    nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                        .map(|c| c.uid() == nix::unistd::getuid().as_raw())
+                        .unwrap_or(false);
+                if !same_user {
+                    return Err(Error::invalid(
+                        call,
+                        format!("the local socket of PE {} belongs to another user", pes[j]),
+                    ));
+                }
                 let mut hello = token.clone();
                 hello.extend_from_slice(&(me as u32).to_le_bytes());
                 s.write_all(&hello)
@@ -235,19 +295,11 @@ impl Node {
             }
             Ok(())
         })();
-        // Everyone is connected (or failed); remove the socket files and the directory.
+        // Everyone is connected (or failed); the listeners' names disappear with them.
         let sync = boot.barrier();
         drop(listener);
-        if pes.len() > 1 {
-            let _ = std::fs::remove_file(leader_dir.join(format!("{me}.sock")));
-        }
-        let sync2 = boot.barrier();
-        if let Some(d) = dir {
-            let _ = std::fs::remove_dir(d);
-        }
         result?;
         sync?;
-        sync2?;
         Ok(Node {
             pes,
             me,
@@ -390,7 +442,13 @@ impl Node {
     }
 
     /// Starts a thread that reports a local PE whose socket hangs up (it exited or crashed).
-    pub(crate) fn start_monitor(&mut self, live: Arc<Liveness>) -> Result<()> {
+    /// `notice(j)` is the address of local PE `j`'s notice word (see [`Liveness`]), mapped
+    /// until [`stop_monitor`](Node::stop_monitor) returns.
+    pub(crate) fn start_monitor(
+        &mut self,
+        live: Arc<Liveness>,
+        notice: impl Fn(usize) -> usize,
+    ) -> Result<()> {
         let mut watched = Vec::new();
         for (j, l) in self.links.iter().enumerate() {
             if let Some(s) = l {
@@ -398,27 +456,35 @@ impl Node {
                     .as_fd()
                     .try_clone_to_owned()
                     .map_err(|e| Error::os("init", "dup", e))?;
-                watched.push((self.pes[j], fd));
+                watched.push(Watched {
+                    pe: self.pes[j],
+                    fd,
+                    notice: notice(j),
+                });
             }
         }
         if watched.is_empty() {
             return Ok(());
         }
         let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        let keep_r = stop_r
+            .try_clone()
+            .map_err(|e| Error::os("init", "dup", e))?;
         let h = std::thread::Builder::new()
             .name("rshmem-liveness".into())
             .spawn(move || monitor_loop(watched, stop_r, live))
             .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
-        self.monitor = Some((h, stop_w));
+        self.monitor = Some((h, stop_w, keep_r));
         Ok(())
     }
 
     /// Stops the liveness thread (before sockets close at finalize).
     pub(crate) fn stop_monitor(&mut self) {
-        if let Some((h, w)) = self.monitor.take() {
+        if let Some((h, w, keep_r)) = self.monitor.take() {
             let _ = nix::unistd::write(&w, &[1u8]);
             drop(w);
             let _ = h.join();
+            drop(keep_r);
         }
     }
 }
@@ -429,7 +495,15 @@ impl Drop for Node {
     }
 }
 
-fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Liveness>) {
+/// A local PE the liveness thread watches.
+struct Watched {
+    pe: usize,
+    fd: OwnedFd,
+    /// Address of its notice word (0: none).
+    notice: usize,
+}
+
+fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
     let mut alive: Vec<bool> = vec![true; watched.len()];
     loop {
         let idx: Vec<usize> = (0..watched.len()).filter(|&i| alive[i]).collect();
@@ -441,7 +515,7 @@ fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Livenes
         });
         for &i in &idx {
             pfds.push(libc::pollfd {
-                fd: watched[i].1.as_raw_fd(),
+                fd: watched[i].fd.as_raw_fd(),
                 events: libc::POLLRDHUP,
                 revents: 0,
             });
@@ -457,21 +531,49 @@ fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Livenes
         if pfds[0].revents != 0 {
             return;
         }
+        // Hang-ups of PEs that left in reaction to another's death (their notice names it)
+        // are handled after the others, and blame the PE named: the first failure reported is
+        // the one that started it.
+        let mut gone: Vec<(usize, Option<usize>)> = Vec::new();
         for (k, &i) in idx.iter().enumerate() {
             if pfds[k + 1].revents
                 & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
                 != 0
             {
                 alive[i] = false;
-                let pe = watched[i].0;
-                if !live.finalizing.load(Ordering::Acquire) {
-                    tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)");
-                }
-                live.report(
-                    pe,
-                    "it exited or crashed: its connection to this PE closed".into(),
-                );
+                let w = &watched[i];
+                let blamed = (w.notice != 0)
+                    .then(|| {
+                        // SAFETY: the notice word is an aligned u64 in that PE's control-heap
+                        // slice, mapped in this process until the monitor is stopped (the
+                        // memory stays valid after its owner exits).
+                        unsafe { &*(w.notice as *const AtomicU64) }.load(Ordering::Acquire)
+                    })
+                    .and_then(|v| v.checked_sub(1))
+                    .and_then(|p| usize::try_from(p).ok())
+                    .filter(|&p| p != w.pe && p < live.lost.len());
+                gone.push((w.pe, blamed));
             }
+        }
+        gone.sort_by_key(|&(_, blamed)| blamed.is_some());
+        for (pe, blamed) in gone {
+            if !live.finalizing.load(Ordering::Acquire) {
+                match blamed {
+                    Some(root) => {
+                        tracing::error!(target: "rshmem::node", "PE {pe} left after it saw PE {root} gone")
+                    }
+                    None => {
+                        tracing::error!(target: "rshmem::node", "PE {pe} closed its connection (exited or crashed)")
+                    }
+                }
+            }
+            if let Some(root) = blamed {
+                live.report(root, format!("PE {pe} saw it gone first, then left too"));
+            }
+            live.report(
+                pe,
+                "it exited or crashed: its connection to this PE closed".into(),
+            );
         }
         if alive.iter().all(|a| !a) {
             return;
@@ -479,12 +581,63 @@ fn monitor_loop(watched: Vec<(usize, OwnedFd)>, stop: OwnedFd, live: Arc<Livenes
     }
 }
 
-fn make_private_dir() -> std::io::Result<PathBuf> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    let template = base.join("rshmem-XXXXXX");
-    // mkdtemp creates the directory with mode 0700.
-    nix::unistd::mkdtemp(&template).map_err(std::io::Error::from)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the liveness thread on `peers` (PE, its notice value) whose other ends are already
+    /// closed, until it has seen every hang-up; returns what it recorded.
+    fn monitor_after_hangups(n: usize, peers: &[(usize, u64)]) -> Liveness {
+        let live = Arc::new(Liveness::new(n));
+        let notices: Vec<Box<AtomicU64>> = peers
+            .iter()
+            .map(|&(_, v)| Box::new(AtomicU64::new(v)))
+            .collect();
+        let mut watched = Vec::new();
+        for (&(pe, _), notice) in peers.iter().zip(&notices) {
+            let (a, b) = UnixStream::pair().expect("socketpair");
+            drop(b);
+            watched.push(Watched {
+                pe,
+                fd: OwnedFd::from(a),
+                notice: &**notice as *const AtomicU64 as usize,
+            });
+        }
+        let (stop_r, _stop_w) = nix::unistd::pipe().expect("pipe");
+        let l = live.clone();
+        // Returns once every watched PE hung up (all did before it started).
+        std::thread::spawn(move || monitor_loop(watched, stop_r, l))
+            .join()
+            .expect("monitor thread");
+        drop(notices);
+        Arc::into_inner(live).expect("the monitor thread is done")
+    }
+
+    #[test]
+    fn a_pe_that_left_in_reaction_is_not_blamed() {
+        // PE 1 left after seeing PE 3 gone (its notice says 3 + 1), in the same poll as PE 3's
+        // own hang-up and before it in watch order: PE 3 is the failure.
+        let live = monitor_after_hangups(4, &[(1, 4), (3, 0)]);
+        assert_eq!(live.failed().map(|f| f.0), Some(3));
+        assert!(live.is_lost(1) && live.is_lost(3) && !live.is_lost(2));
+        // Only the PE that left in reaction hung up (the first one is on another host, say).
+        let live = monitor_after_hangups(4, &[(1, 4)]);
+        let (pe, why) = live.failed().expect("a failure");
+        assert_eq!(pe, 3, "{why}");
+        assert!(why.contains("PE 1 saw it gone first"), "{why}");
+        // No notice: the PE that hung up is the failure.
+        let live = monitor_after_hangups(4, &[(2, 0)]);
+        assert_eq!(live.failed().map(|f| f.0), Some(2));
+    }
+
+    #[test]
+    fn reports_while_finalizing_only_mark_pes_lost() {
+        let live = Liveness::new(3);
+        live.set_finalizing();
+        live.report(2, "gone".into());
+        assert!(live.is_lost(2));
+        assert!(!live.any_failed() && live.failed().is_none());
+        live.report(7, "out of range".into());
+        assert!(!live.is_lost(7));
+    }
 }

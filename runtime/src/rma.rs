@@ -109,9 +109,15 @@ impl World {
             ));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.target(call, dest as usize, dspan * size, pe)?;
+        let base = self.target(
+            call,
+            dest as usize,
+            span_bytes(call, "target", dspan, size)?,
+            pe,
+        )?;
         for i in 0..nelems {
-            // Each element lies inside the checked range: i·dst < dspan.
+            // Each element lies inside the checked range: i·dst < dspan, and dspan·size did
+            // not overflow, so neither does i·dst·size.
             self.put_to(
                 call,
                 base.offset(i * dst * size),
@@ -148,9 +154,15 @@ impl World {
             ));
         }
         let size = std::mem::size_of::<T>();
-        let base = self.target(call, src as usize, sspan * size, pe)?;
+        let base = self.target(
+            call,
+            src as usize,
+            span_bytes(call, "source", sspan, size)?,
+            pe,
+        )?;
         for i in 0..nelems {
-            // Each element lies inside the checked range: i·sst < sspan.
+            // Each element lies inside the checked range: i·sst < sspan, and sspan·size did
+            // not overflow, so neither does i·sst·size.
             self.get_from(
                 call,
                 (&mut dest[i * dst] as *mut T).cast(),
@@ -192,6 +204,17 @@ impl World {
         let t = self.target(call, src as usize, bytes, pe)?;
         self.get_from(call, dest.as_mut_ptr().cast(), t, bytes)
     }
+}
+
+/// Bytes of a strided extent of `span` elements of `size` bytes, checked: a wrapped product
+/// would pass the range check and let the element loop write outside the allocation.
+fn span_bytes(call: &'static str, what: &str, span: usize, size: usize) -> Result<usize> {
+    span.checked_mul(size).ok_or_else(|| {
+        Error::invalid(
+            call,
+            format!("{what} extent of {span} elements of {size} bytes overflows"),
+        )
+    })
 }
 
 fn spans(call: &'static str, dst: usize, sst: usize, nelems: usize) -> Result<(usize, usize)> {

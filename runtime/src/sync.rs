@@ -10,31 +10,65 @@
 //! * `wait_until*` / `test*` — **local**: watch symmetric variables of this PE that other PEs
 //!   update; a satisfied wait acquires (data written before the update is visible).
 //!
+//! The `*_any` calls return one satisfied index, and a series of them returns every satisfied
+//! index in turn (OpenSHMEM requires that no satisfied element is starved): each remembers,
+//! per array address, where the next call starts looking ([`pick_any`]).
+//!
 //! Every blocking call is bounded by `RSHMEM_TIMEOUT` and fails early with
 //! [`crate::Error::PeerLost`] when a PE it depends on is gone.
 
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, FLAG_STRIDE};
+use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, PEER_NOTICE};
 use crate::types::{AmoInt, Bits, Cmp};
 use crate::world::World;
 
 impl World {
     /// **One-sided.** Orders this PE's puts, atomics and signals per target PE. Like
-    /// `shmem_fence`.
+    /// `shmem_fence`. It cannot fail (OpenSHMEM's `shmem_fence` returns nothing): when a PE
+    /// is known to be gone it logs an error, and the next [`quiet`](World::quiet), barrier or
+    /// wait returns [`Error::PeerLost`].
     #[inline]
     pub fn fence(&self) {
         fence(Ordering::SeqCst);
+        if self.live.any_failed() {
+            self.fence_after_loss();
+        }
+    }
+
+    #[cold]
+    fn fence_after_loss(&self) {
+        if let Some((pe, reason)) = self.live.failed() {
+            tracing::error!(target: "rshmem::sync", "fence on PE {}: PE {pe} is gone ({reason}); puts to it are lost", self.me);
+        }
     }
 
     /// **One-sided.** Completes this PE's outstanding puts, atomics and signals. Like
     /// `shmem_quiet`.
     /// On the GPU heap this waits for the copies and atomics queued on rshmem's stream, so it
-    /// can fail with a CUDA error.
+    /// can fail with a CUDA error. When a PE is known to be gone (it exited or crashed) it
+    /// returns [`Error::PeerLost`] naming it: puts to it were not delivered, whichever
+    /// transport carried them (on shared memory they land in memory nobody reads any more).
     #[inline]
     pub fn quiet(&self) -> Result<()> {
-        self.quiet_all("quiet")
+        self.quiet_all("quiet")?;
+        if self.live.any_failed() {
+            return Err(self.peer_lost_error("quiet"));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn peer_lost_error(&self, call: &'static str) -> Error {
+        let (pe, reason) = self.live.failed().unwrap_or_default();
+        Error::PeerLost {
+            call,
+            me: self.me,
+            pe,
+            reason: format!("{reason}; puts to it may not have been delivered"),
+        }
     }
 
     /// **Collective.** Completes this PE's outstanding operations ([`quiet`](World::quiet)) and
@@ -58,15 +92,41 @@ impl World {
     /// area: in round k, PE i raises a flag on PE i+2^k (a store on this node, a store request
     /// over TCP otherwise) and waits for PE i−2^k's (always a local poll). Flags hold the
     /// barrier epoch, so they never need resetting.
+    #[inline]
     pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
+        self.sync_all_checked(call, None, false).map(drop)
+    }
+
+    /// [`sync_all_named`](World::sync_all_named) that can also compare a value across PEs and
+    /// watch for peers that left during finalize.
+    ///
+    /// `check`: every PE passes a value (a [`digest`] of its call's arguments); each round's
+    /// flag is preceded by two words with the smallest and largest (value, PE) seen so far
+    /// ([`CheckAgg`]), so after the last round every PE holds the same extremes of all PEs'
+    /// values, at no extra round trip. Returns them when they differ (every PE then returns the
+    /// same pair). The words are double-buffered by epoch parity: a PE is at most one barrier
+    /// ahead of the reader of its last words.
+    ///
+    /// `last` (finalize's last barrier): peers that finished it may leave at any time, so
+    /// only a peer this PE waits on, seen gone with its flag still down, is an error (its
+    /// stores were all made before it left: in memory at once, over TCP before the end of
+    /// its stream, allowed a short grace for the other sockets' end to be seen first).
+    pub(crate) fn sync_all_checked(
+        &self,
+        call: &'static str,
+        check: Option<u64>,
+        last: bool,
+    ) -> Result<Option<Mismatch>> {
         let n = self.n;
         if n == 1 {
             fence(Ordering::SeqCst);
-            return Ok(());
+            return Ok(None);
         }
         let me = self.me;
         let my_local = self.ctrl.me_local();
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let parity = (epoch & 1) as usize * 16;
+        let mut agg = check.map(|v| CheckAgg::new(v, me));
         let mut dist = 1usize;
         let mut round = 0usize;
         while dist < n {
@@ -74,26 +134,94 @@ impl World {
             let to = (me + dist) % n;
             let from = (me + n - dist) % n;
             let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
+            let words = CHECK_WORDS + round * FLAG_STRIDE + parity;
             let mine = self.ctrl.internal_addr(my_local, slot);
+            if let Some(a) = &agg {
+                self.ctrl_store(call, to, words, a.lo)?;
+                self.ctrl_store(call, to, words + 8, a.hi)?;
+            }
             self.ctrl_store(call, to, slot, epoch)?;
             let from_pe = from;
-            self.wait.wait(
-                &self.live,
-                call,
-                Some(from_pe),
-                // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
-                // chunk, mapped for the World's lifetime.
-                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
-                || {
-                    format!(
-                        "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
-                    )
-                },
-            )?;
+            let remote = self.node.local_of[from_pe].is_none();
+            let mut seen_gone: Option<std::time::Instant> = None;
+            // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
+            // chunk, mapped for the World's lifetime.
+            let up = || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch);
+            self.wait
+                .wait(
+                    &self.live,
+                    call,
+                    Some(from_pe),
+                    || {
+                        if up() {
+                            return Some(Ok(()));
+                        }
+                        if !last || !self.live.is_lost(from_pe) {
+                            return None;
+                        }
+                        // Gone: its flag is final once the loss is seen (memory), or after a
+                        // short grace (its TCP stream's end may be seen on another socket).
+                        let since = *seen_gone.get_or_insert_with(std::time::Instant::now);
+                        if up() {
+                            return Some(Ok(()));
+                        }
+                        if remote && since.elapsed() < LAST_BARRIER_GRACE {
+                            return None;
+                        }
+                        let root = self.root_cause(from_pe);
+                        self.live.note_root(root);
+                        Some(Err(Error::PeerLost {
+                            call,
+                            me,
+                            pe: root,
+                            reason: if root == from_pe {
+                                format!(
+                                    "it left without reaching the last barrier of finalize (round {round} of barrier #{epoch})"
+                                )
+                            } else {
+                                format!("PE {from_pe}, which this PE waited on in the last barrier of finalize, saw it gone first and left")
+                            },
+                        }))
+                    },
+                    || {
+                        format!(
+                            "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
+                        )
+                    },
+                )
+                .and_then(|r| r)?;
+            if let Some(a) = &mut agg {
+                let at = self.ctrl.internal_addr(my_local, words);
+                // SAFETY: the check words are aligned u64s inside my control heap's internal
+                // area (below the proxy's flags), mapped for the World's lifetime; the flag
+                // seen above was stored after them (release/acquire, or in order over TCP).
+                a.merge(unsafe {
+                    [
+                        u64::load(at, Ordering::Relaxed),
+                        u64::load(at + 8, Ordering::Relaxed),
+                    ]
+                });
+            }
             dist <<= 1;
             round += 1;
         }
-        Ok(())
+        Ok(agg.and_then(|a| a.mismatch()))
+    }
+
+    /// The PE that local PE `pe` names in its notice word as the first it saw gone (see
+    /// [`crate::node::Liveness`]), else `pe` itself.
+    pub(crate) fn root_cause(&self, pe: usize) -> usize {
+        let Some(Some(l)) = self.node.local_of.get(pe) else {
+            return pe;
+        };
+        let at = self.ctrl.internal_addr(*l, PEER_NOTICE);
+        // SAFETY: the notice word is an aligned u64 in that PE's control-heap slice, mapped for
+        // the World's lifetime (and valid after its owner exited).
+        let v = unsafe { u64::load(at, Ordering::Acquire) };
+        v.checked_sub(1)
+            .and_then(|p| usize::try_from(p).ok())
+            .filter(|&p| p < self.n)
+            .unwrap_or(pe)
     }
 
     fn ivar_addr<T: AmoInt>(
@@ -187,7 +315,7 @@ impl World {
             &|_| value,
             Want::Any,
         )
-        .map(|v| v.first().copied())
+        .map(|v| pick_any(ivars as usize, nelems, &v))
     }
 
     /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
@@ -250,7 +378,7 @@ impl World {
             &|i| values[i],
             Want::Any,
         )
-        .map(|v| v.first().copied())
+        .map(|v| pick_any(ivars as usize, values.len(), &v))
     }
 
     /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per element.
@@ -301,7 +429,7 @@ impl World {
         let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
         Ok(self
             .scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?
-            .and_then(|v| v.first().copied()))
+            .and_then(|v| pick_any(ivars as usize, nelems, &v)))
     }
 
     /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
@@ -359,7 +487,7 @@ impl World {
                 &|i| values[i],
                 Want::Any,
             )?
-            .and_then(|v| v.first().copied()))
+            .and_then(|v| pick_any(ivars as usize, values.len(), &v)))
     }
 
     /// **Local.** [`test_some`](World::test_some) with one value per element.
@@ -500,6 +628,95 @@ impl World {
     }
 }
 
+/// How long finalize's last barrier keeps waiting on a gone PE on another host whose flag is
+/// still down (its stores may still be in the socket being read).
+const LAST_BARRIER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Two PEs whose values differ in a checked barrier: those with the smallest and the largest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mismatch {
+    /// The PE with the smallest value (the lowest-numbered one among equals).
+    pub low_pe: usize,
+    /// The PE with the largest value (the highest-numbered one among equals).
+    pub high_pe: usize,
+}
+
+/// What a checked barrier carries: the smallest and largest (value, PE) seen so far, each
+/// packed in one word as `value << 32 | PE` (the value is a 32-bit fold of the caller's
+/// 64-bit digest), so that the word order is the pair order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckAgg {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl CheckAgg {
+    pub(crate) fn new(digest: u64, pe: usize) -> Self {
+        let v = u64::from((digest ^ (digest >> 32)) as u32);
+        let w = (v << 32) | (pe as u64 & 0xffff_ffff);
+        CheckAgg { lo: w, hi: w }
+    }
+
+    /// Folds in a peer's `[lo, hi]`.
+    pub(crate) fn merge(&mut self, got: [u64; 2]) {
+        self.lo = self.lo.min(got[0]);
+        self.hi = self.hi.max(got[1]);
+    }
+
+    pub(crate) fn mismatch(&self) -> Option<Mismatch> {
+        (self.lo >> 32 != self.hi >> 32).then_some(Mismatch {
+            low_pe: (self.lo & 0xffff_ffff) as usize,
+            high_pe: (self.hi & 0xffff_ffff) as usize,
+        })
+    }
+}
+
+/// A stable 64-bit digest (FNV-1a) of a collective call's name and arguments, for the checked
+/// barriers (the same on every PE and build).
+pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = call
+        .bytes()
+        .chain(args.iter().flat_map(|a| a.to_le_bytes()));
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// How many arrays [`pick_any`] remembers a start index for (the oldest is forgotten first).
+const ANY_ARRAYS: usize = 64;
+
+/// Per array address (most recently used last): the index where the next `*_any` call on it
+/// starts looking.
+static ANY_START: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Chooses the index a `*_any` call on the `nelems`-element array at `key` returns among
+/// `hits` (the satisfied indices, ascending): the first at or after the array's remembered
+/// start, wrapping around; the start then moves just past it. So while several elements stay
+/// satisfied, successive calls return each of them in turn instead of always the lowest.
+/// `None` when `hits` is empty. Used by the C library's own polling waits too.
+pub fn pick_any(key: usize, nelems: usize, hits: &[usize]) -> Option<usize> {
+    let first = *hits.first()?;
+    let mut g = ANY_START.lock().unwrap_or_else(|e| e.into_inner());
+    let pos = g.iter().position(|&(k, _)| k == key);
+    let start = pos.map_or(0, |p| g[p].1);
+    let pick = hits.iter().copied().find(|&i| i >= start).unwrap_or(first);
+    let next = (pick + 1) % nelems.max(1);
+    match pos {
+        Some(p) => {
+            g.remove(p);
+        }
+        None if g.len() >= ANY_ARRAYS => {
+            g.remove(0);
+        }
+        None => {}
+    }
+    g.push((key, next));
+    Some(pick)
+}
+
 #[derive(Clone, Copy)]
 enum Want {
     All,
@@ -512,5 +729,38 @@ impl Want {
             Want::All => "all",
             Want::Any => "any",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_any;
+
+    #[test]
+    fn any_rotates_over_every_satisfied_index() {
+        // A fresh key per test: the table is process-wide.
+        let key = 0x1000_0001;
+        let hits = [0, 2, 3];
+        let got: Vec<_> = (0..6).filter_map(|_| pick_any(key, 4, &hits)).collect();
+        assert_eq!(got, [0, 2, 3, 0, 2, 3]);
+        // Excluding the returned index each time (as a status array does) finishes the set.
+        let key = 0x1000_0002;
+        let mut left = vec![0usize, 1, 2, 3];
+        while let Some(i) = pick_any(key, 4, &left) {
+            left.retain(|&x| x != i);
+        }
+        assert!(left.is_empty());
+        assert_eq!(pick_any(key, 4, &[]), None);
+    }
+
+    #[test]
+    fn any_keeps_one_start_per_array() {
+        let (a, b) = (0x2000_0001, 0x2000_0002);
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(0));
+        assert_eq!(pick_any(b, 3, &[0, 1, 2]), Some(0));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(1));
+        assert_eq!(pick_any(b, 3, &[0, 1, 2]), Some(1));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(2));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(0));
     }
 }

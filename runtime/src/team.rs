@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::heap::INTERNAL_SIZE;
+use crate::sync::{CheckAgg, Mismatch};
 use crate::types::Bits;
 use crate::world::World;
 
@@ -152,7 +153,9 @@ impl Teams {
     /// Bookkeeping for a job of `n` PEs.
     pub(crate) fn new(n: usize) -> Teams {
         let rounds = (usize::BITS - n.max(2).saturating_sub(1).leading_zeros()) as usize;
-        let slot_bytes = (SCRATCH + 8 * rounds).div_ceil(64) * 64;
+        // Scratch, the flags, then per round the check words of `team_sync_checked` (two
+        // sets of two, by epoch parity).
+        let slot_bytes = (SCRATCH + 8 * rounds + 32 * rounds).div_ceil(64) * 64;
         let n_slots = ((INTERNAL_SIZE - TEAM_AREA) / slot_bytes).min(MAX_SLOTS);
         let mut free = vec![0u64; BITMAP_WORDS];
         for s in SLOT_NODE + 1..n_slots {
@@ -180,6 +183,12 @@ impl Teams {
     #[inline]
     fn flag_off(&self, slot: usize, round: usize) -> usize {
         self.slot_off(slot, SCRATCH + 8 * round)
+    }
+
+    /// Offset of the check words of `round` (epoch parity `parity`) of slot `slot`.
+    #[inline]
+    fn check_off(&self, slot: usize, round: usize, parity: usize) -> usize {
+        self.slot_off(slot, SCRATCH + 8 * self.rounds + 32 * round + 16 * parity)
     }
 }
 
@@ -567,16 +576,31 @@ impl World {
     /// like `sync_all_named`: in round k member i raises its flag on member i+2^k and waits for
     /// member i−2^k's. Flags hold the team's epoch, so they never need resetting while the
     /// team lives.
+    #[inline]
     pub(crate) fn team_sync_named(&self, call: &'static str, team: &Team) -> Result<()> {
+        self.team_sync_checked(call, team, None).map(drop)
+    }
+
+    /// A team sync that also compares `check` (a digest of the call's arguments) across the
+    /// members, like [`World::sync_all_checked`](crate::World): the extremes travel with the
+    /// flags, and every member returns the same [`Mismatch`] when they differ.
+    pub(crate) fn team_sync_checked(
+        &self,
+        call: &'static str,
+        team: &Team,
+        check: Option<u64>,
+    ) -> Result<Option<Mismatch>> {
         let t = &team.inner;
         let n = t.members.len();
         if n == 1 {
             fence(Ordering::SeqCst);
-            return Ok(());
+            return Ok(None);
         }
         let me = t.me;
         let my_local = self.ctrl.me_local();
         let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let parity = (epoch & 1) as usize;
+        let mut agg = check.map(|v| CheckAgg::new(v, self.me));
         let mut dist = 1usize;
         let mut round = 0usize;
         while dist < n {
@@ -589,7 +613,12 @@ impl World {
             let to = (me + dist) % n;
             let from = (me + n - dist) % n;
             let off = self.teams.flag_off(t.slot, round);
+            let words = self.teams.check_off(t.slot, round, parity);
             let mine = self.ctrl.internal_addr(my_local, off);
+            if let Some(a) = &agg {
+                self.ctrl_store(call, t.members[to], words, a.lo)?;
+                self.ctrl_store(call, t.members[to], words + 8, a.hi)?;
+            }
             self.ctrl_store(call, t.members[to], off, epoch)?;
             let from_pe = t.members[from];
             self.wait.wait(
@@ -606,9 +635,21 @@ impl World {
                     )
                 },
             )?;
+            if let Some(a) = &mut agg {
+                let at = self.ctrl.internal_addr(my_local, words);
+                // SAFETY: the check words are aligned u64s of my team slot in the control
+                // heap's internal region, mapped for the World's lifetime; the flag seen above
+                // was stored after them (release/acquire, or in order over TCP).
+                a.merge(unsafe {
+                    [
+                        u64::load(at, Ordering::Relaxed),
+                        u64::load(at + 8, Ordering::Relaxed),
+                    ]
+                });
+            }
             dist <<= 1;
             round += 1;
         }
-        Ok(())
+        Ok(agg.and_then(|a| a.mismatch()))
     }
 }

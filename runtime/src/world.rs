@@ -15,7 +15,8 @@ use crate::device::state::{
 };
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::heap::{Backing, Heap, INTERNAL_SIZE};
+use crate::heap::internal::PEER_NOTICE;
+use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
@@ -112,7 +113,7 @@ pub struct World {
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
     /// The user's symmetric heap (host or GPU memory).
-    pub(crate) heap: Heap,
+    pub(crate) heap: Arc<Heap>,
     /// A small host heap for host-side synchronization (barrier flags), whatever the backend.
     pub(crate) ctrl: Heap,
     pub(crate) xport: Transport,
@@ -176,22 +177,27 @@ impl World {
             id = format!("{id}/pe{me}");
         }
         let mut node = Node::establish(boot.as_ref(), &id, cfg.timeout)?;
-        let live = Arc::new(Liveness::new());
+        let live = Arc::new(Liveness::new(n));
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let sharing = match &gpu {
+            Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
+            None => Default::default(),
+        };
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
         };
-        let heap = Heap::create(
+        let heap = Arc::new(Heap::create(
             boot.as_ref(),
             &node,
             &live,
             backing,
             cfg.heap_limit,
             cfg.heap_initial,
-        )?;
+        )?);
         let dstate = Arc::new(Mutex::new(DeviceState::default()));
         let xport = match &gpu {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
@@ -201,27 +207,14 @@ impl World {
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
-                Region {
-                    base: heap.my_base(),
-                    lo: heap.internal(),
-                    hi: usize::MAX,
-                    mapped: heap.mapped_handle(),
-                    gpu: crate::proxy::remote_apply(&gpu, &dstate)?,
-                },
-                Region {
-                    base: ctrl.my_base(),
-                    lo: 0,
-                    hi: INTERNAL_SIZE,
-                    mapped: ctrl.mapped_handle(),
-                    gpu: None,
-                },
+                Region::user(&heap, crate::proxy::remote_apply(&gpu, &dstate)?),
+                Region::ctrl(&ctrl),
             ];
             Some(Arc::new(Net::establish(
                 boot.as_ref(),
                 &remotes.tcp_mask(&node.local_of),
                 &node.token,
                 addr,
-                cfg.tcp_addr.is_none(),
                 cfg.timeout,
                 live.clone(),
                 regions,
@@ -245,7 +238,7 @@ impl World {
             )?),
             _ => None,
         };
-        node.start_monitor(live.clone())?;
+        node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
         let wait = WaitPolicy::new(me, cfg.timeout, node.len());
         let world = World {
             me,
@@ -261,7 +254,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: Default::default(),
+            coll: crate::coll::stream::CollModules::new(sharing),
             live,
             wait,
             cfg,
@@ -440,16 +433,18 @@ impl World {
         // First barrier: every PE is done with its operations (and still watched: a PE that
         // dies before it is reported).
         let r = self.barrier_all_named("finalize");
-        // Second barrier, after every PE stopped watching its peers: no PE closes its
-        // connections while another still watches them, so a clean exit is never mistaken for a
-        // crash. A PE dying in between is caught by the timeout.
+        // Last barrier: from here on a peer that finished it may exit and close its
+        // connections at any time, which is no failure, so reports only mark PEs gone. The
+        // watching goes on: a peer that left without making its stores of this barrier (it
+        // exited or died between the two) is found when this PE waits on it, instead of
+        // waiting out the timeout.
         self.live.set_finalizing();
-        self.node.stop_monitor();
         let r2 = if r.is_ok() {
-            self.sync_all_named("finalize")
+            self.sync_all_checked("finalize", None, true).map(drop)
         } else {
             Ok(())
         };
+        self.node.stop_monitor();
         self.finalized.store(true, Ordering::Release);
         drop(self);
         r.and(r2)

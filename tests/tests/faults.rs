@@ -75,7 +75,7 @@ fn timeout_8pes() {
 }
 
 /// `die` with `RSHMEM_TIMEOUT=60`: the last PE exits 0 right after init; every other PE's
-/// barrier_all, sync_all and malloc fail with PeerLost naming it, within seconds.
+/// barrier_all, sync_all, malloc and quiet fail with PeerLost naming it, within seconds.
 fn die(n: usize) {
     die_with(n, &[]);
 }
@@ -97,7 +97,7 @@ fn die_with(n: usize, env: &[(&str, &str)]) {
         "the PE that exits early must print nothing",
     );
     for pe in 0..dead {
-        for call in ["barrier_all", "sync_all", "malloc"] {
+        for call in ["barrier_all", "sync_all", "malloc", "quiet"] {
             let prefix = format!("PE {pe}: {call} failed as expected after ");
             let lines = r.stderr_lines(&prefix);
             r.check(
@@ -131,6 +131,58 @@ fn die_4pes() {
 #[test]
 fn die_8pes() {
     die(8);
+}
+
+/// `die-finalize` with `RSHMEM_TIMEOUT=60`: the last PE exits 0 between finalize's two
+/// barriers; every other PE's finalize fails with PeerLost naming it, within seconds.
+fn die_finalize(n: usize, env: &[(&str, &str)]) {
+    let mut j = common::job(n, "die-finalize")
+        .env("RSHMEM_TIMEOUT", "60")
+        .timeout(30);
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    let r = j.run();
+    r.assert_ok(0..n - 1, "die-finalize");
+    let dead = n - 1;
+    for pe in 0..dead {
+        let prefix = format!("PE {pe}: finalize failed as expected after ");
+        let lines = r.stderr_lines(&prefix);
+        r.check(
+            lines.len() == 1
+                && lines[0].contains(&format!("finalize on PE {pe}: PE {dead} is gone")),
+            &format!("expected PE {pe}'s finalize to report PE {dead} gone"),
+        );
+    }
+    r.check(
+        r.elapsed < Duration::from_secs(15),
+        "finalize must end well before RSHMEM_TIMEOUT (60 s)",
+    );
+}
+
+#[test]
+fn die_finalize_2pes() {
+    die_finalize(2, &[]);
+}
+
+#[test]
+fn die_finalize_3pes() {
+    die_finalize(3, &[]);
+}
+
+#[test]
+fn die_finalize_4pes() {
+    die_finalize(4, &[]);
+}
+
+#[test]
+fn die_finalize_8pes() {
+    die_finalize(8, &[]);
+}
+
+#[test]
+fn die_finalize_tcp_2pes() {
+    die_finalize(2, TCP);
 }
 
 /// `crash`: PE 1 aborts while the others wait in a barrier; rshmemrun must exit non-zero
@@ -203,4 +255,68 @@ fn die_tcp_3pes() {
 #[test]
 fn die_tcp_4pes() {
     die_with(4, TCP);
+}
+
+/// Node setup creates no file a PE killed during init could leave behind: with `TMPDIR` and
+/// `XDG_RUNTIME_DIR` pointing at an empty directory, nothing ever appears there during a job;
+/// were something to appear, the job is killed on the spot (as a PE killed during init would
+/// be) and the test fails if anything is left.
+#[test]
+fn init_leaves_no_files() {
+    use std::process::{Command, Stdio};
+    for _ in 0..3 {
+        let dir = common::TempDir::new();
+        let path = std::path::PathBuf::from(dir.arg());
+        let mut cmd = Command::new(common::rshmemrun());
+        cmd.args(["-n", "4", "--timeout", "60"])
+            .arg(common::testpe())
+            .arg("rma");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RSHMEM_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("TMPDIR", &path)
+            .env("XDG_RUNTIME_DIR", &path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("starting rshmemrun");
+        let start = std::time::Instant::now();
+        let mut appeared = Vec::new();
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("waiting for rshmemrun") {
+                break Some(st);
+            }
+            let now: Vec<String> = std::fs::read_dir(&path)
+                .expect("reading the directory")
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect();
+            if !now.is_empty() || start.elapsed() > Duration::from_secs(60) {
+                appeared = now;
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        // The PEs die with the launcher; give them a moment.
+        std::thread::sleep(Duration::from_millis(300));
+        let left: Vec<String> = std::fs::read_dir(&path)
+            .expect("reading the directory")
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "files left behind by a job killed during init: {left:?}"
+        );
+        assert!(
+            appeared.is_empty(),
+            "the job created {appeared:?} in TMPDIR/XDG_RUNTIME_DIR"
+        );
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the job failed: {status:?}"
+        );
+    }
 }

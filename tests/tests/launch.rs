@@ -86,6 +86,16 @@ fn malformed_runtime_variables() {
     );
 }
 
+/// A heap limit whose slice size overflows the address arithmetic: a clean init error naming
+/// the variable (it once panicked on an overflowing round-up).
+#[test]
+fn heap_limit_too_large() {
+    fails_naming(
+        &[("RSHMEM_HEAP_LIMIT", "18446744073709551615")],
+        "RSHMEM_HEAP_LIMIT",
+    );
+}
+
 #[test]
 fn unknown_scenario() {
     let r = direct(&["no-such-scenario"], &[]);

@@ -83,6 +83,17 @@ per_n!(
     symmetry_8pes = 8
 );
 
+// Without RSHMEM_DEBUG_SYMMETRY the mismatches are found by the calls' own barriers.
+per_n!(
+    "symmetry",
+    NONE,
+    symmetry_always_1pe = 1,
+    symmetry_always_2pes = 2,
+    symmetry_always_3pes = 3,
+    symmetry_always_4pes = 4,
+    symmetry_always_8pes = 8
+);
+
 /// The mismatch message names both groups of PEs and both calls.
 #[test]
 fn symmetry_message_names_pes_and_calls() {
@@ -113,6 +124,9 @@ fn heap_huge_requests() {
 // On a machine without GPUs `stream` checks that the GPU-only calls answer Unsupported (the
 // GPU path itself runs in scripts/gpu-check).
 per_n!("stream", NONE, stream_cpu_1pe = 1, stream_cpu_2pes = 2);
+
+// `overlap` needs GPUs (scripts/gpu-check runs it); on the CPU backend it must say so and pass.
+per_n!("overlap", NONE, overlap_cpu_1pe = 1, overlap_cpu_2pes = 2);
 
 per_n!(
     "coll",

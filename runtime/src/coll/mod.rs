@@ -62,6 +62,26 @@ fn span(call: &'static str, what: &str, count: usize, stride: usize) -> Result<u
         .ok_or_else(|| Error::invalid(call, format!("{what}: stride {stride} × {count} overflows")))
 }
 
+/// The arguments a collective compares across the members at its first sync (every member
+/// must pass the same), and how this PE's are shown in the error.
+struct Check {
+    args: Vec<u64>,
+    shown: String,
+}
+
+impl Check {
+    fn new(named: &[(&str, u64)]) -> Check {
+        Check {
+            args: named.iter().map(|&(_, v)| v).collect(),
+            shown: named
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// True if the byte ranges `[a, a+al)` and `[b, b+bl)` share a byte.
 fn overlap(a: usize, al: usize, b: usize, bl: usize) -> bool {
     al > 0 && bl > 0 && a < b.saturating_add(bl) && b < a.saturating_add(al)
@@ -202,6 +222,24 @@ impl World {
         Ok(Some(v))
     }
 
+    /// The first team sync of a collective, which also compares the call's arguments across
+    /// the members (no extra round trip: they travel with the sync's flags). On a mismatch
+    /// every member returns the same [`Error::AsymmetricCall`] before anything moves.
+    fn checked_team_sync(&self, call: &'static str, team: &Team, check: &Check) -> Result<()> {
+        let d = crate::sync::digest(call, &check.args);
+        match self.team_sync_checked(call, team, Some(d))? {
+            None => Ok(()),
+            Some(m) => Err(Error::AsymmetricCall {
+                call,
+                details: crate::mem::asymmetry_details(
+                    m,
+                    &format!("{call} on team {} with {}", team.inner.name, check.shown),
+                    "every member must pass the same arguments",
+                ),
+            }),
+        }
+    }
+
     /// The protocol of the staged reductions: quiet, sync, `gather` (pulls into private
     /// memory), sync (also when `gather` failed, so that no member is left waiting), `write`
     /// (my `dest`), quiet.
@@ -209,11 +247,12 @@ impl World {
         &self,
         call: &'static str,
         team: &Team,
+        check: &Check,
         gather: impl FnOnce() -> Result<V>,
         write: impl FnOnce(V) -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
-        self.team_sync_named(call, team)?;
+        self.checked_team_sync(call, team, check)?;
         let got = gather();
         let synced = self.team_sync_named(call, team);
         let v = got?;
@@ -229,10 +268,11 @@ impl World {
         &self,
         call: &'static str,
         team: &Team,
+        check: &Check,
         work: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
-        self.team_sync_named(call, team)?;
+        self.checked_team_sync(call, team, check)?;
         let r = work();
         let q = self.quiet_all(call);
         let synced = self.team_sync_named(call, team);
@@ -267,7 +307,12 @@ impl World {
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
         let root_pe = team.world_pe(root);
-        self.one_phase(call, team, || {
+        let check = Check::new(&[
+            ("root", root as u64),
+            ("nelems", nelems as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
+        self.one_phase(call, team, &check, || {
             if root_pe == self.me && dest.cast_const() == source {
                 // In place on the root: its dest already holds the data (and the others are
                 // reading it).
@@ -297,7 +342,11 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, total)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
-        self.one_phase(call, team, || {
+        let check = Check::new(&[
+            ("nelems", nelems as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
+        self.one_phase(call, team, &check, || {
             // Starting with my own block, then the next members': at any moment the members
             // read different sources.
             let me = team.my_pe();
@@ -429,7 +478,13 @@ impl World {
         let bspan = span(call, "source", nelems, sst)?;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
-        self.one_phase(call, team, || {
+        let check = Check::new(&[
+            ("nelems", nelems as u64),
+            ("dst", dst as u64),
+            ("sst", sst as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
+        self.one_phase(call, team, &check, || {
             if nelems == 0 {
                 return Ok(());
             }
@@ -506,6 +561,10 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, nelems)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
+        let check = Check::new(&[
+            ("nelems", nelems as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
         let srcs = self.member_ptrs(call, team, source, nelems)?;
         let dsts = self.member_ptrs(call, team, dest.cast_const(), nelems)?;
         if let (Some(srcs), Some(dsts)) = (srcs, dsts) {
@@ -517,7 +576,7 @@ impl World {
             let per = nelems.div_ceil(unit).div_ceil(n) * unit;
             let lo = (team.my_pe() * per).min(nelems);
             let hi = (lo + per).min(nelems);
-            return self.one_phase(call, team, || {
+            return self.one_phase(call, team, &check, || {
                 fold_range::<T, O>(&srcs, lo, hi, |at, chunk| {
                     for &d in &dsts {
                         // SAFETY: `d` addresses a member's dest of `nelems` elements (checked,
@@ -533,6 +592,7 @@ impl World {
         self.two_phase(
             call,
             team,
+            &check,
             || self.reduce_blocks::<T, O>(call, team, source, nelems),
             |v| self.write_mine(call, dest, &v),
         )
@@ -560,11 +620,15 @@ impl World {
         let sb = self.coll_buf(call, "source", source, total)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
         let start = source.wrapping_add(team.my_pe() * nelems);
+        let check = Check::new(&[
+            ("nelems", nelems as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
         if let Some(srcs) = self.member_ptrs(call, team, start, nelems)? {
             // My block, combined from every member's source straight into my dest (which
             // nobody else reads or writes during the call).
             let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
-            return self.one_phase(call, team, || {
+            return self.one_phase(call, team, &check, || {
                 fold_range::<T, O>(&srcs, 0, nelems, |at, chunk| {
                     // SAFETY: `d` is my dest of `nelems` elements (checked, live, mapped) and
                     // `at + chunk.len() <= nelems`; nobody else accesses it during the call.
@@ -576,6 +640,7 @@ impl World {
         self.two_phase(
             call,
             team,
+            &check,
             || self.reduce_blocks::<T, O>(call, team, start, nelems),
             |v| self.write_mine(call, dest, &v),
         )

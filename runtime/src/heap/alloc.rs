@@ -178,6 +178,11 @@ pub fn round_up(x: usize, a: usize) -> usize {
     (x + a - 1) & !(a - 1)
 }
 
+/// [`round_up`], or None when the result does not fit in a `usize`.
+pub fn checked_round_up(x: usize, a: usize) -> Option<usize> {
+    Some(x.checked_add(a - 1)? & !(a - 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,3 +276,31 @@ pub fn map_chunk(fd: &OwnedFd, addr: usize, len: usize, res: &Reservation) -> Re
     .map_err(|e| Error::os("malloc", format!("mapping a heap chunk at {addr:#x}"), e))?;
     Ok(())
 }
+
+/// Frees the pages of the page-aligned interior of `[addr, addr+len)` of a mapped chunk
+/// (`MADV_REMOVE`, a hole punched in the memfd): the memory goes back to the system for every
+/// process that maps the chunk, and reads as zero afterwards. The range must be freed heap
+/// memory that nobody accesses any more.
+pub fn release_pages(addr: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    let start = addr.checked_add(page - 1).map(|a| a & !(page - 1));
+    let end = addr.checked_add(len).map(|e| e & !(page - 1));
+    let (Some(start), Some(end)) = (start, end) else {
+        return Ok(());
+    };
+    if end <= start {
+        return Ok(());
+    }
+    // SAFETY: the caller passes freed memory of a shared memfd mapping of this heap; dropping
+    // its contents affects no live object (no Rust reference points into the heap).
+    let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_REMOVE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

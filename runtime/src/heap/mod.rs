@@ -20,13 +20,17 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::{Liveness, Node};
-use alloc::{round_up, Allocator};
+use alloc::{checked_round_up, round_up, Allocator};
 use host::{Reservation, BASE_ALIGN, GRANULE};
 
 /// Bytes at the start of every slice of a host heap reserved for the runtime (see [`internal`]).
 /// GPU heaps reserve more ([`crate::device::state::internal::USER_START`]); ask
 /// [`Heap::internal`].
 pub const INTERNAL_SIZE: usize = 2 << 20;
+
+/// Frees of at least this many bytes return their pages to the system (host heaps); smaller
+/// ones keep them, so that allocation churn stays cheap.
+pub const RELEASE_MIN: usize = 1 << 20;
 
 /// Where a heap's memory lives.
 #[derive(Debug, Clone)]
@@ -45,9 +49,20 @@ pub mod internal {
     pub const BARRIER_ROUNDS: usize = 64;
     /// Size of one flag slot.
     pub const FLAG_STRIDE: usize = 64;
+    /// Words of the checked barrier (`World::sync_all_checked`): per round, at the same
+    /// stride as the flags, two sets (by epoch parity, 32 bytes apart) of four words.
+    pub const CHECK_WORDS: usize = 0x1000;
+    /// The control heap's "gone PE" notice word: PE + 1 of the first PE this PE saw gone (0:
+    /// none), read by local peers when this PE leaves (`crate::node::Liveness`).
+    pub const PEER_NOTICE: usize = 0x7000;
     /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
     /// (`crate::team`); nothing else may use them.
     pub const TEAM_AREA_START: usize = 64 << 10;
+
+    const _: () = {
+        assert!(BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE <= CHECK_WORDS);
+        assert!(CHECK_WORDS + BARRIER_ROUNDS * FLAG_STRIDE <= PEER_NOTICE);
+    };
 }
 
 /// One PE's view of the node's symmetric heap.
@@ -185,11 +200,18 @@ impl Heap {
             Backing::Host => INTERNAL_SIZE,
             Backing::Cuda(_) => crate::device::state::internal::USER_START,
         };
-        let end = round_up(
-            limit.saturating_add(internal).max(internal + GRANULE),
-            GRANULE,
-        );
-        let slice = round_up(end, BASE_ALIGN);
+        let too_big = || {
+            Error::invalid(
+                "init",
+                format!("the heap limit of {limit} bytes (RSHMEM_HEAP_LIMIT) is too large for the address space"),
+            )
+        };
+        let end = limit
+            .checked_add(internal)
+            .map(|e| e.max(internal + GRANULE))
+            .and_then(|e| checked_round_up(e, GRANULE))
+            .ok_or_else(too_big)?;
+        let slice = checked_round_up(end, BASE_ALIGN).ok_or_else(too_big)?;
         let n_local = node.len();
         let total = slice.checked_mul(n_local).ok_or_else(|| {
             Error::invalid("init", "RSHMEM_HEAP_LIMIT times PEs per host overflows")
@@ -204,7 +226,9 @@ impl Heap {
             }
         };
         let my_base = res.base + node.me * slice;
-        let first = round_up(initial.saturating_add(internal), GRANULE).min(end);
+        let first = checked_round_up(initial.saturating_add(internal), GRANULE)
+            .unwrap_or(end)
+            .min(end);
         let heap = Heap {
             end,
             backing,
@@ -336,7 +360,9 @@ impl Heap {
         }
     }
 
-    /// Frees the allocation at `off`; error if it is not one.
+    /// Frees the allocation at `off`; error if it is not one. On a host heap the pages of a
+    /// free of at least [`RELEASE_MIN`] bytes go back to the system (this PE's slice only:
+    /// every PE frees its own copy in the same collective call).
     pub fn free(&self, call: &'static str, off: usize) -> Result<usize> {
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         let n = a.free(off).ok_or_else(|| Error::NotSymmetric {
@@ -347,6 +373,12 @@ impl Heap {
             ),
         })?;
         self.hits.clear();
+        if n >= RELEASE_MIN && matches!(self.backing, Backing::Host) {
+            // Still holding the allocator's lock: nothing can be placed there meanwhile.
+            if let Err(e) = host::release_pages(self.my_base + off, n) {
+                tracing::warn!(target: "rshmem::heap", call, bytes = n, "returning freed pages to the system failed: {e}");
+            }
+        }
         Ok(n)
     }
 

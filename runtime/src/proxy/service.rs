@@ -113,6 +113,7 @@ pub(crate) const BARRIER_FLAGS: usize = 0x8000;
 const _: () = {
     use crate::heap::internal as hi;
     assert!(hi::BARRIER_FLAGS + hi::BARRIER_ROUNDS * hi::FLAG_STRIDE <= BARRIER_FLAGS);
+    assert!(hi::PEER_NOTICE + 8 <= BARRIER_FLAGS);
     assert!(BARRIER_FLAGS + hi::BARRIER_ROUNDS * hi::FLAG_STRIDE <= hi::TEAM_AREA_START);
 };
 

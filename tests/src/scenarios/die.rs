@@ -1,5 +1,12 @@
+//! `die-finalize` (2+ PEs, `RSHMEM_TIMEOUT=60`): the last PE takes part in finalize's first
+//! barrier (through a barrier_all, which pairs with it) and exits with status 0 before the
+//! second. Every other PE's finalize must fail with [`rshmem::Error::PeerLost`] naming it
+//! within seconds, not wait out the timeout (finalize once stopped watching its peers between
+//! its two barriers).
+//!
 //! `die [DIR]` (2+ PEs, run with `RSHMEM_TIMEOUT=60`): the last PE exits with status 0 right
-//! after init, without finalize. Every other PE's barrier_all, sync_all and malloc must fail
+//! after init and one allocation, without finalize. Every other PE's barrier_all, sync_all,
+//! malloc and (after a put to it) quiet must fail
 //! with [`rshmem::Error::PeerLost`] naming it, quickly (well before the timeout). They print
 //! the errors and exit 0 without finalize.
 //!
@@ -9,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use rshmem::Error;
+use rshmem::{Error, World};
 
 use crate::check::{expect_contains, expect_err, Ctx, Fail, Kind, R};
 use crate::ensure;
@@ -17,6 +24,9 @@ use crate::ensure;
 pub fn run(c: &Ctx<'_>) -> R {
     let (w, me, n) = (c.w, c.me, c.n);
     let dead = n - 1;
+    let buf = w
+        .malloc::<u64>(1)
+        .map_err(|e| Fail(format!("malloc: {e}")))?;
     if me == dead {
         std::process::exit(0);
     }
@@ -61,6 +71,11 @@ pub fn run(c: &Ctx<'_>) -> R {
     check("sync_all", w.sync_all(), start)?;
     let start = Instant::now();
     check("malloc", w.malloc::<u64>(4).map(drop), start)?;
+    // A put to the gone PE may be accepted (on shared memory it lands in memory nobody reads),
+    // but quiet must not report it complete.
+    let _ = w.p(buf.as_ptr(), 1, dead);
+    let start = Instant::now();
+    check("quiet", w.quiet(), start)?;
     match c.args.first() {
         Some(dir) => meet(std::path::Path::new(dir), me, n - 1),
         None => {
@@ -95,4 +110,46 @@ fn meet(dir: &std::path::Path, me: usize, count: usize) -> R {
             Ok((n >= count).then_some(()))
         },
     )
+}
+
+/// The `die-finalize` scenario (it ends the World itself).
+pub fn finalize(world: World) -> R {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let dead = n - 1;
+    let timeout = world.config().timeout;
+    ensure!(
+        timeout == Some(Duration::from_secs(60)),
+        "run the die-finalize scenario with RSHMEM_TIMEOUT=60 (timeout is {timeout:?})"
+    );
+    if me == dead {
+        // Pairs with the survivors' first finalize barrier (barriers are told apart by their
+        // epoch only), then leaves before the second.
+        let code = i32::from(world.barrier_all().is_err());
+        std::process::exit(code);
+    }
+    let start = Instant::now();
+    let r = world.finalize();
+    let el = start.elapsed();
+    let e = expect_err(
+        format_args!("finalize with PE {dead} gone before its last barrier"),
+        r,
+        Kind::PeerLost,
+        "finalize",
+    )?;
+    let Error::PeerLost { me: m, pe, .. } = &e else {
+        return Err(Fail(format!("finalize: not PeerLost: {e}")));
+    };
+    ensure!(
+        *m == me && *pe == dead,
+        "finalize: PeerLost names PEs {m} and {pe}, expected {me} and {dead}: {e}"
+    );
+    ensure!(
+        el < Duration::from_secs(10),
+        "finalize: PeerLost came after {el:?}"
+    );
+    crate::note!(
+        "PE {me}: finalize failed as expected after {} ms: {e}",
+        el.as_millis()
+    );
+    Ok(())
 }

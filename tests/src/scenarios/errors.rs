@@ -644,6 +644,23 @@ fn strides(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
         w.iput(p, &s, usize::MAX, 1, 3, pe),
         "overflows",
     )?;
+    // Strides whose extent in bytes overflows although the extent in elements does not: a
+    // wrapped byte count (2^60·2 + 1 elements of 8 bytes wraps to 8 bytes; 2^61 wraps to
+    // offset 0) would pass the range check and let the element loop write elsewhere.
+    for stride in [1usize << 60, 1 << 61, 1 << 62] {
+        check(
+            &format!("iput with target stride {stride:#x}"),
+            "iput",
+            w.iput(p, &s, stride, 1, 3, pe),
+            "overflows",
+        )?;
+        check(
+            &format!("iget with source stride {stride:#x}"),
+            "iget",
+            w.iget(&mut d, p, 1, stride, 3, pe),
+            "overflows",
+        )?;
+    }
     expect_slice("local buffer after failed igets", &d, |_| u64::poison())?;
     Ok(())
 }

@@ -23,7 +23,59 @@ pub fn run(c: &Ctx<'_>) -> R {
     calloc_reuse(c)?;
     growth(c)?;
     cycles(c)?;
+    released(c)?;
     oom(c)?;
+    Ok(())
+}
+
+/// This process's resident shared memory (`RssShmem` of /proc/self/status), in bytes.
+fn rss_shmem() -> R<usize> {
+    let s = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| Fail(format!("reading /proc/self/status: {e}")))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("RssShmem:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map(|kb| kb << 10)
+        .ok_or_else(|| Fail("no RssShmem line in /proc/self/status".into()))
+}
+
+/// Freeing a large allocation on the host heap returns its pages to the system: this PE's
+/// resident shared memory drops by (nearly) its size, and a new allocation there reads zero.
+fn released(c: &Ctx<'_>) -> R {
+    let w = c.w;
+    if w.transport(c.me).map(|t| t.name) != Some("shm") {
+        crate::note!(
+            "PE {}: note: not a host heap; freed pages are not released",
+            c.me
+        );
+        return Ok(());
+    }
+    let size = 32usize << 20;
+    let b = w.malloc_bytes(size).ctx("malloc_bytes of 32 MiB")?;
+    let chunk = vec![0xC3u8; 1 << 20];
+    for k in 0..size / chunk.len() {
+        w.putmem(b.wrapping_add(k * chunk.len()), &chunk, c.me)
+            .ctx("putmem into my copy")?;
+    }
+    let before = rss_shmem()?;
+    w.free_bytes(b).ctx("free_bytes of 32 MiB")?;
+    let after = rss_shmem()?;
+    ensure!(
+        after + (size * 3 / 4) <= before,
+        "freeing 32 MiB (written) left resident shared memory at {after} bytes (was {before})"
+    );
+    // The same place again (first fit): its pages were dropped, so they read zero.
+    let b2 = w.malloc_bytes(size).ctx("malloc_bytes of 32 MiB again")?;
+    ensure!(
+        b2 == b,
+        "expected the new allocation at the freed place {b:?}, got {b2:?}"
+    );
+    let got = peek(w, b2.wrapping_add(size / 2), 64)?;
+    ensure!(
+        got.iter().all(|&x| x == 0),
+        "freed and reallocated memory still holds old data: {got:02x?}"
+    );
+    w.free_bytes(b2).ctx("free_bytes")?;
     Ok(())
 }
 
