@@ -702,16 +702,23 @@ impl CheckAgg {
     }
 }
 
-/// A stable 64-bit digest (FNV-1a) of a collective call's name and arguments, for the checked
-/// barriers (the same on every PE and build).
+/// A stable 64-bit digest of a collective call's name and arguments, for the checked
+/// barriers (the same on every PE and build): a multiply-xorshift mix over 8-byte words, a few
+/// nanoseconds per call.
 pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = call
-        .bytes()
-        .chain(args.iter().flat_map(|a| a.to_le_bytes()));
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, x: u64| {
+        let h = (h ^ x).wrapping_mul(K);
+        h ^ (h >> 29)
+    };
+    let mut h = mix(0x243F_6A88_85A3_08D3, call.len() as u64);
+    for c in call.as_bytes().chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        h = mix(h, u64::from_le_bytes(w));
+    }
+    for &a in args {
+        h = mix(h, a);
     }
     h
 }
