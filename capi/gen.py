@@ -1,29 +1,36 @@
 #!/usr/bin/env python3
-"""Generates capi/src/gen.rs (the typed extern "C" entry points) and capi/include/shmem.h.
+"""Writes capi/include/shmem.h and capi/include/pshmem.h from capi/include/shmem_head.h.in and
+OpenSHMEM 1.5's type tables below.
 
-Run from anywhere: `python3 capi/gen.py && cargo fmt --all`. Both outputs are checked in.
+The library's typed entry points are not generated here: capi/src/typed.rs builds them at
+compile time from the same tables (keep the two in step; the `c_programs` test
+`header_declares_exactly_the_exported_routines` compares the headers with libshmem.so).
+
+    python3 capi/gen.py           # rewrite the headers
+    python3 capi/gen.py --check   # exit 1, naming the file, if a header is not up to date
 """
 import os
+import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# (name, C type, Rust type) — OpenSHMEM 1.5 Table 5 (standard RMA types).
+# (TYPENAME, C type): OpenSHMEM 1.5 Table 5 (standard RMA types). The Rust element type of
+# each is in capi/src/typed.rs (`elem!`).
 RMA = [
-    ("float", "float", "f32"), ("double", "double", "f64"), ("longdouble", "long double", "u128"),
-    ("char", "char", "i8"), ("schar", "signed char", "i8"), ("short", "short", "i16"),
-    ("int", "int", "i32"), ("long", "long", "i64"), ("longlong", "long long", "i64"),
-    ("uchar", "unsigned char", "u8"), ("ushort", "unsigned short", "u16"),
-    ("uint", "unsigned int", "u32"), ("ulong", "unsigned long", "u64"),
-    ("ulonglong", "unsigned long long", "u64"), ("int8", "int8_t", "i8"),
-    ("int16", "int16_t", "i16"), ("int32", "int32_t", "i32"), ("int64", "int64_t", "i64"),
-    ("uint8", "uint8_t", "u8"), ("uint16", "uint16_t", "u16"), ("uint32", "uint32_t", "u32"),
-    ("uint64", "uint64_t", "u64"), ("size", "size_t", "usize"), ("ptrdiff", "ptrdiff_t", "isize"),
+    ("float", "float"), ("double", "double"), ("longdouble", "long double"), ("char", "char"),
+    ("schar", "signed char"), ("short", "short"), ("int", "int"), ("long", "long"),
+    ("longlong", "long long"), ("uchar", "unsigned char"), ("ushort", "unsigned short"),
+    ("uint", "unsigned int"), ("ulong", "unsigned long"), ("ulonglong", "unsigned long long"),
+    ("int8", "int8_t"), ("int16", "int16_t"), ("int32", "int32_t"), ("int64", "int64_t"),
+    ("uint8", "uint8_t"), ("uint16", "uint16_t"), ("uint32", "uint32_t"), ("uint64", "uint64_t"),
+    ("size", "size_t"), ("ptrdiff", "ptrdiff_t"),
 ]
 # Base C types for _Generic (typedefs alias these).
 GENERIC_RMA = ["float", "double", "longdouble", "char", "schar", "short", "int", "long", "longlong",
                "uchar", "ushort", "uint", "ulong", "ulonglong"]
-SIZES = [(8, "u8"), (16, "u16"), (32, "u32"), (64, "u64"), (128, "u128")]
-RT = {n: (c, r) for n, c, r in RMA}
+SIZES = [8, 16, 32, 64, 128]
+RT = dict(RMA)
 AMO_STD = ["int", "long", "longlong", "uint", "ulong", "ulonglong", "int32", "int64", "uint32",
            "uint64", "size", "ptrdiff"]
 AMO_EXT = AMO_STD + ["float", "double"]
@@ -35,282 +42,170 @@ WAIT = ["short", "int", "long", "longlong", "ushort", "uint", "ulong", "ulonglon
         "int64", "uint32", "uint64", "size", "ptrdiff"]
 GENERIC_WAIT = ["short", "int", "long", "longlong", "ushort", "uint", "ulong", "ulonglong"]
 
-rs = []   # Rust items
-h = []    # C prototypes
+h = []    # C prototypes, in the order they appear in shmem.h
 
 
-def fn(cname, rparams, cparams, ret_r, ret_c, body, doc, ctx=True):
-    """One entry point and, with ctx, its shmem_ctx_ twin."""
+def fn(cname, cparams, ret_c, doc, ctx=True):
+    """One prototype and, with ctx, its shmem_ctx_ twin. `doc` says what the routine does
+    (kept for readers of this table; the Rust side is capi/src/typed.rs)."""
     for with_ctx in ([False, True] if ctx else [False]):
         name = cname if not with_ctx else cname.replace("shmem_", "shmem_ctx_", 1)
-        rp = (["ctx: *mut c_void"] if with_ctx else []) + rparams
         cp = (["shmem_ctx_t ctx"] if with_ctx else []) + cparams
-        pre = f'    ops::ctx("{name}", ctx);\n' if with_ctx else ""
-        r = f" -> {ret_r}" if ret_r else ""
-        b = body.replace("CALL", f'"{name}"')
-        rs.append(f"""/// `{name}`: {doc}
-///
-/// # Safety
-/// Pointer arguments valid as OpenSHMEM 1.5 requires.
-#[no_mangle]
-pub unsafe extern "C" fn {name}({", ".join(rp)}){r} {{
-{pre}    // SAFETY: the caller passes pointers valid as OpenSHMEM requires.
-    unsafe {{ {b} }}
-}}
-""")
         h.append(f"{ret_c or 'void'} {name}({', '.join(cp)});")
 
 
-def rma(pfx, t, ct, doc_t):
+def rma(pfx, ct, doc_t):
     P = f"shmem_{pfx}"
-    for op, f in [("put", "put"), ("get", "get"), ("put_nbi", "put"), ("get_nbi", "get")]:
-        dq = "" if f == "put" else "const "
+    for op in ["put", "get", "put_nbi", "get_nbi"]:
         fn(f"{P}_{op}" if pfx else f"shmem_{op}",
-           [f"dest: *mut {t}", f"source: *const {t}", "nelems: usize", "pe: c_int"],
-           [f"{ct} *dest", f"const {ct} *source", "size_t nelems", "int pe"], None, None,
-           f"ops::{f}(CALL, dest, source, nelems, pe)", f"{op} of {doc_t}")
+           [f"{ct} *dest", f"const {ct} *source", "size_t nelems", "int pe"], None, f"{op} of {doc_t}")
     for op in ["iput", "iget"]:
         fn(f"{P}_{op}",
-           [f"dest: *mut {t}", f"source: *const {t}", "dst: isize", "sst: isize", "nelems: usize", "pe: c_int"],
            [f"{ct} *dest", f"const {ct} *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems", "int pe"],
-           None, None, f"ops::{op}(CALL, dest, source, dst, sst, nelems, pe)", f"strided {op} of {doc_t}")
+           None, f"strided {op} of {doc_t}")
 
 
-for n, ct, t in RMA:
-    rma(n, t, ct, ct)
+for n, ct in RMA:
+    rma(n, ct, ct)
     if n != "longdouble":
-        fn(f"shmem_{n}_p", [f"dest: *mut {t}", f"value: {t}", "pe: c_int"],
-           [f"{ct} *dest", f"{ct} value", "int pe"], None, None, "ops::p(CALL, dest, value, pe)", f"put one {ct}")
-        fn(f"shmem_{n}_g", [f"source: *const {t}", "pe: c_int"], [f"const {ct} *source", "int pe"], t, ct,
-           "ops::g(CALL, source, pe)", f"get one {ct}")
+        fn(f"shmem_{n}_p", [f"{ct} *dest", f"{ct} value", "int pe"], None, f"put one {ct}")
+        fn(f"shmem_{n}_g", [f"const {ct} *source", "int pe"], ct, f"get one {ct}")
     for op in ["put_signal", "put_signal_nbi"]:
         fn(f"shmem_{n}_{op}",
-           [f"dest: *mut {t}", f"source: *const {t}", "nelems: usize", "sig_addr: *mut u64", "signal: u64", "sig_op: c_int", "pe: c_int"],
            [f"{ct} *dest", f"const {ct} *source", "size_t nelems", "uint64_t *sig_addr", "uint64_t signal", "int sig_op", "int pe"],
-           None, None, "ops::put_signal(CALL, dest, source, nelems, sig_addr, signal, sig_op, pe)", f"{op} of {ct}")
+           None, f"{op} of {ct}")
 
-for bits, t in SIZES:
-    for op, f in [("put", "put"), ("get", "get"), ("put_nbi", "put"), ("get_nbi", "get")]:
+for bits in SIZES:
+    for op in ["put", "get", "put_nbi", "get_nbi"]:
         base = op.split("_")[0] + str(bits) + ("_nbi" if "nbi" in op else "")
-        fn(f"shmem_{base}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "pe: c_int"],
-           ["void *dest", "const void *source", "size_t nelems", "int pe"], None, None,
-           f"ops::{f}::<{t}>(CALL, dest.cast(), source.cast(), nelems, pe)", f"{op} of {bits}-bit elements")
+        fn(f"shmem_{base}", ["void *dest", "const void *source", "size_t nelems", "int pe"], None,
+           f"{op} of {bits}-bit elements")
     for op in ["iput", "iget"]:
-        fn(f"shmem_{op}{bits}", ["dest: *mut c_void", "source: *const c_void", "dst: isize", "sst: isize", "nelems: usize", "pe: c_int"],
-           ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems", "int pe"], None, None,
-           f"ops::{op}::<{t}>(CALL, dest.cast(), source.cast(), dst, sst, nelems, pe)", f"strided {op} of {bits}-bit elements")
+        fn(f"shmem_{op}{bits}", ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems", "int pe"],
+           None, f"strided {op} of {bits}-bit elements")
     for op in ["put_signal", "put_signal_nbi"]:
         fn(f"shmem_put{bits}_{op[4:]}",
-           ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "sig_addr: *mut u64", "signal: u64", "sig_op: c_int", "pe: c_int"],
            ["void *dest", "const void *source", "size_t nelems", "uint64_t *sig_addr", "uint64_t signal", "int sig_op", "int pe"],
-           None, None, f"ops::put_signal::<{t}>(CALL, dest.cast(), source.cast(), nelems, sig_addr, signal, sig_op, pe)", f"{op} of {bits}-bit elements")
-for op, f in [("putmem", "put"), ("getmem", "get"), ("putmem_nbi", "put"), ("getmem_nbi", "get")]:
-    fn(f"shmem_{op}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "pe: c_int"],
-       ["void *dest", "const void *source", "size_t nelems", "int pe"], None, None,
-       f"ops::{f}::<u8>(CALL, dest.cast(), source.cast(), nelems, pe)", f"{op} (bytes)")
+           None, f"{op} of {bits}-bit elements")
+for op in ["putmem", "getmem", "putmem_nbi", "getmem_nbi"]:
+    fn(f"shmem_{op}", ["void *dest", "const void *source", "size_t nelems", "int pe"], None, f"{op} (bytes)")
 for op in ["putmem_signal", "putmem_signal_nbi"]:
     fn(f"shmem_{op}",
-       ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "sig_addr: *mut u64", "signal: u64", "sig_op: c_int", "pe: c_int"],
        ["void *dest", "const void *source", "size_t nelems", "uint64_t *sig_addr", "uint64_t signal", "int sig_op", "int pe"],
-       None, None, "ops::put_signal::<u8>(CALL, dest.cast(), source.cast(), nelems, sig_addr, signal, sig_op, pe)", f"{op} (bytes)")
+       None, f"{op} (bytes)")
+
 
 # ---- atomics ----
-def amo(n, name, kind, opexpr, args, fetch, nbi=False):
-    ct, t = RT[n]
-    rp = [f"dest: *mut {t}"]
+def amo(n, name, args, fetch, nbi=False, ctx=True):
+    ct = RT[n]
     cp = [f"{ct} *dest"]
     if nbi:
-        rp = [f"fetch: *mut {t}"] + rp
         cp = [f"{ct} *fetch"] + cp
-    for a in args:
-        rp.append(f"{a}: {t}")
-        cp.append(f"{ct} {a}")
-    rp.append("pe: c_int")
-    cp.append("int pe")
-    val = "value" if "value" in args else f"<{t}>::default()"
-    if opexpr == "Add1":
-        opexpr, val = "Add", "1 as _"
-    call = f"ops::{kind}(CALL, dest, ops::Op::{opexpr}, {val}, pe)"
-    if nbi:
-        body = f"ops::store_fetch(CALL, fetch, {call})"
-        fn(name, rp, cp, None, None, body, f"non-blocking fetching atomic on {ct}")
-    elif fetch:
-        fn(name, rp, cp, t, ct, call, f"fetching atomic on {ct}")
-    else:
-        fn(name, rp, cp, None, None, f"{{ {call}; }}", f"atomic on {ct}")
+    cp += [f"{ct} {a}" for a in args] + ["int pe"]
+    ret = ct if fetch and not nbi else None
+    fn(name, cp, ret, f"{'non-blocking ' if nbi else ''}{'fetching ' if fetch else ''}atomic on {ct}", ctx=ctx)
 
 
 for n in AMO_EXT:
-    amo(n, f"shmem_{n}_atomic_fetch", "amo_ext", "Fetch", [], True)
-    amo(n, f"shmem_{n}_atomic_set", "amo_ext", "Set", ["value"], False)
-    amo(n, f"shmem_{n}_atomic_swap", "amo_ext", "Swap", ["value"], True)
-    amo(n, f"shmem_{n}_atomic_fetch_nbi", "amo_ext", "Fetch", [], True, True)
-    amo(n, f"shmem_{n}_atomic_swap_nbi", "amo_ext", "Swap", ["value"], True, True)
+    amo(n, f"shmem_{n}_atomic_fetch", [], True)
+    amo(n, f"shmem_{n}_atomic_set", ["value"], False)
+    amo(n, f"shmem_{n}_atomic_swap", ["value"], True)
+    amo(n, f"shmem_{n}_atomic_fetch_nbi", [], True, True)
+    amo(n, f"shmem_{n}_atomic_swap_nbi", ["value"], True, True)
 for n in AMO_STD:
-    amo(n, f"shmem_{n}_atomic_compare_swap", "amo_int", "Cswap(cond.bits())", ["cond", "value"], True)
-    amo(n, f"shmem_{n}_atomic_compare_swap_nbi", "amo_int", "Cswap(cond.bits())", ["cond", "value"], True, True)
-    amo(n, f"shmem_{n}_atomic_fetch_inc", "amo_int", "Add1", [], True)
-    amo(n, f"shmem_{n}_atomic_fetch_inc_nbi", "amo_int", "Add1", [], True, True)
-    amo(n, f"shmem_{n}_atomic_inc", "amo_int", "Add1", [], False)
-    amo(n, f"shmem_{n}_atomic_fetch_add", "amo_int", "Add", ["value"], True)
-    amo(n, f"shmem_{n}_atomic_fetch_add_nbi", "amo_int", "Add", ["value"], True, True)
-    amo(n, f"shmem_{n}_atomic_add", "amo_int", "Add", ["value"], False)
+    amo(n, f"shmem_{n}_atomic_compare_swap", ["cond", "value"], True)
+    amo(n, f"shmem_{n}_atomic_compare_swap_nbi", ["cond", "value"], True, True)
+    amo(n, f"shmem_{n}_atomic_fetch_inc", [], True)
+    amo(n, f"shmem_{n}_atomic_fetch_inc_nbi", [], True, True)
+    amo(n, f"shmem_{n}_atomic_inc", [], False)
+    amo(n, f"shmem_{n}_atomic_fetch_add", ["value"], True)
+    amo(n, f"shmem_{n}_atomic_fetch_add_nbi", ["value"], True, True)
+    amo(n, f"shmem_{n}_atomic_add", ["value"], False)
 for n in AMO_BIT:
     for o in ["and", "or", "xor"]:
-        O = o.capitalize()
-        amo(n, f"shmem_{n}_atomic_fetch_{o}", "amo_bit", O, ["value"], True)
-        amo(n, f"shmem_{n}_atomic_fetch_{o}_nbi", "amo_bit", O, ["value"], True, True)
-        amo(n, f"shmem_{n}_atomic_{o}", "amo_bit", O, ["value"], False)
-# Deprecated names (1.4), no ctx forms.
+        amo(n, f"shmem_{n}_atomic_fetch_{o}", ["value"], True)
+        amo(n, f"shmem_{n}_atomic_fetch_{o}_nbi", ["value"], True, True)
+        amo(n, f"shmem_{n}_atomic_{o}", ["value"], False)
+# Deprecated names (1.4), no ctx forms: (old name, value arguments, fetching).
+DEP_ARGS = {"finc": ([], True), "inc": ([], False), "fadd": (["value"], True), "add": (["value"], False),
+            "cswap": (["cond", "value"], True), "swap": (["value"], True), "fetch": ([], True),
+            "set": (["value"], False)}
 DEP = []
 for n in ["int", "long", "longlong"]:
-    DEP += [(n, "finc", "fetch_inc"), (n, "inc", "inc"), (n, "fadd", "fetch_add"), (n, "add", "add"),
-            (n, "cswap", "compare_swap")]
+    DEP += [(n, old) for old in ["finc", "inc", "fadd", "add", "cswap"]]
 for n in ["int", "long", "longlong", "float", "double"]:
-    DEP += [(n, "swap", "swap"), (n, "fetch", "fetch"), (n, "set", "set")]
-_save = fn
+    DEP += [(n, old) for old in ["swap", "fetch", "set"]]
+for n, old in DEP:
+    amo(n, f"shmem_{n}_{old}", *DEP_ARGS[old], ctx=False)
 
-
-def fn_noctx(*a, **k):
-    k["ctx"] = False
-    _save(*a, **k)
-
-
-fn = fn_noctx
-for n, old, new in DEP:
-    kind = {"finc": ("amo_int", "Add1", [], True), "inc": ("amo_int", "Add1", [], False),
-            "fadd": ("amo_int", "Add", ["value"], True), "add": ("amo_int", "Add", ["value"], False),
-            "cswap": ("amo_int", "Cswap(cond.bits())", ["cond", "value"], True),
-            "swap": ("amo_ext", "Swap", ["value"], True), "fetch": ("amo_ext", "Fetch", [], True),
-            "set": ("amo_ext", "Set", ["value"], False)}[old]
-    amo(n, f"shmem_{n}_{old}", *kind)
-
-# ---- wait / test ----
+# ---- wait / test (no ctx forms) ----
 for n in WAIT:
-    ct, t = RT[n]
-    def sa(ivars="ivars", nel="1", status="std::ptr::null()", value="value", values="std::ptr::null()", idx="std::ptr::null_mut()"):
-        def fld(k, v):
-            return k if k == v else f"{k}: {v}"
-        return (f"ops::SetArgs {{ {fld('ivars', ivars)}, n: {nel}, {fld('status', status)}, cmp, {fld('value', value)}, "
-                f"{fld('values', values)}, {fld('indices', idx)} }}")
-    fn(f"shmem_{n}_wait_until", ["ivar: *mut " + t, "cmp: c_int", f"value: {t}"], [f"{ct} *ivar", "int cmp", f"{ct} value"],
-       None, None, f"{{ ops::wait_set(CALL, {sa('ivar')}, ops::Set::All, true); }}", f"wait on a {ct}")
-    fn(f"shmem_{n}_wait", ["ivar: *mut " + t, f"value: {t}"], [f"{ct} *ivar", f"{ct} cmp_value"],
-       None, None, f"{{ let cmp = 1; ops::wait_set(CALL, {sa('ivar')}, ops::Set::All, true); }}", f"deprecated wait for a {ct} to change")
-    fn(f"shmem_{n}_test", ["ivar: *mut " + t, "cmp: c_int", f"value: {t}"], [f"{ct} *ivar", "int cmp", f"{ct} value"],
-       "c_int", "int", f"ops::wait_set(CALL, {sa('ivar')}, ops::Set::All, false) as c_int", f"test a {ct}")
-    for s, S in [("all", "All"), ("any", "Any"), ("some", "Some")]:
+    ct = RT[n]
+    fn(f"shmem_{n}_wait_until", [f"{ct} *ivar", "int cmp", f"{ct} value"], None, f"wait on a {ct}", ctx=False)
+    fn(f"shmem_{n}_wait", [f"{ct} *ivar", f"{ct} cmp_value"], None, f"deprecated wait for a {ct} to change", ctx=False)
+    fn(f"shmem_{n}_test", [f"{ct} *ivar", "int cmp", f"{ct} value"], "int", f"test a {ct}", ctx=False)
+    for s in ["all", "any", "some"]:
         for vec in [False, True]:
-            for blk, verb in [(True, "wait_until"), (False, "test")]:
+            for verb in ["wait_until", "test"]:
                 name = f"shmem_{n}_{verb}_{s}" + ("_vector" if vec else "")
-                rp = [f"ivars: *mut {t}", "nelems: usize"]
                 cp = [f"{ct} *ivars", "size_t nelems"]
                 if s == "some":
-                    rp.append("indices: *mut usize")
                     cp.append("size_t *indices")
-                rp += ["status: *const c_int", "cmp: c_int"]
                 cp += ["const int *status", "int cmp"]
-                if vec:
-                    rp.append(f"values: *const {t}")
-                    cp.append(f"{ct} *cmp_values")
-                else:
-                    rp.append(f"value: {t}")
-                    cp.append(f"{ct} cmp_value")
-                args = sa("ivars", "nelems", "status", "value" if not vec else f"<{t}>::default()",
-                          "values" if vec else "std::ptr::null()", "indices" if s == "some" else "std::ptr::null_mut()")
-                r = ops = f"ops::wait_set(CALL, {args}, ops::Set::{S}, {str(blk).lower()})"
-                if s == "all" and blk:
-                    fn(name, rp, cp, None, None, f"{{ {r}; }}", f"{verb}_{s} on {ct}s")
-                elif s == "all":
-                    fn(name, rp, cp, "c_int", "int", f"{r} as c_int", f"{verb}_{s} on {ct}s")
-                else:
-                    fn(name, rp, cp, "usize", "size_t", r, f"{verb}_{s} on {ct}s")
-fn = _save
+                cp.append(f"{ct} *cmp_values" if vec else f"{ct} cmp_value")
+                ret = None if s == "all" and verb == "wait_until" else "int" if s == "all" else "size_t"
+                fn(name, cp, ret, f"{verb}_{s} on {ct}s", ctx=False)
 
-# ---- teams' collectives (1.5) and the deprecated active-set forms ----
+# ---- teams' collectives (1.5) and the deprecated active-set forms (no ctx forms) ----
 RED_BIT = ["uchar", "ushort", "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8",
            "uint16", "uint32", "uint64", "size"]
 RED_ARITH = ["char", "schar", "short", "int", "long", "longlong", "ptrdiff", "uchar", "ushort", "uint",
              "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
              "uint64", "size", "float", "double"]
-RED_OPS = [("and", "And", RED_BIT), ("or", "Or", RED_BIT), ("xor", "Xor", RED_BIT),
-           ("max", "Max", RED_ARITH), ("min", "Min", RED_ARITH), ("sum", "Sum", RED_ARITH),
-           ("prod", "Prod", RED_ARITH)]
+RED_OPS = [("and", RED_BIT), ("or", RED_BIT), ("xor", RED_BIT), ("max", RED_ARITH), ("min", RED_ARITH),
+           ("sum", RED_ARITH), ("prod", RED_ARITH)]
 TO_ALL = {"and": ["short", "int", "long", "longlong"], "or": ["short", "int", "long", "longlong"],
           "xor": ["short", "int", "long", "longlong"]}
 for o in ["max", "min", "sum", "prod"]:
     TO_ALL[o] = ["short", "int", "long", "longlong", "float", "double"]
-TEAM_R, TEAM_C = "team: *mut c_void", "shmem_team_t team"
-SET_R = ["start: c_int", "log_stride: c_int", "size: c_int", "psync: *mut c_long"]
+TEAM_C = "shmem_team_t team"
 SET_C = ["int PE_start", "int logPE_stride", "int PE_size", "long *pSync"]
 
 
-def colls(P, t, ct, doc_t, mem=""):
-    fn(f"{P}broadcast{mem}",
-       [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nelems: usize", "root: c_int"],
-       [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems", "int PE_root"], "c_int", "int",
-       "coll::broadcast(CALL, team, dest, source, nelems, root)", f"broadcast of {doc_t}", ctx=False)
+def colls(P, ct, doc_t, mem=""):
+    fn(f"{P}broadcast{mem}", [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems", "int PE_root"],
+       "int", f"broadcast of {doc_t}", ctx=False)
     for op in ["collect", "fcollect", "alltoall"]:
-        body = {"collect": "coll::collect(CALL, team, dest, source, nelems)",
-                "fcollect": "coll::fcollect(CALL, team, dest, source, nelems)",
-                "alltoall": "coll::alltoalls(CALL, team, dest, source, 1, 1, nelems)"}[op]
-        fn(f"{P}{op}{mem}",
-           [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nelems: usize"],
-           [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems"], "c_int", "int", body,
+        fn(f"{P}{op}{mem}", [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems"], "int",
            f"{op} of {doc_t}", ctx=False)
     fn(f"{P}alltoalls{mem}",
-       [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "dst: isize", "sst: isize", "nelems: usize"],
        [TEAM_C, f"{ct} *dest", f"const {ct} *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems"],
-       "c_int", "int", "coll::alltoalls(CALL, team, dest, source, dst, sst, nelems)",
-       f"strided alltoall of {doc_t}", ctx=False)
+       "int", f"strided alltoall of {doc_t}", ctx=False)
 
 
-for n, ct, t in RMA:
-    colls(f"shmem_{n}_", t, ct, ct)
-colls("shmem_", "u8", "void", "bytes", "mem")
-for o, O, types in RED_OPS:
+for n, ct in RMA:
+    colls(f"shmem_{n}_", ct, ct)
+colls("shmem_", "void", "bytes", "mem")
+for o, types in RED_OPS:
     for n in types:
-        ct, t = RT[n]
-        fn(f"shmem_{n}_{o}_reduce", [TEAM_R, f"dest: *mut {t}", f"source: *const {t}", "nreduce: usize"],
-           [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nreduce"], "c_int", "int",
-           f"coll::reduce::<{t}, rshmem::{O}>(CALL, team, dest, source, nreduce)", f"{o} reduction of {ct}", ctx=False)
+        ct = RT[n]
+        fn(f"shmem_{n}_{o}_reduce", [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nreduce"], "int",
+           f"{o} reduction of {ct}", ctx=False)
     for n in TO_ALL[o]:
-        ct, t = RT[n]
-        fn(f"shmem_{n}_{o}_to_all", [f"dest: *mut {t}", f"source: *const {t}", "nreduce: c_int"] + SET_R[:3] + [f"_pwrk: *mut {t}", SET_R[3]],
-           [f"{ct} *dest", f"const {ct} *source", "int nreduce"] + SET_C[:3] + [f"{ct} *pWrk", "long *pSync"], None, None,
-           f"coll::reduce_set::<{t}, rshmem::{O}>(CALL, dest, source, nreduce, start, log_stride, size, psync)",
+        ct = RT[n]
+        fn(f"shmem_{n}_{o}_to_all",
+           [f"{ct} *dest", f"const {ct} *source", "int nreduce"] + SET_C[:3] + [f"{ct} *pWrk", "long *pSync"], None,
            f"deprecated active-set {o} reduction of {ct}", ctx=False)
-for bits, t in [(32, "u32"), (64, "u64")]:
-    fn(f"shmem_broadcast{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize", "root: c_int"] + SET_R,
-       ["void *dest", "const void *source", "size_t nelems", "int PE_root"] + SET_C, None, None,
-       f"coll::broadcast_set::<{t}>(CALL, dest.cast(), source.cast(), nelems, root, start, log_stride, size, psync)",
-       f"deprecated active-set broadcast of {bits}-bit elements", ctx=False)
-    for op, fixed in [("collect", "false"), ("fcollect", "true")]:
-        fn(f"shmem_{op}{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize"] + SET_R,
-           ["void *dest", "const void *source", "size_t nelems"] + SET_C, None, None,
-           f"coll::collect_set::<{t}>(CALL, {fixed}, dest.cast(), source.cast(), nelems, start, log_stride, size, psync)",
+for bits in [32, 64]:
+    fn(f"shmem_broadcast{bits}", ["void *dest", "const void *source", "size_t nelems", "int PE_root"] + SET_C,
+       None, f"deprecated active-set broadcast of {bits}-bit elements", ctx=False)
+    for op in ["collect", "fcollect"]:
+        fn(f"shmem_{op}{bits}", ["void *dest", "const void *source", "size_t nelems"] + SET_C, None,
            f"deprecated active-set {op} of {bits}-bit elements", ctx=False)
-    fn(f"shmem_alltoall{bits}", ["dest: *mut c_void", "source: *const c_void", "nelems: usize"] + SET_R,
-       ["void *dest", "const void *source", "size_t nelems"] + SET_C, None, None,
-       f"coll::alltoalls_set::<{t}>(CALL, dest.cast(), source.cast(), 1, 1, nelems, start, log_stride, size, psync)",
+    fn(f"shmem_alltoall{bits}", ["void *dest", "const void *source", "size_t nelems"] + SET_C, None,
        f"deprecated active-set alltoall of {bits}-bit elements", ctx=False)
-    fn(f"shmem_alltoalls{bits}", ["dest: *mut c_void", "source: *const c_void", "dst: isize", "sst: isize", "nelems: usize"] + SET_R,
-       ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems"] + SET_C, None, None,
-       f"coll::alltoalls_set::<{t}>(CALL, dest.cast(), source.cast(), dst, sst, nelems, start, log_stride, size, psync)",
-       f"deprecated active-set strided alltoall of {bits}-bit elements", ctx=False)
-
-RS_HEAD = """//! Generated by `capi/gen.py`: the typed OpenSHMEM entry points. Do not edit by hand.
-
-#![allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]
-
-use std::ffi::{c_int, c_long, c_void};
-
-use crate::coll;
-use crate::ops::{self, Amo};
-
-"""
-with open(os.path.join(HERE, "src", "gen.rs"), "w") as f:
-    f.write(RS_HEAD + "\n".join(rs))
+    fn(f"shmem_alltoalls{bits}", ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems"] + SET_C,
+       None, f"deprecated active-set strided alltoall of {bits}-bit elements", ctx=False)
 
 # ---------------------------------------------------------------- header
 def generic(macro, cases, pick, nargs, ctx=True, first=1):
@@ -318,7 +213,7 @@ def generic(macro, cases, pick, nargs, ctx=True, first=1):
     def body(prefix, argn):
         alias = {"int32": "int", "int64": "long", "int8": "signed char", "int16": "short",
                  "complexf": "float _Complex", "complexd": "double _Complex"}
-        sel = ", \\\n    ".join(f"{alias[n] if n in alias else RT[n][0]}: {pick(prefix, n)}" for n in cases)
+        sel = ", \\\n    ".join(f"{alias[n] if n in alias else RT[n]}: {pick(prefix, n)}" for n in cases)
         return sel
     out = []
     a = ", ".join(f"a{i}" for i in range(1, nargs + 1))
@@ -370,7 +265,7 @@ for op, nargs in [("broadcast", 5), ("collect", 4), ("fcollect", 4), ("alltoall"
 GENERIC_RED_BIT = ["uchar", "ushort", "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64"]
 GENERIC_RED_ARITH = ["char", "schar", "short", "int", "long", "longlong", "uchar", "ushort", "uint", "ulong",
                      "ulonglong", "float", "double", "longdouble"]
-for o, _, _ in RED_OPS:
+for o, _ in RED_OPS:
     cases = GENERIC_RED_BIT if o in ("and", "or", "xor") else GENERIC_RED_ARITH
     if o in ("sum", "prod"):
         cases = cases + ["complexf", "complexd"]
@@ -430,6 +325,58 @@ CB += """/* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE
 
 with open(os.path.join(HERE, "include", "shmem_head.h.in")) as f:
     head = f.read()
-with open(os.path.join(HERE, "include", "shmem.h"), "w") as f:
-    f.write(head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + LD + "\n" + CB)
-            .replace("@GENERICS@", "\n\n".join(G)))
+shmem_h = (head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + LD + "\n" + CB)
+           .replace("@GENERICS@", "\n\n".join(G)))
+
+# ---------------------------------------------------------------- profiling header
+# Every shmem_ routine the library exports is also exported as pshmem_ (OpenSHMEM profiling
+# interface): the hand-written prototypes of shmem_head.h.in (one declaration, possibly over
+# several lines, ending in ");") and the generated ones, renamed.
+HAND = re.findall(r"^(?!static|typedef)[\w *]*\bshmem_\w+\([^;{}]*\);", head.split("@PROTOTYPES@")[0],
+                  re.MULTILINE)
+PROFILED = [re.sub(r"\bshmem_(\w+)\(", r"pshmem_\1(", d, count=1) for d in HAND + h]
+pshmem_h = """/*
+ * pshmem.h — the OpenSHMEM profiling interface of rshmem (libshmem). Generated by capi/gen.py;
+ * do not edit.
+ *
+ * Every routine of shmem.h that libshmem exports is also exported as pshmem_NAME. A tool
+ * (profiler, tracer) defines shmem_NAME itself, does its work and calls pshmem_NAME; see
+ * docs/capi.md. The inline routines of shmem.h (long double p/g and reductions, complex
+ * reductions, shmem_pcontrol) and the C11 generic macros have no pshmem_ form.
+ */
+#ifndef RSHMEM_PSHMEM_H
+#define RSHMEM_PSHMEM_H
+
+#include <shmem.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+""" + "\n".join(PROFILED) + """
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RSHMEM_PSHMEM_H */
+"""
+
+check = sys.argv[1:] == ["--check"]
+if sys.argv[1:] not in ([], ["--check"]):
+    sys.exit("usage: capi/gen.py [--check]")
+stale = []
+for name, text in [("shmem.h", shmem_h), ("pshmem.h", pshmem_h)]:
+    path = os.path.join(HERE, "include", name)
+    if check:
+        try:
+            with open(path) as f:
+                if f.read() != text:
+                    stale.append(os.path.relpath(path, os.path.dirname(HERE)))
+        except FileNotFoundError:
+            stale.append(os.path.relpath(path, os.path.dirname(HERE)))
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+if stale:
+    sys.exit("capi/gen.py --check: not up to date (run python3 capi/gen.py): " + ", ".join(stale))

@@ -62,7 +62,13 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_BOOTSTRAP_SECRET",
         kind: "32 hex digits",
         default: "",
-        help: "Job secret every rank presents to rank 0 (e.g. $(openssl rand -hex 16)). Required under rshmemrun's variables; under mpirun/srun/PMI a guessable one is derived from the job id when unset.",
+        help: "Job secret every rank and rank 0 prove to each other (it is never sent) (e.g. $(openssl rand -hex 16)). Pass it in the environment (mpirun -x RSHMEM_BOOTSTRAP_SECRET with the variable exported), never as a command-line value. The TCP bootstrap of a multi-PE job needs it or RSHMEM_BOOTSTRAP_SECRET_FILE (rshmemrun sets it).",
+    },
+    EnvVar {
+        name: "RSHMEM_BOOTSTRAP_SECRET_FILE",
+        kind: "path",
+        default: "",
+        help: "A file holding the job secret (32 hex digits), owned by the user running the PE and with no group/other permissions (chmod 600); refused otherwise. Use instead of RSHMEM_BOOTSTRAP_SECRET, not with it.",
     },
     EnvVar {
         name: "RSHMEM_BOOTSTRAP_LISTEN_FD",
@@ -72,9 +78,9 @@ pub static ENV_VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RSHMEM_LAUNCHER",
-        kind: "rshmemrun|openmpi|slurm|pmi|singleton",
+        kind: "rshmemrun|torchrun|openmpi|slurm|pmi|singleton",
         default: "auto",
-        help: "Which launcher's variables to read; unset means detect (RSHMEM_*, then Open MPI, then Slurm, then PMI, else singleton). rshmemrun sets it to rshmemrun.",
+        help: "Which launcher's variables to read; unset means detect (RSHMEM_*, then torchrun, then Open MPI, then Slurm, then PMI, else singleton; variables of a launcher rshmem cannot join are an error). rshmemrun sets it to rshmemrun.",
     },
     EnvVar {
         name: "RSHMEM_BOOTSTRAP",
@@ -116,7 +122,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "PMIX_RANK",
         kind: "integer",
         default: "",
-        help: "Rank under a PMIx launcher; used when OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not.",
+        help: "Rank under a PMIx launcher; used when OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not. Alone (no launcher detected) it marks a launch rshmem cannot join: an error, not a singleton.",
     },
     EnvVar {
         name: "SLURM_PROCID",
@@ -149,28 +155,64 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Job size under a PMI-1/PMI-2 launcher.",
     },
     EnvVar {
-        name: "SLURM_JOB_ID",
-        kind: "string",
+        name: "RANK",
+        kind: "integer",
         default: "",
-        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+        help: "Rank under torchrun (torch.distributed.run).",
     },
     EnvVar {
-        name: "SLURM_STEP_ID",
-        kind: "string",
+        name: "WORLD_SIZE",
+        kind: "integer",
         default: "",
-        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+        help: "Job size under torchrun.",
     },
     EnvVar {
-        name: "PMIX_NAMESPACE",
-        kind: "string",
+        name: "LOCAL_RANK",
+        kind: "integer",
         default: "",
-        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+        help: "Node-local rank under torchrun.",
     },
     EnvVar {
-        name: "OMPI_MCA_ess_base_jobid",
+        name: "LOCAL_WORLD_SIZE",
+        kind: "integer",
+        default: "",
+        help: "Number of ranks on this node under torchrun.",
+    },
+    EnvVar {
+        name: "MASTER_ADDR",
+        kind: "host",
+        default: "",
+        help: "torchrun's rank-0 host: without RSHMEM_BOOTSTRAP_ADDR, the bootstrap listens at MASTER_ADDR:(MASTER_PORT+1).",
+    },
+    EnvVar {
+        name: "MASTER_PORT",
+        kind: "port",
+        default: "",
+        help: "torchrun's store port (used by torch itself): without RSHMEM_BOOTSTRAP_ADDR, the bootstrap uses the next port.",
+    },
+    EnvVar {
+        name: "TORCHELASTIC_RUN_ID",
         kind: "string",
         default: "",
-        help: "Read only to derive a fallback secret when RSHMEM_BOOTSTRAP_SECRET is unset.",
+        help: "Marks a torchrun worker (detection).",
+    },
+    EnvVar {
+        name: "MV2_COMM_WORLD_RANK",
+        kind: "integer",
+        default: "",
+        help: "Read only to detect a MVAPICH2 launch, which rshmem cannot join without RSHMEM_* variables: an error instead of a silent singleton.",
+    },
+    EnvVar {
+        name: "PALS_RANKID",
+        kind: "integer",
+        default: "",
+        help: "Read only to detect an HPE PALS (Cray) launch, which rshmem cannot join without RSHMEM_* variables: an error instead of a silent singleton.",
+    },
+    EnvVar {
+        name: "ALPS_APP_PE",
+        kind: "integer",
+        default: "",
+        help: "Read only to detect a Cray ALPS (aprun) launch, which rshmem cannot join without RSHMEM_* variables: an error instead of a silent singleton.",
     },
 ];
 
@@ -187,6 +229,9 @@ pub enum Launcher {
     Slurm,
     /// A PMI launcher such as MPICH's hydra (`PMI_RANK`, `PMI_SIZE`).
     Pmi,
+    /// PyTorch's `torchrun` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
+    /// `MASTER_ADDR`, `MASTER_PORT`).
+    Torchrun,
 }
 
 impl Launcher {
@@ -198,6 +243,7 @@ impl Launcher {
             Launcher::OpenMpi => "openmpi",
             Launcher::Slurm => "slurm",
             Launcher::Pmi => "pmi",
+            Launcher::Torchrun => "torchrun",
         }
     }
 
@@ -208,6 +254,7 @@ impl Launcher {
             "openmpi" | "ompi" | "mpirun" => Launcher::OpenMpi,
             "slurm" | "srun" => Launcher::Slurm,
             "pmi" | "hydra" => Launcher::Pmi,
+            "torchrun" | "torch" => Launcher::Torchrun,
             _ => return None,
         })
     }
@@ -238,12 +285,16 @@ pub struct LaunchInfo {
     pub listen_fd: Option<i32>,
 }
 
-/// Variables whose values identify the job, for the fallback secret (in this order).
-const JOB_ID_VARS: [&str; 4] = [
-    "SLURM_JOB_ID",
-    "SLURM_STEP_ID",
-    "PMIX_NAMESPACE",
-    "OMPI_MCA_ess_base_jobid",
+/// Variables that mark a multi-process launch by a launcher rshmem cannot join by itself, with
+/// the launcher's name: seeing one with no launcher detected is an error, not a singleton.
+const FOREIGN_MARKERS: [(&str, &str); 4] = [
+    (
+        "PMIX_RANK",
+        "a PMIx launcher (prterun, or another MPI's mpirun)",
+    ),
+    ("MV2_COMM_WORLD_RANK", "MVAPICH2"),
+    ("PALS_RANKID", "HPE PALS (Cray mpiexec)"),
+    ("ALPS_APP_PE", "Cray ALPS (aprun)"),
 ];
 
 impl LaunchInfo {
@@ -272,10 +323,10 @@ impl LaunchInfo {
                 Error::env(
                     "RSHMEM_LAUNCHER",
                     &v,
-                    "expected one of rshmemrun, openmpi, slurm, pmi, singleton (or unset to detect)",
+                    "expected one of rshmemrun, torchrun, openmpi, slurm, pmi, singleton (or unset to detect)",
                 )
             })?,
-            None => detect(&get),
+            None => detect(&get)?,
         };
 
         let (rank, size, local_rank, local_size) = match launcher {
@@ -307,6 +358,11 @@ impl LaunchInfo {
             Launcher::Pmi => {
                 let (r, s) = rank_and_size(&get, launcher, &["PMI_RANK"], "PMI_SIZE")?;
                 (r, s, None, None)
+            }
+            Launcher::Torchrun => {
+                let (r, s) = rank_and_size(&get, launcher, &["RANK"], "WORLD_SIZE")?;
+                let (lr, ls) = locals(&get, "LOCAL_RANK", Some("LOCAL_WORLD_SIZE"))?;
+                (r, s, lr, ls)
             }
         };
 
@@ -342,6 +398,34 @@ impl LaunchInfo {
             use_mpi,
         ))
     }
+}
+
+/// This process's rank as its launcher's variables give it, for messages written before (or
+/// without) a bootstrap: `None` when no launcher is detected or the rank variable is missing
+/// or malformed. Reads the same variables as [`LaunchInfo::from_env`] (honouring
+/// `RSHMEM_LAUNCHER`) but needs no address or secret, so it works even when start-up fails.
+pub fn launcher_rank() -> Option<usize> {
+    launcher_rank_from(&env_lookup)
+}
+
+fn launcher_rank_from(lookup: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
+    let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let launcher = match get("RSHMEM_LAUNCHER") {
+        Some(v) => Launcher::parse(&v)?,
+        None => detect(&get).ok()?,
+    };
+    let rank_vars: &[&str] = match launcher {
+        Launcher::Singleton => return Some(0),
+        Launcher::Rshmemrun => &["RSHMEM_RANK"],
+        Launcher::OpenMpi => &["OMPI_COMM_WORLD_RANK", "PMIX_RANK"],
+        Launcher::Slurm => &["SLURM_PROCID"],
+        Launcher::Pmi => &["PMI_RANK"],
+        Launcher::Torchrun => &["RANK"],
+    };
+    rank_vars
+        .iter()
+        .find_map(|&n| get(n))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The process environment as a lookup function.
@@ -382,19 +466,36 @@ fn auto_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> bool {
         && get("RSHMEM_BOOTSTRAP_ADDR").is_none()
 }
 
-fn detect(get: &dyn Fn(&str) -> Option<String>) -> Launcher {
+/// Which launcher's variables are present. torchrun comes before the MPI launchers and Slurm
+/// because it may itself run under them (one torchrun per node started by srun or mpirun): its
+/// variables then describe this process, theirs describe the torchrun agent.
+fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<Launcher> {
     let any = |names: &[&str]| names.iter().any(|n| get(n).is_some());
-    if any(&["RSHMEM_RANK", "RSHMEM_SIZE"]) {
+    Ok(if any(&["RSHMEM_RANK", "RSHMEM_SIZE"]) {
         Launcher::Rshmemrun
+    } else if any(&["RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"]) {
+        Launcher::Torchrun
     } else if any(&["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"]) {
         Launcher::OpenMpi
     } else if any(&["SLURM_PROCID"]) {
         Launcher::Slurm
     } else if any(&["PMI_RANK", "PMI_SIZE"]) {
         Launcher::Pmi
+    } else if let Some((var, who)) = FOREIGN_MARKERS
+        .iter()
+        .find_map(|&(n, who)| get(n).map(|v| ((n, v), who)))
+    {
+        return Err(Error::Config(format!(
+            "{}={} says this process was started by {who}, whose job rshmem cannot join \
+                 by itself: start the program with rshmemrun, Open MPI's mpirun, srun, a PMI \
+                 launcher or torchrun, or set RSHMEM_RANK, RSHMEM_SIZE, RSHMEM_BOOTSTRAP_ADDR \
+                 and a secret yourself; set RSHMEM_LAUNCHER=singleton if this process is meant \
+                 to run alone",
+            var.0, var.1
+        )));
     } else {
         Launcher::Singleton
-    }
+    })
 }
 
 fn parse_count(var: &str, value: &str) -> Result<usize> {
@@ -492,109 +593,180 @@ fn locals(
     Ok((local_rank, local_size))
 }
 
-/// Builds the unique id of a multi-PE job from `RSHMEM_BOOTSTRAP_ADDR` and the secret.
+/// Builds the unique id of a multi-PE job from `RSHMEM_BOOTSTRAP_ADDR` (under torchrun, else
+/// `MASTER_ADDR:(MASTER_PORT+1)`) and the secret, which is required under every launcher.
 fn rendezvous_id(
     get: &dyn Fn(&str) -> Option<String>,
     launcher: Launcher,
     rank: usize,
     size: usize,
 ) -> Result<UniqueId> {
-    let addr = get("RSHMEM_BOOTSTRAP_ADDR").ok_or_else(|| {
-        let mpi_hint = if cfg!(feature = "mpi") {
-            "; or set RSHMEM_BOOTSTRAP=mpi (or unset RSHMEM_BOOTSTRAP) under mpirun/srun to \
-             bootstrap through MPI"
-        } else {
-            "; or build rshmem with `--features mpi` to bootstrap through MPI under mpirun/srun \
-             without an address"
-        };
-        Error::Config(format!(
-            "this is rank {rank} of {size} (from the {launcher} launcher's variables) but \
-             RSHMEM_BOOTSTRAP_ADDR is not set: export RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<port> \
-             to every rank, e.g. `mpirun -x RSHMEM_BOOTSTRAP_ADDR=node0:29500 ...` or \
-             `export RSHMEM_BOOTSTRAP_ADDR=...` before srun; use rshmemrun for single-host jobs, \
-             or set RSHMEM_LAUNCHER=singleton if this process is meant to run alone{mpi_hint}"
-        ))
-    })?;
+    let addr = match get("RSHMEM_BOOTSTRAP_ADDR") {
+        Some(a) => a,
+        None if launcher == Launcher::Torchrun => torchrun_addr(get)?,
+        None => {
+            let mpi_hint = if cfg!(feature = "mpi") {
+                "; or set RSHMEM_BOOTSTRAP=mpi (or unset RSHMEM_BOOTSTRAP) under mpirun/srun to \
+                 bootstrap through MPI"
+            } else {
+                "; or build rshmem with `--features mpi` to bootstrap through MPI under \
+                 mpirun/srun without an address"
+            };
+            return Err(Error::Config(format!(
+                "this is rank {rank} of {size} (from the {launcher} launcher's variables) but \
+                 RSHMEM_BOOTSTRAP_ADDR is not set: export RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<port> \
+                 to every rank, e.g. `mpirun -x RSHMEM_BOOTSTRAP_ADDR=node0:29500 ...` or \
+                 `export RSHMEM_BOOTSTRAP_ADDR=...` before srun; use rshmemrun for single-host jobs, \
+                 or set RSHMEM_LAUNCHER=singleton if this process is meant to run alone{mpi_hint}"
+            )));
+        }
+    };
     let addr = addr.trim().to_owned();
     validate_addr(&addr).map_err(|reason| Error::env("RSHMEM_BOOTSTRAP_ADDR", &addr, reason))?;
 
-    let secret =
-        match get("RSHMEM_BOOTSTRAP_SECRET") {
-            Some(v) => secret_from_hex(v.trim()).map_err(|e| {
+    let secret = explicit_secret(get)?.ok_or_else(|| {
+        let how = match launcher {
+            Launcher::Rshmemrun => {
+                "rshmemrun sets it; if you set the RSHMEM_* variables yourself, give every rank \
+                 the same one"
+            }
+            Launcher::OpenMpi => "with Open MPI: `mpirun -x RSHMEM_BOOTSTRAP_SECRET ...`",
+            Launcher::Slurm => "srun forwards exported variables",
+            Launcher::Pmi => "with hydra: `mpiexec -genvlist RSHMEM_BOOTSTRAP_SECRET ...`",
+            Launcher::Torchrun => "torchrun's workers inherit it",
+            Launcher::Singleton => "",
+        };
+        Error::Config(format!(
+            "this is rank {rank} of {size} (from the {launcher} launcher's variables) but no job \
+             secret is set: without one, any process could join the job as one of its ranks. \
+             `export RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16)` and pass it by name to every \
+             rank ({how}), never as a value on a command line (`-x VAR=value` is visible to \
+             every user), or set RSHMEM_BOOTSTRAP_SECRET_FILE to a file only you can read"
+        ))
+    })?;
+    UniqueId::with_secret(addr, secret)
+}
+
+/// torchrun's rank-0 host with the port after torch's own store port.
+fn torchrun_addr(get: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let missing = |what: &str| {
+        Error::Config(format!(
+            "started by torchrun (RANK/WORLD_SIZE are set) but {what}: export \
+             RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<free port> to every worker"
+        ))
+    };
+    let host = get("MASTER_ADDR").ok_or_else(|| missing("MASTER_ADDR is not set"))?;
+    let port_s = get("MASTER_PORT").ok_or_else(|| missing("MASTER_PORT is not set"))?;
+    let port: u16 = port_s
+        .trim()
+        .parse()
+        .map_err(|_| Error::env("MASTER_PORT", &port_s, "not a port number (1..65535)"))?;
+    let next = port.checked_add(1).filter(|_| port != 0).ok_or_else(|| {
+        Error::env(
+            "MASTER_PORT",
+            &port_s,
+            "no next port to use: set RSHMEM_BOOTSTRAP_ADDR",
+        )
+    })?;
+    let host = host.trim();
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    Ok(format!("{host}:{next}"))
+}
+
+/// The secret given explicitly: `RSHMEM_BOOTSTRAP_SECRET` or `RSHMEM_BOOTSTRAP_SECRET_FILE`
+/// (never both). `None` when neither is set.
+fn explicit_secret(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<[u8; SECRET_LEN]>> {
+    let hex_error = |var: &str, v: &str, e: Error| {
+        let reason = match e {
+            Error::InvalidArgument(m) => m,
+            other => other.to_string(),
+        };
+        // Do not echo (most of) a secret into logs.
+        Error::env(
+            var,
+            &format!("<{} characters, not shown>", v.trim().chars().count()),
+            format!("{reason}; generate one with `openssl rand -hex 16`"),
+        )
+    };
+    match (
+        get("RSHMEM_BOOTSTRAP_SECRET"),
+        get("RSHMEM_BOOTSTRAP_SECRET_FILE"),
+    ) {
+        (Some(_), Some(path)) => Err(Error::env(
+            "RSHMEM_BOOTSTRAP_SECRET_FILE",
+            &path,
+            "RSHMEM_BOOTSTRAP_SECRET is set too: give the secret one way only",
+        )),
+        (Some(v), None) => secret_from_hex(v.trim())
+            .map(Some)
+            .map_err(|e| hex_error("RSHMEM_BOOTSTRAP_SECRET", &v, e)),
+        (None, Some(path)) => {
+            let text = read_secret_file(path.trim())?;
+            secret_from_hex(text.trim()).map(Some).map_err(|e| {
                 let reason = match e {
                     Error::InvalidArgument(m) => m,
                     other => other.to_string(),
                 };
-                // Do not echo (most of) a secret into logs.
                 Error::env(
-                    "RSHMEM_BOOTSTRAP_SECRET",
-                    &format!("<{} characters, not shown>", v.trim().chars().count()),
-                    format!("{reason}; generate one with `openssl rand -hex 16`"),
+                    "RSHMEM_BOOTSTRAP_SECRET_FILE",
+                    &path,
+                    format!(
+                        "the file's {reason}; write one with `openssl rand -hex 16 > FILE` \
+                         (after `umask 077`)"
+                    ),
                 )
-            })?,
-            None if launcher == Launcher::Rshmemrun => return Err(Error::Config(
-                "RSHMEM_RANK/RSHMEM_SIZE are set but RSHMEM_BOOTSTRAP_SECRET is not. rshmemrun \
-                 sets it; if you set the RSHMEM_* variables yourself, export \
-                 RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) (the same value) to every rank"
-                    .into(),
-            )),
-            None => {
-                let (secret, used) = derived_secret(get, &addr);
-                let from = if used.is_empty() {
-                    "no job id found".to_owned()
-                } else {
-                    used.join(", ")
-                };
-                tracing::warn!(
-                    "RSHMEM_BOOTSTRAP_SECRET is not set: using a secret derived from the job id \
-                 ({from}) and RSHMEM_BOOTSTRAP_ADDR, which others on the network can guess. \
-                 Export RSHMEM_BOOTSTRAP_SECRET=$(openssl rand -hex 16) to every rank (e.g. \
-                 `mpirun -x RSHMEM_BOOTSTRAP_SECRET=...`) to keep other processes out of the \
-                 rendezvous"
-                );
-                secret
-            }
-        };
-    UniqueId::with_secret(addr, secret)
-}
-
-/// A deterministic secret from the launcher's job ids and the address (same on every rank).
-/// Returns it with the names of the variables used.
-fn derived_secret(
-    get: &dyn Fn(&str) -> Option<String>,
-    addr: &str,
-) -> ([u8; SECRET_LEN], Vec<&'static str>) {
-    let mut material = b"rshmem-bootstrap-derived-secret-v1\0".to_vec();
-    let mut used = Vec::new();
-    for name in JOB_ID_VARS {
-        if let Some(v) = get(name) {
-            material.extend_from_slice(name.as_bytes());
-            material.push(b'=');
-            material.extend_from_slice(v.trim().as_bytes());
-            material.push(0);
-            used.push(name);
+            })
         }
+        (None, None) => Ok(None),
     }
-    material.extend_from_slice(addr.as_bytes());
-    let mut out = [0u8; SECRET_LEN];
-    out[..8].copy_from_slice(&fnv1a_mix(&material, 0xcbf2_9ce4_8422_2325).to_le_bytes());
-    out[8..].copy_from_slice(&fnv1a_mix(&material, 0x6c62_272e_07bb_0142).to_le_bytes());
-    (out, used)
 }
 
-/// FNV-1a with a given basis, then a SplitMix64 finaliser. Stable across versions and
-/// platforms (unlike `std`'s hashers). Not cryptographic: the result is guessable anyway.
-fn fnv1a_mix(data: &[u8], basis: u64) -> u64 {
-    let mut h = basis;
-    for &b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+/// Reads a secret file after checking that only its owner, this process's user, can read it.
+/// Refuses (with the reason) a file that is not a regular file, belongs to someone else, or
+/// has any group/other permission bit.
+pub(crate) fn read_secret_file(path: &str) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    const VAR: &str = "RSHMEM_BOOTSTRAP_SECRET_FILE";
+    let bad = |reason: String| Error::env(VAR, path, reason);
+    // O_NOFOLLOW: the checks below are about the file itself, not a link another user made.
+    // O_NONBLOCK: a FIFO must not block the open (it is refused below).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| bad(format!("cannot open it: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot stat it: {e}")))?;
+    if !meta.file_type().is_file() {
+        return Err(bad("not a regular file".into()));
     }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(bad(format!(
+            "the file belongs to uid {}, not to this process's user (uid {me}); a secret file \
+             must be your own",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(format!(
+            "its permissions are {mode:03o}: group and others must have no access to a secret \
+             (chmod 600 it)"
+        )));
+    }
+    let mut text = String::new();
+    file.take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| bad(format!("cannot read it: {e}")))?;
+    Ok(text)
 }
 
 /// Set once `RSHMEM_BOOTSTRAP_LISTEN_FD` has been adopted, so it is never owned twice.
@@ -1143,43 +1315,287 @@ mod tests {
         assert_eq!((i.size, i.uid), (1, None));
     }
 
+    /// A fresh private directory for secret-file tests.
+    fn private_dir(tag: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!(
+            "rshmem-secret-test-{tag}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    fn write_mode(path: &std::path::Path, text: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
     #[test]
-    fn foreign_launchers_derive_a_deterministic_secret() {
-        let job = |id: &'static str| {
-            parse(&[
+    fn secret_file_is_read_only_when_private() {
+        let dir = private_dir("file");
+        let f = dir.join("secret");
+        let fs = f.to_str().unwrap().to_owned();
+        let with_file = |extra: &[(&str, &str)]| {
+            let mut v = vec![
+                ("RSHMEM_RANK", "1"),
+                ("RSHMEM_SIZE", "2"),
+                ("RSHMEM_BOOTSTRAP_ADDR", "h:5"),
+                ("RSHMEM_BOOTSTRAP_SECRET_FILE", fs.as_str()),
+            ];
+            v.extend_from_slice(extra);
+            parse(&v)
+        };
+        // Owner-only: accepted, whitespace around the digits ignored.
+        write_mode(&f, &format!("{SECRET}\n"), 0o600);
+        let uid = with_file(&[]).unwrap().uid.unwrap();
+        assert_eq!(uid.secret_hex(), SECRET);
+        write_mode(&f, SECRET, 0o400);
+        assert!(with_file(&[]).is_ok());
+        // Group- or other-readable (or any group/other bit): refused, naming the mode.
+        for mode in [0o640, 0o604, 0o644, 0o620, 0o601] {
+            write_mode(&f, SECRET, mode);
+            match with_file(&[]) {
+                Err(Error::Env { var, reason, .. }) => {
+                    assert_eq!(var, "RSHMEM_BOOTSTRAP_SECRET_FILE");
+                    assert!(
+                        reason.contains(&format!("{mode:03o}")) && reason.contains("chmod 600"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("mode {mode:o} accepted: {other:?}"),
+            }
+        }
+        // Malformed content: named, and the content is not echoed.
+        write_mode(&f, "not-hex-at-all", 0o600);
+        let e = with_file(&[]).unwrap_err().to_string();
+        assert!(
+            e.contains("RSHMEM_BOOTSTRAP_SECRET_FILE") && !e.contains("not-hex-at-all"),
+            "{e}"
+        );
+        // Missing file, a directory, a symbolic link to a good file: refused.
+        write_mode(&f, SECRET, 0o600);
+        let missing = dir.join("missing");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        for (path, why) in [
+            (missing.to_str().unwrap(), "cannot open"),
+            (dir.to_str().unwrap(), "not a regular file"),
+            (link.to_str().unwrap(), "cannot open"),
+        ] {
+            let e = parse(&[
+                ("RSHMEM_RANK", "1"),
+                ("RSHMEM_SIZE", "2"),
+                ("RSHMEM_BOOTSTRAP_ADDR", "h:5"),
+                ("RSHMEM_BOOTSTRAP_SECRET_FILE", path),
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("RSHMEM_BOOTSTRAP_SECRET_FILE") && e.contains(why),
+                "{path}: {e}"
+            );
+        }
+        // Both ways at once: refused rather than guessing which one is meant.
+        let e = with_file(&[("RSHMEM_BOOTSTRAP_SECRET", SECRET)]).unwrap_err();
+        assert!(e.to_string().contains("one way only"), "{e}");
+        // Also under a foreign launcher.
+        let i = parse(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("RSHMEM_BOOTSTRAP_ADDR", "h:5"),
+            ("RSHMEM_BOOTSTRAP_SECRET_FILE", fs.as_str()),
+        ])
+        .unwrap();
+        assert_eq!(i.uid.unwrap().secret_hex(), SECRET);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn secret_file_of_another_user_is_refused() {
+        // Needs a file owned by someone else: only root can make one here.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = private_dir("owner");
+        let f = dir.join("secret");
+        write_mode(&f, SECRET, 0o600);
+        std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
+        let e = read_secret_file(f.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn torchrun_variables() {
+        let base = [
+            ("RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "29500"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
+        let i = parse(&base).unwrap();
+        assert_eq!(
+            (i.rank, i.size, i.local_rank, i.local_size, i.launcher),
+            (3, 4, Some(1), Some(2), Launcher::Torchrun)
+        );
+        // The rendezvous is at the port after torch's own store port...
+        assert_eq!(i.uid.as_ref().unwrap().addr(), "node0:29501");
+        // ... unless RSHMEM_BOOTSTRAP_ADDR says otherwise.
+        let mut v = base.to_vec();
+        v.push(("RSHMEM_BOOTSTRAP_ADDR", "node9:4000"));
+        assert_eq!(parse(&v).unwrap().uid.unwrap().addr(), "node9:4000");
+        // IPv6 master address.
+        let mut v = base.to_vec();
+        v[4] = ("MASTER_ADDR", "fe80::1");
+        assert_eq!(parse(&v).unwrap().uid.unwrap().addr(), "[fe80::1]:29501");
+        // torchrun's variables win over an outer srun's or mpirun's (torchrun under srun).
+        let mut v = base.to_vec();
+        v.extend([("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2")]);
+        v.extend([("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]);
+        assert_eq!(parse(&v).unwrap().launcher, Launcher::Torchrun);
+        // A lone worker (WORLD_SIZE=1) is a job of one.
+        let i = parse(&[("RANK", "0"), ("WORLD_SIZE", "1")]).unwrap();
+        assert_eq!((i.size, i.launcher), (1, Launcher::Torchrun));
+        // Partial or broken: errors, never a singleton.
+        assert_eq!(env_var_of(parse(&[("RANK", "0")])), "RANK");
+        assert_eq!(env_var_of(parse(&[("WORLD_SIZE", "4")])), "WORLD_SIZE");
+        assert_eq!(
+            env_var_of(parse(&[("RANK", "4"), ("WORLD_SIZE", "4")])),
+            "RANK"
+        );
+        assert!(matches!(
+            parse(&[("TORCHELASTIC_RUN_ID", "x")]),
+            Err(Error::Config(_))
+        ));
+        match parse(&[("RANK", "1"), ("WORLD_SIZE", "2")]) {
+            Err(Error::Config(m)) => assert!(m.contains("MASTER_ADDR"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let bad_port = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "65535"),
+        ];
+        assert_eq!(env_var_of(parse(&bad_port)), "MASTER_PORT");
+        // Named explicitly.
+        let i = parse(&[
+            ("RSHMEM_LAUNCHER", "torchrun"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+        ]);
+        assert_eq!(i.unwrap().launcher, Launcher::Torchrun);
+    }
+
+    #[test]
+    fn launcher_rank_needs_no_rendezvous() {
+        let rank = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            launcher_rank_from(&|n| map.get(n).cloned())
+        };
+        // Under mpirun with no address (start-up would fail): the rank is still known.
+        assert_eq!(
+            rank(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "4")]),
+            Some(3)
+        );
+        assert_eq!(
+            rank(&[("OMPI_COMM_WORLD_SIZE", "4"), ("PMIX_RANK", "2")]),
+            Some(2)
+        );
+        assert_eq!(rank(&[("SLURM_PROCID", "5")]), Some(5));
+        assert_eq!(rank(&[("PMI_RANK", "1")]), Some(1));
+        assert_eq!(rank(&[("RANK", "6"), ("WORLD_SIZE", "8")]), Some(6));
+        assert_eq!(rank(&[("RSHMEM_RANK", "7")]), Some(7));
+        assert_eq!(rank(&[]), Some(0));
+        assert_eq!(rank(&[("RSHMEM_RANK", "x")]), None);
+        assert_eq!(rank(&[("PMIX_RANK", "1")]), None);
+        assert_eq!(
+            rank(&[
+                ("RSHMEM_LAUNCHER", "slurm"),
+                ("SLURM_PROCID", "2"),
+                ("RSHMEM_RANK", "9")
+            ]),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn launches_rshmem_cannot_join_are_errors_not_singletons() {
+        for var in [
+            "PMIX_RANK",
+            "MV2_COMM_WORLD_RANK",
+            "PALS_RANKID",
+            "ALPS_APP_PE",
+        ] {
+            match parse(&[(var, "1")]) {
+                Err(Error::Config(m)) => {
+                    assert!(
+                        m.contains(var) && m.contains("RSHMEM_LAUNCHER=singleton"),
+                        "{m}"
+                    )
+                }
+                other => panic!("{var}: {other:?}"),
+            }
+            // Unless the user says this process runs alone.
+            let i = parse(&[(var, "1"), ("RSHMEM_LAUNCHER", "singleton")]).unwrap();
+            assert_eq!(i.size, 1);
+        }
+    }
+
+    #[test]
+    fn every_launcher_requires_a_secret() {
+        // A secret derived from job ids was once used here: other users could compute it and
+        // join the job as one of its ranks.
+        let launches: [&[(&str, &str)]; 4] = [
+            &[
                 ("SLURM_PROCID", "1"),
                 ("SLURM_NTASKS", "2"),
-                ("SLURM_JOB_ID", id),
-                ("SLURM_STEP_ID", "0"),
-                ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-            ])
-            .unwrap()
-            .uid
-            .unwrap()
-        };
-        // Same job: same secret on every rank; another job: another secret.
-        assert_eq!(job("1234").secret(), job("1234").secret());
-        assert_ne!(job("1234").secret(), job("1235").secret());
-        let mpi = parse(&[
-            ("OMPI_COMM_WORLD_RANK", "0"),
-            ("OMPI_COMM_WORLD_SIZE", "2"),
-            ("OMPI_MCA_ess_base_jobid", "99"),
-            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-        ])
-        .unwrap()
-        .uid
-        .unwrap();
-        assert_ne!(mpi.secret(), job("1234").secret());
-        // An explicit secret always wins.
-        let explicit = parse(&[
-            ("SLURM_PROCID", "1"),
-            ("SLURM_NTASKS", "2"),
-            ("SLURM_JOB_ID", "1234"),
-            ("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"),
-            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
-        ])
-        .unwrap();
-        assert_eq!(explicit.uid.unwrap().secret_hex(), SECRET);
+                ("SLURM_JOB_ID", "1234"),
+            ],
+            &[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("OMPI_COMM_WORLD_SIZE", "2"),
+                ("OMPI_MCA_ess_base_jobid", "99"),
+            ],
+            &[("PMI_RANK", "1"), ("PMI_SIZE", "2")],
+            &[
+                ("RANK", "1"),
+                ("WORLD_SIZE", "2"),
+                ("TORCHELASTIC_RUN_ID", "r"),
+            ],
+        ];
+        for vars in launches {
+            let mut v = vars.to_vec();
+            v.push(("RSHMEM_BOOTSTRAP_ADDR", "n1:7000"));
+            match parse(&v) {
+                Err(Error::Config(m)) => assert!(
+                    m.contains("RSHMEM_BOOTSTRAP_SECRET")
+                        && m.contains("RSHMEM_BOOTSTRAP_SECRET_FILE")
+                        && m.contains("never as a value on a command line"),
+                    "{m}"
+                ),
+                other => panic!("{vars:?}: no secret accepted: {other:?}"),
+            }
+            // With one: accepted, and it is the one used.
+            v.push(("RSHMEM_BOOTSTRAP_SECRET", SECRET));
+            assert_eq!(parse(&v).unwrap().uid.unwrap().secret_hex(), SECRET);
+        }
+        // A job of one needs none.
+        assert!(parse(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]).is_ok());
     }
 
     fn choice(vars: &[(&str, &str)]) -> Result<(LaunchInfo, bool)> {
@@ -1192,7 +1608,11 @@ mod tests {
 
     #[test]
     fn bootstrap_choice() {
-        let ompi = [("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")];
+        let ompi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("RSHMEM_BOOTSTRAP_SECRET", SECRET),
+        ];
         let with = |extra: &[(&'static str, &'static str)]| {
             let mut v = ompi.to_vec();
             v.extend_from_slice(extra);
@@ -1277,10 +1697,7 @@ mod tests {
             "SLURM_LOCALID",
             "PMI_RANK",
             "PMI_SIZE",
-        ]
-        .into_iter()
-        .chain(JOB_ID_VARS)
-        {
+        ] {
             assert!(names.contains(&n), "{n} missing from ENV_VARS");
         }
         // Every lookup goes through the table: record what from_lookup asks for.

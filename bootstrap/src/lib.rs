@@ -4,12 +4,14 @@
 //! they are and exchange a few bytes: addresses, file-descriptor socket names, tokens. This crate
 //! does exactly that and nothing more:
 //!
-//! * [`LaunchInfo::from_env`] reads the launcher's variables (`rshmemrun`'s `RSHMEM_*`, Open MPI's
-//!   `OMPI_COMM_WORLD_*` / `PMIX_RANK`, Slurm's `SLURM_*`, PMI's `PMI_*`); a program started with no
-//!   launcher is a single PE, like an MPI singleton.
+//! * [`LaunchInfo::from_env`] reads the launcher's variables (`rshmemrun`'s `RSHMEM_*`,
+//!   torchrun's `RANK`/`WORLD_SIZE`/..., Open MPI's `OMPI_COMM_WORLD_*` / `PMIX_RANK`, Slurm's
+//!   `SLURM_*`, PMI's `PMI_*`); a program started with no launcher is a single PE, like an MPI
+//!   singleton, but variables of a launcher rshmem cannot join are an error.
 //! * [`Bootstrap`] is the small set of collectives the runtime needs at start-up (allgather,
 //!   alltoall, barrier, broadcast). [`TcpBootstrap`] implements it with a unique-id TCP rendezvous
-//!   (rank 0 listens, the others connect and present the job's secret); [`SingletonBootstrap`]
+//!   (rank 0 listens, the others connect; each side proves it knows the job's secret without
+//!   sending it); [`SingletonBootstrap`]
 //!   is the one-PE case. With the `mpi` feature, [`MpiBootstrap`] runs them over
 //!   `MPI_COMM_WORLD` instead (chosen by [`from_env`] under mpirun/srun when no
 //!   `RSHMEM_BOOTSTRAP_ADDR` is set, or with `RSHMEM_BOOTSTRAP=mpi`).
@@ -25,7 +27,7 @@ mod singleton;
 mod tcp;
 mod uid;
 
-pub use env::{from_env, LaunchInfo, Launcher, ENV_VARS};
+pub use env::{from_env, launcher_rank, LaunchInfo, Launcher, ENV_VARS};
 pub use error::{Error, Result};
 #[cfg(feature = "mpi")]
 pub use mpi_bootstrap::MpiBootstrap;

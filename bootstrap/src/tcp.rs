@@ -1,13 +1,20 @@
 //! TCP bootstrap: a unique-id rendezvous at rank 0 and star-shaped collectives through it.
 //!
-//! # Wire protocol (version 1)
+//! # Wire protocol (version 2)
 //!
-//! All integers are little-endian.
+//! All integers are little-endian. The secret itself never crosses the network: each side
+//! proves it knows it with an HMAC-SHA256 over both sides' fresh nonces and the claim.
 //!
-//! * **hello** (peer → rank 0, 44 bytes): magic `RSHMEMBS`, `u32` version, 16-byte secret,
-//!   `u64` rank, `u64` size.
-//! * **ack** (rank 0 → peer, 16 bytes): magic, `u32` version, `u32` status (0 = accepted, else
-//!   the reason for refusal; the connection is then closed).
+//! * **challenge** (rank 0 → peer, 28 bytes, sent as soon as rank 0 accepts): magic `RSHMEMBS`,
+//!   `u32` version, 16-byte random nonce `Nr`.
+//! * **hello** (peer → rank 0, 76 bytes): magic, `u32` version, `u64` rank, `u64` size, 16-byte
+//!   random nonce `Np`, 32-byte proof `HMAC(secret, "rshmem-bootstrap-v2 peer" ‖ Nr ‖ Np ‖ rank
+//!   ‖ size)`.
+//! * **ack** (rank 0 → peer, 48 bytes): magic, `u32` version, `u32` status (0 = accepted, else
+//!   the reason for refusal; the connection is then closed), 32-byte proof `HMAC(secret,
+//!   "rshmem-bootstrap-v2 rank0" ‖ Nr ‖ Np ‖ rank ‖ size)` when accepted (zeros otherwise),
+//!   which the peer checks: a program that holds the address without the secret cannot pass
+//!   for rank 0.
 //! * **frame** (both ways): `u32` kind, `u64` length (at most [`MAX_FRAME`]), payload.
 //!
 //! Once every rank has connected, rank 0 sends each peer a `Ready` frame. Each collective is a
@@ -21,9 +28,11 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hmac::{Hmac, Mac};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::MsgFlags;
+use sha2::Sha256;
 
 use crate::error::{Error, Result};
 use crate::uid::{UniqueId, SECRET_LEN};
@@ -33,9 +42,12 @@ use crate::Bootstrap;
 pub const MAX_FRAME: u64 = 1 << 30;
 
 const MAGIC: [u8; 8] = *b"RSHMEMBS";
-const VERSION: u32 = 1;
-const HELLO_LEN: usize = 8 + 4 + SECRET_LEN + 8 + 8;
-const ACK_LEN: usize = 8 + 4 + 4;
+const VERSION: u32 = 2;
+const NONCE_LEN: usize = 16;
+const PROOF_LEN: usize = 32;
+const CHALLENGE_LEN: usize = 8 + 4 + NONCE_LEN;
+const HELLO_LEN: usize = 8 + 4 + 8 + 8 + NONCE_LEN + PROOF_LEN;
+const ACK_LEN: usize = 8 + 4 + 4 + PROOF_LEN;
 const FRAME_HDR: usize = 4 + 8;
 /// How long rank 0 waits for a new connection's hello before dropping it.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -434,22 +446,119 @@ fn ack_reason(status: u32) -> &'static str {
     }
 }
 
-fn encode_hello(uid: &UniqueId, rank: usize, size: usize) -> [u8; HELLO_LEN] {
+/// Which side a handshake proof comes from (domain separation: a peer's proof is never valid
+/// as rank 0's, and the other way round).
+#[derive(Clone, Copy)]
+enum Side {
+    Peer,
+    Root,
+}
+
+/// The HMAC over both nonces and the claim, keyed with the job secret.
+fn handshake_mac(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+) -> Hmac<Sha256> {
+    // HMAC accepts keys of any length: this cannot fail.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(match side {
+        Side::Peer => b"rshmem-bootstrap-v2 peer",
+        Side::Root => b"rshmem-bootstrap-v2 rank0",
+    });
+    mac.update(root_nonce);
+    mac.update(peer_nonce);
+    mac.update(&rank.to_le_bytes());
+    mac.update(&size.to_le_bytes());
+    mac
+}
+
+fn handshake_proof(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+) -> [u8; PROOF_LEN] {
+    let mut out = [0u8; PROOF_LEN];
+    out.copy_from_slice(
+        &handshake_mac(secret, side, root_nonce, peer_nonce, rank, size)
+            .finalize()
+            .into_bytes(),
+    );
+    out
+}
+
+/// Checks a proof in constant time.
+fn proof_ok(
+    secret: &[u8; SECRET_LEN],
+    side: Side,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+    rank: u64,
+    size: u64,
+    proof: &[u8],
+) -> bool {
+    handshake_mac(secret, side, root_nonce, peer_nonce, rank, size)
+        .verify_slice(proof)
+        .is_ok()
+}
+
+fn fresh_nonce() -> Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| {
+        Error::io(
+            "generating a bootstrap handshake nonce",
+            io::Error::other(e.to_string()),
+        )
+    })?;
+    Ok(n)
+}
+
+fn encode_challenge(root_nonce: &[u8; NONCE_LEN]) -> [u8; CHALLENGE_LEN] {
+    let mut c = [0u8; CHALLENGE_LEN];
+    c[..8].copy_from_slice(&MAGIC);
+    c[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    c[12..].copy_from_slice(root_nonce);
+    c
+}
+
+fn encode_hello(
+    uid: &UniqueId,
+    rank: usize,
+    size: usize,
+    root_nonce: &[u8; NONCE_LEN],
+    peer_nonce: &[u8; NONCE_LEN],
+) -> [u8; HELLO_LEN] {
+    let (rank, size) = (rank as u64, size as u64);
     let mut h = [0u8; HELLO_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    h[12..12 + SECRET_LEN].copy_from_slice(uid.secret());
-    let o = 12 + SECRET_LEN;
-    h[o..o + 8].copy_from_slice(&(rank as u64).to_le_bytes());
-    h[o + 8..o + 16].copy_from_slice(&(size as u64).to_le_bytes());
+    h[12..20].copy_from_slice(&rank.to_le_bytes());
+    h[20..28].copy_from_slice(&size.to_le_bytes());
+    h[28..28 + NONCE_LEN].copy_from_slice(peer_nonce);
+    h[28 + NONCE_LEN..].copy_from_slice(&handshake_proof(
+        uid.secret(),
+        Side::Peer,
+        root_nonce,
+        peer_nonce,
+        rank,
+        size,
+    ));
     h
 }
 
-fn encode_ack(status: u32) -> [u8; ACK_LEN] {
+fn encode_ack(status: u32, proof: &[u8; PROOF_LEN]) -> [u8; ACK_LEN] {
     let mut a = [0u8; ACK_LEN];
     a[..8].copy_from_slice(&MAGIC);
     a[8..12].copy_from_slice(&VERSION.to_le_bytes());
     a[12..16].copy_from_slice(&status.to_le_bytes());
+    a[16..].copy_from_slice(proof);
     a
 }
 
@@ -775,7 +884,27 @@ fn link_error(
     }
 }
 
+/// A connection rank 0 has accepted whose hello has not fully arrived yet.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    /// The nonce rank 0 sent in its challenge.
+    nonce: [u8; NONCE_LEN],
+    hello: [u8; HELLO_LEN],
+    got: usize,
+    /// When it is dropped if the hello is still incomplete.
+    deadline: Option<Instant>,
+}
+
+/// Most connections rank 0 keeps waiting for a hello at once (beyond the job's own ranks);
+/// when more arrive, the oldest is dropped.
+const MAX_PENDING: usize = 256;
+
 /// Rank 0: accepts connections until every other rank has joined, then sends `Ready`.
+///
+/// Hellos are read from all accepted connections at once (one `poll` over the listener and
+/// every connection still owing its hello), each with its own deadline, so idle or slow
+/// connections cannot delay a rank that sends its hello at once.
 fn rendezvous_root(
     listener: TcpListener,
     size: usize,
@@ -789,53 +918,83 @@ fn rendezvous_root(
         .map_err(|e| Error::io("making the bootstrap listener non-blocking", e))?;
     let deadline = deadline_after(timeout);
     let mut peers: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut joined = 1;
     while joined < size {
-        match wait_fd(&listener, PollFlags::POLLIN, deadline) {
-            Ok(()) => {}
-            Err(LinkErr::Timeout) => {
-                let missing: Vec<usize> = (1..size).filter(|&r| peers[r].is_none()).collect();
-                let e = Error::Timeout {
-                    op,
-                    waited: timeout.unwrap_or_default(),
-                    missing,
-                };
-                abort_peers(&peers, &e);
-                return Err(e);
+        // Drop connections whose hello is overdue.
+        let now = Instant::now();
+        pending.retain(|p| {
+            let late = p.deadline.is_some_and(|d| now >= d);
+            if late {
+                tracing::warn!(from = %p.from, "bootstrap: dropping connection that sent no complete hello in time");
             }
-            Err(le) => {
-                return Err(Error::io(
-                    format!("{op}: waiting for connections"),
-                    link_io(le),
-                ))
+            !late
+        });
+        if expired(deadline) {
+            let missing: Vec<usize> = (1..size).filter(|&r| peers[r].is_none()).collect();
+            let e = Error::Timeout {
+                op,
+                waited: timeout.unwrap_or_default(),
+                missing,
+            };
+            abort_peers(&peers, &e);
+            return Err(e);
+        }
+        let wake = pending
+            .iter()
+            .fold(deadline, |acc, p| earlier(acc, p.deadline));
+        let (listener_ready, ready) = {
+            let mut fds = Vec::with_capacity(1 + pending.len());
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            for p in &pending {
+                fds.push(PollFd::new(p.stream.as_fd(), PollFlags::POLLIN));
+            }
+            match nix::poll::poll(&mut fds, poll_timeout(wake)) {
+                Ok(0) | Err(Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    let err = Error::io(format!("{op}: waiting for connections"), e.into());
+                    abort_peers(&peers, &err);
+                    return Err(err);
+                }
+            }
+            let is_ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|ev| !ev.is_empty());
+            let ready: Vec<bool> = fds[1..].iter().map(is_ready).collect();
+            (is_ready(&fds[0]), ready)
+        };
+        // Hellos first (in arrival order), then new connections.
+        let mut i = 0;
+        let mut ready = ready.into_iter();
+        while i < pending.len() {
+            if !ready.next().unwrap_or(false) {
+                i += 1;
+                continue;
+            }
+            match read_hello(&mut pending[i]) {
+                HelloRead::Partial => i += 1,
+                HelloRead::Failed(why) => {
+                    let p = pending.remove(i);
+                    tracing::warn!(from = %p.from, "bootstrap: dropping connection that sent no hello: {why}");
+                }
+                HelloRead::Complete => {
+                    let p = pending.remove(i);
+                    if let Some(rank) =
+                        admit(&p.stream, p.from, &p.nonce, &p.hello, &peers, size, uid)
+                    {
+                        tracing::debug!(rank, from = %p.from, "bootstrap: rank joined");
+                        peers[rank] = Some(p.stream);
+                        joined += 1;
+                    }
+                }
             }
         }
-        let (stream, from) = match listener.accept() {
-            Ok(x) => x,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionAborted
-                ) =>
-            {
-                continue
-            }
-            Err(e) => {
-                let err = Error::io(format!("{op}: accepting a connection"), e);
-                abort_peers(&peers, &err);
-                return Err(err);
-            }
-        };
-        let hello_deadline = earlier(deadline, deadline_after(Some(HELLO_TIMEOUT)));
-        if let Some(rank) = admit(&stream, from, &peers, size, uid, hello_deadline) {
-            tracing::debug!(rank, %from, "bootstrap: rank joined");
-            peers[rank] = Some(stream);
-            joined += 1;
+        if listener_ready && joined < size {
+            accept_pending(&listener, &mut pending, deadline, size, &op)
+                .inspect_err(|e| abort_peers(&peers, e))?;
         }
     }
     drop(listener);
+    drop(pending);
     let deadline = deadline_after(timeout);
     for (r, slot) in peers.iter().enumerate().skip(1) {
         if let Some(s) = slot {
@@ -849,49 +1008,132 @@ fn rendezvous_root(
     Ok(peers)
 }
 
-fn link_io(le: LinkErr) -> io::Error {
-    match le {
-        LinkErr::Io(e) => e,
-        other => io::Error::other(other.describe()),
+/// Rank 0: accepts every connection waiting on the listener into `pending`.
+fn accept_pending(
+    listener: &TcpListener,
+    pending: &mut Vec<Pending>,
+    deadline: Option<Instant>,
+    size: usize,
+    op: &str,
+) -> Result<()> {
+    loop {
+        let (stream, from) = match listener.accept() {
+            Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                return Ok(())
+            }
+            // Out of descriptors (a flood of connections?): make room and go on.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                if pending.is_empty() {
+                    return Err(Error::io(format!("{op}: accepting a connection"), e));
+                }
+                let p = pending.remove(0);
+                tracing::warn!(from = %p.from, "bootstrap: out of file descriptors; dropping the oldest connection still owing a hello");
+                continue;
+            }
+            Err(e) => return Err(Error::io(format!("{op}: accepting a connection"), e)),
+        };
+        if let Err(e) = stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+        {
+            tracing::warn!(%from, error = %e, "bootstrap: dropping connection: cannot configure socket");
+            continue;
+        }
+        if pending.len() >= MAX_PENDING + size {
+            let p = pending.remove(0);
+            tracing::warn!(from = %p.from, "bootstrap: too many connections owing a hello; dropping the oldest");
+        }
+        let nonce = fresh_nonce()?;
+        // 28 bytes into a fresh socket's empty send buffer: never blocks.
+        let quick = deadline_after(Some(Duration::from_millis(100)));
+        if let Err(le) = write_all_by(&stream, &encode_challenge(&nonce), quick) {
+            tracing::warn!(%from, "bootstrap: dropping connection: cannot send the challenge: {}", le.describe());
+            continue;
+        }
+        pending.push(Pending {
+            stream,
+            from,
+            nonce,
+            hello: [0; HELLO_LEN],
+            got: 0,
+            deadline: earlier(deadline, deadline_after(Some(HELLO_TIMEOUT))),
+        });
     }
 }
 
-/// Rank 0: reads and checks a new connection's hello. Returns the rank if admitted; otherwise
-/// logs why and (when the peer speaks the protocol) tells it, and the caller drops it.
+enum HelloRead {
+    Partial,
+    Complete,
+    Failed(String),
+}
+
+/// Reads what has arrived of a pending connection's hello, without blocking.
+fn read_hello(p: &mut Pending) -> HelloRead {
+    loop {
+        let mut reader = &p.stream;
+        match reader.read(&mut p.hello[p.got..]) {
+            Ok(0) => return HelloRead::Failed(LinkErr::Eof.describe()),
+            Ok(n) => {
+                p.got += n;
+                if p.got == HELLO_LEN {
+                    return HelloRead::Complete;
+                }
+                if p.got >= MAGIC.len() && p.hello[..MAGIC.len()] != MAGIC {
+                    return HelloRead::Failed("not an rshmem bootstrap peer".into());
+                }
+                // Another protocol version has another hello length: answer it now.
+                if p.got >= 12 && le_u32(&p.hello[8..12]) != VERSION {
+                    return HelloRead::Complete;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return HelloRead::Partial,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return HelloRead::Failed(e.to_string()),
+        }
+    }
+}
+
+/// Rank 0: checks a complete hello. The secret is checked before anything else about the
+/// claim, and a rank already held is never replaced. Returns the rank if admitted; otherwise
+/// logs why and tells the peer, and the caller drops it.
 fn admit(
     stream: &TcpStream,
     from: SocketAddr,
+    root_nonce: &[u8; NONCE_LEN],
+    hello: &[u8; HELLO_LEN],
     peers: &[Option<TcpStream>],
     size: usize,
     uid: &UniqueId,
-    deadline: Option<Instant>,
 ) -> Option<usize> {
-    if let Err(e) = stream
-        .set_nonblocking(true)
-        .and_then(|()| stream.set_nodelay(true))
-    {
-        tracing::warn!(%from, error = %e, "bootstrap: dropping connection: cannot configure socket");
-        return None;
-    }
-    let mut hello = [0u8; HELLO_LEN];
-    if let Err(le) = read_exact_by(stream, &mut hello, deadline) {
-        tracing::warn!(%from, "bootstrap: dropping connection that sent no hello: {}", le.describe());
-        return None;
-    }
     if hello[..8] != MAGIC {
         tracing::warn!(%from, "bootstrap: dropping connection: not an rshmem bootstrap peer");
         return None;
     }
     let version = le_u32(&hello[8..12]);
-    let mut secret = [0u8; SECRET_LEN];
-    secret.copy_from_slice(&hello[12..12 + SECRET_LEN]);
-    let o = 12 + SECRET_LEN;
-    let rank = le_u64(&hello[o..o + 8]);
-    let their_size = le_u64(&hello[o + 8..o + 16]);
-    let secret_ok = uid.secret_matches(&secret);
+    let rank = le_u64(&hello[12..20]);
+    let their_size = le_u64(&hello[20..28]);
+    let mut peer_nonce = [0u8; NONCE_LEN];
+    peer_nonce.copy_from_slice(&hello[28..28 + NONCE_LEN]);
+    let proof = &hello[28 + NONCE_LEN..];
     let status = if version != VERSION {
         ACK_BAD_VERSION
-    } else if !secret_ok {
+    } else if !proof_ok(
+        uid.secret(),
+        Side::Peer,
+        root_nonce,
+        &peer_nonce,
+        rank,
+        their_size,
+        proof,
+    ) {
         ACK_BAD_SECRET
     } else if their_size != size as u64 {
         ACK_BAD_SIZE
@@ -902,8 +1144,30 @@ fn admit(
     } else {
         ACK_OK
     };
+    let root_proof = if status == ACK_OK {
+        handshake_proof(
+            uid.secret(),
+            Side::Root,
+            root_nonce,
+            &peer_nonce,
+            rank,
+            their_size,
+        )
+    } else {
+        [0; PROOF_LEN]
+    };
     let ack_deadline = deadline_after(Some(Duration::from_secs(1)));
-    let sent = write_all_by(stream, &encode_ack(status), ack_deadline);
+    let sent = write_all_by(stream, &encode_ack(status, &root_proof), ack_deadline);
+    if status == ACK_DUP_RANK {
+        tracing::error!(
+            %from,
+            claimed_rank = rank,
+            "bootstrap: refusing a second claim of rank {rank}, which another connection already \
+             holds (the claimer had the job's secret: two processes were started as rank {rank}, \
+             or the secret has leaked); the first claim stays"
+        );
+        return None;
+    }
     if status != ACK_OK {
         tracing::warn!(
             %from,
@@ -940,8 +1204,9 @@ fn rendezvous_leaf(
         )));
     }
     let mut backoff = Duration::from_millis(5);
+    // The last real failure, over all rounds (a round cut short by the deadline keeps it).
+    let mut last_err: Option<(SocketAddr, io::Error)> = None;
     let stream = 'connect: loop {
-        let mut last_err = None;
         for t in &targets {
             let attempt = remaining(deadline).map_or(CONNECT_ATTEMPT, |r| r.min(CONNECT_ATTEMPT));
             if attempt.is_zero() {
@@ -949,11 +1214,17 @@ fn rendezvous_leaf(
             }
             match TcpStream::connect_timeout(t, attempt) {
                 Ok(s) => break 'connect s,
-                Err(e) => last_err = Some(e),
+                Err(e) => last_err = Some((*t, e)),
             }
         }
         if expired(deadline) {
-            let why = last_err.map_or_else(|| "no attempt made".to_owned(), |e| e.to_string());
+            let why = match &last_err {
+                Some((t, e)) if targets.len() > 1 => format!("{t}: {e}"),
+                Some((_, e)) => e.to_string(),
+                None => {
+                    "the timeout expired before a first connection attempt could be made".to_owned()
+                }
+            };
             return Err(Error::Timeout {
                 op: format!("connect to rank 0 at {addr} (last error: {why})"),
                 waited,
@@ -979,14 +1250,40 @@ fn rendezvous_leaf(
         .set_nodelay(true)
         .and_then(|()| stream.set_nonblocking(true))
         .map_err(|e| Error::io("configuring the bootstrap connection", e))?;
-    write_all_by(&stream, &encode_hello(uid, rank, size), deadline)
-        .map_err(|le| lost(le, "handshake"))?;
-    let mut ack = [0u8; ACK_LEN];
-    read_exact_by(&stream, &mut ack, deadline).map_err(|le| match le {
-        LinkErr::Eof => Error::Refused(format!(
+    let closed = || {
+        Error::Refused(format!(
             "rank 0 at {addr} closed the connection during the handshake (all ranks had \
              already joined, or the address belongs to another program or job)"
-        )),
+        ))
+    };
+    let mut challenge = [0u8; CHALLENGE_LEN];
+    read_exact_by(&stream, &mut challenge, deadline).map_err(|le| match le {
+        LinkErr::Eof => closed(),
+        other => lost(other, "handshake"),
+    })?;
+    if challenge[..8] != MAGIC {
+        return Err(Error::Refused(format!(
+            "{addr} is not an rshmem bootstrap (bad magic)"
+        )));
+    }
+    if le_u32(&challenge[8..12]) != VERSION {
+        return Err(Error::Refused(format!(
+            "rank 0 at {addr}: {}",
+            ack_reason(ACK_BAD_VERSION)
+        )));
+    }
+    let mut root_nonce = [0u8; NONCE_LEN];
+    root_nonce.copy_from_slice(&challenge[12..]);
+    let peer_nonce = fresh_nonce()?;
+    write_all_by(
+        &stream,
+        &encode_hello(uid, rank, size, &root_nonce, &peer_nonce),
+        deadline,
+    )
+    .map_err(|le| lost(le, "handshake"))?;
+    let mut ack = [0u8; ACK_LEN];
+    read_exact_by(&stream, &mut ack, deadline).map_err(|le| match le {
+        LinkErr::Eof => closed(),
         other => lost(other, "handshake"),
     })?;
     if ack[..8] != MAGIC {
@@ -999,6 +1296,20 @@ fn rendezvous_leaf(
         return Err(Error::Refused(format!(
             "rank 0 at {addr} refused rank {rank}: {}",
             ack_reason(status)
+        )));
+    }
+    if !proof_ok(
+        uid.secret(),
+        Side::Root,
+        &root_nonce,
+        &peer_nonce,
+        rank as u64,
+        size as u64,
+        &ack[16..],
+    ) {
+        return Err(Error::Refused(format!(
+            "the program listening at {addr} did not prove that it knows the job secret: it is \
+             not this job's rank 0 (another program or user holds the address?)"
         )));
     }
     let op = format!("rendezvous at {addr}");

@@ -401,6 +401,19 @@ fn pe_child_entry() {
             .collect::<Vec<_>>()
     );
     boot.barrier().unwrap();
+    if let Some(victim) = std::env::var("RSHMEM_TEST_PE_KILL")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        // One PE is SIGKILLed; the others lose it in the next barrier and exit with status 1.
+        if rank == victim {
+            // SAFETY: kill sends a signal to this very process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let e = boot.barrier().unwrap_err();
+        eprintln!("PE {rank}: {e}");
+        std::process::exit(1);
+    }
     println!(
         "PE-RESULT rank={rank} size={size} launcher={} inherited={}",
         info.launcher,
@@ -481,4 +494,223 @@ fn bind_to_core_pins_each_pe_to_one_cpu() {
     }
     let bad = rshmemrun(&["-n", "1", "--bind-to", "socket", "true"]);
     assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
+}
+
+/// A fresh directory for one test's files.
+fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("rshmemrun-test-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Waits (bounded) until `path` exists.
+fn wait_for_file(path: &std::path::Path) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (bounded) until process `pid` has exited (is a zombie, or gone).
+fn wait_until_dead(pid: i32) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return,
+            // The state follows the parenthesised command name.
+            Ok(stat)
+                if stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, r)| r.starts_with('Z')) =>
+            {
+                return
+            }
+            Ok(_) => {}
+        }
+        assert!(Instant::now() < until, "pid {pid} did not exit");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs 3 PEs where PE `first` fails first (`first_how`: a shell command such as `kill -KILL $$`
+/// or `exit 3`) and the other two fail afterwards (`then_how`) — all while rshmemrun is
+/// stopped, so that it finds all three dead at once. Returns the run.
+fn failures_in_order(first: usize, first_how: &str, then_how: &str) -> Run {
+    let dir = scratch_dir("order");
+    let d = dir.to_str().unwrap();
+    let script = format!(
+        r#"echo $$ > {d}/pid.$RSHMEM_RANK
+if [ "$RSHMEM_RANK" = {first} ]; then
+  while [ ! -e {d}/go1 ]; do sleep 0.01; done; {first_how}
+else
+  while [ ! -e {d}/go2 ]; do sleep 0.01; done; {then_how}
+fi"#
+    );
+    let start = Instant::now();
+    let mut child = Command::new(RSHMEMRUN)
+        .args(["-n", "3", "sh", "-c", &script])
+        .env_remove("RSHMEM_RUN_TIMEOUT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let pid_of = |r: usize| -> i32 {
+        let f = dir.join(format!("pid.{r}"));
+        wait_for_file(&f);
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&f).unwrap().trim().parse() {
+                return p;
+            }
+            assert!(Instant::now() < until);
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let pids: Vec<i32> = (0..3).map(pid_of).collect();
+    let launcher = child.id() as i32;
+    // SAFETY: kill only sends a signal to the rshmemrun this test started.
+    assert_eq!(unsafe { libc::kill(launcher, libc::SIGSTOP) }, 0);
+    std::fs::write(dir.join("go1"), "").unwrap();
+    wait_until_dead(pids[first]);
+    std::fs::write(dir.join("go2"), "").unwrap();
+    for (r, &p) in pids.iter().enumerate() {
+        if r != first {
+            wait_until_dead(p);
+        }
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(launcher, libc::SIGCONT) }, 0);
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&dir);
+    Run {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+#[test]
+fn exit_status_is_that_of_the_pe_that_failed_first() {
+    // The tester's case: a PE is SIGKILLed and the others then exit with status 1 (they lost
+    // it). rshmemrun once took the lowest rank among the PEs it found dead: status 1.
+    for _ in 0..3 {
+        let r = failures_in_order(2, "kill -KILL $$", "exit 1");
+        assert_eq!(r.status.code(), Some(137), "{}", r.stderr);
+        let first = r.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("PE 2 (pid ") && first.contains("SIGKILL"),
+            "the first message must name PE 2:\n{}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("PE 2 failed first"), "{}", r.stderr);
+    }
+    // Among non-zero exits, the first one is reported, not the lowest rank: PE 1 exits with
+    // 3, then PEs 0 and 2 with 1.
+    for _ in 0..3 {
+        let r = failures_in_order(1, "exit 3", "exit 1");
+        assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+        assert!(r.stderr.contains("PE 1 failed first"), "{}", r.stderr);
+    }
+    // Among deaths by signal too: PE 2 is killed with SIGTERM first, then PEs 0 and 1 with
+    // SIGKILL.
+    let r = failures_in_order(2, "kill -TERM $$", "kill -KILL $$");
+    assert_eq!(r.status.code(), Some(128 + 15), "{}", r.stderr);
+    assert!(r.stderr.contains("PE 2 failed first"), "{}", r.stderr);
+}
+
+#[test]
+fn np_is_a_synonym_of_n() {
+    for args in [
+        &["-np", "3"][..],
+        &["-np=3"][..],
+        &["--np", "3"][..],
+        &["--timeout", "30", "-np", "3"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["sh", "-c", "echo size=$RSHMEM_SIZE"]);
+        let r = rshmemrun(&all);
+        assert!(r.status.success(), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            r.stdout.matches("size=3").count(),
+            3,
+            "{args:?}: {}",
+            r.stdout
+        );
+    }
+    // The program's own -np is left alone.
+    let r = rshmemrun(&["-n", "1", "sh", "-c", "echo \"$@\"", "x", "-np", "7"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), "-np 7");
+}
+
+#[test]
+fn program_in_the_current_directory_is_found_like_mpirun_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("cwd");
+    let prog = dir.join("rshmem-cwd-prog");
+    std::fs::write(&prog, "#!/bin/sh\necho here=$RSHMEM_RANK\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run_in = |name: &str| {
+        let out = Command::new(RSHMEMRUN)
+            .args(["-n", "2", name])
+            .current_dir(&dir)
+            .env_remove("RSHMEM_RUN_TIMEOUT")
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (st, out, err) = run_in("rshmem-cwd-prog");
+    assert!(st.success(), "{err}");
+    assert_eq!(out.matches("here=").count(), 2, "{out}");
+    // A name found nowhere: 127, saying where it looked.
+    let (st, _, err) = run_in("rshmem-no-such-prog");
+    assert_eq!(st.code(), Some(127), "{err}");
+    assert!(err.contains("not found in PATH nor"), "{err}");
+    // Not executable: not found either (as mpirun: it only takes executables).
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (st, _, _) = run_in("rshmem-cwd-prog");
+    assert_eq!(st.code(), Some(127));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn killed_pe_is_reported_not_the_pes_it_took_down() {
+    // The tester's case with real PEs: PE 3 is SIGKILLed, the others notice at once (their
+    // bootstrap connection breaks) and exit with status 1, racing rshmemrun's reaping.
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    for round in 0..8 {
+        let r = rshmemrun_with(
+            &[
+                "-n",
+                "4",
+                exe,
+                "--exact",
+                "pe_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ],
+            &[("RSHMEM_TEST_PE", "1"), ("RSHMEM_TEST_PE_KILL", "3")],
+        );
+        assert_eq!(r.status.code(), Some(137), "round {round}:\n{}", r.stderr);
+        assert!(
+            r.stderr.contains("PE 3 failed first"),
+            "round {round}:\n{}",
+            r.stderr
+        );
+    }
 }

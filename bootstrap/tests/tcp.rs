@@ -293,6 +293,12 @@ fn no_rank_zero_times_out_naming_it_and_the_address() {
         other => panic!("{other:?}"),
     }
     assert!(e.to_string().contains(&addr), "{e}");
+    // The last real failure, not "no attempt made" (which the deadline expiring during the
+    // pause between attempts once produced).
+    assert!(
+        e.to_string().contains("Connection refused") && !e.to_string().contains("no attempt"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -415,5 +421,80 @@ fn large_payloads_cross_intact() {
     );
     for r in results {
         r.unwrap();
+    }
+}
+
+#[test]
+fn idle_connections_do_not_delay_start_up() {
+    // Rank 0 once read hellos one connection at a time, 5 s each: 20 idle connections held
+    // the job back by 100 s. Now they must cost (almost) nothing.
+    let (listener, uid) = job();
+    let size = 3;
+    let timeout = Some(Duration::from_secs(30));
+    let mut idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(uid.addr()).unwrap())
+        .collect();
+    // And some that start a hello and then stall (a slow sender), with the right magic.
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(uid.addr()).unwrap();
+        s.write_all(b"RSHMEMBS\x01\x00").unwrap();
+        idle.push(s);
+    }
+    let t = Instant::now();
+    let handles: Vec<_> = (0..size)
+        .map(|rank| {
+            let uid = uid.clone();
+            let l = (rank == 0).then(|| listener.try_clone().unwrap());
+            thread::spawn(move || {
+                let b = TcpBootstrap::new(rank, size, &uid, timeout, l)?;
+                b.allgather(&[rank as u8])
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap().unwrap(), vec![vec![0], vec![1], vec![2]]);
+    }
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "25 idle connections delayed start-up by {took:?}"
+    );
+    drop(idle);
+}
+
+#[test]
+fn secret_never_crosses_the_network_and_a_squatter_cannot_pass_for_rank_0() {
+    use std::io::Read;
+    // Another program holds rank 0's address, speaks the protocol's framing, and records what
+    // a real rank sends it.
+    let (squatter, uid) = job();
+    let secret = *uid.secret();
+    let leaf = {
+        let uid = uid.clone();
+        thread::spawn(move || TcpBootstrap::new(1, 2, &uid, Some(Duration::from_secs(10)), None))
+    };
+    let (mut s, _) = squatter.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut challenge = b"RSHMEMBS".to_vec();
+    challenge.extend_from_slice(&2u32.to_le_bytes());
+    challenge.extend_from_slice(&[7u8; 16]);
+    s.write_all(&challenge).unwrap();
+    let mut hello = [0u8; 76];
+    s.read_exact(&mut hello).unwrap();
+    assert!(
+        !hello.windows(secret.len()).any(|w| w == secret),
+        "the hello carries the secret"
+    );
+    assert_eq!(&hello[..8], b"RSHMEMBS");
+    assert_eq!(u64::from_le_bytes(hello[12..20].try_into().unwrap()), 1);
+    // "Accepted", with a proof it cannot compute.
+    let mut ack = b"RSHMEMBS".to_vec();
+    ack.extend_from_slice(&2u32.to_le_bytes());
+    ack.extend_from_slice(&0u32.to_le_bytes());
+    ack.extend_from_slice(&[0u8; 32]);
+    s.write_all(&ack).unwrap();
+    match leaf.join().unwrap() {
+        Err(Error::Refused(m)) => assert!(m.contains("did not prove"), "{m}"),
+        other => panic!("a rank 0 without the secret was believed: {other:?}"),
     }
 }

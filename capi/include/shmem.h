@@ -96,6 +96,7 @@ int shmem_n_pes(void);
 int shmem_pe_accessible(int pe);
 int shmem_addr_accessible(const void *addr, int pe);
 void *shmem_ptr(const void *dest, int pe);
+void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
 void shmem_info_get_version(int *major, int *minor);
 void shmem_info_get_name(char *name);
 void shmemi_pcontrol(int level);
@@ -148,6 +149,7 @@ int shmem_test_lock(long *lock);
 
 /* Contexts */
 int shmem_ctx_create(long options, shmem_ctx_t *ctx);
+int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
 void shmem_ctx_destroy(shmem_ctx_t ctx);
 void shmem_ctx_fence(shmem_ctx_t ctx);
 void shmem_ctx_quiet(shmem_ctx_t ctx);

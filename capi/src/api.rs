@@ -1,5 +1,5 @@
 //! The untyped C entry points: setup and query, memory, ordering, barriers, contexts, signals.
-//! The typed families are generated in `gen.rs`.
+//! The typed families are in `typed.rs`.
 //!
 //! # Safety (all entry points)
 //! Pointer arguments must be valid as OpenSHMEM 1.5 requires; invalid symmetric addresses and PE
@@ -139,6 +139,24 @@ pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
             .ptr(dest as *const u8, pe)
             .map_or(std::ptr::null_mut(), |p| p.cast()))
     })
+}
+
+/// `shmem_team_ptr`: a load/store address of the copy of `dest` of PE `pe` of `team` (a PE
+/// number in the team), or NULL (invalid or destroyed team, `pe` outside the team, or as
+/// [`shmem_ptr`]).
+#[no_mangle]
+pub extern "C" fn shmem_team_ptr(team: *mut c_void, dest: *const c_void, pe: c_int) -> *mut c_void {
+    let world_pe = with("shmem_team_ptr", |rt| {
+        Ok(crate::coll::lookup(rt, team).and_then(|t| {
+            usize::try_from(pe)
+                .ok()
+                .and_then(|p| t.members().get(p).copied())
+        }))
+    });
+    match world_pe {
+        Some(w) => shmem_ptr(dest, w as c_int),
+        None => std::ptr::null_mut(),
+    }
 }
 
 /// `shmem_info_get_version`.
@@ -345,48 +363,6 @@ pub extern "C" fn shmem_clear_lock(lock: *mut c_long) {
 pub extern "C" fn shmem_test_lock(lock: *mut c_long) -> c_int {
     let me = shmem_my_pe() as i64;
     (ops::amo_int::<i64>("shmem_test_lock", lock, ops::Op::Cswap(0), me + 1, 0) != 0) as c_int
-}
-
-// ---- contexts: every context shares the default one's ordering ----
-
-/// `shmem_ctx_create`: returns 0 and a context that shares the default context's resources
-/// (its fence/quiet order and complete every operation of the PE).
-///
-/// # Safety
-/// `ctx` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
-    with("shmem_ctx_create", |rt| {
-        if options & !7 != 0 {
-            return msg(format!("unknown context options {options:#x}"));
-        }
-        let _ = rt;
-        Ok(())
-    });
-    // SAFETY: the caller's contract.
-    unsafe { ops::store_fetch("shmem_ctx_create", ctx, 2usize as *mut c_void) };
-    0
-}
-
-/// `shmem_ctx_destroy`.
-#[no_mangle]
-pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
-    ops::ctx("shmem_ctx_destroy", ctx);
-    shmem_quiet();
-}
-
-/// `shmem_ctx_fence`.
-#[no_mangle]
-pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
-    ops::ctx("shmem_ctx_fence", ctx);
-    shmem_fence();
-}
-
-/// `shmem_ctx_quiet`.
-#[no_mangle]
-pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
-    ops::ctx("shmem_ctx_quiet", ctx);
-    shmem_quiet();
 }
 
 // ---- signals ----

@@ -24,7 +24,7 @@ use crate::ops::{self, Op, Set, SetArgs};
 use crate::{fatal, msg, with, CResult, Rt};
 
 /// Handles of the predefined teams.
-const WORLD: usize = 1;
+pub(crate) const WORLD: usize = 1;
 const SHARED: usize = 2;
 const NODE: usize = 3;
 /// `SHMEM_TEAM_NUM_CONTEXTS`.
@@ -49,7 +49,7 @@ fn register(t: Team) -> *mut c_void {
     id as *mut c_void
 }
 
-fn lookup(rt: &Rt, h: *mut c_void) -> Option<Team> {
+pub(crate) fn lookup(rt: &Rt, h: *mut c_void) -> Option<Team> {
     let t = match h as usize {
         0 => return None,
         WORLD => rt.world.team_world(),
@@ -286,26 +286,6 @@ pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
             Ok(0)
         }
     })
-}
-
-/// `shmem_ctx_get_team`: every context belongs to `SHMEM_TEAM_WORLD`. Non-zero (and
-/// `SHMEM_TEAM_INVALID`) for `SHMEM_CTX_INVALID`.
-///
-/// # Safety
-/// `team_out` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn shmem_ctx_get_team(ctx: *mut c_void, team_out: *mut *mut c_void) -> c_int {
-    if team_out.is_null() {
-        fatal("shmem_ctx_get_team", "team is NULL");
-    }
-    let (h, r) = if ctx.is_null() {
-        (std::ptr::null_mut(), -1)
-    } else {
-        (WORLD as *mut c_void, 0)
-    };
-    // SAFETY: non-null, the caller's contract.
-    unsafe { team_out.write(h) };
-    r
 }
 
 // ---- the C layer's own collective engine (data segment, active sets) ----

@@ -22,10 +22,12 @@ use std::sync::Mutex;
 
 mod api;
 mod coll;
+mod ctx;
 mod exit;
-mod gen;
 pub mod ops;
+mod profiling;
 pub mod seg;
+mod typed;
 
 /// What a failing entry point reports.
 #[derive(Debug)]
@@ -90,7 +92,7 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 /// launcher then stops the other PEs (like `shmem_global_exit(1)`).
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
-    let pe = std::env::var("RSHMEM_RANK").unwrap_or_else(|_| "?".into());
+    let pe = rshmem::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string());
     let _ = writeln!(
         std::io::stderr(),
         "rshmem: PE {pe}: {call}: {what}; aborting the job"
@@ -112,6 +114,7 @@ pub fn exit_now(status: c_int) -> ! {
 /// Runs `f` with the runtime; any error or panic is fatal for the job, naming `call`.
 pub fn with<R>(call: &'static str, f: impl FnOnce(&Rt) -> CResult<R>) -> R {
     let r = catch_unwind(AssertUnwindSafe(|| {
+        let _ctx = ctx::enter();
         let p = RT.load(Ordering::Acquire);
         // SAFETY: a non-null pointer is a leaked `Box<Rt>` that stays alive until
         // `shmem_finalize`, which the program may not run concurrently with other calls.
@@ -175,6 +178,7 @@ pub(crate) fn finalize_runtime() -> CResult<()> {
         None => Ok(()),
         Some(rt) => {
             coll::clear();
+            ctx::clear();
             let Rt { world, seg, .. } = *rt;
             world.finalize()?;
             drop(seg);

@@ -12,22 +12,18 @@ use rshmem::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 
 use crate::{msg, with, CResult, Rt};
 
-/// Validates a C PE number.
+/// Validates a C PE number and returns the world PE: within a `shmem_ctx_*` call on a team's
+/// context, `pe` is a number in that team (see [`crate::ctx`]).
+#[inline]
 pub fn pe_of(rt: &Rt, pe: c_int) -> CResult<usize> {
-    let n = rt.world.n_pes();
-    if pe < 0 || pe as usize >= n {
-        return msg(format!(
-            "PE {pe} is out of range: the job has {n} PEs (0..{n})"
-        ));
-    }
-    Ok(pe as usize)
+    crate::ctx::world_pe(rt, pe)
 }
 
-/// Checks a context handle (`SHMEM_CTX_INVALID` is an error).
+/// Checks a context handle (`SHMEM_CTX_INVALID`, unknown and destroyed handles are errors) and
+/// selects it for the operation the calling `shmem_ctx_*` entry point runs next.
+#[inline]
 pub fn ctx(call: &'static str, ctx: *mut c_void) {
-    if ctx.is_null() {
-        crate::fatal(call, "the context is SHMEM_CTX_INVALID");
-    }
+    crate::ctx::select(call, ctx)
 }
 
 /// Converts a C comparison constant.
@@ -796,9 +792,6 @@ pub unsafe fn wait_set<T: WorldWait>(
                     for &i in &active {
                         if cmp.holds(load(i)?, val(i)) {
                             hits.push(i);
-                            if set == Set::Any {
-                                break;
-                            }
                         }
                     }
                     Ok(match set {
@@ -812,6 +805,12 @@ pub unsafe fn wait_set<T: WorldWait>(
                 } else {
                     scan()?
                 };
+                if set == Set::Any {
+                    // The runtime's waits rotate the same way.
+                    hits = rshmem::pick_any(a.ivars as usize, a.n, &hits)
+                        .into_iter()
+                        .collect();
+                }
                 (ok, hits)
             }
         };

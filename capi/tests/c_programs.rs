@@ -1,6 +1,7 @@
 //! Builds the C programs in `tests/c/` against `shmem.h` and `libshmem` with `scripts/rshmemcc`
 //! and runs each with 2 and 4 PEs under `rshmemrun`, checking exit status and output.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -38,6 +39,10 @@ fn built() -> &'static Path {
             "--bin",
             "rshmemrun",
         ]);
+        // Build the library these tests were built for (with MPI or without).
+        if cfg!(feature = "mpi") {
+            cmd.args(["--features", "rshmem-capi/mpi"]);
+        }
         match dir.file_name().and_then(|s| s.to_str()) {
             Some("debug") | None => {}
             Some("release") => {
@@ -66,6 +71,12 @@ fn built() -> &'static Path {
 
 /// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`.
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[], &[])
+}
+
+/// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`, `pre` before the source and `post`
+/// after it.
+fn compile_with(name: &str, pre: &[String], post: &[String]) -> PathBuf {
     let dir = built();
     let out_dir = dir.join("capi-c-tests");
     std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
@@ -75,9 +86,12 @@ fn compile(name: &str) -> PathBuf {
     let bin = out_dir.join(name);
     let out = Command::new(workspace_root().join("scripts/rshmemcc"))
         .env("RSHMEM_LIB_DIR", dir)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(pre)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
+        .args(post)
         .output()
         .expect("running scripts/rshmemcc (is a C compiler installed?)");
     assert!(
@@ -97,13 +111,18 @@ struct Ran {
 }
 
 fn run(bin: &Path, n: usize) -> Ran {
+    run_cmd(&[bin.to_str().expect("UTF-8 path")], n)
+}
+
+/// Runs `cmd` (program and arguments) with `n` PEs under `rshmemrun`.
+fn run_cmd(cmd: &[&str], n: usize) -> Ran {
     let Output {
         status,
         stdout,
         stderr,
     } = Command::new(built().join("rshmemrun"))
         .args(["-n", &n.to_string(), "--timeout", "120"])
-        .arg(bin)
+        .args(cmd)
         .env("RSHMEM_TIMEOUT", "60")
         .output()
         .expect("running rshmemrun");
@@ -234,5 +253,301 @@ fn global_exit_ends_every_pe_with_the_status() {
             "a PE went on:\n{}",
             r.stdout
         );
+    }
+}
+
+/// The routines `libshmem.so` exports: its defined dynamic text symbols (`nm -D`).
+fn exported_routines() -> BTreeSet<String> {
+    let lib = built().join("libshmem.so");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("running nm (binutils)");
+    assert!(out.status.success(), "nm -D {} failed", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, "T", name] => Some(name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The functions that `shmem.h` and `pshmem.h` declare (inline functions and macros aside):
+/// the names before the `(` of each top-level declaration of the preprocessed headers.
+fn declared_routines() -> BTreeSet<String> {
+    let dir = built().join("capi-c-tests");
+    std::fs::create_dir_all(&dir).expect("creating the C test directory");
+    let src = dir.join("headers.c");
+    std::fs::write(&src, "#include <shmem.h>\n#include <pshmem.h>\n").expect("writing headers.c");
+    let out = Command::new(workspace_root().join("scripts/rshmemcc"))
+        .args(["-std=c11", "-E", "-P"])
+        .arg(&src)
+        .output()
+        .expect("running scripts/rshmemcc -E");
+    assert!(out.status.success(), "preprocessing the headers failed");
+    // Top-level text only: the bodies of inline functions and structs end a statement.
+    let mut top = String::new();
+    let mut depth = 0usize;
+    for c in String::from_utf8_lossy(&out.stdout).chars() {
+        match c {
+            '{' => {
+                if depth == 0 {
+                    top.push(';');
+                }
+                depth += 1;
+            }
+            '}' => depth = depth.saturating_sub(1),
+            c if depth == 0 => top.push(c),
+            _ => {}
+        }
+    }
+    top.split(';')
+        .map(str::trim)
+        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
+        .filter_map(|st| {
+            let head = st[..st.find('(')?].trim_end();
+            let name = head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            name.into_iter()
+                .next()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn header_declares_exactly_the_exported_routines() {
+    let exported = exported_routines();
+    let declared = declared_routines();
+    assert!(
+        declared.contains("shmem_int_put") && declared.contains("pshmem_barrier_all"),
+        "the header parser found too little: {declared:?}"
+    );
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    assert!(
+        undeclared.is_empty() && missing.is_empty(),
+        "exported by libshmem.so but not declared in shmem.h/pshmem.h: {undeclared:?}\n\
+         declared but not exported: {missing:?}\n\
+         (the tables of capi/gen.py and capi/src/typed.rs differ, or a header is stale: \
+         python3 capi/gen.py)"
+    );
+}
+
+#[test]
+fn every_routine_has_a_profiling_twin() {
+    let exported = exported_routines();
+    let lacking: Vec<_> = exported
+        .iter()
+        .filter(|n| n.starts_with("shmem_") && !exported.contains(&format!("p{n}")))
+        .collect();
+    let orphans: Vec<_> = exported
+        .iter()
+        .filter(|n| n.starts_with("pshmem_") && !exported.contains(&n[1..]))
+        .collect();
+    assert!(
+        exported.len() > 3000 && lacking.is_empty() && orphans.is_empty(),
+        "shmem_ routines without pshmem_ (add them to capi/src/profiling.rs): {lacking:?}\n\
+         pshmem_ without shmem_: {orphans:?}"
+    );
+}
+
+/// Runs `profiling.c` with `profiling_tool.c`'s library found before libshmem: linked before
+/// it, and preloaded; the tool must see and forward every call. Without the tool the program
+/// must notice.
+#[test]
+fn profiling_tool_interposes_shmem_routines() {
+    let dir = built();
+    let out_dir = dir.join("capi-c-tests");
+    std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
+    let c = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/c")
+            .join(format!("{name}.c"))
+    };
+    let cc = |args: &[&str]| {
+        let out = Command::new(workspace_root().join("scripts/rshmemcc"))
+            .env("RSHMEM_LIB_DIR", dir)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .args(args)
+            .output()
+            .expect("running scripts/rshmemcc");
+        assert!(
+            out.status.success(),
+            "compiling {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let tool = out_dir.join("libprofiling_tool.so");
+    let tool_s = tool.to_str().expect("UTF-8 path");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        tool_s,
+        c("profiling_tool").to_str().expect("UTF-8"),
+    ]);
+    let linked = out_dir.join("profiling_linked");
+    let plain = out_dir.join("profiling");
+    let src = c("profiling");
+    let src_s = src.to_str().expect("UTF-8 path");
+    let dir_s = out_dir.to_str().expect("UTF-8 path");
+    cc(&[
+        "-o",
+        linked.to_str().expect("UTF-8"),
+        src_s,
+        "-L",
+        dir_s,
+        &format!("-Wl,-rpath,{dir_s}"),
+        "-lprofiling_tool",
+    ]);
+    cc(&["-o", plain.to_str().expect("UTF-8"), src_s]);
+    let preload = format!("LD_PRELOAD={tool_s}");
+    for (how, cmd) in [
+        (
+            "linked before libshmem",
+            vec![linked.to_str().expect("UTF-8")],
+        ),
+        (
+            "LD_PRELOAD",
+            vec!["env", &preload, plain.to_str().expect("UTF-8")],
+        ),
+    ] {
+        for n in [2, 4] {
+            let r = run_cmd(&cmd, n);
+            assert!(
+                r.ok,
+                "profiling ({how}) on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
+                r.code, r.stdout, r.stderr
+            );
+            for pe in 0..n {
+                let line = format!("OK profiling PE {pe}");
+                assert!(
+                    r.stdout.lines().any(|l| l == line),
+                    "profiling ({how}) on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
+                    r.stdout,
+                    r.stderr
+                );
+            }
+        }
+    }
+    let r = run_cmd(&[plain.to_str().expect("UTF-8")], 2);
+    assert!(
+        !r.ok && r.stderr.contains("the profiling tool is not loaded"),
+        "profiling without the tool should fail:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
+fn any_calls_return_every_satisfied_index() {
+    passes("any_fair");
+}
+
+#[test]
+fn team_contexts() {
+    passes("team_ctx");
+}
+
+#[test]
+fn pe_outside_a_contexts_team_aborts_naming_the_call() {
+    aborts(
+        "team_ctx_bad_pe",
+        "shmem_ctx_int_p",
+        "out of range: the context's team has 1 PEs",
+    );
+}
+
+#[test]
+fn relro_stays_private_and_the_data_memfd_is_cloexec() {
+    passes("relro");
+}
+
+#[test]
+fn put_into_a_peers_dynamic_section_aborts_naming_the_call() {
+    aborts("relro_put", "shmem_putmem", "PT_GNU_RELRO");
+}
+
+#[test]
+fn put_past_the_end_of_a_global_aborts_naming_the_call() {
+    aborts(
+        "overrun",
+        "shmem_int_put",
+        "runs past the end of the symmetric variable `a`",
+    );
+}
+
+/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
+fn mpicc_flags(what: &str) -> Option<Vec<String>> {
+    let out = Command::new("mpicc")
+        .arg(format!("--showme:{what}"))
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// A hybrid MPI + OpenSHMEM program (`MPI_Init`, then `shmem_init`) under `mpirun` with 2 and
+/// 4 ranks: PE numbers are MPI ranks and both libraries work. libshmem built with the `mpi`
+/// feature bootstraps through `MPI_COMM_WORLD`; the default build through TCP, with the
+/// address and secret passed by `mpirun -x`. Needs Open MPI (`mpicc`, `mpirun`): without it the
+/// test says so on stderr and does nothing.
+#[test]
+fn hybrid_mpi_program_under_mpirun() {
+    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+        eprintln!("hybrid_mpi_program_under_mpirun: skipped: Open MPI's mpicc was not found");
+        return;
+    };
+    let bin = compile_with("hybrid_mpi", &cflags, &ldflags);
+    for n in [2, 4] {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } == 0 {
+            cmd.arg("--allow-run-as-root");
+        }
+        if !cfg!(feature = "mpi") {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut key = [0u8; 16];
+            std::io::Read::read_exact(
+                &mut std::fs::File::open("/dev/urandom").expect("opening /dev/urandom"),
+                &mut key,
+            )
+            .expect("reading /dev/urandom");
+            let secret: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_ADDR=127.0.0.1:{port}")]);
+            cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_SECRET={secret}")]);
+        }
+        let out = cmd
+            .arg(&bin)
+            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+            .env_remove("RSHMEM_BOOTSTRAP_ADDR")
+            .env("RSHMEM_TIMEOUT", "60")
+            .output()
+            .expect("running mpirun");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "hybrid_mpi under mpirun -np {n} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for pe in 0..n {
+            let line = format!("OK hybrid_mpi PE {pe}");
+            assert!(
+                stdout.lines().any(|l| l == line),
+                "no `{line}` in\n{stdout}"
+            );
+        }
     }
 }

@@ -135,9 +135,9 @@ pub struct Node {
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
-    /// The liveness thread, the write end of its stop pipe, and a second read end of that
-    /// pipe (the thread returns, closing its own, once every peer is gone; with no reader left
-    /// the stop byte would raise SIGPIPE, which C programs do not ignore).
+    /// The liveness thread, the write end of its stop pipe, and a second read end kept open
+    /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
+    /// programs, which do not ignore it) when the thread has already ended on its own.
     monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 

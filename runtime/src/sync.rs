@@ -10,10 +10,15 @@
 //! * `wait_until*` / `test*` — **local**: watch symmetric variables of this PE that other PEs
 //!   update; a satisfied wait acquires (data written before the update is visible).
 //!
+//! The `*_any` calls return one satisfied index, and a series of them returns every satisfied
+//! index in turn (OpenSHMEM requires that no satisfied element is starved): each remembers,
+//! per array address, where the next call starts looking ([`pick_any`]).
+//!
 //! Every blocking call is bounded by `RSHMEM_TIMEOUT` and fails early with
 //! [`crate::Error::PeerLost`] when a PE it depends on is gone.
 
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, PEER_NOTICE};
@@ -346,7 +351,7 @@ impl World {
             &|_| value,
             Want::Any,
         )
-        .map(|v| v.first().copied())
+        .map(|v| pick_any(ivars as usize, nelems, &v))
     }
 
     /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
@@ -409,7 +414,7 @@ impl World {
             &|i| values[i],
             Want::Any,
         )
-        .map(|v| v.first().copied())
+        .map(|v| pick_any(ivars as usize, values.len(), &v))
     }
 
     /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per element.
@@ -460,7 +465,7 @@ impl World {
         let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
         Ok(self
             .scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?
-            .and_then(|v| v.first().copied()))
+            .and_then(|v| pick_any(ivars as usize, nelems, &v)))
     }
 
     /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
@@ -518,7 +523,7 @@ impl World {
                 &|i| values[i],
                 Want::Any,
             )?
-            .and_then(|v| v.first().copied()))
+            .and_then(|v| pick_any(ivars as usize, values.len(), &v)))
     }
 
     /// **Local.** [`test_some`](World::test_some) with one value per element.
@@ -723,6 +728,38 @@ pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
     h
 }
 
+/// How many arrays [`pick_any`] remembers a start index for (the oldest is forgotten first).
+const ANY_ARRAYS: usize = 64;
+
+/// Per array address (most recently used last): the index where the next `*_any` call on it
+/// starts looking.
+static ANY_START: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Chooses the index a `*_any` call on the `nelems`-element array at `key` returns among
+/// `hits` (the satisfied indices, ascending): the first at or after the array's remembered
+/// start, wrapping around; the start then moves just past it. So while several elements stay
+/// satisfied, successive calls return each of them in turn instead of always the lowest.
+/// `None` when `hits` is empty. Used by the C library's own polling waits too.
+pub fn pick_any(key: usize, nelems: usize, hits: &[usize]) -> Option<usize> {
+    let first = *hits.first()?;
+    let mut g = ANY_START.lock().unwrap_or_else(|e| e.into_inner());
+    let pos = g.iter().position(|&(k, _)| k == key);
+    let start = pos.map_or(0, |p| g[p].1);
+    let pick = hits.iter().copied().find(|&i| i >= start).unwrap_or(first);
+    let next = (pick + 1) % nelems.max(1);
+    match pos {
+        Some(p) => {
+            g.remove(p);
+        }
+        None if g.len() >= ANY_ARRAYS => {
+            g.remove(0);
+        }
+        None => {}
+    }
+    g.push((key, next));
+    Some(pick)
+}
+
 #[derive(Clone, Copy)]
 enum Want {
     All,
@@ -735,5 +772,38 @@ impl Want {
             Want::All => "all",
             Want::Any => "any",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_any;
+
+    #[test]
+    fn any_rotates_over_every_satisfied_index() {
+        // A fresh key per test: the table is process-wide.
+        let key = 0x1000_0001;
+        let hits = [0, 2, 3];
+        let got: Vec<_> = (0..6).filter_map(|_| pick_any(key, 4, &hits)).collect();
+        assert_eq!(got, [0, 2, 3, 0, 2, 3]);
+        // Excluding the returned index each time (as a status array does) finishes the set.
+        let key = 0x1000_0002;
+        let mut left = vec![0usize, 1, 2, 3];
+        while let Some(i) = pick_any(key, 4, &left) {
+            left.retain(|&x| x != i);
+        }
+        assert!(left.is_empty());
+        assert_eq!(pick_any(key, 4, &[]), None);
+    }
+
+    #[test]
+    fn any_keeps_one_start_per_array() {
+        let (a, b) = (0x2000_0001, 0x2000_0002);
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(0));
+        assert_eq!(pick_any(b, 3, &[0, 1, 2]), Some(0));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(1));
+        assert_eq!(pick_any(b, 3, &[0, 1, 2]), Some(1));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(2));
+        assert_eq!(pick_any(a, 3, &[0, 1, 2]), Some(0));
     }
 }

@@ -18,6 +18,9 @@
 //! * `gpucoll` — the GPU team collectives: every `*_on_stream` collective on several teams and
 //!   sizes against host references, the device library's collectives from a user kernel, and
 //!   argument errors (on the CPU backend: nothing to check, says so).
+//! * `overlap` — every PE keeps a compute kernel that holds most of the GPU's SMs running on
+//!   another stream while the stream collectives of every size run and are checked (they must
+//!   make progress without all their blocks resident).
 //! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
 //!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
@@ -32,6 +35,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
+//!   connections at init (see `scenarios/tcpnet.rs`).
 
 mod check;
 mod scenarios;
@@ -62,11 +67,14 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap", false),
     ("heap-huge", false),
     ("tcp-big", false),
+    ("tcp-idle", false),
+    ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
     ("symmetry", false),
     ("stream", false),
     ("gpucoll", false),
+    ("overlap", false),
     ("timeout", false),
     ("die", true),
     ("die-finalize", true),
@@ -84,16 +92,19 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "coll" => coll::run,
         "stream" => stream::run,
         "gpucoll" => gpucoll::run,
+        "overlap" => overlap::run,
         "wait" => wait::run,
         "heap" => heap::run,
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
+        "tcp-idle" => tcpnet::idle,
         "transports" => transports::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
     };
     regular(c).map(|()| End::Finalize)
@@ -110,10 +121,7 @@ fn main() -> ExitCode {
     }
     let scenario = std::env::args().nth(1).unwrap_or_default();
     // The launcher's rank, for messages before init knows it.
-    let rank = std::env::var("RSHMEM_RANK")
-        .ok()
-        .and_then(|r| r.trim().parse::<usize>().ok())
-        .map_or_else(|| "?".to_string(), |r| r.to_string());
+    let rank = rshmem::config::launcher_rank().map_or_else(|| "?".to_string(), |r| r.to_string());
     let Some(&(_, needs_two)) = SCENARIOS.iter().find(|(s, _)| *s == scenario) else {
         let names: Vec<&str> = SCENARIOS.iter().map(|(s, _)| *s).collect();
         return fail(
@@ -130,6 +138,9 @@ fn main() -> ExitCode {
             check::say(true, &format!("PE {rank}: FAIL {scenario}: panic: {info}"));
             default(info);
         }));
+    }
+    if scenario == "tcp-idle" {
+        scenarios::tcpnet::crowd_listeners();
     }
     let world = match rshmem::init() {
         Ok(w) => w,

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! rshmemrun -n N [--timeout SECS] [--tag-output] [--grace SECS] PROGRAM [ARGS...]
+//! rshmemrun -np N ...   (mpirun's spelling)
 //! ```
 //!
 //! Each PE gets `RSHMEM_RANK`, `RSHMEM_SIZE`, `RSHMEM_LOCAL_RANK`, `RSHMEM_LOCAL_SIZE`,
@@ -32,6 +33,9 @@ use rshmem_bootstrap::UniqueId;
 
 /// Exit status when --timeout expires (as coreutils' `timeout`).
 const EXIT_TIMEOUT: i32 = 124;
+/// How long rshmemrun waits, after the first PE failed, for others to fail too before it
+/// decides which failure was first (see `supervise`).
+const SETTLE: Duration = Duration::from_millis(200);
 /// Exit status for usage errors.
 const EXIT_USAGE: i32 = 2;
 /// Exit status when PROGRAM cannot be executed / found (as shells do).
@@ -46,7 +50,9 @@ const EXIT_NOTFOUND: i32 = 127;
     after_help = "Each PE gets RSHMEM_RANK, RSHMEM_SIZE, RSHMEM_LOCAL_RANK, RSHMEM_LOCAL_SIZE, \
 RSHMEM_BOOTSTRAP_ADDR, RSHMEM_BOOTSTRAP_SECRET and RSHMEM_LAUNCHER=rshmemrun.\n\
 If a PE exits non-zero or is killed by a signal, the other PEs get SIGTERM, then SIGKILL after \
---grace seconds, and rshmemrun exits with that PE's status (128+signal for a signal). \
+--grace seconds, and rshmemrun exits with the status of the PE that failed first (128+signal \
+for a signal). -np N is accepted for -n N; a PROGRAM not on PATH is looked for in the current \
+directory. The job secret reaches the PEs in their environment, never on a command line. \
 SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Exit status 124: --timeout \
 expired."
 )]
@@ -98,8 +104,49 @@ impl Fail {
     }
 }
 
+/// rshmemrun's options that take a separate value.
+const VALUE_OPTIONS: [&str; 6] = ["-n", "--np", "-np", "--timeout", "--bind-to", "--grace"];
+
+/// Accepts mpirun's and oshrun's single-dash `-np N` (clap would read it as `-n p`): rewrites
+/// `-np` to `--np` among rshmemrun's own options, never in the program's arguments.
+fn mpirun_style_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut args = args.into_iter();
+    // The launcher's own name.
+    out.extend(args.next());
+    let mut takes_value = false;
+    for a in args.by_ref() {
+        if takes_value {
+            takes_value = false;
+            out.push(a);
+            continue;
+        }
+        let bytes = a.as_bytes();
+        if bytes == b"--" || !bytes.starts_with(b"-") {
+            // The program: everything from here on is its own.
+            out.push(a);
+            break;
+        }
+        if bytes == b"-np" {
+            out.push(OsString::from("--np"));
+            takes_value = true;
+            continue;
+        }
+        if let Some(v) = bytes.strip_prefix(b"-np=") {
+            let mut o = OsString::from("--np=");
+            o.push(OsStr::from_bytes(v));
+            out.push(o);
+            continue;
+        }
+        takes_value = VALUE_OPTIONS.iter().any(|o| o.as_bytes() == bytes);
+        out.push(a);
+    }
+    out.extend(args);
+    out
+}
+
 fn main() {
-    let code = match run(Cli::parse()) {
+    let code = match run(Cli::parse_from(mpirun_style_args(std::env::args_os()))) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("rshmemrun: {}", f.msg);
@@ -133,8 +180,10 @@ fn is_executable(p: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Checks that PROGRAM can be run, so that a typo gets a clear message instead of N failures.
-fn check_program(prog: &OsStr) -> Result<(), Fail> {
+/// Checks that PROGRAM can be run, so that a typo gets a clear message instead of N failures,
+/// and returns what to execute: PROGRAM itself, or `./PROGRAM` when a name without a slash is
+/// not on PATH but is an executable in the current directory (as mpirun does).
+fn check_program(prog: &OsStr) -> Result<OsString, Fail> {
     let shown = prog.to_string_lossy();
     if prog.is_empty() {
         return Err(Fail::new(EXIT_USAGE, "PROGRAM is empty"));
@@ -153,7 +202,7 @@ fn check_program(prog: &OsStr) -> Result<(), Fail> {
                 format!("PROGRAM '{shown}' is not an executable file"),
             ));
         }
-        return Ok(());
+        return Ok(prog.to_owned());
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
@@ -163,12 +212,18 @@ fn check_program(prog: &OsStr) -> Result<(), Fail> {
             dir
         };
         if is_executable(&dir.join(prog)) {
-            return Ok(());
+            return Ok(prog.to_owned());
         }
+    }
+    let here = Path::new(".").join(prog);
+    if is_executable(&here) {
+        return Ok(here.into_os_string());
     }
     Err(Fail::new(
         EXIT_NOTFOUND,
-        format!("PROGRAM '{shown}' not found in PATH"),
+        format!(
+            "PROGRAM '{shown}' not found in PATH nor as an executable in the current directory"
+        ),
     ))
 }
 
@@ -297,6 +352,8 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
         .env_remove("RSHMEM_BOOTSTRAP_LISTEN_FD");
     match &l.uid {
         Some(uid) => {
+            // In the environment, which only this user (and root) can read: never in the
+            // command line, which every user can see.
             cmd.env("RSHMEM_BOOTSTRAP_ADDR", uid.addr())
                 .env("RSHMEM_BOOTSTRAP_SECRET", uid.secret_hex());
         }
@@ -305,6 +362,8 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
                 .env_remove("RSHMEM_BOOTSTRAP_SECRET");
         }
     }
+    // The job's own secret replaces any the caller's environment names.
+    cmd.env_remove("RSHMEM_BOOTSTRAP_SECRET_FILE");
     let inherit_fd = if rank == 0 { l.listen_fd } else { None };
     if let Some(fd) = inherit_fd {
         cmd.env("RSHMEM_BOOTSTRAP_LISTEN_FD", fd.to_string());
@@ -383,7 +442,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         },
     };
     let grace = seconds("--grace", cli.grace, true)?;
-    check_program(&cli.command[0])?;
+    let mut cli = cli;
+    cli.command[0] = check_program(&cli.command[0])?;
 
     // Signals are taken through a signalfd; block them first (threads inherit the mask; the
     // PEs get an empty mask back in pre_exec).
@@ -487,12 +547,27 @@ fn run(cli: Cli) -> Result<i32, Fail> {
 
 /// Waits for the PEs, stopping them all when one fails, on --timeout, or on a signal.
 /// Returns the launcher's exit status.
+///
+/// The status is that of the PE that failed first. A PE killed by a signal closes its
+/// connections a moment before the kernel reports it dead, so the PEs that notice and exit
+/// with an error can be reported first; rshmemrun therefore waits up to [`SETTLE`] after the
+/// first failure for more, and then counts a death by signal before a non-zero exit. Within
+/// each kind, the order is that of the SIGCHLD notifications read from the signalfd: a
+/// SIGCHLD that arrives while one is pending is merged into it by the kernel, which keeps the
+/// *first* child's siginfo, so each notification names the earliest exit since the previous
+/// read, however late rshmemrun gets to run. PEs found ended without a notification of their
+/// own come after those with one, then by rank.
 fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace: Duration) -> i32 {
     let start = Instant::now();
     let run_deadline = timeout.and_then(|t| start.checked_add(t));
     let mut exit_code: Option<i32> = None;
     let mut stopping = false;
     let mut kill_at: Option<Instant> = None;
+    // PIDs in the order their SIGCHLD notifications were read.
+    let mut exit_order: Vec<i32> = Vec::new();
+    // Failed PEs (rank, pid, status) not yet reported, and until when to wait for more.
+    let mut failures: Vec<(usize, i32, ExitStatus)> = Vec::new();
+    let mut settle_until: Option<Instant> = None;
 
     let stop = |pes: &[Pe], sig: Signal| {
         // Every group, including those of PEs that already exited: their children may linger.
@@ -502,14 +577,36 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
     };
 
     loop {
+        // Signals first, so that every exit reaped below that has a notification has it here.
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            let Ok(sig) = Signal::try_from(signo) else {
+                continue;
+            };
+            if sig == Signal::SIGCHLD {
+                exit_order.push(info.ssi_pid as i32);
+                continue;
+            }
+            if stopping {
+                // A second interrupt: no more grace.
+                stop(pes, Signal::SIGKILL);
+                kill_at = None;
+                continue;
+            }
+            eprintln!("rshmemrun: received {}, stopping the PEs", sig.as_str());
+            exit_code = Some(128 + signo);
+            stopping = true;
+            stop(pes, sig);
+            kill_at = Instant::now().checked_add(grace);
+        }
+
         // Reap whatever has exited.
-        let mut failures = Vec::new();
         for pe in pes.iter_mut().filter(|p| p.status.is_none()) {
             match pe.child.try_wait() {
                 Ok(Some(st)) => {
                     pe.status = Some(st);
                     if !st.success() && !stopping {
-                        failures.push((pe.rank, st));
+                        failures.push((pe.rank, pe.pid, st));
                     }
                 }
                 Ok(None) => {}
@@ -519,20 +616,47 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 }
             }
         }
-        if !failures.is_empty() {
-            for &(rank, st) in &failures {
+        let all_ended = pes.iter().all(|p| p.status.is_some());
+        if !failures.is_empty() && !stopping {
+            let settle = *settle_until.get_or_insert_with(|| Instant::now() + SETTLE);
+            if all_ended || Instant::now() >= settle {
+                failures.sort_by_key(|&(rank, pid, st)| {
+                    (
+                        st.signal().is_none(),
+                        exit_order
+                            .iter()
+                            .position(|&p| p == pid)
+                            .unwrap_or(usize::MAX),
+                        rank,
+                    )
+                });
+                for &(rank, _, st) in &failures {
+                    if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
+                        eprintln!("rshmemrun: {}", describe_failure(pe, st));
+                    }
+                }
+                exit_code = Some(status_code(failures[0].2));
+                let left = pes.iter().filter(|p| p.status.is_none()).count();
+                if left > 0 {
+                    eprintln!(
+                        "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
+                        failures[0].0
+                    );
+                } else if failures.len() > 1 {
+                    eprintln!("rshmemrun: PE {} failed first", failures[0].0);
+                }
+                failures.clear();
+                stopping = true;
+                stop(pes, Signal::SIGTERM);
+                kill_at = Instant::now().checked_add(grace);
+            }
+        } else if !failures.is_empty() {
+            // Stopping for another reason (a signal, --timeout) while settling: report them.
+            for (rank, _, st) in failures.drain(..) {
                 if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
                     eprintln!("rshmemrun: {}", describe_failure(pe, st));
                 }
             }
-            exit_code = Some(status_code(failures[0].1));
-            let left = pes.iter().filter(|p| p.status.is_none()).count();
-            if left > 0 {
-                eprintln!("rshmemrun: stopping the remaining {left} PE(s)");
-            }
-            stopping = true;
-            stop(pes, Signal::SIGTERM);
-            kill_at = Instant::now().checked_add(grace);
         }
 
         let running: Vec<&Pe> = pes.iter().filter(|p| p.status.is_none()).collect();
@@ -567,10 +691,15 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
         }
 
         // Sleep until a signal (SIGCHLD included) or the next deadline.
-        let wake = [if stopping { None } else { run_deadline }, kill_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let settling = if stopping { None } else { settle_until };
+        let wake = [
+            if stopping { None } else { run_deadline },
+            kill_at,
+            settling,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let poll_timeout = match wake {
             None => PollTimeout::NONE,
             Some(w) => {
@@ -592,26 +721,6 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 eprintln!("rshmemrun: poll: {e}");
                 std::thread::sleep(Duration::from_millis(50));
             }
-        }
-        while let Ok(Some(info)) = sigfd.read_signal() {
-            let signo = info.ssi_signo as i32;
-            let Ok(sig) = Signal::try_from(signo) else {
-                continue;
-            };
-            if sig == Signal::SIGCHLD {
-                continue;
-            }
-            if stopping {
-                // A second interrupt: no more grace.
-                stop(pes, Signal::SIGKILL);
-                kill_at = None;
-                continue;
-            }
-            eprintln!("rshmemrun: received {}, stopping the PEs", sig.as_str());
-            exit_code = Some(128 + signo);
-            stopping = true;
-            stop(pes, sig);
-            kill_at = Instant::now().checked_add(grace);
         }
     }
 
