@@ -478,7 +478,7 @@ impl Node {
         Ok(())
     }
 
-    /// Stops the liveness thread (before sockets close at finalize).
+    /// Stops the liveness thread (it may have returned already, once every peer was gone).
     pub(crate) fn stop_monitor(&mut self) {
         if let Some((h, w, keep_r)) = self.monitor.take() {
             let _ = nix::unistd::write(&w, &[1u8]);

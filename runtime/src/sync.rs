@@ -92,9 +92,45 @@ impl World {
     /// area: in round k, PE i raises a flag on PE i+2^k (a store on this node, a store request
     /// over TCP otherwise) and waits for PE i−2^k's (always a local poll). Flags hold the
     /// barrier epoch, so they never need resetting.
-    #[inline]
+    ///
+    /// The plain form of [`sync_all_checked`](World::sync_all_checked), kept separate so that
+    /// `barrier_all` and `sync_all` pay for nothing they do not use.
     pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
-        self.sync_all_checked(call, None, false).map(drop)
+        let n = self.n;
+        if n == 1 {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        let me = self.me;
+        let my_local = self.ctrl.me_local();
+        let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut dist = 1usize;
+        let mut round = 0usize;
+        while dist < n {
+            debug_assert!(round < BARRIER_ROUNDS);
+            let to = (me + dist) % n;
+            let from = (me + n - dist) % n;
+            let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
+            let mine = self.ctrl.internal_addr(my_local, slot);
+            self.ctrl_store(call, to, slot, epoch)?;
+            let from_pe = from;
+            self.wait.wait(
+                &self.live,
+                call,
+                Some(from_pe),
+                // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
+                // chunk, mapped for the World's lifetime.
+                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
+                || {
+                    format!(
+                        "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
+                    )
+                },
+            )?;
+            dist <<= 1;
+            round += 1;
+        }
+        Ok(())
     }
 
     /// [`sync_all_named`](World::sync_all_named) that can also compare a value across PEs and
@@ -671,16 +707,23 @@ impl CheckAgg {
     }
 }
 
-/// A stable 64-bit digest (FNV-1a) of a collective call's name and arguments, for the checked
-/// barriers (the same on every PE and build).
+/// A stable 64-bit digest of a collective call's name and arguments, for the checked
+/// barriers (the same on every PE and build): a multiply-xorshift mix over 8-byte words, a few
+/// nanoseconds per call.
 pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = call
-        .bytes()
-        .chain(args.iter().flat_map(|a| a.to_le_bytes()));
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, x: u64| {
+        let h = (h ^ x).wrapping_mul(K);
+        h ^ (h >> 29)
+    };
+    let mut h = mix(0x243F_6A88_85A3_08D3, call.len() as u64);
+    for c in call.as_bytes().chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        h = mix(h, u64::from_le_bytes(w));
+    }
+    for &a in args {
+        h = mix(h, a);
     }
     h
 }

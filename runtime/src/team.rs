@@ -575,10 +575,51 @@ impl World {
     /// Dissemination barrier over the team's members through the flags of its slot, exactly
     /// like `sync_all_named`: in round k member i raises its flag on member i+2^k and waits for
     /// member i−2^k's. Flags hold the team's epoch, so they never need resetting while the
-    /// team lives.
-    #[inline]
+    /// team lives. The plain form of [`team_sync_checked`](World::team_sync_checked), kept
+    /// separate so that team syncs pay for nothing they do not use.
     pub(crate) fn team_sync_named(&self, call: &'static str, team: &Team) -> Result<()> {
-        self.team_sync_checked(call, team, None).map(drop)
+        let t = &team.inner;
+        let n = t.members.len();
+        if n == 1 {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        let me = t.me;
+        let my_local = self.ctrl.me_local();
+        let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut dist = 1usize;
+        let mut round = 0usize;
+        while dist < n {
+            if round >= self.teams.rounds {
+                return Err(Error::State {
+                    call,
+                    reason: format!("team of {n} PEs needs more than {round} barrier rounds"),
+                });
+            }
+            let to = (me + dist) % n;
+            let from = (me + n - dist) % n;
+            let off = self.teams.flag_off(t.slot, round);
+            let mine = self.ctrl.internal_addr(my_local, off);
+            self.ctrl_store(call, t.members[to], off, epoch)?;
+            let from_pe = t.members[from];
+            self.wait.wait(
+                &self.live,
+                call,
+                Some(from_pe),
+                // SAFETY: team flags are aligned u64s inside my control-heap internal region,
+                // mapped for the World's lifetime.
+                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
+                || {
+                    format!(
+                        "PE {from_pe} to reach sync #{epoch} of team {} (round {round}; it, or a PE it waits for, has not arrived)",
+                        t.name
+                    )
+                },
+            )?;
+            dist <<= 1;
+            round += 1;
+        }
+        Ok(())
     }
 
     /// A team sync that also compares `check` (a digest of the call's arguments) across the

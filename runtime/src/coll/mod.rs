@@ -63,22 +63,24 @@ fn span(call: &'static str, what: &str, count: usize, stride: usize) -> Result<u
 }
 
 /// The arguments a collective compares across the members at its first sync (every member
-/// must pass the same), and how this PE's are shown in the error.
-struct Check {
-    args: Vec<u64>,
-    shown: String,
-}
+/// must pass the same), with their names for the error (formatted only then).
+struct Check<'a>(&'a [(&'static str, u64)]);
 
-impl Check {
-    fn new(named: &[(&str, u64)]) -> Check {
-        Check {
-            args: named.iter().map(|&(_, v)| v).collect(),
-            shown: named
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+impl Check<'_> {
+    fn digest(&self, call: &str) -> u64 {
+        let mut v = [0u64; 4];
+        for (d, &(_, x)) in v.iter_mut().zip(self.0) {
+            *d = x;
         }
+        crate::sync::digest(call, &v[..self.0.len().min(4)])
+    }
+
+    fn shown(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -225,15 +227,15 @@ impl World {
     /// The first team sync of a collective, which also compares the call's arguments across
     /// the members (no extra round trip: they travel with the sync's flags). On a mismatch
     /// every member returns the same [`Error::AsymmetricCall`] before anything moves.
-    fn checked_team_sync(&self, call: &'static str, team: &Team, check: &Check) -> Result<()> {
-        let d = crate::sync::digest(call, &check.args);
+    fn checked_team_sync(&self, call: &'static str, team: &Team, check: &Check<'_>) -> Result<()> {
+        let d = check.digest(call);
         match self.team_sync_checked(call, team, Some(d))? {
             None => Ok(()),
             Some(m) => Err(Error::AsymmetricCall {
                 call,
                 details: crate::mem::asymmetry_details(
                     m,
-                    &format!("{call} on team {} with {}", team.inner.name, check.shown),
+                    &format!("{call} on team {} with {}", team.inner.name, check.shown()),
                     "every member must pass the same arguments",
                 ),
             }),
@@ -247,7 +249,7 @@ impl World {
         &self,
         call: &'static str,
         team: &Team,
-        check: &Check,
+        check: &Check<'_>,
         gather: impl FnOnce() -> Result<V>,
         write: impl FnOnce(V) -> Result<()>,
     ) -> Result<()> {
@@ -268,7 +270,7 @@ impl World {
         &self,
         call: &'static str,
         team: &Team,
-        check: &Check,
+        check: &Check<'_>,
         work: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
@@ -307,7 +309,7 @@ impl World {
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
         let root_pe = team.world_pe(root);
-        let check = Check::new(&[
+        let check = Check(&[
             ("root", root as u64),
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
@@ -342,7 +344,7 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, total)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
-        let check = Check::new(&[
+        let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
@@ -478,7 +480,7 @@ impl World {
         let bspan = span(call, "source", nelems, sst)?;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
-        let check = Check::new(&[
+        let check = Check(&[
             ("nelems", nelems as u64),
             ("dst", dst as u64),
             ("sst", sst as u64),
@@ -561,7 +563,7 @@ impl World {
         let db = self.coll_buf(call, "dest", dest, nelems)?;
         let sb = self.coll_buf(call, "source", source, nelems)?;
         Self::coll_overlap(call, dest, db, source, sb, true)?;
-        let check = Check::new(&[
+        let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
@@ -620,7 +622,7 @@ impl World {
         let sb = self.coll_buf(call, "source", source, total)?;
         Self::coll_overlap(call, dest, db, source, sb, false)?;
         let start = source.wrapping_add(team.my_pe() * nelems);
-        let check = Check::new(&[
+        let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);

@@ -27,8 +27,19 @@ pub fn run(c: &Ctx<'_>) -> R {
     let buf = w
         .malloc::<u64>(1)
         .map_err(|e| Fail(format!("malloc: {e}")))?;
+    // The last PE leaves only once every survivor is out of the allocation's barrier (a PE
+    // seen gone fails every wait still in progress, even one its stores would complete).
+    let dir = c.args.first().map(std::path::Path::new);
     if me == dead {
+        match dir {
+            Some(d) => marked(d, "alloc", n - 1)?,
+            None => std::thread::sleep(Duration::from_secs(1)),
+        }
         std::process::exit(0);
+    }
+    if let Some(d) = dir {
+        std::fs::write(d.join(format!("alloc{me}")), b"")
+            .map_err(|e| Fail(format!("creating a marker file in {}: {e}", d.display())))?;
     }
     let timeout = w.config().timeout;
     ensure!(
@@ -76,8 +87,8 @@ pub fn run(c: &Ctx<'_>) -> R {
     let _ = w.p(buf.as_ptr(), 1, dead);
     let start = Instant::now();
     check("quiet", w.quiet(), start)?;
-    match c.args.first() {
-        Some(dir) => meet(std::path::Path::new(dir), me, n - 1),
+    match dir {
+        Some(dir) => meet(dir, me, n - 1),
         None => {
             std::thread::sleep(Duration::from_secs(1));
             Ok(())
@@ -93,15 +104,20 @@ fn meet(dir: &std::path::Path, me: usize, count: usize) -> R {
             dir.display()
         ))
     })?;
+    marked(dir, "pe", count)
+}
+
+/// Waits until `count` files whose names start with `prefix` exist in `dir`.
+fn marked(dir: &std::path::Path, prefix: &str, count: usize) -> R {
     crate::check::poll_until(
-        "waiting for the other survivors' marker files",
+        "waiting for the other PEs' marker files",
         Duration::from_secs(20),
         || {
             let n = std::fs::read_dir(dir)
                 .map_err(|e| Fail(format!("reading {}: {e}", dir.display())))?
                 .filter(|e| {
                     e.as_ref()
-                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("pe"))
+                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(prefix))
                 })
                 .count();
             if n < count {
