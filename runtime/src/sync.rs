@@ -683,6 +683,8 @@ pub(crate) fn digest(call: &str, args: &[u64]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
 /// How many arrays [`pick_any`] remembers a start index for (the oldest is forgotten first).
 const ANY_ARRAYS: usize = 64;
 

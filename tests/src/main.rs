@@ -32,6 +32,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
+//!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
 
 mod check;
 mod scenarios;
@@ -109,6 +111,16 @@ fn main() -> ExitCode {
         rshmem::init_logging();
     }
     let scenario = std::env::args().nth(1).unwrap_or_default();
+    if scenario == "embed" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return match scenarios::embed::run(&args) {
+            Ok(me) => {
+                check::say(false, &format!("PE {me}: ok embed"));
+                ExitCode::SUCCESS
+            }
+            Err(Fail(msg)) => fail(args.first().map_or("?", |s| s.as_str()), "embed", &msg),
+        };
+    }
     // The launcher's rank, for messages before init knows it.
     let rank = rshmem::config::launcher_rank().map_or_else(|| "?".to_string(), |r| r.to_string());
     let Some(&(_, needs_two)) = SCENARIOS.iter().find(|(s, _)| *s == scenario) else {

@@ -4,6 +4,7 @@ pub mod amo;
 pub mod coll;
 pub mod crash;
 pub mod die;
+pub mod embed;
 pub mod errors;
 pub mod gpucoll;
 pub mod heap;
