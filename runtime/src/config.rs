@@ -97,6 +97,12 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "GID table index the verbs transport addresses this port by (matters on RoCE; see show_gids).",
     },
     EnvVar {
+        name: "RSHMEM_HANG_REPORT_DIR",
+        kind: "path",
+        default: "unset (set by rshmemrun)",
+        help: "Folder where a PE writes its hang report (file pe<N>) when rshmemrun asks with SIGUSR1, and the wait that timed out; rshmemrun merges them into one table. Unset: a report asked for with SIGUSR1 goes to stderr.",
+    },
+    EnvVar {
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",

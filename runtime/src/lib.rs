@@ -36,6 +36,7 @@ pub mod config;
 pub mod cuda;
 pub mod device;
 mod error;
+mod hang;
 pub mod heap;
 mod mem;
 pub mod node;

@@ -59,10 +59,12 @@ impl WaitPolicy {
         describe: &dyn Fn() -> String,
     ) -> Result<T> {
         let start = Instant::now();
+        let mut waiting = crate::hang::Waiting::enter(call, pe, start);
         loop {
             if let Some(v) = done() {
                 return Ok(v);
             }
+            waiting.poll(describe);
             let waited = start.elapsed();
             if live.any_failed() {
                 if let Some(v) = done() {
@@ -82,11 +84,13 @@ impl WaitPolicy {
                     if let Some(v) = done() {
                         return Ok(v);
                     }
+                    let what = describe();
+                    waiting.timed_out(call, pe, waited, &what);
                     return Err(Error::Timeout {
                         call,
                         me: self.me,
                         pe,
-                        what: describe(),
+                        what,
                         waited,
                     });
                 }

@@ -448,6 +448,7 @@ impl World {
         world.init_device_area()?;
         world.load_proxy_kernels()?;
         world.boot.barrier()?;
+        crate::hang::install(me);
         let mut world = world;
         world.init_time = t0.elapsed();
         tracing::debug!(target: "rshmem::init", elapsed = ?world.init_time, gpu = world.gpu.is_some(), "initialized");

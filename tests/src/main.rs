@@ -32,6 +32,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `hang [DELAY_MS]` — PE 1 blocks in `signal_wait_until` (after DELAY_MS), the others in a
+//!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
 //!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
 
@@ -73,6 +75,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("die", true),
     ("die-finalize", true),
     ("crash", true),
+    ("hang", true),
 ];
 
 /// Runs scenario `name` (one of [`SCENARIOS`]).
@@ -96,6 +99,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "hang" => return hang::run(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
     };
     regular(c).map(|()| End::Finalize)

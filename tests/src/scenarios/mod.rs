@@ -7,6 +7,7 @@ pub mod die;
 pub mod embed;
 pub mod errors;
 pub mod gpucoll;
+pub mod hang;
 pub mod heap;
 pub mod rma;
 pub mod signal;
