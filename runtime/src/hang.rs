@@ -13,13 +13,14 @@
 //! blocked in rshmem. The report goes to stderr, or, when the request comes from `rshmemrun`
 //! (the parent process) and `RSHMEM_HANG_REPORT_DIR` is set, to the file `pe<N>` in that folder,
 //! which rshmemrun merges with the other PEs' into one table. A wait that times out
-//! (`RSHMEM_TIMEOUT`) writes its line there too, so the table also shows the PE that gave up.
+//! (`RSHMEM_TIMEOUT`), or ends because a peer is gone, writes its line there too, so the
+//! table also shows the PEs that gave up.
 //!
 //! The handler is installed at init only when `SIGUSR1` still has its default action (a
 //! program's own handler is left alone; then no report is made).
 //!
 //! Each line of a report file has five tab-separated fields: state (`blocked`, `timed-out`,
-//! `running`), call, PE waited on (`-` for none), seconds waited, detail.
+//! `peer-lost`, `running`), call, PE waited on (`-` for none), seconds waited, detail.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -96,19 +97,20 @@ impl Waiting {
         }
     }
 
-    /// The wait gave up after `waited`: records it where the launcher's report is collected
-    /// (nothing without `RSHMEM_HANG_REPORT_DIR`; the error itself reports it otherwise).
+    /// The wait gave up after `waited` (`state`: `timed-out`, `peer-lost`): records it where
+    /// the launcher's report is collected (nothing without `RSHMEM_HANG_REPORT_DIR`; the
+    /// error itself reports it otherwise).
     #[cold]
-    pub(crate) fn timed_out(
-        &self,
-        call: &'static str,
-        pe: Option<usize>,
-        waited: Duration,
-        what: &str,
-    ) {
+    pub(crate) fn gave_up(&self, state: &str, waited: Duration, what: &str) {
         if let Some(dir) = report_dir() {
-            let line = line("timed-out", call, pe, waited, what);
-            write_file(&dir, &line);
+            let (call, pe) = {
+                let w = WAITS.lock().unwrap_or_else(|e| e.into_inner());
+                match w.iter().find(|r| r.id == self.id) {
+                    Some(r) => (r.call, r.pe),
+                    None => ("-", None),
+                }
+            };
+            write_file(&dir, &line(state, call, pe, waited, what));
         }
     }
 }
@@ -238,10 +240,17 @@ extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
 /// watcher thread (when `SIGUSR1` has its default action).
 pub(crate) fn install(me: usize) {
     ME.store(me, Ordering::Relaxed);
-    INSTALL.call_once(|| {
-        if let Err(e) = install_once() {
-            tracing::debug!(target: "rshmem::hang", "no hang reports on SIGUSR1: {e}");
+    INSTALL.call_once(|| match install_once() {
+        Ok(()) => {
+            // Tells rshmemrun that this PE answers SIGUSR1 (before, the signal would kill it).
+            if let Some(dir) = report_dir() {
+                let path = std::path::Path::new(&dir).join(format!("armed-pe{me}"));
+                if let Err(e) = std::fs::File::create(&path) {
+                    tracing::warn!(target: "rshmem::hang", "cannot write {}: {e}", path.display());
+                }
+            }
         }
+        Err(e) => tracing::debug!(target: "rshmem::hang", "no hang reports on SIGUSR1: {e}"),
     });
 }
 

@@ -71,11 +71,17 @@ impl WaitPolicy {
                     return Ok(v);
                 }
                 if let Some((dead, reason)) = live.failed() {
+                    let what = describe();
+                    waiting.gave_up(
+                        "peer-lost",
+                        start.elapsed(),
+                        &format!("PE {dead}: {reason}; was waiting for {what}"),
+                    );
                     return Err(Error::PeerLost {
                         call,
                         me: self.me,
                         pe: dead,
-                        reason: format!("{reason}; this PE was waiting for {}", describe()),
+                        reason: format!("{reason}; this PE was waiting for {what}"),
                     });
                 }
             }
@@ -85,7 +91,7 @@ impl WaitPolicy {
                         return Ok(v);
                     }
                     let what = describe();
-                    waiting.timed_out(call, pe, waited, &what);
+                    waiting.gave_up("timed-out", waited, &what);
                     return Err(Error::Timeout {
                         call,
                         me: self.me,

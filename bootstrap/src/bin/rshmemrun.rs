@@ -36,6 +36,8 @@ const EXIT_TIMEOUT: i32 = 124;
 /// How long rshmemrun waits, after the first PE failed, for others to fail too before it
 /// decides which failure was first (see `supervise`).
 const SETTLE: Duration = Duration::from_millis(200);
+/// How long rshmemrun waits for the PEs' hang reports after asking for them.
+const REPORT_WAIT: Duration = Duration::from_millis(1500);
 /// Exit status for usage errors.
 const EXIT_USAGE: i32 = 2;
 /// Exit status when PROGRAM cannot be executed / found (as shells do).
@@ -53,8 +55,10 @@ If a PE exits non-zero or is killed by a signal, the other PEs get SIGTERM, then
 --grace seconds, and rshmemrun exits with the status of the PE that failed first (128+signal \
 for a signal). -np N is accepted for -n N; a PROGRAM not on PATH is looked for in the current \
 directory. The job secret reaches the PEs in their environment, never on a command line. \
-SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Exit status 124: --timeout \
-expired."
+SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Before stopping the PEs \
+(--timeout, or a PE failed), and whenever rshmemrun receives SIGUSR1, it asks every running PE \
+for a hang report (SIGUSR1: what it is blocked in, on which PE, for how long) and prints them \
+as one table. Exit status 124: --timeout expired."
 )]
 struct Cli {
     /// Number of PEs to start (at least 1).
@@ -338,6 +342,8 @@ struct Launch {
     cpus: Vec<usize>,
     uid: Option<UniqueId>,
     listen_fd: Option<RawFd>,
+    /// Where the PEs write their hang reports (RSHMEM_HANG_REPORT_DIR).
+    reports: Option<PathBuf>,
 }
 
 /// Starts PE `rank`.
@@ -362,6 +368,10 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
                 .env_remove("RSHMEM_BOOTSTRAP_SECRET");
         }
     }
+    match &l.reports {
+        Some(d) => cmd.env("RSHMEM_HANG_REPORT_DIR", d),
+        None => cmd.env_remove("RSHMEM_HANG_REPORT_DIR"),
+    };
     // The job's own secret replaces any the caller's environment names.
     cmd.env_remove("RSHMEM_BOOTSTRAP_SECRET_FILE");
     let inherit_fd = if rank == 0 { l.listen_fd } else { None };
@@ -453,6 +463,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         Signal::SIGINT,
         Signal::SIGTERM,
         Signal::SIGHUP,
+        Signal::SIGUSR1,
     ] {
         sigs.add(s);
     }
@@ -481,6 +492,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     } else {
         Vec::new()
     };
+    let reports = match report_dir() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("rshmemrun: no hang reports: cannot create their folder: {e}");
+            None
+        }
+    };
     let launch = Launch {
         n: cli.n,
         command: cli.command,
@@ -488,6 +506,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         cpus,
         uid,
         listen_fd: listen_owned.as_ref().map(AsRawFd::as_raw_fd),
+        reports,
     };
 
     let launcher_pid = std::process::id() as i32;
@@ -525,6 +544,9 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 for pe in &mut pes {
                     let _ = pe.child.wait();
                 }
+                if let Some(d) = &launch.reports {
+                    let _ = std::fs::remove_dir_all(d);
+                }
                 let code = if e.kind() == io::ErrorKind::NotFound {
                     EXIT_NOTFOUND
                 } else {
@@ -540,8 +562,11 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     // Rank 0 has its copy of the rendezvous socket now.
     drop(listen_owned);
 
-    let code = supervise(&mut pes, &sigfd, timeout, grace);
+    let code = supervise(&mut pes, &sigfd, timeout, grace, launch.reports.as_deref());
     finish_taggers(taggers);
+    if let Some(d) = &launch.reports {
+        let _ = std::fs::remove_dir_all(d);
+    }
     Ok(code)
 }
 
@@ -557,7 +582,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
 /// *first* child's siginfo, so each notification names the earliest exit since the previous
 /// read, however late rshmemrun gets to run. PEs found ended without a notification of their
 /// own come after those with one, then by rank.
-fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace: Duration) -> i32 {
+fn supervise(
+    pes: &mut [Pe],
+    sigfd: &SignalFd,
+    timeout: Option<Duration>,
+    grace: Duration,
+    reports: Option<&Path>,
+) -> i32 {
     let start = Instant::now();
     let run_deadline = timeout.and_then(|t| start.checked_add(t));
     let mut exit_code: Option<i32> = None;
@@ -585,6 +616,12 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
             };
             if sig == Signal::SIGCHLD {
                 exit_order.push(info.ssi_pid as i32);
+                continue;
+            }
+            if sig == Signal::SIGUSR1 {
+                if let Some(d) = reports {
+                    hang_report(pes, d, "asked for with SIGUSR1");
+                }
                 continue;
             }
             if stopping {
@@ -637,6 +674,10 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 }
                 exit_code = Some(status_code(failures[0].2));
                 let left = pes.iter().filter(|p| p.status.is_none()).count();
+                let recorded = |d: &Path| (0..pes.len()).any(|r| d.join(format!("pe{r}")).exists());
+                if let Some(d) = reports.filter(|d| left > 0 || recorded(d)) {
+                    hang_report(pes, d, &format!("PE {} failed", failures[0].0));
+                }
                 if left > 0 {
                     eprintln!(
                         "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
@@ -679,6 +720,16 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 timeout.map_or(0.0, |t| t.as_secs_f64()),
                 list.join(", ")
             );
+            if let Some(d) = reports {
+                hang_report(
+                    pes,
+                    d,
+                    &format!(
+                        "--timeout {}s expired",
+                        timeout.map_or(0.0, |t| t.as_secs_f64())
+                    ),
+                );
+            }
             exit_code = Some(EXIT_TIMEOUT);
             stopping = true;
             stop(pes, Signal::SIGTERM);
@@ -729,6 +780,128 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
         None if pes.iter().all(|p| p.status.is_some_and(|s| s.success())) => 0,
         None => 1,
     }
+}
+
+/// A fresh private folder (mode 700) for the PEs' hang reports.
+fn report_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut r = [0u8; 8];
+    getrandom::fill(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
+    let name = format!(
+        "rshmemrun-{}-{}",
+        std::process::id(),
+        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    let d = std::env::temp_dir().join(name);
+    std::fs::DirBuilder::new().mode(0o700).create(&d)?;
+    Ok(d)
+}
+
+/// One row of the hang table, from a line of a PE's report file (see the runtime's `hang`
+/// module: state, call, PE waited on, seconds, detail, tab-separated).
+fn report_row(rank: usize, line: &str) -> [String; 6] {
+    let mut f = line.splitn(5, '\t').map(str::to_owned);
+    let mut next = || f.next().unwrap_or_default();
+    let (state, call, on, secs, what) = (next(), next(), next(), next(), next());
+    let on = if on == "-" || on.is_empty() {
+        "-".to_string()
+    } else {
+        format!("PE {on}")
+    };
+    let secs = if secs.is_empty() {
+        "-".into()
+    } else {
+        format!("{secs} s")
+    };
+    [rank.to_string(), state, call, on, secs, what]
+}
+
+/// Asks every running PE that answers SIGUSR1 for its hang report, waits up to
+/// [`REPORT_WAIT`] for them, and prints all PEs' reports (the PEs that already ended too: the
+/// wait that timed out, or how they ended) as one table on stderr.
+fn hang_report(pes: &mut [Pe], dir: &Path, why: &str) {
+    let file = |rank: usize| dir.join(format!("pe{rank}"));
+    let mut asked = Vec::new();
+    for pe in pes.iter().filter(|p| p.status.is_none()) {
+        if dir.join(format!("armed-pe{}", pe.rank)).exists() {
+            let _ = std::fs::remove_file(file(pe.rank));
+            // The PE itself, not its group: only the PE has the handler.
+            if kill(Pid::from_raw(pe.pid), Signal::SIGUSR1).is_ok() {
+                asked.push(pe.rank);
+            }
+        }
+    }
+    let until = Instant::now() + REPORT_WAIT;
+    while Instant::now() < until && !asked.iter().all(|&r| file(r).exists()) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    for pe in pes.iter_mut() {
+        if pe.status.is_none() {
+            if let Ok(Some(st)) = pe.child.try_wait() {
+                pe.status = Some(st);
+            }
+        }
+        let text = std::fs::read_to_string(file(pe.rank)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        for l in &lines {
+            rows.push(report_row(pe.rank, l));
+        }
+        let ended = pe.status.map(|st| match (st.code(), st.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("killed by {}", signal_name(s)),
+            _ => "ended".to_string(),
+        });
+        match (lines.is_empty(), ended) {
+            (_, Some(how)) => rows.push([
+                pe.rank.to_string(),
+                "ended".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                how,
+            ]),
+            (true, None) => rows.push([
+                pe.rank.to_string(),
+                "no report".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                if asked.contains(&pe.rank) {
+                    format!("did not answer within {}s", REPORT_WAIT.as_secs_f64())
+                } else {
+                    "does not answer SIGUSR1 (still starting, or the program handles SIGUSR1)"
+                        .into()
+                },
+            ]),
+            (false, None) => {}
+        }
+    }
+    let head = ["PE", "STATE", "CALL", "WAITING ON", "FOR", "DETAIL"].map(String::from);
+    let mut w = [0usize; 5];
+    for r in std::iter::once(&head).chain(rows.iter()) {
+        for (i, c) in r.iter().take(5).enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let mut out = format!("rshmemrun: hang report ({why}):\n");
+    for r in std::iter::once(&head).chain(rows.iter()) {
+        out.push_str(&format!(
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}\n",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        ));
+    }
+    let _ = io::stderr().lock().write_all(out.as_bytes());
 }
 
 /// Lets the output threads print what the PEs wrote last; gives up after a moment if a
