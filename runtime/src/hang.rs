@@ -11,15 +11,16 @@
 //! writes its own description: address, expected value, barrier number, ...), gives them a
 //! moment, and writes the report: one line per wait, or one line saying that the PE is not
 //! blocked in rshmem. The report goes to stderr, or, when the request comes from `rshmemrun`
-//! (the parent process) and `RSHMEM_HANG_REPORT_DIR` is set, to the file `pe<N>` in that folder,
-//! which rshmemrun merges with the other PEs' into one table. A wait that times out
+//! (the parent process), to the pipe rshmemrun passed in `RSHMEM_HANG_REPORT_FD` (lines
+//! `pe<N>\t...`, then `pe<N>\tend`), and rshmemrun merges the PEs' reports into one table.
+//! At init a PE sends `pe<N>\tarmed` there: from then on SIGUSR1 no longer kills it. A wait that times out
 //! (`RSHMEM_TIMEOUT`), or ends because a peer is gone, writes its line there too, so the
 //! table also shows the PEs that gave up.
 //!
 //! The handler is installed at init only when `SIGUSR1` still has its default action (a
 //! program's own handler is left alone; then no report is made).
 //!
-//! Each line of a report file has five tab-separated fields: state (`blocked`, `timed-out`,
+//! Each report line has five tab-separated fields: state (`blocked`, `timed-out`,
 //! `peer-lost`, `running`), call, PE waited on (`-` for none), seconds waited, detail.
 
 use std::io::Write;
@@ -36,6 +37,10 @@ static ME: AtomicUsize = AtomicUsize::new(usize::MAX);
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
 /// Pid of the process that sent the last request (from the handler's siginfo).
 static SENDER: AtomicI32 = AtomicI32::new(0);
+/// The launcher's report pipe (-1: none; reports go to stderr).
+static REPORT_FD: AtomicI32 = AtomicI32::new(-1);
+/// Longest line sent to the launcher's pipe.
+const MAX_LINE: usize = 2000;
 /// Ids of wait records.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// The slow waits of this process now in progress.
@@ -102,7 +107,7 @@ impl Waiting {
     /// error itself reports it otherwise).
     #[cold]
     pub(crate) fn gave_up(&self, state: &str, waited: Duration, what: &str) {
-        if let Some(dir) = report_dir() {
+        if REPORT_FD.load(Ordering::Relaxed) >= 0 {
             let (call, pe) = {
                 let w = WAITS.lock().unwrap_or_else(|e| e.into_inner());
                 match w.iter().find(|r| r.id == self.id) {
@@ -110,7 +115,7 @@ impl Waiting {
                     None => ("-", None),
                 }
             };
-            write_file(&dir, &line(state, call, pe, waited, what));
+            send(&line(state, call, pe, waited, what));
         }
     }
 }
@@ -122,10 +127,43 @@ impl Drop for Waiting {
     }
 }
 
-fn report_dir() -> Option<String> {
-    std::env::var("RSHMEM_HANG_REPORT_DIR")
-        .ok()
-        .filter(|d| !d.trim().is_empty())
+/// The launcher's report pipe (`RSHMEM_HANG_REPORT_FD`), checked once at install.
+fn report_fd_from_env() -> Option<i32> {
+    let v = std::env::var("RSHMEM_HANG_REPORT_FD").ok()?;
+    let fd: i32 = v.trim().parse().ok().filter(|&fd| fd > 2)?;
+    // SAFETY: F_GETFD only reads descriptor flags; an fd that is not open yields EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // Keep it out of the programs this PE starts.
+    // SAFETY: as above, on an open fd; only sets its close-on-exec flag.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(fd)
+}
+
+/// Writes each line of `text` to the launcher's pipe as `pe<N>\t<line>`, one `write` per line
+/// (at most [`MAX_LINE`] bytes, so each arrives whole: pipes keep writes up to 4 KiB whole).
+/// The pipe is non-blocking: a full pipe drops the line rather than stall the PE.
+fn send(text: &str) {
+    let fd = REPORT_FD.load(Ordering::Relaxed);
+    let me = ME.load(Ordering::Relaxed);
+    if fd < 0 || me == usize::MAX {
+        return;
+    }
+    for l in text.lines() {
+        let mut out = format!("pe{me}\t{l}");
+        if out.len() > MAX_LINE {
+            let mut cut = MAX_LINE;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+        }
+        out.push('\n');
+        // SAFETY: `out` is a valid buffer of out.len() bytes; `fd` is the pipe the launcher
+        // passed (checked open at install); errors (full pipe, closed reader) are ignored.
+        unsafe { libc::write(fd, out.as_ptr().cast(), out.len()) };
+    }
 }
 
 fn line(state: &str, call: &str, pe: Option<usize>, waited: Duration, what: &str) -> String {
@@ -135,23 +173,6 @@ fn line(state: &str, call: &str, pe: Option<usize>, waited: Duration, what: &str
         "{state}\t{call}\t{pe}\t{:.1}\t{what}\n",
         waited.as_secs_f64()
     )
-}
-
-/// Writes `text` to `<dir>/pe<N>` in one piece (through a temporary file and a rename, so a
-/// reader never sees half of it).
-fn write_file(dir: &str, text: &str) {
-    let me = ME.load(Ordering::Relaxed);
-    if me == usize::MAX {
-        return;
-    }
-    let path = std::path::Path::new(dir).join(format!("pe{me}"));
-    let tmp = std::path::Path::new(dir).join(format!(".pe{me}.{}", std::process::id()));
-    let ok = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = ok {
-        tracing::warn!(target: "rshmem::hang", "cannot write the hang report to {}: {e}", path.display());
-    }
 }
 
 /// This process's report now: one line per registered wait (after giving each a moment to
@@ -197,8 +218,8 @@ fn report() {
     let text = collect();
     let me = ME.load(Ordering::Relaxed);
     let from_parent = SENDER.load(Ordering::Relaxed) == nix::unistd::getppid().as_raw();
-    match report_dir() {
-        Some(dir) if from_parent => write_file(&dir, &text),
+    match REPORT_FD.load(Ordering::Relaxed) {
+        fd if fd >= 0 && from_parent => send(&format!("{text}end\n")),
         _ => {
             let mut out = String::new();
             for l in text.lines() {
@@ -243,18 +264,16 @@ pub(crate) fn install(me: usize) {
     INSTALL.call_once(|| match install_once() {
         Ok(()) => {
             // Tells rshmemrun that this PE answers SIGUSR1 (before, the signal would kill it).
-            if let Some(dir) = report_dir() {
-                let path = std::path::Path::new(&dir).join(format!("armed-pe{me}"));
-                if let Err(e) = std::fs::File::create(&path) {
-                    tracing::warn!(target: "rshmem::hang", "cannot write {}: {e}", path.display());
-                }
-            }
+            send("armed\n");
         }
         Err(e) => tracing::debug!(target: "rshmem::hang", "no hang reports on SIGUSR1: {e}"),
     });
 }
 
 fn install_once() -> Result<(), String> {
+    if let Some(fd) = report_fd_from_env() {
+        REPORT_FD.store(fd, Ordering::Relaxed);
+    }
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     // Query the current action without changing it (SIG_DFL set back at once if it was).
     let probe = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());

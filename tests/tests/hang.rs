@@ -92,7 +92,7 @@ fn usr1_run() -> Run {
         .arg(testpe())
         .arg("hang")
         .env("RSHMEM_TIMEOUT", "0")
-        .env_remove("RSHMEM_HANG_REPORT_DIR")
+        .env_remove("RSHMEM_HANG_REPORT_FD")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

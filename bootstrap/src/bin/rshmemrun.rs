@@ -342,8 +342,8 @@ struct Launch {
     cpus: Vec<usize>,
     uid: Option<UniqueId>,
     listen_fd: Option<RawFd>,
-    /// Where the PEs write their hang reports (RSHMEM_HANG_REPORT_DIR).
-    reports: Option<PathBuf>,
+    /// Write end of the pipe the PEs send their hang reports to (RSHMEM_HANG_REPORT_FD).
+    report_fd: Option<RawFd>,
 }
 
 /// Starts PE `rank`.
@@ -368,9 +368,9 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
                 .env_remove("RSHMEM_BOOTSTRAP_SECRET");
         }
     }
-    match &l.reports {
-        Some(d) => cmd.env("RSHMEM_HANG_REPORT_DIR", d),
-        None => cmd.env_remove("RSHMEM_HANG_REPORT_DIR"),
+    match l.report_fd {
+        Some(fd) => cmd.env("RSHMEM_HANG_REPORT_FD", fd.to_string()),
+        None => cmd.env_remove("RSHMEM_HANG_REPORT_FD"),
     };
     // The job's own secret replaces any the caller's environment names.
     cmd.env_remove("RSHMEM_BOOTSTRAP_SECRET_FILE");
@@ -389,6 +389,7 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     let keep_fd: RawFd = inherit_fd.unwrap_or(-1);
+    let report_fd: RawFd = l.report_fd.unwrap_or(-1);
     // The CPU set is built here, before fork, so the child only makes a system call.
     let pin: Option<libc::cpu_set_t> = (!l.cpus.is_empty()).then(|| {
         // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
@@ -424,6 +425,10 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
             }
             // Rank 0 alone keeps the rendezvous socket across exec.
             if keep_fd >= 0 && libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Every PE keeps the hang-report pipe across exec.
+            if report_fd >= 0 && libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
@@ -492,10 +497,10 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     } else {
         Vec::new()
     };
-    let reports = match report_dir() {
-        Ok(d) => Some(d),
+    let mut reports = match Reports::new(cli.n) {
+        Ok(r) => Some(r),
         Err(e) => {
-            eprintln!("rshmemrun: no hang reports: cannot create their folder: {e}");
+            eprintln!("rshmemrun: no hang reports: cannot create their pipe: {e}");
             None
         }
     };
@@ -506,7 +511,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         cpus,
         uid,
         listen_fd: listen_owned.as_ref().map(AsRawFd::as_raw_fd),
-        reports,
+        report_fd: reports.as_ref().map(|r| r.w.as_raw_fd()),
     };
 
     let launcher_pid = std::process::id() as i32;
@@ -544,9 +549,6 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 for pe in &mut pes {
                     let _ = pe.child.wait();
                 }
-                if let Some(d) = &launch.reports {
-                    let _ = std::fs::remove_dir_all(d);
-                }
                 let code = if e.kind() == io::ErrorKind::NotFound {
                     EXIT_NOTFOUND
                 } else {
@@ -562,11 +564,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     // Rank 0 has its copy of the rendezvous socket now.
     drop(listen_owned);
 
-    let code = supervise(&mut pes, &sigfd, timeout, grace, launch.reports.as_deref());
+    let code = supervise(&mut pes, &sigfd, timeout, grace, reports.as_mut());
     finish_taggers(taggers);
-    if let Some(d) = &launch.reports {
-        let _ = std::fs::remove_dir_all(d);
-    }
     Ok(code)
 }
 
@@ -587,7 +586,7 @@ fn supervise(
     sigfd: &SignalFd,
     timeout: Option<Duration>,
     grace: Duration,
-    reports: Option<&Path>,
+    mut reports: Option<&mut Reports>,
 ) -> i32 {
     let start = Instant::now();
     let run_deadline = timeout.and_then(|t| start.checked_add(t));
@@ -619,8 +618,8 @@ fn supervise(
                 continue;
             }
             if sig == Signal::SIGUSR1 {
-                if let Some(d) = reports {
-                    hang_report(pes, d, "asked for with SIGUSR1");
+                if let Some(r) = reports.as_deref_mut() {
+                    hang_report(pes, r, "asked for with SIGUSR1");
                 }
                 continue;
             }
@@ -674,9 +673,12 @@ fn supervise(
                 }
                 exit_code = Some(status_code(failures[0].2));
                 let left = pes.iter().filter(|p| p.status.is_none()).count();
-                let recorded = |d: &Path| (0..pes.len()).any(|r| d.join(format!("pe{r}")).exists());
-                if let Some(d) = reports.filter(|d| left > 0 || recorded(d)) {
-                    hang_report(pes, d, &format!("PE {} failed", failures[0].0));
+                if let Some(r) = reports.as_deref_mut() {
+                    r.drain();
+                    // Ask the PEs still running; show what the ended ones recorded.
+                    if left > 0 || r.lines.iter().any(|l| !l.is_empty()) {
+                        hang_report(pes, r, &format!("PE {} failed", failures[0].0));
+                    }
                 }
                 if left > 0 {
                     eprintln!(
@@ -720,10 +722,10 @@ fn supervise(
                 timeout.map_or(0.0, |t| t.as_secs_f64()),
                 list.join(", ")
             );
-            if let Some(d) = reports {
+            if let Some(r) = reports.as_deref_mut() {
                 hang_report(
                     pes,
-                    d,
+                    r,
                     &format!(
                         "--timeout {}s expired",
                         timeout.map_or(0.0, |t| t.as_secs_f64())
@@ -782,19 +784,68 @@ fn supervise(
     }
 }
 
-/// A fresh private folder (mode 700) for the PEs' hang reports.
-fn report_dir() -> io::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut r = [0u8; 8];
-    getrandom::fill(&mut r).map_err(|e| io::Error::other(e.to_string()))?;
-    let name = format!(
-        "rshmemrun-{}-{}",
-        std::process::id(),
-        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
-    let d = std::env::temp_dir().join(name);
-    std::fs::DirBuilder::new().mode(0o700).create(&d)?;
-    Ok(d)
+/// The pipe the PEs send their hang reports to, and what they sent so far (see the runtime's
+/// `hang` module: lines `pe<N>\t<state>\t<call>\t<PE waited on>\t<seconds>\t<detail>`, a
+/// report ends with `pe<N>\tend`, and `pe<N>\tarmed` says that PE N answers SIGUSR1).
+struct Reports {
+    r: OwnedFd,
+    w: OwnedFd,
+    buf: Vec<u8>,
+    armed: Vec<bool>,
+    /// Per PE: its report lines (state onwards) since it was last asked.
+    lines: Vec<Vec<String>>,
+    /// Per PE: its last report ended.
+    done: Vec<bool>,
+}
+
+impl Reports {
+    fn new(n: usize) -> io::Result<Self> {
+        let (r, w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(io::Error::from)?;
+        // Above stdio, so that no PE confuses it with one of its standard streams.
+        let w = dup_above_stdio(w.as_raw_fd())?;
+        // SAFETY: F_SETFL on a pipe fd this function owns: the PEs' writes never block.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        Ok(Reports {
+            r,
+            w,
+            buf: Vec::new(),
+            armed: vec![false; n],
+            lines: vec![Vec::new(); n],
+            done: vec![false; n],
+        })
+    }
+
+    /// Reads whatever the PEs sent.
+    fn drain(&mut self) {
+        let mut chunk = [0u8; 8192];
+        while let Ok(k) = nix::unistd::read(&self.r, &mut chunk) {
+            if k == 0 {
+                break;
+            }
+            self.buf.extend_from_slice(&chunk[..k]);
+        }
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=nl).collect();
+            let line = String::from_utf8_lossy(&line[..nl]).into_owned();
+            let Some((pe, rest)) = line.split_once('\t') else {
+                continue;
+            };
+            let Some(rank) = pe
+                .strip_prefix("pe")
+                .and_then(|r| r.parse::<usize>().ok())
+                .filter(|&r| r < self.armed.len())
+            else {
+                continue;
+            };
+            match rest {
+                "armed" => self.armed[rank] = true,
+                "end" => self.done[rank] = true,
+                _ => self.lines[rank].push(rest.to_owned()),
+            }
+        }
+    }
 }
 
 /// One row of the hang table, from a line of a PE's report file (see the runtime's `hang`
@@ -819,12 +870,13 @@ fn report_row(rank: usize, line: &str) -> [String; 6] {
 /// Asks every running PE that answers SIGUSR1 for its hang report, waits up to
 /// [`REPORT_WAIT`] for them, and prints all PEs' reports (the PEs that already ended too: the
 /// wait that timed out, or how they ended) as one table on stderr.
-fn hang_report(pes: &mut [Pe], dir: &Path, why: &str) {
-    let file = |rank: usize| dir.join(format!("pe{rank}"));
+fn hang_report(pes: &mut [Pe], rep: &mut Reports, why: &str) {
+    rep.drain();
     let mut asked = Vec::new();
     for pe in pes.iter().filter(|p| p.status.is_none()) {
-        if dir.join(format!("armed-pe{}", pe.rank)).exists() {
-            let _ = std::fs::remove_file(file(pe.rank));
+        if rep.armed[pe.rank] {
+            rep.lines[pe.rank].clear();
+            rep.done[pe.rank] = false;
             // The PE itself, not its group: only the PE has the handler.
             if kill(Pid::from_raw(pe.pid), Signal::SIGUSR1).is_ok() {
                 asked.push(pe.rank);
@@ -832,8 +884,9 @@ fn hang_report(pes: &mut [Pe], dir: &Path, why: &str) {
         }
     }
     let until = Instant::now() + REPORT_WAIT;
-    while Instant::now() < until && !asked.iter().all(|&r| file(r).exists()) {
+    while Instant::now() < until && !asked.iter().all(|&r| rep.done[r]) {
         std::thread::sleep(Duration::from_millis(10));
+        rep.drain();
     }
     let mut rows: Vec<[String; 6]> = Vec::new();
     for pe in pes.iter_mut() {
@@ -842,9 +895,8 @@ fn hang_report(pes: &mut [Pe], dir: &Path, why: &str) {
                 pe.status = Some(st);
             }
         }
-        let text = std::fs::read_to_string(file(pe.rank)).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        for l in &lines {
+        let lines = &rep.lines[pe.rank];
+        for l in lines {
             rows.push(report_row(pe.rank, l));
         }
         let ended = pe.status.map(|st| match (st.code(), st.signal()) {
