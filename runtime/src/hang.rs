@@ -80,10 +80,8 @@ impl Waiting {
             answered: 0,
             what: String::new(),
         });
-        Waiting {
-            id,
-            seen: REQUEST.load(Ordering::Acquire),
-        }
+        // `seen: 0`: a wait that starts while a report is being collected answers it at once.
+        Waiting { id, seen: 0 }
     }
 
     /// Called on each turn of the slow loop: when a report was asked for since the last
