@@ -87,3 +87,31 @@ fn builder_rank_out_of_range_names_the_setting() {
         "the error does not name the rank and size",
     );
 }
+
+#[test]
+fn builder_values_win_over_the_environment() {
+    // Launcher variables that would make each process something else (or fail: torchrun's
+    // RANK/WORLD_SIZE without MASTER_ADDR), and a backend the builder overrides (gpu would
+    // fail on a machine without GPUs; the builder asks for cpu).
+    let id = fresh_id();
+    let handles: Vec<_> = (0..2)
+        .map(|r| {
+            let mut cmd = pe(r, 2, &id);
+            cmd.arg("cpu")
+                .env("RANK", "5")
+                .env("WORLD_SIZE", "9")
+                .env("RSHMEM_RANK", "0")
+                .env("RSHMEM_SIZE", "1")
+                .env("RSHMEM_BACKEND", "gpu");
+            std::thread::spawn(move || run_cmd(cmd, Duration::from_secs(60)))
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let r = h.join().expect("a PE thread panicked");
+        r.check(r.status.success(), &format!("PE {rank} failed"));
+        r.check(
+            r.stdout.contains(&format!("PE {rank}: ok embed")),
+            &format!("PE {rank} did not pass"),
+        );
+    }
+}

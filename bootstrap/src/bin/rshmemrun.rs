@@ -10,6 +10,11 @@
 //! also inherits the already-listening rendezvous socket (`RSHMEM_BOOTSTRAP_LISTEN_FD`), so the
 //! other ranks can connect before it even starts. When a PE fails, the others are stopped
 //! (SIGTERM, then SIGKILL after the grace period) and the launcher exits non-zero.
+//!
+//! Before stopping the PEs (a failure or `--timeout`), and on `SIGUSR1`, rshmemrun asks each
+//! PE for a hang report (`SIGUSR1` to the PE; the reports come back over the pipe passed in
+//! `RSHMEM_HANG_REPORT_FD`) and prints them as one table: PE, state, call, PE waited on, for
+//! how long, detail.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};

@@ -1,4 +1,4 @@
-//! `embed RANK SIZE UNIQUE_ID` — started with no launcher variables at all: the PE joins the
+//! `embed RANK SIZE UNIQUE_ID [BACKEND]` — started with no launcher variables at all: the PE joins the
 //! job through `Builder::rank/size/unique_id` (as a framework that knows its ranks would), then
 //! checks the job it got (rank, size) and moves data around a ring through buffers owned by a
 //! struct together with the world (`World::into_shared` + `SharedSymBuf`), frees them
@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use rshmem::config::BackendChoice;
 use rshmem::{Builder, Cmp, SharedSymBuf, SignalOp, World};
 
 use crate::check::{Fail, R};
@@ -20,11 +21,15 @@ struct Comm {
 
 /// Parses the arguments, joins the job and runs the checks; returns this PE's rank.
 pub fn run(args: &[String]) -> R<usize> {
-    let [rank, size, uid] = args else {
-        return Err(Fail(format!(
-            "usage: embed RANK SIZE UNIQUE_ID (got {} arguments)",
-            args.len()
-        )));
+    let (rank, size, uid, backend) = match args {
+        [r, s, u] => (r, s, u, None),
+        [r, s, u, b] => (r, s, u, Some(b.as_str())),
+        _ => {
+            return Err(Fail(format!(
+                "usage: embed RANK SIZE UNIQUE_ID [cpu|gpu|auto] (got {} arguments)",
+                args.len()
+            )))
+        }
     };
     let rank: usize = rank
         .parse()
@@ -35,7 +40,16 @@ pub fn run(args: &[String]) -> R<usize> {
     let uid: rshmem::UniqueId = uid
         .parse()
         .map_err(|e| Fail(format!("bad unique id: {e}")))?;
-    let world = Builder::new()
+    let mut b = Builder::new();
+    if let Some(name) = backend {
+        b = b.backend(match name {
+            "cpu" => BackendChoice::Cpu,
+            "gpu" => BackendChoice::Gpu,
+            "auto" => BackendChoice::Auto,
+            _ => return Err(Fail(format!("bad backend {name:?}"))),
+        });
+    }
+    let world = b
         .rank(rank)
         .size(size)
         .unique_id(uid)
