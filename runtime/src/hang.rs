@@ -315,3 +315,53 @@ fn install_once() -> Result<(), String> {
     unsafe { sigaction(Signal::SIGUSR1, &act) }.map_err(|e| e.to_string())?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_blocked_wait_describes_itself_and_leaves_no_record_when_done() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let registered = Arc::new(AtomicBool::new(false));
+        let (s, r) = (stop.clone(), registered.clone());
+        let t = std::thread::spawn(move || {
+            let mut w = Waiting::enter("test_wait_call", Some(3), Instant::now());
+            r.store(true, Ordering::Release);
+            while !s.load(Ordering::Acquire) {
+                w.poll(&|| "flag at 0x10 to become 1 (it is 0)".to_string());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        while !registered.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let text = collect();
+        let mine: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("test_wait_call"))
+            .collect();
+        assert_eq!(mine.len(), 1, "{text}");
+        let f: Vec<&str> = mine[0].split('\t').collect();
+        assert_eq!(f[0], "blocked");
+        assert_eq!(f[2], "3");
+        assert_eq!(f[4], "flag at 0x10 to become 1 (it is 0)");
+        stop.store(true, Ordering::Release);
+        t.join().expect("waiter");
+        assert!(!collect().contains("test_wait_call"));
+    }
+
+    #[test]
+    fn report_lines_have_five_fields_without_tabs_or_newlines_in_the_detail() {
+        let l = line(
+            "timed-out",
+            "barrier_all",
+            None,
+            Duration::from_millis(2500),
+            "a\tb\nc",
+        );
+        assert_eq!(l, "timed-out\tbarrier_all\t-\t2.5\ta b c\n");
+    }
+}
