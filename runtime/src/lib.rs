@@ -28,7 +28,13 @@
 //!
 //! Every call checks its arguments (PE range, symmetric address ranges, alignment) and returns
 //! an [`Error`] naming the call and the cause, writing nothing. Blocking calls are bounded by
-//! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
+//! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone; `SIGUSR1` makes a
+//! PE report what it is blocked in (see docs/launching.md, "Hang reports").
+//!
+//! ## Embedding
+//! A framework that has its own ranks starts rshmem with [`Builder::rank`], [`Builder::size`]
+//! and [`Builder::unique_id`] (no launcher variables needed), and keeps the world and its
+//! buffers in one struct with [`World::into_shared`] and [`SharedSymBuf`] (see [`shared`]).
 
 mod amo;
 mod coll;
