@@ -12,7 +12,7 @@ mod common;
 
 use std::process::ExitCode;
 
-use common::{cuda, mismatches, pattern};
+use common::{mismatches, pattern};
 use rshmem::cudarc::driver::{LaunchConfig, PushKernelArg};
 use rshmem::{Cmp, SignalOp};
 
@@ -50,35 +50,27 @@ fn run() -> rshmem::Result<bool> {
             (Some(m), Some(gpu)) => {
                 let f = m.function("bidir_put")?;
                 let stream = &gpu.stream;
-                let (d, s, g) = (
-                    dest.as_ptr() as u64,
-                    src.as_ptr() as u64,
-                    sig.as_ptr() as u64,
-                );
                 let (nb, pe) = (size as u64, peer as i32);
                 let cfg = LaunchConfig {
                     grid_dim: (BLOCKS as u32, 1, 1),
                     block_dim: (512, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: bidir_put(uint8_t*, const uint8_t*, size_t, uint64_t*, int) with
-                // symmetric addresses of live allocations.
+                // SAFETY: bidir_put(uint8_t*, const uint8_t*, size_t, uint64_t*, int): SymBuf
+                // arguments pass their symmetric addresses (live until the sync below).
                 unsafe {
                     stream
                         .launch_builder(&f)
-                        .arg(&d)
-                        .arg(&s)
+                        .arg(&dest)
+                        .arg(&src)
                         .arg(&nb)
-                        .arg(&g)
+                        .arg(&sig)
                         .arg(&pe)
                         .launch(cfg)
-                }
-                .map_err(|e| cuda("bidir_put_signal", "launch", e))?;
+                }?;
                 expected_sig += BLOCKS;
                 world.signal_wait_until_on_stream(sig.as_ptr(), Cmp::Ge, expected_sig, stream)?;
-                stream
-                    .synchronize()
-                    .map_err(|e| cuda("bidir_put_signal", "synchronize", e))?;
+                stream.synchronize()?;
             }
             _ => {
                 expected_sig += 1;

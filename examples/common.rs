@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use rshmem::cudarc::driver::DriverError;
 use rshmem::{SymBuf, World};
 
 /// The value element `i` of PE `pe`'s buffer holds in round `round`: distinct per PE, index and
@@ -14,15 +13,6 @@ pub fn pattern(pe: usize, round: u64, i: usize) -> u8 {
     (x ^ (x >> 29) ^ (x >> 47)) as u8
 }
 
-/// A CUDA error from an example, as an rshmem error.
-pub fn cuda(call: &'static str, what: &str, e: DriverError) -> rshmem::Error {
-    rshmem::Error::Cuda {
-        call,
-        what: what.to_string(),
-        code: format!("{e:?}"),
-    }
-}
-
 /// Counts the bytes of `got` that differ from PE `pe`'s pattern.
 pub fn mismatches(got: &[u8], pe: usize, round: u64) -> usize {
     got.iter()
@@ -31,7 +21,8 @@ pub fn mismatches(got: &[u8], pe: usize, round: u64) -> usize {
         .count()
 }
 
-/// Installs the logger, runs the example and turns its outcome into the exit code (errors are
+/// Installs rshmem's logger (`rshmem::init_logging`: warnings, or what `RSHMEM_LOG` asks for),
+/// runs the example and turns its outcome into the exit code (errors are
 /// printed with the example's name).
 pub fn main(name: &str, run: fn() -> rshmem::Result<bool>) -> ExitCode {
     rshmem::init_logging();

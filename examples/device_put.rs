@@ -11,7 +11,7 @@ mod common;
 
 use std::process::ExitCode;
 
-use common::{cuda, mismatches, pattern};
+use common::{mismatches, pattern};
 use rshmem::cudarc::driver::{LaunchConfig, PushKernelArg};
 use rshmem::{Cmp, SignalOp};
 
@@ -42,11 +42,6 @@ fn run() -> rshmem::Result<bool> {
             (Some(m), Some(gpu)) => {
                 let f = m.function("device_put")?;
                 let stream = &gpu.stream;
-                let (d, s, g) = (
-                    dest.as_ptr() as u64,
-                    src.as_ptr() as u64,
-                    sig.as_ptr() as u64,
-                );
                 let (nb, pe) = (nbytes as u64, to as i32);
                 let cfg = LaunchConfig {
                     grid_dim: (1, 1, 1),
@@ -54,23 +49,21 @@ fn run() -> rshmem::Result<bool> {
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: device_put(uint8_t*, const uint8_t*, size_t, uint64_t*, uint64_t, int):
-                // symmetric addresses of live allocations and plain values.
+                // SymBuf arguments pass their symmetric addresses (live until the sync below),
+                // then plain values.
                 unsafe {
                     stream
                         .launch_builder(&f)
-                        .arg(&d)
-                        .arg(&s)
+                        .arg(&dest)
+                        .arg(&src)
                         .arg(&nb)
-                        .arg(&g)
+                        .arg(&sig)
                         .arg(&round)
                         .arg(&pe)
                         .launch(cfg)
-                }
-                .map_err(|e| cuda("device_put", "launch", e))?;
+                }?;
                 world.signal_wait_until_on_stream(sig.as_ptr(), Cmp::Eq, round, stream)?;
-                stream
-                    .synchronize()
-                    .map_err(|e| cuda("device_put", "synchronize", e))?;
+                stream.synchronize()?;
             }
             _ => {
                 world.put_signal(dest.as_ptr(), &data, sig.as_ptr(), round, SignalOp::Set, to)?;

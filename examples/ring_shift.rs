@@ -19,22 +19,18 @@ fn run() -> rshmem::Result<()> {
     if let Some(gpu) = world.gpu() {
         let module = world.load_module(KERNEL)?;
         let f = module.function("ring_shift")?;
-        let stream = gpu
-            .ctx
-            .new_stream()
-            .map_err(|e| cuda("creating a stream", e))?;
-        let ptr = message.as_ptr() as u64;
+        // cudarc's errors convert into rshmem::Error with `?`.
+        let stream = gpu.ctx.new_stream()?;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (1, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: ring_shift takes one `int*`, passed as a 64-bit device address of the
-        // symmetric heap.
-        unsafe { stream.launch_builder(&f).arg(&ptr).launch(cfg) }
-            .map_err(|e| cuda("launching ring_shift", e))?;
+        // SAFETY: ring_shift takes one `int*`; a SymBuf argument passes its symmetric (GPU heap)
+        // address, and `message` outlives the kernel (synchronized below).
+        unsafe { stream.launch_builder(&f).arg(&message).launch(cfg) }?;
         world.barrier_all_on_stream(&stream)?;
-        stream.synchronize().map_err(|e| cuda("synchronizing", e))?;
+        stream.synchronize()?;
     } else {
         world.p(message.as_ptr(), me as i32, (me + 1) % n)?;
         world.barrier_all()?;
@@ -51,15 +47,8 @@ fn run() -> rshmem::Result<()> {
     Ok(())
 }
 
-fn cuda(what: &str, e: rshmem::cudarc::driver::DriverError) -> rshmem::Error {
-    rshmem::Error::Cuda {
-        call: "ring_shift",
-        what: what.to_string(),
-        code: format!("{e:?}"),
-    }
-}
-
 fn main() -> ExitCode {
+    // Opt in to rshmem's log lines (warnings by default; RSHMEM_LOG=rshmem=debug for more).
     rshmem::init_logging();
     match run() {
         Ok(()) => ExitCode::SUCCESS,

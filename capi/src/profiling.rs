@@ -1,5 +1,5 @@
 //! The OpenSHMEM profiling interface for the hand-written routines: `pshmem_NAME` for each
-//! `shmem_NAME` of `api.rs` and `coll.rs` (the typed routines get theirs from
+//! `shmem_NAME` of `api.rs`, `coll.rs` and `ctx.rs` (the typed routines get theirs from
 //! `typed.rs`'s `entry!`).
 //!
 //! A tool defines `shmem_NAME`, is found before libshmem (`LD_PRELOAD`, or linked before it)
@@ -79,16 +79,18 @@ pshmem! {
         yaxis_team: *mut *mut c_void) -> c_int;
     coll::shmem_team_destroy(team: *mut c_void);
     coll::shmem_team_sync(team: *mut c_void) -> c_int;
-    coll::shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int;
+    ctx::shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int;
+    api::shmem_team_ptr(team: *mut c_void, dest: *const c_void, pe: c_int) -> *mut c_void;
     // Distributed locks
     api::shmem_set_lock(lock: *mut c_long);
     api::shmem_clear_lock(lock: *mut c_long);
     api::shmem_test_lock(lock: *mut c_long) -> c_int;
     // Contexts
-    api::shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int;
-    api::shmem_ctx_destroy(ctx: *mut c_void);
-    api::shmem_ctx_fence(ctx: *mut c_void);
-    api::shmem_ctx_quiet(ctx: *mut c_void);
+    ctx::shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int;
+    ctx::shmem_team_create_ctx(team: *mut c_void, options: c_long, ctx: *mut *mut c_void) -> c_int;
+    ctx::shmem_ctx_destroy(ctx: *mut c_void);
+    ctx::shmem_ctx_fence(ctx: *mut c_void);
+    ctx::shmem_ctx_quiet(ctx: *mut c_void);
     // Signals
     api::shmem_signal_fetch(sig: *const u64) -> u64;
     api::shmem_signal_wait_until(sig: *mut u64, cmp: c_int, value: u64) -> u64;

@@ -440,6 +440,8 @@ fn profiling_tool_interposes_shmem_routines() {
         r.stdout,
         r.stderr
     );
+}
+
 #[test]
 fn any_calls_return_every_satisfied_index() {
     passes("any_fair");

@@ -253,7 +253,17 @@ impl<'w> CollSweep<'w> {
             return Ok(());
         }
         let esize = std::mem::size_of::<T>();
-        for (idx, size) in b.opts.sizes().into_iter().enumerate() {
+        let sizes = b.opts.sizes();
+        for (idx, &size) in sizes.iter().enumerate() {
+            if !b.keep_going()? {
+                break;
+            }
+            let label = c.label.map(|l| format!("{l}, ")).unwrap_or_default();
+            b.progress(&format!(
+                "{label}size {size} B ({} of {})",
+                idx + 1,
+                sizes.len()
+            ));
             if size % esize != 0 {
                 return Err(BenchError::Refused(format!(
                     "size {size} is not a multiple of the {esize}-byte {} element",

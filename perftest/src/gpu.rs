@@ -12,6 +12,8 @@ use rshmem::cudarc::driver::sys::CUevent_flags;
 use rshmem::cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use rshmem::{Error, Module, Result, SymBuf, World};
 
+use crate::output::{json_f64, out, RunInfo};
+
 /// The device loops.
 pub const KERNELS: &str = include_str!("../kernels/gpu_bench.cu");
 
@@ -31,18 +33,21 @@ pub struct Row {
 }
 
 impl Row {
-    /// Prints the row (table line, or one JSON object with `json`).
-    pub fn print(&self, json: bool) {
-        if json {
-            println!(
-                "{{\"bench\":\"{}\",\"size\":{},\"value\":{:.4},\"unit\":\"{}\",\"note\":\"{}\"}}",
-                self.bench, self.size, self.value, self.unit, self.note
-            );
-        } else {
-            println!(
+    /// Prints the row: a table line, or with `json` one JSON object (`bench`, `size`, `value`,
+    /// `unit`, `note`, then the fields of `info`).
+    pub fn print(&self, json: Option<&RunInfo>) {
+        match json {
+            Some(info) => out(&info.line(serde_json::json!({
+                "bench": self.bench,
+                "size": self.size,
+                "value": json_f64((self.value * 1e4).round() / 1e4),
+                "unit": self.unit,
+                "note": self.note,
+            }))),
+            None => out(&format!(
                 "{:<28} {:>12} {:>12.3} {:<5} {}",
                 self.bench, self.size, self.value, self.unit, self.note
-            );
+            )),
         }
     }
 }

@@ -7,20 +7,32 @@
 //! and finalizes. PE 0 measures and prints; PE 1 is the target; any other PE only takes part
 //! in the collective calls (and, for `barrier_latency`, in the measurement).
 //!
+//! The command line is one `clap` definition for every program ([`cli`]), parsed before the
+//! runtime starts (so `--help` and usage errors need no job). Rows go to stdout as a table or,
+//! with `--json`, as one JSON object per row that also records the rshmem version, commit,
+//! backend, transport, host, device and options ([`output::RunInfo`]). A closed stdout (`| head`)
+//! stops the printing, and the PEs agree to end the sweep early and finalize cleanly.
+//!
 //! Each timed point is run `reps` times (`--reps`, default 5) after a warmup; a rep is `iters`
 //! operations timed as one block with [`Instant`], and the reported value is the median over
 //! the reps (the table also shows the best and worst rep).
 
+pub mod cli;
 pub mod coll;
 pub mod gpu;
+pub mod output;
+pub mod plot;
 pub mod rma;
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::process::ExitCode;
 use std::time::Instant;
 
+pub use cli::{parse_size, NoExtra, Options};
+pub use output::{out, stdout_closed, Progress, RunInfo};
 pub use rshmem;
-use rshmem::World;
+use rshmem::{SymBuf, World};
+use serde::Serialize;
 
 /// Most bytes a bandwidth point keeps in flight (the window of slots is cut to fit).
 pub const BW_REGION: usize = 128 << 20;
@@ -34,11 +46,6 @@ const LAT_MAX_ITERS: usize = 50_000;
 const BW_BUDGET: usize = 512 << 20;
 const BW_MIN_ITERS: usize = 4;
 const BW_MAX_ITERS: usize = 20_000;
-/// Largest size accepted on the command line.
-const MAX_SIZE: usize = 1 << 30;
-/// Default largest size of a [`Kind::Collective`] sweep (bytes per PE).
-const COLL_MAX: usize = 16 << 20;
-
 /// What a program measures, which decides the defaults and the options that apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -69,54 +76,6 @@ pub struct Spec {
     pub min_pes: usize,
 }
 
-/// Growth of the size sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// 8, 16, 32, ...
-    Pow2,
-    /// 8, 32, 128, ...
-    Pow4,
-}
-
-/// Parsed command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// Smallest size in bytes.
-    pub min: usize,
-    /// Largest size in bytes.
-    pub max: usize,
-    /// Growth of the sweep.
-    pub step: Step,
-    /// Operations per rep (auto-scaled by size when `None`).
-    pub iters: Option<usize>,
-    /// Operations before the first timed rep (auto when `None`).
-    pub warmup: Option<usize>,
-    /// Timed reps per point; the reported value is their median.
-    pub reps: usize,
-    /// Operations in flight per bandwidth iteration (auto when `None`).
-    pub window: Option<usize>,
-    /// Print one JSON object per row instead of the table.
-    pub json: bool,
-    /// Rows to run in programs with an op column that honour it (`--ops`; empty: all).
-    pub ops: Vec<String>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            min: 8,
-            max: 4 << 20,
-            step: Step::Pow2,
-            iters: None,
-            warmup: None,
-            reps: 5,
-            window: None,
-            json: false,
-            ops: Vec::new(),
-        }
-    }
-}
-
 /// Warmup and timed operation counts of one point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -143,10 +102,7 @@ impl Options {
 
     /// The sizes of the sweep, `min` up to `max` inclusive.
     pub fn sizes(&self) -> Vec<usize> {
-        let f = match self.step {
-            Step::Pow2 => 2,
-            Step::Pow4 => 4,
-        };
+        let f = self.step_factor.max(2);
         let mut v = Vec::new();
         let mut s = self.min;
         while s <= self.max {
@@ -345,6 +301,23 @@ pub struct Row<'a> {
     pub iters: usize,
 }
 
+/// One row as JSON: the field names scripts and `docs/bench/*.jsonl` use (`bench`, `op`, `size`,
+/// `value`, `unit`, `min`, `max`, `iters`, `reps`, `pes`), then the [`RunInfo`] fields.
+#[derive(Debug, Serialize)]
+struct JsonRow<'a> {
+    bench: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    op: Option<&'a str>,
+    size: usize,
+    value: Option<f64>,
+    unit: &'a str,
+    min: Option<f64>,
+    max: Option<f64>,
+    iters: usize,
+    reps: usize,
+    pes: usize,
+}
+
 /// Prints the rows of one program on PE 0, as a table or as JSON lines.
 #[derive(Debug)]
 pub struct Report {
@@ -355,6 +328,7 @@ pub struct Report {
     reps: usize,
     pes: usize,
     ops: bool,
+    info: Option<RunInfo>,
 }
 
 impl Report {
@@ -366,14 +340,16 @@ impl Report {
         unit: &'static str,
         ops: bool,
     ) -> Report {
+        let printer = world.my_pe() == 0;
         Report {
             name: spec.name,
             unit,
             json: opts.json,
-            printer: world.my_pe() == 0,
+            printer,
             reps: opts.reps.max(1),
             pes: world.n_pes(),
             ops,
+            info: (printer && opts.json).then(|| RunInfo::new(world, opts)),
         }
     }
 
@@ -382,16 +358,16 @@ impl Report {
         if self.json || !self.printer {
             return;
         }
-        println!("# {}: {what}", self.name);
+        out(&format!("# {}: {what}", self.name));
         let pes = if self.pes == 1 {
             "1 PE".to_string()
         } else {
             format!("{} PEs", self.pes)
         };
-        println!(
+        out(&format!(
             "# {pes}; value = median of {} reps, min/max = best/worst rep",
             self.reps
-        );
+        ));
         let value = if self.unit == "us" {
             "latency(us)"
         } else {
@@ -402,10 +378,10 @@ impl Report {
         } else {
             String::new()
         };
-        println!(
+        out(&format!(
             "{op}{:>10} {:>14} {:>12} {:>12} {:>9}",
             "size(B)", value, "min", "max", "iters"
-        );
+        ));
     }
 
     /// Prints one row.
@@ -414,42 +390,27 @@ impl Report {
             return;
         }
         let Stat { median, min, max } = row.stat;
-        if self.json {
-            let mut s = String::new();
-            let _ = write!(s, "{{\"bench\":\"{}\"", self.name);
-            if let Some(op) = row.op {
-                let _ = write!(s, ",\"op\":\"{op}\"");
-            }
-            let _ = write!(
-                s,
-                ",\"size\":{},\"value\":{},\"unit\":\"{}\",\"min\":{},\"max\":{},\"iters\":{},\"reps\":{},\"pes\":{}}}",
-                row.size,
-                json_num(median),
-                self.unit,
-                json_num(min),
-                json_num(max),
-                row.iters,
-                self.reps,
-                self.pes
-            );
-            println!("{s}");
+        if let (true, Some(info)) = (self.json, &self.info) {
+            out(&info.line(JsonRow {
+                bench: self.name,
+                op: row.op,
+                size: row.size,
+                value: output::json_f64(median),
+                unit: self.unit,
+                min: output::json_f64(min),
+                max: output::json_f64(max),
+                iters: row.iters,
+                reps: self.reps,
+                pes: self.pes,
+            }));
         } else {
             let op = row.op.map(|o| format!("{o:<14}")).unwrap_or_default();
             let p = if self.unit == "us" { 4 } else { 3 };
-            println!(
+            out(&format!(
                 "{op}{:>10} {median:>14.p$} {min:>12.p$} {max:>12.p$} {:>9}",
                 row.size, row.iters
-            );
+            ));
         }
-    }
-}
-
-/// A JSON number (JSON has no NaN or infinity: those become `null`).
-fn json_num(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v:.6}")
-    } else {
-        "null".into()
     }
 }
 
@@ -462,6 +423,9 @@ pub struct Bench<'a> {
     pub opts: &'a Options,
     /// The program's description.
     pub spec: &'a Spec,
+    /// A symmetric word PE 0 sets on every PE when stdout closed (see [`Bench::keep_going`]).
+    stop: SymBuf<'a, u64>,
+    progress: std::cell::RefCell<Progress>,
 }
 
 impl Bench<'_> {
@@ -487,6 +451,32 @@ impl Bench<'_> {
     /// `barrier_all`, with the error converted.
     pub fn barrier(&self) -> Result<()> {
         Ok(self.world.barrier_all()?)
+    }
+
+    /// Shows `what` on PE 0's progress line (when stderr is a terminal).
+    pub fn progress(&self, what: &str) {
+        if let Ok(mut p) = self.progress.try_borrow_mut() {
+            p.show(what);
+        }
+    }
+
+    /// **Collective.** False once PE 0's stdout is closed (its reader went away): every PE
+    /// gets the same answer, so they all leave the sweep at the same point and finalize
+    /// cleanly instead of measuring rows nobody reads.
+    pub fn keep_going(&self) -> Result<bool> {
+        if self.me() == 0 && stdout_closed() && self.stop.read(0) != Some(1) {
+            for pe in 0..self.world.n_pes() {
+                self.world.p(self.stop.as_ptr(), 1u64, pe)?;
+            }
+        }
+        self.world.barrier_all()?;
+        let stop = self.stop.read(0) == Some(1);
+        if stop {
+            if let Ok(mut p) = self.progress.try_borrow_mut() {
+                p.clear();
+            }
+        }
+        Ok(!stop)
     }
 }
 
@@ -514,7 +504,12 @@ pub fn sweep(b: &Bench<'_>, what: &str, s: &mut impl Sweep) -> Result<()> {
     let bw = b.spec.kind == Kind::Bandwidth;
     let report = b.report(if bw { "GB/s" } else { "us" }, false);
     report.header(what);
-    for (idx, size) in b.opts.sizes().into_iter().enumerate() {
+    let sizes = b.opts.sizes();
+    for (idx, &size) in sizes.iter().enumerate() {
+        if !b.keep_going()? {
+            break;
+        }
+        b.progress(&format!("size {size} B ({} of {})", idx + 1, sizes.len()));
         let seed = seed_for(idx);
         let window = if bw { b.opts.window(size) } else { 1 };
         let counts = if bw {
@@ -549,26 +544,13 @@ pub fn sweep(b: &Bench<'_>, what: &str, s: &mut impl Sweep) -> Result<()> {
     Ok(())
 }
 
-/// Runs one benchmark program: parses the command line, starts rshmem, refuses to run with
-/// fewer than `spec.min_pes` PEs, calls `body`, and finalizes. Exit status: 0 on success, 1 when
-/// the runtime failed or a verification failed, 2 for a usage error or a refused job.
+/// Runs one benchmark program: parses the command line (before the runtime starts: `--help`
+/// and usage errors need no job), starts rshmem, refuses to run with fewer than
+/// `spec.min_pes` PEs, calls `body`, and finalizes. Exit status: 0 on success (also when
+/// stdout was closed early), 1 when the runtime failed or a verification failed, 2 for a usage
+/// error or a refused job.
 pub fn run(spec: Spec, body: impl FnOnce(&Bench<'_>) -> Result<()>) -> ExitCode {
-    let rank0 = std::env::var("RSHMEM_RANK").map_or(true, |r| r.trim() == "0");
-    let opts = match parse_args(&spec, std::env::args().skip(1)) {
-        Ok(Parsed::Run(o)) => o,
-        Ok(Parsed::Help(text)) => {
-            if rank0 {
-                print!("{text}");
-            }
-            return ExitCode::SUCCESS;
-        }
-        Err(msg) => {
-            if rank0 {
-                eprintln!("{}: {msg}\n\n{}", spec.name, usage(&spec));
-            }
-            return ExitCode::from(2);
-        }
-    };
+    let (opts, NoExtra {}) = cli::parse::<NoExtra>(&spec);
     rshmem::init_logging();
     let world = match rshmem::init() {
         Ok(w) => w,
@@ -587,11 +569,24 @@ pub fn run(spec: Spec, body: impl FnOnce(&Bench<'_>) -> Result<()>) -> ExitCode 
             spec.name
         )))
     } else {
-        body(&Bench {
-            world: &world,
-            opts: &opts,
-            spec: &spec,
-        })
+        match world.calloc::<u64>(1) {
+            Ok(stop) => {
+                let b = Bench {
+                    world: &world,
+                    opts: &opts,
+                    spec: &spec,
+                    stop,
+                    progress: std::cell::RefCell::new(Progress::new(spec.name, me, opts.quiet)),
+                };
+                let r = body(&b);
+                drop(b.progress);
+                match r {
+                    Ok(()) => world.free(b.stop).map_err(BenchError::from),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     };
     match result {
         Ok(()) => match world.finalize() {
@@ -616,145 +611,6 @@ pub fn run(spec: Spec, body: impl FnOnce(&Bench<'_>) -> Result<()>) -> ExitCode 
             ExitCode::FAILURE
         }
     }
-}
-
-enum Parsed {
-    Run(Options),
-    Help(String),
-}
-
-fn usage(spec: &Spec) -> String {
-    let mut s = format!(
-        "{} — {}\n\nUsage: rshmemrun -n 2 {} [OPTIONS]\n\nOptions:\n",
-        spec.name, spec.about, spec.name
-    );
-    let sweep = !matches!(spec.kind, Kind::Fixed { .. });
-    let ignored = if sweep {
-        ""
-    } else {
-        " [no size sweep here: ignored]"
-    };
-    let _ = writeln!(
-        s,
-        "  --min SIZE       smallest message size (default 8; suffixes K, M, G){ignored}"
-    );
-    let _ = writeln!(
-        s,
-        "  --max SIZE       largest message size (default {}){ignored}",
-        if spec.kind == Kind::Collective {
-            "16M"
-        } else {
-            "4M"
-        }
-    );
-    let _ = writeln!(
-        s,
-        "  --sizes pow2|pow4  sweep in powers of 2 (default) or of 4{ignored}"
-    );
-    s.push_str("  --iters N        timed operations per rep (default: auto-scaled)\n");
-    s.push_str("  --warmup N       untimed operations first (default: iters/10)\n");
-    s.push_str("  --reps N         timed reps per point; the value is their median (default 5)\n");
-    let ignored = if spec.kind == Kind::Bandwidth {
-        ""
-    } else {
-        " [bandwidth only: ignored]"
-    };
-    let _ = writeln!(s, "  --window N       operations in flight per iteration (default 64, fewer above 2M){ignored}");
-    if spec.kind == Kind::Collective {
-        s.push_str(
-            "  --ops A,B        only these rows of the op column (reduction_latency: int-sum, ...)\n",
-        );
-    }
-    s.push_str("  --json           one JSON object per row instead of the table\n");
-    s.push_str("  -h, --help       this text\n");
-    s
-}
-
-/// Parses a size: digits with an optional K/M/G suffix (binary: 4K = 4096), optional "B"/"iB".
-pub fn parse_size(s: &str) -> Option<usize> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.chars().last()? {
-        'k' | 'K' => (&t[..t.len() - 1], 10),
-        'm' | 'M' => (&t[..t.len() - 1], 20),
-        'g' | 'G' => (&t[..t.len() - 1], 30),
-        _ => (t, 0),
-    };
-    let n: usize = num.parse().ok()?;
-    n.checked_mul(1usize << shift)
-}
-
-fn parse_args(
-    spec: &Spec,
-    args: impl Iterator<Item = String>,
-) -> std::result::Result<Parsed, String> {
-    let mut o = Options::default();
-    if spec.kind == Kind::Collective {
-        o.max = COLL_MAX;
-    }
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> std::result::Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let count = |name: &str, v: String| -> std::result::Result<usize, String> {
-            v.parse::<usize>()
-                .map_err(|_| format!("{name} expects a whole number, got {v:?}"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help(usage(spec))),
-            "--json" => o.json = true,
-            "--ops" => {
-                o.ops = value(&flag)?
-                    .split(',')
-                    .map(|x| x.trim().to_string())
-                    .filter(|x| !x.is_empty())
-                    .collect();
-            }
-            "--min" | "--max" => {
-                let v = value(&flag)?;
-                let n = parse_size(&v)
-                    .filter(|&n| (1..=MAX_SIZE).contains(&n))
-                    .ok_or_else(|| format!("{flag} expects a size from 1 to 1G, got {v:?}"))?;
-                if flag == "--min" {
-                    o.min = n;
-                } else {
-                    o.max = n;
-                }
-            }
-            "--sizes" => {
-                o.step = match value(&flag)?.as_str() {
-                    "pow2" | "2" => Step::Pow2,
-                    "pow4" | "4" => Step::Pow4,
-                    v => return Err(format!("--sizes expects pow2 or pow4, got {v:?}")),
-                }
-            }
-            "--iters" => o.iters = Some(count(&flag, value(&flag)?)?.max(1)),
-            "--warmup" => o.warmup = Some(count(&flag, value(&flag)?)?),
-            "--reps" => o.reps = count(&flag, value(&flag)?)?.max(1),
-            "--window" => {
-                o.window = Some(count(&flag, value(&flag)?)?.max(1));
-            }
-            _ => return Err(format!("unknown option {arg:?}")),
-        }
-    }
-    if o.min > o.max {
-        return Err(format!(
-            "--min ({}) is larger than --max ({})",
-            o.min, o.max
-        ));
-    }
-    Ok(Parsed::Run(o))
 }
 
 /// A private (non-symmetric) byte buffer whose first byte is page-aligned, like the symmetric
@@ -888,70 +744,6 @@ impl Word for u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(kind: Kind) -> Spec {
-        Spec {
-            name: "t",
-            about: "test",
-            kind,
-            min_pes: 2,
-        }
-    }
-
-    fn parse(kind: Kind, a: &[&str]) -> std::result::Result<Options, String> {
-        match parse_args(&spec(kind), a.iter().map(|s| s.to_string()))? {
-            Parsed::Run(o) => Ok(o),
-            Parsed::Help(_) => Err("help".into()),
-        }
-    }
-
-    #[test]
-    fn sizes() {
-        let o = parse(Kind::Latency, &[]).unwrap();
-        let s = o.sizes();
-        assert_eq!((s[0], *s.last().unwrap(), s.len()), (8, 4 << 20, 20));
-        let o = parse(
-            Kind::Latency,
-            &["--sizes", "pow4", "--min=8", "--max", "1M"],
-        )
-        .unwrap();
-        assert_eq!(
-            o.sizes(),
-            vec![8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288]
-        );
-        assert!(parse(Kind::Latency, &["--min", "1M", "--max", "4K"]).is_err());
-        assert!(parse(Kind::Latency, &["--bogus"]).is_err());
-        assert!(parse(Kind::Fixed { iters: 1 }, &["--min", "8", "--window", "2"]).is_ok());
-        assert!(parse(Kind::Latency, &["--iters"]).is_err());
-        assert_eq!(
-            parse(Kind::Bandwidth, &["--window", "8"])
-                .unwrap()
-                .window(1 << 20),
-            8
-        );
-        assert_eq!(parse(Kind::Latency, &["-h"]), Err("help".into()));
-    }
-
-    #[test]
-    fn collective_options() {
-        let o = parse(Kind::Collective, &[]).unwrap();
-        assert_eq!((o.min, o.max), (8, 16 << 20));
-        assert!(o.ops_selected(Some("int-sum")) && o.ops_selected(None));
-        let o = parse(Kind::Collective, &["--ops", "int-sum,float-sum"]).unwrap();
-        assert_eq!(o.ops, vec!["int-sum".to_string(), "float-sum".to_string()]);
-        assert!(o.ops_selected(Some("float-sum")));
-        assert!(!o.ops_selected(Some("int-max")) && !o.ops_selected(None));
-        assert_eq!(parse(Kind::Latency, &[]).unwrap().max, 4 << 20);
-    }
-
-    #[test]
-    fn size_suffixes() {
-        assert_eq!(parse_size("4K"), Some(4096));
-        assert_eq!(parse_size("4KiB"), Some(4096));
-        assert_eq!(parse_size("2m"), Some(2 << 20));
-        assert_eq!(parse_size("16"), Some(16));
-        assert_eq!(parse_size("x"), None);
-    }
 
     #[test]
     fn counts_scale() {

@@ -16,7 +16,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_TIMEOUT",
         kind: "seconds (float)",
         default: "300",
-        help: "Timeout of every blocking wait (barrier, wait_until, signal_wait_until, the TCP bootstrap; MPI calls of the MPI bootstrap are not covered); 0 disables it. The error names the waiting PE and what it waited for.",
+        help: "Timeout of every blocking wait (barrier, wait_until, signal_wait_until, the TCP bootstrap, each send, receive, connect and handshake of the TCP transport; MPI calls of the MPI bootstrap are not covered); 0 disables it. The error names the waiting PE and what it waited for.",
     },
     EnvVar {
         name: "RSHMEM_HEAP_LIMIT",
@@ -75,8 +75,8 @@ pub static ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "RSHMEM_TCP_ADDR",
         kind: "IP address",
-        default: "the local address of the route to the bootstrap host",
-        help: "Address the TCP transport (PEs on other hosts) listens on and advertises to the other PEs.",
+        default: "the local address of the route to the bootstrap host (loopback when that is this host or unknown)",
+        help: "The one address the TCP transport (PEs on other hosts) listens on and advertises to the other PEs; it never listens on every interface. Set it on multi-homed hosts, and on multi-host jobs under the MPI bootstrap.",
     },
     EnvVar {
         name: "RSHMEM_REMOTE_TRANSPORT",
@@ -106,7 +106,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
-        help: "Log filter for programs that install rshmem's logger (examples, perftests), e.g. rshmem=debug.",
+        help: "tracing filter for programs that call rshmem::init_logging() (examples, perftests), e.g. rshmem=debug,rshmem::heap=trace; a bare level means rshmem=LEVEL.",
     },
 ];
 

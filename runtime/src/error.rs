@@ -7,8 +7,13 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// Everything that can go wrong in an rshmem call. Each variant names the call that failed and
 /// says what to do about it; nothing is written when a call returns an error for bad input.
+///
+/// `Debug` prints the variant and the same text as `Display` (so `fn main() -> rshmem::Result<()>`
+/// shows the whole message, hint included), e.g.
+/// `NotSymmetric: put: ... (only addresses returned by rshmem's malloc/calloc/align/realloc on this
+/// PE are symmetric)`; `{:#?}` adds the cause chain ([`std::error::Error::source`]) one per line.
 #[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum Error {
     /// Starting the job failed: launcher variables, rendezvous, or a bootstrap collective.
     #[error("bootstrap: {0}")]
@@ -102,6 +107,13 @@ pub enum Error {
         code: String,
     },
 
+    /// A CUDA driver call made through `cudarc` failed (the `?` operator converts a
+    /// [`cudarc::driver::DriverError`] into this variant, so application code that mixes
+    /// `cudarc` and rshmem calls can return [`Result`]). The driver error is the
+    /// [`source`](std::error::Error::source).
+    #[error("CUDA driver call failed: {}", driver_text(.0))]
+    Driver(#[from] cudarc::driver::DriverError),
+
     /// The request is valid but this build or backend cannot do it yet.
     #[error("{call}: unsupported: {reason}")]
     Unsupported {
@@ -139,5 +151,117 @@ impl Error {
             context: context.into(),
             source: source.into(),
         }
+    }
+}
+
+/// The driver status and, when libcuda is loaded, its description (cudarc's own `Display`
+/// loads libcuda to describe the status, which panics on a machine without the driver).
+fn driver_text(e: &cudarc::driver::DriverError) -> String {
+    let code = format!("{:?}", e.0);
+    if !crate::cuda::driver_present() {
+        return code;
+    }
+    match e.error_string() {
+        Ok(s) => format!("{code} ({})", s.to_string_lossy()),
+        Err(_) => code,
+    }
+}
+
+impl Error {
+    /// The variant's name, as `Debug` prints it first.
+    fn variant(&self) -> &'static str {
+        #[allow(unreachable_patterns)] // variants added later fall back to "Error"
+        match self {
+            Error::Bootstrap(_) => "Bootstrap",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::NotSymmetric { .. } => "NotSymmetric",
+            Error::AsymmetricCall { .. } => "AsymmetricCall",
+            Error::OutOfMemory { .. } => "OutOfMemory",
+            Error::Timeout { .. } => "Timeout",
+            Error::PeerLost { .. } => "PeerLost",
+            Error::Os { .. } => "Os",
+            Error::Cuda { .. } => "Cuda",
+            Error::Driver(_) => "Driver",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::State { .. } => "State",
+            _ => "Error",
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    /// `Variant: <the Display text>`; with `{:#?}`, the chain of causes follows, one per line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {self}", self.variant())?;
+        // A driver error's text is already in the message (and formatting it through cudarc
+        // needs libcuda), so its chain is not repeated.
+        if f.alternate() && !matches!(self, Error::Driver(_)) {
+            let mut cause = std::error::Error::source(self);
+            while let Some(c) = cause {
+                write!(f, "\n  caused by: {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn debug_shows_the_display_text_and_the_hint() {
+        let e = Error::NotSymmetric {
+            call: "put",
+            reason: "dest 0x10 is outside the heap".into(),
+        };
+        let d = format!("{e:?}");
+        assert_eq!(d, format!("NotSymmetric: {e}"));
+        assert!(
+            d.contains("only addresses returned by rshmem's malloc"),
+            "{d}"
+        );
+        // What `fn main() -> rshmem::Result<()>` prints is "Error: " followed by Debug.
+        let e = Error::invalid("putmem", "PE 7 is out of range (2 PEs)");
+        let d = format!("{e:?}");
+        assert_eq!(d, "InvalidArgument: putmem: PE 7 is out of range (2 PEs)");
+    }
+
+    #[test]
+    fn alternate_debug_lists_the_causes() {
+        let e = Error::os(
+            "init",
+            "opening the heap file",
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        let d = format!("{e:#?}");
+        assert!(d.starts_with("Os: init: opening the heap file: "), "{d}");
+        assert!(
+            d.contains("\n  caused by: No such file or directory"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn driver_error_converts_with_its_source() {
+        fn launch() -> Result<()> {
+            Err(cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            ))?;
+            Ok(())
+        }
+        let e = launch().unwrap_err();
+        assert!(matches!(e, Error::Driver(_)), "{e:?}");
+        assert!(e.to_string().contains("CUDA_ERROR_INVALID_VALUE"), "{e}");
+        let src = e.source().expect("the driver error is the source");
+        let d = src.downcast_ref::<cudarc::driver::DriverError>();
+        assert_eq!(
+            d.map(|d| d.0),
+            Some(cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE)
+        );
+        assert!(format!("{e:#?}").starts_with("Driver: CUDA driver call failed: "));
+        assert_eq!(format!("{e:?}"), format!("Driver: {e}"));
     }
 }

@@ -40,6 +40,7 @@ mod amo;
 mod coll;
 pub mod config;
 pub mod cuda;
+mod cuda_interop;
 pub mod device;
 mod error;
 mod hang;
@@ -59,6 +60,7 @@ mod wait;
 mod world;
 
 pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
+pub use cuda_interop::SymDevice;
 pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
@@ -72,10 +74,17 @@ pub use transport::{Caps, TransportInfo};
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 pub use world::{init, Builder, World};
 
-/// Installs a `tracing` subscriber that prints warnings and errors (or what `RSHMEM_LOG` asks
-/// for) to stderr. Programs with their own subscriber should not call it.
-pub fn init_logging() {
-    logging::init();
+/// Installs rshmem's stderr logger as the process's global `tracing` subscriber: one line per
+/// event, `rshmem PE <pe> <LEVEL> <target>: <message>`, written with a single `write`, filtered
+/// by `RSHMEM_LOG` (a `tracing` `EnvFilter`: `RSHMEM_LOG=rshmem=debug,rshmem::heap=trace`; a bare
+/// level such as `debug` means `rshmem=debug`; unset: warnings and errors). Call it first in
+/// `main`, before [`init`]. rshmem never installs a subscriber by itself: a program that calls
+/// neither this nor installs its own subscriber does not see rshmem's warnings.
+///
+/// Returns false (and changes nothing) when a global subscriber is already installed; a program
+/// with its own subscriber gets rshmem's events there (targets `rshmem::*`).
+pub fn init_logging() -> bool {
+    logging::init()
 }
 
 mod logging;

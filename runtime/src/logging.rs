@@ -1,64 +1,267 @@
-//! A minimal stderr logger for rshmem's `tracing` events (no extra dependencies).
+//! rshmem's opt-in stderr logger: a `tracing-subscriber` `fmt` subscriber with an `EnvFilter`
+//! read from `RSHMEM_LOG`, one line per event prefixed with the PE, written with one `write`.
+//!
+//! The library itself never installs a subscriber: a program calls [`crate::init_logging`] (or
+//! installs its own subscriber, which then receives rshmem's events like any others).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Metadata, Subscriber};
+use std::fmt;
+use std::io::Write as _;
 
-static INSTALLED: AtomicBool = AtomicBool::new(false);
+use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
 
-struct Stderr {
-    max: Level,
+/// What `RSHMEM_LOG` means when it is unset or empty.
+const DEFAULT: &str = "warn";
+
+/// Turns the value of `RSHMEM_LOG` into the `EnvFilter` directives it stands for.
+///
+/// The value is a list of `tracing` filter directives (`target=level`, comma-separated), with
+/// one addition: a bare level (`debug`) means rshmem's own events at that level
+/// (`rshmem=debug`; the target `rshmem` also covers `rshmem_bootstrap` and the other crates
+/// whose names start with it). Everything no directive names is logged from `warn` up.
+pub(crate) fn directives(value: &str) -> String {
+    let mut out = vec![DEFAULT.to_string()];
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part.parse::<LevelFilter>().is_ok() {
+            out.push(format!("rshmem={part}"));
+        } else {
+            out.push(part.to_string());
+        }
+    }
+    out.join(",")
 }
 
-struct Fields(String);
+/// The filter for `value`, or the default filter and the reason when `value` is not a valid
+/// filter (one bad directive rejects the whole value, so a typo is noticed).
+pub(crate) fn filter(value: &str) -> (EnvFilter, Option<String>) {
+    match EnvFilter::builder().parse(directives(value)) {
+        Ok(f) => (f, None),
+        Err(e) => (
+            EnvFilter::new(DEFAULT),
+            Some(format!(
+                "rshmem: RSHMEM_LOG={value:?} is not a valid tracing filter ({e}); logging warnings only. \
+                 Example: RSHMEM_LOG=rshmem=debug,rshmem::heap=trace"
+            )),
+        ),
+    }
+}
 
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0.insert_str(0, &format!("{value:?} "));
-        } else {
-            self.0.push_str(&format!("{}={value:?} ", field.name()));
+/// Formats an event as `rshmem PE 3 WARN rshmem::heap: message key=value` (`PE ?` before the
+/// PE is known).
+struct PeLine {
+    pe: Option<usize>,
+}
+
+impl<S, N> FormatEvent<S, N> for PeLine
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let m = event.metadata();
+        match self.pe {
+            Some(pe) => write!(w, "rshmem PE {pe} {} {}: ", m.level(), m.target())?,
+            None => write!(w, "rshmem PE ? {} {}: ", m.level(), m.target())?,
+        }
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
+}
+
+/// A writer that collects one event and hands it to stderr in a single `write_all` on drop, so
+/// lines of different threads (and, for lines shorter than the pipe buffer, of different PEs
+/// sharing a pipe) never interleave mid-line.
+struct OneWrite(Vec<u8>);
+
+impl std::io::Write for OneWrite {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for OneWrite {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            // Nothing sensible to do when stderr is gone.
+            let _ = std::io::stderr().lock().write_all(&self.0);
         }
     }
 }
 
-impl Subscriber for Stderr {
-    fn enabled(&self, m: &Metadata<'_>) -> bool {
-        *m.level() <= self.max
+struct Stderr;
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = OneWrite;
+    fn make_writer(&'a self) -> OneWrite {
+        OneWrite(Vec::with_capacity(256))
     }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &Event<'_>) {
-        let mut f = Fields(String::new());
-        e.record(&mut f);
-        eprintln!(
-            "rshmem {} [{}] {}",
-            e.metadata().level(),
-            e.metadata().target(),
-            f.0.trim_end()
-        );
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
-pub(crate) fn init() {
-    if INSTALLED.swap(true, Ordering::AcqRel) {
-        return;
+/// The subscriber for filter `filter`, PE `pe`, writing to `writer`.
+fn subscriber<W>(filter: EnvFilter, pe: Option<usize>, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false)
+        .event_format(PeLine { pe })
+        .finish()
+}
+
+/// This process's PE as the launcher numbers it (rank = PE), read from the launcher's variables.
+fn launcher_pe() -> Option<usize> {
+    rshmem_bootstrap::LaunchInfo::from_env()
+        .ok()
+        .map(|i| i.rank)
+}
+
+/// Installs the subscriber as the global default unless one is installed already (then it does
+/// nothing and returns false).
+pub(crate) fn init() -> bool {
+    let value = std::env::var("RSHMEM_LOG").unwrap_or_default();
+    let (f, problem) = filter(&value);
+    let ok = tracing::subscriber::set_global_default(subscriber(f, launcher_pe(), Stderr)).is_ok();
+    if let (true, Some(p)) = (ok, problem) {
+        tracing::warn!(target: "rshmem::logging", "{p}");
     }
-    let max = match std::env::var("RSHMEM_LOG")
-        .unwrap_or_default()
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        s if s.contains("trace") => Level::TRACE,
-        s if s.contains("debug") => Level::DEBUG,
-        s if s.contains("info") => Level::INFO,
-        s if s.contains("error") => Level::ERROR,
-        _ => Level::WARN,
-    };
-    let _ = tracing::subscriber::set_global_default(Stderr { max });
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<String>>>);
+
+    struct CaptureWriter(Capture, Vec<u8>);
+
+    impl std::io::Write for CaptureWriter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.1.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Drop for CaptureWriter {
+        fn drop(&mut self) {
+            let s = String::from_utf8_lossy(&self.1).into_owned();
+            if let Ok(mut v) = (self.0).0.lock() {
+                v.push(s);
+            }
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Capture {
+        type Writer = CaptureWriter;
+        fn make_writer(&'a self) -> CaptureWriter {
+            CaptureWriter(self.clone(), Vec::new())
+        }
+    }
+
+    /// The lines logged with `RSHMEM_LOG=value` by a fixed set of events.
+    fn logged(value: &str) -> Vec<String> {
+        let cap = Capture::default();
+        let (f, problem) = filter(value);
+        assert!(problem.is_none(), "{value:?}: {problem:?}");
+        tracing::subscriber::with_default(subscriber(f, Some(3), cap.clone()), || {
+            tracing::debug!(target: "rshmem::heap", "heap debug");
+            tracing::trace!(target: "rshmem::heap", "heap trace");
+            tracing::debug!(target: "rshmem::transport", "transport debug");
+            tracing::warn!(target: "rshmem::transport", peer = 1, "transport warn");
+            tracing::info!(target: "myapp", "app info");
+            tracing::warn!(target: "myapp", "app warn");
+        });
+        let v = cap.0.lock().map(|v| v.clone()).unwrap_or_default();
+        v
+    }
+
+    fn messages(lines: &[String]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.split(": ").nth(1).unwrap_or("").trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn default_is_warnings() {
+        assert_eq!(messages(&logged("")), ["transport warn peer=1", "app warn"]);
+    }
+
+    #[test]
+    fn bare_level_means_rshmem() {
+        assert_eq!(
+            messages(&logged("debug")),
+            [
+                "heap debug",
+                "transport debug",
+                "transport warn peer=1",
+                "app warn"
+            ]
+        );
+        assert_eq!(directives(" trace "), "warn,rshmem=trace");
+    }
+
+    #[test]
+    fn target_directives_are_a_real_filter() {
+        // Per-module levels: heap at trace, the rest of rshmem at warn.
+        assert_eq!(
+            messages(&logged("rshmem::heap=trace")),
+            [
+                "heap debug",
+                "heap trace",
+                "transport warn peer=1",
+                "app warn"
+            ]
+        );
+        assert_eq!(
+            messages(&logged("rshmem=debug,rshmem::heap=trace,myapp=info")),
+            [
+                "heap debug",
+                "heap trace",
+                "transport debug",
+                "transport warn peer=1",
+                "app info",
+                "app warn"
+            ]
+        );
+        assert_eq!(messages(&logged("rshmem=error,myapp=off")), [] as [&str; 0]);
+    }
+
+    #[test]
+    fn one_whole_line_per_event_with_the_pe() {
+        let lines = logged("");
+        assert_eq!(
+            lines[0],
+            "rshmem PE 3 WARN rshmem::transport: transport warn peer=1\n"
+        );
+        assert!(lines
+            .iter()
+            .all(|l| l.ends_with('\n') && l.matches('\n').count() == 1));
+    }
+
+    #[test]
+    fn bad_filter_is_reported() {
+        let (_, problem) = filter("rshmem=loud");
+        let p = problem.expect("an invalid level is rejected");
+        assert!(p.contains("RSHMEM_LOG=\"rshmem=loud\""), "{p}");
+    }
 }

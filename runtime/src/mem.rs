@@ -72,6 +72,16 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
         self.ptr
     }
 
+    /// The runtime the buffer belongs to.
+    pub(crate) fn world(&self) -> &'w World {
+        self.world
+    }
+
+    /// The address field itself (a kernel argument points at it: see `cuda_interop`).
+    pub(crate) fn ptr_field(&self) -> &*mut T {
+        &self.ptr
+    }
+
     /// The symmetric address of element `i` (not checked here; the call it is passed to checks
     /// it against the allocation).
     pub fn at(&self, i: usize) -> *mut T {

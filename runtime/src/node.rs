@@ -135,7 +135,10 @@ pub struct Node {
     /// Connected stream to each local PE (None for myself).
     links: Vec<Option<UnixStream>>,
     timeout: Option<Duration>,
-    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd)>,
+    /// The liveness thread, the write end of its stop pipe, and a second read end kept open
+    /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
+    /// programs, which do not ignore it) when the thread has already ended on its own.
+    monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 
 impl std::fmt::Debug for Node {
@@ -464,20 +467,24 @@ impl Node {
             return Ok(());
         }
         let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        let keep_r = stop_r
+            .try_clone()
+            .map_err(|e| Error::os("init", "dup", e))?;
         let h = std::thread::Builder::new()
             .name("rshmem-liveness".into())
             .spawn(move || monitor_loop(watched, stop_r, live))
             .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
-        self.monitor = Some((h, stop_w));
+        self.monitor = Some((h, stop_w, keep_r));
         Ok(())
     }
 
     /// Stops the liveness thread (before sockets close at finalize).
     pub(crate) fn stop_monitor(&mut self) {
-        if let Some((h, w)) = self.monitor.take() {
+        if let Some((h, w, keep_r)) = self.monitor.take() {
             let _ = nix::unistd::write(&w, &[1u8]);
             drop(w);
             let _ = h.join();
+            drop(keep_r);
         }
     }
 }

@@ -120,6 +120,7 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let p = self.p2p(call)?;
+        self.check_stream(call, stream)?;
         let n = bytes_of::<T>(call, nelems)?;
         if self.via_proxy(dpe) || self.via_proxy(spe) {
             let (pe, get) = if dpe == self.me {

@@ -16,7 +16,7 @@ use crate::device::state::{
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::internal::PEER_NOTICE;
-use crate::heap::{Backing, Heap, INTERNAL_SIZE};
+use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
@@ -285,7 +285,7 @@ pub struct World {
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
     /// The user's symmetric heap (host or GPU memory).
-    pub(crate) heap: Heap,
+    pub(crate) heap: Arc<Heap>,
     /// A small host heap for host-side synchronization (barrier flags), whatever the backend.
     pub(crate) ctrl: Heap,
     pub(crate) xport: Transport,
@@ -354,18 +354,22 @@ impl World {
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let sharing = match &gpu {
+            Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
+            None => Default::default(),
+        };
         let backing = match &gpu {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
         };
-        let heap = Heap::create(
+        let heap = Arc::new(Heap::create(
             boot.as_ref(),
             &node,
             &live,
             backing,
             cfg.heap_limit,
             cfg.heap_initial,
-        )?;
+        )?);
         let dstate = Arc::new(Mutex::new(DeviceState::default()));
         let xport = match &gpu {
             Some(g) => Transport::P2p(P2p::new(g.clone(), dstate.clone())?),
@@ -375,27 +379,14 @@ impl World {
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
-                Region {
-                    base: heap.my_base(),
-                    lo: heap.internal(),
-                    hi: usize::MAX,
-                    mapped: heap.mapped_handle(),
-                    gpu: crate::proxy::remote_apply(&gpu, &dstate)?,
-                },
-                Region {
-                    base: ctrl.my_base(),
-                    lo: 0,
-                    hi: INTERNAL_SIZE,
-                    mapped: ctrl.mapped_handle(),
-                    gpu: None,
-                },
+                Region::user(&heap, crate::proxy::remote_apply(&gpu, &dstate)?),
+                Region::ctrl(&ctrl),
             ];
             Some(Arc::new(Net::establish(
                 boot.as_ref(),
                 &remotes.tcp_mask(&node.local_of),
                 &node.token,
                 addr,
-                cfg.tcp_addr.is_none(),
                 cfg.timeout,
                 live.clone(),
                 regions,
@@ -435,7 +426,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: Default::default(),
+            coll: crate::coll::stream::CollModules::new(sharing),
             live,
             wait,
             cfg,

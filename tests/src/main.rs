@@ -18,6 +18,9 @@
 //! * `gpucoll` — the GPU team collectives: every `*_on_stream` collective on several teams and
 //!   sizes against host references, the device library's collectives from a user kernel, and
 //!   argument errors (on the CPU backend: nothing to check, says so).
+//! * `overlap` — every PE keeps a compute kernel that holds most of the GPU's SMs running on
+//!   another stream while the stream collectives of every size run and are checked (they must
+//!   make progress without all their blocks resident).
 //! * `stream` — every `*_on_stream` call and a user kernel on the GPU backend (on the CPU backend:
 //!   the Unsupported answers).
 //! * `wait` — wait_until(_all/_any/_some)(_vector) and test*, with status exclusion.
@@ -36,6 +39,8 @@
 //!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
 //!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
+//! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
+//!   connections at init (see `scenarios/tcpnet.rs`).
 
 mod check;
 mod scenarios;
@@ -66,11 +71,14 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap", false),
     ("heap-huge", false),
     ("tcp-big", false),
+    ("tcp-idle", false),
+    ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
     ("symmetry", false),
     ("stream", false),
     ("gpucoll", false),
+    ("overlap", false),
     ("timeout", false),
     ("die", true),
     ("die-finalize", true),
@@ -89,10 +97,12 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "coll" => coll::run,
         "stream" => stream::run,
         "gpucoll" => gpucoll::run,
+        "overlap" => overlap::run,
         "wait" => wait::run,
         "heap" => heap::run,
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
+        "tcp-idle" => tcpnet::idle,
         "transports" => transports::run,
         "errors" => errors::run,
         "symmetry" => symmetry::run,
@@ -100,6 +110,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
         "hang" => return hang::run(c).map(|()| End::NoFinalize),
+        "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
     };
     regular(c).map(|()| End::Finalize)
@@ -143,6 +154,9 @@ fn main() -> ExitCode {
             check::say(true, &format!("PE {rank}: FAIL {scenario}: panic: {info}"));
             default(info);
         }));
+    }
+    if scenario == "tcp-idle" {
+        scenarios::tcpnet::crowd_listeners();
     }
     let world = match rshmem::init() {
         Ok(w) => w,

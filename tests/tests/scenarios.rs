@@ -125,6 +125,9 @@ fn heap_huge_requests() {
 // GPU path itself runs in scripts/gpu-check).
 per_n!("stream", NONE, stream_cpu_1pe = 1, stream_cpu_2pes = 2);
 
+// `overlap` needs GPUs (scripts/gpu-check runs it); on the CPU backend it must say so and pass.
+per_n!("overlap", NONE, overlap_cpu_1pe = 1, overlap_cpu_2pes = 2);
+
 per_n!(
     "coll",
     NONE,

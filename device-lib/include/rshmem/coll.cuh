@@ -577,30 +577,14 @@ RSHMEM_CANON(unsigned long long, uint64_t)
 
 // ---------------------------------------------------------------------------------------------
 // The grid forms: every block of one kernel launch takes part (launched by the runtime's
-// *_on_stream collectives, blocks <= the GPU's SMs so all are resident). Block 0 makes the
-// start sync when one is needed and releases the others through the team's GO word; each block
-// reports completion on the ARRIVE word and the last one makes the closing team sync, then
-// resets ARRIVE and advances KSEQ (the per-team launch sequence number `seq` the GO and progress
-// flags are compared with; it is the same on every member because every member launches the
-// same collectives on the team).
-
-static __device__ __noinline__ void fail_go(const char* call, rshmem_team_t team, uint64_t seq) {
-    printf("rshmem: %s on PE %d: timed out waiting for the start of collective %llu on team %d "
-           "(block %d; the GPU may be shared with work that keeps the collective's blocks from "
-           "running)\n",
-           call, rshmem_state.my_pe, (unsigned long long)seq, (int)team, (int)blockIdx.x);
-    __trap();
-}
-
-static __device__ __forceinline__ void st_release_gpu(uint64_t* p, uint64_t v) {
-    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-static __device__ __forceinline__ uint64_t ld_acquire_gpu(const uint64_t* p) {
-    uint64_t v;
-    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
+// *_on_stream collectives). They never make a block wait for another block that may not be
+// running (docs/collectives.md, "Progress without co-residency"): a launch of several blocks
+// waits for nobody at its start — when the collective needs a start sync (its blocks read the
+// members' sources), the runtime enqueues a one-block sync kernel before it on the stream — and
+// only the last block to finish, when every other block of its grid has exited, makes the
+// closing team sync (waiting for the last blocks of the members, which in turn wait for nobody
+// but their own, already finished, grids). Each block reports completion on the ARRIVE word;
+// the last one resets it and advances KSEQ (the per-team launch sequence number `seq`).
 
 struct grid_coll {
     const char* call;
@@ -613,40 +597,12 @@ struct grid_coll {
         seq = *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_KSEQ) + 1;
     }
 
-    // Start sync: every member has called (its source is ready). Block 0 makes the team sync
-    // and then raises GO; the other blocks watch the members' arrival flags themselves as well
-    // as GO, so they usually start without waiting for block 0's announcement (about a
-    // microsecond later). A block reads the epoch before watching: the sync's epoch E + 1 if
-    // block 0 has not finished it yet, else E + 2 — then only GO can release it, and block 0
-    // is about to raise it. Flags only grow, so a flag at E + 1 means this sync.
+    // Start sync (every member has called: its source is ready). A single-block launch makes
+    // it itself; a launch of several blocks must not wait here (a block of it may hold an SM
+    // that the block it would wait for needs), so the runtime has made it with a one-block
+    // sync kernel (rshmem_internal_team_sync) before this launch on the same stream.
     __device__ __forceinline__ void start() {
-        if (gridDim.x == 1) {
-            team_sync<block_scope>(call, team);
-            return;
-        }
-        uint64_t* go = my_team_word(team, RSHMEM_TEAM_SYNC_GO);
-        if (blockIdx.x == 0) {
-            team_sync<block_scope>(call, team);
-            if (block_thread_id() == 0) st_release_gpu(go, seq);
-        } else {
-            if (block_thread_id() == 0) {
-                const uint64_t epoch =
-                    *(volatile uint64_t*)my_team_word(team, RSHMEM_TEAM_SYNC_EPOCH) + 1;
-                int next = 0;  // members before it have arrived
-                wait_timer timer;
-                while (ld_acquire_gpu(go) < seq) {
-                    while (next < d.size &&
-                           (next == d.my_index ||
-                            ld_acquire_sys(my_team_word(team, RSHMEM_TEAM_SYNC_FLAGS + next)) >=
-                                epoch)) {
-                        ++next;
-                    }
-                    if (next == d.size) break;
-                    if (timer.expired()) fail_go(call, team, seq);
-                }
-            }
-            __syncthreads();
-        }
+        if (gridDim.x == 1) team_sync<block_scope>(call, team);
     }
 
     // Closing sync after every block's part (releases all blocks' stores).

@@ -42,7 +42,7 @@ typedef struct rshmem_team_desc {
 #define RSHMEM_TEAM_SYNC_EPOCH 512     // this PE's team sync epoch
 #define RSHMEM_TEAM_SYNC_ARRIVE 513    // blocks of a grid collective that finished (collectives)
 #define RSHMEM_TEAM_SYNC_KSEQ 514      // grid collectives completed on this team (collectives)
-#define RSHMEM_TEAM_SYNC_GO 515        // start signal of a grid collective (collectives)
+#define RSHMEM_TEAM_SYNC_GO 515        // reserved (no collective uses it now)
 #define RSHMEM_TEAM_SYNC_PROGRESS 520  // reserved (128 words; no collective uses them now)
 #define RSHMEM_TEAM_SYNC_MAX_PROGRESS 128
 #define RSHMEM_TEAM_SYNC_COUNTS 648    // collect: element count of team PE j in word 648 + j

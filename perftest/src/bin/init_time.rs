@@ -1,12 +1,26 @@
 //! `init_time`: how long `rshmem::init()` takes once the CUDA context exists (the context is
 //! created first, as an application would have it), per PE, plus the context creation itself.
 //!
+//! Every PE prints one JSON line (with or without `--json`).
+//!
 //! Run: `target/release/rshmemrun -n 4 target/release/init_time`
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use rshmem_perftest::output::json_f64;
+use rshmem_perftest::{cli, out, Kind, NoExtra, RunInfo, Spec};
+
+const SPEC: Spec = Spec {
+    name: "init_time",
+    about: "time of rshmem::init() after the CUDA context exists, and of the context creation, per PE (one JSON line per PE)",
+    kind: Kind::Fixed { iters: 1 },
+    min_pes: 1,
+};
+
 fn main() -> ExitCode {
+    let (opts, NoExtra {}) = cli::parse::<NoExtra>(&SPEC);
+    rshmem::init_logging();
     let local: usize = std::env::var("RSHMEM_LOCAL_RANK")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -36,12 +50,15 @@ fn main() -> ExitCode {
         }
     };
     let init_s = t.elapsed().as_secs_f64();
-    println!(
-        "{{\"bench\":\"init_time\",\"pe\":{},\"n_pes\":{},\"gpu\":{},\"context_s\":{ctx_s:.4},\"init_after_context_s\":{init_s:.4}}}",
-        world.my_pe(),
-        world.n_pes(),
-        world.gpu().is_some()
-    );
+    let r4 = |v: f64| json_f64((v * 1e4).round() / 1e4);
+    out(&RunInfo::new(&world, &opts).line(serde_json::json!({
+        "bench": "init_time",
+        "pe": world.my_pe(),
+        "n_pes": world.n_pes(),
+        "gpu": world.gpu().is_some(),
+        "context_s": r4(ctx_s),
+        "init_after_context_s": r4(init_s),
+    })));
     match world.finalize() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -12,7 +12,8 @@
 //!   (`TCP_NODELAY`), both busy-polling non-blocking sockets (the TCP transport's flush).
 //! * `shm`: the same round trip through a cache line of shared memory (reference).
 //!
-//! Run: `target/release/proxy_floor [--json] [--iters N]` (one PE, GPU backend).
+//! Run: `target/release/proxy_floor [--json] [--iters N]` (one PE, GPU backend; `--help` lists
+//! the options every perftest takes).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,6 +24,8 @@ use std::time::Instant;
 
 use rshmem::cudarc::driver::{sys, LaunchConfig, PushKernelArg};
 use rshmem::Error;
+use rshmem_perftest::output::json_f64;
+use rshmem_perftest::{cli, out, Kind, NoExtra, Options, RunInfo, Spec};
 
 const KERNEL: &str = r#"
 // mode 0: the flag alone (st.release.sys); 1: seven more words of the line first (relaxed), then
@@ -92,15 +95,24 @@ fn io(what: &str, e: std::io::Error) -> Error {
     }
 }
 
-fn report(json: bool, part: &str, what: &str, samples: &mut [f64]) {
+fn report(json: Option<&RunInfo>, part: &str, what: &str, samples: &mut [f64]) {
     samples.sort_by(|a, b| a.total_cmp(b));
     let med = samples[samples.len() / 2];
     let p10 = samples[samples.len() / 10];
     let p90 = samples[samples.len() * 9 / 10];
-    if json {
-        println!("{{\"bench\":\"proxy_floor\",\"part\":\"{part}\",\"op\":\"{what}\",\"us_median\":{med:.3},\"us_p10\":{p10:.3},\"us_p90\":{p90:.3}}}");
-    } else {
-        println!("{part:<10} {what:<58} {med:>8.3} {p10:>8.3} {p90:>8.3}");
+    let r3 = |v: f64| json_f64((v * 1e3).round() / 1e3);
+    match json {
+        Some(info) => out(&info.line(serde_json::json!({
+            "bench": "proxy_floor",
+            "part": part,
+            "op": what,
+            "us_median": r3(med),
+            "us_p10": r3(p10),
+            "us_p90": r3(p90),
+        }))),
+        None => out(&format!(
+            "{part:<10} {what:<58} {med:>8.3} {p10:>8.3} {p90:>8.3}"
+        )),
     }
 }
 
@@ -199,30 +211,32 @@ impl Drop for Host {
     }
 }
 
-fn run() -> rshmem::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let json = args.iter().any(|a| a == "--json");
-    let iters: usize = args
-        .iter()
-        .position(|a| a == "--iters")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5000);
+const SPEC: Spec = Spec {
+    name: "proxy_floor",
+    about: "the floors under a device put + quiet through the proxy (ring, GPU write, TCP, shm round trips), one PE",
+    kind: Kind::Fixed { iters: 5000 },
+    min_pes: 1,
+};
+
+fn run(opts: &Options) -> rshmem::Result<()> {
+    let iters = opts.iters.unwrap_or(5000);
     let world = rshmem::init()?;
     let Some(gpu) = world.gpu() else {
-        println!("proxy_floor: no GPU backend, nothing to measure (SKIPPED)");
+        out("proxy_floor: no GPU backend, nothing to measure (SKIPPED)");
         return world.finalize();
     };
+    let info = opts.json.then(|| RunInfo::new(&world, opts));
+    let json = info.as_ref();
     let module = world.load_module(KERNEL)?;
     let echo = module.function("ring_echo")?;
     let empty = module.function("empty_kernel")?;
     let stream = gpu.ctx.new_stream().map_err(drv("stream"))?;
     let node = gpu_numa_node(gpu.ordinal);
-    if !json {
-        println!(
+    if json.is_none() {
+        out(&format!(
             "# proxy_floor: GPU {} (NUMA node {node:?}), {iters} round trips per row; median, p10, p90 in us",
             gpu.ordinal
-        );
+        ));
     }
     let dev_buf = world.calloc::<u64>(64)?;
     let out = world.calloc::<u64>(1)?;
@@ -544,8 +558,9 @@ fn write_spin(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
 }
 
 fn main() -> ExitCode {
+    let (opts, NoExtra {}) = cli::parse::<NoExtra>(&SPEC);
     rshmem::init_logging();
-    match run() {
+    match run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("proxy_floor: {e}");

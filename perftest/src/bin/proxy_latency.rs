@@ -14,6 +14,15 @@ use std::process::ExitCode;
 
 use rshmem::cudarc::driver::{LaunchConfig, PushKernelArg};
 use rshmem::Error;
+use rshmem_perftest::output::json_f64;
+use rshmem_perftest::{cli, out as print_line, Kind, NoExtra, Options, RunInfo, Spec};
+
+const SPEC: Spec = Spec {
+    name: "proxy_latency",
+    about: "latency of device calls served by the proxy over TCP (run with RSHMEM_DISABLE_P2P=1)",
+    kind: Kind::Fixed { iters: 2000 },
+    min_pes: 2,
+};
 
 const KERNEL: &str = include_str!("../../kernels/proxy_latency.cu");
 
@@ -38,15 +47,9 @@ fn cuda(what: &str, e: rshmem::cudarc::driver::DriverError) -> Error {
     }
 }
 
-fn run() -> rshmem::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let json = args.iter().any(|a| a == "--json");
-    let iters: i32 = args
-        .iter()
-        .position(|a| a == "--iters")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+fn run(opts: &Options) -> rshmem::Result<()> {
+    let json = opts.json;
+    let iters: i32 = i32::try_from(opts.iters.unwrap_or(2000)).unwrap_or(i32::MAX);
     let world = rshmem::init()?;
     let (me, n) = (world.my_pe(), world.n_pes());
     if n < 2 {
@@ -57,13 +60,13 @@ fn run() -> rshmem::Result<()> {
     }
     let Some(gpu) = world.gpu() else {
         if me == 0 {
-            println!("proxy_latency: no GPU backend, nothing to measure (SKIPPED)");
+            print_line("proxy_latency: no GPU backend, nothing to measure (SKIPPED)");
         }
         return world.finalize();
     };
     if world.device_state().proxy_slots == 0 {
         if me == 0 {
-            println!("proxy_latency: every PE is reachable by load/store, so there is no proxy; run with RSHMEM_DISABLE_P2P=1 (SKIPPED)");
+            print_line("proxy_latency: every PE is reachable by load/store, so there is no proxy; run with RSHMEM_DISABLE_P2P=1 (SKIPPED)");
         }
         return world.finalize();
     }
@@ -75,11 +78,15 @@ fn run() -> rshmem::Result<()> {
     let stream = &gpu.stream;
     world.barrier_all()?;
     if me == 0 {
+        let info = json.then(|| RunInfo::new(&world, opts));
         if !json {
-            println!(
+            print_line(&format!(
                 "# proxy_latency: PE 0 -> PE 1 through the proxy and TCP, {iters} operations per point"
-            );
-            println!("{:<30} {:>10} {:>12}", "operation", "bytes", "us/op");
+            ));
+            print_line(&format!(
+                "{:<30} {:>10} {:>12}",
+                "operation", "bytes", "us/op"
+            ));
         }
         for &(mode, name, bytes) in CASES {
             let (b, s, o) = (
@@ -111,12 +118,15 @@ fn run() -> rshmem::Result<()> {
             stream.synchronize().map_err(|e| cuda("synchronize", e))?;
             let ns = out.read(0).unwrap_or(0);
             let us = ns as f64 / 1e3 / iters as f64;
-            if json {
-                println!(
-                    "{{\"bench\":\"proxy_latency\",\"op\":\"{name}\",\"bytes\":{bytes},\"iters\":{iters},\"us\":{us:.3}}}"
-                );
-            } else {
-                println!("{name:<30} {bytes:>10} {us:>12.3}");
+            match &info {
+                Some(info) => print_line(&info.line(serde_json::json!({
+                    "bench": "proxy_latency",
+                    "op": name,
+                    "bytes": bytes,
+                    "iters": iters,
+                    "us": json_f64((us * 1e3).round() / 1e3),
+                }))),
+                None => print_line(&format!("{name:<30} {bytes:>10} {us:>12.3}")),
             }
         }
     }
@@ -128,8 +138,9 @@ fn run() -> rshmem::Result<()> {
 }
 
 fn main() -> ExitCode {
+    let (opts, NoExtra {}) = cli::parse::<NoExtra>(&SPEC);
     rshmem::init_logging();
-    match run() {
+    match run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("proxy_latency: {e}");

@@ -12,8 +12,14 @@
 //!
 //! Launch shapes are chosen from the size (see `docs/collectives.md`): one block for small
 //! messages (latency: the data goes in one round of stores, then one team sync), up to one block
-//! per SM for large ones (bandwidth); broadcast switches to a pipelined scatter + allgather
-//! (pull from the root, push to the other members) above [`BCAST_PIPELINE_MIN`] bytes.
+//! per SM for large ones (bandwidth; per SM of this PE's share when several PEs use one GPU);
+//! broadcast switches to a pipelined scatter + allgather (pull from the root, push to the other
+//! members) above [`BCAST_PIPELINE_MIN`] bytes.
+//!
+//! Progress never depends on co-residency: no block waits for a block that may not be running.
+//! A launch of several blocks waits for nobody at its start; a collective that needs a start
+//! sync there gets a one-block sync kernel before it on the stream; only the last block of a
+//! launch (every other block of it has exited) makes the closing team sync.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -55,6 +61,17 @@ pub(crate) struct CollModules {
     bytes: OnceLock<std::result::Result<Loaded, String>>,
     reduce: Mutex<HashMap<&'static str, Arc<Loaded>>>,
     sms: OnceLock<u32>,
+    sharing: crate::device::sharing::GpuSharing,
+}
+
+impl CollModules {
+    /// No module loaded yet; `sharing` says how many PEs use this PE's GPU.
+    pub(crate) fn new(sharing: crate::device::sharing::GpuSharing) -> Self {
+        CollModules {
+            sharing,
+            ..Default::default()
+        }
+    }
 }
 
 /// A module and the kernels looked up in it.
@@ -63,7 +80,38 @@ struct Loaded {
     funcs: Mutex<Vec<(&'static str, CudaFunction)>>,
 }
 
+/// The kernels of coll.cu (loaded together, see [`Loaded::preload`]).
+const BYTES_KERNELS: &[&str] = &[
+    "rshmem_internal_team_sync",
+    "rshmem_internal_alltoall",
+    "rshmem_internal_fcollect",
+    "rshmem_internal_broadcast",
+    "rshmem_internal_alltoalls",
+    "rshmem_internal_collect_start",
+    "rshmem_internal_collect",
+];
+
 impl Loaded {
+    /// Looks up and loads every kernel in `names` now. CUDA loads kernels lazily, at their first
+    /// launch, and loading one may wait until the kernels running on the GPU finish: a first
+    /// collective launched next to a long-running user kernel would wait for it. Loading them
+    /// with the module moves that wait to the module's first use.
+    fn preload(&self, call: &'static str, names: &[&'static str]) -> Result<()> {
+        for &name in names {
+            let f = self.func(call, name)?;
+            // SAFETY: a function handle of a loaded module of the current context.
+            let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(Error::Cuda {
+                    call,
+                    what: format!("loading kernel {name}"),
+                    code: format!("{r:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn func(&self, call: &'static str, name: &'static str) -> Result<CudaFunction> {
         let mut f = self.funcs.lock().map_err(|_| Error::State {
             call,
@@ -122,13 +170,32 @@ fn local_blocks(blocks: u32, n: usize) -> i32 {
     (blocks / (n as u32).max(1)).max(1) as i32
 }
 
+/// Threads of a one-block team sync launch (one per member to watch, whole warps).
+fn sync_threads(n: usize) -> u32 {
+    (n as u32).div_ceil(32).clamp(1, 16) * 32
+}
+
 /// Blocks for a launch that moves `bytes` per PE.
 fn blocks_for(bytes: usize, sms: u32) -> u32 {
     (bytes.div_ceil(BYTES_PER_BLOCK).max(1) as u64).min(sms.max(1) as u64) as u32
 }
 
 impl World {
+    /// How this PE's GPU is shared with other PEs of its host (found at init).
+    pub fn gpu_sharing(&self) -> crate::device::sharing::GpuSharing {
+        self.coll.sharing
+    }
+
+    /// The SMs a collective launch of this PE may spread over: the GPU's SMs, divided among the
+    /// PEs that share the GPU (their grids then fit side by side; correctness does not depend on
+    /// it, since no block waits for one that is not running).
     fn coll_modules_sms(&self, call: &'static str) -> Result<u32> {
+        let sms = self.gpu_sms(call)?;
+        let share = self.coll.sharing.pes_on_gpu.max(1) as u32;
+        Ok((sms / share).max(1))
+    }
+
+    fn gpu_sms(&self, call: &'static str) -> Result<u32> {
         let p = self.p2p(call)?;
         Ok(*self.coll.sms.get_or_init(|| {
             let mut dev: sys::CUdevice = 0;
@@ -156,10 +223,12 @@ impl World {
             let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dstate)
                 .map_err(|e| e.to_string())?;
             self.register(&m).map_err(|e| e.to_string())?;
-            Ok(Loaded {
+            let l = Loaded {
                 module: m,
                 funcs: Mutex::new(Vec::new()),
-            })
+            };
+            l.preload(call, BYTES_KERNELS).map_err(|e| e.to_string())?;
+            Ok(l)
         });
         m.as_ref().map_err(|e| Error::Unsupported {
             call,
@@ -188,6 +257,7 @@ impl World {
             module: m,
             funcs: Mutex::new(Vec::new()),
         });
+        l.preload(call, &["rshmem_internal_reduce"])?;
         map.insert(ty, l.clone());
         Ok(l)
     }
@@ -239,6 +309,23 @@ impl World {
         }
     }
 
+    /// The start sync of a collective launched with several blocks: one block that syncs the
+    /// team, before the launch on the same stream (the launch's own blocks never wait for it).
+    fn start_sync(&self, call: &'static str, h: i32, n: usize, stream: &CudaStream) -> Result<()> {
+        let l = self.coll_bytes_module(call)?;
+        let mut h = h;
+        let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
+        self.coll_launch(
+            call,
+            l,
+            "rshmem_internal_team_sync",
+            1,
+            sync_threads(n),
+            stream,
+            &mut args,
+        )
+    }
+
     /// **Collective over the team, stream-ordered.** Every member's work queued before it on
     /// its stream is visible to every member's work after it. Like `team_sync_on_stream`.
     pub fn team_sync_on_stream(&self, team: &Team, stream: &CudaStream) -> Result<()> {
@@ -258,14 +345,13 @@ impl World {
     fn team_sync_kernel(&self, call: &'static str, team: &Team, stream: &CudaStream) -> Result<()> {
         let mut h = self.coll_team(call, team)?;
         let l = self.coll_bytes_module(call)?;
-        let threads = (team.n_pes() as u32).div_ceil(32).clamp(1, 16) * 32;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
         self.coll_launch(
             call,
             l,
             "rshmem_internal_team_sync",
             1,
-            threads,
+            sync_threads(team.n_pes()),
             stream,
             &mut args,
         )
@@ -473,6 +559,21 @@ impl World {
             (&mut e as *mut i32).cast(),
         ];
         let blocks = blocks_for(sb.saturating_mul(team.n_pes()), sms);
+        if blocks > 1 {
+            // The counts and the start sync in one block first (see collect_start in coll.cu).
+            let (mut h2, mut n2) = (h, nelems as u64);
+            let mut a2: [*mut std::ffi::c_void; 2] =
+                [(&mut h2 as *mut i32).cast(), (&mut n2 as *mut u64).cast()];
+            self.coll_launch(
+                call,
+                l,
+                "rshmem_internal_collect_start",
+                1,
+                sync_threads(team.n_pes()),
+                stream,
+                &mut a2,
+            )?;
+        }
         self.coll_launch(
             call,
             l,
@@ -526,6 +627,9 @@ impl World {
             b: if pipelined { BCAST_PIECE_KIB } else { 0 },
             c: local_blocks(blocks, n),
         };
+        if pipelined && blocks > 1 {
+            self.start_sync(call, h, n, stream)?;
+        }
         let mut args = a.ptrs();
         self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
     }
@@ -616,6 +720,9 @@ impl World {
         } else {
             (moved.div_ceil(REDUCE_BYTES_PER_BLOCK) as u64).clamp(1, sms as u64) as u32
         };
+        if blocks > 1 {
+            self.start_sync(call, h, n, stream)?;
+        }
         self.coll_launch(call, &l, a.kernel, blocks, THREADS, stream, &mut args)
     }
 }

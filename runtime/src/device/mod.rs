@@ -4,6 +4,7 @@
 
 pub mod module;
 pub mod nvrtc;
+pub mod sharing;
 pub mod state;
 
 pub use state::DeviceState;

@@ -1,7 +1,9 @@
 // rshmem's internal collective kernels: the `*_on_stream` team collectives. Each launch is the
 // grid form of a device-library collective (device-lib/include/rshmem/coll.cuh): all blocks
-// move data, block 0 makes the start sync where one is needed, the last block to finish makes
-// the closing team sync. Compiled by NVRTC at first use (cached on disk). The reductions are in
+// move data without waiting for anybody, the last block to finish makes the closing team sync.
+// Where a collective needs a start sync, a single-block launch makes it itself and a launch of
+// several blocks is preceded on the stream by rshmem_internal_team_sync (or, for collect,
+// rshmem_internal_collect_start), so no block ever waits for a block that may not be running. Compiled by NVRTC at first use (cached on disk). The reductions are in
 // coll_reduce.cu, compiled once per element type.
 #include "rshmem/rshmem.cuh"
 #include "rshmem/coll.cuh"
@@ -71,12 +73,23 @@ extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_alltoalls(int
     c.finish();
 }
 
-// collect: block 0 publishes this PE's count and makes the team sync (the start), then every
-// block reads the counts and pushes its share.
+// collect of several blocks, first launch (one block): this PE's count into every member's sync
+// block, then the team sync that makes every member's count visible.
+extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_collect_start(int team,
+                                                                                 uint64_t nelems) {
+    const char* call = "collect_on_stream";
+    const rshmem_team_desc d = team_member(call, team, block_thread_id() == 0);
+    collect_counts_out(call, team, d, nelems, group_of<block_scope>());
+    team_sync<block_scope>(call, team);
+}
+
+// collect: with one block, it publishes this PE's count and makes the team sync itself (with
+// several, rshmem_internal_collect_start did both before); then every block reads the counts
+// and pushes its share.
 extern "C" __global__ void __launch_bounds__(1024) rshmem_internal_collect(int team, uint64_t dest, uint64_t src,
                                                    uint64_t nelems, int esize) {
     grid_coll c("collect_on_stream", team);
-    if (blockIdx.x == 0) {
+    if (gridDim.x == 1) {
         collect_counts_out(c.call, c.team, c.d, nelems, group_of<block_scope>());
     }
     c.start();

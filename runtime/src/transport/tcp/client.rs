@@ -1,0 +1,623 @@
+//! The issuing side of the TCP transport: requests on this PE's outgoing connections.
+//!
+//! Every send and every wait for a reply is bounded by `RSHMEM_TIMEOUT` (see [`super::sock`]): a
+//! peer that does not take a frame or send a reply within that time (stopped, overloaded, cut
+//! off) makes the call fail with [`Error::Timeout`] naming the peer,
+//! the call and the operation; the connection is then broken for good (a request may have been
+//! cut in half) and the peer is reported lost, so waits that depend on it fail too.
+
+use std::io::ErrorKind;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::sock::{self, is_timeout};
+use super::wire::{self, Reject, Rejection, FRAME, REJ, REP, REQ};
+use super::{HeapId, Net};
+use crate::error::{Error, Result};
+use crate::transport::AmoOp;
+
+/// Payloads up to this size are copied behind the header and sent with one write.
+const INLINE: usize = 16 << 10;
+/// Deferred output of a connection is written once it reaches this many bytes.
+pub(super) const DEFER_MAX: usize = 64 << 10;
+
+/// One outgoing connection.
+pub(super) struct Conn {
+    pub s: std::net::TcpStream,
+    /// Bytes of requests not written yet (deferred puts, then the request being sent).
+    pub out: Vec<u8>,
+    pub broken: bool,
+    /// `RSHMEM_TIMEOUT`: the most one send or receive may take.
+    timeout: Option<Duration>,
+    /// Names of the calls that issued requests on this connection; a request carries the
+    /// index, a rejection record echoes it.
+    calls: Vec<&'static str>,
+}
+
+impl Conn {
+    pub fn new(s: std::net::TcpStream, timeout: Option<Duration>) -> Conn {
+        Conn {
+            s,
+            out: Vec::new(),
+            broken: false,
+            timeout,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Writes every pending byte.
+    fn send(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            let r = sock::send_all(&self.s, &self.out, sock::deadline(self.timeout));
+            self.out.clear();
+            r?;
+        }
+        Ok(())
+    }
+
+    /// This connection's number for `call`.
+    fn call_id(&mut self, call: &'static str) -> u16 {
+        if let Some(i) = self.calls.iter().position(|c| *c == call) {
+            return i as u16;
+        }
+        if self.calls.len() >= usize::from(u16::MAX) {
+            return u16::MAX;
+        }
+        self.calls.push(call);
+        (self.calls.len() - 1) as u16
+    }
+
+    fn call_name(&self, id: u16) -> &'static str {
+        self.calls
+            .get(usize::from(id))
+            .copied()
+            .unwrap_or("an earlier call")
+    }
+}
+
+/// One remote PE's connection and its state.
+pub(super) struct Link {
+    pub conn: Mutex<Conn>,
+    /// A put or store went out since the last flush.
+    pub dirty: AtomicBool,
+    /// Deferred bytes wait in the connection's output buffer.
+    pub deferred: AtomicBool,
+}
+
+/// What a call was doing on a connection, for messages.
+#[derive(Debug, Clone, Copy)]
+enum Doing {
+    Put(usize),
+    Get(usize),
+    Amo,
+    Store,
+    Push,
+    Flush,
+}
+
+impl std::fmt::Display for Doing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Doing::Put(n) => write!(f, "a put of {n} bytes"),
+            Doing::Get(n) => write!(f, "a get of {n} bytes"),
+            Doing::Amo => write!(f, "an atomic"),
+            Doing::Store => write!(f, "a flag store"),
+            Doing::Push => write!(f, "sending buffered puts"),
+            Doing::Flush => write!(f, "a flush (completing earlier puts)"),
+        }
+    }
+}
+
+fn heap_name(h: u8) -> &'static str {
+    if h == HeapId::Ctrl as u8 {
+        "control heap"
+    } else {
+        "symmetric heap"
+    }
+}
+
+impl Net {
+    fn link(&self, call: &'static str, pe: usize) -> Result<&Link> {
+        self.links
+            .get(pe)
+            .and_then(|l| l.as_ref())
+            .ok_or_else(|| Error::invalid(call, format!("PE {pe} is not a TCP peer")))
+    }
+
+    /// The error for a connection to `pe` that failed with `e` while `doing`; the peer is
+    /// reported lost (the connection cannot be used again).
+    fn lost(&self, call: &'static str, pe: usize, doing: Doing, e: &std::io::Error) -> Error {
+        if is_timeout(e) {
+            let t = self.timeout.unwrap_or_default();
+            self.live.report(
+                pe,
+                format!(
+                    "its TCP connection stalled for {t:?} during {doing} from PE {}",
+                    self.me
+                ),
+            );
+            return Error::Timeout {
+                call,
+                me: self.me,
+                pe: Some(pe),
+                what: format!(
+                    "PE {pe} to complete {doing} over TCP (is it stopped, overloaded or unreachable?)"
+                ),
+                waited: t,
+            };
+        }
+        let reason = if e.kind() == ErrorKind::UnexpectedEof {
+            "it exited or crashed: its TCP connection to this PE closed".to_string()
+        } else {
+            format!("its TCP connection failed during {doing}: {e}")
+        };
+        self.live.report(pe, reason.clone());
+        Error::PeerLost {
+            call,
+            me: self.me,
+            pe,
+            reason,
+        }
+    }
+
+    /// Runs `f` on the connection to `pe`; an I/O error breaks the connection for good.
+    fn with<T>(
+        &self,
+        call: &'static str,
+        pe: usize,
+        doing: Doing,
+        f: impl FnOnce(&mut Conn) -> std::io::Result<T>,
+    ) -> Result<T> {
+        let link = self.link(call, pe)?;
+        let mut c = link.conn.lock().map_err(|_| Error::State {
+            call,
+            reason: "a TCP connection lock is poisoned".into(),
+        })?;
+        if c.broken {
+            return Err(Error::PeerLost {
+                call,
+                me: self.me,
+                pe,
+                reason: "its TCP connection failed earlier".into(),
+            });
+        }
+        f(&mut c).map_err(|e| {
+            c.broken = true;
+            self.lost(call, pe, doing, &e)
+        })
+    }
+
+    /// Sets how long threads waiting for TCP bytes busy-poll before they block (the proxy
+    /// sets [`super::PROXY_SPIN`]; 0, the default, blocks at once). Applies to this PE's
+    /// service threads and to replies it waits for.
+    pub fn set_spin(&self, d: Duration) {
+        self.spin
+            .store(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Release);
+    }
+
+    fn spin(&self) -> Duration {
+        Duration::from_nanos(self.spin.load(Ordering::Acquire))
+    }
+
+    /// Appends a put of `n` bytes (n <= INLINE, or a frame sent at once) to `c`'s output.
+    #[allow(clippy::too_many_arguments)]
+    fn put_frames(
+        c: &mut Conn,
+        call: &'static str,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+        defer: bool,
+    ) -> std::io::Result<()> {
+        let id = c.call_id(call);
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(FRAME);
+            // SAFETY: the caller passes a live readable range of n bytes at src.
+            let data = unsafe { std::slice::from_raw_parts(src.add(done), k) };
+            let h = wire::req(
+                wire::OP_PUT,
+                heap as u8,
+                0,
+                0,
+                id,
+                (off + done) as u64,
+                k as u64,
+                0,
+                0,
+            );
+            c.out.extend_from_slice(&h);
+            if k <= INLINE {
+                c.out.extend_from_slice(data);
+            } else {
+                c.send()?;
+                sock::send_all(&c.s, data, sock::deadline(c.timeout))?;
+            }
+            done += k;
+        }
+        if !defer || c.out.len() >= DEFER_MAX {
+            c.send()?;
+        }
+        Ok(())
+    }
+
+    /// Sends `n` bytes from `src` to `[off, off+n)` of `pe`'s heap `heap` (not acknowledged;
+    /// a rejection is reported by the next [`quiet`](Net::quiet)).
+    pub fn put(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        let r = self.with(call, pe, Doing::Put(n), |c| {
+            Self::put_frames(c, call, heap, off, src, n, false)
+        });
+        self.link(call, pe)?.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
+    }
+
+    /// [`put`](Net::put) that may leave the request in the connection's output buffer (one
+    /// write for a burst of small puts): it goes out with the next request to that PE that is
+    /// not deferred, a round trip to any PE, [`push`](Net::push), or once [`DEFER_MAX`] bytes
+    /// wait. Order with everything else sent to `pe` is kept.
+    pub fn put_deferred(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, Doing::Put(n), |c| {
+            Self::put_frames(c, call, heap, off, src, n, true)?;
+            link.deferred.store(!c.out.is_empty(), Ordering::Release);
+            Ok(())
+        });
+        link.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
+    }
+
+    /// Writes the deferred output of every connection.
+    pub fn push(&self, call: &'static str) -> Result<()> {
+        for pe in 0..self.links.len() {
+            let Some(link) = &self.links[pe] else {
+                continue;
+            };
+            if link.deferred.swap(false, Ordering::AcqRel) {
+                let r = self.with(call, pe, Doing::Push, |c| c.send());
+                self.tolerate(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a round trip: nothing deferred may wait behind it (a reply may depend on it).
+    fn push_all(&self, call: &'static str) -> Result<()> {
+        if self
+            .links
+            .iter()
+            .flatten()
+            .any(|l| l.deferred.load(Ordering::Acquire))
+        {
+            self.push(call)?;
+        }
+        Ok(())
+    }
+
+    /// Stores `value` (8 bytes, release) at `off` of `pe`'s heap `heap` (not acknowledged).
+    pub fn store(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        value: u64,
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, Doing::Store, |c| {
+            let id = c.call_id(call);
+            c.out.extend_from_slice(&wire::req(
+                wire::OP_STORE,
+                heap as u8,
+                8,
+                0,
+                id,
+                off as u64,
+                8,
+                value,
+                0,
+            ));
+            link.deferred.store(false, Ordering::Release);
+            c.send()
+        });
+        link.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
+    }
+
+    /// While finalizing, a peer that already left needs nothing more from this PE.
+    fn tolerate(&self, r: Result<()>) -> Result<()> {
+        match r {
+            Err(Error::PeerLost { .. }) if self.live.is_finalizing() => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Sends `h` (with whatever output is pending) on `c` and reads the reply header.
+    fn round_trip(&self, c: &mut Conn, h: &[u8; REQ]) -> std::io::Result<(u32, u64)> {
+        c.out.extend_from_slice(h);
+        c.send()?;
+        let mut r = [0u8; REP];
+        sock::recv_exact(&c.s, &mut r, self.spin(), sock::deadline(c.timeout))?;
+        Ok(wire::decode_rep(&r))
+    }
+
+    /// Reads `n` bytes at `[off, off+n)` of `pe`'s heap `heap` into `dst`.
+    pub fn get(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        dst: *mut u8,
+        n: usize,
+    ) -> Result<()> {
+        self.push_all(call)?;
+        let link = self.link(call, pe)?;
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(FRAME);
+            let status = self.with(call, pe, Doing::Get(k), |c| {
+                link.deferred.store(false, Ordering::Release);
+                let h = wire::req(
+                    wire::OP_GET,
+                    heap as u8,
+                    0,
+                    0,
+                    0,
+                    (off + done) as u64,
+                    k as u64,
+                    0,
+                    0,
+                );
+                let (status, _) = self.round_trip(c, &h)?;
+                if status == 0 {
+                    // SAFETY: the caller passes a live writable range of n bytes at dst.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), k) };
+                    sock::recv_exact(&c.s, out, self.spin(), sock::deadline(c.timeout))?;
+                }
+                Ok(status)
+            })?;
+            if status != 0 {
+                let j = Rejection {
+                    call: 0,
+                    op: wire::OP_GET,
+                    heap: heap as u8,
+                    why: Reject::from_code(status),
+                    off: (off + done) as u64,
+                    len: k as u64,
+                };
+                return Err(rejected(call, call, pe, &j, 1));
+            }
+            done += k;
+        }
+        Ok(())
+    }
+
+    /// Applies `op` to the word of `size` bytes at `off` of `pe`'s heap; returns the old value.
+    #[allow(clippy::too_many_arguments)]
+    pub fn amo(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        op: AmoOp,
+        off: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        self.push_all(call)?;
+        let link = self.link(call, pe)?;
+        let (status, v) = self.with(call, pe, Doing::Amo, |c| {
+            link.deferred.store(false, Ordering::Release);
+            let h = wire::req(
+                wire::OP_AMO,
+                heap as u8,
+                size as u8,
+                op as u8,
+                0,
+                off as u64,
+                size as u64,
+                value,
+                cond,
+            );
+            self.round_trip(c, &h)
+        })?;
+        if status != 0 {
+            let j = Rejection {
+                call: 0,
+                op: wire::OP_AMO,
+                heap: heap as u8,
+                why: Reject::from_code(status),
+                off: off as u64,
+                len: size as u64,
+            };
+            return Err(rejected(call, call, pe, &j, 1));
+        }
+        Ok(v)
+    }
+
+    /// [`amo`](Net::amo) without the old value: not acknowledged (like a put; a rejection is
+    /// reported by the next [`quiet`](Net::quiet)), applied in order after everything sent
+    /// to `pe` before it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn amo_nf(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        op: AmoOp,
+        off: usize,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, Doing::Amo, |c| {
+            let id = c.call_id(call);
+            c.out.extend_from_slice(&wire::req(
+                wire::OP_AMO_NF,
+                heap as u8,
+                size as u8,
+                op as u8,
+                id,
+                off as u64,
+                size as u64,
+                value,
+                cond,
+            ));
+            link.deferred.store(false, Ordering::Release);
+            c.send()
+        });
+        link.dirty.store(true, Ordering::Release);
+        self.tolerate(r)
+    }
+
+    /// Waits until every put, store and non-fetching atomic issued so far to every peer has
+    /// been applied. Peers with nothing outstanding cost nothing; the flushes to several peers
+    /// are all sent before the first reply is awaited. A peer that refused some of them makes
+    /// it fail naming the call that issued the first refused one.
+    pub fn quiet(&self, call: &'static str) -> Result<()> {
+        self.push_all(call)?;
+        let mut sent: Vec<(usize, std::sync::MutexGuard<'_, super::client::Conn>)> = Vec::new();
+        let mut result = Ok(());
+        // Locks are taken in PE order (every other path holds one lock at a time).
+        for pe in 0..self.links.len() {
+            let Some(link) = &self.links[pe] else {
+                continue;
+            };
+            if !link.dirty.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let mut c = match link.conn.lock() {
+                Ok(c) => c,
+                Err(_) => {
+                    result = Err(Error::State {
+                        call,
+                        reason: "a TCP connection lock is poisoned".into(),
+                    });
+                    break;
+                }
+            };
+            if c.broken {
+                if !self.live.is_finalizing() {
+                    result = Err(Error::PeerLost {
+                        call,
+                        me: self.me,
+                        pe,
+                        reason: "its TCP connection failed earlier".into(),
+                    });
+                    break;
+                }
+                continue;
+            }
+            link.deferred.store(false, Ordering::Release);
+            c.out.extend_from_slice(&wire::req(
+                wire::OP_FLUSH,
+                HeapId::User as u8,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ));
+            if let Err(e) = c.send() {
+                c.broken = true;
+                if !self.live.is_finalizing() {
+                    result = Err(self.lost(call, pe, Doing::Flush, &e));
+                    break;
+                }
+                continue;
+            }
+            sent.push((pe, c));
+        }
+        let spin = self.spin();
+        for (pe, mut c) in sent {
+            let r = (|| {
+                let mut h = [0u8; REP];
+                sock::recv_exact(&c.s, &mut h, spin, sock::deadline(c.timeout))?;
+                let (_, bad) = wire::decode_rep(&h);
+                let mut first = None;
+                if bad != 0 {
+                    let mut j = [0u8; REJ];
+                    sock::recv_exact(&c.s, &mut j, spin, sock::deadline(c.timeout))?;
+                    first = Some(Rejection::decode(&j));
+                }
+                Ok::<_, std::io::Error>((bad, first))
+            })();
+            match r {
+                Ok((bad, Some(j))) if result.is_ok() => {
+                    result = Err(rejected(c.call_name(j.call), call, pe, &j, bad));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    c.broken = true;
+                    if result.is_ok() && !self.live.is_finalizing() {
+                        result = Err(self.lost(call, pe, Doing::Flush, &e));
+                    }
+                }
+            }
+        }
+        result
+    }
+}
+
+/// The error for a request `pe` refused: named after `issuer`, the call that made it (`now`
+/// is the call that learned of it, when later); `count` refused since the last flush.
+fn rejected(
+    issuer: &'static str,
+    now: &'static str,
+    pe: usize,
+    j: &Rejection,
+    count: u64,
+) -> Error {
+    let what = wire::op_name(j.op);
+    let article = if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    let mut reason = format!(
+        "PE {pe} refused {article} {what} of {} bytes at offset {:#x} of its {}: {}",
+        j.len,
+        j.off,
+        heap_name(j.heap),
+        j.why.describe()
+    );
+    if count > 1 {
+        reason += &format!(
+            " ({} more of this PE's requests were refused since)",
+            count - 1
+        );
+    }
+    if issuer != now {
+        reason += &format!(" (reported by {now})");
+    }
+    if j.why.is_range() {
+        Error::NotSymmetric {
+            call: issuer,
+            reason,
+        }
+    } else {
+        Error::invalid(issuer, reason)
+    }
+}
