@@ -853,6 +853,17 @@ impl Reports {
     }
 }
 
+/// True when process `pid` is stopped (state `T` or `t` in `/proc/<pid>/stat`).
+fn is_stopped(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|st| st == "T" || st == "t")
+}
+
 /// One row of the hang table, from a line of a PE's report file (see the runtime's `hang`
 /// module: state, call, PE waited on, seconds, detail, tab-separated).
 fn report_row(rank: usize, line: &str) -> [String; 6] {
@@ -878,7 +889,13 @@ fn report_row(rank: usize, line: &str) -> [String; 6] {
 fn hang_report(pes: &mut [Pe], rep: &mut Reports, why: &str) {
     rep.drain();
     let mut asked = Vec::new();
+    let mut stopped = Vec::new();
     for pe in pes.iter().filter(|p| p.status.is_none()) {
+        if is_stopped(pe.pid) {
+            // A stopped process cannot answer until it is continued: do not wait for it.
+            stopped.push(pe.rank);
+            continue;
+        }
         if rep.armed[pe.rank] {
             rep.lines[pe.rank].clear();
             rep.done[pe.rank] = false;
@@ -917,6 +934,14 @@ fn hang_report(pes: &mut [Pe], rep: &mut Reports, why: &str) {
                 "-".into(),
                 "-".into(),
                 how,
+            ]),
+            (true, None) if stopped.contains(&pe.rank) => rows.push([
+                pe.rank.to_string(),
+                "stopped".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "the process is stopped (SIGSTOP, a debugger, or job control)".into(),
             ]),
             (true, None) => rows.push([
                 pe.rank.to_string(),
