@@ -103,6 +103,12 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "GID table index the verbs transport addresses this port by (matters on RoCE; see show_gids).",
     },
     EnvVar {
+        name: "RSHMEM_HANG_REPORT_FD",
+        kind: "file descriptor",
+        default: "unset (set by rshmemrun)",
+        help: "Pipe to which a PE writes its hang report when rshmemrun asks with SIGUSR1, and the wait that timed out or saw a peer gone; rshmemrun merges the PEs' reports into one table. Unset: a report asked for with SIGUSR1 goes to stderr.",
+    },
+    EnvVar {
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",

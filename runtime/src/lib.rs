@@ -28,7 +28,13 @@
 //!
 //! Every call checks its arguments (PE range, symmetric address ranges, alignment) and returns
 //! an [`Error`] naming the call and the cause, writing nothing. Blocking calls are bounded by
-//! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone.
+//! `RSHMEM_TIMEOUT` and fail with an error naming the PE when a peer is gone; `SIGUSR1` makes a
+//! PE report what it is blocked in (see docs/launching.md, "Hang reports").
+//!
+//! ## Embedding
+//! A framework that has its own ranks starts rshmem with [`Builder::rank`], [`Builder::size`]
+//! and [`Builder::unique_id`] (no launcher variables needed), and keeps the world and its
+//! buffers in one struct with [`World::into_shared`] and [`SharedSymBuf`] (see [`shared`]).
 
 mod amo;
 mod coll;
@@ -37,11 +43,13 @@ pub mod cuda;
 mod cuda_interop;
 pub mod device;
 mod error;
+mod hang;
 pub mod heap;
 mod mem;
 pub mod node;
 pub mod proxy;
 mod rma;
+pub mod shared;
 mod signal;
 mod stream;
 mod sync;
@@ -57,6 +65,8 @@ pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
 pub use mem::SymBuf;
+pub use rshmem_bootstrap::UniqueId;
+pub use shared::SharedSymBuf;
 pub use stream::cmp_code;
 pub use sync::pick_any;
 pub use team::{Team, TeamConfig};

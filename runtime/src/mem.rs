@@ -372,7 +372,7 @@ impl World {
         Ok(p)
     }
 
-    fn wrap<T: RmaType>(&self, p: *mut u8, count: usize) -> SymBuf<'_, T> {
+    pub(crate) fn wrap<T: RmaType>(&self, p: *mut u8, count: usize) -> SymBuf<'_, T> {
         SymBuf {
             ptr: if count == 0 {
                 std::ptr::null_mut()

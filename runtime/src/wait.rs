@@ -59,21 +59,29 @@ impl WaitPolicy {
         describe: &dyn Fn() -> String,
     ) -> Result<T> {
         let start = Instant::now();
+        let mut waiting = crate::hang::Waiting::enter(call, pe, start);
         loop {
             if let Some(v) = done() {
                 return Ok(v);
             }
+            waiting.poll(describe);
             let waited = start.elapsed();
             if live.any_failed() {
                 if let Some(v) = done() {
                     return Ok(v);
                 }
                 if let Some((dead, reason)) = live.failed() {
+                    let what = describe();
+                    waiting.gave_up(
+                        "peer-lost",
+                        start.elapsed(),
+                        &format!("PE {dead}: {reason}; was waiting for {what}"),
+                    );
                     return Err(Error::PeerLost {
                         call,
                         me: self.me,
                         pe: dead,
-                        reason: format!("{reason}; this PE was waiting for {}", describe()),
+                        reason: format!("{reason}; this PE was waiting for {what}"),
                     });
                 }
             }
@@ -82,11 +90,13 @@ impl WaitPolicy {
                     if let Some(v) = done() {
                         return Ok(v);
                     }
+                    let what = describe();
+                    waiting.gave_up("timed-out", waited, &what);
                     return Err(Error::Timeout {
                         call,
                         me: self.me,
                         pe,
-                        what: describe(),
+                        what,
                         waited,
                     });
                 }

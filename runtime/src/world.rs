@@ -29,12 +29,43 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// Configures and starts the runtime. Settings left unset come from the environment
 /// (see [`crate::config::ENV_VARS`]).
+///
+/// A framework that already knows its ranks (torchrun, a Ray actor, its own MPI communicator)
+/// starts rshmem without any launcher variables by giving [`Builder::rank`], [`Builder::size`]
+/// and the rendezvous ([`Builder::unique_id`], or [`Builder::rendezvous`] with an address and a
+/// secret): rank 0 creates a [`crate::UniqueId`], the framework passes its text to every rank
+/// through its own channel, and each rank calls
+/// `Builder::new().rank(r).size(n).unique_id(id).init()`. Then the launcher's variables are not
+/// read at all. Every value given to the builder wins over the environment; contradictory
+/// settings (a rank without a size, a multi-PE job without a rendezvous, a device with the CPU
+/// backend, ...) are errors naming the setting.
+///
+/// ```no_run
+/// # fn main() -> rshmem::Result<()> {
+/// // Rank 0 of 2: make the id (the others parse the text they were sent).
+/// let id = rshmem::UniqueId::new("10.0.0.1:29600")?;
+/// let text = id.to_string(); // send to the other ranks, e.g. through the framework's store
+/// let world = rshmem::Builder::new()
+///     .rank(0)
+///     .size(2)
+///     .unique_id(text.parse()?)
+///     .backend(rshmem::config::BackendChoice::Cpu)
+///     .init()?;
+/// world.finalize()
+/// # }
+/// ```
 #[derive(Debug, Default)]
 pub struct Builder {
     timeout: Option<Option<Duration>>,
     heap_limit: Option<usize>,
     heap_initial: Option<usize>,
     debug_symmetry: Option<bool>,
+    rank: Option<usize>,
+    size: Option<usize>,
+    uid: Option<rshmem_bootstrap::UniqueId>,
+    rendezvous_addr: Option<(String, [u8; rshmem_bootstrap::SECRET_LEN])>,
+    backend: Option<BackendChoice>,
+    device: Option<usize>,
 }
 
 impl Builder {
@@ -67,10 +98,135 @@ impl Builder {
         self
     }
 
-    /// **Collective.** Starts the runtime: reads the launcher's variables, meets the other PEs,
-    /// reserves and maps the symmetric heap. Every PE of the job must call it.
-    pub fn init(self) -> Result<World> {
+    /// This PE's rank, `0..size`. Needs [`Builder::size`]; with both, the launcher's variables
+    /// (`RSHMEM_RANK`, `RANK`, `OMPI_COMM_WORLD_RANK`, ...) are not read.
+    pub fn rank(mut self, rank: usize) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// Number of PEs in the job. Needs [`Builder::rank`].
+    pub fn size(mut self, size: usize) -> Self {
+        self.size = Some(size);
+        self
+    }
+
+    /// The job's rendezvous: rank 0's address and the job secret, as made by
+    /// [`crate::UniqueId::new`] on one rank and passed to the others (its `Display` text parses
+    /// back with `str::parse`). Needs [`Builder::rank`] and [`Builder::size`]. Rank 0 listens
+    /// at the id's address, so that address must be one of rank 0's own.
+    pub fn unique_id(mut self, id: rshmem_bootstrap::UniqueId) -> Self {
+        self.uid = Some(id);
+        self
+    }
+
+    /// The job's rendezvous as rank 0's `host:port` and the 16-byte job secret (every rank must
+    /// give the same); the same as [`Builder::unique_id`] with
+    /// [`crate::UniqueId::with_secret`]. Give one of the two, not both.
+    pub fn rendezvous(
+        mut self,
+        addr: impl Into<String>,
+        secret: [u8; rshmem_bootstrap::SECRET_LEN],
+    ) -> Self {
+        self.rendezvous_addr = Some((addr.into(), secret));
+        self
+    }
+
+    /// CPU or GPU symmetric heap. Overrides `RSHMEM_BACKEND`.
+    pub fn backend(mut self, b: BackendChoice) -> Self {
+        self.backend = Some(b);
+        self
+    }
+
+    /// CUDA device ordinal of this PE (among the visible devices). Overrides `RSHMEM_DEVICE`;
+    /// an error with the CPU backend.
+    pub fn device(mut self, ordinal: usize) -> Self {
+        self.device = Some(ordinal);
+        self
+    }
+
+    /// The explicit job (rank, size, rendezvous) when the builder was given one; an error for
+    /// contradictory settings.
+    fn explicit_job(
+        &mut self,
+    ) -> Result<Option<(usize, usize, Option<rshmem_bootstrap::UniqueId>)>> {
+        let call = "Builder::init";
+        let uid = match (self.uid.take(), self.rendezvous_addr.take()) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    call,
+                    "both unique_id and rendezvous are set: give the rendezvous one way only",
+                ))
+            }
+            (Some(id), None) => Some(id),
+            (None, Some((addr, secret))) => Some(
+                rshmem_bootstrap::UniqueId::with_secret(addr, secret)
+                    .map_err(|e| Error::invalid(call, format!("rendezvous: {e}")))?,
+            ),
+            (None, None) => None,
+        };
+        match (self.rank, self.size) {
+            (None, None) => match uid {
+                Some(_) => Err(Error::invalid(
+                    call,
+                    "a unique id (or rendezvous) is set without rank and size: set both with                      Builder::rank and Builder::size",
+                )),
+                None => Ok(None),
+            },
+            (Some(_), None) => Err(Error::invalid(
+                call,
+                "rank is set but size is not: set both (Builder::size)",
+            )),
+            (None, Some(_)) => Err(Error::invalid(
+                call,
+                "size is set but rank is not: set both (Builder::rank)",
+            )),
+            (Some(_), Some(0)) => Err(Error::invalid(call, "size is 0: a job has at least one PE")),
+            (Some(r), Some(n)) if r >= n => Err(Error::invalid(
+                call,
+                format!("rank {r} is out of range for size {n} (ranks are 0..{n})"),
+            )),
+            (Some(r), Some(n)) if n > 1 && uid.is_none() => Err(Error::invalid(
+                call,
+                format!(
+                    "rank {r} of {n}: a job of more than one PE needs a rendezvous                      (Builder::unique_id or Builder::rendezvous)"
+                ),
+            )),
+            (Some(r), Some(n)) => Ok(Some((r, n, uid))),
+        }
+    }
+
+    /// **Collective.** Starts the runtime: reads the launcher's variables (unless the builder
+    /// was given rank, size and rendezvous), meets the other PEs, reserves and maps the
+    /// symmetric heap. Every PE of the job must call it.
+    pub fn init(mut self) -> Result<World> {
+        let job = self.explicit_job()?;
         let mut cfg = Config::from_env()?;
+        if let Some(b) = self.backend {
+            cfg.backend = b;
+        }
+        if let Some(d) = self.device {
+            cfg.device = Some(d);
+        }
+        let from_builder = self.device.is_some() || self.backend.is_some();
+        if let (BackendChoice::Cpu, Some(d), true) = (cfg.backend, cfg.device, from_builder) {
+            let src = |b: bool, var: &str, call: &str| {
+                if b {
+                    call.to_string()
+                } else {
+                    var.to_string()
+                }
+            };
+            return Err(Error::invalid(
+                "Builder::init",
+                format!(
+                    "device {d} (from {}) is set but the backend is cpu (from {}): a CUDA device \
+                     needs the gpu or auto backend",
+                    src(self.device.is_some(), "RSHMEM_DEVICE", "Builder::device"),
+                    src(self.backend.is_some(), "RSHMEM_BACKEND", "Builder::backend"),
+                ),
+            ));
+        }
         if let Some(t) = self.timeout {
             cfg.timeout = t;
         }
@@ -83,7 +239,23 @@ impl Builder {
         if let Some(v) = self.debug_symmetry {
             cfg.debug_symmetry = v;
         }
+        if let Some((rank, size, uid)) = job {
+            tracing::debug!(target: "rshmem::init", rank, size, launcher = "none (rank, size and rendezvous given to Builder)", "launch information");
+            let rendezvous = uid.as_ref().map(|u| u.addr().to_string());
+            let boot: Box<dyn Bootstrap> = match &uid {
+                Some(id) if size > 1 => Box::new(rshmem_bootstrap::TcpBootstrap::new(
+                    rank,
+                    size,
+                    id,
+                    cfg.timeout,
+                    None,
+                )?),
+                _ => Box::new(rshmem_bootstrap::SingletonBootstrap::new()),
+            };
+            return World::start(cfg, boot, rendezvous);
+        }
         let (info, boot) = rshmem_bootstrap::from_env(cfg.timeout)?;
+        tracing::debug!(target: "rshmem::init", rank = info.rank, size = info.size, launcher = %info.launcher, "launch information (detected launcher)");
         let rendezvous = info.uid.as_ref().map(|u| u.addr().to_string());
         World::start(cfg, boot, rendezvous)
     }
@@ -267,6 +439,7 @@ impl World {
         world.init_device_area()?;
         world.load_proxy_kernels()?;
         world.boot.barrier()?;
+        crate::hang::install(me);
         let mut world = world;
         world.init_time = t0.elapsed();
         tracing::debug!(target: "rshmem::init", elapsed = ?world.init_time, gpu = world.gpu.is_some(), "initialized");
@@ -430,6 +603,43 @@ impl World {
     /// the runtime (heap, sockets, threads). Like `shmem_finalize`. Symmetric addresses are
     /// invalid afterwards; the borrow checker enforces it for [`crate::SymBuf`]s.
     pub fn finalize(mut self) -> Result<()> {
+        let r = self.finalize_collective();
+        self.node.stop_monitor();
+        drop(self);
+        r
+    }
+
+    /// **Collective.** [`World::finalize`] for a world shared through [`World::into_shared`]:
+    /// completes all outstanding operations and meets every PE exactly like `finalize`, on
+    /// every PE, whatever other handles remain. The memory, sockets and threads are released
+    /// when the last handle (a clone of the `Arc` or a [`crate::SharedSymBuf`]) is dropped; until
+    /// then those handles keep their memory mapped (sound to touch locally), but calls that
+    /// need a peer fail, since the peers have finalized. Calling it twice is an error.
+    pub fn finalize_shared(world: Arc<World>) -> Result<()> {
+        if world.finalized.load(Ordering::Acquire) {
+            return Err(Error::State {
+                call: "finalize_shared",
+                reason: "this world is already finalized".into(),
+            });
+        }
+        world.finalize_collective()
+    }
+
+    /// Wraps the world in an `Arc`, so that it can be stored next to its buffers in one struct
+    /// (see [`crate::SharedSymBuf`] and [`World::malloc_shared`]); end it with
+    /// [`World::finalize_shared`].
+    pub fn into_shared(self) -> Arc<World> {
+        Arc::new(self)
+    }
+
+    /// True once [`World::finalize`] or [`World::finalize_shared`] ran.
+    pub(crate) fn is_finalized(&self) -> bool {
+        self.finalized.load(Ordering::Acquire)
+    }
+
+    /// The collective part of finalize: the two barriers (the monitor of peers goes on until
+    /// the world is dropped; after the last barrier it only marks PEs gone).
+    fn finalize_collective(&self) -> Result<()> {
         // First barrier: every PE is done with its operations (and still watched: a PE that
         // dies before it is reported).
         let r = self.barrier_all_named("finalize");
@@ -444,9 +654,7 @@ impl World {
         } else {
             Ok(())
         };
-        self.node.stop_monitor();
         self.finalized.store(true, Ordering::Release);
-        drop(self);
         r.and(r2)
     }
 
@@ -812,5 +1020,73 @@ impl Drop for World {
         }
         self.node.stop_monitor();
         ACTIVE.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(b: Builder) -> String {
+        let mut b = b;
+        match b.explicit_job() {
+            Err(e) => e.to_string(),
+            Ok(j) => panic!("accepted: {:?}", j.map(|(r, n, _)| (r, n))),
+        }
+    }
+
+    fn id() -> rshmem_bootstrap::UniqueId {
+        rshmem_bootstrap::UniqueId::with_secret("127.0.0.1:4000", [7; 16]).expect("valid id")
+    }
+
+    #[test]
+    fn builder_settings_that_contradict_are_errors_naming_them() {
+        assert!(err(Builder::new().rank(0)).contains("size is not"));
+        assert!(err(Builder::new().size(2)).contains("rank is not"));
+        assert!(
+            err(Builder::new().rank(2).size(2).unique_id(id())).contains("rank 2 is out of range")
+        );
+        assert!(err(Builder::new().rank(0).size(0)).contains("size is 0"));
+        assert!(err(Builder::new().rank(1).size(2)).contains("needs a rendezvous"));
+        assert!(err(Builder::new().unique_id(id())).contains("without rank and size"));
+        assert!(err(Builder::new()
+            .rank(0)
+            .size(2)
+            .unique_id(id())
+            .rendezvous("127.0.0.1:4000", [7; 16]))
+        .contains("one way only"));
+        assert!(err(Builder::new()
+            .rank(0)
+            .size(2)
+            .rendezvous("no port", [7; 16]))
+        .contains("rendezvous"));
+    }
+
+    #[test]
+    fn builder_explicit_job_is_taken() {
+        let mut b = Builder::new()
+            .rank(1)
+            .size(3)
+            .rendezvous("127.0.0.1:4000", [7; 16]);
+        let (r, n, uid) = b.explicit_job().expect("valid").expect("explicit");
+        assert_eq!((r, n), (1, 3));
+        assert_eq!(uid.expect("id").addr(), "127.0.0.1:4000");
+        let mut b = Builder::new().rank(0).size(1);
+        assert!(matches!(b.explicit_job(), Ok(Some((0, 1, None)))));
+        assert!(matches!(Builder::new().explicit_job(), Ok(None)));
+    }
+
+    #[test]
+    fn builder_device_with_cpu_backend_is_an_error() {
+        let e = Builder::new()
+            .backend(BackendChoice::Cpu)
+            .device(0)
+            .init()
+            .expect_err("device with the cpu backend");
+        let s = e.to_string();
+        assert!(
+            s.contains("Builder::device") && s.contains("Builder::backend"),
+            "{s}"
+        );
     }
 }

@@ -37,6 +37,10 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `hang [DELAY_MS]` — PE 1 blocks in `signal_wait_until` (after DELAY_MS), the others in a
+//!   barrier; for the hang report (2+ PEs).
+//! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
+//!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
 //! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
 //!   connections at init (see `scenarios/tcpnet.rs`).
 
@@ -82,6 +86,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("die-finalize", true),
     ("crash", true),
     ("idle", true),
+    ("hang", true),
 ];
 
 /// Runs scenario `name` (one of [`SCENARIOS`]).
@@ -108,6 +113,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "hang" => return hang::run(c).map(|()| End::NoFinalize),
         "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
     };
@@ -124,6 +130,16 @@ fn main() -> ExitCode {
         rshmem::init_logging();
     }
     let scenario = std::env::args().nth(1).unwrap_or_default();
+    if scenario == "embed" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return match scenarios::embed::run(&args) {
+            Ok(me) => {
+                check::say(false, &format!("PE {me}: ok embed"));
+                ExitCode::SUCCESS
+            }
+            Err(Fail(msg)) => fail(args.first().map_or("?", |s| s.as_str()), "embed", &msg),
+        };
+    }
     // The launcher's rank, for messages before init knows it.
     let rank = rshmem::config::launcher_rank().map_or_else(|| "?".to_string(), |r| r.to_string());
     let Some(&(_, needs_two)) = SCENARIOS.iter().find(|(s, _)| *s == scenario) else {

@@ -10,6 +10,11 @@
 //! also inherits the already-listening rendezvous socket (`RSHMEM_BOOTSTRAP_LISTEN_FD`), so the
 //! other ranks can connect before it even starts. When a PE fails, the others are stopped
 //! (SIGTERM, then SIGKILL after the grace period) and the launcher exits non-zero.
+//!
+//! Before stopping the PEs (a failure or `--timeout`), and on `SIGUSR1`, rshmemrun asks each
+//! PE for a hang report (`SIGUSR1` to the PE; the reports come back over the pipe passed in
+//! `RSHMEM_HANG_REPORT_FD`) and prints them as one table: PE, state, call, PE waited on, for
+//! how long, detail.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
@@ -36,6 +41,8 @@ const EXIT_TIMEOUT: i32 = 124;
 /// How long rshmemrun waits, after the first PE failed, for others to fail too before it
 /// decides which failure was first (see `supervise`).
 const SETTLE: Duration = Duration::from_millis(200);
+/// How long rshmemrun waits for the PEs' hang reports after asking for them.
+const REPORT_WAIT: Duration = Duration::from_millis(1500);
 /// Exit status for usage errors.
 const EXIT_USAGE: i32 = 2;
 /// Exit status when PROGRAM cannot be executed / found (as shells do).
@@ -53,8 +60,10 @@ If a PE exits non-zero or is killed by a signal, the other PEs get SIGTERM, then
 --grace seconds, and rshmemrun exits with the status of the PE that failed first (128+signal \
 for a signal). -np N is accepted for -n N; a PROGRAM not on PATH is looked for in the current \
 directory. The job secret reaches the PEs in their environment, never on a command line. \
-SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Exit status 124: --timeout \
-expired."
+SIGINT/SIGTERM/SIGHUP sent to rshmemrun are forwarded to the PEs. Before stopping the PEs \
+(--timeout, or a PE failed), and whenever rshmemrun receives SIGUSR1, it asks every running PE \
+for a hang report (SIGUSR1: what it is blocked in, on which PE, for how long) and prints them \
+as one table. Exit status 124: --timeout expired."
 )]
 struct Cli {
     /// Number of PEs to start (at least 1).
@@ -338,6 +347,8 @@ struct Launch {
     cpus: Vec<usize>,
     uid: Option<UniqueId>,
     listen_fd: Option<RawFd>,
+    /// Write end of the pipe the PEs send their hang reports to (RSHMEM_HANG_REPORT_FD).
+    report_fd: Option<RawFd>,
 }
 
 /// Starts PE `rank`.
@@ -362,6 +373,10 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
                 .env_remove("RSHMEM_BOOTSTRAP_SECRET");
         }
     }
+    match l.report_fd {
+        Some(fd) => cmd.env("RSHMEM_HANG_REPORT_FD", fd.to_string()),
+        None => cmd.env_remove("RSHMEM_HANG_REPORT_FD"),
+    };
     // The job's own secret replaces any the caller's environment names.
     cmd.env_remove("RSHMEM_BOOTSTRAP_SECRET_FILE");
     let inherit_fd = if rank == 0 { l.listen_fd } else { None };
@@ -379,6 +394,7 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     let keep_fd: RawFd = inherit_fd.unwrap_or(-1);
+    let report_fd: RawFd = l.report_fd.unwrap_or(-1);
     // The CPU set is built here, before fork, so the child only makes a system call.
     let pin: Option<libc::cpu_set_t> = (!l.cpus.is_empty()).then(|| {
         // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
@@ -414,6 +430,10 @@ fn spawn_pe(l: &Launch, rank: usize, launcher_pid: i32, stdin_ok: bool) -> io::R
             }
             // Rank 0 alone keeps the rendezvous socket across exec.
             if keep_fd >= 0 && libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Every PE keeps the hang-report pipe across exec.
+            if report_fd >= 0 && libc::fcntl(report_fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
@@ -453,6 +473,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         Signal::SIGINT,
         Signal::SIGTERM,
         Signal::SIGHUP,
+        Signal::SIGUSR1,
     ] {
         sigs.add(s);
     }
@@ -481,6 +502,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     } else {
         Vec::new()
     };
+    let mut reports = match Reports::new(cli.n) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("rshmemrun: no hang reports: cannot create their pipe: {e}");
+            None
+        }
+    };
     let launch = Launch {
         n: cli.n,
         command: cli.command,
@@ -488,6 +516,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         cpus,
         uid,
         listen_fd: listen_owned.as_ref().map(AsRawFd::as_raw_fd),
+        report_fd: reports.as_ref().map(|r| r.w.as_raw_fd()),
     };
 
     let launcher_pid = std::process::id() as i32;
@@ -540,7 +569,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     // Rank 0 has its copy of the rendezvous socket now.
     drop(listen_owned);
 
-    let code = supervise(&mut pes, &sigfd, timeout, grace);
+    let code = supervise(&mut pes, &sigfd, timeout, grace, reports.as_mut());
     finish_taggers(taggers);
     Ok(code)
 }
@@ -557,7 +586,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
 /// *first* child's siginfo, so each notification names the earliest exit since the previous
 /// read, however late rshmemrun gets to run. PEs found ended without a notification of their
 /// own come after those with one, then by rank.
-fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace: Duration) -> i32 {
+fn supervise(
+    pes: &mut [Pe],
+    sigfd: &SignalFd,
+    timeout: Option<Duration>,
+    grace: Duration,
+    mut reports: Option<&mut Reports>,
+) -> i32 {
     let start = Instant::now();
     let run_deadline = timeout.and_then(|t| start.checked_add(t));
     let mut exit_code: Option<i32> = None;
@@ -585,6 +620,12 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
             };
             if sig == Signal::SIGCHLD {
                 exit_order.push(info.ssi_pid as i32);
+                continue;
+            }
+            if sig == Signal::SIGUSR1 {
+                if let Some(r) = reports.as_deref_mut() {
+                    hang_report(pes, r, "asked for with SIGUSR1");
+                }
                 continue;
             }
             if stopping {
@@ -637,6 +678,13 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 }
                 exit_code = Some(status_code(failures[0].2));
                 let left = pes.iter().filter(|p| p.status.is_none()).count();
+                if let Some(r) = reports.as_deref_mut() {
+                    r.drain();
+                    // Ask the PEs still running; show what the ended ones recorded.
+                    if left > 0 || r.lines.iter().any(|l| !l.is_empty()) {
+                        hang_report(pes, r, &format!("PE {} failed", failures[0].0));
+                    }
+                }
                 if left > 0 {
                     eprintln!(
                         "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
@@ -679,6 +727,16 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
                 timeout.map_or(0.0, |t| t.as_secs_f64()),
                 list.join(", ")
             );
+            if let Some(r) = reports.as_deref_mut() {
+                hang_report(
+                    pes,
+                    r,
+                    &format!(
+                        "--timeout {}s expired",
+                        timeout.map_or(0.0, |t| t.as_secs_f64())
+                    ),
+                );
+            }
             exit_code = Some(EXIT_TIMEOUT);
             stopping = true;
             stop(pes, Signal::SIGTERM);
@@ -729,6 +787,203 @@ fn supervise(pes: &mut [Pe], sigfd: &SignalFd, timeout: Option<Duration>, grace:
         None if pes.iter().all(|p| p.status.is_some_and(|s| s.success())) => 0,
         None => 1,
     }
+}
+
+/// The pipe the PEs send their hang reports to, and what they sent so far (see the runtime's
+/// `hang` module: lines `pe<N>\t<state>\t<call>\t<PE waited on>\t<seconds>\t<detail>`, a
+/// report ends with `pe<N>\tend`, and `pe<N>\tarmed` says that PE N answers SIGUSR1).
+struct Reports {
+    r: OwnedFd,
+    w: OwnedFd,
+    buf: Vec<u8>,
+    armed: Vec<bool>,
+    /// Per PE: its report lines (state onwards) since it was last asked.
+    lines: Vec<Vec<String>>,
+    /// Per PE: its last report ended.
+    done: Vec<bool>,
+}
+
+impl Reports {
+    fn new(n: usize) -> io::Result<Self> {
+        let (r, w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(io::Error::from)?;
+        // Above stdio, so that no PE confuses it with one of its standard streams.
+        let w = dup_above_stdio(w.as_raw_fd())?;
+        // SAFETY: F_SETFL on a pipe fd this function owns: the PEs' writes never block.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        Ok(Reports {
+            r,
+            w,
+            buf: Vec::new(),
+            armed: vec![false; n],
+            lines: vec![Vec::new(); n],
+            done: vec![false; n],
+        })
+    }
+
+    /// Reads whatever the PEs sent.
+    fn drain(&mut self) {
+        let mut chunk = [0u8; 8192];
+        while let Ok(k) = nix::unistd::read(&self.r, &mut chunk) {
+            if k == 0 {
+                break;
+            }
+            self.buf.extend_from_slice(&chunk[..k]);
+        }
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=nl).collect();
+            let line = String::from_utf8_lossy(&line[..nl]).into_owned();
+            let Some((pe, rest)) = line.split_once('\t') else {
+                continue;
+            };
+            let Some(rank) = pe
+                .strip_prefix("pe")
+                .and_then(|r| r.parse::<usize>().ok())
+                .filter(|&r| r < self.armed.len())
+            else {
+                continue;
+            };
+            match rest {
+                "armed" => self.armed[rank] = true,
+                "end" => self.done[rank] = true,
+                _ => self.lines[rank].push(rest.to_owned()),
+            }
+        }
+    }
+}
+
+/// True when process `pid` is stopped (state `T` or `t` in `/proc/<pid>/stat`).
+fn is_stopped(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|st| st == "T" || st == "t")
+}
+
+/// One row of the hang table, from a line of a PE's report file (see the runtime's `hang`
+/// module: state, call, PE waited on, seconds, detail, tab-separated).
+fn report_row(rank: usize, line: &str) -> [String; 6] {
+    let mut f = line.splitn(5, '\t').map(str::to_owned);
+    let mut next = || f.next().unwrap_or_default();
+    let (state, call, on, secs, what) = (next(), next(), next(), next(), next());
+    let on = if on == "-" || on.is_empty() {
+        "-".to_string()
+    } else {
+        format!("PE {on}")
+    };
+    let secs = if secs.is_empty() {
+        "-".into()
+    } else {
+        format!("{secs} s")
+    };
+    [rank.to_string(), state, call, on, secs, what]
+}
+
+/// Asks every running PE that answers SIGUSR1 for its hang report, waits up to
+/// [`REPORT_WAIT`] for them, and prints all PEs' reports (the PEs that already ended too: the
+/// wait that timed out, or how they ended) as one table on stderr.
+fn hang_report(pes: &mut [Pe], rep: &mut Reports, why: &str) {
+    rep.drain();
+    let mut asked = Vec::new();
+    let mut stopped = Vec::new();
+    for pe in pes.iter().filter(|p| p.status.is_none()) {
+        if is_stopped(pe.pid) {
+            // A stopped process cannot answer until it is continued: do not wait for it.
+            stopped.push(pe.rank);
+            continue;
+        }
+        if rep.armed[pe.rank] {
+            rep.lines[pe.rank].clear();
+            rep.done[pe.rank] = false;
+            // The PE itself, not its group: only the PE has the handler.
+            if kill(Pid::from_raw(pe.pid), Signal::SIGUSR1).is_ok() {
+                asked.push(pe.rank);
+            }
+        }
+    }
+    let until = Instant::now() + REPORT_WAIT;
+    while Instant::now() < until && !asked.iter().all(|&r| rep.done[r]) {
+        std::thread::sleep(Duration::from_millis(10));
+        rep.drain();
+    }
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    for pe in pes.iter_mut() {
+        if pe.status.is_none() {
+            if let Ok(Some(st)) = pe.child.try_wait() {
+                pe.status = Some(st);
+            }
+        }
+        let lines = &rep.lines[pe.rank];
+        for l in lines {
+            rows.push(report_row(pe.rank, l));
+        }
+        let ended = pe.status.map(|st| match (st.code(), st.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("killed by {}", signal_name(s)),
+            _ => "ended".to_string(),
+        });
+        match (lines.is_empty(), ended) {
+            (_, Some(how)) => rows.push([
+                pe.rank.to_string(),
+                "ended".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                how,
+            ]),
+            (true, None) if stopped.contains(&pe.rank) => rows.push([
+                pe.rank.to_string(),
+                "stopped".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "the process is stopped (SIGSTOP, a debugger, or job control)".into(),
+            ]),
+            (true, None) => rows.push([
+                pe.rank.to_string(),
+                "no report".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                if asked.contains(&pe.rank) {
+                    format!("did not answer within {}s", REPORT_WAIT.as_secs_f64())
+                } else {
+                    "does not answer SIGUSR1 (still starting, or the program handles SIGUSR1)"
+                        .into()
+                },
+            ]),
+            (false, None) => {}
+        }
+    }
+    let head = ["PE", "STATE", "CALL", "WAITING ON", "FOR", "DETAIL"].map(String::from);
+    let mut w = [0usize; 5];
+    for r in std::iter::once(&head).chain(rows.iter()) {
+        for (i, c) in r.iter().take(5).enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let mut out = format!("rshmemrun: hang report ({why}):\n");
+    for r in std::iter::once(&head).chain(rows.iter()) {
+        out.push_str(&format!(
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}\n",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        ));
+    }
+    let _ = io::stderr().lock().write_all(out.as_bytes());
 }
 
 /// Lets the output threads print what the PEs wrote last; gives up after a moment if a
