@@ -55,6 +55,11 @@ pub mod internal {
     /// The control heap's "gone PE" notice word: PE + 1 of the first PE this PE saw gone (0:
     /// none), read by local peers when this PE leaves (`crate::node::Liveness`).
     pub const PEER_NOTICE: usize = 0x7000;
+    /// The proxy's own dissemination barrier (device barriers when some PE is on another
+    /// node; `crate::proxy::service`): one flag per round at [`FLAG_STRIDE`], written by the
+    /// same PE as the host barrier's round. Here, not in the proxy, because the transports'
+    /// targets must know it too (they accept exactly these runtime flag stores).
+    pub const PROXY_BARRIER_FLAGS: usize = 0x8000;
     /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
     /// (`crate::team`); nothing else may use them.
     pub const TEAM_AREA_START: usize = 64 << 10;

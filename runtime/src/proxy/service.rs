@@ -108,7 +108,7 @@ pub(crate) const BOUNCE: usize = 4 << 20;
 
 /// Offset in every PE's host control heap of the proxy barrier's flags (one cache line per
 /// dissemination round; below the team area).
-pub(crate) const BARRIER_FLAGS: usize = 0x8000;
+pub(crate) const BARRIER_FLAGS: usize = crate::heap::internal::PROXY_BARRIER_FLAGS;
 
 const _: () = {
     use crate::heap::internal as hi;

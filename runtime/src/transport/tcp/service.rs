@@ -9,7 +9,8 @@
 //!   allocations differ from ours, after an asymmetric `malloc`/`free`) are refused. Atomics
 //!   must be aligned.
 //! * **Control heap** (barrier and team flags): only the accesses the runtime makes are
-//!   accepted — an 8-byte aligned store into a barrier round's flag or check words, only from
+//!   accepted — an 8-byte aligned store into a barrier round's flag or check words (the host
+//!   API's barrier, and the proxy's barrier for device barriers), only from
 //!   the PE the dissemination barrier assigns that round's slot to (in round `r`, PE
 //!   `me − 2^r`), or into the team area, and an 8-byte read of a team-area word. No put, get or
 //!   modifying atomic.
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, Req, FRAME, REP, REQ};
 use crate::heap::internal::{
-    BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, TEAM_AREA_START,
+    BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, PROXY_BARRIER_FLAGS, TEAM_AREA_START,
 };
 use crate::heap::{Heap, INTERNAL_SIZE};
 use crate::node::Liveness;
@@ -352,8 +353,9 @@ impl Service {
     }
 
     /// The control-heap accesses the runtime makes: flag stores into the slots of the
-    /// dissemination barrier — the round's flag word and its four check words (two per epoch
-    /// parity) — only from the PE the barrier assigns each round's slot to; stores into the
+    /// dissemination barriers — the host barrier's round flag and its four check words (two
+    /// per epoch parity), the proxy barrier's round flag — only from the PE the barrier
+    /// assigns each round's slot to; stores into the
     /// team area; and 8-byte reads of team-area words (`ctrl_load`).
     fn ctrl_allowed(&self, r: &Req, off: usize, len: usize) -> std::result::Result<(), Reject> {
         if len != 8 {
@@ -361,9 +363,13 @@ impl Service {
         }
         let span = BARRIER_ROUNDS * FLAG_STRIDE;
         // (start of the area, bytes of each round's slot the sender writes)
-        let barrier = [(BARRIER_FLAGS, 8), (CHECK_WORDS, 32)]
-            .into_iter()
-            .find(|&(a, _)| (a..a + span).contains(&off));
+        let barrier = [
+            (BARRIER_FLAGS, 8),
+            (CHECK_WORDS, 32),
+            (PROXY_BARRIER_FLAGS, 8),
+        ]
+        .into_iter()
+        .find(|&(a, _)| (a..a + span).contains(&off));
         let team = off >= TEAM_AREA_START && off + 8 <= INTERNAL_SIZE;
         match r.op {
             wire::OP_STORE => {

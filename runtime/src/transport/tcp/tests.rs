@@ -11,7 +11,9 @@ use rshmem_bootstrap::SingletonBootstrap;
 use super::service::{Region, Service};
 use super::wire::{self, Reject, Rejection, REJ, REP};
 use super::*;
-use crate::heap::internal::{BARRIER_FLAGS, CHECK_WORDS, FLAG_STRIDE, TEAM_AREA_START};
+use crate::heap::internal::{
+    BARRIER_FLAGS, CHECK_WORDS, FLAG_STRIDE, PROXY_BARRIER_FLAGS, TEAM_AREA_START,
+};
 use crate::heap::{Backing, Heap};
 use crate::node::{Liveness, Node};
 
@@ -132,6 +134,8 @@ fn service_checks_every_request() {
     store(&mut c, CHECK_WORDS + 32, 9); // past round 0's check words
     store(&mut c, CHECK_WORDS + FLAG_STRIDE, 9); // round 1's check word: PE 2's to write
     store(&mut c, TEAM_AREA_START + 16, 7); // team flag: good
+    store(&mut c, PROXY_BARRIER_FLAGS, 11); // the proxy barrier's round 0 from PE 3: good
+    store(&mut c, PROXY_BARRIER_FLAGS + FLAG_STRIDE, 12); // its round 1: PE 2's to raise
     c.write_all(&req(wire::OP_GET, HeapId::User, 0, 0, 0, past, 8, 0))
         .unwrap();
     assert_eq!(reply(&c).0, Reject::Unallocated as u32, "unallocated get");
@@ -207,7 +211,7 @@ fn service_checks_every_request() {
     .unwrap(); // good
     c.write_all(&req(wire::OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))
         .unwrap();
-    assert_eq!(reply(&c), (0, 9), "nine puts, stores and atomics refused");
+    assert_eq!(reply(&c), (0, 10), "ten puts, stores and atomics refused");
     let mut j = [0u8; REJ];
     sock::recv_exact(&c, &mut j, Duration::ZERO, None).unwrap();
     assert_eq!(
@@ -246,6 +250,16 @@ fn service_checks_every_request() {
         "a store between flag slots"
     );
     assert_eq!(word(ctrl, BARRIER_FLAGS), 6, "the good barrier flag");
+    assert_eq!(
+        word(ctrl, PROXY_BARRIER_FLAGS),
+        11,
+        "the proxy barrier's flag (device barriers through the proxy)"
+    );
+    assert_eq!(
+        word(ctrl, PROXY_BARRIER_FLAGS + FLAG_STRIDE),
+        0,
+        "a proxy barrier flag raised by the wrong PE"
+    );
     assert_eq!(word(ctrl, CHECK_WORDS + 24), 8, "the good check word");
     assert_eq!(
         word(ctrl, CHECK_WORDS + 32),
