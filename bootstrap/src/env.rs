@@ -408,6 +408,30 @@ pub fn launcher_rank() -> Option<usize> {
     launcher_rank_from(&env_lookup)
 }
 
+/// The launcher this process's environment names (`RSHMEM_LAUNCHER`) or looks like (the
+/// variables [`LaunchInfo::from_env`] detects), without reading rank, size, address or secret.
+///
+/// # Errors
+/// [`Error::Env`] when `RSHMEM_LAUNCHER` names no launcher; [`Error::Config`] when the
+/// variables of a launcher rshmem cannot join (e.g. `PMIX_RANK` alone) are present.
+pub fn detect_launcher() -> Result<Launcher> {
+    detect_launcher_from(&env_lookup)
+}
+
+fn detect_launcher_from(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Launcher> {
+    let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    match get("RSHMEM_LAUNCHER") {
+        Some(v) => Launcher::parse(&v).ok_or_else(|| {
+            Error::env(
+                "RSHMEM_LAUNCHER",
+                &v,
+                "expected one of rshmemrun, torchrun, openmpi, slurm, pmi, singleton (or unset to detect)",
+            )
+        }),
+        None => detect(&get),
+    }
+}
+
 fn launcher_rank_from(lookup: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
     let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
     let launcher = match get("RSHMEM_LAUNCHER") {
@@ -933,6 +957,33 @@ mod tests {
             Err(Error::Env { var, .. }) => var,
             other => panic!("expected an Env error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn detect_launcher_names_the_launcher_without_rank_details() {
+        let detect = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            detect_launcher_from(&|name| map.get(name).cloned())
+        };
+        assert_eq!(detect(&[]).unwrap(), Launcher::Singleton);
+        // No size, address or secret needed: only which launcher it looks like.
+        assert_eq!(detect(&[("SLURM_PROCID", "3")]).unwrap(), Launcher::Slurm);
+        assert_eq!(detect(&[("RANK", "1")]).unwrap(), Launcher::Torchrun);
+        assert_eq!(
+            detect(&[("RSHMEM_LAUNCHER", "pmi"), ("SLURM_PROCID", "3")]).unwrap(),
+            Launcher::Pmi
+        );
+        assert!(matches!(
+            detect(&[("RSHMEM_LAUNCHER", "bogus")]),
+            Err(Error::Env { var, .. }) if var == "RSHMEM_LAUNCHER"
+        ));
+        assert!(matches!(
+            detect(&[("PMIX_RANK", "0")]),
+            Err(Error::Config(_))
+        ));
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod singleton;
 mod tcp;
 mod uid;
 
-pub use env::{from_env, launcher_rank, LaunchInfo, Launcher, ENV_VARS};
+pub use env::{detect_launcher, from_env, launcher_rank, LaunchInfo, Launcher, ENV_VARS};
 pub use error::{Error, Result};
 #[cfg(feature = "mpi")]
 pub use mpi_bootstrap::MpiBootstrap;

@@ -1,61 +1,400 @@
-//! `rshmem-info`: prints the version, the transports of this build and every environment
-//! variable rshmem reads (`--markdown` prints the variable table as Markdown for the docs).
+//! `rshmem-info`: what this build of rshmem and this machine have: the version, the compiled-in
+//! features, the CUDA driver and NVRTC found, the launcher the environment looks like, the
+//! transports that can be used, the UCX found, and every environment variable rshmem reads with
+//! its current value (a malformed value is flagged with the error init would give).
+//! `--json` prints the same as JSON; `--markdown` prints the variable table for the docs.
+//!
+//! Nothing here initialises rshmem or creates a CUDA context; `--devices` initialises the CUDA
+//! driver to count the GPUs.
 
 use std::io::Write;
 
+use clap::Parser;
+use serde::Serialize;
+
+/// Prints what this build of rshmem and this machine provide, and checks the RSHMEM_*
+/// environment variables of this shell without starting anything.
+#[derive(Parser, Debug)]
+#[command(name = "rshmem-info", version)]
+struct Args {
+    /// Print the report as JSON (one object) instead of text.
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    /// Print only the table of environment variables, as Markdown (for the docs).
+    #[arg(long)]
+    markdown: bool,
+    /// Also count the CUDA devices (initialises the CUDA driver; creates no context).
+    #[arg(long)]
+    devices: bool,
+}
+
+/// Which optional features this binary was compiled with.
+#[derive(Serialize)]
+struct Features {
+    mpi: bool,
+    verbs: bool,
+}
+
+#[derive(Serialize)]
+struct Cuda {
+    /// libcuda could be loaded.
+    driver: bool,
+    /// Visible devices (only with `--devices`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    devices: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct Nvrtc {
+    found: bool,
+    /// `major.minor` when found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    /// Why it could not be used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Launch {
+    /// The launcher the environment names or looks like (None when that cannot be told).
+    launcher: Option<String>,
+    /// This PE's rank and the job's size as init would read them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<usize>,
+    /// Why init would fail to read the launch (None when it would not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Transport {
+    name: &'static str,
+    what: &'static str,
+    usable: bool,
+    /// Why not usable, or a caveat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Ucx {
+    found: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    resources: Vec<String>,
+    rdma: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Var {
+    name: &'static str,
+    kind: &'static str,
+    default: &'static str,
+    help: &'static str,
+    /// The current value, when set.
+    value: Option<String>,
+    /// The parse error init would report for this value (None: valid or unset).
+    invalid: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    version: &'static str,
+    features: Features,
+    cuda: Cuda,
+    nvrtc: Nvrtc,
+    launch: Launch,
+    transports: Vec<Transport>,
+    ucx: Ucx,
+    env: Vec<Var>,
+}
+
+fn env_value(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Every variable of the one table, each checked by the parser that init uses: a runtime variable
+/// alone through `Config::from_lookup`, the launcher's through `LaunchInfo::from_env` (whose
+/// errors name the variable).
+fn check_vars(launch_error: Option<&rshmem_bootstrap::Error>) -> Vec<Var> {
+    rshmem::config::all_env_vars()
+        .map(|v| {
+            let value = env_value(v.name);
+            let invalid = match &value {
+                None => None,
+                Some(_) if rshmem::config::ENV_VARS.iter().any(|r| r.name == v.name) => {
+                    let only = |k: &str| if k == v.name { env_value(k) } else { None };
+                    rshmem::config::Config::from_lookup(&only)
+                        .err()
+                        .map(|e| e.to_string())
+                }
+                Some(_) => match launch_error {
+                    Some(e @ rshmem_bootstrap::Error::Env { var, .. }) if var == v.name => {
+                        Some(e.to_string())
+                    }
+                    _ => None,
+                },
+            };
+            Var {
+                name: v.name,
+                kind: v.kind,
+                default: v.default,
+                help: v.help,
+                value,
+                invalid,
+            }
+        })
+        .collect()
+}
+
+fn report(args: &Args) -> Report {
+    let features = Features {
+        mpi: cfg!(feature = "mpi"),
+        verbs: cfg!(feature = "verbs"),
+    };
+    let driver = rshmem::cuda::driver_present();
+    let cuda = Cuda {
+        driver,
+        devices: args.devices.then(rshmem::cuda::device_count),
+    };
+    let nvrtc = match rshmem::device::nvrtc::nvrtc_version() {
+        Ok((major, minor)) => Nvrtc {
+            found: true,
+            version: Some(format!("{major}.{minor}")),
+            error: None,
+        },
+        Err(e) => Nvrtc {
+            found: false,
+            version: None,
+            error: Some(e.to_string()),
+        },
+    };
+
+    let info = rshmem_bootstrap::LaunchInfo::from_env();
+    let launch = match &info {
+        Ok(i) => Launch {
+            launcher: Some(i.launcher.name().to_string()),
+            rank: Some(i.rank),
+            size: Some(i.size),
+            error: None,
+        },
+        Err(e) => Launch {
+            launcher: rshmem_bootstrap::detect_launcher()
+                .ok()
+                .map(|l| l.name().to_string()),
+            rank: None,
+            size: None,
+            error: Some(e.to_string()),
+        },
+    };
+
+    // UCX: loaded the way the UCX transport loads it (RSHMEM_UCX_LIB or libucp.so.0), under the
+    // UCX_* variables of this environment.
+    let lib = env_value("RSHMEM_UCX_LIB").filter(|s| !s.trim().is_empty());
+    let ucx = match rshmem::probe_ucx(lib.as_deref()) {
+        Ok(p) => Ucx {
+            found: true,
+            version: Some(format!("{}.{}.{}", p.version.0, p.version.1, p.version.2)),
+            path: Some(p.path.clone()),
+            rdma: p.rdma(),
+            resources: p.resources,
+            error: None,
+        },
+        Err(e) => Ucx {
+            found: false,
+            version: None,
+            path: None,
+            resources: Vec::new(),
+            rdma: false,
+            error: Some(e.to_string()),
+        },
+    };
+
+    let mut transports = vec![
+        Transport {
+            name: "shm",
+            what: "host shared memory between PEs of one host",
+            usable: true,
+            note: None,
+        },
+        Transport {
+            name: "p2p",
+            what: "GPU memory of PEs on one host over NVLink/PCIe",
+            usable: driver,
+            note: (!driver).then(|| "no CUDA driver (libcuda) found".to_string()),
+        },
+        Transport {
+            name: "tcp",
+            what: "PEs on other hosts",
+            usable: true,
+            note: None,
+        },
+        Transport {
+            name: "ucx",
+            what: "PEs on other hosts through UCX (CPU backend)",
+            usable: ucx.found,
+            note: ucx
+                .error
+                .as_ref()
+                .map(|e| format!("libucp not usable: {e}")),
+        },
+    ];
+    if features.verbs {
+        transports.push(Transport {
+            name: "verbs",
+            what: "PEs on other hosts over InfiniBand/RoCE",
+            usable: true,
+            note: Some("compiled in; the RDMA device is opened at init".to_string()),
+        });
+    }
+
+    Report {
+        version: env!("CARGO_PKG_VERSION"),
+        features,
+        cuda,
+        nvrtc,
+        env: check_vars(info.as_ref().err()),
+        launch,
+        transports,
+        ucx,
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn text(r: &Report) -> String {
+    let mut out = format!("rshmem {}\n", r.version);
+    out.push_str(&format!(
+        "features: mpi: {}, verbs: {}\n",
+        yes(r.features.mpi),
+        yes(r.features.verbs)
+    ));
+    out.push_str(&match (r.cuda.driver, r.cuda.devices) {
+        (false, _) => "cuda driver: not found (libcuda could not be loaded)\n".to_string(),
+        (true, None) => "cuda driver: found (--devices counts the GPUs)\n".to_string(),
+        (true, Some(n)) => format!("cuda driver: found, {n} device(s) visible\n"),
+    });
+    out.push_str(&match (&r.nvrtc.version, &r.nvrtc.error) {
+        (Some(v), _) => format!("nvrtc: found, version {v}\n"),
+        (None, Some(e)) => format!("nvrtc: not found ({e})\n"),
+        (None, None) => "nvrtc: not found\n".to_string(),
+    });
+    let l = &r.launch;
+    out.push_str(&match (&l.launcher, l.rank, l.size, &l.error) {
+        (Some(name), Some(rank), Some(size), None) => {
+            format!("launcher: {name} (rank {rank} of {size})\n")
+        }
+        (name, _, _, Some(e)) => format!(
+            "launcher: {} -- INVALID, init would fail: {e}\n",
+            name.as_deref().unwrap_or("unknown")
+        ),
+        (name, ..) => format!("launcher: {}\n", name.as_deref().unwrap_or("unknown")),
+    });
+    let usable: Vec<&str> = r
+        .transports
+        .iter()
+        .filter(|t| t.usable)
+        .map(|t| t.name)
+        .collect();
+    out.push_str(&format!("transports: {}\n", usable.join(", ")));
+    for t in &r.transports {
+        out.push_str(&format!(
+            "  {:<5} {}: {}{}\n",
+            t.name,
+            t.what,
+            if t.usable { "usable" } else { "not usable" },
+            t.note
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        ));
+    }
+    if !r.features.verbs {
+        out.push_str("  verbs not compiled in (build rshmem with --features verbs)\n");
+    }
+    out.push('\n');
+    let u = &r.ucx;
+    match (&u.version, &u.path, &u.error) {
+        (Some(v), Some(p), _) => out.push_str(&format!(
+            "ucx: UCX {v} from {p}\n  resources: {}\n  RDMA (InfiniBand/RoCE): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
+            u.resources.join(", "),
+            yes(u.rdma),
+            if u.rdma {
+                "yes (CPU backend), where both PEs have it and verbs is not used"
+            } else {
+                "no (rshmem's TCP transport; RSHMEM_REMOTE_TRANSPORT=ucx forces UCX)"
+            }
+        )),
+        (_, _, e) => out.push_str(&format!(
+            "ucx: not available ({})\n\n",
+            e.as_deref().unwrap_or("unknown reason")
+        )),
+    }
+    let bad = r.env.iter().filter(|v| v.invalid.is_some()).count();
+    if bad > 0 {
+        out.push_str(&format!(
+            "INVALID: {bad} environment variable(s) are malformed; init would fail (marked below)\n\n"
+        ));
+    }
+    out.push_str("environment variables:\n");
+    for v in &r.env {
+        let now = match (&v.value, &v.invalid) {
+            (Some(s), None) => format!(" (set: {s})"),
+            (Some(s), Some(e)) => format!(" (set: {s}) INVALID: {e}"),
+            (None, _) => String::new(),
+        };
+        out.push_str(&format!(
+            "  {:<28} {} [default: {}]{now}\n      {}\n",
+            v.name, v.kind, v.default, v.help
+        ));
+    }
+    out
+}
+
+fn markdown() -> String {
+    let mut out = String::from("| variable | type | default | meaning |\n|---|---|---|---|\n");
+    for v in rshmem::config::all_env_vars() {
+        let cell = |t: &str| t.replace('|', "\\|");
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            v.name,
+            cell(v.kind),
+            cell(v.default),
+            cell(v.help)
+        ));
+    }
+    out
+}
+
 fn main() {
-    let markdown = std::env::args().any(|a| a == "--markdown");
-    let mut out = String::new();
-    if markdown {
-        out.push_str("| variable | type | default | meaning |\n|---|---|---|---|\n");
-        for v in rshmem::config::all_env_vars() {
-            let cell = |t: &str| t.replace('|', "\\|");
-            out.push_str(&format!(
-                "| `{}` | {} | {} | {} |\n",
-                v.name,
-                cell(v.kind),
-                cell(v.default),
-                cell(v.help)
-            ));
+    let args = Args::parse();
+    let out = if args.markdown {
+        markdown()
+    } else if args.json {
+        match serde_json::to_string_pretty(&report(&args)) {
+            Ok(s) => s + "\n",
+            Err(e) => {
+                eprintln!("rshmem-info: cannot write the report as JSON: {e}");
+                std::process::exit(1);
+            }
         }
     } else {
-        out.push_str(&format!(
-            "rshmem {}\ntransports: shm (host shared memory), p2p (GPU memory over NVLink/PCIe, when CUDA GPUs are present), tcp (other hosts), verbs (other hosts, with the verbs feature), ucx (other hosts, libucp loaded at run time)\n\n",
-            env!("CARGO_PKG_VERSION")
-        ));
-        // UCX: loaded the way the UCX transport loads it (RSHMEM_UCX_LIB or libucp.so.0), under
-        // the UCX_* variables of this environment.
-        let lib = std::env::var("RSHMEM_UCX_LIB")
-            .ok()
-            .filter(|s| !s.trim().is_empty());
-        match rshmem::probe_ucx(lib.as_deref()) {
-            Ok(p) => {
-                let (a, b, c) = p.version;
-                out.push_str(&format!(
-                    "ucx: UCX {a}.{b}.{c} from {}\n  resources: {}\n  RDMA (InfiniBand/RoCE): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
-                    p.path,
-                    p.resources.join(", "),
-                    if p.rdma() { "yes" } else { "no" },
-                    if p.rdma() {
-                        "yes (CPU backend), where both PEs have it and verbs is not used"
-                    } else {
-                        "no (rshmem's TCP transport; RSHMEM_REMOTE_TRANSPORT=ucx forces UCX)"
-                    }
-                ));
-            }
-            Err(e) => out.push_str(&format!("ucx: not available ({e})\n\n")),
-        }
-        out.push_str("environment variables:\n");
-        for v in rshmem::config::all_env_vars() {
-            let now = std::env::var(v.name)
-                .map(|s| format!(" (set: {s})"))
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "  {:<28} {} [default: {}]{now}\n      {}\n",
-                v.name, v.kind, v.default, v.help
-            ));
-        }
-    }
+        text(&report(&args))
+    };
     // A closed pipe (`rshmem-info | head`) is not an error worth reporting.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
 }

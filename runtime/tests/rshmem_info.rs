@@ -1,0 +1,195 @@
+//! `rshmem-info` as a user runs it: the built binary, its exit codes and what it reports.
+
+use std::process::{Command, Output};
+
+fn info(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rshmem-info"));
+    cmd.args(args);
+    // A clean slate: no RSHMEM_* or launcher variables of the calling shell.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("RSHMEM_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMIX_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("PMI_")
+            || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"].contains(&k.as_str())
+        {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    match cmd.output() {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run rshmem-info: {e}"),
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn help_exits_zero_and_probes_nothing() {
+    // With a malformed variable and a missing UCX library in the environment: `--help` must not
+    // look at either (no report, no probe), only print the usage.
+    let o = info(
+        &["--help"],
+        &[
+            ("RSHMEM_TIMEOUT", "abc"),
+            ("RSHMEM_UCX_LIB", "/nonexistent/libucp.so"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = stdout(&o);
+    assert!(out.contains("Usage: rshmem-info"), "{out}");
+    assert!(out.contains("--json"), "{out}");
+    for reported in ["INVALID", "ucx:", "transports:", "features:"] {
+        assert!(
+            !out.contains(reported),
+            "--help printed {reported:?}: {out}"
+        );
+    }
+    assert!(o.stderr.is_empty(), "{o:?}");
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let o = info(&["--version"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("rshmem-info {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn unknown_flag_is_rejected_with_exit_2() {
+    let o = info(&["--no-such-flag"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--no-such-flag"), "{err}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+}
+
+#[test]
+fn malformed_variable_is_flagged_invalid_with_its_parse_error() {
+    let o = info(&[], &[("RSHMEM_TIMEOUT", "abc")]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("RSHMEM_TIMEOUT"))
+        .unwrap_or_else(|| panic!("no RSHMEM_TIMEOUT line: {out}"));
+    assert!(line.contains("INVALID"), "{line}");
+    assert!(line.contains("RSHMEM_TIMEOUT=\"abc\""), "{line}");
+    assert!(line.contains("expected a number of seconds"), "{line}");
+    assert!(
+        out.contains("1 environment variable(s) are malformed"),
+        "{out}"
+    );
+
+    // A valid value is shown, not flagged.
+    let o = info(&[], &[("RSHMEM_TIMEOUT", "12.5")]);
+    let out = stdout(&o);
+    assert!(!out.contains("INVALID"), "{out}");
+    assert!(out.contains("(set: 12.5)"), "{out}");
+}
+
+#[test]
+fn malformed_variable_in_json() {
+    let o = info(
+        &["--json"],
+        &[("RSHMEM_TIMEOUT", "abc"), ("RSHMEM_HEAP_LIMIT", "8G")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: serde_json::Value = match serde_json::from_slice(&o.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("--json is not JSON ({e}): {}", stdout(&o)),
+    };
+    let var = |name: &str| {
+        v["env"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} missing from {v}"))
+    };
+    let t = var("RSHMEM_TIMEOUT");
+    assert_eq!(t["value"], "abc");
+    let err = t["invalid"].as_str().unwrap_or_default();
+    assert!(err.contains("RSHMEM_TIMEOUT=\"abc\""), "{t}");
+    let h = var("RSHMEM_HEAP_LIMIT");
+    assert_eq!(h["value"], "8G");
+    assert!(h["invalid"].is_null(), "{h}");
+    assert_eq!(v["features"]["mpi"], cfg!(feature = "mpi"));
+    assert_eq!(v["features"]["verbs"], cfg!(feature = "verbs"));
+}
+
+#[test]
+fn malformed_launcher_variable_is_flagged() {
+    let o = info(&[], &[("RSHMEM_RANK", "x"), ("RSHMEM_SIZE", "2")]);
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("RSHMEM_RANK "))
+        .unwrap_or_else(|| panic!("no RSHMEM_RANK line: {out}"));
+    assert!(line.contains("INVALID") && line.contains("\"x\""), "{line}");
+    assert!(out.contains("launcher: rshmemrun -- INVALID"), "{out}");
+}
+
+#[test]
+fn launcher_is_named() {
+    let out = stdout(&info(&[], &[]));
+    assert!(out.contains("launcher: singleton (rank 0 of 1)"), "{out}");
+    let out = stdout(&info(
+        &[],
+        &[
+            ("RSHMEM_LAUNCHER", "slurm"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+        ],
+    ));
+    assert!(out.contains("launcher: slurm (rank 0 of 1)"), "{out}");
+}
+
+#[test]
+fn features_line_matches_the_build() {
+    let out = stdout(&info(&[], &[]));
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let want = format!(
+        "features: mpi: {}, verbs: {}",
+        yes(cfg!(feature = "mpi")),
+        yes(cfg!(feature = "verbs"))
+    );
+    assert!(out.lines().any(|l| l == want), "want {want:?} in {out}");
+}
+
+#[test]
+fn transports_follow_what_is_compiled_in_and_found() {
+    let out = stdout(&info(&[], &[]));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("transports: "))
+        .unwrap_or_else(|| panic!("no transports line: {out}"));
+    let names: Vec<&str> = line["transports: ".len()..].split(", ").collect();
+    assert!(names.contains(&"shm") && names.contains(&"tcp"), "{line}");
+    assert_eq!(names.contains(&"verbs"), cfg!(feature = "verbs"), "{line}");
+    assert_eq!(
+        names.contains(&"p2p"),
+        rshmem::cuda::driver_present(),
+        "{line}"
+    );
+    assert_eq!(
+        names.contains(&"ucx"),
+        rshmem::probe_ucx(None).is_ok(),
+        "{line}"
+    );
+    // A UCX that cannot be loaded is not offered.
+    let out = stdout(&info(&[], &[("RSHMEM_UCX_LIB", "/nonexistent/libucp.so")]));
+    assert!(out.contains("ucx: not available"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("transports: "))
+        .unwrap_or_default();
+    assert!(!line.contains("ucx"), "{line}");
+}
