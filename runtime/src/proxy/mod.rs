@@ -5,12 +5,11 @@
 //!
 //! It exists on the GPU backend when some PE is on another node (or every PE is, under
 //! `RSHMEM_DISABLE_P2P=1`); its requests travel over the TCP transport, whose service threads
-//! apply them to the target's GPU memory ([`gpu::GpuMem`] on a stream of its own). The device
+//! apply them to the target's GPU memory ([`GpuMem`](crate::cuda::target::GpuMem) on a stream of its own). The device
 //! state's `proxy_fifo`, `proxy_ctrl` and `proxy_slots` point device code at it; with
 //! `proxy_slots == 0` (every PE reachable by load/store) device calls never look at it.
 
 pub mod fifo;
-pub mod gpu;
 pub(crate) mod service;
 mod stream;
 
@@ -21,13 +20,13 @@ use std::thread::JoinHandle;
 use rshmem_bootstrap::Bootstrap;
 
 use crate::config::Config;
+use crate::cuda::target::{GpuMem, Pinned};
 use crate::cuda::Gpu;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::Heap;
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::tcp::Net;
-use gpu::{GpuMem, Pinned};
 
 /// This PE's rank among the processes of its host (picks the GPU). Under
 /// `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from the

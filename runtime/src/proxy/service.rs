@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fifo::{op, Failure, Outcome, Request, Ring, INLINE};
-use super::gpu::{GpuMem, Pinned};
+use crate::cuda::target::{GpuMem, Pinned};
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::tcp::{HeapId, Net};

@@ -55,7 +55,7 @@ pub(crate) struct Region {
     mapped: Arc<AtomicUsize>,
     /// GPU memory (applied through the CUDA driver on a stream of its own), or None for host
     /// memory (load/store).
-    gpu: Option<Arc<crate::proxy::gpu::GpuMem>>,
+    gpu: Option<Arc<crate::cuda::target::GpuMem>>,
 }
 
 impl std::fmt::Debug for Region {
@@ -69,7 +69,7 @@ impl std::fmt::Debug for Region {
 
 impl Region {
     /// The user heap: requests must lie inside one of its live allocations.
-    pub(crate) fn user(heap: &Arc<Heap>, gpu: Option<Arc<crate::proxy::gpu::GpuMem>>) -> Region {
+    pub(crate) fn user(heap: &Arc<Heap>, gpu: Option<Arc<crate::cuda::target::GpuMem>>) -> Region {
         Region {
             base: heap.my_base(),
             exposed: Exposed::User(heap.clone()),

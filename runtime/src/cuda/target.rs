@@ -139,11 +139,6 @@ impl GpuMem {
         Ok(m)
     }
 
-    /// The GPU.
-    pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
-    }
-
     fn s(&self) -> sys::CUstream {
         self.stream.cu_stream()
     }
