@@ -2,8 +2,8 @@
 //!
 //! The OpenSHMEM 1.5 C ABI of rshmem: `libshmem.so` / `libshmem.a` with `include/shmem.h`.
 //!
-//! One runtime instance per process lives in a global behind a `RwLock`; every C entry point
-//! takes it for reading, converts its C arguments and calls the rshmem [`rshmem::World`]. No
+//! One runtime instance per process lives in a global `AtomicPtr` (set by `shmem_init`, cleared
+//! by `shmem_finalize` under a lifecycle mutex); every C entry point loads it, converts its C arguments and calls the rshmem [`rshmem::World`]. No
 //! panic crosses the C boundary: each entry point runs inside `catch_unwind`, and every error
 //! (bad PE, address outside the symmetric heap and data segment, misaligned atomic, timeout, a
 //! peer gone, a call before `shmem_init`) is printed to stderr naming the C call and ends the

@@ -8,9 +8,10 @@
 //! Ordering and completion: a blocking `put` returns when the source may be reused; its data is
 //! *delivered* (visible to the target) after [`World::quiet`] or a barrier, and puts to the same PE
 //! separated by [`World::fence`] arrive in order. A `get` returns with the data in the local
-//! buffer. `_nbi` calls may return before the source buffer is read (puts) or the destination
-//! filled (gets) on transports that allow it; [`World::quiet`] completes them. On the
-//! shared-memory transport every call completes before it returns. To a PE reached over TCP,
+//! buffer. The `_nbi` forms take borrowed slices, so they too have read the source (puts) or
+//! filled the destination (gets) when they return — safe Rust cannot let a call read a slice
+//! after its borrow ends; what they may leave for [`World::quiet`] is the delivery of put data to
+//! the target. On the shared-memory transport every call completes before it returns. To a PE reached over TCP,
 //! puts are sent (the source is reusable) but applied later, in order; gets wait for the data.
 
 use crate::error::{Error, Result};

@@ -1,9 +1,9 @@
 //! Teams: ordered subsets of the job's PEs that collectives run over (OpenSHMEM 1.5 teams).
 //!
 //! * [`World::team_world`], [`World::team_shared`], [`World::team_node`] — the predefined teams
-//!   (`SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED`, and NVSHMEM's `TEAM_NODE`). Every PE of this
-//!   build runs on one host, so all three hold every PE; each still has its own
-//!   synchronization state, so their barriers never mix.
+//!   (`SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED`, and NVSHMEM's `TEAM_NODE`): WORLD holds every
+//!   PE, SHARED and NODE the PEs of this PE's host (all PEs when the job runs on one host);
+//!   each has its own synchronization state, so their barriers never mix.
 //! * [`World::team_split_strided`] and [`World::team_split_2d`] — **collective over the parent
 //!   team**: make new teams; PEs not in a new team get `None`.
 //! * [`World::team_destroy`] — **collective over the team**.
