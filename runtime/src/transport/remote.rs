@@ -268,21 +268,7 @@ impl Remotes {
             up = v.connect(call, &infos, cfg, live.clone());
         }
         let _ = infos;
-        let ok = boot.allgather(&[up.is_ok() as u8])?;
-        up?;
-        let down: Vec<String> = (0..n)
-            .filter(|&p| ok[p] != [1])
-            .map(|p| p.to_string())
-            .collect();
-        if !down.is_empty() {
-            return Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "verbs queue pairs could not be brought up on PE(s) {}",
-                    down.join(", ")
-                ),
-            });
-        }
+        agree_up(boot, call, up, "verbs queue pairs could not be brought up")?;
         *self.registered.lock().map_err(|_| poisoned(call))? = heap.mapped();
         Ok(())
     }
@@ -376,6 +362,25 @@ impl Remotes {
     }
 }
 
+/// **Collective over all PEs**: every PE reports whether its part of a set-up step (`up`) came
+/// up; this PE's own error comes first, else an `Unsupported` error naming the PEs where it did
+/// not (`what … on PE(s) …`), so that every PE fails together instead of waiting on the others.
+fn agree_up(boot: &dyn Bootstrap, call: &'static str, up: Result<()>, what: &str) -> Result<()> {
+    let ok = boot.allgather(&[up.is_ok() as u8])?;
+    up?;
+    let down: Vec<String> = (0..ok.len())
+        .filter(|&p| ok[p] != [1])
+        .map(|p| p.to_string())
+        .collect();
+    if down.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        call,
+        reason: format!("{what} on PE(s) {}", down.join(", ")),
+    })
+}
+
 fn poisoned(call: &'static str) -> Error {
     Error::State {
         call,
@@ -464,21 +469,7 @@ impl Remotes {
                 u.start_progress(live.clone())
             })();
         }
-        let ok = boot.allgather(&[up.is_ok() as u8])?;
-        up?;
-        let down: Vec<String> = (0..ok.len())
-            .filter(|&p| ok[p] != [1])
-            .map(|p| p.to_string())
-            .collect();
-        if !down.is_empty() {
-            return Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "UCX endpoints could not be created on PE(s) {}",
-                    down.join(", ")
-                ),
-            });
-        }
+        agree_up(boot, call, up, "UCX endpoints could not be created")?;
         *self.ucx_registered.lock().map_err(|_| poisoned(call))? = heap.mapped();
         Ok(())
     }
