@@ -18,6 +18,7 @@ Host calls are mapped only when capi/include/rshmem.h declares the rshmem call; 
 """
 import os
 import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,13 +59,18 @@ def reduce_ops(t):
 
 
 def host_declared():
-    """Names rshmem.h declares (None when it is not there: then every host call is mapped)."""
+    """Names rshmem.h declares (None when it is not there: then every host call is mapped).
+    The typed calls are declared by macros, so the header is run through the C preprocessor."""
     if not os.path.exists(RSHMEM_H):
         return None
     text = open(RSHMEM_H).read()
     names = set(re.findall(r"\b(rshmemx?_[A-Za-z0-9_]+)\s*\(", text))
-    # RSHMEM_HOST_TWIN(ret, name, params) and similar declaration macros.
-    names |= set(re.findall(r",\s*(rshmemx?_[A-Za-z0-9_]+)\s*,", text))
+    try:
+        pre = subprocess.run([os.environ.get("CC", "cc"), "-E", "-P", "-x", "c", RSHMEM_H],
+                             check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit(f"gen_nvshmem.py: cannot preprocess {RSHMEM_H}: {e}")
+    names |= set(re.findall(r"\b(rshmemx?_[A-Za-z0-9_]+)\s*\(", pre))
     return names
 
 
@@ -84,12 +90,12 @@ class Map:
         self.name(nv)
         self.lines.append(f"#define {nv} {rs}")
 
-    def host_define(self, nv, rs, why="rshmem's host library has no such call"):
+    def host_define(self, nv, rs, why=None):
         """A host-only call: mapped when rshmem.h declares rs, else unsupported."""
         if self.host is None or rs in self.host:
             self.define(nv, rs)
         else:
-            self.unsupport(nv, why)
+            self.unsupport(nv, why or f"rshmem's host library has no {rs}")
 
     def unsupport(self, nv, why):
         self.name(nv)
@@ -160,19 +166,25 @@ def device_calls(m):
 
 
 def hd_collectives(m):
-    """Thread-scope team collectives: the device call in kernels, the stream-ordered host call
-    followed by a synchronization of that stream in host code (NVSHMEM has both)."""
+    """Thread-scope team collectives: NVSHMEM has them in kernels and in host code. The device
+    call in kernels; in host code the host library's blocking collective of the same name (or,
+    where the library has none, its stream-ordered call on the default stream followed by a
+    synchronization of that stream)."""
     m.raw("")
-    m.raw("// ---- Team collectives in thread scope: device call in kernels; in host code the")
-    m.raw("//      stream-ordered call on the default stream, then that stream is synchronized.")
+    m.raw("// ---- Team collectives in thread scope: the device call in kernels, the host")
+    m.raw("//      library's blocking collective in host code.")
 
     def one(nv, rs_dev, rs_host, params, args, ret="int"):
         m.name(nv)
-        if m.host is not None and rs_host not in m.host:
+        if m.host is None or rs_dev in m.host:
+            # The host library's blocking collective of the same name.
+            host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_dev})({args})"
+        elif rs_host in m.host:
+            host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
+        else:
             # No host form: device only (a host call is a compile-time error naming it).
             m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs_dev}({args}))")
             return
-        host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
         m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs_dev}({args}), {host})")
 
     for n in ["alltoallmem", "fcollectmem", "broadcastmem"]:
@@ -278,10 +290,14 @@ def half_calls(m):
             rs_host = f"rshmemx_uint16_{op}_on_stream"
             m.name(nv)
             params = f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}"
-            if m.host is not None and rs_host not in m.host:
+            rs_blocking = f"rshmem_uint16_{op}"
+            if m.host is None or rs_blocking in m.host:
+                host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_blocking})({args})"
+            elif rs_host in m.host:
+                host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
+            else:
                 m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), rshmem_uint16_{op}({args}))")
                 continue
-            host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
             m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), rshmem_uint16_{op}({args}), {host})")
         # Host stream-ordered calls.
         for op in ["put", "get", "put_nbi", "get_nbi"]:
@@ -291,7 +307,7 @@ def half_calls(m):
             if m.host is not None and rs not in m.host:
                 m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
                 continue
-            m.raw(f"RSHMEM_COMPAT_HOST16(void, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, int pe, "
+            m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, int pe, "
                   f"cudaStream_t stream), {rs}((uint16_t *)dest, (const uint16_t *)src, nelems, "
                   f"pe, stream))")
         for op in ["alltoall", "fcollect", "broadcast"]:

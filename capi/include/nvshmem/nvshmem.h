@@ -55,6 +55,7 @@
 // Types and constants.
 
 typedef rshmem_team_t nvshmem_team_t;
+typedef rshmem_team_config_t nvshmem_team_config_t;
 #define NVSHMEM_TEAM_INVALID RSHMEM_TEAM_INVALID
 #define NVSHMEM_TEAM_WORLD RSHMEM_TEAM_WORLD
 #define NVSHMEM_TEAM_SHARED RSHMEM_TEAM_SHARED
@@ -95,6 +96,24 @@ typedef rshmem_uniqueid_t nvshmemx_uniqueid_t;
 #define NVSHMEM_VENDOR_STRING "rshmem"
 
 // ---------------------------------------------------------------------------------------------
+// GPU selection. NVSHMEM programs select their GPU after init with
+// cudaSetDevice(nvshmem_team_my_pe(NVSHMEMX_TEAM_NODE)), which assumes one GPU per PE of the
+// host. rshmem also runs several PEs per GPU (under CUDA MPS), where that index can be past the
+// last GPU: in programs built with these headers cudaSetDevice(d) with d >= the number of GPUs
+// selects GPU d modulo that number (the GPU rshmem gives that PE), instead of failing. Every
+// other call is CUDA's.
+#if defined(__cplusplus)
+static inline cudaError_t rshmem_compat_set_device(int device) {
+    int count = 0;
+    if (device > 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0 && device >= count) {
+        device %= count;
+    }
+    return cudaSetDevice(device);
+}
+#define cudaSetDevice rshmem_compat_set_device
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // Support for the generated map (rshmem_nvshmem_map.h).
 
 // Picks the host or the device expression of a call that exists on both sides.
@@ -118,8 +137,16 @@ static inline int rshmem_compat_sync(const char *call, int rc) {
     return RSHMEM_SUCCESS;
 }
 
+// The host library's entry NAME: under nvcc rshmem.h declares it as rshmemi_host_NAME (NAME
+// itself is the device library's), elsewhere as NAME.
 #if RSHMEM_COMPAT_NVCC
-// A thread-scope team collective: the device call in kernels, host stream call + sync on host.
+#define RSHMEM_COMPAT_HOST_ENTRY(NAME) rshmemi_host_##NAME
+#else
+#define RSHMEM_COMPAT_HOST_ENTRY(NAME) NAME
+#endif
+
+#if RSHMEM_COMPAT_NVCC
+// A thread-scope team collective: the device call in kernels, the host library's on the host.
 #define RSHMEM_COMPAT_COLL(NAME, PARAMS, DEV, HOST)                                              \
     static __host__ __device__ __forceinline__ int NAME PARAMS {                                 \
         return RSHMEM_COMPAT_PICK(HOST, DEV);                                                    \
