@@ -56,6 +56,7 @@
 
 typedef rshmem_team_t nvshmem_team_t;
 typedef rshmem_team_config_t nvshmem_team_config_t;
+#define NVSHMEM_TEAM_NUM_CONTEXTS RSHMEM_TEAM_NUM_CONTEXTS
 #define NVSHMEM_TEAM_INVALID RSHMEM_TEAM_INVALID
 #define NVSHMEM_TEAM_WORLD RSHMEM_TEAM_WORLD
 #define NVSHMEM_TEAM_SHARED RSHMEM_TEAM_SHARED
