@@ -96,9 +96,14 @@ class Map:
         self.refs.append((nv, self.side))
 
     def host_define(self, nv, rs, why=None):
-        """A host-only call: mapped when rshmem.h declares rs, else unsupported."""
+        """A host-only call: mapped when rshmem.h declares rs, else unsupported. A stream-ordered
+        _nbi call rshmem lacks maps to its blocking form when rshmem has that: it completes in
+        stream order, earlier than the _nbi form must (as the device library's _nbi calls do)."""
+        blocking = rs.replace("_nbi_on_stream", "_on_stream")
         if self.host is None or rs in self.host:
             self.define(nv, rs)
+        elif blocking != rs and blocking in self.host:
+            self.define(nv, blocking)
         else:
             self.unsupport(nv, why or f"rshmem's host library has no {rs}")
 
@@ -315,6 +320,8 @@ def half_calls(m):
             nv = f"nvshmemx_{t}_{op}_on_stream"
             rs = f"rshmemx_uint16_{op}_on_stream"
             m.name(nv)
+            if m.host is not None and rs not in m.host and op.endswith("_nbi"):
+                rs = rs.replace("_nbi_on_stream", "_on_stream")  # see Map.host_define
             if m.host is not None and rs not in m.host:
                 m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
                 continue
@@ -344,6 +351,9 @@ def half_calls(m):
 
 
 def unsupported_calls(m):
+    for sfx, pre in SCOPES:
+        m.unsupport(f"{pre}double2_maxloc_reduce{sfx}", "rshmem has no maxloc reductions")
+    m.unsupport("nvshmemx_double2_maxloc_reduce_on_stream", "rshmem has no maxloc reductions")
     for n, why in [
         ("nvshmemx_buffer_register", "rshmem has no registration of user buffers"),
         ("nvshmemx_buffer_unregister", "rshmem has no registration of user buffers"),

@@ -23,14 +23,16 @@
 #ifndef RSHMEM_NVSHMEM_H
 #define RSHMEM_NVSHMEM_H
 
-// NVSHMEM's headers bring in the CUDA runtime (programs call cudaSetDevice & co. having included
-// only nvshmem.h); rshmem.h includes it when asked.
+// NVSHMEM's headers bring in the CUDA runtime and driver headers and <assert.h> (programs use
+// them having included only nvshmem.h); rshmem.h includes the runtime's when asked.
 #ifndef RSHMEM_WITH_CUDA_RUNTIME
 #define RSHMEM_WITH_CUDA_RUNTIME 1
 #endif
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include "rshmem.h"
 
