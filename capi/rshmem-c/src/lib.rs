@@ -150,24 +150,24 @@ fn pe_label() -> String {
     rt::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string())
 }
 
+/// Writes `line` to stderr with one `write` (lines of several PEs never interleave).
+fn say(line: String) {
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Prints `rshmem: PE <pe>: <call>: <what>` on stderr.
 pub fn report(call: &str, what: impl Display) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "rshmem: PE {}: {call}: {what}",
-        pe_label()
-    );
+    say(format!("rshmem: PE {}: {call}: {what}\n", pe_label()));
 }
 
 /// Prints the failure, flushes C stdio and ends the process with status 1; the launcher then
 /// stops the other PEs (as libshmem does).
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
-    let _ = writeln!(
-        std::io::stderr(),
-        "rshmem: PE {}: {call}: {what}; aborting the job",
+    say(format!(
+        "rshmem: PE {}: {call}: {what}; aborting the job\n",
         pe_label()
-    );
+    ));
     let _ = std::io::stdout().flush();
     // SAFETY: fflush(NULL) flushes every C output stream; _exit ends the process without
     // running atexit handlers (which might call back into this library).
