@@ -468,3 +468,111 @@ fn header_declares_exactly_the_exported_calls() {
          (capi/rshmem-c/src/types.rs and the RSHMEMI_FOR_* tables of rshmem.h differ?)"
     );
 }
+
+/// A CUDA toolkit for the GPU programs: `CUDA_HOME` or `CUDA_PATH`, else the folder above the
+/// `nvcc` on PATH, else /usr/local/cuda; `None` when it has no `include/cuda_runtime.h`.
+fn cuda_root() -> Option<PathBuf> {
+    let from_env = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .find_map(|v| std::env::var_os(v).map(PathBuf::from));
+    let from_nvcc = || {
+        let out = Command::new("sh")
+            .args(["-c", "command -v nvcc"])
+            .output()
+            .ok()?;
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        p.parent()?.parent().map(Path::to_path_buf)
+    };
+    let root = from_env
+        .or_else(from_nvcc)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/cuda"));
+    root.join("include/cuda_runtime.h")
+        .is_file()
+        .then_some(root)
+}
+
+/// The folder of the CUDA runtime libraries under `root` (lib64 or lib).
+fn cuda_lib(root: &Path) -> PathBuf {
+    let l64 = root.join("lib64");
+    if l64.join("libcudart_static.a").is_file() {
+        l64
+    } else {
+        root.join("lib")
+    }
+}
+
+/// Builds `stream_gpu` (C with the CUDA runtime, linked statically with cudart) and
+/// `collective_launch` (nvcc, no -rdc); `None` without a CUDA toolkit.
+fn build_gpu_programs() -> Option<(PathBuf, PathBuf)> {
+    let root = cuda_root()?;
+    let lib = cuda_lib(&root);
+    let stream = compile_with(
+        "stream_gpu",
+        &cc(),
+        &[
+            "-DRSHMEM_WITH_CUDA_RUNTIME".into(),
+            format!("-I{}", root.join("include").display()),
+            lib.join("libcudart_static.a").display().to_string(),
+            "-ldl".into(),
+            "-lpthread".into(),
+            "-lrt".into(),
+        ],
+    );
+    let nvcc = root.join("bin/nvcc");
+    let launch = out_dir().join("collective_launch");
+    let out = Command::new(&nvcc)
+        .args(["-std=c++17", "-arch=sm_90", "-Werror", "all-warnings"])
+        .arg("-I")
+        .arg(include_dir())
+        .arg("-I")
+        .arg(workspace_root().join("device-lib/include"))
+        .arg("-o")
+        .arg(&launch)
+        .arg(crate_dir().join("tests/c/collective_launch.cu"))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-L{}", built().display()))
+        .args(["-Xlinker", "-rpath=$ORIGIN/..", "-lrshmem"])
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", nvcc.display()));
+    assert!(
+        out.status.success(),
+        "nvcc collective_launch.cu failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((stream, launch))
+}
+
+/// The GPU programs compile (C with the CUDA runtime; nvcc). Without a CUDA toolkit the test
+/// says so on stderr and does nothing. Running them needs a GPU: see the ignored tests below.
+#[test]
+fn gpu_programs_build() {
+    if build_gpu_programs().is_none() {
+        eprintln!(
+            "gpu_programs_build: skipped: no CUDA toolkit (set CUDA_HOME or put nvcc on PATH)"
+        );
+    }
+}
+
+/// The stream-ordered calls on the GPU backend (2 PEs; one GPU each, or one GPU under MPS).
+#[test]
+#[ignore = "needs a CUDA GPU and a CUDA toolkit"]
+fn stream_calls_on_a_gpu() {
+    let (stream, _) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
+    let r = run(&[stream.to_str().expect("UTF-8 path")], 2, &[]);
+    expect_ok("stream_gpu", &r, 2);
+}
+
+/// rshmemx_collective_launch on a GPU: a fitting grid runs, one block more is refused naming
+/// the call.
+#[test]
+#[ignore = "needs a CUDA GPU and a CUDA toolkit"]
+fn collective_launch_on_a_gpu() {
+    let (_, launch) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
+    let r = run(&[launch.to_str().expect("UTF-8 path")], 2, &[]);
+    expect_ok("collective_launch", &r, 2);
+    assert!(
+        r.stderr.contains("rshmemx_collective_launch: ") && r.stderr.contains("cannot be resident"),
+        "no refusal naming rshmemx_collective_launch in stderr:\n{}",
+        r.stderr
+    );
+}
