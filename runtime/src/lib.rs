@@ -57,6 +57,7 @@ mod team;
 pub(crate) mod transport;
 mod types;
 mod wait;
+pub mod wire;
 mod world;
 
 pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
