@@ -49,6 +49,7 @@ mod mem;
 pub mod node;
 pub mod proxy;
 mod rma;
+mod seqlock;
 pub mod shared;
 mod signal;
 mod stream;
