@@ -320,10 +320,7 @@ impl World {
     ) -> Result<()> {
         let mut a = sig as u64;
         let mut v = signal;
-        let mut o: i32 = match op {
-            SignalOp::Set => 0,
-            SignalOp::Add => 1,
-        };
+        let mut o: i32 = crate::wire::SignalCode::from(op).code();
         let mut pe_i = pe as i32;
         let mut args: [*mut std::ffi::c_void; 4] = [
             (&mut a as *mut u64).cast(),
@@ -411,15 +408,15 @@ impl World {
 
     fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_barrier_all")?;
+        let k = p.internal(call)?;
         let mut q = quiet;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
         // SAFETY: matches `rshmem_internal_barrier_all(int)`.
         unsafe {
-            m.launch_raw(
+            k.launch(
                 call,
-                f,
+                "rshmem_internal_barrier_all",
                 (1, 1, 1),
                 (threads.min(1024), 1, 1),
                 0,
@@ -432,14 +429,7 @@ impl World {
 
 /// The device library's `RSHMEM_CMP_*` code of a comparison.
 pub fn cmp_code(c: Cmp) -> i32 {
-    match c {
-        Cmp::Eq => 0,
-        Cmp::Ne => 1,
-        Cmp::Gt => 2,
-        Cmp::Ge => 3,
-        Cmp::Lt => 4,
-        Cmp::Le => 5,
-    }
+    crate::wire::CmpCode::from(c).code()
 }
 
 fn bytes_of<T>(call: &'static str, nelems: usize) -> Result<usize> {

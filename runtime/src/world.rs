@@ -293,7 +293,7 @@ pub struct World {
     pub(crate) dstate: Arc<Mutex<DeviceState>>,
     pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
     /// Kernels of the stream collectives (compiled on first use).
-    pub(crate) coll: crate::coll::stream::CollModules,
+    pub(crate) coll: crate::coll::device::CollModules,
     pub(crate) live: Arc<Liveness>,
     pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
@@ -426,7 +426,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: crate::coll::stream::CollModules::new(sharing),
+            coll: crate::coll::device::CollModules::new(sharing),
             live,
             wait,
             cfg,
@@ -520,6 +520,9 @@ impl World {
             changed
         };
         if changed {
+            if let Some(g) = &self.gpu {
+                crate::device::units::deliver("init", g, &st)?;
+            }
             if let (Some(g), Ok(mut mods)) = (&self.gpu, self.modules.lock()) {
                 mods.retain(|w| w.strong_count() > 0);
                 for m in mods.iter().filter_map(|w| w.upgrade()) {
@@ -527,8 +530,8 @@ impl World {
                 }
             }
             if let Transport::P2p(p) = &self.xport {
-                if let Some(Ok(m)) = p.internal_loaded() {
-                    m.install_state(&st)?;
+                if let Some(Ok(k)) = p.internal_loaded() {
+                    k.module.install_state(&st)?;
                 }
             }
         }
@@ -1019,6 +1022,9 @@ impl Drop for World {
             tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
         }
         self.node.stop_monitor();
+        if let Some(g) = &self.gpu {
+            crate::device::units::retire(g);
+        }
         ACTIVE.store(false, Ordering::Release);
     }
 }
