@@ -1,7 +1,8 @@
 // rshmemx_collective_launch and rshmemx_collective_launch_query_gridsize (inline in rshmem.h):
 // a grid that fits is launched cooperatively and runs; one block more than fits fails with
-// RSHMEM_ERROR_INVALID_VALUE and a message naming the call. Built with nvcc (no -rdc); uses no
-// device-library call, so it also checks that rshmem.h compiles under nvcc. On a GPU machine:
+// RSHMEM_ERROR_INVALID_VALUE and a message naming the call. Built with nvcc (no -rdc); the
+// kernel reads rshmem_my_pe() through the device library (the state reached this translation
+// unit) and the host calls the same name through librshmem (a host twin). On a GPU machine:
 //     rshmemrun -n 2 target/debug/rshmem-c-tests/collective_launch
 #include <rshmem.h>
 #include <cooperative_groups.h>
@@ -10,7 +11,7 @@
 
 __global__ void fill(int *out) {
     cooperative_groups::this_grid().sync();
-    out[blockIdx.x] = (int)blockIdx.x + 1;
+    out[blockIdx.x] = (int)blockIdx.x + 1 + 1000 * rshmem_my_pe();
 }
 
 #define CHECK(c)                                                                    \
@@ -35,12 +36,12 @@ int main() {
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     int last = 0;
     CHECK(cudaMemcpy(&last, out + grid - 1, sizeof last, cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(last == grid);
+    const int me = rshmem_my_pe();
+    CHECK(last == grid + 1000 * me);
     CHECK(rshmemx_collective_launch((const void *)fill, dim3(grid + 1), dim3(128), args, 0, 0) ==
           RSHMEM_ERROR_INVALID_VALUE);
     CHECK(cudaFree(out) == cudaSuccess);
     CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    const char *rank = getenv("RSHMEM_RANK");  // rshmem_my_pe needs the device library's host twins
-    printf("OK collective_launch PE %s\n", rank ? rank : "0");
+    printf("OK collective_launch PE %d\n", me);
     return 0;
 }
