@@ -22,12 +22,12 @@ use crate::world::World;
 impl World {
     /// This PE's GPU when the heap is in GPU memory (its context and rshmem's internal stream).
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+        self.dev.gpu.as_ref()
     }
 
     /// The current device state (what modules see as `rshmem_state`).
     pub fn device_state(&self) -> DeviceState {
-        self.dstate.lock().map(|s| *s).unwrap_or_default()
+        self.dev.state.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// Compiles CUDA source that may `#include "rshmem/rshmem.cuh"` with NVRTC for this GPU,
@@ -39,7 +39,7 @@ impl World {
     /// [`load_module`](World::load_module) with extra NVRTC options (e.g. `-DN=4`).
     pub fn load_module_with(&self, src: &str, options: &[String]) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::load_with(&g, src, "user", options, &self.dstate)?;
+        let m = Module::load_with(&g, src, "user", options, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
@@ -48,13 +48,13 @@ impl World {
     /// the device state.
     pub fn load_module_image(&self, image: Vec<u8>) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::from_cubin(&g, image, &self.dstate)?;
+        let m = Module::from_cubin(&g, image, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
 
     pub(crate) fn register(&self, m: &Module) -> Result<()> {
-        let mut v = self.modules.lock().map_err(|_| Error::State {
+        let mut v = self.dev.modules.lock().map_err(|_| Error::State {
             call: "load_module",
             reason: "module list lock poisoned".into(),
         })?;
