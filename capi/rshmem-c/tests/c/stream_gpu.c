@@ -103,6 +103,21 @@ int main(void) {
     OK(rshmemx_team_sync_on_stream(y, s));
     CU(cudaStreamSynchronize(s));
 
+    /* Host RMA with GPU memory as the local buffer (symmetric, cudaMalloc'd). */
+    rshmem_barrier_all();
+    rshmem_int_put(sym2, sym, 8, right);           /* symmetric GPU source */
+    rshmem_int_put(&sym2[8], dsrc, 8, right);      /* cudaMalloc'd source */
+    rshmem_int_put_signal(&sym2[16], dsrc, 4, sig, 100, RSHMEM_SIGNAL_SET, right);
+    CHECK(rshmem_signal_wait_until(sig, RSHMEM_CMP_EQ, 100) == 100);
+    rshmem_barrier_all();
+    rshmem_int_get(ddst, sym2, 20, me);            /* cudaMalloc'd destination */
+    CU(cudaMemcpy(back, ddst, 20 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; i++) CHECK(back[i] == left * N + i && back[8 + i] == left * N + i);
+    for (int i = 0; i < 4; i++) CHECK(back[16 + i] == left * N + i);
+    rshmem_int_get(sym2, sym, 4, right);           /* symmetric GPU destination */
+    rshmem_int_get(back, sym2, 4, me);
+    for (int i = 0; i < 4; i++) CHECK(back[i] == right * N + i);
+
     /* Errors: a bad PE on a stream call is returned, nothing enqueued. */
     CHECK(rshmemx_int_put_on_stream(sym, dsrc, 1, n, s) == RSHMEM_ERROR_INVALID_VALUE);
 
