@@ -205,6 +205,30 @@ fn init_memory_and_rma() {
     passes("basics");
 }
 
+/// basics.c linked with librshmem.a instead of the shared library.
+#[test]
+fn static_library_links_and_runs() {
+    let dir = built();
+    let bin = out_dir().join("basics_static");
+    let out = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+        .arg(include_dir())
+        .arg("-o")
+        .arg(&bin)
+        .arg(crate_dir().join("tests/c/basics.c"))
+        .arg(dir.join("librshmem.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lrt"])
+        .output()
+        .expect("running the C compiler");
+    assert!(
+        out.status.success(),
+        "linking basics.c with librshmem.a failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = run(&[bin.to_str().expect("UTF-8 path")], 2, &[]);
+    expect_ok("basics", &r, 2);
+}
+
 #[test]
 fn atomics() {
     passes("amo");
