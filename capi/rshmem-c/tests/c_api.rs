@@ -613,3 +613,52 @@ fn collective_launch_on_a_gpu() {
         r.stderr
     );
 }
+
+/// `#define NAME value` lines of `text` whose NAME starts with one of `prefixes`.
+fn defines(text: &str, prefixes: &[&str]) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some("#define")).then_some(())?;
+            let name = w.next()?;
+            let value: String = w.collect::<Vec<_>>().join(" ");
+            (prefixes.iter().any(|p| name.starts_with(p)) && !value.is_empty())
+                .then(|| (name.to_string(), value))
+        })
+        .collect()
+}
+
+/// rshmem.h defines the constants the device library also defines (under nvcc both are seen),
+/// with the same values.
+#[test]
+fn constants_match_the_device_library() {
+    let prefixes = [
+        "RSHMEM_CMP_",
+        "RSHMEM_SIGNAL_",
+        "RSHMEM_TEAM_",
+        "RSHMEM_SIZE_MAX",
+    ];
+    let header = std::fs::read_to_string(include_dir().join("rshmem.h")).expect("rshmem.h");
+    let mine = defines(&header, &prefixes);
+    let mut dev = std::collections::BTreeMap::new();
+    let dir = workspace_root().join("device-lib/include/rshmem");
+    for e in std::fs::read_dir(&dir).expect("device-lib/include/rshmem") {
+        let text = std::fs::read_to_string(e.expect("entry").path()).expect("a device header");
+        dev.extend(defines(&text, &prefixes));
+    }
+    let shared: Vec<_> = mine
+        .keys()
+        .filter(|k| *k != "RSHMEM_TEAM_NUM_CONTEXTS")
+        .collect();
+    assert!(
+        shared.len() >= 13,
+        "too few constants found in rshmem.h: {shared:?}"
+    );
+    for k in shared {
+        assert_eq!(
+            dev.get(k),
+            mine.get(k),
+            "{k}: rshmem.h and the device library disagree (or the device library lacks it)"
+        );
+    }
+}
