@@ -317,6 +317,26 @@ fn call_before_init_ends_the_job_naming_it() {
     );
 }
 
+#[test]
+fn global_exit_ends_every_pe_with_the_status() {
+    let bin = compile("global_exit");
+    for n in [2, 4] {
+        let r = run(&[bin.to_str().expect("UTF-8 path")], n, &[]);
+        assert_eq!(
+            r.code,
+            Some(3),
+            "global_exit on {n} PEs:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert!(
+            !r.stdout.contains("NOT REACHED"),
+            "a PE went on:\n{}",
+            r.stdout
+        );
+    }
+}
+
 /// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
 fn mpicc_flags(what: &str) -> Option<Vec<String>> {
     let out = Command::new("mpicc")

@@ -5,6 +5,11 @@
 #include "check.h"
 
 int main(void) {
+    int major = -1, minor = -1;
+    char name[RSHMEM_MAX_NAME_LEN];
+    rshmem_info_get_version(&major, &minor);
+    rshmem_info_get_name(name);
+    CHECK(major >= 0 && minor >= 0 && strncmp(name, "rshmem ", 7) == 0);
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     int me = rshmem_my_pe(), n = rshmem_n_pes();
     check_pe = me;
