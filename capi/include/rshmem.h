@@ -21,8 +21,8 @@
  * code (void calls, calls returning a value such as rshmem_int_g) print the same message and
  * end the job (the process exits with status 1; rshmemrun or mpirun then stops the other PEs).
  * Nothing fails silently. Every call made before rshmem_init (or after rshmem_finalize) fails
- * that way, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args, rshmemi_report and the
- * init calls.
+ * that way, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args, rshmem_init_status,
+ * rshmem_info_get_version, rshmem_info_get_name, rshmemi_report and the init calls.
  *
  * Host+device twins. The calls that the device library (the rshmem/ headers of device-lib/include) also
  * has are declared through RSHMEM_HOST_TWIN with the device library's name and C signature.
@@ -276,6 +276,27 @@ int rshmem_set_attr_uniqueid_args(int rank, int nranks, const rshmem_uniqueid_t 
 /* Collective. Completes every outstanding operation, meets every PE, releases the symmetric
    heap. Symmetric addresses and team handles are invalid afterwards. */
 int rshmem_finalize(void);
+
+/* Ends the job with `status`: every PE of this host exits with it at once (a signal), then the
+   caller; PEs of other hosts see this PE gone at their next wait on it (or the launcher stops
+   them). May be called by one PE alone, at any time after init. */
+#if defined(__cplusplus)
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void rshmem_global_exit(int status);
+
+/* Local, allowed before init: RSHMEM_STATUS_NOT_INITIALIZED or RSHMEM_STATUS_IS_INITIALIZED. */
+#define RSHMEM_STATUS_NOT_INITIALIZED 0
+#define RSHMEM_STATUS_IS_INITIALIZED 2
+int rshmem_init_status(void);
+
+/* Local, allowed before init: the library's version and name ("rshmem <version>", at most
+   RSHMEM_MAX_NAME_LEN bytes with the NUL). */
+#define RSHMEM_MAX_NAME_LEN 256
+void rshmem_info_get_version(int *major, int *minor);
+void rshmem_info_get_name(char *name);
 
 /* Prints `rshmem: PE <pe>: <call>: <msg>` on stderr (for this header's inline functions). */
 void rshmemi_report(const char *call, const char *msg);

@@ -22,12 +22,12 @@ use crate::world::World;
 impl World {
     /// This PE's GPU when the heap is in GPU memory (its context and rshmem's internal stream).
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+        self.dev.gpu.as_ref()
     }
 
     /// The current device state (what modules see as `rshmem_state`).
     pub fn device_state(&self) -> DeviceState {
-        self.dstate.lock().map(|s| *s).unwrap_or_default()
+        self.dev.state.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// Compiles CUDA source that may `#include "rshmem/rshmem.cuh"` with NVRTC for this GPU,
@@ -39,7 +39,7 @@ impl World {
     /// [`load_module`](World::load_module) with extra NVRTC options (e.g. `-DN=4`).
     pub fn load_module_with(&self, src: &str, options: &[String]) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::load_with(&g, src, "user", options, &self.dstate)?;
+        let m = Module::load_with(&g, src, "user", options, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
@@ -48,13 +48,13 @@ impl World {
     /// the device state.
     pub fn load_module_image(&self, image: Vec<u8>) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::from_cubin(&g, image, &self.dstate)?;
+        let m = Module::from_cubin(&g, image, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
 
     pub(crate) fn register(&self, m: &Module) -> Result<()> {
-        let mut v = self.modules.lock().map_err(|_| Error::State {
+        let mut v = self.dev.modules.lock().map_err(|_| Error::State {
             call: "load_module",
             reason: "module list lock poisoned".into(),
         })?;
@@ -320,10 +320,7 @@ impl World {
     ) -> Result<()> {
         let mut a = sig as u64;
         let mut v = signal;
-        let mut o: i32 = match op {
-            SignalOp::Set => 0,
-            SignalOp::Add => 1,
-        };
+        let mut o: i32 = crate::wire::SignalCode::from(op).code();
         let mut pe_i = pe as i32;
         let mut args: [*mut std::ffi::c_void; 4] = [
             (&mut a as *mut u64).cast(),
@@ -411,15 +408,15 @@ impl World {
 
     fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_barrier_all")?;
+        let k = p.internal(call)?;
         let mut q = quiet;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
         // SAFETY: matches `rshmem_internal_barrier_all(int)`.
         unsafe {
-            m.launch_raw(
+            k.launch(
                 call,
-                f,
+                "rshmem_internal_barrier_all",
                 (1, 1, 1),
                 (threads.min(1024), 1, 1),
                 0,
@@ -432,14 +429,7 @@ impl World {
 
 /// The device library's `RSHMEM_CMP_*` code of a comparison.
 pub fn cmp_code(c: Cmp) -> i32 {
-    match c {
-        Cmp::Eq => 0,
-        Cmp::Ne => 1,
-        Cmp::Gt => 2,
-        Cmp::Ge => 3,
-        Cmp::Lt => 4,
-        Cmp::Le => 5,
-    }
+    crate::wire::CmpCode::from(c).code()
 }
 
 fn bytes_of<T>(call: &'static str, nelems: usize) -> Result<usize> {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fifo::{op, Failure, Outcome, Request, Ring, INLINE};
-use crate::cuda::target::{GpuMem, Pinned};
+use crate::cuda::pinned::Pinned;
+use crate::cuda::target::GpuMem;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::tcp::{HeapId, Net};
@@ -230,17 +231,7 @@ impl NetExec {
 }
 
 fn amo_of(code: u8) -> Option<AmoOp> {
-    Some(match code {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set,
-        2 => AmoOp::Swap,
-        3 => AmoOp::CompareSwap,
-        4 => AmoOp::FetchAdd,
-        5 => AmoOp::FetchAnd,
-        6 => AmoOp::FetchOr,
-        7 => AmoOp::FetchXor,
-        _ => return None,
-    })
+    AmoOp::try_from(code).ok()
 }
 
 impl Exec for NetExec {

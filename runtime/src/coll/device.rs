@@ -24,13 +24,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{sys, CudaFunction, CudaStream};
+use cudarc::driver::{sys, CudaStream};
 
 use super::{ReduceOp, ReduceType};
+use crate::cuda::kernels::Kernels;
 use crate::device::module::Module;
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::RmaType;
+use crate::wire::device_type;
 use crate::world::World;
 
 /// Source of the byte-moving collective kernels.
@@ -58,8 +60,8 @@ const ONESHOT_SCRATCH: usize = 992;
 /// The compiled collective modules of one PE (compiled on first use, cached on disk).
 #[derive(Default)]
 pub(crate) struct CollModules {
-    bytes: OnceLock<std::result::Result<Loaded, String>>,
-    reduce: Mutex<HashMap<&'static str, Arc<Loaded>>>,
+    bytes: OnceLock<std::result::Result<Kernels, String>>,
+    reduce: Mutex<HashMap<&'static str, Arc<Kernels>>>,
     sms: OnceLock<u32>,
     sharing: crate::device::sharing::GpuSharing,
 }
@@ -74,13 +76,7 @@ impl CollModules {
     }
 }
 
-/// A module and the kernels looked up in it.
-struct Loaded {
-    module: Module,
-    funcs: Mutex<Vec<(&'static str, CudaFunction)>>,
-}
-
-/// The kernels of coll.cu (loaded together, see [`Loaded::preload`]).
+/// The kernels of coll.cu (loaded together, see [`Kernels::preload`]).
 const BYTES_KERNELS: &[&str] = &[
     "rshmem_internal_team_sync",
     "rshmem_internal_alltoall",
@@ -91,77 +87,9 @@ const BYTES_KERNELS: &[&str] = &[
     "rshmem_internal_collect",
 ];
 
-impl Loaded {
-    /// Looks up and loads every kernel in `names` now. CUDA loads kernels lazily, at their first
-    /// launch, and loading one may wait until the kernels running on the GPU finish: a first
-    /// collective launched next to a long-running user kernel would wait for it. Loading them
-    /// with the module moves that wait to the module's first use.
-    fn preload(&self, call: &'static str, names: &[&'static str]) -> Result<()> {
-        for &name in names {
-            let f = self.func(call, name)?;
-            // SAFETY: a function handle of a loaded module of the current context.
-            let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda {
-                    call,
-                    what: format!("loading kernel {name}"),
-                    code: format!("{r:?}"),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn func(&self, call: &'static str, name: &'static str) -> Result<CudaFunction> {
-        let mut f = self.funcs.lock().map_err(|_| Error::State {
-            call,
-            reason: "kernel cache lock poisoned".into(),
-        })?;
-        if let Some((_, k)) = f.iter().find(|(n, _)| *n == name) {
-            return Ok(k.clone());
-        }
-        let k = self.module.function(name)?;
-        f.push((name, k.clone()));
-        Ok(k)
-    }
-}
-
-/// The device library's name of a reduction element type (the module is compiled for it; the
-/// integer types get the bitwise operators there).
-fn device_type<T: 'static>() -> Option<&'static str> {
-    use std::any::TypeId;
-    let t = TypeId::of::<T>();
-    let table: [(TypeId, &str); 14] = [
-        (TypeId::of::<i8>(), "int8_t"),
-        (TypeId::of::<i16>(), "int16_t"),
-        (TypeId::of::<i32>(), "int32_t"),
-        (TypeId::of::<i64>(), "int64_t"),
-        (TypeId::of::<i128>(), "__int128"),
-        (TypeId::of::<u8>(), "uint8_t"),
-        (TypeId::of::<u16>(), "uint16_t"),
-        (TypeId::of::<u32>(), "uint32_t"),
-        (TypeId::of::<u64>(), "uint64_t"),
-        (TypeId::of::<u128>(), "unsigned __int128"),
-        (TypeId::of::<isize>(), "int64_t"),
-        (TypeId::of::<usize>(), "uint64_t"),
-        (TypeId::of::<f32>(), "float"),
-        (TypeId::of::<f64>(), "double"),
-    ];
-    table.iter().find(|(id, _)| *id == t).map(|&(_, n)| n)
-}
-
 /// The device library's operator code of a reduction (`RSHMEM_OP_*`), from its call name.
 fn op_code(call: &str) -> Option<i32> {
-    Some(match call {
-        "sum_reduce" => 0,
-        "prod_reduce" => 1,
-        "min_reduce" => 2,
-        "max_reduce" => 3,
-        "and_reduce" => 4,
-        "or_reduce" => 5,
-        "xor_reduce" => 6,
-        _ => return None,
-    })
+    crate::wire::ReduceCode::of_call(call).map(|c| c.code())
 }
 
 /// Blocks of a push launch of `blocks` blocks that copy this PE's own part (a 1/n share: on 4
@@ -183,7 +111,7 @@ fn blocks_for(bytes: usize, sms: u32) -> u32 {
 impl World {
     /// How this PE's GPU is shared with other PEs of its host (found at init).
     pub fn gpu_sharing(&self) -> crate::device::sharing::GpuSharing {
-        self.coll.sharing
+        self.dev.coll.sharing
     }
 
     /// The SMs a collective launch of this PE may spread over: the GPU's SMs, divided among the
@@ -191,13 +119,13 @@ impl World {
     /// it, since no block waits for one that is not running).
     fn coll_modules_sms(&self, call: &'static str) -> Result<u32> {
         let sms = self.gpu_sms(call)?;
-        let share = self.coll.sharing.pes_on_gpu.max(1) as u32;
+        let share = self.dev.coll.sharing.pes_on_gpu.max(1) as u32;
         Ok((sms / share).max(1))
     }
 
     fn gpu_sms(&self, call: &'static str) -> Result<u32> {
         let p = self.p2p(call)?;
-        Ok(*self.coll.sms.get_or_init(|| {
+        Ok(*self.dev.coll.sms.get_or_init(|| {
             let mut dev: sys::CUdevice = 0;
             let mut n: i32 = 0;
             // SAFETY: plain queries with valid out-pointers.
@@ -217,16 +145,13 @@ impl World {
         }))
     }
 
-    fn coll_bytes_module(&self, call: &'static str) -> Result<&Loaded> {
+    fn coll_bytes_module(&self, call: &'static str) -> Result<&Kernels> {
         let p = self.p2p(call)?;
-        let m = self.coll.bytes.get_or_init(|| {
-            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dstate)
+        let m = self.dev.coll.bytes.get_or_init(|| {
+            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dev.state)
                 .map_err(|e| e.to_string())?;
             self.register(&m).map_err(|e| e.to_string())?;
-            let l = Loaded {
-                module: m,
-                funcs: Mutex::new(Vec::new()),
-            };
+            let l = Kernels::new(m);
             l.preload(call, BYTES_KERNELS).map_err(|e| e.to_string())?;
             Ok(l)
         });
@@ -236,13 +161,13 @@ impl World {
         })
     }
 
-    fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Loaded>> {
+    fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Kernels>> {
         let p = self.p2p(call)?;
         let ty = device_type::<T>().ok_or_else(|| Error::Unsupported {
             call,
             reason: format!("{} has no device reduction", std::any::type_name::<T>()),
         })?;
-        let mut map = self.coll.reduce.lock().map_err(|_| Error::State {
+        let mut map = self.dev.coll.reduce.lock().map_err(|_| Error::State {
             call,
             reason: "collective module lock poisoned".into(),
         })?;
@@ -251,12 +176,9 @@ impl World {
         }
         let opts = vec![format!("-DRSHMEM_RT={ty}")];
         let name = format!("rshmem_reduce_{}", ty.replace(' ', "_"));
-        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dstate)?;
+        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dev.state)?;
         self.register(&m)?;
-        let l = Arc::new(Loaded {
-            module: m,
-            funcs: Mutex::new(Vec::new()),
-        });
+        let l = Arc::new(Kernels::new(m));
         l.preload(call, &["rshmem_internal_reduce"])?;
         map.insert(ty, l.clone());
         Ok(l)
@@ -286,20 +208,19 @@ impl World {
     fn coll_launch(
         &self,
         call: &'static str,
-        l: &Loaded,
+        l: &Kernels,
         name: &'static str,
         blocks: u32,
         threads: u32,
         stream: &CudaStream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
-        let f = l.func(call, name)?;
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
         unsafe {
-            l.module.launch_raw(
+            l.launch(
                 call,
-                f,
+                name,
                 (blocks, 1, 1),
                 (threads, 1, 1),
                 0,
