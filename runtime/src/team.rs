@@ -600,10 +600,10 @@ impl World {
 
     /// **Collective over the team.** Completes this PE's outstanding operations, then waits
     /// for every member. Like NVSHMEM's `nvshmem_barrier(team)`.
-    pub fn team_barrier(&self, team: &Team) -> Result<()> {
-        self.team_check("team_barrier", team)?;
-        self.quiet_all("team_barrier")?;
-        self.team_sync_named("team_barrier", team)
+    pub fn barrier(&self, team: &Team) -> Result<()> {
+        self.team_check("barrier", team)?;
+        self.quiet_all("barrier")?;
+        self.team_sync_named("barrier", team)
     }
 
     /// Dissemination barrier over the team's members through the flags of its slot (see
