@@ -97,6 +97,9 @@ typedef rshmem_uniqueid_t nvshmemx_uniqueid_t;
     } while (0)
 
 #define NVSHMEM_VENDOR_STRING "rshmem"
+#define NVSHMEM_MAX_NAME_LEN RSHMEM_MAX_NAME_LEN
+#define NVSHMEM_STATUS_NOT_INITIALIZED RSHMEM_STATUS_NOT_INITIALIZED
+#define NVSHMEM_STATUS_IS_INITIALIZED RSHMEM_STATUS_IS_INITIALIZED
 
 // ---------------------------------------------------------------------------------------------
 // GPU selection. NVSHMEM programs select their GPU after init with

@@ -2037,9 +2037,13 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmem_team_split_2d rshmem_team_split_2d
 #define nvshmem_team_destroy rshmem_team_destroy
 #define nvshmem_team_get_config rshmem_team_get_config
+#define nvshmem_global_exit rshmem_global_exit
+#define nvshmem_info_get_version rshmem_info_get_version
+#define nvshmem_info_get_name rshmem_info_get_name
 #define nvshmemx_init_attr rshmem_init_attr
 #define nvshmemx_get_uniqueid rshmem_get_uniqueid
 #define nvshmemx_set_attr_uniqueid_args rshmem_set_attr_uniqueid_args
+#define nvshmemx_init_status rshmem_init_status
 #define nvshmemx_collective_launch rshmemx_collective_launch
 #define nvshmemx_collective_launch_query_gridsize rshmemx_collective_launch_query_gridsize
 
@@ -2726,11 +2730,7 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_broadcast_on_stream, (rshmem_team_t 
 
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_global_exit, "rshmem's host library has no rshmem_global_exit")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_info_get_version, "rshmem's host library has no rshmem_info_get_version")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_info_get_name, "rshmem's host library has no rshmem_info_get_name")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_set_attr_mpi_comm_args, "rshmem's host library has no rshmem_set_attr_mpi_comm_args")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_init_status, "rshmem's host library has no rshmem_init_status")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
@@ -2875,11 +2875,7 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_warp, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
-#define nvshmem_global_exit(...) nvshmem_global_exit_is_not_supported_by_rshmem
-#define nvshmem_info_get_version(...) nvshmem_info_get_version_is_not_supported_by_rshmem
-#define nvshmem_info_get_name(...) nvshmem_info_get_name_is_not_supported_by_rshmem
 #define nvshmemx_set_attr_mpi_comm_args(...) nvshmemx_set_attr_mpi_comm_args_is_not_supported_by_rshmem
-#define nvshmemx_init_status(...) nvshmemx_init_status_is_not_supported_by_rshmem
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem

@@ -2471,9 +2471,13 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmem_team_split_2d;
     (void)&nvshmem_team_destroy;
     (void)&nvshmem_team_get_config;
+    (void)&nvshmem_global_exit;
+    (void)&nvshmem_info_get_version;
+    (void)&nvshmem_info_get_name;
     (void)&nvshmemx_init_attr;
     (void)&nvshmemx_get_uniqueid;
     (void)&nvshmemx_set_attr_uniqueid_args;
+    (void)&nvshmemx_init_status;
     (void)&nvshmemx_collective_launch;
     (void)&nvshmemx_collective_launch_query_gridsize;
     (void)&nvshmemx_barrier_all_on_stream;
