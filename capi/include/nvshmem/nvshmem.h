@@ -34,8 +34,7 @@
 #include <string.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include "rshmem.h"
-
+// The 16-bit float types before rshmem.h, so that the device library defines their reductions.
 #if defined(__cplusplus)
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -43,6 +42,7 @@
 #else
 #define RSHMEM_COMPAT_HAVE_FP16 0
 #endif
+#include "rshmem.h"
 
 // nvcc translation units (not NVRTC) see the device library through rshmem.h.
 #if defined(__CUDACC__) && !defined(__CUDACC_RTC__)
