@@ -4,8 +4,9 @@
 //     nvcc -arch=sm_90 -I<rshmem>/capi/include/nvshmem -I<rshmem>/capi/include
 //          -I<rshmem>/device-lib/include prog.cu -L<dir of librshmem.so> -lrshmem
 //
-// (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder (nvcc adds it; with
-// g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants and macros onto rshmem's
+// (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder
+// (nvcc adds it; with gcc/g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants
+// and macros onto rshmem's
 // C API (rshmem.h) and device library (rshmem/*.cuh): every NVSHMEM call rshmem has is a macro
 // naming the rshmem call, so it works wherever the rshmem call works (host, device, or both).
 // What rshmem does not support is a compile-time error naming the call:
