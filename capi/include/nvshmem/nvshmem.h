@@ -7,8 +7,8 @@
 // (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder
 // (nvcc adds it; with gcc/g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants
 // and macros onto rshmem's C API (rshmem.h) and device library (rshmem/*.cuh): every NVSHMEM
-// call rshmem has is a macro
-// naming the rshmem call, so it works wherever the rshmem call works (host, device, or both).
+// call rshmem has is a macro naming the rshmem call, so it works wherever the rshmem call works
+// (host, device, or both).
 // What rshmem does not support is a compile-time error naming the call:
 //
 //     error: static assertion failed with "rshmem: nvshmemx_buffer_register_symmetric is not
