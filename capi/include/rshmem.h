@@ -62,7 +62,7 @@ typedef enum rshmem_error {
     /* A bad argument: PE out of range, address outside the symmetric heap, NULL buffer,
        unknown constant, destroyed team, ... */
     RSHMEM_ERROR_INVALID_VALUE = 1,
-    /* Called before rshmem_init or after rshmem_finalize (or init called twice). */
+    /* Called before rshmem_init or after rshmem_finalize. */
     RSHMEM_ERROR_NOT_INITIALIZED = 2,
     /* Not available here: a stream call on the CPU backend, a PE that is not reachable
        the way the call needs, MPI not found in the process, ... */
@@ -78,7 +78,8 @@ typedef enum rshmem_error {
     RSHMEM_ERROR_BOOTSTRAP = 8,
     /* An operating-system call failed. */
     RSHMEM_ERROR_SYSTEM = 9,
-    /* Collective calls differ between PEs, or the runtime is in a state that forbids it. */
+    /* Collective calls differ between PEs (RSHMEM_DEBUG_SYMMETRY=1), init called while
+       rshmem runs, or another state that forbids the call. */
     RSHMEM_ERROR_STATE = 10,
     /* A bug inside rshmem. */
     RSHMEM_ERROR_INTERNAL = 11
@@ -249,7 +250,7 @@ typedef struct rshmem_init_attr {
    runtime call), else chosen by the PE's rank on its host, or RSHMEM_DEVICE; on return the
    device's primary context (the one the CUDA runtime uses) is current on the calling thread.
    Without a GPU (or with RSHMEM_BACKEND=cpu) the CPU backend is used. Returns RSHMEM_SUCCESS
-   or an error code (RSHMEM_ERROR_NOT_INITIALIZED when rshmem is already running). */
+   or an error code (RSHMEM_ERROR_STATE when rshmem is already running). */
 int rshmem_init(void);
 
 /* Collective. rshmem_init with the job given by `attr`:

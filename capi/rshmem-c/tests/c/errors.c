@@ -14,7 +14,7 @@ int main(void) {
 
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     check_pe = rshmem_my_pe();
-    CHECK(rshmem_init() == RSHMEM_ERROR_NOT_INITIALIZED); /* twice */
+    CHECK(rshmem_init() == RSHMEM_ERROR_STATE); /* twice */
     int me = rshmem_my_pe(), n = rshmem_n_pes();
     int *x = rshmem_calloc(4, sizeof(int));
     CHECK(x != NULL);
