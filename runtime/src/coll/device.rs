@@ -577,7 +577,7 @@ impl World {
     /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
     /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on team
     /// PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
-    pub fn reduce_scatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
+    pub fn reducescatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
         &self,
         team: &Team,
         dest: *mut T,
@@ -587,7 +587,7 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let _ = op;
-        let call = "reduce_scatter_on_stream";
+        let call = "reducescatter_on_stream";
         self.reduce_kernel::<T, O>(call, team, dest, source, nelems, true, stream)
     }
 

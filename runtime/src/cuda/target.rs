@@ -184,7 +184,7 @@ impl GpuMem {
         self.gpu.bind(call)?;
         // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` pinned
         // host memory, device-accessible through UVA, held under the caller's result lock.
-        unsafe { k.launch_amo(call, self.s(), op, addr, size, value, cond, out) }
+        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out) }
     }
 
     /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
