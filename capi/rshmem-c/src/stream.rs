@@ -538,7 +538,7 @@ fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
 ) -> c_int {
     coll(call, team, stream, |w, t, st| {
         if scatter {
-            Ok(w.reduce_scatter_on_stream(t, dest, source, n, O::default(), st)?)
+            Ok(w.reducescatter_on_stream(t, dest, source, n, O::default(), st)?)
         } else {
             Ok(w.reduce_on_stream(t, dest, source, n, O::default(), st)?)
         }

@@ -698,7 +698,7 @@ fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
 ) -> c_int {
     coll(call, team, |w, t| {
         if scatter {
-            w.reduce_scatter(t, dest, source, n, O::default())
+            w.reducescatter(t, dest, source, n, O::default())
         } else {
             w.reduce(t, dest, source, n, O::default())
         }
