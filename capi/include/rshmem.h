@@ -20,15 +20,19 @@
  * Every failure prints `rshmem: PE <pe>: <call>: <cause>` on stderr. Calls that cannot return a
  * code (void calls, calls returning a value such as rshmem_int_g) print the same message and
  * end the job (the process exits with status 1; rshmemrun or mpirun then stops the other PEs).
- * Nothing fails silently. Every call made before rshmem_init (or after rshmem_finalize) fails
- * that way, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args, rshmem_init_status,
- * rshmem_info_get_version, rshmem_info_get_name, rshmemi_report and the init calls.
+ * The allocation calls return NULL after printing. Nothing fails silently. A call made before
+ * rshmem_init (or after rshmem_finalize) fails in its own way above (a code, NULL, or the end of
+ * the job), naming itself, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args,
+ * rshmem_init_status, rshmem_info_get_version, rshmem_info_get_name, rshmemi_report and the
+ * init calls, which are allowed before init.
  *
- * Host+device twins. The calls that the device library (the rshmem/ headers of device-lib/include) also
- * has are declared through RSHMEM_HOST_TWIN with the device library's name and C signature.
- * Compiled by a C or C++ compiler they are ordinary functions of librshmem. Compiled by nvcc,
- * this header defines RSHMEM_HOST_API and includes the device library at its end: the same
- * name then works in host code (it calls librshmem) and in kernels (the device code).
+ * Host+device twins. The calls that the device library (the rshmem/ headers of
+ * device-lib/include) also has are declared through RSHMEM_HOST_TWIN with the device library's
+ * name and C signature. Compiled by a C or C++ compiler they are ordinary functions of
+ * librshmem. Compiled by nvcc, this header defines RSHMEM_HOST_API and includes the device
+ * library at its end: for the calls the device library makes host+device (docs/device.md,
+ * "Host twins") the same name then works in host code (it calls librshmem) and in kernels (the
+ * device code); the others stay device-only in nvcc translation units.
  */
 #ifndef RSHMEM_H
 #define RSHMEM_H
