@@ -241,3 +241,15 @@ impl GpuMem {
         self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
     }
 }
+
+/// GPU memory access for the TCP transport's service threads when the user heap is on a GPU
+/// (None on the CPU backend).
+pub(crate) fn for_user_heap(
+    gpu: &Option<Arc<Gpu>>,
+    state: &Arc<Mutex<DeviceState>>,
+) -> Result<Option<Arc<GpuMem>>> {
+    match gpu {
+        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
+        None => Ok(None),
+    }
+}
