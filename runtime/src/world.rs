@@ -389,7 +389,7 @@ impl World {
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
-                Region::user(&heap, crate::proxy::remote_apply(&gpu, &dstate)?),
+                Region::user(&heap, crate::cuda::target::for_user_heap(&gpu, &dstate)?),
                 Region::ctrl(&ctrl),
             ];
             Some(Arc::new(Net::establish(
@@ -1018,7 +1018,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     }
     let ordinal = cfg
         .device
-        .unwrap_or(crate::proxy::host_rank(boot, cfg, node)? % count);
+        .unwrap_or(crate::node::host_rank(boot, cfg, node)? % count);
     if ordinal >= count {
         return Err(Error::invalid(
             call,

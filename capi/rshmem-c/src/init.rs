@@ -99,7 +99,7 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
         let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if !RT.load(Ordering::Acquire).is_null() {
             return fail(
-                Code::NotInitialized,
+                Code::State,
                 "rshmem is already initialized (call rshmem_finalize first)",
             );
         }
