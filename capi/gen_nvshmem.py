@@ -231,8 +231,9 @@ def host_calls(m):
               "team_split_2d", "team_destroy", "team_get_config", "global_exit",
               "info_get_version", "info_get_name"]:
         m.host_define("nvshmem_" + n, "rshmem_" + n)
-    for n in ["init_attr", "get_uniqueid", "set_attr_uniqueid_args", "set_attr_mpi_comm_args",
-              "init_status", "vendor_get_version_info"]:
+    # (nvshmemx_set_attr_mpi_comm_args is an inline function of nvshmem.h.)
+    for n in ["init_attr", "get_uniqueid", "set_attr_uniqueid_args", "init_status",
+              "vendor_get_version_info"]:
         m.host_define("nvshmemx_" + n, "rshmem_" + n)
     for n in ["collective_launch", "collective_launch_query_gridsize"]:
         m.host_define("nvshmemx_" + n, "rshmemx_" + n)

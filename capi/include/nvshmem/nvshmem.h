@@ -89,6 +89,16 @@ typedef rshmem_uniqueid_t nvshmemx_uniqueid_t;
 #define NVSHMEMX_SUCCESS RSHMEM_SUCCESS
 #define NVSHMEMX_ERROR_INTERNAL RSHMEM_ERROR_INTERNAL
 
+// Sets the communicator of NVSHMEMX_INIT_WITH_MPI_COMM (mpi_comm points at an MPI_Comm).
+static inline int nvshmemx_set_attr_mpi_comm_args(void *mpi_comm, nvshmemx_init_attr_t *attr) {
+    if (attr == NULL) {
+        rshmemi_report("nvshmemx_set_attr_mpi_comm_args", "attr is NULL");
+        return RSHMEM_ERROR_INVALID_VALUE;
+    }
+    attr->mpi_comm = mpi_comm;
+    return RSHMEM_SUCCESS;
+}
+
 // The error print NVSHMEM's headers export (NVSHMEM's perftests use it).
 #define NVSHMEMI_ERROR_PRINT(...)                                                                \
     do {                                                                                         \

@@ -2778,7 +2778,6 @@ RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team
 
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_set_attr_mpi_comm_args, "rshmem's host library has no rshmem_set_attr_mpi_comm_args")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
@@ -2875,7 +2874,6 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_warp, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
-#define nvshmemx_set_attr_mpi_comm_args(...) nvshmemx_set_attr_mpi_comm_args_is_not_supported_by_rshmem
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem
