@@ -49,6 +49,7 @@ mod mem;
 pub mod node;
 pub mod proxy;
 mod rma;
+mod seqlock;
 pub mod shared;
 mod signal;
 mod stream;
@@ -57,6 +58,7 @@ mod team;
 pub(crate) mod transport;
 mod types;
 mod wait;
+pub mod wire;
 mod world;
 
 pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};

@@ -320,10 +320,7 @@ impl World {
     ) -> Result<()> {
         let mut a = sig as u64;
         let mut v = signal;
-        let mut o: i32 = match op {
-            SignalOp::Set => 0,
-            SignalOp::Add => 1,
-        };
+        let mut o: i32 = crate::wire::SignalCode::from(op).code();
         let mut pe_i = pe as i32;
         let mut args: [*mut std::ffi::c_void; 4] = [
             (&mut a as *mut u64).cast(),
@@ -432,14 +429,7 @@ impl World {
 
 /// The device library's `RSHMEM_CMP_*` code of a comparison.
 pub fn cmp_code(c: Cmp) -> i32 {
-    match c {
-        Cmp::Eq => 0,
-        Cmp::Ne => 1,
-        Cmp::Gt => 2,
-        Cmp::Ge => 3,
-        Cmp::Lt => 4,
-        Cmp::Le => 5,
-    }
+    crate::wire::CmpCode::from(c).code()
 }
 
 fn bytes_of<T>(call: &'static str, nelems: usize) -> Result<usize> {

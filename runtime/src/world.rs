@@ -520,6 +520,9 @@ impl World {
             changed
         };
         if changed {
+            if let Some(g) = &self.gpu {
+                crate::device::units::deliver("init", g, &st)?;
+            }
             if let (Some(g), Ok(mut mods)) = (&self.gpu, self.modules.lock()) {
                 mods.retain(|w| w.strong_count() > 0);
                 for m in mods.iter().filter_map(|w| w.upgrade()) {
@@ -1019,6 +1022,9 @@ impl Drop for World {
             tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
         }
         self.node.stop_monitor();
+        if let Some(g) = &self.gpu {
+            crate::device::units::retire(g);
+        }
         ACTIVE.store(false, Ordering::Release);
     }
 }

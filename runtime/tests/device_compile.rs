@@ -234,3 +234,54 @@ fn bad_arch_is_rejected_without_nvrtc() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
 }
+
+/// The host/device contract (`rshmem::wire::device_contract`: every wire code and shared
+/// layout as a `static_assert`) compiled together with the device headers.
+fn contract_source(contract: &str) -> String {
+    format!(
+        "#include \"rshmem/rshmem.cuh\"\n#include \"rshmem/coll.cuh\"\n{contract}\n\
+         extern \"C\" __global__ void contract_probe(int* p) {{ *p = rshmem_my_pe(); }}\n"
+    )
+}
+
+#[test]
+fn device_contract_holds_or_skip() {
+    if !nvrtc_or_skip("device_contract_holds_or_skip") {
+        return;
+    }
+    let contract = rshmem::wire::device_contract();
+    assert!(contract.matches("static_assert").count() > 60, "{contract}");
+    if let Err(e) = compile_cubin(&contract_source(&contract), &opts("contract.cu")) {
+        panic!("the device headers disagree with the host's wire codes or layouts:\n{e}");
+    }
+}
+
+#[test]
+fn device_contract_catches_a_one_sided_change_or_skip() {
+    if !nvrtc_or_skip("device_contract_catches_a_one_sided_change_or_skip") {
+        return;
+    }
+    // What a change of one side alone looks like: the host's ADD code or the device state's
+    // size no longer matching the header.
+    let contract = rshmem::wire::device_contract();
+    for (from, to) in [
+        (
+            "(RSHMEM_PROXY_AMO_ADD) == 4ull",
+            "(RSHMEM_PROXY_AMO_ADD) == 5ull",
+        ),
+        (
+            "(sizeof(rshmem_device_state)) == 136ull",
+            "(sizeof(rshmem_device_state)) == 144ull",
+        ),
+    ] {
+        assert!(contract.contains(from), "{from} missing from:\n{contract}");
+        let changed = contract.replace(from, to);
+        match compile_cubin(&contract_source(&changed), &opts("contract_changed.cu")) {
+            Ok(_) => panic!("a contract with {to} compiled"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("rshmem host/device contract"), "{msg}");
+            }
+        }
+    }
+}

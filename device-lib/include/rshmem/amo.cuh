@@ -29,6 +29,7 @@ static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T co
         check_sym(call, "destination", dest, sizeof(T), true);
         check_align(call, "destination", dest, sizeof(T), true);
     }
+    check_init(call, true);
     const int local = local_index(pe);
     if (__builtin_expect(local < 0, 0)) {
         typedef typename uint_of<sizeof(T)>::type U;
@@ -68,68 +69,87 @@ static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T co
 #define RSHMEM_AMO_(OP, FETCH, T, NAME, dest, value, cond, pe)                                  \
     rshmem_detail::amo<OP, FETCH, T>(NAME, dest, value, cond, pe)
 
+// Every atomic below is a host twin (twin.cuh): with rshmem.h under nvcc, host code calls the
+// host library's atomic of the same name. H(args) is that host call.
+#define RSHMEM_AMO_H(FN, ...) rshmemi_host_rshmem_##FN(__VA_ARGS__)
+
 // fetch, set, swap: every AMO type, floating point included.
 #define RSHMEM_DEFINE_AMO_EXT(NAME, T)                                                           \
     /* Atomically reads source on PE pe. */                                                      \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch(const T* source, int pe) {  \
-        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_FETCH, true, T, "rshmem_" #NAME "_atomic_fetch",     \
-                           (T*)source, (T)0, (T)0, pe);                                            \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_fetch(const T* source, int pe) {                        \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_fetch, source, pe),                   \
+                                RSHMEM_AMO_(RSHMEM_PROXY_AMO_FETCH, true, T,                     \
+                                            "rshmem_" #NAME "_atomic_fetch", (T*)source, (T)0,   \
+                                            (T)0, pe));                                          \
     }                                                                                            \
     /* Atomically writes value into dest on PE pe. */                                            \
-    static __device__ __forceinline__ void rshmem_##NAME##_atomic_set(T* dest, T value,          \
-                                                                      int pe) {                  \
-        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_SET, false, T, "rshmem_" #NAME "_atomic_set", dest,   \
-                          value, (T)0, pe);                                                       \
+    RSHMEM_TWIN void rshmem_##NAME##_atomic_set(T* dest, T value, int pe) {                      \
+        RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_set, dest, value, pe),                       \
+                         (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_SET, false, T,                       \
+                                           "rshmem_" #NAME "_atomic_set", dest, value, (T)0,     \
+                                           pe));                                                 \
     }                                                                                            \
     /* Atomically writes value into dest on PE pe; returns the old value. */                     \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_swap(T* dest, T value, int pe) {  \
-        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_SWAP, true, T, "rshmem_" #NAME "_atomic_swap", dest, \
-                           value, (T)0, pe);                                                      \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_swap(T* dest, T value, int pe) {                        \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_swap, dest, value, pe),               \
+                                RSHMEM_AMO_(RSHMEM_PROXY_AMO_SWAP, true, T,                      \
+                                            "rshmem_" #NAME "_atomic_swap", dest, value, (T)0,   \
+                                            pe));                                                \
     }
 
 // compare_swap, fetch_inc, inc, fetch_add, add: the integer AMO types.
 #define RSHMEM_DEFINE_AMO_STD(NAME, T)                                                           \
     RSHMEM_DEFINE_AMO_EXT(NAME, T)                                                               \
     /* Atomically: if dest on PE pe equals cond, writes value. Returns the old value. */         \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_compare_swap(T* dest, T cond,     \
-                                                                            T value, int pe) {   \
-        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_CSWAP, true, T,                                      \
-                           "rshmem_" #NAME "_atomic_compare_swap", dest, value, cond, pe);       \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_compare_swap(T* dest, T cond, T value, int pe) {        \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_compare_swap, dest, cond, value, pe), \
+                                RSHMEM_AMO_(RSHMEM_PROXY_AMO_CSWAP, true, T,                     \
+                                            "rshmem_" #NAME "_atomic_compare_swap", dest, value, \
+                                            cond, pe));                                          \
     }                                                                                            \
     /* Atomically adds 1 to dest on PE pe; returns the old value. */                             \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch_inc(T* dest, int pe) {      \
-        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T, "rshmem_" #NAME "_atomic_fetch_inc",   \
-                           dest, (T)1, (T)0, pe);                                                 \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_fetch_inc(T* dest, int pe) {                            \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_fetch_inc, dest, pe),                 \
+                                RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T,                       \
+                                            "rshmem_" #NAME "_atomic_fetch_inc", dest, (T)1,     \
+                                            (T)0, pe));                                          \
     }                                                                                            \
     /* Atomically adds 1 to dest on PE pe. */                                                    \
-    static __device__ __forceinline__ void rshmem_##NAME##_atomic_inc(T* dest, int pe) {         \
-        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T, "rshmem_" #NAME "_atomic_inc", dest,   \
-                          (T)1, (T)0, pe);                                                        \
+    RSHMEM_TWIN void rshmem_##NAME##_atomic_inc(T* dest, int pe) {                               \
+        RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_inc, dest, pe),                              \
+                         (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T,                       \
+                                           "rshmem_" #NAME "_atomic_inc", dest, (T)1, (T)0,      \
+                                           pe));                                                 \
     }                                                                                            \
     /* Atomically adds value to dest on PE pe; returns the old value. */                         \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch_add(T* dest, T value,       \
-                                                                         int pe) {               \
-        return RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T, "rshmem_" #NAME "_atomic_fetch_add",   \
-                           dest, value, (T)0, pe);                                                \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_fetch_add(T* dest, T value, int pe) {                   \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_fetch_add, dest, value, pe),          \
+                                RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, true, T,                       \
+                                            "rshmem_" #NAME "_atomic_fetch_add", dest, value,    \
+                                            (T)0, pe));                                          \
     }                                                                                            \
     /* Atomically adds value to dest on PE pe. */                                                \
-    static __device__ __forceinline__ void rshmem_##NAME##_atomic_add(T* dest, T value, int pe) { \
-        (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T, "rshmem_" #NAME "_atomic_add", dest,   \
-                          value, (T)0, pe);                                                       \
+    RSHMEM_TWIN void rshmem_##NAME##_atomic_add(T* dest, T value, int pe) {                      \
+        RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_add, dest, value, pe),                       \
+                         (void)RSHMEM_AMO_(RSHMEM_PROXY_AMO_ADD, false, T,                       \
+                                           "rshmem_" #NAME "_atomic_add", dest, value, (T)0,     \
+                                           pe));                                                 \
     }
 
 // fetch_and/or/xor, and/or/xor: the bitwise AMO types. OP is _and, _or or _xor (spelled with
 // the underscore because `and`, `or` and `xor` are C++ operator tokens); CODE its proxy code.
 #define RSHMEM_DEFINE_AMO_BIT_OP(NAME, T, OP, CODE)                                              \
     /* Atomically dest = dest OP value on PE pe; returns the old value. */                       \
-    static __device__ __forceinline__ T rshmem_##NAME##_atomic_fetch##OP(T* dest, T value,       \
-                                                                         int pe) {               \
-        return RSHMEM_AMO_(CODE, true, T, "rshmem_" #NAME "_atomic_fetch" #OP, dest, value, (T)0, \
-                           pe);                                                                  \
+    RSHMEM_TWIN T rshmem_##NAME##_atomic_fetch##OP(T* dest, T value, int pe) {                   \
+        return RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic_fetch##OP, dest, value, pe),          \
+                                RSHMEM_AMO_(CODE, true, T, "rshmem_" #NAME "_atomic_fetch" #OP,  \
+                                            dest, value, (T)0, pe));                             \
     }                                                                                            \
     /* Atomically dest = dest OP value on PE pe. */                                              \
-    static __device__ __forceinline__ void rshmem_##NAME##_atomic##OP(T* dest, T value, int pe) { \
-        (void)RSHMEM_AMO_(CODE, false, T, "rshmem_" #NAME "_atomic" #OP, dest, value, (T)0, pe);  \
+    RSHMEM_TWIN void rshmem_##NAME##_atomic##OP(T* dest, T value, int pe) {                      \
+        RSHMEM_TWIN_CALL(RSHMEM_AMO_H(NAME##_atomic##OP, dest, value, pe),                       \
+                         (void)RSHMEM_AMO_(CODE, false, T, "rshmem_" #NAME "_atomic" #OP, dest,  \
+                                           value, (T)0, pe));                                    \
     }
 
 #define RSHMEM_DEFINE_AMO_BITWISE(NAME, T)                                                       \
@@ -142,6 +162,7 @@ RSHMEM_FOR_AMO_FLOAT_TYPES(RSHMEM_DEFINE_AMO_EXT)
 RSHMEM_FOR_AMO_BITWISE_TYPES(RSHMEM_DEFINE_AMO_BITWISE)
 
 #undef RSHMEM_AMO_
+#undef RSHMEM_AMO_H
 #undef RSHMEM_DEFINE_AMO_EXT
 #undef RSHMEM_DEFINE_AMO_STD
 #undef RSHMEM_DEFINE_AMO_BIT_OP

@@ -130,6 +130,7 @@ static __device__ __forceinline__ void barrier(const char* call) {
     S::sync();
     const uint32_t rank = S::rank();
     const uint32_t size = S::size();
+    check_init(call, rank == 0);
     const int n = rshmem_state.n_local;
     const int me = rshmem_state.my_local;
     if (__builtin_expect(n != rshmem_state.n_pes, 0)) {
@@ -162,8 +163,9 @@ static __device__ __forceinline__ void barrier(const char* call) {
 // Barrier over all PEs: returns once every PE has called it; completes and orders all earlier
 // accesses of the caller (see the top of this file). Collective, called by exactly one thread
 // per PE.
-static __device__ __forceinline__ void rshmem_barrier_all(void) {
-    rshmem_detail::barrier<rshmem_detail::thread_scope>("rshmem_barrier_all");
+RSHMEM_TWIN void rshmem_barrier_all(void) {
+    RSHMEM_TWIN_CALL(rshmemi_host_rshmem_barrier_all(),
+                     rshmem_detail::barrier<rshmem_detail::thread_scope>("rshmem_barrier_all"));
 }
 
 // rshmem_barrier_all called by all threads of exactly one warp per PE.
@@ -178,8 +180,9 @@ static __device__ __forceinline__ void rshmem_barrier_all_block(void) {
 
 // Synchronizes all PEs: returns once every PE has called it; orders earlier stores (on this
 // transport: the same guarantees as rshmem_barrier_all). Collective, one thread per PE.
-static __device__ __forceinline__ void rshmem_sync_all(void) {
-    rshmem_detail::barrier<rshmem_detail::thread_scope>("rshmem_sync_all");
+RSHMEM_TWIN void rshmem_sync_all(void) {
+    RSHMEM_TWIN_CALL(rshmemi_host_rshmem_sync_all(),
+                     rshmem_detail::barrier<rshmem_detail::thread_scope>("rshmem_sync_all"));
 }
 
 // rshmem_sync_all called by all threads of exactly one warp per PE.

@@ -186,6 +186,7 @@ static __device__ __noinline__ void putmem(const char* call, void* dest, const v
         check_sym(call, "destination", dest, nbytes, say);
     }
     if (nbytes != 0) {
+        check_init(call, say);
         const int local = local_index(pe);
         if (__builtin_expect(local < 0, 0)) {
             if (S::rank() == 0) proxy_putmem(call, dest, src, nbytes, pe, true);
@@ -207,6 +208,7 @@ static __device__ __noinline__ void getmem(const char* call, void* dest, const v
         check_sym(call, "source", src, nbytes, say);
     }
     if (nbytes != 0) {
+        check_init(call, say);
         const int local = local_index(pe);
         if (__builtin_expect(local < 0, 0)) {
             if (S::rank() == 0) proxy_getmem(call, dest, src, nbytes, pe);
@@ -241,6 +243,7 @@ static __device__ __forceinline__ void p(const char* call, T* dest, T value, int
         check_sym(call, "destination", dest, sizeof(T), true);
         check_align(call, "destination", dest, sizeof(T), true);
     }
+    check_init(call, true);
     const int local = local_index(pe);
     if (__builtin_expect(local < 0, 0)) {
         proxy_p(call, dest, (uint64_t)bit_cast<typename uint_of<sizeof(T)>::type>(value),
@@ -257,6 +260,7 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
         check_sym(call, "source", src, sizeof(T), true);
         check_align(call, "source", src, sizeof(T), true);
     }
+    check_init(call, true);
     const int local = local_index(pe);
     if (__builtin_expect(local < 0, 0)) return proxy_g(call, src, pe);
     return ld_relaxed_sys(at_local(src, local));
@@ -267,77 +271,88 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
 // ---------------------------------------------------------------------------------------------
 // Untyped: putmem / getmem (bytes).
 
-#define RSHMEM_DEFINE_MEM_SCOPE(SUFFIX, SCOPE)                                                   \
+// TW: TWIN for the thread-scope forms, which have a host twin (twin.cuh), DEV for the others.
+#define RSHMEM_DEFINE_MEM_SCOPE(SUFFIX, SCOPE, TW)                                               \
     /* Copies nbytes from local src to dest on PE pe. One-sided; see the top of rma.cuh. */      \
-    static __device__ __forceinline__ void rshmem_putmem##SUFFIX(void* dest, const void* src,    \
-                                                                 size_t nbytes, int pe) {        \
-        rshmem_detail::putmem<rshmem_detail::SCOPE>("rshmem_putmem" #SUFFIX, dest, src, nbytes,  \
-                                                    pe);                                         \
+    RSHMEM_QUAL_##TW void rshmem_putmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
+                                                int pe) {                                        \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem##SUFFIX(dest, src, nbytes, pe),              \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
+                             "rshmem_putmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking putmem: complete with rshmem_quiet. */                                       \
-    static __device__ __forceinline__ void rshmem_putmem_nbi##SUFFIX(                            \
-        void* dest, const void* src, size_t nbytes, int pe) {                                    \
-        rshmem_detail::putmem<rshmem_detail::SCOPE>("rshmem_putmem_nbi" #SUFFIX, dest, src,      \
-                                                    nbytes, pe);                                 \
+    RSHMEM_QUAL_##TW void rshmem_putmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
+                                                    int pe) {                                    \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
+                             "rshmem_putmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }                                                                                            \
     /* Copies nbytes from src on PE pe to local dest; returns with the data in dest. */          \
-    static __device__ __forceinline__ void rshmem_getmem##SUFFIX(void* dest, const void* src,    \
-                                                                 size_t nbytes, int pe) {        \
-        rshmem_detail::getmem<rshmem_detail::SCOPE>("rshmem_getmem" #SUFFIX, dest, src, nbytes,  \
-                                                    pe);                                         \
+    RSHMEM_QUAL_##TW void rshmem_getmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
+                                                int pe) {                                        \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem##SUFFIX(dest, src, nbytes, pe),              \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
+                             "rshmem_getmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking getmem: dest is valid after rshmem_quiet. */                                 \
-    static __device__ __forceinline__ void rshmem_getmem_nbi##SUFFIX(                            \
-        void* dest, const void* src, size_t nbytes, int pe) {                                    \
-        rshmem_detail::getmem<rshmem_detail::SCOPE>("rshmem_getmem_nbi" #SUFFIX, dest, src,      \
-                                                    nbytes, pe);                                 \
+    RSHMEM_QUAL_##TW void rshmem_getmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
+                                                    int pe) {                                    \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
+                             "rshmem_getmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }
 
-RSHMEM_DEFINE_MEM_SCOPE(, thread_scope)
-RSHMEM_DEFINE_MEM_SCOPE(_warp, warp_scope)
-RSHMEM_DEFINE_MEM_SCOPE(_block, block_scope)
+RSHMEM_DEFINE_MEM_SCOPE(, thread_scope, TWIN)
+RSHMEM_DEFINE_MEM_SCOPE(_warp, warp_scope, DEV)
+RSHMEM_DEFINE_MEM_SCOPE(_block, block_scope, DEV)
 
 // ---------------------------------------------------------------------------------------------
 // Typed: rshmem_TYPE_p / _g (thread scope) and rshmem_TYPE_put / _get (+ _nbi) in each scope.
 
-#define RSHMEM_DEFINE_RMA_SCOPE(NAME, T, SUFFIX, SCOPE)                                          \
+#define RSHMEM_DEFINE_RMA_SCOPE(NAME, T, SUFFIX, SCOPE, TW)                                      \
     /* Copies nelems elements from local src to dest on PE pe. One-sided. */                    \
-    static __device__ __forceinline__ void rshmem_##NAME##_put##SUFFIX(T* dest, const T* src,    \
-                                                                       size_t nelems, int pe) {  \
-        rshmem_detail::put<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_put" #SUFFIX, dest, src,   \
-                                                    nelems, pe);                                 \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_put##SUFFIX(T* dest, const T* src, size_t nelems,      \
+                                                      int pe) {                                  \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_put##SUFFIX(dest, src, nelems, pe),        \
+                         rshmem_detail::put<rshmem_detail::SCOPE, T>(                            \
+                             "rshmem_" #NAME "_put" #SUFFIX, dest, src, nelems, pe));            \
     }                                                                                            \
     /* Non-blocking put: complete with rshmem_quiet. */                                          \
-    static __device__ __forceinline__ void rshmem_##NAME##_put_nbi##SUFFIX(                      \
-        T* dest, const T* src, size_t nelems, int pe) {                                          \
-        rshmem_detail::put<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_put_nbi" #SUFFIX, dest,    \
-                                                    src, nelems, pe);                            \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_put_nbi##SUFFIX(T* dest, const T* src, size_t nelems,  \
+                                                          int pe) {                              \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_put_nbi##SUFFIX(dest, src, nelems, pe),    \
+                         rshmem_detail::put<rshmem_detail::SCOPE, T>(                            \
+                             "rshmem_" #NAME "_put_nbi" #SUFFIX, dest, src, nelems, pe));        \
     }                                                                                            \
     /* Copies nelems elements from src on PE pe to local dest; returns with the data. */         \
-    static __device__ __forceinline__ void rshmem_##NAME##_get##SUFFIX(T* dest, const T* src,    \
-                                                                       size_t nelems, int pe) {  \
-        rshmem_detail::get<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_get" #SUFFIX, dest, src,   \
-                                                    nelems, pe);                                 \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_get##SUFFIX(T* dest, const T* src, size_t nelems,      \
+                                                      int pe) {                                  \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_get##SUFFIX(dest, src, nelems, pe),        \
+                         rshmem_detail::get<rshmem_detail::SCOPE, T>(                            \
+                             "rshmem_" #NAME "_get" #SUFFIX, dest, src, nelems, pe));            \
     }                                                                                            \
     /* Non-blocking get: dest is valid after rshmem_quiet. */                                    \
-    static __device__ __forceinline__ void rshmem_##NAME##_get_nbi##SUFFIX(                      \
-        T* dest, const T* src, size_t nelems, int pe) {                                          \
-        rshmem_detail::get<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_get_nbi" #SUFFIX, dest,    \
-                                                    src, nelems, pe);                            \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_get_nbi##SUFFIX(T* dest, const T* src, size_t nelems,  \
+                                                          int pe) {                              \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_get_nbi##SUFFIX(dest, src, nelems, pe),    \
+                         rshmem_detail::get<rshmem_detail::SCOPE, T>(                            \
+                             "rshmem_" #NAME "_get_nbi" #SUFFIX, dest, src, nelems, pe));        \
     }
 
 #define RSHMEM_DEFINE_RMA(NAME, T)                                                               \
     /* Stores one element into dest on PE pe (strong relaxed store at system scope). */          \
-    static __device__ __forceinline__ void rshmem_##NAME##_p(T* dest, T value, int pe) {         \
-        rshmem_detail::p<T>("rshmem_" #NAME "_p", dest, value, pe);                              \
+    RSHMEM_TWIN void rshmem_##NAME##_p(T* dest, T value, int pe) {                               \
+        RSHMEM_TWIN_CALL(rshmemi_host_rshmem_##NAME##_p(dest, value, pe),                        \
+                         rshmem_detail::p<T>("rshmem_" #NAME "_p", dest, value, pe));            \
     }                                                                                            \
     /* Loads one element from src on PE pe (strong relaxed load at system scope). */             \
-    static __device__ __forceinline__ T rshmem_##NAME##_g(const T* src, int pe) {                \
-        return rshmem_detail::g<T>("rshmem_" #NAME "_g", src, pe);                               \
+    RSHMEM_TWIN T rshmem_##NAME##_g(const T* src, int pe) {                                      \
+        return RSHMEM_TWIN_CALL(rshmemi_host_rshmem_##NAME##_g(src, pe),                         \
+                                rshmem_detail::g<T>("rshmem_" #NAME "_g", src, pe));             \
     }                                                                                            \
-    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, , thread_scope)                                             \
-    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _warp, warp_scope)                                          \
-    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _block, block_scope)
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, , thread_scope, TWIN)                                       \
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _warp, warp_scope, DEV)                                     \
+    RSHMEM_DEFINE_RMA_SCOPE(NAME, T, _block, block_scope, DEV)
 
 RSHMEM_FOR_RMA_TYPES(RSHMEM_DEFINE_RMA)
 

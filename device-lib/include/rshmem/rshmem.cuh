@@ -9,6 +9,7 @@
 // module's kernels run. Reference: docs/device.md.
 //
 //   types.cuh    fixed-width integer types (NVRTC has no libc headers)
+//   twin.cuh     host/device twins (the same call name in host code and kernels with rshmem.h)
 //   state.cuh    rshmem_device_state and the rshmem_state constant
 //   ptx.cuh      memory-model primitives: strong loads/stores, fences, system-scope atomics
 //   util.cuh     rshmem_my_pe, rshmem_n_pes, rshmem_ptr, constants, translation, checks, scopes
@@ -26,6 +27,7 @@
 #pragma once
 
 #include "rshmem/types.cuh"
+#include "rshmem/twin.cuh"
 #include "rshmem/state.cuh"
 #include "rshmem/ptx.cuh"
 #include "rshmem/util.cuh"

@@ -54,6 +54,7 @@ static __device__ __noinline__ void putmem_signal(const char* call, void* dest, 
         check_signal(call, sig, pe, say);
     }
     if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) fail_sig_op(call, sig_op, say);
+    check_init(call, say);
     const int local = local_index(pe);
     if (__builtin_expect(local < 0, 0)) {
         // Through the proxy: one thread pushes data then signal; the group waits for it so
@@ -82,49 +83,60 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
 
 }  // namespace rshmem_detail
 
-#define RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(SUFFIX, SCOPE)                                            \
+// TW: TWIN for the thread-scope forms, which have a host twin (twin.cuh), DEV for the others.
+#define RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(SUFFIX, SCOPE, TW)                                        \
     /* Puts nbytes to PE pe, then updates sig_addr on PE pe (release). One-sided. */             \
-    static __device__ __forceinline__ void rshmem_putmem_signal##SUFFIX(                         \
-        void* dest, const void* src, size_t nbytes, uint64_t* sig_addr, uint64_t signal,         \
-        int sig_op, int pe) {                                                                    \
-        rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                                      \
-            "rshmem_putmem_signal" #SUFFIX, dest, src, nbytes, sig_addr, signal, sig_op, pe);    \
+    RSHMEM_QUAL_##TW void rshmem_putmem_signal##SUFFIX(void* dest, const void* src,              \
+                                                       size_t nbytes, uint64_t* sig_addr,        \
+                                                       uint64_t signal, int sig_op, int pe) {    \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal##SUFFIX(dest, src, nbytes, sig_addr,  \
+                                                                   signal, sig_op, pe),          \
+                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
+                             "rshmem_putmem_signal" #SUFFIX, dest, src, nbytes, sig_addr,        \
+                             signal, sig_op, pe));                                               \
     }                                                                                            \
     /* Non-blocking putmem_signal: the source is reusable after rshmem_quiet. */                 \
-    static __device__ __forceinline__ void rshmem_putmem_signal_nbi##SUFFIX(                     \
-        void* dest, const void* src, size_t nbytes, uint64_t* sig_addr, uint64_t signal,         \
-        int sig_op, int pe) {                                                                    \
-        rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                                      \
-            "rshmem_putmem_signal_nbi" #SUFFIX, dest, src, nbytes, sig_addr, signal, sig_op,     \
-            pe);                                                                                 \
+    RSHMEM_QUAL_##TW void rshmem_putmem_signal_nbi##SUFFIX(void* dest, const void* src,          \
+                                                           size_t nbytes, uint64_t* sig_addr,    \
+                                                           uint64_t signal, int sig_op, int pe) { \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal_nbi##SUFFIX(                          \
+                             dest, src, nbytes, sig_addr, signal, sig_op, pe),                   \
+                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
+                             "rshmem_putmem_signal_nbi" #SUFFIX, dest, src, nbytes, sig_addr,    \
+                             signal, sig_op, pe));                                               \
     }
 
-RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(, thread_scope)
-RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(_warp, warp_scope)
-RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(_block, block_scope)
+RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(, thread_scope, TWIN)
+RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(_warp, warp_scope, DEV)
+RSHMEM_DEFINE_MEM_SIGNAL_SCOPE(_block, block_scope, DEV)
 
-#define RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, SUFFIX, SCOPE)                                   \
+#define RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, SUFFIX, SCOPE, TW)                               \
     /* Puts nelems elements to PE pe, then updates sig_addr on PE pe (release). One-sided. */    \
-    static __device__ __forceinline__ void rshmem_##NAME##_put_signal##SUFFIX(                   \
-        T* dest, const T* src, size_t nelems, uint64_t* sig_addr, uint64_t signal, int sig_op,   \
-        int pe) {                                                                                \
-        rshmem_detail::put_signal<rshmem_detail::SCOPE, T>("rshmem_" #NAME "_put_signal" #SUFFIX, \
-                                                           dest, src, nelems, sig_addr, signal,  \
-                                                           sig_op, pe);                          \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_put_signal##SUFFIX(T* dest, const T* src,              \
+                                                             size_t nelems, uint64_t* sig_addr,  \
+                                                             uint64_t signal, int sig_op,        \
+                                                             int pe) {                           \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_put_signal##SUFFIX(                        \
+                             dest, src, nelems, sig_addr, signal, sig_op, pe),                   \
+                         rshmem_detail::put_signal<rshmem_detail::SCOPE, T>(                     \
+                             "rshmem_" #NAME "_put_signal" #SUFFIX, dest, src, nelems, sig_addr, \
+                             signal, sig_op, pe));                                               \
     }                                                                                            \
     /* Non-blocking put_signal: the source is reusable after rshmem_quiet. */                    \
-    static __device__ __forceinline__ void rshmem_##NAME##_put_signal_nbi##SUFFIX(               \
+    RSHMEM_QUAL_##TW void rshmem_##NAME##_put_signal_nbi##SUFFIX(                                \
         T* dest, const T* src, size_t nelems, uint64_t* sig_addr, uint64_t signal, int sig_op,   \
         int pe) {                                                                                \
-        rshmem_detail::put_signal<rshmem_detail::SCOPE, T>(                                      \
-            "rshmem_" #NAME "_put_signal_nbi" #SUFFIX, dest, src, nelems, sig_addr, signal,      \
-            sig_op, pe);                                                                         \
+        RSHMEM_BODY_##TW(rshmemi_host_rshmem_##NAME##_put_signal_nbi##SUFFIX(                    \
+                             dest, src, nelems, sig_addr, signal, sig_op, pe),                   \
+                         rshmem_detail::put_signal<rshmem_detail::SCOPE, T>(                     \
+                             "rshmem_" #NAME "_put_signal_nbi" #SUFFIX, dest, src, nelems,       \
+                             sig_addr, signal, sig_op, pe));                                     \
     }
 
 #define RSHMEM_DEFINE_PUT_SIGNAL(NAME, T)                                                        \
-    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, , thread_scope)                                      \
-    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, _warp, warp_scope)                                   \
-    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, _block, block_scope)
+    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, , thread_scope, TWIN)                                \
+    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, _warp, warp_scope, DEV)                              \
+    RSHMEM_DEFINE_PUT_SIGNAL_SCOPE(NAME, T, _block, block_scope, DEV)
 
 RSHMEM_FOR_RMA_TYPES(RSHMEM_DEFINE_PUT_SIGNAL)
 
@@ -134,10 +146,13 @@ RSHMEM_FOR_RMA_TYPES(RSHMEM_DEFINE_PUT_SIGNAL)
 
 // Atomically updates sig_addr on PE pe with sig_op (RSHMEM_SIGNAL_SET or RSHMEM_SIGNAL_ADD) and
 // signal. Thread scope, one-sided, relaxed (no ordering of earlier puts without rshmem_fence).
-static __device__ __forceinline__ void rshmem_signal_op(uint64_t* sig_addr, uint64_t signal,
-                                                        int sig_op, int pe) {
+RSHMEM_TWIN void rshmem_signal_op(uint64_t* sig_addr, uint64_t signal, int sig_op, int pe) {
+#if RSHMEM_TWIN_HOST_PASS
+    rshmemi_host_rshmem_signal_op(sig_addr, signal, sig_op, pe);
+#else
     const char* call = "rshmem_signal_op";
     if (rshmem_detail::debug()) rshmem_detail::check_signal(call, sig_addr, pe, true);
+    rshmem_detail::check_init(call, true);
     const int local = rshmem_detail::local_index(pe);
     if (__builtin_expect(local < 0, 0)) {
         if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) {
@@ -154,14 +169,19 @@ static __device__ __forceinline__ void rshmem_signal_op(uint64_t* sig_addr, uint
     } else {
         rshmem_detail::fail_sig_op(call, sig_op, true);
     }
+#endif
 }
 
 // Atomically reads this PE's signal at sig_addr. Thread scope, local, acquire.
-static __device__ __forceinline__ uint64_t rshmem_signal_fetch(const uint64_t* sig_addr) {
+RSHMEM_TWIN uint64_t rshmem_signal_fetch(const uint64_t* sig_addr) {
+#if RSHMEM_TWIN_HOST_PASS
+    return rshmemi_host_rshmem_signal_fetch(sig_addr);
+#else
     if (rshmem_detail::debug()) {
         rshmem_detail::check_signal("rshmem_signal_fetch", sig_addr, rshmem_state.my_pe, true);
     }
     return rshmem_detail::ld_acquire_sys(sig_addr);
+#endif
 }
 
 // Waits until this PE's signal at sig_addr satisfies `signal cmp cmp_value` (RSHMEM_CMP_*) and

@@ -68,5 +68,50 @@ static_assert(offsetof(rshmem_device_state, team_count) == 112, "team_count offs
 static_assert(offsetof(rshmem_device_state, reserved) == 120, "reserved offset");
 
 // One copy per module (header-only, no -rdc needed); filled in by the host runtime before any
-// kernel of the module runs. The name is not mangled (global namespace variable).
+// kernel of the module runs. The name is not mangled (global namespace variable). Before init it
+// is all zero (version 0), and device calls that would touch memory trap with a message.
 __constant__ rshmem_device_state rshmem_state;
+
+// nvcc translation units (not NVRTC): each one registers, when the program starts, a function
+// that copies a device state into its own rshmem_state with the program's CUDA runtime. The
+// rshmem runtime (librshmem, or the Rust crate) keeps the list and calls every function at init,
+// after every heap growth and at finalize (a zero state, so kernels launched after finalize trap
+// instead of writing into unmapped memory), and at once for a unit registered later (a library
+// loaded after init). So no call per module is needed. The registration function is a weak
+// reference unless the C host API is included (RSHMEM_HOST_API): a program that drives the state
+// itself without linking rshmem (device-lib/tests/gpu_selftest.cu) still links. Define
+// RSHMEM_NO_STATE_REGISTRAR to leave a unit out.
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_NO_STATE_REGISTRAR)
+// Copies `size` bytes of device state into this unit's rshmem_state on `stream` (a cudaStream_t
+// of the runtime's context, current on the calling thread) and waits for it. Returns a
+// cudaError_t value, or -1 when `size` is not this unit's state size (device library and
+// runtime versions differ).
+typedef int (*rshmem_state_updater_fn)(const void* state, size_t size, void* stream);
+#if defined(RSHMEM_HOST_API)
+extern "C" int rshmem_device_register_state_updater(rshmem_state_updater_fn fn);
+#else
+extern "C" __attribute__((weak)) int rshmem_device_register_state_updater(
+    rshmem_state_updater_fn fn);
+#endif
+namespace {
+int rshmemi_update_state(const void* state, size_t size, void* stream) {
+    if (size != sizeof(rshmem_device_state)) return -1;
+    cudaError_t e = cudaMemcpyToSymbolAsync(rshmem_state, state, size, 0,
+                                            cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+    return (int)e;
+}
+struct rshmemi_state_registrar {
+    rshmemi_state_registrar() {
+#if defined(RSHMEM_HOST_API)
+        (void)rshmem_device_register_state_updater(&rshmemi_update_state);
+#else
+        if (&rshmem_device_register_state_updater != 0) {
+            (void)rshmem_device_register_state_updater(&rshmemi_update_state);
+        }
+#endif
+    }
+};
+rshmemi_state_registrar rshmemi_state_registrar_instance;
+}  // namespace
+#endif

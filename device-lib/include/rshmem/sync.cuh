@@ -23,8 +23,8 @@
 // acq_rel fence (fence.acq_rel.sys): followed by a p, an atomic or a signal update it forms a
 // release. To cover other threads' puts, synchronize with them first (e.g. __syncthreads).
 // Requests through the proxy are executed and delivered in order, so they need nothing more.
-static __device__ __forceinline__ void rshmem_fence(void) {
-    rshmem_detail::fence_acq_rel_sys();
+RSHMEM_TWIN void rshmem_fence(void) {
+    RSHMEM_TWIN_CALL(rshmemi_host_rshmem_fence(), rshmem_detail::fence_acq_rel_sys());
 }
 
 // Completes this thread's earlier puts, gets (_nbi included), AMOs and signal updates: when it
@@ -34,9 +34,13 @@ static __device__ __forceinline__ void rshmem_fence(void) {
 // _block call ends with __syncthreads, so one thread's rshmem_quiet after it covers the block).
 // With a proxy (some PE not reachable by load/store) it also pushes a quiet request and waits
 // until the host has completed every request pushed before it, remotely.
-static __device__ __forceinline__ void rshmem_quiet(void) {
+RSHMEM_TWIN void rshmem_quiet(void) {
+#if RSHMEM_TWIN_HOST_PASS
+    rshmemi_host_rshmem_quiet();
+#else
     rshmem_detail::fence_sc_sys();
     if (rshmem_detail::has_proxy()) rshmem_detail::proxy_quiet("rshmem_quiet");
+#endif
 }
 
 namespace rshmem_detail {

@@ -103,6 +103,7 @@ static __device__ __forceinline__ rshmem_team_desc team_lookup(rshmem_team_t tea
 // The descriptor of a team this PE is a member of (traps otherwise).
 static __device__ __forceinline__ rshmem_team_desc team_member(const char* call,
                                                                rshmem_team_t team, bool say) {
+    check_init(call, say);
     rshmem_team_desc d = team_lookup(team);
     if (d.size <= 0) fail_team(call, team, say);
     if (d.my_index < 0) fail_not_member(call, team, say);
@@ -216,34 +217,46 @@ static __device__ __forceinline__ void team_sync(const char* call, rshmem_team_t
 
 // This PE's number in `team`, or -1 when it is not a member or the handle names no team.
 // Thread scope, local.
-static __device__ __forceinline__ int rshmem_team_my_pe(rshmem_team_t team) {
+RSHMEM_TWIN int rshmem_team_my_pe(rshmem_team_t team) {
+#if RSHMEM_TWIN_HOST_PASS
+    return rshmemi_host_rshmem_team_my_pe(team);
+#else
     rshmem_team_desc d = rshmem_detail::team_lookup(team);
     return d.size > 0 ? d.my_index : -1;
+#endif
 }
 
 // Number of PEs in `team`, or -1 when the handle names no team. Thread scope, local.
-static __device__ __forceinline__ int rshmem_team_n_pes(rshmem_team_t team) {
+RSHMEM_TWIN int rshmem_team_n_pes(rshmem_team_t team) {
+#if RSHMEM_TWIN_HOST_PASS
+    return rshmemi_host_rshmem_team_n_pes(team);
+#else
     rshmem_team_desc d = rshmem_detail::team_lookup(team);
     return d.size > 0 ? d.size : -1;
+#endif
 }
 
 // The number in `dest` of team PE `pe` of `src`, or -1 (out of range, not in dest, no team).
 // Thread scope, local.
-static __device__ __forceinline__ int rshmem_team_translate_pe(rshmem_team_t src, int pe,
-                                                               rshmem_team_t dest) {
+RSHMEM_TWIN int rshmem_team_translate_pe(rshmem_team_t src, int pe, rshmem_team_t dest) {
+#if RSHMEM_TWIN_HOST_PASS
+    return rshmemi_host_rshmem_team_translate_pe(src, pe, dest);
+#else
     rshmem_team_desc s = rshmem_detail::team_lookup(src);
     rshmem_team_desc d = rshmem_detail::team_lookup(dest);
     if (s.size <= 0 || d.size <= 0 || pe < 0 || pe >= s.size) return -1;
     int w = rshmem_detail::team_world_pe(s, pe) - d.start;
     if (w < 0 || w % d.stride != 0 || w / d.stride >= d.size) return -1;
     return w / d.stride;
+#endif
 }
 
 // Team sync: returns once every member of `team` has called it; orders the caller's earlier
 // stores and puts before everything the members do after it (on the load/store transport the
 // same guarantees as rshmem_barrier). Collective over the team, one thread per PE.
-static __device__ __forceinline__ void rshmem_team_sync(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_team_sync", team);
+RSHMEM_TWIN void rshmem_team_sync(rshmem_team_t team) {
+    RSHMEM_TWIN_CALL(rshmemi_host_rshmem_team_sync(team),
+                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_team_sync", team));
 }
 static __device__ __forceinline__ void rshmem_team_sync_warp(rshmem_team_t team) {
     rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_team_sync_warp", team);
@@ -255,8 +268,9 @@ static __device__ __forceinline__ void rshmem_team_sync_block(rshmem_team_t team
 // Team barrier: completes the caller's earlier puts and AMOs (like rshmem_quiet) and syncs the
 // team. Collective over the team, one thread (plain), one warp (_warp) or one block (_block) per
 // PE.
-static __device__ __forceinline__ void rshmem_barrier(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_barrier", team);
+RSHMEM_TWIN void rshmem_barrier(rshmem_team_t team) {
+    RSHMEM_TWIN_CALL(rshmemi_host_rshmem_barrier(team),
+                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_barrier", team));
 }
 static __device__ __forceinline__ void rshmem_barrier_warp(rshmem_team_t team) {
     rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_barrier_warp", team);

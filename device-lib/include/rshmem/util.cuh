@@ -18,6 +18,7 @@
 #pragma once
 
 #include "rshmem/state.cuh"
+#include "rshmem/twin.cuh"
 #include "rshmem/ptx.cuh"
 
 #if !defined(__CUDACC_RTC__)
@@ -99,14 +100,14 @@
 // Point-to-point synchronization types (wait_until*, test*).
 #define RSHMEM_FOR_WAIT_TYPES(X) RSHMEM_FOR_AMO_TYPES(X)
 
-// This PE's number. Thread scope, local, no memory access beyond the constant bank.
-static __device__ __forceinline__ int rshmem_my_pe(void) {
-    return rshmem_state.my_pe;
+// This PE's number. Thread scope, local, no memory access beyond the constant bank. Host twin.
+RSHMEM_TWIN int rshmem_my_pe(void) {
+    return RSHMEM_TWIN_CALL(rshmemi_host_rshmem_my_pe(), rshmem_state.my_pe);
 }
 
-// Number of PEs in the job. Thread scope, local.
-static __device__ __forceinline__ int rshmem_n_pes(void) {
-    return rshmem_state.n_pes;
+// Number of PEs in the job. Thread scope, local. Host twin.
+RSHMEM_TWIN int rshmem_n_pes(void) {
+    return RSHMEM_TWIN_CALL(rshmemi_host_rshmem_n_pes(), rshmem_state.n_pes);
 }
 
 namespace rshmem_detail {
@@ -280,6 +281,22 @@ static __device__ __noinline__ void fail_unreachable(const char* call, int pe, b
     __trap();
 }
 
+// A kernel launched before the runtime delivered the device state (before init, after
+// finalize, or in a unit the runtime never reached) sees version 0: calls that would touch
+// memory stop here instead of writing through a zero heap base.
+static __device__ __noinline__ void fail_uninit(const char* call, bool say) {
+    if (say) {
+        printf("rshmem: %s: called in a kernel before rshmem was initialized (or after finalize): "
+               "this module has no device state (launch kernels between init and finalize)\n",
+               call);
+    }
+    __trap();
+}
+
+static __device__ __forceinline__ void check_init(const char* call, bool say) {
+    if (__builtin_expect(rshmem_state.version == 0, 0)) fail_uninit(call, say);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Translation.
 
@@ -298,6 +315,7 @@ static __device__ __forceinline__ int local_of(int pe) {
 // (no branch but the unlikely trap), else one load of the PE table (skipped for pe == me).
 template <typename T>
 static __device__ __forceinline__ T* translate(const char* call, T* p, int pe, bool say) {
+    check_init(call, say);
     int local;
     if (__builtin_expect((rshmem_state.flags & RSHMEM_STATE_FLAG_CONTIGUOUS) != 0, 1)) {
         local = pe - (rshmem_state.my_pe - rshmem_state.my_local);
@@ -346,7 +364,10 @@ struct wait_timer {
 // store to directly, or NULL when there is none (pe on another host, pe out of range, or ptr not
 // in this PE's symmetric heap). Thread scope, local, no memory ordering. For pe == my PE it is
 // ptr itself.
-static __device__ __forceinline__ void* rshmem_ptr(const void* ptr, int pe) {
+RSHMEM_TWIN void* rshmem_ptr(const void* ptr, int pe) {
+#if RSHMEM_TWIN_HOST_PASS
+    return rshmemi_host_rshmem_ptr(ptr, pe);
+#else
     if (pe < 0 || pe >= rshmem_state.n_pes) return (void*)0;
     uint64_t a = (uint64_t)ptr;
     uint64_t base = rshmem_detail::my_slice();
@@ -356,4 +377,5 @@ static __device__ __forceinline__ void* rshmem_ptr(const void* ptr, int pe) {
     if (local < 0) return (void*)0;
     return (void*)(a + (uint64_t)((int64_t)(local - rshmem_state.my_local) *
                                   (int64_t)rshmem_state.slice));
+#endif
 }

@@ -126,42 +126,11 @@ impl Loaded {
     }
 }
 
-/// The device library's name of a reduction element type (the module is compiled for it; the
-/// integer types get the bitwise operators there).
-fn device_type<T: 'static>() -> Option<&'static str> {
-    use std::any::TypeId;
-    let t = TypeId::of::<T>();
-    let table: [(TypeId, &str); 14] = [
-        (TypeId::of::<i8>(), "int8_t"),
-        (TypeId::of::<i16>(), "int16_t"),
-        (TypeId::of::<i32>(), "int32_t"),
-        (TypeId::of::<i64>(), "int64_t"),
-        (TypeId::of::<i128>(), "__int128"),
-        (TypeId::of::<u8>(), "uint8_t"),
-        (TypeId::of::<u16>(), "uint16_t"),
-        (TypeId::of::<u32>(), "uint32_t"),
-        (TypeId::of::<u64>(), "uint64_t"),
-        (TypeId::of::<u128>(), "unsigned __int128"),
-        (TypeId::of::<isize>(), "int64_t"),
-        (TypeId::of::<usize>(), "uint64_t"),
-        (TypeId::of::<f32>(), "float"),
-        (TypeId::of::<f64>(), "double"),
-    ];
-    table.iter().find(|(id, _)| *id == t).map(|&(_, n)| n)
-}
+use crate::wire::device_type;
 
 /// The device library's operator code of a reduction (`RSHMEM_OP_*`), from its call name.
 fn op_code(call: &str) -> Option<i32> {
-    Some(match call {
-        "sum_reduce" => 0,
-        "prod_reduce" => 1,
-        "min_reduce" => 2,
-        "max_reduce" => 3,
-        "and_reduce" => 4,
-        "or_reduce" => 5,
-        "xor_reduce" => 6,
-        _ => return None,
-    })
+    crate::wire::ReduceCode::of_call(call).map(|c| c.code())
 }
 
 /// Blocks of a push launch of `blocks` blocks that copy this PE's own part (a 1/n share: on 4

@@ -6,6 +6,7 @@ pub mod module;
 pub mod nvrtc;
 pub mod sharing;
 pub mod state;
+pub mod units;
 
 pub use state::DeviceState;
 
@@ -15,6 +16,10 @@ pub const HEADERS: &[(&str, &str)] = &[
     (
         "rshmem/types.cuh",
         include_str!("../../../device-lib/include/rshmem/types.cuh"),
+    ),
+    (
+        "rshmem/twin.cuh",
+        include_str!("../../../device-lib/include/rshmem/twin.cuh"),
     ),
     (
         "rshmem/state.cuh",

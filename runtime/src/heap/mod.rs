@@ -13,13 +13,14 @@
 pub mod alloc;
 pub mod host;
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::{Liveness, Node};
+use crate::seqlock::SeqLock;
 use alloc::{checked_round_up, round_up, Allocator};
 use host::{Reservation, BASE_ALIGN, GRANULE};
 
@@ -111,58 +112,40 @@ const HIT_CACHE: usize = 4;
 ///
 /// A sequence lock rather than a thread-local: in `libshmem.so` every thread-local access is a
 /// call to `__tls_get_addr`, a sizeable part of a small put or atomic. `seq` is odd while the
-/// entries change; a reader that sees it odd or changed takes the slow path. Entries are added
+/// entries change (see `crate::seqlock`); a reader that sees it odd or changed takes the slow path. Entries are added
 /// only while the allocator is locked for reading (no free can run) and all cleared, with the
 /// allocator locked for writing, by every free or shrink, so no entry outlives its allocation.
 struct HitCache {
-    seq: AtomicU64,
+    lock: SeqLock,
     ent: [[AtomicUsize; 2]; HIT_CACHE],
-    /// Serializes writers (readers never take it).
-    write: Mutex<()>,
 }
 
 impl HitCache {
     fn new() -> Self {
         HitCache {
-            seq: AtomicU64::new(0),
+            lock: SeqLock::new(),
             ent: Default::default(),
-            write: Mutex::new(()),
         }
     }
 
     /// True if `[addr, addr+len)` lies inside a remembered allocation (`len == 0`: `addr` does).
     #[inline]
     fn hit(&self, addr: usize, len: usize) -> bool {
-        let seq = self.seq.load(Ordering::Acquire);
-        let mut hit = false;
-        for [s, e] in &self.ent {
-            let (s, e) = (s.load(Ordering::Relaxed), e.load(Ordering::Relaxed));
-            if addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e) {
-                hit = true;
-                break;
-            }
-        }
-        // The entries read above were stable if the sequence number did not move meanwhile.
-        fence(Ordering::Acquire);
-        hit && seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq
+        self.lock
+            .read(|| {
+                self.ent.iter().find_map(|[s, e]| {
+                    let (s, e) = (s.load(Ordering::Relaxed), e.load(Ordering::Relaxed));
+                    (addr >= s && addr <= e && len <= e - addr && (len > 0 || addr < e))
+                        .then_some(())
+                })
+            })
+            .is_some()
     }
 
     /// Runs `f` on the entries inside the write protocol; `wait`: block for the writer lock,
     /// else give up when another thread holds it.
     fn update(&self, wait: bool, f: impl FnOnce(&[[AtomicUsize; 2]; HIT_CACHE])) {
-        let _g = if wait {
-            self.write.lock().unwrap_or_else(|e| e.into_inner())
-        } else {
-            match self.write.try_lock() {
-                Ok(g) => g,
-                Err(_) => return,
-            }
-        };
-        let seq = self.seq.load(Ordering::Relaxed);
-        self.seq.store(seq + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        f(&self.ent);
-        self.seq.store(seq + 2, Ordering::Release);
+        self.lock.write(wait, || f(&self.ent));
     }
 
     /// Remembers `[start, end)` first. Call with the allocator locked (for reading at least).

@@ -53,19 +53,19 @@ pub mod ctrl {
 /// Request operations (`op`).
 pub mod op {
     /// Copy `nbytes` from local memory (or the inline data) to `remote` on `pe`.
-    pub const PUT: u8 = 1;
+    pub const PUT: u8 = crate::wire::ProxyOp::Put.code();
     /// Copy `nbytes` from `remote` on `pe` to local memory (or the inline result).
-    pub const GET: u8 = 2;
+    pub const GET: u8 = crate::wire::ProxyOp::Get.code();
     /// Atomic `amo` (an `AmoOp` code) of `size` bytes on `remote` on `pe`.
-    pub const AMO: u8 = 3;
+    pub const AMO: u8 = crate::wire::ProxyOp::Amo.code();
     /// Signal update (`amo`: 0 set, 1 add) of the u64 at `remote` on `pe`.
-    pub const SIGNAL: u8 = 4;
+    pub const SIGNAL: u8 = crate::wire::ProxyOp::Signal.code();
     /// Complete every earlier request (remote completion of puts).
-    pub const QUIET: u8 = 5;
+    pub const QUIET: u8 = crate::wire::ProxyOp::Quiet.code();
     /// Complete every earlier request, then a barrier over all PEs.
-    pub const BARRIER: u8 = 6;
+    pub const BARRIER: u8 = crate::wire::ProxyOp::Barrier.code();
     /// Nothing (measures the ring's round trip).
-    pub const NOP: u8 = 7;
+    pub const NOP: u8 = crate::wire::ProxyOp::Nop.code();
 }
 
 /// `flags`: the payload (put) or the result (get) is in the slot's inline data.

@@ -230,17 +230,7 @@ impl NetExec {
 }
 
 fn amo_of(code: u8) -> Option<AmoOp> {
-    Some(match code {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set,
-        2 => AmoOp::Swap,
-        3 => AmoOp::CompareSwap,
-        4 => AmoOp::FetchAdd,
-        5 => AmoOp::FetchAnd,
-        6 => AmoOp::FetchOr,
-        7 => AmoOp::FetchXor,
-        _ => return None,
-    })
+    AmoOp::try_from(code).ok()
 }
 
 impl Exec for NetExec {

@@ -118,50 +118,7 @@ pub struct TransportInfo {
     pub caps: Caps,
 }
 
-/// An atomic operation on a 4- or 8-byte word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum AmoOp {
-    /// Read.
-    Fetch = 0,
-    /// Write.
-    Set = 1,
-    /// Exchange.
-    Swap = 2,
-    /// Compare and swap with `cond`.
-    CompareSwap = 3,
-    /// Wrapping add.
-    FetchAdd = 4,
-    /// Bitwise and.
-    FetchAnd = 5,
-    /// Bitwise or.
-    FetchOr = 6,
-    /// Bitwise xor.
-    FetchXor = 7,
-}
-
-#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
-impl AmoOp {
-    /// The new value of a word holding `old` after the operation (for transports that build
-    /// atomics out of compare-and-swap; `CompareSwap` only applies when `old == cond`).
-    pub fn apply(self, old: u64, value: u64, cond: u64) -> u64 {
-        match self {
-            AmoOp::Fetch => old,
-            AmoOp::Set | AmoOp::Swap => value,
-            AmoOp::CompareSwap => {
-                if old == cond {
-                    value
-                } else {
-                    old
-                }
-            }
-            AmoOp::FetchAdd => old.wrapping_add(value),
-            AmoOp::FetchAnd => old & value,
-            AmoOp::FetchOr => old | value,
-            AmoOp::FetchXor => old ^ value,
-        }
-    }
-}
+pub use crate::wire::AmoOp;
 
 /// A symmetric location on a PE reached by a remote transport: the same offset names the same
 /// object on every PE because allocation is deterministic.

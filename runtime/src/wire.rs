@@ -1,0 +1,421 @@
+//! Wire codes: the numbers the host API, the proxy, the transports and the device library agree
+//! on — atomic operations, proxy request kinds, comparisons, signal operations, reduction
+//! operators and element types — each defined once here with its conversion from the raw
+//! number (`TryFrom`), plus [`device_contract`], which writes the same numbers and the shared
+//! struct layouts as C++ `static_assert`s. A test compiles the device headers together with
+//! that text (runtime/tests/device_contract.rs), so a change on one side alone fails CI.
+
+use std::any::TypeId;
+
+use crate::device::state::internal as dev_internal;
+use crate::device::DeviceState;
+use crate::proxy::fifo::{self, Slot};
+use crate::types::{Cmp, SignalOp};
+
+/// A raw code that names nothing of its kind (the kind and the number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownCode {
+    /// What the code should have named ("atomic operation", ...).
+    pub kind: &'static str,
+    /// The number received.
+    pub code: i64,
+}
+
+impl std::fmt::Display for UnknownCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is not a valid {} code", self.code, self.kind)
+    }
+}
+
+impl std::error::Error for UnknownCode {}
+
+/// Declares a `#[repr]` enum with explicit codes, `TryFrom` of the raw number, and the list of
+/// (variant, device name, code) the contract generator uses.
+macro_rules! codes {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $repr:ty, $kind:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $code:literal => $dev:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr($repr)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant = $code,)+
+        }
+
+        impl $name {
+            /// Every value with the device library's name for it.
+            pub const ALL: &'static [($name, &'static str)] = &[$(($name::$variant, $dev),)+];
+
+            /// The raw code.
+            pub const fn code(self) -> $repr {
+                self as $repr
+            }
+        }
+
+        impl TryFrom<$repr> for $name {
+            type Error = UnknownCode;
+            fn try_from(c: $repr) -> Result<Self, UnknownCode> {
+                match c {
+                    $($code => Ok($name::$variant),)+
+                    _ => Err(UnknownCode { kind: $kind, code: c as i64 }),
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// An atomic operation on a 4- or 8-byte word (the proxy request's `amo` byte, the TCP
+    /// transport's AMO frames, `RSHMEM_PROXY_AMO_*` in proxy.cuh).
+    pub enum AmoOp: u8, "atomic operation" {
+        /// Read.
+        Fetch = 0 => "RSHMEM_PROXY_AMO_FETCH",
+        /// Write.
+        Set = 1 => "RSHMEM_PROXY_AMO_SET",
+        /// Exchange.
+        Swap = 2 => "RSHMEM_PROXY_AMO_SWAP",
+        /// Compare and swap with `cond`.
+        CompareSwap = 3 => "RSHMEM_PROXY_AMO_CSWAP",
+        /// Wrapping add.
+        FetchAdd = 4 => "RSHMEM_PROXY_AMO_ADD",
+        /// Bitwise and.
+        FetchAnd = 5 => "RSHMEM_PROXY_AMO_AND",
+        /// Bitwise or.
+        FetchOr = 6 => "RSHMEM_PROXY_AMO_OR",
+        /// Bitwise xor.
+        FetchXor = 7 => "RSHMEM_PROXY_AMO_XOR",
+    }
+}
+
+impl AmoOp {
+    /// The new value of a word holding `old` after the operation (for transports that build
+    /// atomics out of compare-and-swap; `CompareSwap` only applies when `old == cond`).
+    pub fn apply(self, old: u64, value: u64, cond: u64) -> u64 {
+        match self {
+            AmoOp::Fetch => old,
+            AmoOp::Set | AmoOp::Swap => value,
+            AmoOp::CompareSwap => {
+                if old == cond {
+                    value
+                } else {
+                    old
+                }
+            }
+            AmoOp::FetchAdd => old.wrapping_add(value),
+            AmoOp::FetchAnd => old & value,
+            AmoOp::FetchOr => old | value,
+            AmoOp::FetchXor => old ^ value,
+        }
+    }
+}
+
+codes! {
+    /// The kind of a proxy request (the ring slot's `op` byte, `RSHMEM_PROXY_OP_*`).
+    pub enum ProxyOp: u8, "proxy request" {
+        /// Copy `nbytes` from local memory (or the inline data) to `remote` on `pe`.
+        Put = 1 => "RSHMEM_PROXY_OP_PUT",
+        /// Copy `nbytes` from `remote` on `pe` to local memory (or the inline result).
+        Get = 2 => "RSHMEM_PROXY_OP_GET",
+        /// Atomic `amo` of `size` bytes on `remote` on `pe`.
+        Amo = 3 => "RSHMEM_PROXY_OP_AMO",
+        /// Signal update of the u64 at `remote` on `pe`.
+        Signal = 4 => "RSHMEM_PROXY_OP_SIGNAL",
+        /// Complete every earlier request.
+        Quiet = 5 => "RSHMEM_PROXY_OP_QUIET",
+        /// Complete every earlier request, then a barrier over all PEs.
+        Barrier = 6 => "RSHMEM_PROXY_OP_BARRIER",
+        /// Nothing (measures the ring's round trip).
+        Nop = 7 => "RSHMEM_PROXY_OP_NOP",
+    }
+}
+
+codes! {
+    /// A comparison's code in the device library and the C APIs (`RSHMEM_CMP_*`).
+    pub enum CmpCode: i32, "comparison" {
+        /// `==`
+        Eq = 0 => "RSHMEM_CMP_EQ",
+        /// `!=`
+        Ne = 1 => "RSHMEM_CMP_NE",
+        /// `>`
+        Gt = 2 => "RSHMEM_CMP_GT",
+        /// `>=`
+        Ge = 3 => "RSHMEM_CMP_GE",
+        /// `<`
+        Lt = 4 => "RSHMEM_CMP_LT",
+        /// `<=`
+        Le = 5 => "RSHMEM_CMP_LE",
+    }
+}
+
+impl From<Cmp> for CmpCode {
+    fn from(c: Cmp) -> CmpCode {
+        match c {
+            Cmp::Eq => CmpCode::Eq,
+            Cmp::Ne => CmpCode::Ne,
+            Cmp::Gt => CmpCode::Gt,
+            Cmp::Ge => CmpCode::Ge,
+            Cmp::Lt => CmpCode::Lt,
+            Cmp::Le => CmpCode::Le,
+        }
+    }
+}
+
+impl From<CmpCode> for Cmp {
+    fn from(c: CmpCode) -> Cmp {
+        match c {
+            CmpCode::Eq => Cmp::Eq,
+            CmpCode::Ne => Cmp::Ne,
+            CmpCode::Gt => Cmp::Gt,
+            CmpCode::Ge => Cmp::Ge,
+            CmpCode::Lt => Cmp::Lt,
+            CmpCode::Le => Cmp::Le,
+        }
+    }
+}
+
+impl TryFrom<i32> for Cmp {
+    type Error = UnknownCode;
+    fn try_from(c: i32) -> Result<Cmp, UnknownCode> {
+        CmpCode::try_from(c).map(Cmp::from)
+    }
+}
+
+codes! {
+    /// A signal operation's code (`RSHMEM_SIGNAL_*`; also the proxy's signal request `amo` byte).
+    pub enum SignalCode: i32, "signal operation" {
+        /// Store the value.
+        Set = 0 => "RSHMEM_SIGNAL_SET",
+        /// Atomically add the value.
+        Add = 1 => "RSHMEM_SIGNAL_ADD",
+    }
+}
+
+impl From<SignalOp> for SignalCode {
+    fn from(s: SignalOp) -> SignalCode {
+        match s {
+            SignalOp::Set => SignalCode::Set,
+            SignalOp::Add => SignalCode::Add,
+        }
+    }
+}
+
+impl TryFrom<i32> for SignalOp {
+    type Error = UnknownCode;
+    fn try_from(c: i32) -> Result<SignalOp, UnknownCode> {
+        Ok(match SignalCode::try_from(c)? {
+            SignalCode::Set => SignalOp::Set,
+            SignalCode::Add => SignalOp::Add,
+        })
+    }
+}
+
+codes! {
+    /// A reduction operator's code in the device collectives (`RSHMEM_OP_*` in coll.cuh).
+    pub enum ReduceCode: i32, "reduction operator" {
+        /// Sum.
+        Sum = 0 => "RSHMEM_OP_SUM",
+        /// Product.
+        Prod = 1 => "RSHMEM_OP_PROD",
+        /// Minimum.
+        Min = 2 => "RSHMEM_OP_MIN",
+        /// Maximum.
+        Max = 3 => "RSHMEM_OP_MAX",
+        /// Bitwise and.
+        And = 4 => "RSHMEM_OP_AND",
+        /// Bitwise or.
+        Or = 5 => "RSHMEM_OP_OR",
+        /// Bitwise xor.
+        Xor = 6 => "RSHMEM_OP_XOR",
+    }
+}
+
+impl ReduceCode {
+    /// The operator of a reduction call name (`"sum_reduce"`, ... as in `ReduceOp::CALL`).
+    pub fn of_call(call: &str) -> Option<ReduceCode> {
+        Some(match call {
+            "sum_reduce" => ReduceCode::Sum,
+            "prod_reduce" => ReduceCode::Prod,
+            "min_reduce" => ReduceCode::Min,
+            "max_reduce" => ReduceCode::Max,
+            "and_reduce" => ReduceCode::And,
+            "or_reduce" => ReduceCode::Or,
+            "xor_reduce" => ReduceCode::Xor,
+            _ => return None,
+        })
+    }
+}
+
+/// The device library's C++ name of the element type `T` of a device collective, or None for a
+/// type the device collectives do not take.
+pub fn device_type<T: 'static>() -> Option<&'static str> {
+    let t = TypeId::of::<T>();
+    let table: [(TypeId, &str); 14] = [
+        (TypeId::of::<i8>(), "int8_t"),
+        (TypeId::of::<i16>(), "int16_t"),
+        (TypeId::of::<i32>(), "int32_t"),
+        (TypeId::of::<i64>(), "int64_t"),
+        (TypeId::of::<i128>(), "__int128"),
+        (TypeId::of::<u8>(), "uint8_t"),
+        (TypeId::of::<u16>(), "uint16_t"),
+        (TypeId::of::<u32>(), "uint32_t"),
+        (TypeId::of::<u64>(), "uint64_t"),
+        (TypeId::of::<u128>(), "unsigned __int128"),
+        (TypeId::of::<isize>(), "int64_t"),
+        (TypeId::of::<usize>(), "uint64_t"),
+        (TypeId::of::<f32>(), "float"),
+        (TypeId::of::<f64>(), "double"),
+    ];
+    table.iter().find(|(id, _)| *id == t).map(|&(_, n)| n)
+}
+
+/// C++ source that checks, with `static_assert`, every code above and the layouts the host and
+/// the device share (device state, proxy ring slot, proxy control block, team descriptor,
+/// internal-area offsets) against the device library's definitions. Compile it after including
+/// `rshmem/rshmem.cuh` and `rshmem/coll.cuh`.
+pub fn device_contract() -> String {
+    use std::fmt::Write;
+    use std::mem::{offset_of, size_of};
+    let mut s = String::from("// Generated by rshmem::wire::device_contract.\n");
+    let mut eq = |lhs: &str, rhs: u64| {
+        let _ = writeln!(s, "static_assert((unsigned long long)({lhs}) == {rhs}ull, \"rshmem host/device contract: {lhs} == {rhs} on the host\");");
+    };
+    for &(v, n) in AmoOp::ALL {
+        eq(n, v.code() as u64);
+    }
+    for &(v, n) in ProxyOp::ALL {
+        eq(n, v.code() as u64);
+    }
+    for &(v, n) in CmpCode::ALL {
+        eq(n, v.code() as u64);
+    }
+    for &(v, n) in SignalCode::ALL {
+        eq(n, v.code() as u64);
+    }
+    for &(v, n) in ReduceCode::ALL {
+        eq(n, v.code() as u64);
+    }
+    // Device state.
+    eq(
+        "RSHMEM_DEVICE_STATE_VERSION",
+        crate::device::state::DEVICE_STATE_VERSION as u64,
+    );
+    eq(
+        "sizeof(rshmem_device_state)",
+        size_of::<DeviceState>() as u64,
+    );
+    macro_rules! field {
+        ($c:literal, $t:ty, $f:ident) => {
+            eq(
+                concat!("offsetof(", $c, ", ", stringify!($f), ")"),
+                offset_of!($t, $f) as u64,
+            )
+        };
+    }
+    field!("rshmem_device_state", DeviceState, version);
+    field!("rshmem_device_state", DeviceState, size);
+    field!("rshmem_device_state", DeviceState, my_pe);
+    field!("rshmem_device_state", DeviceState, n_pes);
+    field!("rshmem_device_state", DeviceState, my_local);
+    field!("rshmem_device_state", DeviceState, n_local);
+    field!("rshmem_device_state", DeviceState, heap_base);
+    field!("rshmem_device_state", DeviceState, slice);
+    field!("rshmem_device_state", DeviceState, heap_user_start);
+    field!("rshmem_device_state", DeviceState, heap_mapped);
+    field!("rshmem_device_state", DeviceState, pe_local_table);
+    field!("rshmem_device_state", DeviceState, timeout_ns);
+    field!("rshmem_device_state", DeviceState, flags);
+    field!("rshmem_device_state", DeviceState, proxy_fifo);
+    field!("rshmem_device_state", DeviceState, proxy_ctrl);
+    field!("rshmem_device_state", DeviceState, proxy_slots);
+    field!("rshmem_device_state", DeviceState, team_table);
+    field!("rshmem_device_state", DeviceState, team_count);
+    field!("rshmem_device_state", DeviceState, reserved);
+    eq("RSHMEM_STATE_FLAG_DEBUG", crate::device::state::FLAG_DEBUG);
+    eq(
+        "RSHMEM_STATE_FLAG_CONTIGUOUS",
+        crate::device::state::FLAG_CONTIGUOUS,
+    );
+    // Internal area of every GPU slice.
+    eq(
+        "RSHMEM_INTERNAL_BARRIER_EPOCH",
+        dev_internal::BARRIER_EPOCH as u64,
+    );
+    eq(
+        "RSHMEM_INTERNAL_BARRIER_FLAGS",
+        dev_internal::BARRIER_FLAGS as u64,
+    );
+    eq("RSHMEM_MAX_LOCAL_PES", dev_internal::MAX_LOCAL_PES as u64);
+    eq(
+        "RSHMEM_INTERNAL_TEAM_TABLE",
+        dev_internal::TEAM_TABLE as u64,
+    );
+    eq("RSHMEM_MAX_TEAMS", dev_internal::MAX_TEAMS as u64);
+    eq("RSHMEM_INTERNAL_PE_TABLE", dev_internal::PE_TABLE as u64);
+    eq("RSHMEM_INTERNAL_TEAM_SYNC", dev_internal::TEAM_SYNC as u64);
+    eq(
+        "RSHMEM_TEAM_SYNC_STRIDE",
+        dev_internal::TEAM_SYNC_STRIDE as u64,
+    );
+    eq("sizeof(rshmem_team_desc)", dev_internal::TEAM_DESC as u64);
+    // Proxy ring slot and control block.
+    eq("sizeof(rshmem_proxy_req)", size_of::<Slot>() as u64);
+    eq(
+        "alignof(rshmem_proxy_req)",
+        std::mem::align_of::<Slot>() as u64,
+    );
+    field!("rshmem_proxy_req", Slot, seq);
+    eq(
+        "offsetof(rshmem_proxy_req, opword)",
+        offset_of!(Slot, op) as u64,
+    );
+    field!("rshmem_proxy_req", Slot, remote);
+    field!("rshmem_proxy_req", Slot, local);
+    field!("rshmem_proxy_req", Slot, nbytes);
+    field!("rshmem_proxy_req", Slot, value);
+    field!("rshmem_proxy_req", Slot, cond);
+    field!("rshmem_proxy_req", Slot, done);
+    field!("rshmem_proxy_req", Slot, result);
+    field!("rshmem_proxy_req", Slot, ack);
+    field!("rshmem_proxy_req", Slot, data);
+    eq("RSHMEM_PROXY_INLINE", fifo::INLINE as u64);
+    eq("RSHMEM_PROXY_FLAG_INLINE", fifo::FLAG_INLINE as u64);
+    eq("RSHMEM_PROXY_FLAG_FETCH", fifo::FLAG_FETCH as u64);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_unknown_codes_are_named() {
+        for &(v, _) in AmoOp::ALL {
+            assert_eq!(AmoOp::try_from(v.code()), Ok(v));
+        }
+        for &(v, _) in ProxyOp::ALL {
+            assert_eq!(ProxyOp::try_from(v.code()), Ok(v));
+        }
+        for c in [Cmp::Eq, Cmp::Ne, Cmp::Gt, Cmp::Ge, Cmp::Lt, Cmp::Le] {
+            assert_eq!(Cmp::try_from(CmpCode::from(c).code()), Ok(c));
+        }
+        for s in [SignalOp::Set, SignalOp::Add] {
+            assert_eq!(SignalOp::try_from(SignalCode::from(s).code()), Ok(s));
+        }
+        let e = AmoOp::try_from(8).unwrap_err();
+        assert_eq!(e.to_string(), "8 is not a valid atomic operation code");
+        assert!(ProxyOp::try_from(0).is_err());
+        assert!(Cmp::try_from(-1).is_err());
+        assert_eq!(ReduceCode::of_call("max_reduce"), Some(ReduceCode::Max));
+        assert_eq!(ReduceCode::of_call("median_reduce"), None);
+    }
+
+    #[test]
+    fn device_types_cover_the_reduction_types() {
+        assert_eq!(device_type::<f64>(), Some("double"));
+        assert_eq!(device_type::<usize>(), Some("uint64_t"));
+        assert_eq!(device_type::<bool>(), None);
+    }
+}
