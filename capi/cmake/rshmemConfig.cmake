@@ -47,7 +47,7 @@ if(NOT TARGET rshmem::rshmem)
   add_library(rshmem::rshmem SHARED IMPORTED)
   set_target_properties(rshmem::rshmem PROPERTIES
     IMPORTED_LOCATION "${rshmem_LIBRARY_DIR}/librshmem.so"
-    IMPORTED_NO_SONAME TRUE
+    IMPORTED_SONAME "librshmem.so"
     INTERFACE_INCLUDE_DIRECTORIES "${rshmem_INCLUDE_DIR}")
 
   add_library(rshmem::rshmem_static STATIC IMPORTED)
@@ -65,6 +65,7 @@ if(NOT TARGET rshmem::rshmem)
   add_library(rshmem::shmem SHARED IMPORTED)
   set_target_properties(rshmem::shmem PROPERTIES
     IMPORTED_LOCATION "${rshmem_LIBRARY_DIR}/libshmem.so"
+    # libshmem.so has no SONAME: link it as -lshmem, not by its path.
     IMPORTED_NO_SONAME TRUE
     INTERFACE_INCLUDE_DIRECTORIES "${rshmem_INCLUDE_DIR}")
 
