@@ -316,11 +316,6 @@ impl Node {
         self.pes.len()
     }
 
-    /// Never true: a node holds at least this PE.
-    pub fn is_empty(&self) -> bool {
-        self.pes.is_empty()
-    }
-
     /// Sends `fd` (tagged with `tag`) to every other local PE, then receives one fd from each.
     /// Returns the received fds indexed by local index (None for myself). Collective over the node.
     pub fn exchange_fds(

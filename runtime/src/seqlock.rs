@@ -4,7 +4,15 @@
 //! written with `Relaxed`), so a reader racing a writer reads stale or mixed words, never
 //! undefined behaviour; the sequence check throws such a read away.
 
+// Under `--cfg loom` (the model-checking build of loom-tests/, which includes this file) the
+// atomics and the mutex are loom's, so loom explores every interleaving of the protocol.
+#[cfg(loom)]
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::Mutex;
 
 pub(crate) struct SeqLock {
@@ -53,7 +61,7 @@ impl SeqLock {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;

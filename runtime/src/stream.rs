@@ -408,15 +408,15 @@ impl World {
 
     fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_barrier_all")?;
+        let k = p.internal(call)?;
         let mut q = quiet;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
         // SAFETY: matches `rshmem_internal_barrier_all(int)`.
         unsafe {
-            m.launch_raw(
+            k.launch(
                 call,
-                f,
+                "rshmem_internal_barrier_all",
                 (1, 1, 1),
                 (threads.min(1024), 1, 1),
                 0,

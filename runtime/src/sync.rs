@@ -33,9 +33,28 @@ impl World {
     #[inline]
     pub fn fence(&self) {
         fence(Ordering::SeqCst);
+        if let Err(e) = self.fence_transports("fence") {
+            tracing::error!(target: "rshmem::sync", "fence on PE {}: {e}", self.me);
+        }
         if self.live.any_failed() {
             self.fence_after_loss();
         }
+    }
+
+    /// Calls `fence` of every transport in use that does not deliver each PE's operations in
+    /// issue order by itself (all built-in transports do, so today this only checks).
+    #[inline]
+    fn fence_transports(&self, call: &'static str) -> Result<()> {
+        use crate::transport::{Caps, TransportOps};
+        if !self.xport.caps().contains(Caps::ORDERED) {
+            self.xport.fence(call)?;
+        }
+        if let Some(net) = &self.net {
+            if !TransportOps::caps(&**net).contains(Caps::ORDERED) {
+                TransportOps::fence(&**net, call)?;
+            }
+        }
+        self.remotes.fence(call)
     }
 
     #[cold]

@@ -293,7 +293,7 @@ pub struct World {
     pub(crate) dstate: Arc<Mutex<DeviceState>>,
     pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
     /// Kernels of the stream collectives (compiled on first use).
-    pub(crate) coll: crate::coll::stream::CollModules,
+    pub(crate) coll: crate::coll::device::CollModules,
     pub(crate) live: Arc<Liveness>,
     pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
@@ -426,7 +426,7 @@ impl World {
             gpu,
             dstate,
             modules: Mutex::new(Vec::new()),
-            coll: crate::coll::stream::CollModules::new(sharing),
+            coll: crate::coll::device::CollModules::new(sharing),
             live,
             wait,
             cfg,
@@ -530,8 +530,8 @@ impl World {
                 }
             }
             if let Transport::P2p(p) = &self.xport {
-                if let Some(Ok(m)) = p.internal_loaded() {
-                    m.install_state(&st)?;
+                if let Some(Ok(k)) = p.internal_loaded() {
+                    k.module.install_state(&st)?;
                 }
             }
         }

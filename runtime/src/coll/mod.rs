@@ -23,8 +23,8 @@
 //! * Reductions elsewhere (GPU heap, PEs over TCP) pull every member's block into a private
 //!   buffer, combine there in team order, sync, and write `dest` afterwards.
 
+pub(crate) mod device;
 mod ops;
-pub(crate) mod stream;
 
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 

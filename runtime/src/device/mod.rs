@@ -15,58 +15,58 @@ pub use state::DeviceState;
 pub const HEADERS: &[(&str, &str)] = &[
     (
         "rshmem/types.cuh",
-        include_str!("../../../device-lib/include/rshmem/types.cuh"),
+        include_str!("../../device-include/rshmem/types.cuh"),
     ),
     (
         "rshmem/twin.cuh",
-        include_str!("../../../device-lib/include/rshmem/twin.cuh"),
+        include_str!("../../device-include/rshmem/twin.cuh"),
     ),
     (
         "rshmem/state.cuh",
-        include_str!("../../../device-lib/include/rshmem/state.cuh"),
+        include_str!("../../device-include/rshmem/state.cuh"),
     ),
     (
         "rshmem/ptx.cuh",
-        include_str!("../../../device-lib/include/rshmem/ptx.cuh"),
+        include_str!("../../device-include/rshmem/ptx.cuh"),
     ),
     (
         "rshmem/util.cuh",
-        include_str!("../../../device-lib/include/rshmem/util.cuh"),
+        include_str!("../../device-include/rshmem/util.cuh"),
     ),
     (
         "rshmem/team.cuh",
-        include_str!("../../../device-lib/include/rshmem/team.cuh"),
+        include_str!("../../device-include/rshmem/team.cuh"),
     ),
     (
         "rshmem/coll.cuh",
-        include_str!("../../../device-lib/include/rshmem/coll.cuh"),
+        include_str!("../../device-include/rshmem/coll.cuh"),
     ),
     (
         "rshmem/proxy.cuh",
-        include_str!("../../../device-lib/include/rshmem/proxy.cuh"),
+        include_str!("../../device-include/rshmem/proxy.cuh"),
     ),
     (
         "rshmem/rma.cuh",
-        include_str!("../../../device-lib/include/rshmem/rma.cuh"),
+        include_str!("../../device-include/rshmem/rma.cuh"),
     ),
     (
         "rshmem/amo.cuh",
-        include_str!("../../../device-lib/include/rshmem/amo.cuh"),
+        include_str!("../../device-include/rshmem/amo.cuh"),
     ),
     (
         "rshmem/sync.cuh",
-        include_str!("../../../device-lib/include/rshmem/sync.cuh"),
+        include_str!("../../device-include/rshmem/sync.cuh"),
     ),
     (
         "rshmem/signal.cuh",
-        include_str!("../../../device-lib/include/rshmem/signal.cuh"),
+        include_str!("../../device-include/rshmem/signal.cuh"),
     ),
     (
         "rshmem/barrier.cuh",
-        include_str!("../../../device-lib/include/rshmem/barrier.cuh"),
+        include_str!("../../device-include/rshmem/barrier.cuh"),
     ),
     (
         "rshmem/rshmem.cuh",
-        include_str!("../../../device-lib/include/rshmem/rshmem.cuh"),
+        include_str!("../../device-include/rshmem/rshmem.cuh"),
     ),
 ];

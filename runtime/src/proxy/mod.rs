@@ -10,8 +10,8 @@
 //! `proxy_slots == 0` (every PE reachable by load/store) device calls never look at it.
 
 pub mod fifo;
+mod ordered;
 pub(crate) mod service;
-mod stream;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use rshmem_bootstrap::Bootstrap;
 
 use crate::config::Config;
-use crate::cuda::target::{GpuMem, Pinned};
+use crate::cuda::pinned::Pinned;
+use crate::cuda::target::GpuMem;
 use crate::cuda::Gpu;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};

@@ -7,18 +7,6 @@ use cudarc::driver::CudaStream;
 use crate::error::{Error, Result};
 use crate::world::World;
 
-/// rshmem's internal kernels (`device/kernels/internal.cu`), loaded together at init when a
-/// proxy runs.
-const INTERNAL_KERNELS: &[&str] = &[
-    "rshmem_internal_amo",
-    "rshmem_internal_barrier_all",
-    "rshmem_internal_signal",
-    "rshmem_internal_signal_wait",
-    "rshmem_internal_proxy_copy",
-    "rshmem_internal_proxy_p",
-    "rshmem_internal_quiet",
-];
-
 impl World {
     /// With a proxy, loads rshmem's internal kernels now, at init. Loaded at first use (CUDA's
     /// lazy loading), a kernel can need a context synchronization while an earlier kernel
@@ -31,12 +19,8 @@ impl World {
         }
         let call = "init";
         let p = self.p2p(call)?;
-        for name in INTERNAL_KERNELS {
-            let (_, f) = p.kernel(call, name)?;
-            // SAFETY: a live function handle of a loaded module; cuFuncLoad only loads it.
-            let r = unsafe { cudarc::driver::sys::cuFuncLoad(f.cu_function()) };
-            crate::cuda::check(r, call, "loading an internal kernel (cuFuncLoad)")?;
-        }
+        p.internal(call)?
+            .preload(call, crate::cuda::kernels::INTERNAL_NAMES)?;
         Ok(())
     }
 
