@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""Writes capi/include/nvshmem/rshmem_nvshmem_map.h: the name map of the NVSHMEM source
+compatibility headers (capi/include/nvshmem/nvshmem.h includes it).
+
+Every NVSHMEM call rshmem has becomes a macro naming the rshmem call (`nvshmem_int_p` ->
+`rshmem_int_p`, `nvshmemx_int_put_block` -> `rshmem_int_put_block`, `nvshmemx_barrier_all_on_stream`
+-> `rshmemx_barrier_all_on_stream`), so a call keeps the host/device qualifiers of the rshmem call
+it names. A few calls need code: the host forms of the blocking team collectives (NVSHMEM has them
+on both sides, rshmem's host library has only the stream-ordered ones), and the 16-bit float RMA
+and data-movement collectives (moved as 16-bit words). Every NVSHMEM call rshmem does not have and
+that this file knows of is a compile-time error naming the call (see nvshmem.h).
+
+Host calls are mapped only when capi/include/rshmem.h declares the rshmem call; the others become
+"not supported" errors, so the map never names a host call the library lacks.
+
+    python3 capi/gen_nvshmem.py           # rewrite the header
+    python3 capi/gen_nvshmem.py --check   # exit 1 if the header is not up to date
+"""
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "include", "nvshmem", "rshmem_nvshmem_map.h")
+RSHMEM_H = os.path.join(HERE, "include", "rshmem.h")
+# --rshmem-h PATH: read the host API from another rshmem.h (for testing the map).
+if "--rshmem-h" in sys.argv:
+    RSHMEM_H = sys.argv[sys.argv.index("--rshmem-h") + 1]
+
+# The device library's type tables (device-lib/include/rshmem/util.cuh and coll.cuh).
+RMA = [("char", "char"), ("schar", "signed char"), ("short", "short"), ("int", "int"),
+       ("long", "long"), ("longlong", "long long"), ("uchar", "unsigned char"),
+       ("ushort", "unsigned short"), ("uint", "unsigned int"), ("ulong", "unsigned long"),
+       ("ulonglong", "unsigned long long"), ("int8", "int8_t"), ("int16", "int16_t"),
+       ("int32", "int32_t"), ("int64", "int64_t"), ("uint8", "uint8_t"), ("uint16", "uint16_t"),
+       ("uint32", "uint32_t"), ("uint64", "uint64_t"), ("size", "size_t"),
+       ("ptrdiff", "ptrdiff_t"), ("float", "float"), ("double", "double")]
+RT = dict(RMA)
+AMO_STD = ["int", "long", "longlong", "uint", "ulong", "ulonglong", "int32", "int64", "uint32",
+           "uint64", "size", "ptrdiff"]
+AMO_EXT = AMO_STD + ["float", "double"]
+AMO_BIT = ["uint", "ulong", "ulonglong", "int32", "int64", "uint32", "uint64"]
+WAIT = AMO_STD
+RED_INT = ["char", "schar", "short", "int", "long", "longlong", "ptrdiff", "uchar", "ushort",
+           "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8", "uint16",
+           "uint32", "uint64", "size"]
+RED_FLOAT = ["float", "double"]
+ARITH_OPS = ["sum", "prod", "min", "max"]
+BIT_OPS = ["and", "or", "xor"]
+# NVSHMEM's 16-bit float types: (name, C type). rshmem moves them as uint16_t words.
+HALF = [("half", "half"), ("bfloat16", "__nv_bfloat16")]
+# Scopes: (suffix, NVSHMEM prefix of the device call).
+SCOPES = [("", "nvshmem_"), ("_warp", "nvshmemx_"), ("_block", "nvshmemx_")]
+
+
+def reduce_ops(t):
+    return ARITH_OPS + (BIT_OPS if t in RED_INT else [])
+
+
+def host_declared():
+    """Names rshmem.h declares (None when it is not there: then every host call is mapped).
+    The typed calls are declared by macros, so the header is run through the C preprocessor."""
+    if not os.path.exists(RSHMEM_H):
+        return None
+    text = open(RSHMEM_H).read()
+    names = set(re.findall(r"\b(rshmemx?_[A-Za-z0-9_]+)\s*\(", text))
+    try:
+        pre = subprocess.run([os.environ.get("CC", "cc"), "-E", "-P", "-x", "c", RSHMEM_H],
+                             check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit(f"gen_nvshmem.py: cannot preprocess {RSHMEM_H}: {e}")
+    names |= set(re.findall(r"\b(rshmemx?_[A-Za-z0-9_]+)\s*\(", pre))
+    return names
+
+
+class Map:
+    def __init__(self):
+        self.lines = []
+        self.seen = set()
+        self.unsupported = []  # (nvshmem name, reason)
+        self.host = host_declared()
+
+    def name(self, nv):
+        if nv in self.seen:
+            raise SystemExit(f"gen_nvshmem.py: {nv} twice")
+        self.seen.add(nv)
+
+    def define(self, nv, rs):
+        self.name(nv)
+        self.lines.append(f"#define {nv} {rs}")
+
+    def host_define(self, nv, rs, why=None):
+        """A host-only call: mapped when rshmem.h declares rs, else unsupported."""
+        if self.host is None or rs in self.host:
+            self.define(nv, rs)
+        else:
+            self.unsupport(nv, why or f"rshmem's host library has no {rs}")
+
+    def unsupport(self, nv, why):
+        self.name(nv)
+        self.unsupported.append((nv, why))
+
+    def raw(self, text):
+        self.lines.append(text)
+
+
+def device_calls(m):
+    m.raw("// ---- PE queries, ordering, barriers, teams (device; host too where rshmem has a twin)")
+    for n in ["my_pe", "n_pes", "ptr", "fence", "quiet", "barrier_all", "sync_all", "barrier",
+              "team_sync", "team_my_pe", "team_n_pes", "team_translate_pe", "signal_fetch",
+              "signal_wait_until"]:
+        m.define("nvshmem_" + n, "rshmem_" + n)
+    m.define("nvshmem_sync", "rshmem_team_sync")
+    m.define("nvshmemx_signal_op", "rshmem_signal_op")
+    for sfx in ["_warp", "_block"]:
+        for n in ["barrier_all", "sync_all", "barrier", "team_sync"]:
+            m.define("nvshmemx_" + n + sfx, "rshmem_" + n + sfx)
+        m.define("nvshmemx_sync" + sfx, "rshmem_team_sync" + sfx)
+
+    m.raw("")
+    m.raw("// ---- RMA and signals")
+    for sfx, pre in SCOPES:
+        for n in ["putmem", "getmem", "putmem_nbi", "getmem_nbi", "putmem_signal",
+                  "putmem_signal_nbi"]:
+            m.define(pre + n + sfx, "rshmem_" + n + sfx)
+    for t, _ in RMA:
+        m.define(f"nvshmem_{t}_p", f"rshmem_{t}_p")
+        m.define(f"nvshmem_{t}_g", f"rshmem_{t}_g")
+        for sfx, pre in SCOPES:
+            for op in ["put", "get", "put_nbi", "get_nbi", "put_signal", "put_signal_nbi"]:
+                m.define(f"{pre}{t}_{op}{sfx}", f"rshmem_{t}_{op}{sfx}")
+
+    m.raw("")
+    m.raw("// ---- Atomics")
+    for t in AMO_EXT:
+        for op in ["fetch", "set", "swap"]:
+            m.define(f"nvshmem_{t}_atomic_{op}", f"rshmem_{t}_atomic_{op}")
+    for t in AMO_STD:
+        for op in ["compare_swap", "fetch_inc", "inc", "fetch_add", "add"]:
+            m.define(f"nvshmem_{t}_atomic_{op}", f"rshmem_{t}_atomic_{op}")
+    for t in AMO_BIT:
+        for op in ["fetch_and", "and", "fetch_or", "or", "fetch_xor", "xor"]:
+            m.define(f"nvshmem_{t}_atomic_{op}", f"rshmem_{t}_atomic_{op}")
+
+    m.raw("")
+    m.raw("// ---- Point-to-point synchronization")
+    for t in WAIT:
+        for op in ["wait_until", "wait_until_all", "wait_until_any", "wait_until_some",
+                   "wait_until_all_vector", "wait_until_any_vector", "wait_until_some_vector",
+                   "test", "test_all", "test_any", "test_some", "test_all_vector",
+                   "test_any_vector", "test_some_vector"]:
+            m.define(f"nvshmem_{t}_{op}", f"rshmem_{t}_{op}")
+
+    m.raw("")
+    m.raw("// ---- Team collectives in warp and block scope (device only)")
+    for sfx, pre in SCOPES[1:]:
+        for n in ["alltoallmem", "fcollectmem", "broadcastmem", "collectmem"]:
+            m.define(pre + n + sfx, "rshmem_" + n + sfx)
+        for t, _ in RMA:
+            for op in ["alltoall", "fcollect", "collect", "broadcast"]:
+                m.define(f"{pre}{t}_{op}{sfx}", f"rshmem_{t}_{op}{sfx}")
+            for op in reduce_ops(t) if t in RED_INT + RED_FLOAT else []:
+                for c in ["reduce", "reducescatter"]:
+                    m.define(f"{pre}{t}_{op}_{c}{sfx}", f"rshmem_{t}_{op}_{c}{sfx}")
+
+
+def hd_collectives(m):
+    """Thread-scope team collectives: NVSHMEM has them in kernels and in host code. The device
+    call in kernels; in host code the host library's blocking collective of the same name (or,
+    where the library has none, its stream-ordered call on the default stream followed by a
+    synchronization of that stream)."""
+    m.raw("")
+    m.raw("// ---- Team collectives in thread scope: the device call in kernels, the host")
+    m.raw("//      library's blocking collective in host code.")
+
+    def one(nv, rs_dev, rs_host, params, args, ret="int"):
+        m.name(nv)
+        if m.host is None or rs_dev in m.host:
+            # The host library's blocking collective of the same name.
+            host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_dev})({args})"
+        elif rs_host in m.host:
+            host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
+        else:
+            # No host form: device only (a host call is a compile-time error naming it).
+            m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs_dev}({args}))")
+            return
+        m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs_dev}({args}), {host})")
+
+    for n in ["alltoallmem", "fcollectmem", "broadcastmem"]:
+        extra = ", int root" if n == "broadcastmem" else ""
+        extra_a = ", root" if n == "broadcastmem" else ""
+        one(f"nvshmem_{n}", f"rshmem_{n}", f"rshmemx_{n}_on_stream",
+            f"rshmem_team_t team, void *dest, const void *source, size_t nbytes{extra}",
+            f"team, dest, source, nbytes{extra_a}")
+    for t, ct in RMA:
+        for op in ["alltoall", "fcollect", "broadcast"]:
+            extra = ", int root" if op == "broadcast" else ""
+            extra_a = ", root" if op == "broadcast" else ""
+            one(f"nvshmem_{t}_{op}", f"rshmem_{t}_{op}", f"rshmemx_{t}_{op}_on_stream",
+                f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}",
+                f"team, dest, source, nelems{extra_a}")
+        if t in RED_INT + RED_FLOAT:
+            for op in reduce_ops(t):
+                for c in ["reduce", "reducescatter"]:
+                    one(f"nvshmem_{t}_{op}_{c}", f"rshmem_{t}_{op}_{c}",
+                        f"rshmemx_{t}_{op}_{c}_on_stream",
+                        f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce",
+                        "team, dest, source, nreduce")
+
+
+def host_calls(m):
+    m.raw("")
+    m.raw("// ---- Host-only: set-up, memory, collective launch")
+    for n in ["init", "finalize", "malloc", "calloc", "align", "free", "team_split_strided",
+              "team_split_2d", "team_destroy", "team_get_config", "global_exit",
+              "info_get_version", "info_get_name"]:
+        m.host_define("nvshmem_" + n, "rshmem_" + n)
+    for n in ["init_attr", "get_uniqueid", "set_attr_uniqueid_args", "set_attr_mpi_comm_args",
+              "init_status", "vendor_get_version_info"]:
+        m.host_define("nvshmemx_" + n, "rshmem_" + n)
+    for n in ["collective_launch", "collective_launch_query_gridsize"]:
+        m.host_define("nvshmemx_" + n, "rshmemx_" + n)
+
+    m.raw("")
+    m.raw("// ---- Host-only: stream-ordered calls")
+    for n in ["barrier_all", "sync_all", "barrier", "team_sync", "quiet", "putmem", "getmem",
+              "putmem_nbi", "getmem_nbi", "putmem_signal", "putmem_signal_nbi", "signal_op",
+              "signal_wait_until", "alltoallmem", "fcollectmem", "broadcastmem", "collectmem"]:
+        m.host_define(f"nvshmemx_{n}_on_stream", f"rshmemx_{n}_on_stream")
+    m.host_define("nvshmemx_sync_on_stream", "rshmemx_team_sync_on_stream")
+    for t, _ in RMA:
+        for op in ["p", "g", "put", "get", "put_nbi", "get_nbi", "put_signal", "put_signal_nbi",
+                   "alltoall", "fcollect", "collect", "broadcast"]:
+            m.host_define(f"nvshmemx_{t}_{op}_on_stream", f"rshmemx_{t}_{op}_on_stream")
+        if t in RED_INT + RED_FLOAT:
+            for op in reduce_ops(t):
+                for c in ["reduce", "reducescatter"]:
+                    m.host_define(f"nvshmemx_{t}_{op}_{c}_on_stream",
+                                  f"rshmemx_{t}_{op}_{c}_on_stream")
+    for t in WAIT:
+        for op in ["wait_until", "wait_until_all", "wait_until_any", "wait_until_some"]:
+            m.host_define(f"nvshmemx_{t}_{op}_on_stream", f"rshmemx_{t}_{op}_on_stream")
+
+
+def half_calls(m):
+    """16-bit floats: the RMA calls and the data-movement collectives move them as uint16_t
+    words (bit for bit); their reductions are not supported."""
+    m.raw("")
+    m.raw("// ---- 16-bit floats (half, bfloat16): RMA and data movement as uint16_t words")
+    m.raw("#if RSHMEM_COMPAT_HAVE_FP16")
+    for t, ct in HALF:
+        # Device (and twin) calls.
+        m.name(f"nvshmem_{t}_p")
+        m.raw(f"RSHMEM_COMPAT_TWIN16(void, nvshmem_{t}_p, ({ct} *dest, {ct} value, int pe), "
+              f"rshmem_uint16_p((uint16_t *)dest, rshmem_compat_bits(value), pe))")
+        m.name(f"nvshmem_{t}_g")
+        m.raw(f"RSHMEM_COMPAT_TWIN16({ct}, nvshmem_{t}_g, (const {ct} *src, int pe), "
+              f"rshmem_compat_from_bits<{ct}>(rshmem_uint16_g((const uint16_t *)src, pe)))")
+        for sfx, pre in SCOPES:
+            q = "RSHMEM_COMPAT_TWIN16" if sfx == "" else "RSHMEM_COMPAT_DEV16"
+            for op in ["put", "get", "put_nbi", "get_nbi"]:
+                nv = f"{pre}{t}_{op}{sfx}"
+                m.name(nv)
+                m.raw(f"{q}(void, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, int pe), "
+                      f"rshmem_uint16_{op}{sfx}((uint16_t *)dest, (const uint16_t *)src, nelems, "
+                      f"pe))")
+            for op in ["put_signal", "put_signal_nbi"]:
+                nv = f"{pre}{t}_{op}{sfx}"
+                m.name(nv)
+                m.raw(f"{q}(void, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, "
+                      f"uint64_t *sig_addr, uint64_t signal, int sig_op, int pe), "
+                      f"rshmem_uint16_{op}{sfx}((uint16_t *)dest, (const uint16_t *)src, nelems, "
+                      f"sig_addr, signal, sig_op, pe))")
+            if sfx:
+                for op in ["alltoall", "fcollect", "broadcast"]:
+                    nv = f"{pre}{t}_{op}{sfx}"
+                    extra = ", int root" if op == "broadcast" else ""
+                    extra_a = ", root" if op == "broadcast" else ""
+                    m.name(nv)
+                    m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, (rshmem_team_t team, {ct} *dest, "
+                          f"const {ct} *source, size_t nelems{extra}), rshmem_uint16_{op}{sfx}("
+                          f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}))")
+        # Thread-scope collectives: device call, or host stream call + sync.
+        for op in ["alltoall", "fcollect", "broadcast"]:
+            nv = f"nvshmem_{t}_{op}"
+            extra = ", int root" if op == "broadcast" else ""
+            extra_a = ", root" if op == "broadcast" else ""
+            args = f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}"
+            rs_host = f"rshmemx_uint16_{op}_on_stream"
+            m.name(nv)
+            params = f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}"
+            rs_blocking = f"rshmem_uint16_{op}"
+            if m.host is None or rs_blocking in m.host:
+                host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_blocking})({args})"
+            elif rs_host in m.host:
+                host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
+            else:
+                m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), rshmem_uint16_{op}({args}))")
+                continue
+            m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), rshmem_uint16_{op}({args}), {host})")
+        # Host stream-ordered calls.
+        for op in ["put", "get", "put_nbi", "get_nbi"]:
+            nv = f"nvshmemx_{t}_{op}_on_stream"
+            rs = f"rshmemx_uint16_{op}_on_stream"
+            m.name(nv)
+            if m.host is not None and rs not in m.host:
+                m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
+                continue
+            m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, int pe, "
+                  f"cudaStream_t stream), {rs}((uint16_t *)dest, (const uint16_t *)src, nelems, "
+                  f"pe, stream))")
+        for op in ["alltoall", "fcollect", "broadcast"]:
+            nv = f"nvshmemx_{t}_{op}_on_stream"
+            rs = f"rshmemx_uint16_{op}_on_stream"
+            extra = ", int root" if op == "broadcast" else ""
+            extra_a = ", root" if op == "broadcast" else ""
+            m.name(nv)
+            if m.host is not None and rs not in m.host:
+                m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
+                continue
+            m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, (rshmem_team_t team, {ct} *dest, const {ct} *source, "
+                  f"size_t nelems{extra}, cudaStream_t stream), {rs}(team, (uint16_t *)dest, "
+                  f"(const uint16_t *)source, nelems{extra_a}, stream))")
+    m.raw("#endif  // RSHMEM_COMPAT_HAVE_FP16")
+    why = "rshmem has no 16-bit float reductions"
+    for t, _ in HALF:
+        for op in ARITH_OPS:
+            for c in ["reduce", "reducescatter"]:
+                for sfx, pre in SCOPES:
+                    m.unsupport(f"{pre}{t}_{op}_{c}{sfx}", why)
+                m.unsupport(f"nvshmemx_{t}_{op}_{c}_on_stream", why)
+
+
+def unsupported_calls(m):
+    for n, why in [
+        ("nvshmemx_buffer_register", "rshmem has no registration of user buffers"),
+        ("nvshmemx_buffer_unregister", "rshmem has no registration of user buffers"),
+        ("nvshmemx_buffer_unregister_all", "rshmem has no registration of user buffers"),
+        ("nvshmemx_buffer_register_symmetric", "rshmem has no registration of user buffers"),
+        ("nvshmemx_buffer_unregister_symmetric", "rshmem has no registration of user buffers"),
+        ("nvshmemx_cumodule_init", "kernels are compiled by nvcc against the headers, which "
+         "need no module set-up, or by NVRTC through rshmem's load_module"),
+        ("nvshmemx_cumodule_finalize", "see nvshmemx_cumodule_init"),
+        ("nvshmemx_culibrary_init", "see nvshmemx_cumodule_init"),
+        ("nvshmemx_culibrary_finalize", "see nvshmemx_cumodule_init"),
+        ("nvshmemx_mc_ptr", "rshmem does not use NVLink multicast"),
+        ("nvshmemx_hostlib_init_attr", "rshmem has no separate host library"),
+        ("nvshmemx_hostlib_finalize", "rshmem has no separate host library"),
+        ("nvshmemx_init_init_attr_ver_only", "rshmem has no versioned init attributes"),
+        ("nvshmemx_team_get_uniqueid", "rshmem makes teams only by splitting"),
+        ("nvshmemx_team_init", "rshmem makes teams only by splitting"),
+        ("nvshmem_init_thread", "rshmem has no thread levels"),
+        ("nvshmem_query_thread", "rshmem has no thread levels"),
+        ("nvshmemx_qp_create", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_fence", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_fence_warp", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_fence_block", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_quiet", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_quiet_warp", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_quiet_block", "rshmem has no queue pairs"),
+        ("nvshmemx_qp_signal_op", "rshmem has no queue pairs"),
+    ]:
+        m.unsupport(n, why)
+
+
+def render():
+    m = Map()
+    device_calls(m)
+    hd_collectives(m)
+    host_calls(m)
+    half_calls(m)
+    unsupported_calls(m)
+    out = [
+        "// Generated by capi/gen_nvshmem.py -- do not edit; run `python3 capi/gen_nvshmem.py`.",
+        "// The name map of the NVSHMEM compatibility headers: included by nvshmem.h, which",
+        "// defines the RSHMEM_COMPAT_* macros used here. Reference: docs/nvshmem-porting.md.",
+        "#pragma once",
+        "",
+    ]
+    if m.host is None:
+        out.append("// (generated without capi/include/rshmem.h: every host call is mapped)")
+        out.append("")
+    out += m.lines
+    out.append("")
+    out.append("// ---- Not supported: each is a compile-time error naming the call (nvshmem.h)")
+    out.append("#if defined(__cplusplus)")
+    for nv, why in m.unsupported:
+        out.append(f'RSHMEM_COMPAT_UNSUPPORTED({nv}, "{why}")')
+    out.append("#else")
+    for nv, _ in m.unsupported:
+        out.append(f"#define {nv}(...) {nv}_is_not_supported_by_rshmem")
+    out.append("#endif")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    text = render()
+    if "--check" in sys.argv[1:]:
+        if not os.path.exists(OUT) or open(OUT).read() != text:
+            print(f"{os.path.relpath(OUT)} is not up to date: run python3 capi/gen_nvshmem.py",
+                  file=sys.stderr)
+            sys.exit(1)
+        return
+    with open(OUT, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
