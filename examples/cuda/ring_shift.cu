@@ -9,6 +9,11 @@
 //
 // Needs one GPU per PE (or several PEs per GPU under CUDA MPS). scripts/cuda-examples builds and
 // runs it.
+//
+// A whole program (host code included) for nvcc, not an NVRTC module: CI compiles it with nvcc
+// (scripts/check-install, scripts/cuda-examples), so the NVRTC sweep of the repository's .cu
+// files leaves it out:
+// rshmem: nvrtc-skip
 #include <rshmem.h>
 
 #include <cstdio>
