@@ -111,7 +111,7 @@ fn blocks_for(bytes: usize, sms: u32) -> u32 {
 impl World {
     /// How this PE's GPU is shared with other PEs of its host (found at init).
     pub fn gpu_sharing(&self) -> crate::device::sharing::GpuSharing {
-        self.coll.sharing
+        self.dev.coll.sharing
     }
 
     /// The SMs a collective launch of this PE may spread over: the GPU's SMs, divided among the
@@ -119,13 +119,13 @@ impl World {
     /// it, since no block waits for one that is not running).
     fn coll_modules_sms(&self, call: &'static str) -> Result<u32> {
         let sms = self.gpu_sms(call)?;
-        let share = self.coll.sharing.pes_on_gpu.max(1) as u32;
+        let share = self.dev.coll.sharing.pes_on_gpu.max(1) as u32;
         Ok((sms / share).max(1))
     }
 
     fn gpu_sms(&self, call: &'static str) -> Result<u32> {
         let p = self.p2p(call)?;
-        Ok(*self.coll.sms.get_or_init(|| {
+        Ok(*self.dev.coll.sms.get_or_init(|| {
             let mut dev: sys::CUdevice = 0;
             let mut n: i32 = 0;
             // SAFETY: plain queries with valid out-pointers.
@@ -147,8 +147,8 @@ impl World {
 
     fn coll_bytes_module(&self, call: &'static str) -> Result<&Kernels> {
         let p = self.p2p(call)?;
-        let m = self.coll.bytes.get_or_init(|| {
-            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dstate)
+        let m = self.dev.coll.bytes.get_or_init(|| {
+            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dev.state)
                 .map_err(|e| e.to_string())?;
             self.register(&m).map_err(|e| e.to_string())?;
             let l = Kernels::new(m);
@@ -167,7 +167,7 @@ impl World {
             call,
             reason: format!("{} has no device reduction", std::any::type_name::<T>()),
         })?;
-        let mut map = self.coll.reduce.lock().map_err(|_| Error::State {
+        let mut map = self.dev.coll.reduce.lock().map_err(|_| Error::State {
             call,
             reason: "collective module lock poisoned".into(),
         })?;
@@ -176,7 +176,7 @@ impl World {
         }
         let opts = vec![format!("-DRSHMEM_RT={ty}")];
         let name = format!("rshmem_reduce_{}", ty.replace(' ', "_"));
-        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dstate)?;
+        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dev.state)?;
         self.register(&m)?;
         let l = Arc::new(Kernels::new(m));
         l.preload(call, &["rshmem_internal_reduce"])?;
@@ -577,7 +577,7 @@ impl World {
     /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
     /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on team
     /// PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
-    pub fn reduce_scatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
+    pub fn reducescatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
         &self,
         team: &Team,
         dest: *mut T,
@@ -587,7 +587,7 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let _ = op;
-        let call = "reduce_scatter_on_stream";
+        let call = "reducescatter_on_stream";
         self.reduce_kernel::<T, O>(call, team, dest, source, nelems, true, stream)
     }
 

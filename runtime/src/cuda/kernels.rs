@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaFunction};
+use cudarc::driver::{sys, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
 
 use crate::cuda::Gpu;
 use crate::device::module::Module;
@@ -114,7 +114,7 @@ impl Kernels {
     pub(crate) unsafe fn launch_amo(
         &self,
         call: &'static str,
-        stream: sys::CUstream,
+        stream: &CudaStream,
         op: AmoOp,
         addr: u64,
         size: usize,
@@ -122,31 +122,41 @@ impl Kernels {
         cond: u64,
         out: u64,
     ) -> Result<()> {
-        let mut op_u = op.code() as u32;
-        let mut size_u = size as u32;
-        let (mut a, mut v, mut c, mut o) = (addr, value, cond, out);
-        let mut args: [*mut std::ffi::c_void; 6] = [
-            (&mut op_u as *mut u32).cast(),
-            (&mut size_u as *mut u32).cast(),
-            (&mut a as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut o as *mut u64).cast(),
-        ];
+        let name = "rshmem_internal_amo";
+        let f = self.func(call, name)?;
+        let (op_u, size_u) = (op.code() as u32, size as u32);
+        let mut b = stream.launch_builder(&f);
+        b.arg(&op_u)
+            .arg(&size_u)
+            .arg(&addr)
+            .arg(&value)
+            .arg(&cond)
+            .arg(&out);
         // SAFETY: rshmem_internal_amo(u32, u32, u64, u64, u64, u64*) in internal.cu; the
         // addresses are the caller's promise.
-        unsafe {
-            self.launch(
-                call,
-                "rshmem_internal_amo",
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
-                stream,
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(ONE_THREAD) })
     }
+}
+
+/// One thread: the launch of the internal kernels that make one device call.
+pub(crate) const ONE_THREAD: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (1, 1, 1),
+    shared_mem_bytes: 0,
+};
+
+/// The result of a launch through cudarc's launch builder (`stream.launch_builder(&f)
+/// .arg(..).launch(cfg)`), as this crate's error naming the call and the kernel.
+pub(crate) fn launched<E>(
+    call: &'static str,
+    name: &str,
+    r: std::result::Result<E, DriverError>,
+) -> Result<()> {
+    r.map(drop).map_err(|e| Error::Cuda {
+        call,
+        what: format!("launching {name}"),
+        code: format!("{e:?}"),
+    })
 }
 
 /// An internal module that may have failed to load: the error text is kept and reported to

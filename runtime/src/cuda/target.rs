@@ -184,7 +184,7 @@ impl GpuMem {
         self.gpu.bind(call)?;
         // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` pinned
         // host memory, device-accessible through UVA, held under the caller's result lock.
-        unsafe { k.launch_amo(call, self.s(), op, addr, size, value, cond, out) }
+        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out) }
     }
 
     /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
@@ -239,5 +239,17 @@ impl GpuMem {
         })?;
         // The old value goes to a scratch word nobody reads.
         self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
+    }
+}
+
+/// GPU memory access for the TCP transport's service threads when the user heap is on a GPU
+/// (None on the CPU backend).
+pub(crate) fn for_user_heap(
+    gpu: &Option<Arc<Gpu>>,
+    state: &Arc<Mutex<DeviceState>>,
+) -> Result<Option<Arc<GpuMem>>> {
+    match gpu {
+        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
+        None => Ok(None),
     }
 }

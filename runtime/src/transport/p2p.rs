@@ -192,25 +192,6 @@ impl P2p {
         kernels::loaded(call, k, "internal")
     }
 
-    /// Launches internal kernel `name` as one thread on `stream`.
-    ///
-    /// # Safety
-    /// `args` must match the kernel's parameters, and every address in them must be valid for
-    /// what the kernel does with it.
-    pub unsafe fn launch_single(
-        &self,
-        call: &'static str,
-        name: &'static str,
-        stream: sys::CUstream,
-        args: &mut [*mut std::ffi::c_void],
-    ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.internal(call)?
-                .launch(call, name, (1, 1, 1), (1, 1, 1), 0, stream, args)
-        }
-    }
-
     /// The internal kernels if they were loaded already.
     pub fn internal_loaded(&self) -> Option<&std::result::Result<Kernels, String>> {
         self.internal.get()
@@ -242,7 +223,7 @@ impl P2p {
         unsafe {
             k.launch_amo(
                 call,
-                self.stream(),
+                &self.gpu.stream,
                 op,
                 addr as u64,
                 size,
