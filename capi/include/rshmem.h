@@ -20,15 +20,19 @@
  * Every failure prints `rshmem: PE <pe>: <call>: <cause>` on stderr. Calls that cannot return a
  * code (void calls, calls returning a value such as rshmem_int_g) print the same message and
  * end the job (the process exits with status 1; rshmemrun or mpirun then stops the other PEs).
- * Nothing fails silently. Every call made before rshmem_init (or after rshmem_finalize) fails
- * that way, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args, rshmemi_report and the
- * init calls.
+ * The allocation calls return NULL after printing. Nothing fails silently. A call made before
+ * rshmem_init (or after rshmem_finalize) fails in its own way above (a code, NULL, or the end of
+ * the job), naming itself, except rshmem_get_uniqueid, rshmem_set_attr_uniqueid_args,
+ * rshmem_init_status, rshmem_info_get_version, rshmem_info_get_name, rshmemi_report and the
+ * init calls, which are allowed before init.
  *
- * Host+device twins. The calls that the device library (the rshmem/ headers of device-lib/include) also
- * has are declared through RSHMEM_HOST_TWIN with the device library's name and C signature.
- * Compiled by a C or C++ compiler they are ordinary functions of librshmem. Compiled by nvcc,
- * this header defines RSHMEM_HOST_API and includes the device library at its end: the same
- * name then works in host code (it calls librshmem) and in kernels (the device code).
+ * Host+device twins. The calls that the device library (the rshmem/ headers of
+ * device-lib/include) also has are declared through RSHMEM_HOST_TWIN with the device library's
+ * name and C signature. Compiled by a C or C++ compiler they are ordinary functions of
+ * librshmem. Compiled by nvcc, this header defines RSHMEM_HOST_API and includes the device
+ * library at its end: for the calls the device library makes host+device (docs/device.md,
+ * "Host twins") the same name then works in host code (it calls librshmem) and in kernels (the
+ * device code); the others stay device-only in nvcc translation units.
  */
 #ifndef RSHMEM_H
 #define RSHMEM_H
@@ -62,7 +66,7 @@ typedef enum rshmem_error {
     /* A bad argument: PE out of range, address outside the symmetric heap, NULL buffer,
        unknown constant, destroyed team, ... */
     RSHMEM_ERROR_INVALID_VALUE = 1,
-    /* Called before rshmem_init or after rshmem_finalize (or init called twice). */
+    /* Called before rshmem_init or after rshmem_finalize. */
     RSHMEM_ERROR_NOT_INITIALIZED = 2,
     /* Not available here: a stream call on the CPU backend, a PE that is not reachable
        the way the call needs, MPI not found in the process, ... */
@@ -78,7 +82,8 @@ typedef enum rshmem_error {
     RSHMEM_ERROR_BOOTSTRAP = 8,
     /* An operating-system call failed. */
     RSHMEM_ERROR_SYSTEM = 9,
-    /* Collective calls differ between PEs, or the runtime is in a state that forbids it. */
+    /* Collective calls differ between PEs (RSHMEM_DEBUG_SYMMETRY=1), init called while
+       rshmem runs, or another state that forbids the call. */
     RSHMEM_ERROR_STATE = 10,
     /* A bug inside rshmem. */
     RSHMEM_ERROR_INTERNAL = 11
@@ -249,7 +254,7 @@ typedef struct rshmem_init_attr {
    runtime call), else chosen by the PE's rank on its host, or RSHMEM_DEVICE; on return the
    device's primary context (the one the CUDA runtime uses) is current on the calling thread.
    Without a GPU (or with RSHMEM_BACKEND=cpu) the CPU backend is used. Returns RSHMEM_SUCCESS
-   or an error code (RSHMEM_ERROR_NOT_INITIALIZED when rshmem is already running). */
+   or an error code (RSHMEM_ERROR_STATE when rshmem is already running). */
 int rshmem_init(void);
 
 /* Collective. rshmem_init with the job given by `attr`:
@@ -276,6 +281,27 @@ int rshmem_set_attr_uniqueid_args(int rank, int nranks, const rshmem_uniqueid_t 
 /* Collective. Completes every outstanding operation, meets every PE, releases the symmetric
    heap. Symmetric addresses and team handles are invalid afterwards. */
 int rshmem_finalize(void);
+
+/* Ends the job with `status`: every PE of this host exits with it at once (a signal), then the
+   caller; PEs of other hosts see this PE gone at their next wait on it (or the launcher stops
+   them). May be called by one PE alone, at any time after init. */
+#if defined(__cplusplus)
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void rshmem_global_exit(int status);
+
+/* Local, allowed before init: RSHMEM_STATUS_NOT_INITIALIZED or RSHMEM_STATUS_IS_INITIALIZED. */
+#define RSHMEM_STATUS_NOT_INITIALIZED 0
+#define RSHMEM_STATUS_IS_INITIALIZED 2
+int rshmem_init_status(void);
+
+/* Local, allowed before init: the library's version and name ("rshmem <version>", at most
+   RSHMEM_MAX_NAME_LEN bytes with the NUL). */
+#define RSHMEM_MAX_NAME_LEN 256
+void rshmem_info_get_version(int *major, int *minor);
+void rshmem_info_get_name(char *name);
 
 /* Prints `rshmem: PE <pe>: <call>: <msg>` on stderr (for this header's inline functions). */
 void rshmemi_report(const char *call, const char *msg);

@@ -99,11 +99,16 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
         let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if !RT.load(Ordering::Acquire).is_null() {
             return fail(
-                Code::NotInitialized,
+                Code::State,
                 "rshmem is already initialized (call rshmem_finalize first)",
             );
         }
-        let world = choose_device(b()?)?.init()?;
+        let b = choose_device(b()?)?;
+        // Before meeting the other PEs, so that the handler is in place on every PE before any
+        // PE can return from init and call rshmem_global_exit.
+        rt::exit::install();
+        let world = b.init()?;
+        rt::exit::set_pids(host_pids(&world)?);
         if let Some(g) = world.gpu() {
             // The program's CUDA runtime calls on this thread use the same device and context.
             g.bind(call)?;
@@ -115,6 +120,99 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
         RT.store(Box::into_raw(rt), Ordering::Release);
         Ok(())
     })
+}
+
+/// The process ids of this host's PEs (collective over the host's PEs), for
+/// `rshmem_global_exit`.
+fn host_pids(world: &rt::World) -> CResult<Vec<libc::pid_t>> {
+    let node = world.team_node();
+    let n = node.n_pes();
+    let buf = world.calloc_bytes(n + 1, 8)?.cast::<i64>();
+    // SAFETY: buf holds n + 1 i64s; the last one is this PE's source slot.
+    let src = unsafe { buf.add(n) };
+    let r = (|| -> CResult<Vec<libc::pid_t>> {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as i64;
+        world.p(src, me, world.my_pe())?;
+        world.fcollect(&node, buf, src, 1)?;
+        let mut pids = vec![0i64; n];
+        world.get(&mut pids, buf, world.my_pe())?;
+        Ok(pids.into_iter().map(|p| p as libc::pid_t).collect())
+    })();
+    world.free_bytes(buf.cast())?;
+    r
+}
+
+/// `rshmem_global_exit`: ends every PE of the host with `status` (they get a signal that makes
+/// them exit with it), then this one; PEs of other hosts see this PE gone at their next wait on
+/// it, or are stopped by the launcher.
+#[no_mangle]
+pub extern "C" fn rshmem_global_exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(|| rt::exit::tell_others(status));
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: fflush(NULL) flushes every C output stream; _exit ends the process at once (no
+    // atexit handlers, which might call back into this library).
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
+}
+
+/// `RSHMEM_STATUS_NOT_INITIALIZED`.
+const STATUS_NOT_INITIALIZED: c_int = 0;
+/// `RSHMEM_STATUS_IS_INITIALIZED`.
+const STATUS_IS_INITIALIZED: c_int = 2;
+
+/// `rshmem_init_status`: **local**, allowed before init.
+#[no_mangle]
+pub extern "C" fn rshmem_init_status() -> c_int {
+    if RT.load(Ordering::Acquire).is_null() {
+        STATUS_NOT_INITIALIZED
+    } else {
+        STATUS_IS_INITIALIZED
+    }
+}
+
+/// `RSHMEM_MAX_NAME_LEN`.
+const MAX_NAME_LEN: usize = 256;
+
+/// `rshmem_info_get_version`: **local**, allowed before init; the library's major and minor
+/// version.
+///
+/// # Safety
+/// `major` and `minor` are NULL or point to ints.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_info_get_version(major: *mut c_int, minor: *mut c_int) {
+    let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
+    // SAFETY: NULL or valid, by the caller's contract.
+    unsafe {
+        if let Some(m) = major.as_mut() {
+            *m = v(env!("CARGO_PKG_VERSION_MAJOR"));
+        }
+        if let Some(m) = minor.as_mut() {
+            *m = v(env!("CARGO_PKG_VERSION_MINOR"));
+        }
+    }
+}
+
+/// `rshmem_info_get_name`: **local**, allowed before init; writes `rshmem <version>`
+/// (NUL-terminated, at most `RSHMEM_MAX_NAME_LEN` bytes) into `name`.
+///
+/// # Safety
+/// `name` is NULL or has room for `RSHMEM_MAX_NAME_LEN` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_info_get_name(name: *mut c_char) {
+    if name.is_null() {
+        return;
+    }
+    let text = concat!("rshmem ", env!("CARGO_PKG_VERSION"));
+    let n = text.len().min(MAX_NAME_LEN - 1);
+    // SAFETY: name has room for MAX_NAME_LEN bytes (the caller's contract); n + 1 <= that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), name, n);
+        *name.add(n) = 0;
+    }
 }
 
 /// `rshmem_init`: **collective**; starts rshmem with the launcher's variables.

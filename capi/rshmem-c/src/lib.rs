@@ -150,24 +150,24 @@ fn pe_label() -> String {
     rt::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string())
 }
 
+/// Writes `line` to stderr with one `write` (lines of several PEs never interleave).
+fn say(line: String) {
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Prints `rshmem: PE <pe>: <call>: <what>` on stderr.
 pub fn report(call: &str, what: impl Display) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "rshmem: PE {}: {call}: {what}",
-        pe_label()
-    );
+    say(format!("rshmem: PE {}: {call}: {what}\n", pe_label()));
 }
 
 /// Prints the failure, flushes C stdio and ends the process with status 1; the launcher then
 /// stops the other PEs (as libshmem does).
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
-    let _ = writeln!(
-        std::io::stderr(),
-        "rshmem: PE {}: {call}: {what}; aborting the job",
+    say(format!(
+        "rshmem: PE {}: {call}: {what}; aborting the job\n",
         pe_label()
-    );
+    ));
     let _ = std::io::stdout().flush();
     // SAFETY: fflush(NULL) flushes every C output stream; _exit ends the process without
     // running atexit handlers (which might call back into this library).
@@ -246,28 +246,15 @@ pub fn pe_of(world: &rt::World, pe: c_int) -> CResult<usize> {
     Ok(pe as usize)
 }
 
-/// Converts a C comparison constant.
+/// Converts a C comparison constant (the runtime's one table of codes, `rt::wire`).
 pub fn cmp_of(cmp: c_int) -> CResult<rt::Cmp> {
-    Ok(match cmp {
-        0 => rt::Cmp::Eq,
-        1 => rt::Cmp::Ne,
-        2 => rt::Cmp::Gt,
-        3 => rt::Cmp::Ge,
-        4 => rt::Cmp::Lt,
-        5 => rt::Cmp::Le,
-        _ => return invalid(format!("{cmp} is not an RSHMEM_CMP_* constant")),
-    })
+    rt::Cmp::try_from(cmp).or_else(|e| invalid(format!("{e}: use an RSHMEM_CMP_* constant")))
 }
 
-/// Converts a C signal operation.
+/// Converts a C signal operation (`rt::wire`).
 pub fn sigop_of(op: c_int) -> CResult<rt::SignalOp> {
-    match op {
-        0 => Ok(rt::SignalOp::Set),
-        1 => Ok(rt::SignalOp::Add),
-        _ => invalid(format!(
-            "{op} is not RSHMEM_SIGNAL_SET or RSHMEM_SIGNAL_ADD"
-        )),
-    }
+    rt::SignalOp::try_from(op)
+        .or_else(|e| invalid(format!("{e}: use RSHMEM_SIGNAL_SET or RSHMEM_SIGNAL_ADD")))
 }
 
 /// A local buffer of `n` elements as a slice.

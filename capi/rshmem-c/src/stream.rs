@@ -95,6 +95,77 @@ fn symmetric<T>(rt: &Rt, p: *const T) -> bool {
     rt.world.addr_accessible(p, rt.world.my_pe())
 }
 
+/// True if `p` is GPU memory that host code cannot read or write (the symmetric heap on the GPU
+/// backend, or device memory the program allocated), so a host RMA call must move it with the
+/// copy engine. False on the CPU backend, for NULL, host and managed memory.
+pub(crate) fn device_buffer(rt: &Rt, p: *const c_void) -> bool {
+    if p.is_null() || rt.world.gpu().is_none() {
+        return false;
+    }
+    if symmetric(rt, p) {
+        return true;
+    }
+    let (mut ty, mut managed) = (0u32, 0i32);
+    // SAFETY: plain queries with valid out-pointers of the attributes' types (a CUmemorytype
+    // and an int); any pointer value may be asked about (unknown ones fail).
+    unsafe {
+        let r = sys::cuPointerGetAttribute(
+            (&mut ty as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p as u64,
+        );
+        if r != sys::CUresult::CUDA_SUCCESS || ty != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        {
+            return false;
+        }
+        let r = sys::cuPointerGetAttribute(
+            (&mut managed as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            p as u64,
+        );
+        r != sys::CUresult::CUDA_SUCCESS || managed == 0
+    }
+}
+
+/// A host put (blocking: the source is reusable on return) whose local buffer is GPU memory:
+/// a copy-engine copy on rshmem's internal stream (ordered after this PE's earlier host-issued
+/// operations), completed before returning.
+pub(crate) fn host_put_from_device<T: RmaType>(
+    call: &'static str,
+    rt: &Rt,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let g = internal(call, rt)?;
+    put_any(rt, &g.stream, dest, src, n, p)?;
+    Ok(g.sync(call)?)
+}
+
+/// A host get whose local buffer is GPU memory (complete on return).
+pub(crate) fn host_get_to_device<T: RmaType>(
+    call: &'static str,
+    rt: &Rt,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let g = internal(call, rt)?;
+    get_any(rt, &g.stream, dest, src, n, p)?;
+    Ok(g.sync(call)?)
+}
+
+/// This PE's GPU, bound to the calling thread.
+fn internal<'a>(call: &'static str, rt: &'a Rt) -> CResult<&'a Arc<rt::cuda::Gpu>> {
+    let Some(g) = rt.world.gpu() else {
+        return fail(Code::Internal, "no GPU for a device buffer");
+    };
+    g.bind(call)?;
+    Ok(g)
+}
+
 /// A put on the stream from a symmetric or a device buffer.
 fn put_any<T: RmaType>(
     rt: &Rt,
@@ -467,7 +538,7 @@ fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
 ) -> c_int {
     coll(call, team, stream, |w, t, st| {
         if scatter {
-            Ok(w.reduce_scatter_on_stream(t, dest, source, n, O::default(), st)?)
+            Ok(w.reducescatter_on_stream(t, dest, source, n, O::default(), st)?)
         } else {
             Ok(w.reduce_on_stream(t, dest, source, n, O::default(), st)?)
         }

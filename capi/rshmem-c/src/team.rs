@@ -80,7 +80,7 @@ pub extern "C" fn rshmem_team_translate_pe(src: i32, pe: c_int, dest: i32) -> c_
 #[no_mangle]
 pub extern "C" fn rshmem_barrier(team_h: i32) {
     with("rshmem_barrier", |rt| {
-        Ok(rt.world.team_barrier(&team(rt, team_h)?)?)
+        Ok(rt.world.barrier(&team(rt, team_h)?)?)
     })
 }
 

@@ -4,6 +4,10 @@
 //! entry points of every type in its table (`types.rs`), naming them with `paste`
 //! (`[<rshmem_ $n _put>]` is `rshmem_int_put` for `int`). Every failure ends the job naming the
 //! C call (these calls have the device library's signatures, which return no status).
+//!
+//! The local buffer of an RMA call (the source of a put, the destination of a get) may be host
+//! memory or, on the GPU backend, GPU memory (symmetric or `cudaMalloc`'d): host code cannot
+//! touch the latter, so those calls go through the copy engine (`stream::host_put_from_device`).
 
 #![allow(clippy::too_many_arguments)]
 
@@ -12,6 +16,7 @@ use std::ffi::{c_int, c_void};
 use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
 
 use crate::memory::pe;
+use crate::stream::{device_buffer, host_get_to_device, host_put_from_device};
 use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult};
 
 // ------------------------------------------------------------------------------------------
@@ -32,7 +37,10 @@ unsafe fn put<T: RmaType>(
 ) {
     with(call, |rt| {
         let pe = pe(rt, p)?;
-        // SAFETY: the caller's contract.
+        if device_buffer(rt, src.cast()) {
+            return host_put_from_device(call, rt, dest, src, n, p);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
         let s = unsafe { src_slice("the source buffer", src, n) }?;
         if nbi {
             Ok(rt.world.put_nbi(dest, s, pe)?)
@@ -56,7 +64,10 @@ unsafe fn get<T: RmaType>(
 ) {
     with(call, |rt| {
         let pe = pe(rt, p)?;
-        // SAFETY: the caller's contract.
+        if device_buffer(rt, dest.cast_const().cast()) {
+            return host_get_to_device(call, rt, dest, src, n, p);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
         let d = unsafe { dst_slice("the destination buffer", dest, n) }?;
         if nbi {
             Ok(rt.world.get_nbi(d, src, pe)?)
@@ -84,7 +95,17 @@ unsafe fn put_signal<T: RmaType>(
     with(call, |rt| {
         let pe = pe(rt, p)?;
         let op = sigop_of(op)?;
-        // SAFETY: the caller's contract.
+        if device_buffer(rt, src.cast()) {
+            // The data is complete before the signal is sent.
+            if !rt.world.addr_accessible(sig, pe) {
+                return invalid(format!(
+                    "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
+                ));
+            }
+            host_put_from_device(call, rt, dest, src, n, p)?;
+            return Ok(rt.world.signal_op(sig, signal, op, pe)?);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
         let s = unsafe { src_slice("the source buffer", src, n) }?;
         if nbi {
             Ok(rt.world.put_signal_nbi(dest, s, sig, signal, op, pe)?)
@@ -677,7 +698,7 @@ fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
 ) -> c_int {
     coll(call, team, |w, t| {
         if scatter {
-            w.reduce_scatter(t, dest, source, n, O::default())
+            w.reducescatter(t, dest, source, n, O::default())
         } else {
             w.reduce(t, dest, source, n, O::default())
         }
