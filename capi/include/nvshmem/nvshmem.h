@@ -1,10 +1,10 @@
 // NVSHMEM source compatibility for rshmem: a program written for NVIDIA's NVSHMEM builds
 // unchanged against rshmem with this folder first on the include path:
 //
-//     nvcc -arch=sm_90 -I<rshmem>/capi/include/nvshmem -I<rshmem>/capi/include \
+//     nvcc -arch=sm_90 -I<rshmem>/capi/include/nvshmem -I<rshmem>/capi/include
 //          -I<rshmem>/device-lib/include prog.cu -L<dir of librshmem.so> -lrshmem
 //
-// (no -rdc). Host C/C++ files that include it need CUDA's include folder (nvcc adds it; with
+// (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder (nvcc adds it; with
 // g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants and macros onto rshmem's
 // C API (rshmem.h) and device library (rshmem/*.cuh): every NVSHMEM call rshmem has is a macro
 // naming the rshmem call, so it works wherever the rshmem call works (host, device, or both).
@@ -23,14 +23,16 @@
 #ifndef RSHMEM_NVSHMEM_H
 #define RSHMEM_NVSHMEM_H
 
-// NVSHMEM's headers bring in the CUDA runtime (programs call cudaSetDevice & co. having included
-// only nvshmem.h); rshmem.h includes it when asked.
+// NVSHMEM's headers bring in the CUDA runtime and driver headers and <assert.h> (programs use
+// them having included only nvshmem.h); rshmem.h includes the runtime's when asked.
 #ifndef RSHMEM_WITH_CUDA_RUNTIME
 #define RSHMEM_WITH_CUDA_RUNTIME 1
 #endif
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include "rshmem.h"
 
@@ -56,6 +58,7 @@
 
 typedef rshmem_team_t nvshmem_team_t;
 typedef rshmem_team_config_t nvshmem_team_config_t;
+#define NVSHMEM_TEAM_NUM_CONTEXTS RSHMEM_TEAM_NUM_CONTEXTS
 #define NVSHMEM_TEAM_INVALID RSHMEM_TEAM_INVALID
 #define NVSHMEM_TEAM_WORLD RSHMEM_TEAM_WORLD
 #define NVSHMEM_TEAM_SHARED RSHMEM_TEAM_SHARED
@@ -94,6 +97,9 @@ typedef rshmem_uniqueid_t nvshmemx_uniqueid_t;
     } while (0)
 
 #define NVSHMEM_VENDOR_STRING "rshmem"
+#define NVSHMEM_MAX_NAME_LEN RSHMEM_MAX_NAME_LEN
+#define NVSHMEM_STATUS_NOT_INITIALIZED RSHMEM_STATUS_NOT_INITIALIZED
+#define NVSHMEM_STATUS_IS_INITIALIZED RSHMEM_STATUS_IS_INITIALIZED
 
 // ---------------------------------------------------------------------------------------------
 // GPU selection. NVSHMEM programs select their GPU after init with

@@ -2037,9 +2037,13 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmem_team_split_2d rshmem_team_split_2d
 #define nvshmem_team_destroy rshmem_team_destroy
 #define nvshmem_team_get_config rshmem_team_get_config
+#define nvshmem_global_exit rshmem_global_exit
+#define nvshmem_info_get_version rshmem_info_get_version
+#define nvshmem_info_get_name rshmem_info_get_name
 #define nvshmemx_init_attr rshmem_init_attr
 #define nvshmemx_get_uniqueid rshmem_get_uniqueid
 #define nvshmemx_set_attr_uniqueid_args rshmem_set_attr_uniqueid_args
+#define nvshmemx_init_status rshmem_init_status
 #define nvshmemx_collective_launch rshmemx_collective_launch
 #define nvshmemx_collective_launch_query_gridsize rshmemx_collective_launch_query_gridsize
 
@@ -2051,7 +2055,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_quiet_on_stream rshmemx_quiet_on_stream
 #define nvshmemx_putmem_on_stream rshmemx_putmem_on_stream
 #define nvshmemx_getmem_on_stream rshmemx_getmem_on_stream
+#define nvshmemx_putmem_nbi_on_stream rshmemx_putmem_on_stream
+#define nvshmemx_getmem_nbi_on_stream rshmemx_getmem_on_stream
 #define nvshmemx_putmem_signal_on_stream rshmemx_putmem_signal_on_stream
+#define nvshmemx_putmem_signal_nbi_on_stream rshmemx_putmem_signal_on_stream
 #define nvshmemx_signal_op_on_stream rshmemx_signal_op_on_stream
 #define nvshmemx_signal_wait_until_on_stream rshmemx_signal_wait_until_on_stream
 #define nvshmemx_alltoallmem_on_stream rshmemx_alltoallmem_on_stream
@@ -2062,7 +2069,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_char_g_on_stream rshmemx_char_g_on_stream
 #define nvshmemx_char_put_on_stream rshmemx_char_put_on_stream
 #define nvshmemx_char_get_on_stream rshmemx_char_get_on_stream
+#define nvshmemx_char_put_nbi_on_stream rshmemx_char_put_on_stream
+#define nvshmemx_char_get_nbi_on_stream rshmemx_char_get_on_stream
 #define nvshmemx_char_put_signal_on_stream rshmemx_char_put_signal_on_stream
+#define nvshmemx_char_put_signal_nbi_on_stream rshmemx_char_put_signal_on_stream
 #define nvshmemx_char_alltoall_on_stream rshmemx_char_alltoall_on_stream
 #define nvshmemx_char_fcollect_on_stream rshmemx_char_fcollect_on_stream
 #define nvshmemx_char_collect_on_stream rshmemx_char_collect_on_stream
@@ -2085,7 +2095,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_schar_g_on_stream rshmemx_schar_g_on_stream
 #define nvshmemx_schar_put_on_stream rshmemx_schar_put_on_stream
 #define nvshmemx_schar_get_on_stream rshmemx_schar_get_on_stream
+#define nvshmemx_schar_put_nbi_on_stream rshmemx_schar_put_on_stream
+#define nvshmemx_schar_get_nbi_on_stream rshmemx_schar_get_on_stream
 #define nvshmemx_schar_put_signal_on_stream rshmemx_schar_put_signal_on_stream
+#define nvshmemx_schar_put_signal_nbi_on_stream rshmemx_schar_put_signal_on_stream
 #define nvshmemx_schar_alltoall_on_stream rshmemx_schar_alltoall_on_stream
 #define nvshmemx_schar_fcollect_on_stream rshmemx_schar_fcollect_on_stream
 #define nvshmemx_schar_collect_on_stream rshmemx_schar_collect_on_stream
@@ -2108,7 +2121,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_short_g_on_stream rshmemx_short_g_on_stream
 #define nvshmemx_short_put_on_stream rshmemx_short_put_on_stream
 #define nvshmemx_short_get_on_stream rshmemx_short_get_on_stream
+#define nvshmemx_short_put_nbi_on_stream rshmemx_short_put_on_stream
+#define nvshmemx_short_get_nbi_on_stream rshmemx_short_get_on_stream
 #define nvshmemx_short_put_signal_on_stream rshmemx_short_put_signal_on_stream
+#define nvshmemx_short_put_signal_nbi_on_stream rshmemx_short_put_signal_on_stream
 #define nvshmemx_short_alltoall_on_stream rshmemx_short_alltoall_on_stream
 #define nvshmemx_short_fcollect_on_stream rshmemx_short_fcollect_on_stream
 #define nvshmemx_short_collect_on_stream rshmemx_short_collect_on_stream
@@ -2131,7 +2147,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_int_g_on_stream rshmemx_int_g_on_stream
 #define nvshmemx_int_put_on_stream rshmemx_int_put_on_stream
 #define nvshmemx_int_get_on_stream rshmemx_int_get_on_stream
+#define nvshmemx_int_put_nbi_on_stream rshmemx_int_put_on_stream
+#define nvshmemx_int_get_nbi_on_stream rshmemx_int_get_on_stream
 #define nvshmemx_int_put_signal_on_stream rshmemx_int_put_signal_on_stream
+#define nvshmemx_int_put_signal_nbi_on_stream rshmemx_int_put_signal_on_stream
 #define nvshmemx_int_alltoall_on_stream rshmemx_int_alltoall_on_stream
 #define nvshmemx_int_fcollect_on_stream rshmemx_int_fcollect_on_stream
 #define nvshmemx_int_collect_on_stream rshmemx_int_collect_on_stream
@@ -2154,7 +2173,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_long_g_on_stream rshmemx_long_g_on_stream
 #define nvshmemx_long_put_on_stream rshmemx_long_put_on_stream
 #define nvshmemx_long_get_on_stream rshmemx_long_get_on_stream
+#define nvshmemx_long_put_nbi_on_stream rshmemx_long_put_on_stream
+#define nvshmemx_long_get_nbi_on_stream rshmemx_long_get_on_stream
 #define nvshmemx_long_put_signal_on_stream rshmemx_long_put_signal_on_stream
+#define nvshmemx_long_put_signal_nbi_on_stream rshmemx_long_put_signal_on_stream
 #define nvshmemx_long_alltoall_on_stream rshmemx_long_alltoall_on_stream
 #define nvshmemx_long_fcollect_on_stream rshmemx_long_fcollect_on_stream
 #define nvshmemx_long_collect_on_stream rshmemx_long_collect_on_stream
@@ -2177,7 +2199,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_longlong_g_on_stream rshmemx_longlong_g_on_stream
 #define nvshmemx_longlong_put_on_stream rshmemx_longlong_put_on_stream
 #define nvshmemx_longlong_get_on_stream rshmemx_longlong_get_on_stream
+#define nvshmemx_longlong_put_nbi_on_stream rshmemx_longlong_put_on_stream
+#define nvshmemx_longlong_get_nbi_on_stream rshmemx_longlong_get_on_stream
 #define nvshmemx_longlong_put_signal_on_stream rshmemx_longlong_put_signal_on_stream
+#define nvshmemx_longlong_put_signal_nbi_on_stream rshmemx_longlong_put_signal_on_stream
 #define nvshmemx_longlong_alltoall_on_stream rshmemx_longlong_alltoall_on_stream
 #define nvshmemx_longlong_fcollect_on_stream rshmemx_longlong_fcollect_on_stream
 #define nvshmemx_longlong_collect_on_stream rshmemx_longlong_collect_on_stream
@@ -2200,7 +2225,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uchar_g_on_stream rshmemx_uchar_g_on_stream
 #define nvshmemx_uchar_put_on_stream rshmemx_uchar_put_on_stream
 #define nvshmemx_uchar_get_on_stream rshmemx_uchar_get_on_stream
+#define nvshmemx_uchar_put_nbi_on_stream rshmemx_uchar_put_on_stream
+#define nvshmemx_uchar_get_nbi_on_stream rshmemx_uchar_get_on_stream
 #define nvshmemx_uchar_put_signal_on_stream rshmemx_uchar_put_signal_on_stream
+#define nvshmemx_uchar_put_signal_nbi_on_stream rshmemx_uchar_put_signal_on_stream
 #define nvshmemx_uchar_alltoall_on_stream rshmemx_uchar_alltoall_on_stream
 #define nvshmemx_uchar_fcollect_on_stream rshmemx_uchar_fcollect_on_stream
 #define nvshmemx_uchar_collect_on_stream rshmemx_uchar_collect_on_stream
@@ -2223,7 +2251,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_ushort_g_on_stream rshmemx_ushort_g_on_stream
 #define nvshmemx_ushort_put_on_stream rshmemx_ushort_put_on_stream
 #define nvshmemx_ushort_get_on_stream rshmemx_ushort_get_on_stream
+#define nvshmemx_ushort_put_nbi_on_stream rshmemx_ushort_put_on_stream
+#define nvshmemx_ushort_get_nbi_on_stream rshmemx_ushort_get_on_stream
 #define nvshmemx_ushort_put_signal_on_stream rshmemx_ushort_put_signal_on_stream
+#define nvshmemx_ushort_put_signal_nbi_on_stream rshmemx_ushort_put_signal_on_stream
 #define nvshmemx_ushort_alltoall_on_stream rshmemx_ushort_alltoall_on_stream
 #define nvshmemx_ushort_fcollect_on_stream rshmemx_ushort_fcollect_on_stream
 #define nvshmemx_ushort_collect_on_stream rshmemx_ushort_collect_on_stream
@@ -2246,7 +2277,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uint_g_on_stream rshmemx_uint_g_on_stream
 #define nvshmemx_uint_put_on_stream rshmemx_uint_put_on_stream
 #define nvshmemx_uint_get_on_stream rshmemx_uint_get_on_stream
+#define nvshmemx_uint_put_nbi_on_stream rshmemx_uint_put_on_stream
+#define nvshmemx_uint_get_nbi_on_stream rshmemx_uint_get_on_stream
 #define nvshmemx_uint_put_signal_on_stream rshmemx_uint_put_signal_on_stream
+#define nvshmemx_uint_put_signal_nbi_on_stream rshmemx_uint_put_signal_on_stream
 #define nvshmemx_uint_alltoall_on_stream rshmemx_uint_alltoall_on_stream
 #define nvshmemx_uint_fcollect_on_stream rshmemx_uint_fcollect_on_stream
 #define nvshmemx_uint_collect_on_stream rshmemx_uint_collect_on_stream
@@ -2269,7 +2303,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_ulong_g_on_stream rshmemx_ulong_g_on_stream
 #define nvshmemx_ulong_put_on_stream rshmemx_ulong_put_on_stream
 #define nvshmemx_ulong_get_on_stream rshmemx_ulong_get_on_stream
+#define nvshmemx_ulong_put_nbi_on_stream rshmemx_ulong_put_on_stream
+#define nvshmemx_ulong_get_nbi_on_stream rshmemx_ulong_get_on_stream
 #define nvshmemx_ulong_put_signal_on_stream rshmemx_ulong_put_signal_on_stream
+#define nvshmemx_ulong_put_signal_nbi_on_stream rshmemx_ulong_put_signal_on_stream
 #define nvshmemx_ulong_alltoall_on_stream rshmemx_ulong_alltoall_on_stream
 #define nvshmemx_ulong_fcollect_on_stream rshmemx_ulong_fcollect_on_stream
 #define nvshmemx_ulong_collect_on_stream rshmemx_ulong_collect_on_stream
@@ -2292,7 +2329,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_ulonglong_g_on_stream rshmemx_ulonglong_g_on_stream
 #define nvshmemx_ulonglong_put_on_stream rshmemx_ulonglong_put_on_stream
 #define nvshmemx_ulonglong_get_on_stream rshmemx_ulonglong_get_on_stream
+#define nvshmemx_ulonglong_put_nbi_on_stream rshmemx_ulonglong_put_on_stream
+#define nvshmemx_ulonglong_get_nbi_on_stream rshmemx_ulonglong_get_on_stream
 #define nvshmemx_ulonglong_put_signal_on_stream rshmemx_ulonglong_put_signal_on_stream
+#define nvshmemx_ulonglong_put_signal_nbi_on_stream rshmemx_ulonglong_put_signal_on_stream
 #define nvshmemx_ulonglong_alltoall_on_stream rshmemx_ulonglong_alltoall_on_stream
 #define nvshmemx_ulonglong_fcollect_on_stream rshmemx_ulonglong_fcollect_on_stream
 #define nvshmemx_ulonglong_collect_on_stream rshmemx_ulonglong_collect_on_stream
@@ -2315,7 +2355,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_int8_g_on_stream rshmemx_int8_g_on_stream
 #define nvshmemx_int8_put_on_stream rshmemx_int8_put_on_stream
 #define nvshmemx_int8_get_on_stream rshmemx_int8_get_on_stream
+#define nvshmemx_int8_put_nbi_on_stream rshmemx_int8_put_on_stream
+#define nvshmemx_int8_get_nbi_on_stream rshmemx_int8_get_on_stream
 #define nvshmemx_int8_put_signal_on_stream rshmemx_int8_put_signal_on_stream
+#define nvshmemx_int8_put_signal_nbi_on_stream rshmemx_int8_put_signal_on_stream
 #define nvshmemx_int8_alltoall_on_stream rshmemx_int8_alltoall_on_stream
 #define nvshmemx_int8_fcollect_on_stream rshmemx_int8_fcollect_on_stream
 #define nvshmemx_int8_collect_on_stream rshmemx_int8_collect_on_stream
@@ -2338,7 +2381,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_int16_g_on_stream rshmemx_int16_g_on_stream
 #define nvshmemx_int16_put_on_stream rshmemx_int16_put_on_stream
 #define nvshmemx_int16_get_on_stream rshmemx_int16_get_on_stream
+#define nvshmemx_int16_put_nbi_on_stream rshmemx_int16_put_on_stream
+#define nvshmemx_int16_get_nbi_on_stream rshmemx_int16_get_on_stream
 #define nvshmemx_int16_put_signal_on_stream rshmemx_int16_put_signal_on_stream
+#define nvshmemx_int16_put_signal_nbi_on_stream rshmemx_int16_put_signal_on_stream
 #define nvshmemx_int16_alltoall_on_stream rshmemx_int16_alltoall_on_stream
 #define nvshmemx_int16_fcollect_on_stream rshmemx_int16_fcollect_on_stream
 #define nvshmemx_int16_collect_on_stream rshmemx_int16_collect_on_stream
@@ -2361,7 +2407,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_int32_g_on_stream rshmemx_int32_g_on_stream
 #define nvshmemx_int32_put_on_stream rshmemx_int32_put_on_stream
 #define nvshmemx_int32_get_on_stream rshmemx_int32_get_on_stream
+#define nvshmemx_int32_put_nbi_on_stream rshmemx_int32_put_on_stream
+#define nvshmemx_int32_get_nbi_on_stream rshmemx_int32_get_on_stream
 #define nvshmemx_int32_put_signal_on_stream rshmemx_int32_put_signal_on_stream
+#define nvshmemx_int32_put_signal_nbi_on_stream rshmemx_int32_put_signal_on_stream
 #define nvshmemx_int32_alltoall_on_stream rshmemx_int32_alltoall_on_stream
 #define nvshmemx_int32_fcollect_on_stream rshmemx_int32_fcollect_on_stream
 #define nvshmemx_int32_collect_on_stream rshmemx_int32_collect_on_stream
@@ -2384,7 +2433,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_int64_g_on_stream rshmemx_int64_g_on_stream
 #define nvshmemx_int64_put_on_stream rshmemx_int64_put_on_stream
 #define nvshmemx_int64_get_on_stream rshmemx_int64_get_on_stream
+#define nvshmemx_int64_put_nbi_on_stream rshmemx_int64_put_on_stream
+#define nvshmemx_int64_get_nbi_on_stream rshmemx_int64_get_on_stream
 #define nvshmemx_int64_put_signal_on_stream rshmemx_int64_put_signal_on_stream
+#define nvshmemx_int64_put_signal_nbi_on_stream rshmemx_int64_put_signal_on_stream
 #define nvshmemx_int64_alltoall_on_stream rshmemx_int64_alltoall_on_stream
 #define nvshmemx_int64_fcollect_on_stream rshmemx_int64_fcollect_on_stream
 #define nvshmemx_int64_collect_on_stream rshmemx_int64_collect_on_stream
@@ -2407,7 +2459,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uint8_g_on_stream rshmemx_uint8_g_on_stream
 #define nvshmemx_uint8_put_on_stream rshmemx_uint8_put_on_stream
 #define nvshmemx_uint8_get_on_stream rshmemx_uint8_get_on_stream
+#define nvshmemx_uint8_put_nbi_on_stream rshmemx_uint8_put_on_stream
+#define nvshmemx_uint8_get_nbi_on_stream rshmemx_uint8_get_on_stream
 #define nvshmemx_uint8_put_signal_on_stream rshmemx_uint8_put_signal_on_stream
+#define nvshmemx_uint8_put_signal_nbi_on_stream rshmemx_uint8_put_signal_on_stream
 #define nvshmemx_uint8_alltoall_on_stream rshmemx_uint8_alltoall_on_stream
 #define nvshmemx_uint8_fcollect_on_stream rshmemx_uint8_fcollect_on_stream
 #define nvshmemx_uint8_collect_on_stream rshmemx_uint8_collect_on_stream
@@ -2430,7 +2485,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uint16_g_on_stream rshmemx_uint16_g_on_stream
 #define nvshmemx_uint16_put_on_stream rshmemx_uint16_put_on_stream
 #define nvshmemx_uint16_get_on_stream rshmemx_uint16_get_on_stream
+#define nvshmemx_uint16_put_nbi_on_stream rshmemx_uint16_put_on_stream
+#define nvshmemx_uint16_get_nbi_on_stream rshmemx_uint16_get_on_stream
 #define nvshmemx_uint16_put_signal_on_stream rshmemx_uint16_put_signal_on_stream
+#define nvshmemx_uint16_put_signal_nbi_on_stream rshmemx_uint16_put_signal_on_stream
 #define nvshmemx_uint16_alltoall_on_stream rshmemx_uint16_alltoall_on_stream
 #define nvshmemx_uint16_fcollect_on_stream rshmemx_uint16_fcollect_on_stream
 #define nvshmemx_uint16_collect_on_stream rshmemx_uint16_collect_on_stream
@@ -2453,7 +2511,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uint32_g_on_stream rshmemx_uint32_g_on_stream
 #define nvshmemx_uint32_put_on_stream rshmemx_uint32_put_on_stream
 #define nvshmemx_uint32_get_on_stream rshmemx_uint32_get_on_stream
+#define nvshmemx_uint32_put_nbi_on_stream rshmemx_uint32_put_on_stream
+#define nvshmemx_uint32_get_nbi_on_stream rshmemx_uint32_get_on_stream
 #define nvshmemx_uint32_put_signal_on_stream rshmemx_uint32_put_signal_on_stream
+#define nvshmemx_uint32_put_signal_nbi_on_stream rshmemx_uint32_put_signal_on_stream
 #define nvshmemx_uint32_alltoall_on_stream rshmemx_uint32_alltoall_on_stream
 #define nvshmemx_uint32_fcollect_on_stream rshmemx_uint32_fcollect_on_stream
 #define nvshmemx_uint32_collect_on_stream rshmemx_uint32_collect_on_stream
@@ -2476,7 +2537,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_uint64_g_on_stream rshmemx_uint64_g_on_stream
 #define nvshmemx_uint64_put_on_stream rshmemx_uint64_put_on_stream
 #define nvshmemx_uint64_get_on_stream rshmemx_uint64_get_on_stream
+#define nvshmemx_uint64_put_nbi_on_stream rshmemx_uint64_put_on_stream
+#define nvshmemx_uint64_get_nbi_on_stream rshmemx_uint64_get_on_stream
 #define nvshmemx_uint64_put_signal_on_stream rshmemx_uint64_put_signal_on_stream
+#define nvshmemx_uint64_put_signal_nbi_on_stream rshmemx_uint64_put_signal_on_stream
 #define nvshmemx_uint64_alltoall_on_stream rshmemx_uint64_alltoall_on_stream
 #define nvshmemx_uint64_fcollect_on_stream rshmemx_uint64_fcollect_on_stream
 #define nvshmemx_uint64_collect_on_stream rshmemx_uint64_collect_on_stream
@@ -2499,7 +2563,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_size_g_on_stream rshmemx_size_g_on_stream
 #define nvshmemx_size_put_on_stream rshmemx_size_put_on_stream
 #define nvshmemx_size_get_on_stream rshmemx_size_get_on_stream
+#define nvshmemx_size_put_nbi_on_stream rshmemx_size_put_on_stream
+#define nvshmemx_size_get_nbi_on_stream rshmemx_size_get_on_stream
 #define nvshmemx_size_put_signal_on_stream rshmemx_size_put_signal_on_stream
+#define nvshmemx_size_put_signal_nbi_on_stream rshmemx_size_put_signal_on_stream
 #define nvshmemx_size_alltoall_on_stream rshmemx_size_alltoall_on_stream
 #define nvshmemx_size_fcollect_on_stream rshmemx_size_fcollect_on_stream
 #define nvshmemx_size_collect_on_stream rshmemx_size_collect_on_stream
@@ -2522,7 +2589,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_ptrdiff_g_on_stream rshmemx_ptrdiff_g_on_stream
 #define nvshmemx_ptrdiff_put_on_stream rshmemx_ptrdiff_put_on_stream
 #define nvshmemx_ptrdiff_get_on_stream rshmemx_ptrdiff_get_on_stream
+#define nvshmemx_ptrdiff_put_nbi_on_stream rshmemx_ptrdiff_put_on_stream
+#define nvshmemx_ptrdiff_get_nbi_on_stream rshmemx_ptrdiff_get_on_stream
 #define nvshmemx_ptrdiff_put_signal_on_stream rshmemx_ptrdiff_put_signal_on_stream
+#define nvshmemx_ptrdiff_put_signal_nbi_on_stream rshmemx_ptrdiff_put_signal_on_stream
 #define nvshmemx_ptrdiff_alltoall_on_stream rshmemx_ptrdiff_alltoall_on_stream
 #define nvshmemx_ptrdiff_fcollect_on_stream rshmemx_ptrdiff_fcollect_on_stream
 #define nvshmemx_ptrdiff_collect_on_stream rshmemx_ptrdiff_collect_on_stream
@@ -2545,7 +2615,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_float_g_on_stream rshmemx_float_g_on_stream
 #define nvshmemx_float_put_on_stream rshmemx_float_put_on_stream
 #define nvshmemx_float_get_on_stream rshmemx_float_get_on_stream
+#define nvshmemx_float_put_nbi_on_stream rshmemx_float_put_on_stream
+#define nvshmemx_float_get_nbi_on_stream rshmemx_float_get_on_stream
 #define nvshmemx_float_put_signal_on_stream rshmemx_float_put_signal_on_stream
+#define nvshmemx_float_put_signal_nbi_on_stream rshmemx_float_put_signal_on_stream
 #define nvshmemx_float_alltoall_on_stream rshmemx_float_alltoall_on_stream
 #define nvshmemx_float_fcollect_on_stream rshmemx_float_fcollect_on_stream
 #define nvshmemx_float_collect_on_stream rshmemx_float_collect_on_stream
@@ -2562,7 +2635,10 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_double_g_on_stream rshmemx_double_g_on_stream
 #define nvshmemx_double_put_on_stream rshmemx_double_put_on_stream
 #define nvshmemx_double_get_on_stream rshmemx_double_get_on_stream
+#define nvshmemx_double_put_nbi_on_stream rshmemx_double_put_on_stream
+#define nvshmemx_double_get_nbi_on_stream rshmemx_double_get_on_stream
 #define nvshmemx_double_put_signal_on_stream rshmemx_double_put_signal_on_stream
+#define nvshmemx_double_put_signal_nbi_on_stream rshmemx_double_put_signal_on_stream
 #define nvshmemx_double_alltoall_on_stream rshmemx_double_alltoall_on_stream
 #define nvshmemx_double_fcollect_on_stream rshmemx_double_fcollect_on_stream
 #define nvshmemx_double_collect_on_stream rshmemx_double_collect_on_stream
@@ -2609,6 +2685,8 @@ RSHMEM_COMPAT_COLL(nvshmem_half_fcollect, (rshmem_team_t team, half *dest, const
 RSHMEM_COMPAT_COLL(nvshmem_half_broadcast, (rshmem_team_t team, half *dest, const half *source, size_t nelems, int root), rshmem_uint16_broadcast(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root), RSHMEM_COMPAT_HOST_ENTRY(rshmem_uint16_broadcast)(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_put_on_stream, (half *dest, const half *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_put_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_get_on_stream, (half *dest, const half *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_get_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_put_nbi_on_stream, (half *dest, const half *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_put_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_get_nbi_on_stream, (half *dest, const half *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_get_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_alltoall_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nelems, cudaStream_t stream), rshmemx_uint16_alltoall_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_fcollect_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nelems, cudaStream_t stream), rshmemx_uint16_fcollect_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_broadcast_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
@@ -2643,6 +2721,8 @@ RSHMEM_COMPAT_COLL(nvshmem_bfloat16_fcollect, (rshmem_team_t team, __nv_bfloat16
 RSHMEM_COMPAT_COLL(nvshmem_bfloat16_broadcast, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, int root), rshmem_uint16_broadcast(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root), RSHMEM_COMPAT_HOST_ENTRY(rshmem_uint16_broadcast)(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_put_on_stream, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_put_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_get_on_stream, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_get_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_put_nbi_on_stream, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_put_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_get_nbi_on_stream, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe, cudaStream_t stream), rshmemx_uint16_get_on_stream((uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_alltoall_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, cudaStream_t stream), rshmemx_uint16_alltoall_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_fcollect_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, cudaStream_t stream), rshmemx_uint16_fcollect_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, stream))
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_broadcast_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
@@ -2650,85 +2730,9 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_broadcast_on_stream, (rshmem_team_t 
 
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_global_exit, "rshmem's host library has no rshmem_global_exit")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_info_get_version, "rshmem's host library has no rshmem_info_get_version")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_info_get_name, "rshmem's host library has no rshmem_info_get_name")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_set_attr_mpi_comm_args, "rshmem's host library has no rshmem_set_attr_mpi_comm_args")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_init_status, "rshmem's host library has no rshmem_init_status")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_putmem_nbi_on_stream, "rshmem's host library has no rshmemx_putmem_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_getmem_nbi_on_stream, "rshmem's host library has no rshmemx_getmem_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_putmem_signal_nbi_on_stream, "rshmem's host library has no rshmemx_putmem_signal_nbi_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_char_put_nbi_on_stream, "rshmem's host library has no rshmemx_char_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_char_get_nbi_on_stream, "rshmem's host library has no rshmemx_char_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_char_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_char_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_schar_put_nbi_on_stream, "rshmem's host library has no rshmemx_schar_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_schar_get_nbi_on_stream, "rshmem's host library has no rshmemx_schar_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_schar_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_schar_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_short_put_nbi_on_stream, "rshmem's host library has no rshmemx_short_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_short_get_nbi_on_stream, "rshmem's host library has no rshmemx_short_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_short_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_short_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_put_nbi_on_stream, "rshmem's host library has no rshmemx_int_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_get_nbi_on_stream, "rshmem's host library has no rshmemx_int_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_int_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_long_put_nbi_on_stream, "rshmem's host library has no rshmemx_long_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_long_get_nbi_on_stream, "rshmem's host library has no rshmemx_long_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_long_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_long_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_longlong_put_nbi_on_stream, "rshmem's host library has no rshmemx_longlong_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_longlong_get_nbi_on_stream, "rshmem's host library has no rshmemx_longlong_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_longlong_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_longlong_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uchar_put_nbi_on_stream, "rshmem's host library has no rshmemx_uchar_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uchar_get_nbi_on_stream, "rshmem's host library has no rshmemx_uchar_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uchar_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uchar_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ushort_put_nbi_on_stream, "rshmem's host library has no rshmemx_ushort_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ushort_get_nbi_on_stream, "rshmem's host library has no rshmemx_ushort_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ushort_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_ushort_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uint_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulong_put_nbi_on_stream, "rshmem's host library has no rshmemx_ulong_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulong_get_nbi_on_stream, "rshmem's host library has no rshmemx_ulong_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulong_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_ulong_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulonglong_put_nbi_on_stream, "rshmem's host library has no rshmemx_ulonglong_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulonglong_get_nbi_on_stream, "rshmem's host library has no rshmemx_ulonglong_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ulonglong_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_ulonglong_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int8_put_nbi_on_stream, "rshmem's host library has no rshmemx_int8_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int8_get_nbi_on_stream, "rshmem's host library has no rshmemx_int8_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int8_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_int8_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int16_put_nbi_on_stream, "rshmem's host library has no rshmemx_int16_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int16_get_nbi_on_stream, "rshmem's host library has no rshmemx_int16_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int16_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_int16_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int32_put_nbi_on_stream, "rshmem's host library has no rshmemx_int32_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int32_get_nbi_on_stream, "rshmem's host library has no rshmemx_int32_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int32_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_int32_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int64_put_nbi_on_stream, "rshmem's host library has no rshmemx_int64_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int64_get_nbi_on_stream, "rshmem's host library has no rshmemx_int64_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int64_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_int64_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint8_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint8_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint8_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint8_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint8_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uint8_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint16_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint16_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint16_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint32_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint32_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint32_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint32_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint32_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uint32_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint64_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint64_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint64_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint64_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_uint64_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_uint64_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_size_put_nbi_on_stream, "rshmem's host library has no rshmemx_size_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_size_get_nbi_on_stream, "rshmem's host library has no rshmemx_size_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_size_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_size_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_put_nbi_on_stream, "rshmem's host library has no rshmemx_ptrdiff_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_get_nbi_on_stream, "rshmem's host library has no rshmemx_ptrdiff_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_ptrdiff_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_float_put_nbi_on_stream, "rshmem's host library has no rshmemx_float_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_float_get_nbi_on_stream, "rshmem's host library has no rshmemx_float_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_float_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_float_put_signal_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double_put_nbi_on_stream, "rshmem's host library has no rshmemx_double_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double_get_nbi_on_stream, "rshmem's host library has no rshmemx_double_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double_put_signal_nbi_on_stream, "rshmem's host library has no rshmemx_double_put_signal_nbi_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_all_on_stream, "rshmem's host library has no rshmemx_int_wait_until_all_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_any_on_stream, "rshmem's host library has no rshmemx_int_wait_until_any_on_stream")
@@ -2777,10 +2781,6 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_on_stream, "rshmem's host 
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_all_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_all_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_any_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_any_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_some_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_some_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_get_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_put_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_put_nbi_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_get_nbi_on_stream, "rshmem's host library has no rshmemx_uint16_get_nbi_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmem_half_sum_reduce, "rshmem has no 16-bit float reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reduce_warp, "rshmem has no 16-bit float reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reduce_block, "rshmem has no 16-bit float reductions")
@@ -2845,6 +2845,10 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmem_bfloat16_max_reducescatter, "rshmem has no 16-
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reducescatter_warp, "rshmem has no 16-bit float reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reducescatter_block, "rshmem has no 16-bit float reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reducescatter_on_stream, "rshmem has no 16-bit float reductions")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmem_double2_maxloc_reduce, "rshmem has no maxloc reductions")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_warp, "rshmem has no maxloc reductions")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_block, "rshmem has no maxloc reductions")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "rshmem has no maxloc reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register, "rshmem has no registration of user buffers")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister, "rshmem has no registration of user buffers")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_all, "rshmem has no registration of user buffers")
@@ -2871,85 +2875,9 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_warp, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
-#define nvshmem_global_exit(...) nvshmem_global_exit_is_not_supported_by_rshmem
-#define nvshmem_info_get_version(...) nvshmem_info_get_version_is_not_supported_by_rshmem
-#define nvshmem_info_get_name(...) nvshmem_info_get_name_is_not_supported_by_rshmem
 #define nvshmemx_set_attr_mpi_comm_args(...) nvshmemx_set_attr_mpi_comm_args_is_not_supported_by_rshmem
-#define nvshmemx_init_status(...) nvshmemx_init_status_is_not_supported_by_rshmem
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
-#define nvshmemx_putmem_nbi_on_stream(...) nvshmemx_putmem_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_getmem_nbi_on_stream(...) nvshmemx_getmem_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_putmem_signal_nbi_on_stream(...) nvshmemx_putmem_signal_nbi_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_char_put_nbi_on_stream(...) nvshmemx_char_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_char_get_nbi_on_stream(...) nvshmemx_char_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_char_put_signal_nbi_on_stream(...) nvshmemx_char_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_schar_put_nbi_on_stream(...) nvshmemx_schar_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_schar_get_nbi_on_stream(...) nvshmemx_schar_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_schar_put_signal_nbi_on_stream(...) nvshmemx_schar_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_short_put_nbi_on_stream(...) nvshmemx_short_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_short_get_nbi_on_stream(...) nvshmemx_short_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_short_put_signal_nbi_on_stream(...) nvshmemx_short_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int_put_nbi_on_stream(...) nvshmemx_int_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int_get_nbi_on_stream(...) nvshmemx_int_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int_put_signal_nbi_on_stream(...) nvshmemx_int_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_long_put_nbi_on_stream(...) nvshmemx_long_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_long_get_nbi_on_stream(...) nvshmemx_long_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_long_put_signal_nbi_on_stream(...) nvshmemx_long_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_longlong_put_nbi_on_stream(...) nvshmemx_longlong_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_longlong_get_nbi_on_stream(...) nvshmemx_longlong_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_longlong_put_signal_nbi_on_stream(...) nvshmemx_longlong_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uchar_put_nbi_on_stream(...) nvshmemx_uchar_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uchar_get_nbi_on_stream(...) nvshmemx_uchar_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uchar_put_signal_nbi_on_stream(...) nvshmemx_uchar_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ushort_put_nbi_on_stream(...) nvshmemx_ushort_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ushort_get_nbi_on_stream(...) nvshmemx_ushort_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ushort_put_signal_nbi_on_stream(...) nvshmemx_ushort_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint_put_nbi_on_stream(...) nvshmemx_uint_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint_get_nbi_on_stream(...) nvshmemx_uint_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint_put_signal_nbi_on_stream(...) nvshmemx_uint_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulong_put_nbi_on_stream(...) nvshmemx_ulong_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulong_get_nbi_on_stream(...) nvshmemx_ulong_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulong_put_signal_nbi_on_stream(...) nvshmemx_ulong_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulonglong_put_nbi_on_stream(...) nvshmemx_ulonglong_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulonglong_get_nbi_on_stream(...) nvshmemx_ulonglong_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ulonglong_put_signal_nbi_on_stream(...) nvshmemx_ulonglong_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int8_put_nbi_on_stream(...) nvshmemx_int8_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int8_get_nbi_on_stream(...) nvshmemx_int8_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int8_put_signal_nbi_on_stream(...) nvshmemx_int8_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int16_put_nbi_on_stream(...) nvshmemx_int16_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int16_get_nbi_on_stream(...) nvshmemx_int16_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int16_put_signal_nbi_on_stream(...) nvshmemx_int16_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int32_put_nbi_on_stream(...) nvshmemx_int32_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int32_get_nbi_on_stream(...) nvshmemx_int32_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int32_put_signal_nbi_on_stream(...) nvshmemx_int32_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int64_put_nbi_on_stream(...) nvshmemx_int64_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int64_get_nbi_on_stream(...) nvshmemx_int64_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_int64_put_signal_nbi_on_stream(...) nvshmemx_int64_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint8_put_nbi_on_stream(...) nvshmemx_uint8_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint8_get_nbi_on_stream(...) nvshmemx_uint8_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint8_put_signal_nbi_on_stream(...) nvshmemx_uint8_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint16_put_nbi_on_stream(...) nvshmemx_uint16_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint16_get_nbi_on_stream(...) nvshmemx_uint16_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint16_put_signal_nbi_on_stream(...) nvshmemx_uint16_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint32_put_nbi_on_stream(...) nvshmemx_uint32_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint32_get_nbi_on_stream(...) nvshmemx_uint32_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint32_put_signal_nbi_on_stream(...) nvshmemx_uint32_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint64_put_nbi_on_stream(...) nvshmemx_uint64_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint64_get_nbi_on_stream(...) nvshmemx_uint64_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_uint64_put_signal_nbi_on_stream(...) nvshmemx_uint64_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_size_put_nbi_on_stream(...) nvshmemx_size_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_size_get_nbi_on_stream(...) nvshmemx_size_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_size_put_signal_nbi_on_stream(...) nvshmemx_size_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ptrdiff_put_nbi_on_stream(...) nvshmemx_ptrdiff_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ptrdiff_get_nbi_on_stream(...) nvshmemx_ptrdiff_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_ptrdiff_put_signal_nbi_on_stream(...) nvshmemx_ptrdiff_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_float_put_nbi_on_stream(...) nvshmemx_float_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_float_get_nbi_on_stream(...) nvshmemx_float_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_float_put_signal_nbi_on_stream(...) nvshmemx_float_put_signal_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_double_put_nbi_on_stream(...) nvshmemx_double_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_double_get_nbi_on_stream(...) nvshmemx_double_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_double_put_signal_nbi_on_stream(...) nvshmemx_double_put_signal_nbi_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_all_on_stream(...) nvshmemx_int_wait_until_all_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_any_on_stream(...) nvshmemx_int_wait_until_any_on_stream_is_not_supported_by_rshmem
@@ -2998,10 +2926,6 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #define nvshmemx_ptrdiff_wait_until_all_on_stream(...) nvshmemx_ptrdiff_wait_until_all_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_any_on_stream(...) nvshmemx_ptrdiff_wait_until_any_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_some_on_stream(...) nvshmemx_ptrdiff_wait_until_some_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_put_nbi_on_stream(...) nvshmemx_half_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_get_nbi_on_stream(...) nvshmemx_half_get_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_put_nbi_on_stream(...) nvshmemx_bfloat16_put_nbi_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_get_nbi_on_stream(...) nvshmemx_bfloat16_get_nbi_on_stream_is_not_supported_by_rshmem
 #define nvshmem_half_sum_reduce(...) nvshmem_half_sum_reduce_is_not_supported_by_rshmem
 #define nvshmemx_half_sum_reduce_warp(...) nvshmemx_half_sum_reduce_warp_is_not_supported_by_rshmem
 #define nvshmemx_half_sum_reduce_block(...) nvshmemx_half_sum_reduce_block_is_not_supported_by_rshmem
@@ -3066,6 +2990,10 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #define nvshmemx_bfloat16_max_reducescatter_warp(...) nvshmemx_bfloat16_max_reducescatter_warp_is_not_supported_by_rshmem
 #define nvshmemx_bfloat16_max_reducescatter_block(...) nvshmemx_bfloat16_max_reducescatter_block_is_not_supported_by_rshmem
 #define nvshmemx_bfloat16_max_reducescatter_on_stream(...) nvshmemx_bfloat16_max_reducescatter_on_stream_is_not_supported_by_rshmem
+#define nvshmem_double2_maxloc_reduce(...) nvshmem_double2_maxloc_reduce_is_not_supported_by_rshmem
+#define nvshmemx_double2_maxloc_reduce_warp(...) nvshmemx_double2_maxloc_reduce_warp_is_not_supported_by_rshmem
+#define nvshmemx_double2_maxloc_reduce_block(...) nvshmemx_double2_maxloc_reduce_block_is_not_supported_by_rshmem
+#define nvshmemx_double2_maxloc_reduce_on_stream(...) nvshmemx_double2_maxloc_reduce_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_buffer_register(...) nvshmemx_buffer_register_is_not_supported_by_rshmem
 #define nvshmemx_buffer_unregister(...) nvshmemx_buffer_unregister_is_not_supported_by_rshmem
 #define nvshmemx_buffer_unregister_all(...) nvshmemx_buffer_unregister_all_is_not_supported_by_rshmem

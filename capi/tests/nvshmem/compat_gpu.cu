@@ -1,0 +1,138 @@
+// GPU test of the code the NVSHMEM compatibility headers add on top of plain name mapping
+// (capi/tests/nvshmem/run builds it; it runs under rshmemrun on 2 or more PEs, on one GPU under
+// MPS too). Every PE prints one line per check and exits 1 if any failed:
+//   1. cudaSetDevice(nvshmem_team_my_pe(NVSHMEMX_TEAM_NODE)) succeeds (several PEs per GPU);
+//   2. a thread-scope team collective called from host code (the host library's collective);
+//   3. the same collective called in a kernel;
+//   4. half: nvshmem_half_p in a kernel, nvshmem_half_g from the host;
+//   5. half: nvshmemx_half_put_block in a kernel;
+//   6. half: nvshmemx_half_put_on_stream and nvshmem_half_broadcast from the host;
+//   7. nvshmemx_putmem_nbi_on_stream (mapped to the stream-ordered put) + quiet/barrier on stream.
+#include <stdio.h>
+#include <stdint.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+static int failures = 0;
+static int mype = -1;
+
+static void check(int ok, const char *what) {
+    printf("PE %d: %s: %s\n", mype, what, ok ? "ok" : "FAILED");
+    if (!ok) failures++;
+}
+
+static uint16_t bits(half h) {
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+__global__ void reduce_kernel(int *dest, const int *src) {
+    nvshmem_int_sum_reduce(NVSHMEM_TEAM_WORLD, dest, src, 1);
+}
+
+__global__ void half_p_kernel(half *dest, half v, int peer) { nvshmem_half_p(dest, v, peer); }
+
+__global__ void half_block_kernel(half *dest, const half *src, size_t n, int peer) {
+    nvshmemx_half_put_block(dest, src, n, peer);
+}
+
+int main(void) {
+    if (nvshmem_init() != NVSHMEMX_SUCCESS) return 1;
+    mype = nvshmem_my_pe();
+    const int npes = nvshmem_n_pes();
+    const int right = (mype + 1) % npes, left = (mype + npes - 1) % npes;
+    check(cudaSetDevice(nvshmem_team_my_pe(NVSHMEMX_TEAM_NODE)) == cudaSuccess,
+          "cudaSetDevice(node rank)");
+
+    int *isrc = (int *)nvshmem_malloc(sizeof(int));
+    int *idst = (int *)nvshmem_malloc(sizeof(int));
+    const int want = npes * (npes + 1) / 2;
+    int v = mype + 1, got = 0;
+    cudaMemcpy(isrc, &v, sizeof(int), cudaMemcpyHostToDevice);
+    nvshmem_barrier_all();
+    check(nvshmem_int_sum_reduce(NVSHMEM_TEAM_WORLD, idst, isrc, 1) == 0, "host reduce returns 0");
+    cudaMemcpy(&got, idst, sizeof(int), cudaMemcpyDeviceToHost);
+    check(got == want, "host nvshmem_int_sum_reduce");
+
+    cudaMemset(idst, 0, sizeof(int));
+    nvshmem_barrier_all();
+    void *args[] = {&idst, &isrc};
+    check(nvshmemx_collective_launch((const void *)reduce_kernel, 1, 1, args, 0, 0) == 0,
+          "collective launch");
+    cudaDeviceSynchronize();
+    got = 0;
+    cudaMemcpy(&got, idst, sizeof(int), cudaMemcpyDeviceToHost);
+    check(got == want, "device nvshmem_int_sum_reduce");
+
+    const size_t n = 1000;
+    half *hsrc = (half *)nvshmem_malloc(n * sizeof(half));
+    half *hdst = (half *)nvshmem_malloc(n * sizeof(half));
+    half mine = __float2half((float)mype + 0.5f);
+    cudaMemset(hdst, 0, n * sizeof(half));
+    nvshmem_barrier_all();
+    half_p_kernel<<<1, 1>>>(hdst, mine, right);
+    cudaDeviceSynchronize();
+    nvshmem_barrier_all();
+    half from_left = nvshmem_half_g(hdst, mype);
+    check(bits(from_left) == bits(__float2half((float)left + 0.5f)), "half p (device) / g (host)");
+
+    half *h = (half *)malloc(n * sizeof(half));
+    for (size_t i = 0; i < n; i++) h[i] = __float2half((float)(mype * 1000 + (int)i % 1000) / 8.0f);
+    cudaMemcpy(hsrc, h, n * sizeof(half), cudaMemcpyHostToDevice);
+    cudaMemset(hdst, 0, n * sizeof(half));
+    nvshmem_barrier_all();
+    half_block_kernel<<<1, 256>>>(hdst, hsrc, n, right);
+    cudaDeviceSynchronize();
+    nvshmem_barrier_all();
+    cudaMemcpy(h, hdst, n * sizeof(half), cudaMemcpyDeviceToHost);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        ok &= bits(h[i]) == bits(__float2half((float)(left * 1000 + (int)i % 1000) / 8.0f));
+    }
+    check(ok, "half put_block (device)");
+
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cudaMemset(hdst, 0, n * sizeof(half));
+    nvshmemx_barrier_all_on_stream(s);
+    nvshmemx_half_put_on_stream(hdst, hsrc, n, right, s);
+    nvshmemx_barrier_all_on_stream(s);
+    cudaStreamSynchronize(s);
+    cudaMemcpy(h, hdst, n * sizeof(half), cudaMemcpyDeviceToHost);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        ok &= bits(h[i]) == bits(__float2half((float)(left * 1000 + (int)i % 1000) / 8.0f));
+    }
+    check(ok, "half put_on_stream");
+
+    check(nvshmem_half_broadcast(NVSHMEM_TEAM_WORLD, hdst, hsrc, n, 0) == 0, "host half broadcast");
+    cudaMemcpy(h, hdst, n * sizeof(half), cudaMemcpyDeviceToHost);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        ok &= bits(h[i]) == bits(__float2half((float)(0 * 1000 + (int)i % 1000) / 8.0f));
+    }
+    check(ok, "host half broadcast data");
+
+    cudaMemset(idst, 0, sizeof(int));
+    nvshmemx_barrier_all_on_stream(s);
+    v = 100 + mype;
+    cudaMemcpy(isrc, &v, sizeof(int), cudaMemcpyHostToDevice);
+    nvshmemx_putmem_nbi_on_stream(idst, isrc, sizeof(int), right, s);
+    nvshmemx_quiet_on_stream(s);
+    nvshmemx_barrier_all_on_stream(s);
+    cudaStreamSynchronize(s);
+    got = 0;
+    cudaMemcpy(&got, idst, sizeof(int), cudaMemcpyDeviceToHost);
+    check(got == 100 + left, "putmem_nbi_on_stream");
+
+    cudaStreamDestroy(s);
+    free(h);
+    nvshmem_free(hsrc);
+    nvshmem_free(hdst);
+    nvshmem_free(isrc);
+    nvshmem_free(idst);
+    nvshmem_finalize();
+    if (failures == 0) printf("PE %d: all checks passed\n", mype);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,34 @@
+// Unsupported NVSHMEM calls are compile-time errors naming the call (capi/tests/nvshmem/run
+// compiles this file once per CASE and expects the error; with
+// -DRSHMEM_NVSHMEM_UNSUPPORTED_ABORTS every case compiles).
+#include <cuda.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+__global__ void kernel(half *d, const half *s) {
+#if CASE == 3
+    // A device call: 16-bit float reductions.
+    nvshmemx_half_sum_reduce_block(NVSHMEM_TEAM_WORLD, d, s, 1);
+#endif
+    (void)d;
+    (void)s;
+}
+
+int main(void) {
+    nvshmem_init();
+    void *p = nvshmem_malloc(64);
+#if CASE == 1
+    void *q = nvshmemx_buffer_register_symmetric(p, 64, 0);
+    (void)q;
+#elif CASE == 2
+    CUmodule m = 0;
+    int rc = nvshmemx_cumodule_init(m);
+    (void)rc;
+#elif CASE == 4
+    nvshmemx_half_max_reduce_on_stream(NVSHMEM_TEAM_WORLD, (half *)p, (const half *)p, 1, 0);
+#endif
+    kernel<<<1, 1>>>((half *)p, (const half *)p);
+    nvshmem_free(p);
+    nvshmem_finalize();
+    return 0;
+}
