@@ -287,7 +287,7 @@ int rshmem_finalize(void);
    them). May be called by one PE alone, at any time after init. */
 #if defined(__cplusplus)
 [[noreturn]]
-#else
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Noreturn
 #endif
 void rshmem_global_exit(int status);

@@ -283,6 +283,8 @@ fn errors_return_codes_and_name_the_call() {
             "set them with rshmem_set_attr_uniqueid_args",
         ),
         ("rshmem_init_attr", "unknown flags 0x100"),
+        ("rshmem_init_attr", "attr->mpi_comm is NULL"),
+        ("rshmem_init_attr", "MPI_Comm_rank is not in the process"),
         ("rshmem_init", "already initialized"),
         ("rshmemx_putmem_on_stream", "need the GPU backend"),
         ("rshmemx_int_sum_reduce_on_stream", "need the GPU backend"),

@@ -11,6 +11,11 @@ int main(void) {
     rshmem_init_attr_t attr = RSHMEM_INIT_ATTR_INITIALIZER;
     CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_UNIQUEID, &attr) == RSHMEM_ERROR_INVALID_VALUE);
     CHECK(rshmem_init_attr(0x100, &attr) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_INVALID_VALUE);
+    long not_a_comm = 0;
+    attr.mpi_comm = &not_a_comm; /* this program has no MPI */
+    CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmem_init_status() == RSHMEM_STATUS_NOT_INITIALIZED);
 
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     check_pe = rshmem_my_pe();
