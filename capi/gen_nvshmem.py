@@ -340,14 +340,26 @@ def half_calls(m):
             m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, (rshmem_team_t team, {ct} *dest, const {ct} *source, "
                   f"size_t nelems{extra}, cudaStream_t stream), {rs}(team, (uint16_t *)dest, "
                   f"(const uint16_t *)source, nelems{extra_a}, stream))")
-    m.raw("#endif  // RSHMEM_COMPAT_HAVE_FP16")
-    why = "rshmem has no 16-bit float reductions"
-    for t, _ in HALF:
+        # Reductions: the device library's (sum, prod, min, max).
         for op in ARITH_OPS:
             for c in ["reduce", "reducescatter"]:
-                for sfx, pre in SCOPES:
-                    m.unsupport(f"{pre}{t}_{op}_{c}{sfx}", why)
-                m.unsupport(f"nvshmemx_{t}_{op}_{c}_on_stream", why)
+                for sfx, pre in SCOPES[1:]:
+                    m.define(f"{pre}{t}_{op}_{c}{sfx}", f"rshmem_{t}_{op}_{c}{sfx}")
+                nv = f"nvshmem_{t}_{op}_{c}"
+                rs = f"rshmem_{t}_{op}_{c}"
+                params = f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce"
+                args = "team, dest, source, nreduce"
+                m.name(nv)
+                if m.host is None or rs in m.host:
+                    host = f"RSHMEM_COMPAT_HOST_ENTRY({rs})({args})"
+                    m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs}({args}), {host})")
+                else:
+                    # No host form: device only (a host call is a compile-time error).
+                    m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs}({args}))")
+                m.side = "host"
+                m.host_define(f"nvshmemx_{t}_{op}_{c}_on_stream", f"rshmemx_{t}_{op}_{c}_on_stream")
+                m.side = "dev"
+    m.raw("#endif  // RSHMEM_COMPAT_HAVE_FP16")
 
 
 def unsupported_calls(m):

@@ -4,10 +4,11 @@
 //     nvcc -arch=sm_90 -I<rshmem>/capi/include/nvshmem -I<rshmem>/capi/include
 //          -I<rshmem>/device-lib/include prog.cu -L<dir of librshmem.so> -lrshmem
 //
-// (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder (nvcc adds it; with
-// g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants and macros onto rshmem's
-// C API (rshmem.h) and device library (rshmem/*.cuh): every NVSHMEM call rshmem has is a macro
-// naming the rshmem call, so it works wherever the rshmem call works (host, device, or both).
+// (one command line; no -rdc). Host C/C++ files that include it need CUDA's include folder
+// (nvcc adds it; with gcc/g++ pass -I<cuda>/include). It maps NVSHMEM's names, types, constants
+// and macros onto rshmem's C API (rshmem.h) and device library (rshmem/*.cuh): every NVSHMEM
+// call rshmem has is a macro naming the rshmem call, so it works wherever the rshmem call works
+// (host, device, or both).
 // What rshmem does not support is a compile-time error naming the call:
 //
 //     error: static assertion failed with "rshmem: nvshmemx_buffer_register_symmetric is not
@@ -34,8 +35,7 @@
 #include <string.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include "rshmem.h"
-
+// The 16-bit float types before rshmem.h, so that the device library defines their reductions.
 #if defined(__cplusplus)
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -43,6 +43,7 @@
 #else
 #define RSHMEM_COMPAT_HAVE_FP16 0
 #endif
+#include "rshmem.h"
 
 // nvcc translation units (not NVRTC) see the device library through rshmem.h.
 #if defined(__CUDACC__) && !defined(__CUDACC_RTC__)

@@ -7,7 +7,9 @@
 //   4. half: nvshmem_half_p in a kernel, nvshmem_half_g from the host;
 //   5. half: nvshmemx_half_put_block in a kernel;
 //   6. half: nvshmemx_half_put_on_stream and nvshmem_half_broadcast from the host;
-//   7. nvshmemx_putmem_nbi_on_stream (mapped to the stream-ordered put) + quiet/barrier on stream.
+//   7. nvshmemx_putmem_nbi_on_stream (mapped to the stream-ordered put) + quiet/barrier on stream;
+//   8. half and bfloat16 reductions in a kernel (block scope; sums of small integers and halves,
+//      which 16 bits hold exactly, so the expected values are exact).
 #include <stdio.h>
 #include <stdint.h>
 #include <nvshmem.h>
@@ -35,6 +37,12 @@ __global__ void half_p_kernel(half *dest, half v, int peer) { nvshmem_half_p(des
 
 __global__ void half_block_kernel(half *dest, const half *src, size_t n, int peer) {
     nvshmemx_half_put_block(dest, src, n, peer);
+}
+
+__global__ void half_reduce_kernel(half *hd, const half *hs, __nv_bfloat16 *bd,
+                                   const __nv_bfloat16 *bs, size_t n) {
+    nvshmemx_half_sum_reduce_block(NVSHMEM_TEAM_WORLD, hd, hs, n);
+    nvshmemx_bfloat16_max_reduce_block(NVSHMEM_TEAM_WORLD, bd, bs, n);
 }
 
 int main(void) {
@@ -125,6 +133,44 @@ int main(void) {
     got = 0;
     cudaMemcpy(&got, idst, sizeof(int), cudaMemcpyDeviceToHost);
     check(got == 100 + left, "putmem_nbi_on_stream");
+
+    // 8. 16-bit float reductions: element i of PE p is (p + 1) + (i % 7) / 2 (half: sum over the
+    // PEs; bfloat16: max, PE npes - 1's value).
+    {
+        const size_t m = 3000;  // several chunks per PE, vector and scalar paths
+        half *hs = (half *)nvshmem_malloc(m * sizeof(half)), *hd = (half *)nvshmem_malloc(m * sizeof(half));
+        __nv_bfloat16 *bs = (__nv_bfloat16 *)nvshmem_malloc(m * sizeof(__nv_bfloat16));
+        __nv_bfloat16 *bd = (__nv_bfloat16 *)nvshmem_malloc(m * sizeof(__nv_bfloat16));
+        half *hh = (half *)malloc(m * sizeof(half));
+        __nv_bfloat16 *bh = (__nv_bfloat16 *)malloc(m * sizeof(__nv_bfloat16));
+        for (size_t i = 0; i < m; i++) {
+            hh[i] = __float2half((float)(mype + 1) + (float)(i % 7) / 2.0f);
+            bh[i] = __float2bfloat16((float)(mype + 1) + (float)(i % 7) / 2.0f);
+        }
+        cudaMemcpy(hs, hh, m * sizeof(half), cudaMemcpyHostToDevice);
+        cudaMemcpy(bs, bh, m * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice);
+        nvshmem_barrier_all();
+        void *rargs[] = {&hd, &hs, &bd, &bs, (void *)&m};
+        check(nvshmemx_collective_launch((const void *)half_reduce_kernel, 1, 256, rargs, 0, 0) == 0,
+              "16-bit reduce launch");
+        check(cudaDeviceSynchronize() == cudaSuccess, "16-bit reduce kernel");
+        cudaMemcpy(hh, hd, m * sizeof(half), cudaMemcpyDeviceToHost);
+        cudaMemcpy(bh, bd, m * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost);
+        int hok = 1, bok = 1;
+        for (size_t i = 0; i < m; i++) {
+            float hsum = (float)(npes * (npes + 1) / 2) + (float)npes * (float)(i % 7) / 2.0f;
+            hok &= __half2float(hh[i]) == hsum;
+            bok &= __bfloat162float(bh[i]) == (float)npes + (float)(i % 7) / 2.0f;
+        }
+        check(hok, "half sum reduce (block)");
+        check(bok, "bfloat16 max reduce (block)");
+        free(hh);
+        free(bh);
+        nvshmem_free(hs);
+        nvshmem_free(hd);
+        nvshmem_free(bs);
+        nvshmem_free(bd);
+    }
 
     cudaStreamDestroy(s);
     free(h);

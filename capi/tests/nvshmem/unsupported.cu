@@ -7,8 +7,8 @@
 
 __global__ void kernel(half *d, const half *s) {
 #if CASE == 3
-    // A device call: 16-bit float reductions.
-    nvshmemx_half_sum_reduce_block(NVSHMEM_TEAM_WORLD, d, s, 1);
+    // A device call: maxloc reductions.
+    nvshmemx_double2_maxloc_reduce_block(NVSHMEM_TEAM_WORLD, (double2 *)d, (const double2 *)s, 1);
 #endif
     (void)d;
     (void)s;

@@ -233,10 +233,88 @@ static __device__ __forceinline__ void collect_offsets(rshmem_team_t team,
     }
 }
 
+// 16-bit floats (half, bfloat16) as the reductions see them: plain 16-bit words (so the
+// engine's volatile loads, stores and vector unions work on them as on integers), combined in
+// float and rounded to nearest-even back to 16 bits after every step. float has more than twice
+// their significand bits plus two (24 >= 2 * 11 + 2 and 2 * 8 + 2), so each step equals the
+// 16-bit operation correctly rounded (the double rounding is harmless).
+struct f16 {
+    uint16_t bits;
+};
+struct bf16 {
+    uint16_t bits;
+};
+template <>
+struct float_type<f16> {
+    static constexpr bool value = true;
+};
+template <>
+struct float_type<bf16> {
+    static constexpr bool value = true;
+};
+
+static __device__ __forceinline__ float widen(f16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+static __device__ __forceinline__ float widen(bf16 x) {
+    return __uint_as_float((uint32_t)x.bits << 16);
+}
+static __device__ __forceinline__ void narrow(float f, f16& r) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+}
+static __device__ __forceinline__ void narrow(float f, bf16& r) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = (uint16_t)((u >> 16) | 0x40u);  // NaN stays a (quiet) NaN
+    } else {
+        r.bits = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+template <typename T>
+struct is_f16 {
+    static constexpr bool value = false;
+};
+template <>
+struct is_f16<f16> {
+    static constexpr bool value = true;
+};
+template <>
+struct is_f16<bf16> {
+    static constexpr bool value = true;
+};
+
+// Loads and stores that bypass the caches for data peers write (volatile; the 16-bit float
+// words are structs, which C++ cannot copy from a volatile object).
+template <typename T>
+static __device__ __forceinline__ T vload(const T* p) {
+    if constexpr (is_f16<T>::value) {
+        T r;
+        r.bits = *(const volatile uint16_t*)p;
+        return r;
+    } else {
+        return *(const volatile T*)p;
+    }
+}
+template <typename T>
+static __device__ __forceinline__ void vstore(T* p, T v) {
+    if constexpr (is_f16<T>::value) {
+        *(volatile uint16_t*)p = v.bits;
+    } else {
+        *(volatile T*)p = v;
+    }
+}
+
 // Reduction operators.
 template <typename T, int OP>
 static __device__ __forceinline__ T combine(T a, T b) {
-    if constexpr (OP == RSHMEM_OP_SUM) return (T)(a + b);
+    if constexpr (is_f16<T>::value) {
+        T r;
+        narrow(combine<float, OP>(widen(a), widen(b)), r);
+        return r;
+    } else if constexpr (OP == RSHMEM_OP_SUM) return (T)(a + b);
     else if constexpr (OP == RSHMEM_OP_PROD) return (T)(a * b);
     else if constexpr (OP == RSHMEM_OP_MIN) return b < a ? b : a;
     else if constexpr (OP == RSHMEM_OP_MAX) return b > a ? b : a;
@@ -295,9 +373,9 @@ static __device__ __forceinline__ void reduce_range(const char* call, const rshm
         i = lo + nvec * V;
     }
     for (size_t e = i + g.rank; e < hi; e += g.size) {
-        T acc = *(const volatile T*)team_peer_nc(d, src + e, 0);
+        T acc = vload(team_peer_nc(d, src + e, 0));
         for (int j = 1; j < n; ++j) {
-            acc = combine<T, OP>(acc, *(const volatile T*)team_peer_nc(d, src + e, j));
+            acc = combine<T, OP>(acc, vload(team_peer_nc(d, src + e, j)));
         }
         if (all_dest) {
             for (int j = 0; j < n; ++j) *team_peer_nc(d, dest + e, j) = acc;
@@ -513,7 +591,7 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
         T v = scatter ? src[(size_t)j * nelems + k] : src[k];
         // Team PE j's scratch slot `me`.
         T* to = (T*)(team_peer_nc(d, mine, j) + (size_t)me * nb) + k;
-        *(volatile T*)to = v;
+        vstore(to, v);
     }
     team_sync<S>(call, team);
     const T* slots = (const T*)mine;
@@ -573,6 +651,12 @@ RSHMEM_CANON(unsigned short, uint16_t)
 RSHMEM_CANON(unsigned int, uint32_t)
 RSHMEM_CANON(unsigned long, uint64_t)
 RSHMEM_CANON(unsigned long long, uint64_t)
+#if defined(__CUDA_FP16_TYPES_EXIST__)
+RSHMEM_CANON(__half, f16)
+#endif
+#if defined(__CUDA_BF16_TYPES_EXIST__)
+RSHMEM_CANON(__nv_bfloat16, bf16)
+#endif
 #undef RSHMEM_CANON
 
 // ---------------------------------------------------------------------------------------------
@@ -861,6 +945,16 @@ RSHMEM_FOR_RMA_TYPES(RSHMEM_COLL_TYPED)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEM_REDUCE_ARITH)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEM_REDUCE_BITWISE)
 RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEM_REDUCE_ARITH)
+// 16-bit floats: rshmem_half_OP_reduce / rshmem_bfloat16_OP_reduce (+ reducescatter, _warp,
+// _block) for OP sum, prod, min, max, when the module has CUDA's 16-bit float types (it included
+// <cuda_fp16.h> / <cuda_bf16.h> before this header). Each step is the 16-bit operation
+// correctly rounded (computed in float; see f16 above).
+#if defined(__CUDA_FP16_TYPES_EXIST__)
+RSHMEM_REDUCE_ARITH(half, __half)
+#endif
+#if defined(__CUDA_BF16_TYPES_EXIST__)
+RSHMEM_REDUCE_ARITH(bfloat16, __nv_bfloat16)
+#endif
 #undef RSHMEM_REDUCE_ARITH
 #undef RSHMEM_REDUCE_BITWISE
 #undef RSHMEM_REDUCE_SCOPES
