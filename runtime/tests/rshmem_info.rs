@@ -193,3 +193,117 @@ fn transports_follow_what_is_compiled_in_and_found() {
         .unwrap_or_default();
     assert!(!line.contains("ucx"), "{line}");
 }
+
+/// `rshmem-info --paths --json` run from `exe`, parsed.
+fn paths_json(exe: &std::path::Path) -> serde_json::Value {
+    let o = match Command::new(exe).args(["--paths", "--json"]).output() {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run {}: {e}", exe.display()),
+    };
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    match serde_json::from_slice(&o.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("--paths --json is not JSON ({e}): {}", stdout(&o)),
+    }
+}
+
+/// Whether `--paths` reports the file `name` as found, and at which path.
+fn file<'a>(v: &'a serde_json::Value, name: &str) -> (bool, &'a str) {
+    let Some(f) = v["files"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+    else {
+        panic!("--paths lists no {name}: {v}")
+    };
+    (
+        f["found"].as_bool().unwrap_or(false),
+        f["path"].as_str().unwrap_or(""),
+    )
+}
+
+#[test]
+fn paths_in_the_build_tree_name_the_checkout() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .expect("the workspace root");
+    let v = paths_json(std::path::Path::new(env!("CARGO_BIN_EXE_rshmem-info")));
+    assert_eq!(v["layout"], "build-tree", "{v}");
+    assert_eq!(v["prefix"].as_str(), root.to_str(), "{v}");
+    let inc = root.join("capi").join("include");
+    assert_eq!(v["include_dir"].as_str(), inc.to_str(), "{v}");
+    let (found, path) = file(&v, "shmem.h");
+    assert!(found, "{v}");
+    assert_eq!(path, inc.join("shmem.h").to_str().unwrap_or_default());
+    let (found, _) = file(&v, "rshmem/rshmem.cuh");
+    assert!(found, "{v}");
+    // The libraries are looked for next to this binary (target/PROFILE).
+    let exe_dir = std::path::Path::new(env!("CARGO_BIN_EXE_rshmem-info"))
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .expect("rshmem-info's directory");
+    assert_eq!(v["lib_dir"].as_str(), exe_dir.to_str(), "{v}");
+    assert!(v.get("cmake_dir").is_none(), "{v}");
+    // The whole report carries the same object.
+    let o = info(&["--json"], &[]);
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(all["paths"]["layout"], "build-tree", "{all}");
+    let text = stdout(&info(&[], &[]));
+    assert!(
+        text.contains(&format!("paths: build-tree at {}", root.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn paths_in_an_installed_prefix_are_found_from_the_executable() {
+    // PREFIX/bin/rshmem-info (a hard link to the built binary: its own path, not the build
+    // tree's) next to PREFIX/include/rshmem/rshmem.cuh; only some of the files are there.
+    let prefix = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("rshmem-info-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    for d in ["bin", "include/rshmem", "lib/cmake/rshmem", "lib/pkgconfig"] {
+        std::fs::create_dir_all(prefix.join(d)).expect("creating the test prefix");
+    }
+    for f in [
+        "include/rshmem.h",
+        "include/rshmem/rshmem.cuh",
+        "lib/librshmem.so",
+        "lib/cmake/rshmem/rshmemConfig.cmake",
+    ] {
+        std::fs::write(prefix.join(f), "").expect("writing a test file");
+    }
+    let exe = prefix.join("bin").join("rshmem-info");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_rshmem-info"), &exe)
+        .or_else(|_| std::fs::copy(env!("CARGO_BIN_EXE_rshmem-info"), &exe).map(|_| ()))
+        .expect("placing rshmem-info in the test prefix");
+    let prefix = prefix.canonicalize().expect("canonical prefix");
+    let v = paths_json(&exe);
+    assert_eq!(v["layout"], "installed", "{v}");
+    assert_eq!(v["prefix"].as_str(), prefix.to_str(), "{v}");
+    let at = |p: &str| prefix.join(p).to_str().unwrap_or_default().to_string();
+    assert_eq!(
+        v["include_dir"].as_str(),
+        Some(at("include").as_str()),
+        "{v}"
+    );
+    assert_eq!(v["nvshmem_include_dir"], at("include/nvshmem"), "{v}");
+    assert_eq!(v["lib_dir"], at("lib"), "{v}");
+    assert_eq!(v["cmake_dir"], at("lib/cmake/rshmem"), "{v}");
+    assert_eq!(v["pkgconfig_dir"], at("lib/pkgconfig"), "{v}");
+    assert_eq!(
+        file(&v, "librshmem.so"),
+        (true, at("lib/librshmem.so").as_str())
+    );
+    assert!(file(&v, "rshmemConfig.cmake").0, "{v}");
+    assert_eq!(
+        file(&v, "libshmem.a"),
+        (false, at("lib/libshmem.a").as_str())
+    );
+    let note = v["note"].as_str().unwrap_or("");
+    assert!(
+        note.contains("libshmem.a") && note.contains("rshmem.pc"),
+        "{v}"
+    );
+    assert!(!note.contains("librshmem.so"), "{v}");
+    let _ = std::fs::remove_dir_all(&prefix);
+}

@@ -1,13 +1,16 @@
 //! `rshmem-info`: what this build of rshmem and this machine have: the version, the compiled-in
 //! features, the CUDA driver and NVRTC found, the launcher the environment looks like, the
 //! transports that can be used, the UCX found, and every environment variable rshmem reads with
-//! its current value (a malformed value is flagged with the error init would give).
+//! its current value (a malformed value is flagged with the error init would give), and where the
+//! C headers and libraries are (`--paths` alone): in an installed prefix (`scripts/install-c`),
+//! found from this executable's own location, or in the build tree it was built in.
 //! `--json` prints the same as JSON; `--markdown` prints the variable table for the docs.
 //!
 //! Nothing here initialises rshmem or creates a CUDA context; `--devices` initialises the CUDA
 //! driver to count the GPUs.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde::Serialize;
@@ -26,6 +29,10 @@ struct Args {
     /// Also count the CUDA devices (initialises the CUDA driver; creates no context).
     #[arg(long)]
     devices: bool,
+    /// Print only where the C headers, libraries, CMake package and pkg-config files are
+    /// (with --json: only that object).
+    #[arg(long, conflicts_with = "markdown")]
+    paths: bool,
 }
 
 /// Which optional features this binary was compiled with.
@@ -105,9 +112,54 @@ struct Var {
     invalid: Option<String>,
 }
 
+/// One file of the C installation and whether it is there.
+#[derive(Serialize)]
+struct PathFile {
+    name: &'static str,
+    path: String,
+    found: bool,
+}
+
+/// Where the C headers and libraries are, relative to this executable.
+#[derive(Serialize)]
+struct Paths {
+    /// `installed` (PREFIX/bin/rshmem-info of `scripts/install-c PREFIX`), `build-tree`
+    /// (target/PROFILE/rshmem-info of a checkout) or `unknown`.
+    layout: &'static str,
+    /// This executable, symbolic links resolved.
+    exe: Option<String>,
+    /// The installed prefix, or the checkout's root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefix: Option<String>,
+    /// `-I` for rshmem.h, shmem.h, shmemx.h, pshmem.h.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include_dir: Option<String>,
+    /// `-I` for the device library (`#include "rshmem/rshmem.cuh"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device_include_dir: Option<String>,
+    /// `-I` for the NVSHMEM compatibility headers (nvshmem.h, nvshmemx.h).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvshmem_include_dir: Option<String>,
+    /// `-L` for librshmem and libshmem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lib_dir: Option<String>,
+    /// `CMAKE_PREFIX_PATH` entry / `rshmem_DIR` (installed only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cmake_dir: Option<String>,
+    /// `PKG_CONFIG_PATH` entry (installed only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pkgconfig_dir: Option<String>,
+    /// The files of each place, found or not.
+    files: Vec<PathFile>,
+    /// Why the layout is unknown, or what is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
 #[derive(Serialize)]
 struct Report {
     version: &'static str,
+    paths: Paths,
     features: Features,
     cuda: Cuda,
     nvrtc: Nvrtc,
@@ -153,6 +205,165 @@ fn check_vars(launch_error: Option<&rshmem_bootstrap::Error>) -> Vec<Var> {
             }
         })
         .collect()
+}
+
+/// The places of a layout, before the files are looked at.
+struct Layout {
+    layout: &'static str,
+    prefix: PathBuf,
+    include: PathBuf,
+    device_include: PathBuf,
+    nvshmem_include: PathBuf,
+    lib: PathBuf,
+    bin: PathBuf,
+    cmake: Option<PathBuf>,
+    pkgconfig: Option<PathBuf>,
+}
+
+/// `PREFIX/bin/rshmem-info` of an installed prefix: `PREFIX/include/rshmem/rshmem.cuh` is there.
+fn installed_layout(bin: &Path) -> Option<Layout> {
+    if bin.file_name()? != "bin" {
+        return None;
+    }
+    let prefix = bin.parent()?.to_path_buf();
+    let include = prefix.join("include");
+    if !include.join("rshmem").join("rshmem.cuh").is_file() {
+        return None;
+    }
+    Some(Layout {
+        layout: "installed",
+        device_include: include.clone(),
+        nvshmem_include: include.join("nvshmem"),
+        lib: prefix.join("lib"),
+        bin: bin.to_path_buf(),
+        cmake: Some(prefix.join("lib").join("cmake").join("rshmem")),
+        pkgconfig: Some(prefix.join("lib").join("pkgconfig")),
+        include,
+        prefix,
+    })
+}
+
+/// A checkout holding `capi/include` and `device-lib/include/rshmem`.
+fn is_checkout(dir: &Path) -> bool {
+    dir.join("capi").join("include").is_dir()
+        && dir
+            .join("device-lib")
+            .join("include")
+            .join("rshmem")
+            .join("rshmem.cuh")
+            .is_file()
+}
+
+/// `target/PROFILE/rshmem-info` inside a checkout (the libraries are built next to it), or, for a
+/// target directory elsewhere, the checkout this binary was compiled from when it still exists.
+fn build_tree_layout(bin: &Path) -> Option<Layout> {
+    let root = bin
+        .ancestors()
+        .skip(1)
+        .find(|d| is_checkout(d))
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+            is_checkout(built_from).then(|| built_from.to_path_buf())
+        })?;
+    let include = root.join("capi").join("include");
+    Some(Layout {
+        layout: "build-tree",
+        device_include: root.join("device-lib").join("include"),
+        nvshmem_include: include.join("nvshmem"),
+        lib: bin.to_path_buf(),
+        bin: bin.to_path_buf(),
+        cmake: None,
+        pkgconfig: None,
+        include,
+        prefix: root,
+    })
+}
+
+fn paths() -> Paths {
+    let exe = std::env::current_exe().and_then(|e| e.canonicalize());
+    let unknown = |exe: Option<String>, note: String| Paths {
+        layout: "unknown",
+        exe,
+        prefix: None,
+        include_dir: None,
+        device_include_dir: None,
+        nvshmem_include_dir: None,
+        lib_dir: None,
+        cmake_dir: None,
+        pkgconfig_dir: None,
+        files: Vec::new(),
+        note: Some(note),
+    };
+    let exe = match exe {
+        Ok(e) => e,
+        Err(e) => return unknown(None, format!("cannot find this executable: {e}")),
+    };
+    let shown = Some(exe.display().to_string());
+    let Some(bin) = exe.parent() else {
+        return unknown(shown, "this executable has no parent directory".to_string());
+    };
+    let Some(l) = installed_layout(bin).or_else(|| build_tree_layout(bin)) else {
+        return unknown(
+            shown,
+            "neither an installed prefix (PREFIX/bin next to PREFIX/include/rshmem) nor a \
+             checkout's target directory; install with scripts/install-c PREFIX"
+                .to_string(),
+        );
+    };
+    let mut files = vec![
+        ("rshmem.h", l.include.join("rshmem.h")),
+        ("shmem.h", l.include.join("shmem.h")),
+        (
+            "rshmem/rshmem.cuh",
+            l.device_include.join("rshmem").join("rshmem.cuh"),
+        ),
+        ("nvshmem.h", l.nvshmem_include.join("nvshmem.h")),
+        ("nvshmemx.h", l.nvshmem_include.join("nvshmemx.h")),
+        ("librshmem.so", l.lib.join("librshmem.so")),
+        ("librshmem.a", l.lib.join("librshmem.a")),
+        ("libshmem.so", l.lib.join("libshmem.so")),
+        ("libshmem.a", l.lib.join("libshmem.a")),
+        ("rshmemrun", l.bin.join("rshmemrun")),
+    ];
+    if let Some(c) = &l.cmake {
+        files.push(("rshmemConfig.cmake", c.join("rshmemConfig.cmake")));
+    }
+    if let Some(p) = &l.pkgconfig {
+        files.push(("rshmem.pc", p.join("rshmem.pc")));
+        files.push(("shmem-rshmem.pc", p.join("shmem-rshmem.pc")));
+    }
+    let files: Vec<PathFile> = files
+        .into_iter()
+        .map(|(name, p)| PathFile {
+            name,
+            found: p.is_file(),
+            path: p.display().to_string(),
+        })
+        .collect();
+    let missing: Vec<&str> = files.iter().filter(|f| !f.found).map(|f| f.name).collect();
+    let note = (!missing.is_empty()).then(|| {
+        let how = if l.layout == "installed" {
+            "reinstall with scripts/install-c"
+        } else {
+            "build them: cargo build -p rshmem-c -p rshmem-capi (with this binary's profile)"
+        };
+        format!("missing: {} ({how})", missing.join(", "))
+    });
+    let show = |p: &Path| Some(p.display().to_string());
+    Paths {
+        layout: l.layout,
+        exe: shown,
+        prefix: show(&l.prefix),
+        include_dir: show(&l.include),
+        device_include_dir: show(&l.device_include),
+        nvshmem_include_dir: show(&l.nvshmem_include),
+        lib_dir: show(&l.lib),
+        cmake_dir: l.cmake.as_deref().and_then(show),
+        pkgconfig_dir: l.pkgconfig.as_deref().and_then(show),
+        files,
+        note,
+    }
 }
 
 fn report(args: &Args) -> Report {
@@ -258,6 +469,7 @@ fn report(args: &Args) -> Report {
 
     Report {
         version: env!("CARGO_PKG_VERSION"),
+        paths: paths(),
         features,
         cuda,
         nvrtc,
@@ -344,6 +556,8 @@ fn text(r: &Report) -> String {
             e.as_deref().unwrap_or("unknown reason")
         )),
     }
+    out.push_str(&paths_text(&r.paths));
+    out.push('\n');
     let bad = r.env.iter().filter(|v| v.invalid.is_some()).count();
     if bad > 0 {
         out.push_str(&format!(
@@ -365,6 +579,52 @@ fn text(r: &Report) -> String {
     out
 }
 
+fn paths_text(p: &Paths) -> String {
+    let mut out = format!("paths: {}", p.layout);
+    if let Some(prefix) = &p.prefix {
+        out.push_str(&format!(" at {prefix}"));
+    }
+    out.push('\n');
+    let dirs = [
+        ("include (rshmem.h, shmem.h)", &p.include_dir),
+        ("include (device library)", &p.device_include_dir),
+        ("include (nvshmem.h)", &p.nvshmem_include_dir),
+        ("libraries", &p.lib_dir),
+        ("cmake package", &p.cmake_dir),
+        ("pkg-config", &p.pkgconfig_dir),
+    ];
+    for (what, dir) in dirs {
+        if let Some(d) = dir {
+            out.push_str(&format!("  {what:<29} {d}\n"));
+        }
+    }
+    for f in &p.files {
+        out.push_str(&format!(
+            "  {:<29} {}{}\n",
+            f.name,
+            f.path,
+            if f.found { "" } else { " (missing)" }
+        ));
+    }
+    if let (Some(inc), Some(dev), Some(lib)) = (&p.include_dir, &p.device_include_dir, &p.lib_dir) {
+        let dev = if dev == inc {
+            String::new()
+        } else {
+            format!(" -I{dev}")
+        };
+        out.push_str(&format!(
+            "  compile and link: -I{inc}{dev} -L{lib} -Xlinker -rpath={lib} -lrshmem\n"
+        ));
+    }
+    if let Some(n) = &p.note {
+        out.push_str(&format!("  note: {n}\n"));
+    }
+    if let Some(e) = &p.exe {
+        out.push_str(&format!("  (this executable: {e})\n"));
+    }
+    out
+}
+
 fn markdown() -> String {
     let mut out = String::from("| variable | type | default | meaning |\n|---|---|---|---|\n");
     for v in rshmem::config::all_env_vars() {
@@ -380,18 +640,27 @@ fn markdown() -> String {
     out
 }
 
+/// `value` as pretty JSON and a newline; exits 1 naming the cause when it cannot be written.
+fn json<T: Serialize>(value: &T) -> String {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => s + "\n",
+        Err(e) => {
+            eprintln!("rshmem-info: cannot write the report as JSON: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let out = if args.markdown {
         markdown()
+    } else if args.paths && args.json {
+        json(&paths())
+    } else if args.paths {
+        paths_text(&paths())
     } else if args.json {
-        match serde_json::to_string_pretty(&report(&args)) {
-            Ok(s) => s + "\n",
-            Err(e) => {
-                eprintln!("rshmem-info: cannot write the report as JSON: {e}");
-                std::process::exit(1);
-            }
-        }
+        json(&report(&args))
     } else {
         text(&report(&args))
     };
