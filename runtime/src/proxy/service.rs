@@ -381,13 +381,13 @@ impl Exec for NetExec {
                     Route::Tcp(net) => net,
                     Route::Ucx(u) => {
                         // Complete (applied at the target) when it returns.
-                        let old =
-                            u.amo(CALL, aop, user(pe, off), r.size as usize, r.value, r.cond)?;
-                        return Ok(if r.fetching() {
-                            Outcome::Value(old)
-                        } else {
-                            Outcome::Done
-                        });
+                        let (at, size) = (user(pe, off), r.size as usize);
+                        if !r.fetching() {
+                            u.amo_nf(CALL, aop, at, size, r.value, r.cond)?;
+                            return Ok(Outcome::Done);
+                        }
+                        let old = u.amo(CALL, aop, at, size, r.value, r.cond)?;
+                        return Ok(Outcome::Value(old));
                     }
                 };
                 if !r.fetching() {
@@ -429,7 +429,7 @@ impl Exec for NetExec {
                         net.amo_nf(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?
                     }
                     // After the puts before it (flushed first), applied when it returns.
-                    Route::Ucx(u) => drop(u.amo(CALL, aop, user(pe, off), 8, r.value, 0)?),
+                    Route::Ucx(u) => u.amo_nf(CALL, aop, user(pe, off), 8, r.value, 0)?,
                 }
                 Ok(Outcome::Done)
             }

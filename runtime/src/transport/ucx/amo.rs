@@ -47,6 +47,9 @@ pub struct Request {
     pub op: u8,
     /// 4 or 8.
     pub size: u8,
+    /// The initiator reads the old value (a non-fetching set on a GPU is a plain word write,
+    /// no kernel: it completes even while kernels occupy every SM).
+    pub fetch: bool,
     /// Matches the reply to the request.
     pub seq: u64,
     /// Offset in the target's user heap.
@@ -56,12 +59,14 @@ pub struct Request {
 }
 
 impl Request {
-    /// `[version, op, size, 0, from: u32, seq, off, value, cond]`, little-endian.
+    /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags bit
+    /// 0: no old value wanted.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut b = [0u8; REQUEST_LEN];
         b[0] = VERSION;
         b[1] = self.op;
         b[2] = self.size;
+        b[3] = u8::from(!self.fetch);
         b[4..8].copy_from_slice(&self.from.to_le_bytes());
         for (i, v) in [self.seq, self.off, self.value, self.cond]
             .iter()
@@ -74,7 +79,7 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] != 0 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 1 {
             return None;
         }
         let w =
@@ -82,6 +87,7 @@ impl Request {
         Some(Request {
             op: b[1],
             size: b[2],
+            fetch: b[3] == 0,
             from: u32::from_le_bytes(b[4..8].try_into().ok()?),
             seq: w(0),
             off: w(1),
@@ -212,6 +218,14 @@ impl Served {
             TargetMem::Host => Ok(unsafe {
                 crate::transport::shm::amo(op, addr, size, r.value, r.cond)
             }),
+            TargetMem::Gpu(g) if op == AmoOp::Set && !r.fetch => g
+                .amo_async("ucx", op, addr as u64, size, r.value, r.cond)
+                .and_then(|()| g.flush("ucx"))
+                .map(|()| 0)
+                .map_err(|e| {
+                    tracing::error!(target: "rshmem::ucx", "signal from PE {} on the GPU heap failed: {e}", r.from);
+                    Refusal::Device
+                }),
             TargetMem::Gpu(g) => g
                 .amo("ucx", op, addr as u64, size, r.value, r.cond)
                 .map_err(|e| {
@@ -262,6 +276,7 @@ mod tests {
             from: 3,
             op: AmoOp::CompareSwap as u8,
             size: 8,
+            fetch: true,
             seq: 77,
             off: 0x20_0040,
             value: u64::MAX,
@@ -269,13 +284,15 @@ mod tests {
         };
         let b = r.encode();
         assert_eq!(Request::decode(&b), Some(r));
+        let nf = Request { fetch: false, ..r };
+        assert_eq!(Request::decode(&nf.encode()), Some(nf));
         assert_eq!(Request::decode(&b[..REQUEST_LEN - 1]), None);
         let mut bad = b;
         bad[0] = 2;
         assert_eq!(Request::decode(&bad), None, "other version");
         let mut bad = b;
-        bad[3] = 1;
-        assert_eq!(Request::decode(&bad), None);
+        bad[3] = 2;
+        assert_eq!(Request::decode(&bad), None, "unknown flag");
     }
 
     #[test]

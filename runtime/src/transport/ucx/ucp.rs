@@ -523,6 +523,29 @@ impl Ucx {
         }
     }
 
+    /// An atomic whose old value nobody reads (the proxy's non-fetching atomics and signals).
+    /// Where atomics on the user heap are applied on the target, it is complete when this
+    /// returns, and a set is a plain word write there; otherwise it is
+    /// [`TransportOps::amo`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        if self.shared.target_atomics && at.heap == HeapId::User && (size == 4 || size == 8) {
+            let mut g = self.lock(call)?;
+            return self
+                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
+                .map(drop);
+        }
+        TransportOps::amo(self, call, op, at, size, value, cond).map(drop)
+    }
+
     fn lock(&self, call: &'static str) -> Result<MutexGuard<'_, Inner>> {
         self.shared.inner.lock().map_err(|_| Error::State {
             call,
@@ -890,6 +913,7 @@ impl Ucx {
         size: usize,
         value: u64,
         cond: u64,
+        fetch: bool,
     ) -> Result<u64> {
         let (ep, _, _, _) = self.locate(call, g, at, size)?;
         if g.dirty || !g.pending.is_empty() {
@@ -902,6 +926,7 @@ impl Ucx {
                 from: u32::try_from(self.me).unwrap_or(u32::MAX),
                 op: op as u8,
                 size: size as u8,
+                fetch,
                 seq,
                 off: at.off as u64,
                 value,
@@ -1223,7 +1248,7 @@ impl TransportOps for Ucx {
         }
         let mut g = self.lock(call)?;
         if self.shared.target_atomics && at.heap == HeapId::User {
-            return self.amo_at_target(call, &mut g, op, at, size, value, cond);
+            return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
         }
         self.order(call, &mut g)?;
         let (ep, raddr, rkey, k) = self.locate(call, &g, at, size)?;
@@ -1286,7 +1311,7 @@ impl TransportOps for Ucx {
         let mut g = self.lock(call)?;
         if self.shared.target_atomics && at.heap == HeapId::User {
             return self
-                .amo_at_target(call, &mut g, AmoOp::Set, at, 8, value, 0)
+                .amo_at_target(call, &mut g, AmoOp::Set, at, 8, value, 0, false)
                 .map(drop);
         }
         self.order(call, &mut g)?;
