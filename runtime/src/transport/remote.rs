@@ -425,7 +425,9 @@ fn open_ucx(
     }
     Some((|| {
         let lib = ucx::ffi::lib(cfg.ucx_lib.as_deref())?;
-        let u = ucx::Ucx::new(lib, me, n, cfg.timeout, gpu || cfg.ucx_target_atomics)?;
+        let target_atomics =
+            select::ucx_target_atomics(gpu, cfg.ucx_target_atomics, lib.version, rdma_device());
+        let u = ucx::Ucx::new(lib, me, n, cfg.timeout, target_atomics)?;
         let resources = u.resources();
         if gpu {
             let (a, b, c) = lib.version;
@@ -484,6 +486,10 @@ impl Remotes {
         let mut up: Result<()> = Ok(());
         if let Some(u) = &mut self.ucx {
             u.serve(ucx::amo::Served {
+                ctrl: (
+                    ctrl.my_base(),
+                    ctrl.mapped().min(crate::heap::INTERNAL_SIZE),
+                ),
                 heap: heap.clone(),
                 mem: match gpu_mem {
                     Some(g) => ucx::amo::TargetMem::Gpu(g),

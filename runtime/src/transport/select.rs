@@ -217,6 +217,16 @@ pub fn ucx_in_job(all: &[Announce]) -> bool {
     }
 }
 
+/// Whether atomics over UCX are applied by rshmem on the target (UCX active messages, see
+/// `transport/ucx/amo.rs`) instead of by UCX's own atomics: always on the GPU backend (UCX's
+/// software atomics dereference the target address on the CPU, which GPU memory is not); when
+/// asked for (`RSHMEM_UCX_TARGET_ATOMICS=1`); and with a UCX newer than 1.13 on a host without
+/// an RDMA device, where UCX has only software atomics and UCX 1.22 (measured) finds no
+/// protocol for fetching ones over TCP ("cannot find remote protocol ... amo_fetch").
+pub fn ucx_target_atomics(gpu: bool, forced: bool, version: (u32, u32, u32), rdma: bool) -> bool {
+    gpu || forced || ((version.0, version.1) > (1, 13) && !rdma)
+}
+
 /// True for UCX resources that move CUDA memory (`cuda_copy/...`): UCX applies puts and gets
 /// to a CUDA rkey through them when the network cannot reach GPU memory itself (over TCP, the
 /// target stages the data through `cuda_copy`; without it UCX aborts the target process).
@@ -389,6 +399,26 @@ mod tests {
         assert_eq!(Announce::decode(&[0, 8]), None);
         assert_eq!(Announce::decode(&[4, 0]), None);
         assert_eq!(Announce::decode(&[0, 0, 0]), None);
+    }
+
+    #[test]
+    fn ucx_target_atomics_rule() {
+        let v13 = (1, 13, 1);
+        let v22 = (1, 22, 0);
+        assert!(
+            !ucx_target_atomics(false, false, v13, false),
+            "1.13 over TCP: UCX's own"
+        );
+        assert!(ucx_target_atomics(true, false, v13, true), "GPU: always");
+        assert!(ucx_target_atomics(false, true, v13, true), "asked for");
+        assert!(
+            ucx_target_atomics(false, false, v22, false),
+            "1.22 without RDMA"
+        );
+        assert!(
+            !ucx_target_atomics(false, false, v22, true),
+            "1.22 with RDMA: UCX's own"
+        );
     }
 
     fn res(v: &[&str]) -> Vec<String> {

@@ -50,6 +50,8 @@ pub struct Request {
     /// The initiator reads the old value (a non-fetching set on a GPU is a plain word write,
     /// no kernel: it completes even while kernels occupy every SM).
     pub fetch: bool,
+    /// On the control heap (barrier and team flags) instead of the user heap.
+    pub ctrl: bool,
     /// Matches the reply to the request.
     pub seq: u64,
     /// Offset in the target's user heap.
@@ -60,13 +62,13 @@ pub struct Request {
 
 impl Request {
     /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags bit
-    /// 0: no old value wanted.
+    /// 0: no old value wanted, bit 1: the control heap.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut b = [0u8; REQUEST_LEN];
         b[0] = VERSION;
         b[1] = self.op;
         b[2] = self.size;
-        b[3] = u8::from(!self.fetch);
+        b[3] = u8::from(!self.fetch) | u8::from(self.ctrl) << 1;
         b[4..8].copy_from_slice(&self.from.to_le_bytes());
         for (i, v) in [self.seq, self.off, self.value, self.cond]
             .iter()
@@ -79,7 +81,7 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 1 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 3 {
             return None;
         }
         let w =
@@ -87,7 +89,8 @@ impl Request {
         Some(Request {
             op: b[1],
             size: b[2],
-            fetch: b[3] == 0,
+            fetch: b[3] & 1 == 0,
+            ctrl: b[3] & 2 != 0,
             from: u32::from_le_bytes(b[4..8].try_into().ok()?),
             seq: w(0),
             off: w(1),
@@ -185,10 +188,13 @@ pub(crate) enum TargetMem {
     Gpu(Arc<GpuMem>),
 }
 
-/// What the request handler needs: this PE's user heap and how to touch it.
+/// What the request handler needs: this PE's user heap and how to touch it, and the part of
+/// its control heap that holds the runtime's flag words (host memory).
 pub(crate) struct Served {
     pub heap: Arc<Heap>,
     pub mem: TargetMem,
+    /// Start of this PE's control heap and how many bytes of it take flag atomics.
+    pub ctrl: (usize, usize),
 }
 
 impl Served {
@@ -201,6 +207,19 @@ impl Served {
         }
         if r.off % size as u64 != 0 {
             return Err(Refusal::Misaligned);
+        }
+        if r.ctrl {
+            // The runtime's flag words: aligned words inside the control heap's internal area.
+            let (base, len) = self.ctrl;
+            let end = r.off.checked_add(size as u64).ok_or(Refusal::Outside)?;
+            if end > len as u64 {
+                return Err(Refusal::Outside);
+            }
+            // SAFETY: an aligned word of `size` bytes inside the mapped internal area of this
+            // PE's control heap (host memory, mapped while the transport serves requests).
+            return Ok(unsafe {
+                crate::transport::shm::amo(op, base + r.off as usize, size, r.value, r.cond)
+            });
         }
         let off = usize::try_from(r.off).map_err(|_| Refusal::Outside)?;
         let addr = self
@@ -277,6 +296,7 @@ mod tests {
             op: AmoOp::CompareSwap as u8,
             size: 8,
             fetch: true,
+            ctrl: false,
             seq: 77,
             off: 0x20_0040,
             value: u64::MAX,
@@ -284,14 +304,16 @@ mod tests {
         };
         let b = r.encode();
         assert_eq!(Request::decode(&b), Some(r));
-        let nf = Request { fetch: false, ..r };
-        assert_eq!(Request::decode(&nf.encode()), Some(nf));
+        for (fetch, ctrl) in [(false, false), (true, true), (false, true)] {
+            let x = Request { fetch, ctrl, ..r };
+            assert_eq!(Request::decode(&x.encode()), Some(x));
+        }
         assert_eq!(Request::decode(&b[..REQUEST_LEN - 1]), None);
         let mut bad = b;
         bad[0] = 2;
         assert_eq!(Request::decode(&bad), None, "other version");
         let mut bad = b;
-        bad[3] = 2;
+        bad[3] = 4;
         assert_eq!(Request::decode(&bad), None, "unknown flag");
     }
 

@@ -537,7 +537,7 @@ impl Ucx {
         value: u64,
         cond: u64,
     ) -> Result<()> {
-        if self.shared.target_atomics && at.heap == HeapId::User && (size == 4 || size == 8) {
+        if self.shared.target_atomics && (size == 4 || size == 8) {
             let mut g = self.lock(call)?;
             return self
                 .amo_at_target(call, &mut g, op, at, size, value, cond, false)
@@ -927,6 +927,7 @@ impl Ucx {
                 op: op as u8,
                 size: size as u8,
                 fetch,
+                ctrl: at.heap == HeapId::Ctrl,
                 seq,
                 off: at.off as u64,
                 value,
@@ -966,9 +967,14 @@ impl Ucx {
         )?;
         reply.result.map_err(|r| {
             let reason = format!(
-                "PE {} refused a {size}-byte atomic at offset {:#x} of its symmetric heap: {}",
+                "PE {} refused a {size}-byte atomic at offset {:#x} of its {}: {}",
                 at.pe,
                 at.off,
+                if at.heap == HeapId::Ctrl {
+                    "control heap"
+                } else {
+                    "symmetric heap"
+                },
                 r.reason()
             );
             match r {
@@ -1247,7 +1253,7 @@ impl TransportOps for Ucx {
             ));
         }
         let mut g = self.lock(call)?;
-        if self.shared.target_atomics && at.heap == HeapId::User {
+        if self.shared.target_atomics {
             return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
         }
         self.order(call, &mut g)?;
@@ -1309,7 +1315,7 @@ impl TransportOps for Ucx {
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
         let mut g = self.lock(call)?;
-        if self.shared.target_atomics && at.heap == HeapId::User {
+        if self.shared.target_atomics {
             return self
                 .amo_at_target(call, &mut g, AmoOp::Set, at, 8, value, 0, false)
                 .map(drop);
