@@ -515,6 +515,34 @@ mod tests {
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
     }
 
+    /// A request to a PE goes to the transport that serves it; one the proxy cannot use (verbs,
+    /// or a transport that is not there) is an error naming the PE, never a panic.
+    #[test]
+    fn requests_route_by_the_target_pes_transport() {
+        let routes = [Via::Local, Via::Tcp, Via::Ucx, Via::Verbs];
+        for pe in 0..6 {
+            let e = route(&None, &None, &routes, pe)
+                .err()
+                .expect("no transport here");
+            let s = e.to_string();
+            assert!(s.contains(&format!("PE {pe} is reached through")), "{s}");
+        }
+        let e = route(&None, &None, &routes, 3).err().expect("verbs");
+        assert!(e.to_string().contains("Verbs") && e.to_string().contains("only TCP and UCX"));
+        // With a real UCX transport (when UCX loads here): the UCX PE goes to it, the TCP PE
+        // still needs TCP.
+        let Ok(lib) = crate::transport::ucx::ffi::lib(None) else {
+            eprintln!("SKIPPED (UCX part): no UCX here");
+            return;
+        };
+        let u = Some(Arc::new(
+            Ucx::new(lib, 0, 4, None, false).expect("a UCX worker"),
+        ));
+        assert!(matches!(route(&None, &u, &routes, 2), Ok(Route::Ucx(_))));
+        assert!(route(&None, &u, &routes, 1).is_err());
+        assert!(route(&None, &u, &routes, 0).is_err());
+    }
+
     #[test]
     fn a_failure_stops_completion_but_not_consumption() {
         let m = Mem::new(2);
