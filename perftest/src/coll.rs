@@ -48,7 +48,7 @@ pub enum Coll {
     Alltoall,
     /// `reduce` of `size` bytes.
     Reduce,
-    /// `reduce_scatter` leaving `size` bytes on each PE.
+    /// `reducescatter` leaving `size` bytes on each PE.
     ReduceScatter,
 }
 
@@ -185,7 +185,7 @@ pub fn reduction<T: Elem + ReduceType, O: ReduceOp<T> + 'static>(
     op: O,
 ) -> impl Fn(&World, &Team, *mut T, *const T, usize) -> rshmem::Result<()> {
     move |w: &World, t: &Team, d: *mut T, s: *const T, k: usize| match coll {
-        Coll::ReduceScatter => w.reduce_scatter(t, d, s, k, op),
+        Coll::ReduceScatter => w.reducescatter(t, d, s, k, op),
         _ => w.reduce(t, d, s, k, op),
     }
 }

@@ -452,7 +452,7 @@ impl<'w> Gpu<'w> {
                         "reduce_on_stream" => {
                             w.reduce_on_stream(&t, dst.as_ptr(), src.as_ptr(), m, rshmem::Sum, s)
                         }
-                        _ => w.reduce_scatter_on_stream(
+                        _ => w.reducescatter_on_stream(
                             &t,
                             dst.as_ptr(),
                             src.as_ptr(),

@@ -316,11 +316,6 @@ impl Node {
         self.pes.len()
     }
 
-    /// Never true: a node holds at least this PE.
-    pub fn is_empty(&self) -> bool {
-        self.pes.is_empty()
-    }
-
     /// Sends `fd` (tagged with `tag`) to every other local PE, then receives one fd from each.
     /// Returns the received fds indexed by local index (None for myself). Collective over the node.
     pub fn exchange_fds(
@@ -579,6 +574,23 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
             return;
         }
     }
+}
+
+/// This PE's rank among the processes of its host (picks the GPU). Under
+/// `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from the
+/// host identity (one allgather, made by every PE since they share the setting).
+pub(crate) fn host_rank(
+    boot: &dyn rshmem_bootstrap::Bootstrap,
+    cfg: &crate::config::Config,
+    node: &Node,
+) -> crate::error::Result<usize> {
+    if !cfg.disable_p2p {
+        return Ok(node.me);
+    }
+    let id = host_identity(cfg.node_id.as_deref());
+    let all = boot.allgather(id.as_bytes())?;
+    let me = boot.rank();
+    Ok((0..me).filter(|&p| all[p] == all[me]).count())
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, PushKernelArg};
 
+use crate::cuda::kernels::{launched, ONE_THREAD};
 use crate::cuda::{check, Gpu};
 use crate::device::module::Module;
 use crate::device::DeviceState;
@@ -22,12 +23,12 @@ use crate::world::World;
 impl World {
     /// This PE's GPU when the heap is in GPU memory (its context and rshmem's internal stream).
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
-        self.gpu.as_ref()
+        self.dev.gpu.as_ref()
     }
 
     /// The current device state (what modules see as `rshmem_state`).
     pub fn device_state(&self) -> DeviceState {
-        self.dstate.lock().map(|s| *s).unwrap_or_default()
+        self.dev.state.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// Compiles CUDA source that may `#include "rshmem/rshmem.cuh"` with NVRTC for this GPU,
@@ -39,7 +40,7 @@ impl World {
     /// [`load_module`](World::load_module) with extra NVRTC options (e.g. `-DN=4`).
     pub fn load_module_with(&self, src: &str, options: &[String]) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::load_with(&g, src, "user", options, &self.dstate)?;
+        let m = Module::load_with(&g, src, "user", options, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
@@ -48,13 +49,13 @@ impl World {
     /// the device state.
     pub fn load_module_image(&self, image: Vec<u8>) -> Result<Module> {
         let g = self.p2p("load_module")?.gpu.clone();
-        let m = Module::from_cubin(&g, image, &self.dstate)?;
+        let m = Module::from_cubin(&g, image, &self.dev.state)?;
         self.register(&m)?;
         Ok(m)
     }
 
     pub(crate) fn register(&self, m: &Module) -> Result<()> {
-        let mut v = self.modules.lock().map_err(|_| Error::State {
+        let mut v = self.dev.modules.lock().map_err(|_| Error::State {
             call: "load_module",
             reason: "module list lock poisoned".into(),
         })?;
@@ -318,26 +319,18 @@ impl World {
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let mut a = sig as u64;
-        let mut v = signal;
-        let mut o: i32 = crate::wire::SignalCode::from(op).code();
-        let mut pe_i = pe as i32;
-        let mut args: [*mut std::ffi::c_void; 4] = [
-            (&mut a as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut o as *mut i32).cast(),
-            (&mut pe_i as *mut i32).cast(),
-        ];
+        let name = "rshmem_internal_signal";
+        let f = p.internal(call)?.func(call, name)?;
+        let (a, o, pe_i) = (
+            sig as u64,
+            crate::wire::SignalCode::from(op).code(),
+            pe as i32,
+        );
+        let mut b = stream.launch_builder(&f);
+        b.arg(&a).arg(&signal).arg(&o).arg(&pe_i);
         // SAFETY: matches `rshmem_internal_signal(uint64_t, uint64_t, int, int)`; the address was
         // checked by the caller.
-        unsafe {
-            p.launch_single(
-                call,
-                "rshmem_internal_signal",
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(ONE_THREAD) })
     }
 
     /// **Local, stream-ordered.** The stream waits until this PE's signal `sig` satisfies
@@ -352,23 +345,13 @@ impl World {
         let call = "signal_wait_until_on_stream";
         let p = self.p2p(call)?;
         self.sig_addr(call, sig, self.me)?;
-        let mut a = sig as u64;
-        let mut c: i32 = cmp_code(cmp);
-        let mut v = value;
-        let mut args: [*mut std::ffi::c_void; 3] = [
-            (&mut a as *mut u64).cast(),
-            (&mut c as *mut i32).cast(),
-            (&mut v as *mut u64).cast(),
-        ];
+        let name = "rshmem_internal_signal_wait";
+        let f = p.internal(call)?.func(call, name)?;
+        let (a, c) = (sig as u64, cmp_code(cmp));
+        let mut b = stream.launch_builder(&f);
+        b.arg(&a).arg(&c).arg(&value);
         // SAFETY: matches `rshmem_internal_signal_wait(uint64_t, int, uint64_t)`.
-        unsafe {
-            p.launch_single(
-                call,
-                "rshmem_internal_signal_wait",
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(ONE_THREAD) })
     }
 
     /// **One-sided, stream-ordered.** Work queued on `stream` after this call starts only once
@@ -408,22 +391,18 @@ impl World {
 
     fn barrier_kernel(&self, call: &'static str, quiet: i32, stream: &CudaStream) -> Result<()> {
         let p = self.p2p(call)?;
-        let (m, f) = p.kernel(call, "rshmem_internal_barrier_all")?;
-        let mut q = quiet;
-        let mut args: [*mut std::ffi::c_void; 1] = [(&mut q as *mut i32).cast()];
+        let name = "rshmem_internal_barrier_all";
+        let f = p.internal(call)?.func(call, name)?;
         let threads = (self.heap.n_local() as u32).div_ceil(32).max(1) * 32;
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (threads.min(1024), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&f);
+        b.arg(&quiet);
         // SAFETY: matches `rshmem_internal_barrier_all(int)`.
-        unsafe {
-            m.launch_raw(
-                call,
-                f,
-                (1, 1, 1),
-                (threads.min(1024), 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(cfg) })
     }
 }
 

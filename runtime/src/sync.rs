@@ -33,9 +33,28 @@ impl World {
     #[inline]
     pub fn fence(&self) {
         fence(Ordering::SeqCst);
+        if let Err(e) = self.fence_transports("fence") {
+            tracing::error!(target: "rshmem::sync", "fence on PE {}: {e}", self.me);
+        }
         if self.live.any_failed() {
             self.fence_after_loss();
         }
+    }
+
+    /// Calls `fence` of every transport in use that does not deliver each PE's operations in
+    /// issue order by itself (all built-in transports do, so today this only checks).
+    #[inline]
+    fn fence_transports(&self, call: &'static str) -> Result<()> {
+        use crate::transport::{Caps, TransportOps};
+        if !self.xport.caps().contains(Caps::ORDERED) {
+            self.xport.fence(call)?;
+        }
+        if let Some(net) = &self.net {
+            if !TransportOps::caps(&**net).contains(Caps::ORDERED) {
+                TransportOps::fence(&**net, call)?;
+            }
+        }
+        self.remotes.fence(call)
     }
 
     #[cold]
@@ -89,99 +108,83 @@ impl World {
     }
 
     /// Dissemination barrier over all PEs through flags in each PE's control-heap internal
-    /// area: in round k, PE i raises a flag on PE i+2^k (a store on this node, a store request
-    /// over TCP otherwise) and waits for PE i−2^k's (always a local poll). Flags hold the
-    /// barrier epoch, so they never need resetting.
-    ///
-    /// The plain form of [`sync_all_checked`](World::sync_all_checked), kept separate so that
-    /// `barrier_all` and `sync_all` pay for nothing they do not use.
+    /// area (see [`dissemination`](World::dissemination)). Flags hold the barrier epoch, so they
+    /// never need resetting.
     pub(crate) fn sync_all_named(&self, call: &'static str) -> Result<()> {
-        let n = self.n;
-        if n == 1 {
-            fence(Ordering::SeqCst);
-            return Ok(());
-        }
-        let me = self.me;
-        let my_local = self.ctrl.me_local();
-        let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut dist = 1usize;
-        let mut round = 0usize;
-        while dist < n {
-            debug_assert!(round < BARRIER_ROUNDS);
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
-            let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
-            let mine = self.ctrl.internal_addr(my_local, slot);
-            self.ctrl_store(call, to, slot, epoch)?;
-            let from_pe = from;
-            self.wait.wait(
-                &self.live,
-                call,
-                Some(from_pe),
-                // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
-                // chunk, mapped for the World's lifetime.
-                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
-                || {
-                    format!(
-                        "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
-                    )
-                },
-            )?;
-            dist <<= 1;
-            round += 1;
-        }
-        Ok(())
+        self.sync_all_checked(call, None, false).map(drop)
     }
 
-    /// [`sync_all_named`](World::sync_all_named) that can also compare a value across PEs and
-    /// watch for peers that left during finalize.
-    ///
-    /// `check`: every PE passes a value (a [`digest`] of its call's arguments); each round's
-    /// flag is preceded by two words with the smallest and largest (value, PE) seen so far
-    /// ([`CheckAgg`]), so after the last round every PE holds the same extremes of all PEs'
-    /// values, at no extra round trip. Returns them when they differ (every PE then returns the
-    /// same pair). The words are double-buffered by epoch parity: a PE is at most one barrier
-    /// ahead of the reader of its last words.
-    ///
-    /// `last` (finalize's last barrier): peers that finished it may leave at any time, so
-    /// only a peer this PE waits on, seen gone with its flag still down, is an error (its
-    /// stores were all made before it left: in memory at once, over TCP before the end of
-    /// its stream, allowed a short grace for the other sockets' end to be seen first).
+    /// [`sync_all_named`](World::sync_all_named) that can also compare `check` across PEs and
+    /// watch for peers that left during finalize (`last`); see
+    /// [`dissemination`](World::dissemination).
     pub(crate) fn sync_all_checked(
         &self,
         call: &'static str,
         check: Option<u64>,
         last: bool,
     ) -> Result<Option<Mismatch>> {
-        let n = self.n;
-        if n == 1 {
+        if self.n == 1 {
             fence(Ordering::SeqCst);
             return Ok(None);
         }
-        let me = self.me;
-        let my_local = self.ctrl.me_local();
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let parity = (epoch & 1) as usize * 16;
-        let mut agg = check.map(|v| CheckAgg::new(v, me));
+        self.dissemination(call, &WorldMembers(self), epoch, check, last)
+    }
+
+    /// One dissemination barrier over the members `m` (all PEs, or a team) through flags in
+    /// each PE's control heap: in round k member i raises its flag (the epoch) on member
+    /// i+2^k — a store on this node, a store request over TCP otherwise — and waits for member
+    /// i−2^k's (always a local poll).
+    ///
+    /// `check`: every member passes a value (a [`digest`] of its call's arguments); each
+    /// round's flag is preceded by two words with the smallest and largest (value, PE) seen so
+    /// far ([`CheckAgg`]), so after the last round every member holds the same extremes of all
+    /// members' values, at no extra round trip. Returns them when they differ (every member
+    /// then returns the same pair). The words are double-buffered by epoch parity: a member is
+    /// at most one barrier ahead of the reader of its last words.
+    ///
+    /// `last` (finalize's last barrier): peers that finished it may leave at any time, so
+    /// only a peer this PE waits on, seen gone with its flag still down, is an error (its
+    /// stores were all made before it left: in memory at once, over TCP before the end of
+    /// its stream, allowed a short grace for the other sockets' end to be seen first).
+    pub(crate) fn dissemination<M: Members>(
+        &self,
+        call: &'static str,
+        m: &M,
+        epoch: u64,
+        check: Option<u64>,
+        last: bool,
+    ) -> Result<Option<Mismatch>> {
+        let n = m.n();
+        let me = m.me();
+        let my_local = self.ctrl.me_local();
+        let parity = (epoch & 1) as usize;
+        let mut agg = check.map(|v| CheckAgg::new(v, self.me));
         let mut dist = 1usize;
         let mut round = 0usize;
         while dist < n {
-            debug_assert!(round < BARRIER_ROUNDS);
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
-            let slot = BARRIER_FLAGS + round * FLAG_STRIDE;
-            let words = CHECK_WORDS + round * FLAG_STRIDE + parity;
+            if round >= m.max_rounds() {
+                return Err(Error::State {
+                    call,
+                    reason: format!("{n} members need more than {round} barrier rounds"),
+                });
+            }
+            let to = m.pe((me + dist) % n);
+            let from_pe = m.pe((me + n - dist) % n);
+            let slot = m.flag_off(round);
             let mine = self.ctrl.internal_addr(my_local, slot);
-            if let Some(a) = &agg {
-                self.ctrl_store(call, to, words, a.lo)?;
-                self.ctrl_store(call, to, words + 8, a.hi)?;
+            let words = agg
+                .as_ref()
+                .map(|a| (m.check_off(round, parity), a.lo, a.hi));
+            if let Some((words, lo, hi)) = words {
+                self.ctrl_store(call, to, words, lo)?;
+                self.ctrl_store(call, to, words + 8, hi)?;
             }
             self.ctrl_store(call, to, slot, epoch)?;
-            let from_pe = from;
             let remote = self.node.local_of[from_pe].is_none();
             let mut seen_gone: Option<std::time::Instant> = None;
-            // SAFETY: internal-area flag slots are aligned u64s inside my first control-heap
-            // chunk, mapped for the World's lifetime.
+            // SAFETY: flag slots are aligned u64s inside my control heap's internal area,
+            // mapped for the World's lifetime.
             let up = || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch);
             self.wait
                 .wait(
@@ -208,7 +211,7 @@ impl World {
                         self.live.note_root(root);
                         Some(Err(Error::PeerLost {
                             call,
-                            me,
+                            me: self.me,
                             pe: root,
                             reason: if root == from_pe {
                                 format!(
@@ -219,24 +222,23 @@ impl World {
                             },
                         }))
                     },
-                    || {
-                        format!(
-                            "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
-                        )
-                    },
+                    || m.describe(from_pe, epoch, round),
                 )
                 .and_then(|r| r)?;
-            if let Some(a) = &mut agg {
+            if let Some((words, _, _)) = words {
                 let at = self.ctrl.internal_addr(my_local, words);
                 // SAFETY: the check words are aligned u64s inside my control heap's internal
-                // area (below the proxy's flags), mapped for the World's lifetime; the flag
-                // seen above was stored after them (release/acquire, or in order over TCP).
-                a.merge(unsafe {
+                // area, mapped for the World's lifetime; the flag seen above was stored after
+                // them (release/acquire, or in order over TCP).
+                let seen = unsafe {
                     [
                         u64::load(at, Ordering::Relaxed),
                         u64::load(at + 8, Ordering::Relaxed),
                     ]
-                });
+                };
+                if let Some(a) = &mut agg {
+                    a.merge(seen);
+                }
             }
             dist <<= 1;
             round += 1;
@@ -666,6 +668,54 @@ impl World {
 
 /// How long finalize's last barrier keeps waiting on a gone PE on another host whose flag is
 /// still down (its stores may still be in the socket being read).
+/// The members of one dissemination barrier and where their flags live (all PEs: the
+/// world's barrier area; a team: its slot).
+pub(crate) trait Members {
+    /// Members.
+    fn n(&self) -> usize;
+    /// This PE's member index.
+    fn me(&self) -> usize;
+    /// The PE of member `i`.
+    fn pe(&self, i: usize) -> usize;
+    /// Rounds the flag area has room for.
+    fn max_rounds(&self) -> usize;
+    /// Control-heap internal offset of round `round`'s flag.
+    fn flag_off(&self, round: usize) -> usize;
+    /// Control-heap internal offset of round `round`'s two check words (buffer `parity`).
+    fn check_off(&self, round: usize, parity: usize) -> usize;
+    /// What a wait on `from_pe` in `round` of barrier `epoch` is for (timeout messages).
+    fn describe(&self, from_pe: usize, epoch: u64, round: usize) -> String;
+}
+
+/// All PEs, in the world's barrier area.
+struct WorldMembers<'a>(&'a World);
+
+impl Members for WorldMembers<'_> {
+    fn n(&self) -> usize {
+        self.0.n
+    }
+    fn me(&self) -> usize {
+        self.0.me
+    }
+    fn pe(&self, i: usize) -> usize {
+        i
+    }
+    fn max_rounds(&self) -> usize {
+        BARRIER_ROUNDS
+    }
+    fn flag_off(&self, round: usize) -> usize {
+        BARRIER_FLAGS + round * FLAG_STRIDE
+    }
+    fn check_off(&self, round: usize, parity: usize) -> usize {
+        CHECK_WORDS + round * FLAG_STRIDE + parity * 16
+    }
+    fn describe(&self, from_pe: usize, epoch: u64, round: usize) -> String {
+        format!(
+            "PE {from_pe} to reach barrier #{epoch} (round {round}; it, or a PE it waits for, has not arrived)"
+        )
+    }
+}
+
 const LAST_BARRIER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Two PEs whose values differ in a checked barrier: those with the smallest and the largest.

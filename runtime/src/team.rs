@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::heap::INTERNAL_SIZE;
-use crate::sync::{CheckAgg, Mismatch};
+use crate::sync::Mismatch;
 use crate::types::Bits;
 use crate::world::World;
 
@@ -189,6 +189,40 @@ impl Teams {
     #[inline]
     fn check_off(&self, slot: usize, round: usize, parity: usize) -> usize {
         self.slot_off(slot, SCRATCH + 8 * self.rounds + 32 * round + 16 * parity)
+    }
+}
+
+/// A team's members in a dissemination barrier ([`World::dissemination`]): its PEs, the flags
+/// and check words of its slot.
+struct TeamMembers<'a> {
+    w: &'a World,
+    t: &'a TeamInner,
+}
+
+impl crate::sync::Members for TeamMembers<'_> {
+    fn n(&self) -> usize {
+        self.t.members.len()
+    }
+    fn me(&self) -> usize {
+        self.t.me
+    }
+    fn pe(&self, i: usize) -> usize {
+        self.t.members[i]
+    }
+    fn max_rounds(&self) -> usize {
+        self.w.teams.rounds
+    }
+    fn flag_off(&self, round: usize) -> usize {
+        self.w.teams.flag_off(self.t.slot, round)
+    }
+    fn check_off(&self, round: usize, parity: usize) -> usize {
+        self.w.teams.check_off(self.t.slot, round, parity)
+    }
+    fn describe(&self, from_pe: usize, epoch: u64, round: usize) -> String {
+        format!(
+            "PE {from_pe} to reach sync #{epoch} of team {} (round {round}; it, or a PE it waits for, has not arrived)",
+            self.t.name
+        )
     }
 }
 
@@ -566,60 +600,17 @@ impl World {
 
     /// **Collective over the team.** Completes this PE's outstanding operations, then waits
     /// for every member. Like NVSHMEM's `nvshmem_barrier(team)`.
-    pub fn team_barrier(&self, team: &Team) -> Result<()> {
-        self.team_check("team_barrier", team)?;
-        self.quiet_all("team_barrier")?;
-        self.team_sync_named("team_barrier", team)
+    pub fn barrier(&self, team: &Team) -> Result<()> {
+        self.team_check("barrier", team)?;
+        self.quiet_all("barrier")?;
+        self.team_sync_named("barrier", team)
     }
 
-    /// Dissemination barrier over the team's members through the flags of its slot, exactly
-    /// like `sync_all_named`: in round k member i raises its flag on member i+2^k and waits for
-    /// member i−2^k's. Flags hold the team's epoch, so they never need resetting while the
-    /// team lives. The plain form of [`team_sync_checked`](World::team_sync_checked), kept
-    /// separate so that team syncs pay for nothing they do not use.
+    /// Dissemination barrier over the team's members through the flags of its slot (see
+    /// [`World::dissemination`]). Flags hold the team's epoch, so they never need resetting
+    /// while the team lives.
     pub(crate) fn team_sync_named(&self, call: &'static str, team: &Team) -> Result<()> {
-        let t = &team.inner;
-        let n = t.members.len();
-        if n == 1 {
-            fence(Ordering::SeqCst);
-            return Ok(());
-        }
-        let me = t.me;
-        let my_local = self.ctrl.me_local();
-        let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut dist = 1usize;
-        let mut round = 0usize;
-        while dist < n {
-            if round >= self.teams.rounds {
-                return Err(Error::State {
-                    call,
-                    reason: format!("team of {n} PEs needs more than {round} barrier rounds"),
-                });
-            }
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
-            let off = self.teams.flag_off(t.slot, round);
-            let mine = self.ctrl.internal_addr(my_local, off);
-            self.ctrl_store(call, t.members[to], off, epoch)?;
-            let from_pe = t.members[from];
-            self.wait.wait(
-                &self.live,
-                call,
-                Some(from_pe),
-                // SAFETY: team flags are aligned u64s inside my control-heap internal region,
-                // mapped for the World's lifetime.
-                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
-                || {
-                    format!(
-                        "PE {from_pe} to reach sync #{epoch} of team {} (round {round}; it, or a PE it waits for, has not arrived)",
-                        t.name
-                    )
-                },
-            )?;
-            dist <<= 1;
-            round += 1;
-        }
-        Ok(())
+        self.team_sync_checked(call, team, None).map(drop)
     }
 
     /// A team sync that also compares `check` (a digest of the call's arguments) across the
@@ -632,65 +623,11 @@ impl World {
         check: Option<u64>,
     ) -> Result<Option<Mismatch>> {
         let t = &team.inner;
-        let n = t.members.len();
-        if n == 1 {
+        if t.members.len() == 1 {
             fence(Ordering::SeqCst);
             return Ok(None);
         }
-        let me = t.me;
-        let my_local = self.ctrl.me_local();
         let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        let parity = (epoch & 1) as usize;
-        let mut agg = check.map(|v| CheckAgg::new(v, self.me));
-        let mut dist = 1usize;
-        let mut round = 0usize;
-        while dist < n {
-            if round >= self.teams.rounds {
-                return Err(Error::State {
-                    call,
-                    reason: format!("team of {n} PEs needs more than {round} barrier rounds"),
-                });
-            }
-            let to = (me + dist) % n;
-            let from = (me + n - dist) % n;
-            let off = self.teams.flag_off(t.slot, round);
-            let words = self.teams.check_off(t.slot, round, parity);
-            let mine = self.ctrl.internal_addr(my_local, off);
-            if let Some(a) = &agg {
-                self.ctrl_store(call, t.members[to], words, a.lo)?;
-                self.ctrl_store(call, t.members[to], words + 8, a.hi)?;
-            }
-            self.ctrl_store(call, t.members[to], off, epoch)?;
-            let from_pe = t.members[from];
-            self.wait.wait(
-                &self.live,
-                call,
-                Some(from_pe),
-                // SAFETY: team flags are aligned u64s inside my control-heap internal region,
-                // mapped for the World's lifetime.
-                || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch).then_some(()),
-                || {
-                    format!(
-                        "PE {from_pe} to reach sync #{epoch} of team {} (round {round}; it, or a PE it waits for, has not arrived)",
-                        t.name
-                    )
-                },
-            )?;
-            if let Some(a) = &mut agg {
-                let at = self.ctrl.internal_addr(my_local, words);
-                // SAFETY: the check words are aligned u64s of my team slot in the control
-                // heap's internal region, mapped for the World's lifetime; the flag seen above
-                // was stored after them (release/acquire, or in order over TCP).
-                a.merge(unsafe {
-                    [
-                        u64::load(at, Ordering::Relaxed),
-                        u64::load(at + 8, Ordering::Relaxed),
-                    ]
-                });
-            }
-            dist <<= 1;
-            round += 1;
-        }
-        Ok(agg.and_then(|a| a.mismatch()))
+        self.dissemination(call, &TeamMembers { w: self, t }, epoch, check, false)
     }
 }

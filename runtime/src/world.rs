@@ -289,11 +289,8 @@ pub struct World {
     /// A small host heap for host-side synchronization (barrier flags), whatever the backend.
     pub(crate) ctrl: Heap,
     pub(crate) xport: Transport,
-    pub(crate) gpu: Option<Arc<Gpu>>,
-    pub(crate) dstate: Arc<Mutex<DeviceState>>,
-    pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
-    /// Kernels of the stream collectives (compiled on first use).
-    pub(crate) coll: crate::coll::stream::CollModules,
+    /// This PE's GPU side (GPU backend): device, device state and the modules that hold it.
+    pub(crate) dev: DeviceSide,
     pub(crate) live: Arc<Liveness>,
     pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
@@ -303,6 +300,19 @@ pub struct World {
     pub(crate) teams: crate::team::Teams,
     finalized: AtomicBool,
     init_time: Duration,
+}
+
+/// The GPU side of a world: its device, the device state every module sees, the modules that
+/// hold a copy of it and the stream collectives' kernels.
+pub(crate) struct DeviceSide {
+    /// This PE's GPU (None on the CPU backend).
+    pub(crate) gpu: Option<Arc<Gpu>>,
+    /// The current device state (what modules see as `rshmem_state`).
+    pub(crate) state: Arc<Mutex<DeviceState>>,
+    /// Modules loaded through the world (state reinstalled on every change).
+    pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
+    /// Kernels of the stream collectives (compiled on first use).
+    pub(crate) coll: crate::coll::device::CollModules,
 }
 
 impl std::fmt::Debug for World {
@@ -379,7 +389,7 @@ impl World {
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
-                Region::user(&heap, crate::proxy::remote_apply(&gpu, &dstate)?),
+                Region::user(&heap, crate::cuda::target::for_user_heap(&gpu, &dstate)?),
                 Region::ctrl(&ctrl),
             ];
             Some(Arc::new(Net::establish(
@@ -397,7 +407,7 @@ impl World {
         // Atomics from PEs reached through UCX on a GPU heap are applied here by rshmem (UCX
         // cannot touch GPU memory with its software atomics).
         let ucx_gpu_mem = if remotes.ucx_job() {
-            crate::proxy::remote_apply(&gpu, &dstate)?
+            crate::cuda::target::for_user_heap(&gpu, &dstate)?
         } else {
             None
         };
@@ -433,10 +443,12 @@ impl World {
             heap,
             ctrl,
             xport,
-            gpu,
-            dstate,
-            modules: Mutex::new(Vec::new()),
-            coll: crate::coll::stream::CollModules::new(sharing),
+            dev: DeviceSide {
+                gpu,
+                state: dstate,
+                modules: Mutex::new(Vec::new()),
+                coll: crate::coll::device::CollModules::new(sharing),
+            },
             live,
             wait,
             cfg,
@@ -452,7 +464,7 @@ impl World {
         crate::hang::install(me);
         let mut world = world;
         world.init_time = t0.elapsed();
-        tracing::debug!(target: "rshmem::init", elapsed = ?world.init_time, gpu = world.gpu.is_some(), "initialized");
+        tracing::debug!(target: "rshmem::init", elapsed = ?world.init_time, gpu = world.dev.gpu.is_some(), "initialized");
         Ok(world)
     }
 
@@ -488,7 +500,7 @@ impl World {
     pub(crate) fn refresh_device_state(&self) -> Result<()> {
         self.remotes
             .heap_grown("malloc", self.boot.as_ref(), &self.heap)?;
-        if self.gpu.is_none() {
+        if self.dev.gpu.is_none() {
             return Ok(());
         }
         let mut st = DeviceState {
@@ -524,24 +536,24 @@ impl World {
             p.describe(&mut st);
         }
         let changed = {
-            let mut cur = self.dstate.lock().map_err(|_| poisoned("init"))?;
+            let mut cur = self.dev.state.lock().map_err(|_| poisoned("init"))?;
             let changed = *cur != st;
             *cur = st;
             changed
         };
         if changed {
-            if let Some(g) = &self.gpu {
+            if let Some(g) = &self.dev.gpu {
                 crate::device::units::deliver("init", g, &st)?;
             }
-            if let (Some(g), Ok(mut mods)) = (&self.gpu, self.modules.lock()) {
+            if let (Some(g), Ok(mut mods)) = (&self.dev.gpu, self.dev.modules.lock()) {
                 mods.retain(|w| w.strong_count() > 0);
                 for m in mods.iter().filter_map(|w| w.upgrade()) {
                     crate::device::module::Module::wrap(g, m).install_state(&st)?;
                 }
             }
             if let Transport::P2p(p) = &self.xport {
-                if let Some(Ok(m)) = p.internal_loaded() {
-                    m.install_state(&st)?;
+                if let Some(Ok(k)) = p.internal_loaded() {
+                    k.module.install_state(&st)?;
                 }
             }
         }
@@ -1016,7 +1028,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     }
     let ordinal = cfg
         .device
-        .unwrap_or(crate::proxy::host_rank(boot, cfg, node)? % count);
+        .unwrap_or(crate::node::host_rank(boot, cfg, node)? % count);
     if ordinal >= count {
         return Err(Error::invalid(
             call,
@@ -1032,7 +1044,7 @@ impl Drop for World {
             tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
         }
         self.node.stop_monitor();
-        if let Some(g) = &self.gpu {
+        if let Some(g) = &self.dev.gpu {
             crate::device::units::retire(g);
         }
         ACTIVE.store(false, Ordering::Release);

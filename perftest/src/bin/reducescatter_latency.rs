@@ -1,4 +1,4 @@
-//! `reducescatter_latency`: reduce_scatter leaving a SIZE-byte block on each PE (source: n_pes × SIZE bytes), per type and operator, back to back on all PEs; value = mean over PEs of the time per call.
+//! `reducescatter_latency`: reducescatter leaving a SIZE-byte block on each PE (source: n_pes × SIZE bytes), per type and operator, back to back on all PEs; value = mean over PEs of the time per call.
 //!
 //! Rows (op column, NVSHMEM's labels): int-sum, int-max, int-and, long-sum, float-sum,
 //! float-min, double-sum; `--ops int-sum,float-sum` runs only those. Every size is checked
@@ -13,7 +13,7 @@ use rshmem_perftest::{run, Kind, Spec};
 
 const SPEC: Spec = Spec {
     name: "reducescatter_latency",
-    about: "reduce_scatter leaving a SIZE-byte block on each PE (source: n_pes × SIZE bytes), per type and operator, back to back on all PEs; value = mean over PEs of the time per call",
+    about: "reducescatter leaving a SIZE-byte block on each PE (source: n_pes × SIZE bytes), per type and operator, back to back on all PEs; value = mean over PEs of the time per call",
     kind: Kind::Collective,
     min_pes: 1,
 };

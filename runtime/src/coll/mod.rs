@@ -19,12 +19,12 @@
 //!   chunk into every member's `dest`. Every element is combined by exactly one member in team
 //!   order, so all members hold bit-identical results; since only the slice's owner reads that
 //!   slice of any `source`, it may overwrite it right after reading (in-place reduce).
-//!   `reduce_scatter` combines its own block straight into its `dest`.
+//!   `reducescatter` combines its own block straight into its `dest`.
 //! * Reductions elsewhere (GPU heap, PEs over TCP) pull every member's block into a private
 //!   buffer, combine there in team order, sync, and write `dest` afterwards.
 
+pub(crate) mod device;
 mod ops;
-pub(crate) mod stream;
 
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 
@@ -603,8 +603,8 @@ impl World {
     /// **Collective over the team.** Reduces every member's `source` of `n_pes()·nelems`
     /// elements with `op` and leaves block `i` (`nelems` elements) of the result in `dest` on
     /// team PE `i`. `dest` and `source` must not overlap. Like NVSHMEM's
-    /// `nvshmem_TYPE_OP_reducescatter`; errors name `reduce_scatter`.
-    pub fn reduce_scatter<T: ReduceType, O: ReduceOp<T>>(
+    /// `nvshmem_TYPE_OP_reducescatter`; errors name `reducescatter`.
+    pub fn reducescatter<T: ReduceType, O: ReduceOp<T>>(
         &self,
         team: &Team,
         dest: *mut T,
@@ -613,7 +613,7 @@ impl World {
         op: O,
     ) -> Result<()> {
         let _ = op;
-        let call = "reduce_scatter";
+        let call = "reducescatter";
         self.team_check(call, team)?;
         let total = nelems
             .checked_mul(team.n_pes())

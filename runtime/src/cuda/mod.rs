@@ -2,6 +2,8 @@
 //! `Result` with the rshmem call and what was being done. libcuda is loaded at run time, so
 //! builds and CPU-only runs never need CUDA.
 
+pub(crate) mod kernels;
+pub(crate) mod pinned;
 pub(crate) mod target;
 
 use std::os::fd::{FromRawFd, OwnedFd};

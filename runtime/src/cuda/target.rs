@@ -10,67 +10,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys;
 use cudarc::driver::CudaStream;
 
+use crate::cuda::kernels::{self, Kernels};
+use crate::cuda::pinned::Pinned;
 use crate::cuda::{check, Gpu};
-use crate::device::module::Module;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::transport::AmoOp;
-
-/// Page-locked host memory (cuMemHostAlloc), optionally mapped into the GPU's address space.
-pub(crate) struct Pinned {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the allocation is owned by this value and freed once; users synchronize access.
-unsafe impl Send for Pinned {}
-// SAFETY: as above; shared use goes through `&self` raw pointers the users order themselves.
-unsafe impl Sync for Pinned {}
-
-impl Pinned {
-    /// `len` zeroed bytes; `mapped`: also in the GPU's address space (the same address, UVA).
-    pub(crate) fn new(gpu: &Gpu, len: usize, mapped: bool, call: &'static str) -> Result<Pinned> {
-        gpu.bind(call)?;
-        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        let flags = if mapped {
-            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
-        } else {
-            0
-        };
-        // SAFETY: valid out-pointer; the driver allocates len bytes.
-        let r = unsafe { sys::cuMemHostAlloc(&mut p, len, flags) };
-        check(r, call, "cuMemHostAlloc (proxy)")?;
-        // SAFETY: p holds len freshly allocated bytes.
-        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
-        Ok(Pinned { ptr: p.cast(), len })
-    }
-
-    /// The host address.
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
-    /// Bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The device address of mapped memory.
-    pub(crate) fn device_ptr(&self, call: &'static str) -> Result<u64> {
-        let mut d: sys::CUdeviceptr = 0;
-        // SAFETY: ptr is a live mapped allocation from cuMemHostAlloc.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr.cast(), 0) };
-        check(r, call, "cuMemHostGetDevicePointer (proxy)")?;
-        Ok(d)
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
-        unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
-    }
-}
 
 /// Access to this PE's GPU memory from host threads, on a private stream.
 pub struct GpuMem {
@@ -79,7 +24,7 @@ pub struct GpuMem {
     /// Old values of atomics.
     result: Mutex<Pinned>,
     /// The internal kernels (atomics), loaded on first use.
-    kernels: OnceLock<std::result::Result<(Module, cudarc::driver::CudaFunction), String>>,
+    kernels: OnceLock<std::result::Result<Kernels, String>>,
     state: Arc<Mutex<DeviceState>>,
     /// Asynchronous copies may be queued on the stream.
     pending: std::sync::atomic::AtomicBool,
@@ -232,48 +177,14 @@ impl GpuMem {
         cond: u64,
         out: u64,
     ) -> Result<()> {
-        let k = self.kernels.get_or_init(|| {
-            Module::load(
-                &self.gpu,
-                crate::transport::p2p::INTERNAL_KERNELS,
-                "rshmem_internal",
-                &self.state,
-            )
-            .and_then(|m| {
-                let f = m.function("rshmem_internal_amo")?;
-                Ok((m, f))
-            })
-            .map_err(|e| e.to_string())
-        });
-        let (m, f) = k.as_ref().map_err(|e| Error::Unsupported {
-            call,
-            reason: format!("rshmem's internal GPU kernels are unavailable: {e}"),
-        })?;
+        let k = self
+            .kernels
+            .get_or_init(|| Kernels::internal(&self.gpu, &self.state).map_err(|e| e.to_string()));
+        let k = kernels::loaded(call, k, "internal")?;
         self.gpu.bind(call)?;
-        let mut op_u = op as u32;
-        let mut size_u = size as u32;
-        let (mut a, mut v, mut c, mut o) = (addr, value, cond, out);
-        let mut args: [*mut std::ffi::c_void; 6] = [
-            (&mut op_u as *mut u32).cast(),
-            (&mut size_u as *mut u32).cast(),
-            (&mut a as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut o as *mut u64).cast(),
-        ];
-        // SAFETY: rshmem_internal_amo(u32, u32, u64, u64, u64, u64*); the result pointer is
-        // pinned host memory, device-accessible through UVA.
-        unsafe {
-            m.launch_raw(
-                call,
-                f.clone(),
-                (1, 1, 1),
-                (1, 1, 1),
-                0,
-                self.s(),
-                &mut args,
-            )
-        }
+        // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` pinned
+        // host memory, device-accessible through UVA, held under the caller's result lock.
+        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out) }
     }
 
     /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
@@ -328,5 +239,18 @@ impl GpuMem {
         })?;
         // The old value goes to a scratch word nobody reads.
         self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
+    }
+}
+
+/// GPU memory access for the remote transports' targets when the user heap is on a GPU (the TCP
+/// transport's service threads, the UCX transport's atomics applied on the target); None on the
+/// CPU backend.
+pub(crate) fn for_user_heap(
+    gpu: &Option<Arc<Gpu>>,
+    state: &Arc<Mutex<DeviceState>>,
+) -> Result<Option<Arc<GpuMem>>> {
+    match gpu {
+        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
+        None => Ok(None),
     }
 }

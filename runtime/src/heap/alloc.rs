@@ -12,8 +12,6 @@ pub const MIN_ALIGN: usize = 64;
 /// Offsets-only allocator state.
 #[derive(Debug, Clone)]
 pub struct Allocator {
-    /// First offset the allocator may hand out.
-    start: usize,
     /// End of the mapped region (offsets below are backed by memory).
     mapped_end: usize,
     /// Free ranges inside `[start, mapped_end)`: offset -> length. Never adjacent (coalesced).
@@ -37,7 +35,6 @@ impl Allocator {
             free.insert(start, mapped_end - start);
         }
         Allocator {
-            start,
             mapped_end,
             free,
             live: BTreeMap::new(),
@@ -49,22 +46,9 @@ impl Allocator {
         self.mapped_end
     }
 
-    /// End of the highest live allocation (or `start`).
-    pub fn top(&self) -> usize {
-        self.live
-            .iter()
-            .next_back()
-            .map_or(self.start, |(o, (l, _))| o + l)
-    }
-
     /// Bytes currently allocated.
     pub fn in_use(&self) -> usize {
         self.live.values().map(|(_, r)| r).sum()
-    }
-
-    /// Number of live allocations.
-    pub fn live_count(&self) -> usize {
-        self.live.len()
     }
 
     /// The live allocation containing `off`, as (offset, requested length).

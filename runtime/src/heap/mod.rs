@@ -400,11 +400,6 @@ impl Heap {
         self.alloc.read().map(|a| a.in_use()).unwrap_or(0)
     }
 
-    /// Number of live allocations.
-    pub fn live_count(&self) -> usize {
-        self.alloc.read().map(|a| a.live_count()).unwrap_or(0)
-    }
-
     /// Start of my slice.
     #[inline]
     pub fn my_base(&self) -> usize {
@@ -497,11 +492,6 @@ impl Heap {
         self.hits.insert(self.my_base + o, self.my_base + o + l);
         drop(a);
         Ok(off)
-    }
-
-    /// Where this heap's memory lives.
-    pub fn backing(&self) -> &Backing {
-        &self.backing
     }
 
     /// The GPU of a GPU heap.

@@ -249,11 +249,6 @@ impl Ring {
         Self::word(unsafe { self.ctrl.add(off) }.cast())
     }
 
-    /// The next ticket the host will read.
-    pub fn tail(&self) -> u64 {
-        self.tail
-    }
-
     /// Takes the next published request, if any.
     pub fn poll(&mut self) -> Option<Request> {
         let s = self.slot(self.tail);
@@ -346,6 +341,7 @@ impl Ring {
     }
 
     /// The failure recorded so far, if any.
+    #[cfg(test)]
     pub fn failure(&self) -> u64 {
         self.ctrl_word(ctrl::ERROR).load(Ordering::Acquire)
     }

@@ -13,48 +13,22 @@
 //! `proxy_slots == 0` (every PE reachable by load/store) device calls never look at it.
 
 pub mod fifo;
+mod ordered;
 pub(crate) mod service;
-mod stream;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rshmem_bootstrap::Bootstrap;
-
-use crate::config::Config;
-use crate::cuda::target::{GpuMem, Pinned};
+use crate::cuda::pinned::Pinned;
+use crate::cuda::target::GpuMem;
 use crate::cuda::Gpu;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::Heap;
-use crate::node::{host_identity, Liveness, Node};
+use crate::node::{Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::tcp::Net;
-
-/// This PE's rank among the processes of its host (picks the GPU). Under
-/// `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from the
-/// host identity (one allgather, made by every PE since they share the setting).
-pub(crate) fn host_rank(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<usize> {
-    if !cfg.disable_p2p {
-        return Ok(node.me);
-    }
-    let id = host_identity(cfg.node_id.as_deref());
-    let all = boot.allgather(id.as_bytes())?;
-    let me = boot.rank();
-    Ok((0..me).filter(|&p| all[p] == all[me]).count())
-}
-
-/// GPU memory access for the TCP transport's service threads when the user heap is on a GPU.
-pub(crate) fn remote_apply(
-    gpu: &Option<Arc<Gpu>>,
-    state: &Arc<Mutex<DeviceState>>,
-) -> Result<Option<Arc<GpuMem>>> {
-    match gpu {
-        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
-        None => Ok(None),
-    }
-}
 
 /// The running proxy of this PE: its ring (host-mapped) and service thread.
 pub struct Proxy {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fifo::{op, Failure, Outcome, Request, Ring, INLINE};
-use crate::cuda::target::{GpuMem, Pinned};
+use crate::cuda::pinned::Pinned;
+use crate::cuda::target::GpuMem;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::select::Via;

@@ -32,8 +32,6 @@ pub mod tcp;
 pub mod ucx;
 pub mod verbs;
 
-use rshmem_bootstrap::Bootstrap;
-
 use crate::error::Result;
 
 pub use tcp::HeapId;
@@ -132,8 +130,8 @@ pub struct RemoteAddr {
     pub off: usize,
 }
 
-/// A range of a heap that became accessible (at init, or when the heap grew), for
-/// [`TransportOps::register`].
+/// A range of a heap that became accessible (at init, or when the heap grew), for the remote
+/// transports' registration (UCX `ucp_mem_map`, verbs memory regions).
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub struct Chunk {
@@ -149,12 +147,10 @@ pub struct Chunk {
     pub gpu: Option<std::sync::Arc<crate::cuda::Gpu>>,
 }
 
-/// The operations every transport offers. Arguments are checked by the caller (`World`): the
-/// ranges lie inside live allocations of mapped heaps, words are aligned, local buffers are live
-/// for the length given.
-// `register`, `fence` and `progress` are part of every transport's interface; `World` does not
-// call them on every build yet (fence is free on all of them today).
-#[allow(dead_code)]
+/// The operations every transport offers, exactly what `World` calls through it (set-up and
+/// heap registration are each transport's own, driven by `remote.rs`). Arguments are checked
+/// by the caller (`World`): the ranges lie inside live allocations of mapped heaps, words are
+/// aligned, local buffers are live for the length given.
 pub trait TransportOps {
     /// How this transport names a target: a load/store address, or a [`RemoteAddr`].
     type Addr: Copy;
@@ -164,15 +160,6 @@ pub trait TransportOps {
 
     /// What this transport can do.
     fn caps(&self) -> Caps;
-
-    /// **Collective over all PEs** when the transport needs it (verbs: every PE registers its
-    /// chunk and the keys are exchanged). Makes `chunk` reachable through this transport. The
-    /// default does nothing (shm and p2p share chunks when the heap maps them; TCP checks
-    /// requests against the mapped size).
-    fn register(&self, call: &'static str, boot: &dyn Bootstrap, chunk: &Chunk) -> Result<()> {
-        let _ = (call, boot, chunk);
-        Ok(())
-    }
 
     /// Copies `n` bytes from local memory `src` to `dst`; `src` may be reused on return.
     fn put(&self, call: &'static str, dst: Self::Addr, src: *const u8, n: usize) -> Result<()>;
@@ -203,12 +190,6 @@ pub trait TransportOps {
 
     /// Completes every operation this PE issued through this transport.
     fn quiet(&self, call: &'static str) -> Result<()>;
-
-    /// Advances outstanding work without blocking (reaps completions). The default does nothing.
-    fn progress(&self, call: &'static str) -> Result<()> {
-        let _ = call;
-        Ok(())
-    }
 }
 
 /// The transport of this host's heap: load/store addresses of PEs that share this host.
@@ -384,10 +365,6 @@ impl TransportOps for RemoteRef<'_> {
         remote_dispatch!(self, t => TransportOps::caps(*t))
     }
 
-    fn register(&self, call: &'static str, boot: &dyn Bootstrap, chunk: &Chunk) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::register(*t, call, boot, chunk))
-    }
-
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         remote_dispatch!(self, t => TransportOps::put(*t, call, dst, src, n))
     }
@@ -418,10 +395,6 @@ impl TransportOps for RemoteRef<'_> {
 
     fn quiet(&self, call: &'static str) -> Result<()> {
         remote_dispatch!(self, t => TransportOps::quiet(*t, call))
-    }
-
-    fn progress(&self, call: &'static str) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::progress(*t, call))
     }
 }
 

@@ -11,12 +11,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys;
 
 use super::{AmoOp, Caps, TransportOps};
+use crate::cuda::kernels::{self, Kernels};
+use crate::cuda::pinned::Pinned;
 use crate::cuda::{check, Gpu};
-use crate::device::module::Module;
 use crate::error::{Error, Result};
-
-/// Source of rshmem's internal kernels (compiled by NVRTC on first use, then cached on disk).
-pub const INTERNAL_KERNELS: &str = include_str!("../device/kernels/internal.cu");
 
 /// What the GPU peer-to-peer transport can do: kernels reach every GPU of the host by
 /// load/store; host-issued puts, gets and atomics are stream-ordered on rshmem's stream.
@@ -24,19 +22,6 @@ pub const CAPS: Caps = Caps::LOAD_STORE
     .union(Caps::RMA)
     .union(Caps::AMO)
     .union(Caps::ORDERED);
-
-/// Pinned host memory for results of host-issued atomics.
-struct Pinned(*mut u64);
-
-// SAFETY: the pointer is to page-locked host memory owned by this struct, used under a Mutex.
-unsafe impl Send for Pinned {}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        // SAFETY: allocated by cuMemHostAlloc in `P2p::new`, freed once.
-        unsafe { sys::cuMemFreeHost(self.0.cast()) };
-    }
-}
 
 /// Bytes of pinned memory small host puts are staged through.
 const STAGING: usize = 1 << 20;
@@ -58,9 +43,7 @@ pub struct P2p {
     staging: Mutex<Staging>,
     /// Host-issued work may be queued on rshmem's stream (cleared by `quiet`).
     pending: std::sync::atomic::AtomicBool,
-    internal: OnceLock<std::result::Result<Module, String>>,
-    /// Kernels of the internal module, looked up once.
-    kernels: Mutex<Vec<(&'static str, cudarc::driver::CudaFunction)>>,
+    internal: OnceLock<std::result::Result<Kernels, String>>,
     state: Arc<Mutex<crate::device::DeviceState>>,
 }
 
@@ -73,30 +56,14 @@ impl std::fmt::Debug for P2p {
 impl P2p {
     /// Sets up host access to the GPU heap of `gpu`.
     pub fn new(gpu: Arc<Gpu>, state: Arc<Mutex<crate::device::DeviceState>>) -> Result<Self> {
-        gpu.bind("init")?;
-        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; 64 bytes of pinned memory.
-        check(
-            // SAFETY: valid out-pointer; 64 bytes of pinned memory.
-            unsafe { sys::cuMemHostAlloc(&mut p, 64, 0) },
-            "init",
-            "cuMemHostAlloc",
-        )?;
-        let p = Pinned(p.cast());
-        let mut st: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; STAGING bytes of pinned memory.
-        let r = unsafe { sys::cuMemHostAlloc(&mut st, STAGING, 0) };
-        check(r, "init", "cuMemHostAlloc (staging)")?;
+        let p = Pinned::new(&gpu, 64, false, "init")?;
+        let st = Pinned::new(&gpu, STAGING, false, "init")?;
         Ok(P2p {
             gpu,
             result: Mutex::new(p),
-            staging: Mutex::new(Staging {
-                buf: Pinned(st.cast()),
-                used: 0,
-            }),
+            staging: Mutex::new(Staging { buf: st, used: 0 }),
             pending: std::sync::atomic::AtomicBool::new(false),
             internal: OnceLock::new(),
-            kernels: Mutex::new(Vec::new()),
             state,
         })
     }
@@ -136,7 +103,7 @@ impl P2p {
             let at = st.used;
             // SAFETY: [at, at+n) lies inside the pinned staging buffer and no queued copy reads it
             // (everything queued before was synchronized when `used` was last reset).
-            let stage = unsafe { st.buf.0.cast::<u8>().add(at) };
+            let stage = unsafe { st.buf.ptr().add(at) };
             // SAFETY: src has n readable bytes; stage has n writable bytes; they cannot overlap.
             unsafe { std::ptr::copy_nonoverlapping(src, stage, n) };
             st.used = (at + n + 63) & !63;
@@ -218,55 +185,15 @@ impl P2p {
     }
 
     /// The internal kernels, compiled on first use.
-    pub fn internal(&self, call: &'static str) -> Result<&Module> {
-        let m = self.internal.get_or_init(|| {
-            Module::load(&self.gpu, INTERNAL_KERNELS, "rshmem_internal", &self.state)
-                .map_err(|e| e.to_string())
-        });
-        m.as_ref().map_err(|e| Error::Unsupported {
-            call,
-            reason: format!("rshmem's internal GPU kernels are unavailable: {e}"),
-        })
-    }
-
-    /// An internal kernel (the module is compiled on first use; the lookup is cached).
-    pub fn kernel(
-        &self,
-        call: &'static str,
-        name: &'static str,
-    ) -> Result<(&Module, cudarc::driver::CudaFunction)> {
-        let m = self.internal(call)?;
-        let mut k = self.kernels.lock().map_err(|_| Error::State {
-            call,
-            reason: "kernel cache lock poisoned".into(),
-        })?;
-        if let Some((_, f)) = k.iter().find(|(n, _)| *n == name) {
-            return Ok((m, f.clone()));
-        }
-        let f = m.function(name)?;
-        k.push((name, f.clone()));
-        Ok((m, f))
-    }
-
-    /// Launches internal kernel `name` as one thread on `stream`.
-    ///
-    /// # Safety
-    /// `args` must match the kernel's parameters, and every address in them must be valid for
-    /// what the kernel does with it.
-    pub unsafe fn launch_single(
-        &self,
-        call: &'static str,
-        name: &'static str,
-        stream: sys::CUstream,
-        args: &mut [*mut std::ffi::c_void],
-    ) -> Result<()> {
-        let (m, f) = self.kernel(call, name)?;
-        // SAFETY: forwarded from the caller.
-        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, stream, args) }
+    pub fn internal(&self, call: &'static str) -> Result<&Kernels> {
+        let k = self
+            .internal
+            .get_or_init(|| Kernels::internal(&self.gpu, &self.state).map_err(|e| e.to_string()));
+        kernels::loaded(call, k, "internal")
     }
 
     /// The internal kernels if they were loaded already.
-    pub fn internal_loaded(&self) -> Option<&std::result::Result<Module, String>> {
+    pub fn internal_loaded(&self) -> Option<&std::result::Result<Kernels, String>> {
         self.internal.get()
     }
 
@@ -286,31 +213,28 @@ impl P2p {
             self.get(call, (&mut w as *mut u64).cast(), addr, size)?;
             return Ok(w);
         }
-        let (m, f) = self.kernel(call, "rshmem_internal_amo")?;
+        let k = self.internal(call)?;
         let res = self.result.lock().map_err(|_| Error::State {
             call,
             reason: "a thread panicked during a host atomic".into(),
         })?;
-        let mut op_u = op as u32;
-        let mut size_u = size as u32;
-        let mut a = addr as u64;
-        let mut v = value;
-        let mut c = cond;
-        let mut out = res.0 as u64;
-        let mut args: [*mut std::ffi::c_void; 6] = [
-            (&mut op_u as *mut u32).cast(),
-            (&mut size_u as *mut u32).cast(),
-            (&mut a as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut out as *mut u64).cast(),
-        ];
-        // SAFETY: the kernel's signature is (u32, u32, u64, u64, u64, u64*) as in internal.cu;
-        // the result pointer is pinned host memory (device-accessible through UVA).
-        unsafe { m.launch_raw(call, f, (1, 1, 1), (1, 1, 1), 0, self.stream(), &mut args)? };
+        // SAFETY: addr is a checked, aligned word of the mapped GPU heap; the result word is
+        // pinned host memory (device-accessible through UVA), held locked until read below.
+        unsafe {
+            k.launch_amo(
+                call,
+                &self.gpu.stream,
+                op,
+                addr as u64,
+                size,
+                value,
+                cond,
+                res.ptr() as u64,
+            )?
+        };
         self.gpu.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
-        Ok(unsafe { std::ptr::read_volatile(res.0) })
+        Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
     }
 }
 

@@ -367,6 +367,25 @@ impl Remotes {
 
     /// Completes every operation issued through the non-TCP remote transports.
     #[inline]
+    /// Orders this PE's operations per target on the transports that do not deliver in order
+    /// by themselves (none of the built-in ones today: each is [`Caps::ORDERED`]).
+    pub(crate) fn fence(&self, call: &'static str) -> Result<()> {
+        use super::{Caps, TransportOps};
+        if let Some(u) = &self.ucx {
+            if !u.caps().contains(Caps::ORDERED) {
+                u.fence(call)?;
+            }
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &self.verbs {
+            if !v.caps().contains(Caps::ORDERED) {
+                v.fence(call)?;
+            }
+        }
+        let _ = call;
+        Ok(())
+    }
+
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
         if let Some(u) = &self.ucx {
             super::TransportOps::quiet(u.as_ref(), call)?;

@@ -3,7 +3,7 @@
 //! columns); then, for every element type (all integer widths, signed and unsigned, `f32`,
 //! `f64`), every team and sizes 0, 1, 3 and 7, every collective (broadcast from two roots,
 //! fcollect, collect with uneven counts, alltoall, alltoalls with strides, every reduction
-//! operator, in place too, and reduce_scatter), checked against results computed here from the
+//! operator, in place too, and reducescatter), checked against results computed here from the
 //! known inputs of every PE, with the bytes past the result still poisoned. Then large blocks
 //! (thousands of elements, more than the runtime's 16 KiB reduction chunk, not a whole number
 //! of cache lines) for `i32` and `f64` on the world, the reversed world and a 2-D column
@@ -29,7 +29,7 @@ const SIZES: &[usize] = &[0, 1, 3, M];
 const DST: usize = 2;
 const SST: usize = 3;
 /// Large block size: thousands of elements, past the runtime's 16 KiB reduction chunk (in
-/// bytes for `i32` and `f64`, so in every reduce_scatter block and in a member's slice of a
+/// bytes for `i32` and `f64`, so in every reducescatter block and in a member's slice of a
 /// `f64` reduce with up to 2 PEs), and not a multiple of a 64-byte line.
 const BIG: &[usize] = &[5003];
 /// Teams of the large blocks: the world, a strided split (negative stride) and a 2-D split.
@@ -250,7 +250,7 @@ fn suite<T: RT + BT2>(
             if bitwise {
                 T::bitwise(c, &b, t, k, s, &what)?;
             }
-            reduce_scatter(c, &b, t, k, s, &what)?;
+            reducescatter(c, &b, t, k, s, &what)?;
         }
     }
     c.barrier("coll suite")?;
@@ -301,7 +301,7 @@ impl BT2 for f64 {
 
 /// Large blocks (`sizes`) on the teams of [`BIG_TEAMS`]: every collective but the strided
 /// alltoalls (element by element whatever the size), sum in and out of place, max, min
-/// (floats) or xor (integers), in place, and reduce_scatter.
+/// (floats) or xor (integers), in place, and reducescatter.
 fn big<T: RT + BT2>(
     c: &Ctx<'_>,
     teams: &[(String, Option<Team>)],
@@ -330,7 +330,7 @@ fn big<T: RT + BT2>(
             } else {
                 red(c, &b, t, k, Min, T::r_min, s, &what, true)?;
             }
-            reduce_scatter(c, &b, t, k, s, &what)?;
+            reducescatter(c, &b, t, k, s, &what)?;
         }
     }
     c.barrier("coll big")?;
@@ -516,18 +516,11 @@ fn red<T: RT, O: ReduceOp<T>>(
     }
 }
 
-fn reduce_scatter<T: RT>(
-    c: &Ctx<'_>,
-    b: &Bufs<'_, T>,
-    t: &Team,
-    k: usize,
-    s: u64,
-    what: &str,
-) -> R {
+fn reducescatter<T: RT>(c: &Ctx<'_>, b: &Bufs<'_, T>, t: &Team, k: usize, s: u64, what: &str) -> R {
     let ti = t.my_pe();
-    let label = format!("reduce_scatter(sum) {what}");
+    let label = format!("reducescatter(sum) {what}");
     prepare(c, b, t.n_pes() * k, k, |i| T::rin(c.me, i, s))?;
-    c.w.reduce_scatter(t, b.dst.as_ptr(), b.src.as_ptr(), k, Sum)
+    c.w.reducescatter(t, b.dst.as_ptr(), b.src.as_ptr(), k, Sum)
         .ctx(&label)?;
     let ms = t.members();
     check_dst(c, b, &label, k, |i| {
@@ -607,10 +600,10 @@ fn misuse(c: &Ctx<'_>, teams: &[(String, Option<Team>)]) -> R {
         "xor_reduce",
     )?;
     expect_err(
-        "reduce_scatter overflow",
-        w.reduce_scatter(&world, p, small.as_ptr(), usize::MAX / 2, Max),
+        "reducescatter overflow",
+        w.reducescatter(&world, p, small.as_ptr(), usize::MAX / 2, Max),
         Kind::Invalid,
-        "reduce_scatter",
+        "reducescatter",
     )?;
     // One PE passes a bad source to collect: it gets its own error, the others a message
     // naming it; nobody hangs.
@@ -714,7 +707,7 @@ fn misuse(c: &Ctx<'_>, teams: &[(String, Option<Team>)]) -> R {
     )?;
     // Team barrier and sync on every team of the test.
     for t in teams.iter().filter_map(|(_, t)| t.as_ref()) {
-        w.team_barrier(t).ctx("team_barrier")?;
+        w.barrier(t).ctx("barrier")?;
         w.team_sync(t).ctx("team_sync")?;
     }
     c.barrier("misuse end")?;
@@ -809,7 +802,7 @@ fn exhaust(c: &Ctx<'_>) -> R {
         w.team_destroy(t).ctx("team_destroy")?;
     }
     if let Some(t) = last {
-        w.team_barrier(&t).ctx("team_barrier on the last team")?;
+        w.barrier(&t).ctx("barrier on the last team")?;
         w.team_destroy(t).ctx("team_destroy")?;
     }
     let t = w

@@ -3,7 +3,7 @@
 //! (several blocks; and for alltoall, fcollect and broadcast on the world team, 2.4 MB per PE,
 //! the pipelined broadcast), every `*_on_stream` collective (alltoall,
 //! fcollect, broadcast from the first and last team PE, reduce with every operator on i32 and
-//! sum/min/max on f32 and f64, in place too, and reduce_scatter); then at 7 and 1000 elements
+//! sum/min/max on f32 and f64, in place too, and reducescatter); then at 7 and 1000 elements
 //! every operator on i8, u16, u32, i64 and u64 and the rest of the float operators, and
 //! alltoalls_on_stream and collect_on_stream (uneven counts) on every team and size is checked against results
 //! computed here from every PE's known inputs; bytes past the result stay poisoned. Then a user
@@ -347,7 +347,7 @@ impl Bufs<'_, '_> {
         self.reduce_one::<T, Xor>(src, dst, salt, |a, b| a.bxor(b))
     }
 
-    /// reduce (separate and in place) and reduce_scatter with `O`, against `f` in team order.
+    /// reduce (separate and in place) and reducescatter with `O`, against `f` in team order.
     fn reduce_one<T: El, O: ReduceOp<T> + Default>(
         &self,
         src: &SymBuf<'_, T>,
@@ -379,12 +379,12 @@ impl Bufs<'_, '_> {
             got[..m].to_vec(),
         )?;
         w.team_sync(t).ctx("team_sync")?;
-        // reduce_scatter: block me of the reduction of n*m elements.
+        // reducescatter: block me of the reduction of n*m elements.
         self.prepare(src, dst, n * m, |i| v(wp(me), i))?;
-        w.reduce_scatter_on_stream(t, dst.as_ptr(), src.as_ptr(), m, O::default(), self.s)
-            .ctx("reduce_scatter_on_stream")?;
+        w.reducescatter_on_stream(t, dst.as_ptr(), src.as_ptr(), m, O::default(), self.s)
+            .ctx("reducescatter_on_stream")?;
         self.check(
-            &format!("reduce_scatter_on_stream ({name})"),
+            &format!("reducescatter_on_stream ({name})"),
             dst,
             (0..m).map(|i| red(me * m + i)).collect(),
         )

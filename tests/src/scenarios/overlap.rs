@@ -4,7 +4,7 @@
 //! to stop: together the PEs' kernels hold most of the GPU's SMs (with several PEs on one GPU,
 //! each PE takes its share). Only when every block of every PE's kernel is running do the
 //! collectives start, on the world team and on the even-PE split: alltoall, fcollect, broadcast
-//! (from the first and the last team PE), sum reduce and max reduce_scatter on i32, collect with
+//! (from the first and the last team PE), sum reduce and max reducescatter on i32, collect with
 //! uneven counts and barrier_on_stream, at sizes that take one block, several blocks and (from
 //! 2 MiB per PE, the pipelined broadcast) a full grid, each checked against references computed
 //! here (after one warm-up round at one element, before the compute kernel starts: CUDA loads
@@ -294,8 +294,8 @@ impl Round<'_> {
         self.check("sum reduce_on_stream", dst, want)?;
 
         self.prepare(src, dst, n * m, 8)?;
-        w.reduce_scatter_on_stream(t, dst.as_ptr(), src.as_ptr(), m, Max, s)
-            .map_err(|e| err("max reduce_scatter_on_stream", e))?;
+        w.reducescatter_on_stream(t, dst.as_ptr(), src.as_ptr(), m, Max, s)
+            .map_err(|e| err("max reducescatter_on_stream", e))?;
         let want = (0..m)
             .map(|i| {
                 (0..n)
@@ -304,7 +304,7 @@ impl Round<'_> {
                     .unwrap_or(0)
             })
             .collect();
-        self.check("max reduce_scatter_on_stream", dst, want)?;
+        self.check("max reducescatter_on_stream", dst, want)?;
 
         // collect: team PE j contributes m - j elements (at least 1).
         let cnt = |j: usize| m.saturating_sub(j).max(1);

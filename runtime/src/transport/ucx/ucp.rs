@@ -1369,14 +1369,6 @@ impl TransportOps for Ucx {
         let mut g = self.lock(call)?;
         self.flush(call, &mut g)
     }
-
-    fn progress(&self, call: &'static str) -> Result<()> {
-        let mut g = self.lock(call)?;
-        // SAFETY: live worker under the lock.
-        unsafe { (self.shared.lib.worker_progress)(g.worker) };
-        reap(self.shared.lib, &self.shared, &mut g);
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -736,15 +736,6 @@ impl TransportOps for Verbs {
         CAPS
     }
 
-    fn register(
-        &self,
-        call: &'static str,
-        _boot: &dyn rshmem_bootstrap::Bootstrap,
-        chunk: &Chunk,
-    ) -> Result<()> {
-        self.register_chunk(call, chunk).map(drop)
-    }
-
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         let mut st = self.lock(call)?;
         let mut done = 0;
@@ -898,17 +889,6 @@ impl TransportOps for Verbs {
             return Ok(());
         }
         self.drain(call, &mut st, 0)
-    }
-
-    fn progress(&self, call: &'static str) -> Result<()> {
-        let mut st = self.lock(call)?;
-        if st.outstanding == 0 {
-            return Ok(());
-        }
-        match self.reap(call, &mut st)? {
-            (_, Some(e)) => Err(e),
-            _ => Ok(()),
-        }
     }
 }
 

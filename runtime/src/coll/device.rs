@@ -24,13 +24,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{sys, CudaFunction, CudaStream};
+use cudarc::driver::{sys, CudaStream};
 
 use super::{ReduceOp, ReduceType};
+use crate::cuda::kernels::Kernels;
 use crate::device::module::Module;
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::RmaType;
+use crate::wire::device_type;
 use crate::world::World;
 
 /// Source of the byte-moving collective kernels.
@@ -58,8 +60,8 @@ const ONESHOT_SCRATCH: usize = 992;
 /// The compiled collective modules of one PE (compiled on first use, cached on disk).
 #[derive(Default)]
 pub(crate) struct CollModules {
-    bytes: OnceLock<std::result::Result<Loaded, String>>,
-    reduce: Mutex<HashMap<&'static str, Arc<Loaded>>>,
+    bytes: OnceLock<std::result::Result<Kernels, String>>,
+    reduce: Mutex<HashMap<&'static str, Arc<Kernels>>>,
     sms: OnceLock<u32>,
     sharing: crate::device::sharing::GpuSharing,
 }
@@ -74,13 +76,7 @@ impl CollModules {
     }
 }
 
-/// A module and the kernels looked up in it.
-struct Loaded {
-    module: Module,
-    funcs: Mutex<Vec<(&'static str, CudaFunction)>>,
-}
-
-/// The kernels of coll.cu (loaded together, see [`Loaded::preload`]).
+/// The kernels of coll.cu (loaded together, see [`Kernels::preload`]).
 const BYTES_KERNELS: &[&str] = &[
     "rshmem_internal_team_sync",
     "rshmem_internal_alltoall",
@@ -90,43 +86,6 @@ const BYTES_KERNELS: &[&str] = &[
     "rshmem_internal_collect_start",
     "rshmem_internal_collect",
 ];
-
-impl Loaded {
-    /// Looks up and loads every kernel in `names` now. CUDA loads kernels lazily, at their first
-    /// launch, and loading one may wait until the kernels running on the GPU finish: a first
-    /// collective launched next to a long-running user kernel would wait for it. Loading them
-    /// with the module moves that wait to the module's first use.
-    fn preload(&self, call: &'static str, names: &[&'static str]) -> Result<()> {
-        for &name in names {
-            let f = self.func(call, name)?;
-            // SAFETY: a function handle of a loaded module of the current context.
-            let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::Cuda {
-                    call,
-                    what: format!("loading kernel {name}"),
-                    code: format!("{r:?}"),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn func(&self, call: &'static str, name: &'static str) -> Result<CudaFunction> {
-        let mut f = self.funcs.lock().map_err(|_| Error::State {
-            call,
-            reason: "kernel cache lock poisoned".into(),
-        })?;
-        if let Some((_, k)) = f.iter().find(|(n, _)| *n == name) {
-            return Ok(k.clone());
-        }
-        let k = self.module.function(name)?;
-        f.push((name, k.clone()));
-        Ok(k)
-    }
-}
-
-use crate::wire::device_type;
 
 /// The device library's operator code of a reduction (`RSHMEM_OP_*`), from its call name.
 fn op_code(call: &str) -> Option<i32> {
@@ -152,7 +111,7 @@ fn blocks_for(bytes: usize, sms: u32) -> u32 {
 impl World {
     /// How this PE's GPU is shared with other PEs of its host (found at init).
     pub fn gpu_sharing(&self) -> crate::device::sharing::GpuSharing {
-        self.coll.sharing
+        self.dev.coll.sharing
     }
 
     /// The SMs a collective launch of this PE may spread over: the GPU's SMs, divided among the
@@ -160,13 +119,13 @@ impl World {
     /// it, since no block waits for one that is not running).
     fn coll_modules_sms(&self, call: &'static str) -> Result<u32> {
         let sms = self.gpu_sms(call)?;
-        let share = self.coll.sharing.pes_on_gpu.max(1) as u32;
+        let share = self.dev.coll.sharing.pes_on_gpu.max(1) as u32;
         Ok((sms / share).max(1))
     }
 
     fn gpu_sms(&self, call: &'static str) -> Result<u32> {
         let p = self.p2p(call)?;
-        Ok(*self.coll.sms.get_or_init(|| {
+        Ok(*self.dev.coll.sms.get_or_init(|| {
             let mut dev: sys::CUdevice = 0;
             let mut n: i32 = 0;
             // SAFETY: plain queries with valid out-pointers.
@@ -186,16 +145,13 @@ impl World {
         }))
     }
 
-    fn coll_bytes_module(&self, call: &'static str) -> Result<&Loaded> {
+    fn coll_bytes_module(&self, call: &'static str) -> Result<&Kernels> {
         let p = self.p2p(call)?;
-        let m = self.coll.bytes.get_or_init(|| {
-            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dstate)
+        let m = self.dev.coll.bytes.get_or_init(|| {
+            let m = Module::load(&p.gpu, COLL_KERNELS, "rshmem_coll", &self.dev.state)
                 .map_err(|e| e.to_string())?;
             self.register(&m).map_err(|e| e.to_string())?;
-            let l = Loaded {
-                module: m,
-                funcs: Mutex::new(Vec::new()),
-            };
+            let l = Kernels::new(m);
             l.preload(call, BYTES_KERNELS).map_err(|e| e.to_string())?;
             Ok(l)
         });
@@ -205,13 +161,13 @@ impl World {
         })
     }
 
-    fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Loaded>> {
+    fn coll_reduce_module<T: 'static>(&self, call: &'static str) -> Result<Arc<Kernels>> {
         let p = self.p2p(call)?;
         let ty = device_type::<T>().ok_or_else(|| Error::Unsupported {
             call,
             reason: format!("{} has no device reduction", std::any::type_name::<T>()),
         })?;
-        let mut map = self.coll.reduce.lock().map_err(|_| Error::State {
+        let mut map = self.dev.coll.reduce.lock().map_err(|_| Error::State {
             call,
             reason: "collective module lock poisoned".into(),
         })?;
@@ -220,12 +176,9 @@ impl World {
         }
         let opts = vec![format!("-DRSHMEM_RT={ty}")];
         let name = format!("rshmem_reduce_{}", ty.replace(' ', "_"));
-        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dstate)?;
+        let m = Module::load_with(&p.gpu, REDUCE_KERNELS, &name, &opts, &self.dev.state)?;
         self.register(&m)?;
-        let l = Arc::new(Loaded {
-            module: m,
-            funcs: Mutex::new(Vec::new()),
-        });
+        let l = Arc::new(Kernels::new(m));
         l.preload(call, &["rshmem_internal_reduce"])?;
         map.insert(ty, l.clone());
         Ok(l)
@@ -255,20 +208,19 @@ impl World {
     fn coll_launch(
         &self,
         call: &'static str,
-        l: &Loaded,
+        l: &Kernels,
         name: &'static str,
         blocks: u32,
         threads: u32,
         stream: &CudaStream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
-        let f = l.func(call, name)?;
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
         unsafe {
-            l.module.launch_raw(
+            l.launch(
                 call,
-                f,
+                name,
                 (blocks, 1, 1),
                 (threads, 1, 1),
                 0,
@@ -625,7 +577,7 @@ impl World {
     /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
     /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on team
     /// PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
-    pub fn reduce_scatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
+    pub fn reducescatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
         &self,
         team: &Team,
         dest: *mut T,
@@ -635,7 +587,7 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let _ = op;
-        let call = "reduce_scatter_on_stream";
+        let call = "reducescatter_on_stream";
         self.reduce_kernel::<T, O>(call, team, dest, source, nelems, true, stream)
     }
 

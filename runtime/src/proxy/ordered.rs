@@ -2,22 +2,11 @@
 //! one-thread internal kernel makes the device call, which goes through the proxy, so the
 //! operation happens in stream order like the load/store forms.
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, PushKernelArg};
 
+use crate::cuda::kernels::{launched, ONE_THREAD};
 use crate::error::{Error, Result};
 use crate::world::World;
-
-/// rshmem's internal kernels (`device/kernels/internal.cu`), loaded together at init when a
-/// proxy runs.
-const INTERNAL_KERNELS: &[&str] = &[
-    "rshmem_internal_amo",
-    "rshmem_internal_barrier_all",
-    "rshmem_internal_signal",
-    "rshmem_internal_signal_wait",
-    "rshmem_internal_proxy_copy",
-    "rshmem_internal_proxy_p",
-    "rshmem_internal_quiet",
-];
 
 impl World {
     /// With a proxy, loads rshmem's internal kernels now, at init. Loaded at first use (CUDA's
@@ -31,12 +20,8 @@ impl World {
         }
         let call = "init";
         let p = self.p2p(call)?;
-        for name in INTERNAL_KERNELS {
-            let (_, f) = p.kernel(call, name)?;
-            // SAFETY: a live function handle of a loaded module; cuFuncLoad only loads it.
-            let r = unsafe { cudarc::driver::sys::cuFuncLoad(f.cu_function()) };
-            crate::cuda::check(r, call, "loading an internal kernel (cuFuncLoad)")?;
-        }
+        p.internal(call)?
+            .preload(call, crate::cuda::kernels::INTERNAL_NAMES)?;
         Ok(())
     }
 
@@ -80,26 +65,20 @@ impl World {
             return Ok(());
         }
         let p = self.p2p(call)?;
-        let (mut d, mut s, mut n) = (dest as u64, src as u64, nbytes as u64);
-        let mut pe_i = pe as i32;
-        let mut g = get as i32;
-        let mut args: [*mut std::ffi::c_void; 5] = [
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-            (&mut pe_i as *mut i32).cast(),
-            (&mut g as *mut i32).cast(),
-        ];
+        let name = "rshmem_internal_proxy_copy";
+        let f = p.internal(call)?.func(call, name)?;
+        let (d, s, n, pe_i, g) = (
+            dest as u64,
+            src as u64,
+            nbytes as u64,
+            pe as i32,
+            get as i32,
+        );
+        let mut b = stream.launch_builder(&f);
+        b.arg(&d).arg(&s).arg(&n).arg(&pe_i).arg(&g);
         // SAFETY: matches rshmem_internal_proxy_copy(uint64_t, uint64_t, uint64_t, int, int);
         // both ranges were checked against live allocations of this PE's GPU heap.
-        unsafe {
-            p.launch_single(
-                call,
-                "rshmem_internal_proxy_copy",
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(ONE_THREAD) })
     }
 
     /// `p_on_stream` through the proxy: `size` bytes of `bits` to `dest` on `pe`.
@@ -115,24 +94,14 @@ impl World {
         self.check_pe(call, pe)?;
         self.heap.check_range(call, dest, size)?;
         let p = self.p2p(call)?;
-        let (mut d, mut v, mut sz) = (dest as u64, bits, size as u32);
-        let mut pe_i = pe as i32;
-        let mut args: [*mut std::ffi::c_void; 4] = [
-            (&mut d as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut sz as *mut u32).cast(),
-            (&mut pe_i as *mut i32).cast(),
-        ];
+        let name = "rshmem_internal_proxy_p";
+        let f = p.internal(call)?.func(call, name)?;
+        let (d, sz, pe_i) = (dest as u64, size as u32, pe as i32);
+        let mut b = stream.launch_builder(&f);
+        b.arg(&d).arg(&bits).arg(&sz).arg(&pe_i);
         // SAFETY: matches rshmem_internal_proxy_p(uint64_t, uint64_t, uint32_t, int); the range
         // was checked.
-        unsafe {
-            p.launch_single(
-                call,
-                "rshmem_internal_proxy_p",
-                stream.cu_stream(),
-                &mut args,
-            )
-        }
+        launched(call, name, unsafe { b.launch(ONE_THREAD) })
     }
 
     /// Stream-ordered quiet through the proxy: completes every request issued before it (the
@@ -143,8 +112,11 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let p = self.p2p(call)?;
-        let mut args: [*mut std::ffi::c_void; 0] = [];
+        let name = "rshmem_internal_quiet";
+        let f = p.internal(call)?.func(call, name)?;
         // SAFETY: rshmem_internal_quiet takes no arguments.
-        unsafe { p.launch_single(call, "rshmem_internal_quiet", stream.cu_stream(), &mut args) }
+        launched(call, name, unsafe {
+            stream.launch_builder(&f).launch(ONE_THREAD)
+        })
     }
 }
