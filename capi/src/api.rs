@@ -69,7 +69,7 @@ pub extern "C" fn shmem_finalize() {
 #[no_mangle]
 pub extern "C" fn shmem_global_exit(status: c_int) {
     guarded("shmem_global_exit", || {
-        crate::exit::tell_others(status);
+        rshmem::exit::tell_others(status);
         Ok(())
     });
     exit_now(status)

@@ -23,7 +23,6 @@ use std::sync::Mutex;
 mod api;
 mod coll;
 mod ctx;
-mod exit;
 pub mod ops;
 mod profiling;
 pub mod seg;
@@ -147,7 +146,7 @@ pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
     }
     // Move the data segment onto shared memory before any other thread exists.
     let local = seg::prepare(call);
-    exit::install();
+    rshmem::exit::install();
     // A C program loads and stores its symmetric heap directly: keep the heap in host memory
     // unless the user asked for the GPU backend explicitly.
     if std::env::var_os("RSHMEM_BACKEND").is_none() {
@@ -155,7 +154,7 @@ pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
     }
     let world = rshmem::init()?;
     let (seg, pids) = seg::exchange(&world, local)?;
-    exit::set_pids(pids);
+    rshmem::exit::set_pids(pids);
     let scratch = world.malloc_bytes(64)? as usize;
     let rt = Box::new(Rt {
         world,

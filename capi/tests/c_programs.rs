@@ -256,7 +256,10 @@ fn global_exit_ends_every_pe_with_the_status() {
     }
 }
 
-/// The routines `libshmem.so` exports: its defined dynamic text symbols (`nm -D`).
+/// The routines `libshmem.so` exports: its defined dynamic text symbols (`nm -D`), less the
+/// runtime's entry for the device library's nvcc translation units
+/// (`rshmem_device_register_state_updater`, declared in device-lib's rshmem/state.cuh), which
+/// every library built on the runtime exports and no OpenSHMEM header declares.
 fn exported_routines() -> BTreeSet<String> {
     let lib = built().join("libshmem.so");
     let out = Command::new("nm")
@@ -268,7 +271,9 @@ fn exported_routines() -> BTreeSet<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, "T", name] => Some(name.to_string()),
+            [_, "T", name] if name != "rshmem_device_register_state_updater" => {
+                Some(name.to_string())
+            }
             _ => None,
         })
         .collect()

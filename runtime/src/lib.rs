@@ -43,6 +43,7 @@ pub mod cuda;
 mod cuda_interop;
 pub mod device;
 mod error;
+pub mod exit;
 mod hang;
 pub(crate) mod heap;
 mod mem;

@@ -1,9 +1,12 @@
-//! `shmem_global_exit`: every PE of the job exits with the caller's status.
+//! Global exit for the C libraries (`shmem_global_exit` in libshmem, `rshmem_global_exit` in
+//! librshmem): every PE of the host exits with the caller's status.
 //!
-//! At init each PE installs a handler for a real-time signal; `shmem_global_exit(status)` sends
-//! it with `sigqueue` (the status as the signal's value) to the other PEs of the host, whose
-//! process ids were exchanged at init, and then exits itself. A PE receiving it ends at once
-//! with that status (`_exit`: buffered output of that PE is lost).
+//! At init each PE installs a handler for a real-time signal ([`install`], before it meets the
+//! other PEs); the library then records the process ids of the host's PEs ([`set_pids`]).
+//! [`tell_others`] sends the signal with `sigqueue` (the status as the signal's value) to the
+//! other PEs, and the caller then exits itself. A PE receiving it ends at once with that status
+//! (`_exit`: buffered output of that PE is lost). PEs of other hosts see this PE gone
+//! (`Error::PeerLost`) at their next wait on it, or are stopped by the launcher.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;

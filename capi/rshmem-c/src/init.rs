@@ -1,0 +1,580 @@
+//! Init (plain, with a unique id, over an MPI communicator found at run time), the unique id,
+//! the choice of GPU, and finalize.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use rt::config::BackendChoice;
+use rt::cudarc::driver::sys;
+
+use crate::{
+    current, fail, guarded_status, invalid, CResult, Code, Fail, Rt, LIFECYCLE, NOT_INIT, RT,
+};
+
+/// Bytes of the text of a unique id (`rshmem_uniqueid_t.internal`).
+const UID_TEXT: usize = 124;
+const UID_VERSION: c_int = 1;
+const ATTR_VERSION: c_int = 1;
+const WITH_MPI_COMM: c_uint = 1 << 1;
+const WITH_UNIQUEID: c_uint = 1 << 3;
+
+/// `rshmem_uniqueid_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueIdC {
+    version: c_int,
+    internal: [c_char; UID_TEXT],
+}
+
+/// `rshmem_init_attr_t`.
+#[repr(C)]
+pub struct InitAttr {
+    version: c_int,
+    mpi_comm: *mut c_void,
+    rank: c_int,
+    nranks: c_int,
+    uid: UniqueIdC,
+}
+
+/// The device ordinal of the CUDA context current on this thread, if the program made one
+/// current (the CUDA runtime makes the device's primary context current after cudaSetDevice
+/// and its first call). `None` without a driver or a current context.
+fn current_context_device() -> CResult<Option<usize>> {
+    if !rt::cuda::driver_present() {
+        return Ok(None);
+    }
+    // SAFETY: plain driver queries with valid out-pointers; cuInit may be called repeatedly.
+    unsafe {
+        if sys::cuInit(0) != sys::CUresult::CUDA_SUCCESS {
+            return Ok(None);
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        if sys::cuCtxGetCurrent(&mut ctx) != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+            return Ok(None);
+        }
+        let mut dev: sys::CUdevice = 0;
+        let r = sys::cuCtxGetDevice(&mut dev);
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return fail(
+                Code::Cuda,
+                format!("cuCtxGetDevice on the current CUDA context failed: {r:?}"),
+            );
+        }
+        let mut n = 0i32;
+        if sys::cuDeviceGetCount(&mut n) != sys::CUresult::CUDA_SUCCESS {
+            return Ok(None);
+        }
+        for i in 0..n.max(0) {
+            let mut d: sys::CUdevice = 0;
+            if sys::cuDeviceGet(&mut d, i) == sys::CUresult::CUDA_SUCCESS && d == dev {
+                return Ok(Some(i as usize));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The builder's device: the current context's device, when the program made one current and
+/// the backend may use a GPU. RSHMEM_DEVICE naming another device is an error.
+fn choose_device(b: rt::Builder) -> CResult<rt::Builder> {
+    let cfg = rt::config::Config::from_env()?;
+    if cfg.backend == BackendChoice::Cpu {
+        return Ok(b);
+    }
+    match (current_context_device()?, cfg.device) {
+        (Some(d), Some(e)) if d != e => invalid(format!(
+            "RSHMEM_DEVICE={e} but the program made a CUDA context of device {d} current before \
+             init: unset RSHMEM_DEVICE or call cudaSetDevice({e})"
+        )),
+        (Some(d), _) => Ok(b.device(d)),
+        (None, _) => Ok(b),
+    }
+}
+
+/// Starts the runtime with `b` and publishes it.
+fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int {
+    guarded_status(call, || {
+        let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+        if !RT.load(Ordering::Acquire).is_null() {
+            return fail(
+                Code::State,
+                "rshmem is already initialized (call rshmem_finalize first)",
+            );
+        }
+        let b = choose_device(b()?)?;
+        // Before meeting the other PEs, so that the handler is in place on every PE before any
+        // PE can return from init and call rshmem_global_exit.
+        rt::exit::install();
+        let world = b.init()?;
+        rt::exit::set_pids(host_pids(&world)?);
+        if let Some(g) = world.gpu() {
+            // The program's CUDA runtime calls on this thread use the same device and context.
+            g.bind(call)?;
+        }
+        let rt = Box::new(Rt {
+            world,
+            teams: Mutex::new(HashMap::new()),
+        });
+        RT.store(Box::into_raw(rt), Ordering::Release);
+        Ok(())
+    })
+}
+
+/// The process ids of this host's PEs (collective over the host's PEs), for
+/// `rshmem_global_exit`.
+fn host_pids(world: &rt::World) -> CResult<Vec<libc::pid_t>> {
+    let node = world.team_node();
+    let n = node.n_pes();
+    let buf = world.calloc_bytes(n + 1, 8)?.cast::<i64>();
+    // SAFETY: buf holds n + 1 i64s; the last one is this PE's source slot.
+    let src = unsafe { buf.add(n) };
+    let r = (|| -> CResult<Vec<libc::pid_t>> {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as i64;
+        world.p(src, me, world.my_pe())?;
+        world.fcollect(&node, buf, src, 1)?;
+        let mut pids = vec![0i64; n];
+        world.get(&mut pids, buf, world.my_pe())?;
+        Ok(pids.into_iter().map(|p| p as libc::pid_t).collect())
+    })();
+    world.free_bytes(buf.cast())?;
+    r
+}
+
+/// `rshmem_global_exit`: ends every PE of the host with `status` (they get a signal that makes
+/// them exit with it), then this one; PEs of other hosts see this PE gone at their next wait on
+/// it, or are stopped by the launcher.
+#[no_mangle]
+pub extern "C" fn rshmem_global_exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(|| rt::exit::tell_others(status));
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: fflush(NULL) flushes every C output stream; _exit ends the process at once (no
+    // atexit handlers, which might call back into this library).
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
+}
+
+/// `RSHMEM_STATUS_NOT_INITIALIZED`.
+const STATUS_NOT_INITIALIZED: c_int = 0;
+/// `RSHMEM_STATUS_IS_INITIALIZED`.
+const STATUS_IS_INITIALIZED: c_int = 2;
+
+/// `rshmem_init_status`: **local**, allowed before init.
+#[no_mangle]
+pub extern "C" fn rshmem_init_status() -> c_int {
+    if RT.load(Ordering::Acquire).is_null() {
+        STATUS_NOT_INITIALIZED
+    } else {
+        STATUS_IS_INITIALIZED
+    }
+}
+
+/// `RSHMEM_MAX_NAME_LEN`.
+const MAX_NAME_LEN: usize = 256;
+
+/// `rshmem_info_get_version`: **local**, allowed before init; the library's major and minor
+/// version.
+///
+/// # Safety
+/// `major` and `minor` are NULL or point to ints.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_info_get_version(major: *mut c_int, minor: *mut c_int) {
+    let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
+    // SAFETY: NULL or valid, by the caller's contract.
+    unsafe {
+        if let Some(m) = major.as_mut() {
+            *m = v(env!("CARGO_PKG_VERSION_MAJOR"));
+        }
+        if let Some(m) = minor.as_mut() {
+            *m = v(env!("CARGO_PKG_VERSION_MINOR"));
+        }
+    }
+}
+
+/// `rshmem_info_get_name`: **local**, allowed before init; writes `rshmem <version>`
+/// (NUL-terminated, at most `RSHMEM_MAX_NAME_LEN` bytes) into `name`.
+///
+/// # Safety
+/// `name` is NULL or has room for `RSHMEM_MAX_NAME_LEN` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_info_get_name(name: *mut c_char) {
+    if name.is_null() {
+        return;
+    }
+    let text = concat!("rshmem ", env!("CARGO_PKG_VERSION"));
+    let n = text.len().min(MAX_NAME_LEN - 1);
+    // SAFETY: name has room for MAX_NAME_LEN bytes (the caller's contract); n + 1 <= that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), name, n);
+        *name.add(n) = 0;
+    }
+}
+
+/// `rshmem_init`: **collective**; starts rshmem with the launcher's variables.
+#[no_mangle]
+pub extern "C" fn rshmem_init() -> c_int {
+    start("rshmem_init", || Ok(rt::Builder::new()))
+}
+
+/// The text of a C unique id.
+fn uid_of(u: &UniqueIdC) -> CResult<rt::UniqueId> {
+    if u.version != UID_VERSION {
+        return invalid(format!(
+            "the unique id has version {} (expected {UID_VERSION}): initialize it with \
+             RSHMEM_UNIQUEID_INITIALIZER and fill it with rshmem_get_uniqueid",
+            u.version
+        ));
+    }
+    let bytes: Vec<u8> = u
+        .internal
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    if bytes.is_empty() {
+        return invalid("the unique id is empty: fill it with rshmem_get_uniqueid on rank 0");
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Fail::Msg(Code::InvalidValue, "the unique id is not text".into()))?;
+    text.parse()
+        .map_err(|e| Fail::Msg(Code::InvalidValue, format!("the unique id: {e}")))
+}
+
+/// A C unique id holding `id`'s text.
+fn uid_to_c(id: &rt::UniqueId) -> CResult<UniqueIdC> {
+    let text = id.to_string();
+    if text.len() >= UID_TEXT {
+        return fail(
+            Code::Internal,
+            format!("the unique id {} is too long", id.addr()),
+        );
+    }
+    let mut u = UniqueIdC {
+        version: UID_VERSION,
+        internal: [0; UID_TEXT],
+    };
+    for (d, s) in u.internal.iter_mut().zip(text.bytes()) {
+        *d = s as c_char;
+    }
+    Ok(u)
+}
+
+/// The rendezvous address of a new unique id: `RSHMEM_TCP_ADDR`, else this host name's
+/// first non-loopback IPv4 address, else loopback; with a port free now.
+fn new_uid() -> CResult<rt::UniqueId> {
+    use std::net::{IpAddr, Ipv4Addr, TcpListener, ToSocketAddrs};
+    let configured = std::env::var("RSHMEM_TCP_ADDR").ok();
+    let ip: IpAddr = match configured {
+        Some(a) => a.trim().parse().map_err(|_| {
+            Fail::Msg(
+                Code::InvalidValue,
+                format!("RSHMEM_TCP_ADDR={a:?} is not an IP address"),
+            )
+        })?,
+        None => {
+            let mut buf = [0u8; 256];
+            // SAFETY: gethostname writes at most buf.len() bytes into buf.
+            let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+            let name: String = if ok {
+                buf.iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as char)
+                    .collect()
+            } else {
+                String::new()
+            };
+            (name.as_str(), 0)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.find(|s| s.is_ipv4() && !s.ip().is_loopback()))
+                .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |s| s.ip())
+        }
+    };
+    let port = TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| {
+            Fail::Msg(
+                Code::System,
+                format!("finding a free port on {ip} for the rendezvous: {e}"),
+            )
+        })?
+        .port();
+    let addr = match ip {
+        IpAddr::V4(v4) => format!("{v4}:{port}"),
+        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    };
+    rt::UniqueId::new(addr)
+        .map_err(|e| Fail::Msg(Code::System, format!("making the unique id: {e}")))
+}
+
+/// `rshmem_get_uniqueid`: **local**, allowed before init; makes a fresh unique id.
+///
+/// # Safety
+/// `uid` is NULL or points to a `rshmem_uniqueid_t`.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_get_uniqueid(uid: *mut UniqueIdC) -> c_int {
+    guarded_status("rshmem_get_uniqueid", || {
+        if uid.is_null() {
+            return invalid("uid is NULL");
+        }
+        let u = uid_to_c(&new_uid()?)?;
+        // SAFETY: non-null, points to a rshmem_uniqueid_t by the caller's contract.
+        unsafe { uid.write(u) };
+        Ok(())
+    })
+}
+
+/// `rshmem_set_attr_uniqueid_args`: **local**, allowed before init.
+///
+/// # Safety
+/// `uid` points to a `rshmem_uniqueid_t`, `attr` to a `rshmem_init_attr_t` (or NULL).
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_set_attr_uniqueid_args(
+    rank: c_int,
+    nranks: c_int,
+    uid: *const UniqueIdC,
+    attr: *mut InitAttr,
+) -> c_int {
+    guarded_status("rshmem_set_attr_uniqueid_args", || {
+        if uid.is_null() || attr.is_null() {
+            return invalid("uid and attr must not be NULL");
+        }
+        if nranks < 1 || rank < 0 || rank >= nranks {
+            return invalid(format!(
+                "rank {rank} of {nranks}: ranks are 0..nranks and nranks is at least 1"
+            ));
+        }
+        // SAFETY: non-null pointers to the C structs, by the caller's contract.
+        unsafe {
+            let u = *uid;
+            uid_of(&u)?;
+            (*attr).rank = rank;
+            (*attr).nranks = nranks;
+            (*attr).uid = u;
+        }
+        Ok(())
+    })
+}
+
+/// `rshmem_init_attr`: **collective**; init with a unique id or an MPI communicator.
+///
+/// # Safety
+/// `attr` is NULL (flags 0 only) or points to a `rshmem_init_attr_t`; with
+/// `RSHMEM_INIT_WITH_MPI_COMM`, `attr->mpi_comm` points to a valid `MPI_Comm` of an
+/// initialized MPI.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_init_attr(flags: c_uint, attr: *mut InitAttr) -> c_int {
+    let call = "rshmem_init_attr";
+    // SAFETY: NULL or a valid rshmem_init_attr_t, by the caller's contract.
+    let attr = unsafe { attr.as_ref() };
+    start(call, || {
+        if flags & !(WITH_MPI_COMM | WITH_UNIQUEID) != 0 {
+            return invalid(format!("unknown flags {flags:#x}"));
+        }
+        if flags == 0 {
+            return Ok(rt::Builder::new());
+        }
+        let Some(a) = attr else {
+            return invalid("attr is NULL");
+        };
+        if a.version != ATTR_VERSION {
+            return invalid(format!(
+                "attr has version {} (expected {ATTR_VERSION}): start from \
+                 RSHMEM_INIT_ATTR_INITIALIZER",
+                a.version
+            ));
+        }
+        match flags {
+            WITH_UNIQUEID => {
+                if a.nranks < 1 || a.rank < 0 || a.rank >= a.nranks {
+                    return invalid(format!(
+                        "rank {} of {}: set them with rshmem_set_attr_uniqueid_args",
+                        a.rank, a.nranks
+                    ));
+                }
+                Ok(rt::Builder::new()
+                    .rank(a.rank as usize)
+                    .size(a.nranks as usize)
+                    .unique_id(uid_of(&a.uid)?))
+            }
+            WITH_MPI_COMM => {
+                // SAFETY: attr.mpi_comm points to an MPI_Comm of an initialized MPI.
+                let (rank, size, id) = unsafe { crate::init::mpi::job(a.mpi_comm) }?;
+                Ok(rt::Builder::new().rank(rank).size(size).unique_id(id))
+            }
+            _ => invalid(
+                "RSHMEM_INIT_WITH_UNIQUEID and RSHMEM_INIT_WITH_MPI_COMM exclude each other",
+            ),
+        }
+    })
+}
+
+/// `rshmem_finalize`: **collective**; stops the runtime.
+#[no_mangle]
+pub extern "C" fn rshmem_finalize() -> c_int {
+    guarded_status("rshmem_finalize", || {
+        let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+        current()?;
+        let p = RT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if p.is_null() {
+            return fail(Code::NotInitialized, NOT_INIT);
+        }
+        // SAFETY: a non-null pointer came from `Box::into_raw` in `start` and is taken back
+        // exactly once (the swap).
+        let rt = unsafe { Box::from_raw(p) };
+        let Rt { world, teams } = *rt;
+        drop(teams);
+        world.finalize()?;
+        Ok(())
+    })
+}
+
+/// The MPI bootstrap: MPI found in the process at run time with `dlsym`.
+mod mpi {
+    use std::ffi::{c_int, c_void, CStr};
+
+    use crate::{fail, invalid, CResult, Code};
+
+    /// Bytes of the unique id's text sent from rank 0.
+    const LEN: usize = 128;
+    /// MPICH's `MPI_BYTE` (MPICH, Intel MPI, MVAPICH and Cray MPICH share this ABI).
+    const MPICH_MPI_BYTE: c_int = 0x4c00010d;
+
+    fn sym(name: &CStr) -> CResult<*mut c_void> {
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        if p.is_null() {
+            return fail(
+                Code::Unsupported,
+                format!(
+                    "RSHMEM_INIT_WITH_MPI_COMM: {} is not in the process: link the program with \
+                     its MPI library and call MPI_Init first",
+                    name.to_string_lossy()
+                ),
+            );
+        }
+        Ok(p)
+    }
+
+    fn check(what: &str, r: c_int) -> CResult<()> {
+        if r == 0 {
+            Ok(())
+        } else {
+            fail(Code::Bootstrap, format!("{what} returned MPI error {r}"))
+        }
+    }
+
+    /// (rank, size, unique id) of the communicator `*comm`: rank 0 makes the id and
+    /// broadcasts its text.
+    ///
+    /// # Safety
+    /// `comm` points to a valid `MPI_Comm` of an initialized MPI.
+    pub(super) unsafe fn job(comm: *mut c_void) -> CResult<(usize, usize, rt::UniqueId)> {
+        if comm.is_null() {
+            return invalid("attr->mpi_comm is NULL: point it at the program's MPI_Comm");
+        }
+        let rank_f = sym(c"MPI_Comm_rank")?;
+        let size_f = sym(c"MPI_Comm_size")?;
+        let bcast_f = sym(c"MPI_Bcast")?;
+        let mut buf = [0u8; LEN];
+        let (mut rank, mut size) = (0 as c_int, 0 as c_int);
+        // Open MPI: handles are pointers (MPI_BYTE is &ompi_mpi_byte); MPICH ABI: ints.
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+        let ompi_byte = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ompi_mpi_byte".as_ptr()) };
+        // Rank 0's result of making the id; it broadcasts an empty text when that failed, so
+        // that no rank is left waiting in MPI_Bcast.
+        let mut made: CResult<()> = Ok(());
+        if !ompi_byte.is_null() {
+            type Rank = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
+            type Bcast =
+                unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, c_int, *mut c_void) -> c_int;
+            // SAFETY: Open MPI's MPI_Comm is a pointer; the caller's contract gives a valid one.
+            let c = unsafe { *(comm as *const *mut c_void) };
+            // SAFETY: the symbols have these C signatures in Open MPI's ABI.
+            let (rf, sf, bf) = unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, Rank>(rank_f),
+                    std::mem::transmute::<*mut c_void, Rank>(size_f),
+                    std::mem::transmute::<*mut c_void, Bcast>(bcast_f),
+                )
+            };
+            // SAFETY: valid communicator and out-pointers.
+            unsafe {
+                check("MPI_Comm_rank", rf(c, &mut rank))?;
+                check("MPI_Comm_size", sf(c, &mut size))?;
+            }
+            if rank == 0 {
+                made = fill(&mut buf);
+            }
+            // SAFETY: buf holds LEN bytes on every rank; MPI_BYTE and the communicator are valid.
+            check("MPI_Bcast", unsafe {
+                bf(buf.as_mut_ptr().cast(), LEN as c_int, ompi_byte, 0, c)
+            })?;
+        } else {
+            type Rank = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
+            type Bcast = unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, c_int) -> c_int;
+            // SAFETY: in the MPICH ABI MPI_Comm is an int; the caller's contract gives one.
+            let c = unsafe { *(comm as *const c_int) };
+            // SAFETY: the symbols have these C signatures in the MPICH ABI.
+            let (rf, sf, bf) = unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, Rank>(rank_f),
+                    std::mem::transmute::<*mut c_void, Rank>(size_f),
+                    std::mem::transmute::<*mut c_void, Bcast>(bcast_f),
+                )
+            };
+            // SAFETY: valid communicator and out-pointers.
+            unsafe {
+                check("MPI_Comm_rank", rf(c, &mut rank))?;
+                check("MPI_Comm_size", sf(c, &mut size))?;
+            }
+            if rank == 0 {
+                made = fill(&mut buf);
+            }
+            // SAFETY: buf holds LEN bytes on every rank; MPI_BYTE and the communicator are valid.
+            check("MPI_Bcast", unsafe {
+                bf(buf.as_mut_ptr().cast(), LEN as c_int, MPICH_MPI_BYTE, 0, c)
+            })?;
+        }
+        made?;
+        if buf[0] == 0 {
+            return fail(
+                Code::Bootstrap,
+                "MPI rank 0 could not make a unique id (see its message)",
+            );
+        }
+        let text: String = buf
+            .iter()
+            .take_while(|&&b| b != 0)
+            .map(|&b| b as char)
+            .collect();
+        let id = text.parse().map_err(|e| {
+            crate::Fail::Msg(
+                Code::Bootstrap,
+                format!("the unique id received from MPI rank 0: {e}"),
+            )
+        })?;
+        if size < 1 || rank < 0 || rank >= size {
+            return fail(
+                Code::Bootstrap,
+                format!("MPI reports rank {rank} of {size}"),
+            );
+        }
+        Ok((rank as usize, size as usize, id))
+    }
+
+    /// Makes a unique id and writes its text into `buf` (NUL-terminated).
+    fn fill(buf: &mut [u8; LEN]) -> CResult<()> {
+        let text = super::new_uid()?.to_string();
+        if text.len() >= LEN {
+            return fail(Code::Internal, "the unique id is too long");
+        }
+        buf[..text.len()].copy_from_slice(text.as_bytes());
+        Ok(())
+    }
+}

@@ -1,0 +1,585 @@
+//! The stream-ordered calls (`rshmemx_*_on_stream`): each checks that the PE runs on the GPU
+//! backend and that the stream belongs to its device's primary context, wraps the program's
+//! `cudaStream_t` (the driver's `CUstream`) as a borrowed cudarc stream, and calls the
+//! runtime's `*_on_stream` method. They return a status code; nothing is enqueued on error.
+
+#![allow(clippy::too_many_arguments)]
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use rt::cudarc::driver::sys;
+use rt::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use rt::{ReduceOp, ReduceType, RmaType};
+
+use crate::memory::pe;
+use crate::{cmp_of, fail, invalid, sigop_of, status, CResult, Code, Rt};
+
+/// The C `cudaStream_t`.
+pub type CudaStreamT = *mut c_void;
+
+/// Runs `f` with the program's stream wrapped for this PE's GPU; the status code.
+fn on_stream(
+    call: &'static str,
+    s: CudaStreamT,
+    f: impl FnOnce(&Rt, &Arc<CudaStream>) -> CResult<()>,
+) -> c_int {
+    status(call, |rt| {
+        let Some(g) = rt.world.gpu() else {
+            return fail(
+                Code::Unsupported,
+                "stream-ordered calls need the GPU backend, and this PE runs on the CPU backend \
+                 (no CUDA GPU visible, or RSHMEM_BACKEND=cpu)",
+            );
+        };
+        g.bind(call)?;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: a plain query with a valid out-pointer; a stream handle the program passes
+        // is one of its live streams (or 0, the default stream of the current context).
+        let r = unsafe { sys::cuStreamGetCtx(s as sys::CUstream, &mut ctx) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return fail(
+                Code::Cuda,
+                format!("cuStreamGetCtx on the stream failed ({r:?}): is it a live CUDA stream?"),
+            );
+        }
+        if ctx != g.ctx.cu_ctx() {
+            return invalid(format!(
+                "the stream belongs to another CUDA context than this PE's (the primary context \
+                 of device {}): create it after rshmem_init, or after cudaSetDevice({})",
+                g.ordinal, g.ordinal
+            ));
+        }
+        // SAFETY: the stream is live for the duration of the call (the program's), belongs to
+        // this context (checked above), and the wrapper does not own it: dropping it neither
+        // destroys nor synchronizes the stream.
+        let st = unsafe { g.ctx.wrap_borrowed_stream(s as sys::CUstream) };
+        f(rt, &st)
+    })
+}
+
+/// Device memory of this PE that is not symmetric (cudaMalloc'd), as a cudarc device buffer.
+struct RawDev {
+    ptr: u64,
+    len: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl<T> DeviceSlice<T> for RawDev {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for RawDev {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        // The copy is ordered on the caller's stream; the program orders its own writes.
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl<T> DevicePtrMut<T> for RawDev {
+    fn device_ptr_mut<'a>(
+        &'a mut self,
+        _stream: &'a CudaStream,
+    ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+/// True if `p` lies in this PE's symmetric heap.
+fn symmetric<T>(rt: &Rt, p: *const T) -> bool {
+    rt.world.addr_accessible(p, rt.world.my_pe())
+}
+
+/// True if `p` is GPU memory that host code cannot read or write (the symmetric heap on the GPU
+/// backend, or device memory the program allocated), so a host RMA call must move it with the
+/// copy engine. False on the CPU backend, for NULL, host and managed memory.
+pub(crate) fn device_buffer(rt: &Rt, p: *const c_void) -> bool {
+    if p.is_null() || rt.world.gpu().is_none() {
+        return false;
+    }
+    if symmetric(rt, p) {
+        return true;
+    }
+    let (mut ty, mut managed) = (0u32, 0i32);
+    // SAFETY: plain queries with valid out-pointers of the attributes' types (a CUmemorytype
+    // and an int); any pointer value may be asked about (unknown ones fail).
+    unsafe {
+        let r = sys::cuPointerGetAttribute(
+            (&mut ty as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p as u64,
+        );
+        if r != sys::CUresult::CUDA_SUCCESS || ty != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        {
+            return false;
+        }
+        let r = sys::cuPointerGetAttribute(
+            (&mut managed as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            p as u64,
+        );
+        r != sys::CUresult::CUDA_SUCCESS || managed == 0
+    }
+}
+
+/// A host put (blocking: the source is reusable on return) whose local buffer is GPU memory:
+/// a copy-engine copy on rshmem's internal stream (ordered after this PE's earlier host-issued
+/// operations), completed before returning.
+pub(crate) fn host_put_from_device<T: RmaType>(
+    call: &'static str,
+    rt: &Rt,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let g = internal(call, rt)?;
+    put_any(rt, &g.stream, dest, src, n, p)?;
+    Ok(g.sync(call)?)
+}
+
+/// A host get whose local buffer is GPU memory (complete on return).
+pub(crate) fn host_get_to_device<T: RmaType>(
+    call: &'static str,
+    rt: &Rt,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let g = internal(call, rt)?;
+    get_any(rt, &g.stream, dest, src, n, p)?;
+    Ok(g.sync(call)?)
+}
+
+/// This PE's GPU, bound to the calling thread.
+fn internal<'a>(call: &'static str, rt: &'a Rt) -> CResult<&'a Arc<rt::cuda::Gpu>> {
+    let Some(g) = rt.world.gpu() else {
+        return fail(Code::Internal, "no GPU for a device buffer");
+    };
+    g.bind(call)?;
+    Ok(g)
+}
+
+/// A put on the stream from a symmetric or a device buffer.
+fn put_any<T: RmaType>(
+    rt: &Rt,
+    st: &Arc<CudaStream>,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let pe = pe(rt, p)?;
+    if src.is_null() && n > 0 {
+        return invalid("the source buffer is NULL");
+    }
+    if symmetric(rt, src) {
+        return Ok(rt.world.put_on_stream(dest, src, n, pe, st)?);
+    }
+    let raw = RawDev {
+        ptr: src as u64,
+        len: n,
+        stream: st.clone(),
+    };
+    Ok(rt.world.put_from_device_on_stream(dest, &raw, n, pe, st)?)
+}
+
+/// A get on the stream into a symmetric or a device buffer.
+fn get_any<T: RmaType>(
+    rt: &Rt,
+    st: &Arc<CudaStream>,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+) -> CResult<()> {
+    let pe = pe(rt, p)?;
+    if dest.is_null() && n > 0 {
+        return invalid("the destination buffer is NULL");
+    }
+    if symmetric(rt, dest) {
+        return Ok(rt.world.get_on_stream(dest, src, n, pe, st)?);
+    }
+    let mut raw = RawDev {
+        ptr: dest as u64,
+        len: n,
+        stream: st.clone(),
+    };
+    Ok(rt.world.get_to_device_on_stream(&mut raw, src, n, pe, st)?)
+}
+
+/// A put_signal on the stream (data first, then the signal).
+fn put_signal_any<T: RmaType>(
+    rt: &Rt,
+    st: &Arc<CudaStream>,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    p: c_int,
+) -> CResult<()> {
+    let (op, pe_n) = (sigop_of(op)?, pe(rt, p)?);
+    if symmetric(rt, src) {
+        return Ok(rt
+            .world
+            .put_signal_on_stream(dest, src, n, sig, signal, op, pe_n, st)?);
+    }
+    // A device source: check the signal first, so that nothing is enqueued on error.
+    if !rt.world.addr_accessible(sig, pe_n) {
+        return invalid(format!(
+            "the signal {sig:p} is not a symmetric address reachable on PE {pe_n}"
+        ));
+    }
+    put_any(rt, st, dest, src, n, p)?;
+    Ok(rt.world.signal_op_on_stream(sig, signal, op, pe_n, st)?)
+}
+
+/// `rshmemx_putmem_on_stream`: **one-sided, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_putmem_on_stream(
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    pe: c_int,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_putmem_on_stream", stream, |rt, st| {
+        put_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, pe)
+    })
+}
+
+/// `rshmemx_getmem_on_stream`: **one-sided, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_getmem_on_stream(
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    pe: c_int,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_getmem_on_stream", stream, |rt, st| {
+        get_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, pe)
+    })
+}
+
+/// `rshmemx_putmem_signal_on_stream`: **one-sided, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_putmem_signal_on_stream(
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    pe: c_int,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_putmem_signal_on_stream", stream, |rt, st| {
+        put_signal_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, sig, signal, op, pe)
+    })
+}
+
+macro_rules! rma_stream_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmemx_", stringify!($n), "_put_on_stream`: **one-sided, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _put_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
+                    pe: c_int, stream: CudaStreamT) -> c_int {
+                on_stream(concat!("rshmemx_", stringify!($n), "_put_on_stream"), stream,
+                          |rt, st| put_any(rt, st, dest, src, nelems, pe))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_get_on_stream`: **one-sided, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _get_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
+                    pe: c_int, stream: CudaStreamT) -> c_int {
+                on_stream(concat!("rshmemx_", stringify!($n), "_get_on_stream"), stream,
+                          |rt, st| get_any(rt, st, dest, src, nelems, pe))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_p_on_stream`: **one-sided, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _p_on_stream>](dest: *mut $t, value: $t, p: c_int,
+                    stream: CudaStreamT) -> c_int {
+                on_stream(concat!("rshmemx_", stringify!($n), "_p_on_stream"), stream,
+                          |rt, st| Ok(rt.world.p_on_stream(dest, value, pe(rt, p)?, st)?))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_g_on_stream`: **one-sided**; synchronizes the stream.")]
+            ///
+            /// # Safety
+            /// `value` points to a writable element.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmemx_ $n _g_on_stream>](value: *mut $t, src: *const $t, p: c_int,
+                    stream: CudaStreamT) -> c_int {
+                on_stream(concat!("rshmemx_", stringify!($n), "_g_on_stream"), stream, |rt, st| {
+                    if value.is_null() {
+                        return invalid("value is NULL");
+                    }
+                    let v = rt.world.g_on_stream(src, pe(rt, p)?, st)?;
+                    // SAFETY: non-null and writable, by the caller's contract.
+                    unsafe { value.write_unaligned(v) };
+                    Ok(())
+                })
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_put_signal_on_stream`: **one-sided, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _put_signal_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
+                    sig: *mut u64, signal: u64, op: c_int, pe: c_int, stream: CudaStreamT) -> c_int {
+                on_stream(concat!("rshmemx_", stringify!($n), "_put_signal_on_stream"), stream,
+                          |rt, st| put_signal_any(rt, st, dest, src, nelems, sig, signal, op, pe))
+            }
+        }
+    };
+}
+rma_types!(rma_stream_entries);
+
+/// `rshmemx_signal_op_on_stream`: **one-sided, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_signal_op_on_stream(
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    p: c_int,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_signal_op_on_stream", stream, |rt, st| {
+        let (op, pe) = (sigop_of(op)?, pe(rt, p)?);
+        Ok(rt.world.signal_op_on_stream(sig, signal, op, pe, st)?)
+    })
+}
+
+/// `rshmemx_signal_wait_until_on_stream`: **local, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_signal_wait_until_on_stream(
+    sig: *mut u64,
+    cmp: c_int,
+    value: u64,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_signal_wait_until_on_stream", stream, |rt, st| {
+        Ok(rt
+            .world
+            .signal_wait_until_on_stream(sig, cmp_of(cmp)?, value, st)?)
+    })
+}
+
+/// `rshmemx_quiet_on_stream`: **one-sided, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_quiet_on_stream(stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_quiet_on_stream", stream, |rt, st| {
+        Ok(rt.world.quiet_on_stream(st)?)
+    })
+}
+
+/// `rshmemx_barrier_all_on_stream`: **collective, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_barrier_all_on_stream(stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_barrier_all_on_stream", stream, |rt, st| {
+        Ok(rt.world.barrier_all_on_stream(st)?)
+    })
+}
+
+/// `rshmemx_sync_all_on_stream`: **collective, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_sync_all_on_stream(stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_sync_all_on_stream", stream, |rt, st| {
+        Ok(rt.world.sync_all_on_stream(st)?)
+    })
+}
+
+/// `rshmemx_barrier_on_stream`: **collective over the team, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_barrier_on_stream(team: i32, stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_barrier_on_stream", stream, |rt, st| {
+        let t = crate::team::team(rt, team)?;
+        Ok(rt.world.barrier_on_stream(&t, st)?)
+    })
+}
+
+/// `rshmemx_team_sync_on_stream`: **collective over the team, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_team_sync_on_stream(team: i32, stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_team_sync_on_stream", stream, |rt, st| {
+        let t = crate::team::team(rt, team)?;
+        Ok(rt.world.team_sync_on_stream(&t, st)?)
+    })
+}
+
+/// A stream collective over the team named by `h`.
+fn coll(
+    call: &'static str,
+    h: i32,
+    s: CudaStreamT,
+    f: impl FnOnce(&rt::World, &rt::Team, &Arc<CudaStream>) -> CResult<()>,
+) -> c_int {
+    on_stream(call, s, |rt, st| {
+        let t = crate::team::team(rt, h)?;
+        f(&rt.world, &t, st)
+    })
+}
+
+/// A C count that must not be negative.
+fn nonneg(what: &str, v: i64) -> CResult<usize> {
+    usize::try_from(v).or_else(|_| invalid(format!("{what} {v} is negative")))
+}
+
+/// `rshmemx_alltoallmem_on_stream`: **collective over the team, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_alltoallmem_on_stream(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    coll("rshmemx_alltoallmem_on_stream", team, stream, |w, t, st| {
+        Ok(w.alltoall_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, st)?)
+    })
+}
+
+/// `rshmemx_fcollectmem_on_stream`: **collective over the team, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_fcollectmem_on_stream(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    coll("rshmemx_fcollectmem_on_stream", team, stream, |w, t, st| {
+        Ok(w.fcollect_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, st)?)
+    })
+}
+
+/// `rshmemx_broadcastmem_on_stream`: **collective over the team, stream-ordered**.
+#[no_mangle]
+pub extern "C" fn rshmemx_broadcastmem_on_stream(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+    root: c_int,
+    stream: CudaStreamT,
+) -> c_int {
+    coll(
+        "rshmemx_broadcastmem_on_stream",
+        team,
+        stream,
+        |w, t, st| {
+            let root = nonneg("root", root.into())?;
+            Ok(w.broadcast_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, root, st)?)
+        },
+    )
+}
+
+macro_rules! coll_stream_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmemx_", stringify!($n), "_alltoall_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _alltoall_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    nelems: usize, stream: CudaStreamT) -> c_int {
+                coll(concat!("rshmemx_", stringify!($n), "_alltoall_on_stream"), team, stream,
+                     |w, t, st| Ok(w.alltoall_on_stream(t, dest, source, nelems, st)?))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_fcollect_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _fcollect_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    nelems: usize, stream: CudaStreamT) -> c_int {
+                coll(concat!("rshmemx_", stringify!($n), "_fcollect_on_stream"), team, stream,
+                     |w, t, st| Ok(w.fcollect_on_stream(t, dest, source, nelems, st)?))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_collect_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _collect_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    nelems: usize, stream: CudaStreamT) -> c_int {
+                coll(concat!("rshmemx_", stringify!($n), "_collect_on_stream"), team, stream,
+                     |w, t, st| Ok(w.collect_on_stream(t, dest, source, nelems, st)?))
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_alltoalls_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _alltoalls_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    dst: isize, sst: isize, nelems: usize, stream: CudaStreamT) -> c_int {
+                coll(concat!("rshmemx_", stringify!($n), "_alltoalls_on_stream"), team, stream, |w, t, st| {
+                    let (dst, sst) = (nonneg("dst", dst as i64)?, nonneg("sst", sst as i64)?);
+                    Ok(w.alltoalls_on_stream(t, dest, source, dst, sst, nelems, st)?)
+                })
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_broadcast_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _broadcast_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    nelems: usize, root: c_int, stream: CudaStreamT) -> c_int {
+                coll(concat!("rshmemx_", stringify!($n), "_broadcast_on_stream"), team, stream, |w, t, st| {
+                    let root = nonneg("root", root.into())?;
+                    Ok(w.broadcast_on_stream(t, dest, source, nelems, root, st)?)
+                })
+            }
+        }
+    };
+}
+rma_types!(coll_stream_entries);
+
+/// `reduce_on_stream` or `reduce_scatter_on_stream` with `O`.
+fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
+    call: &'static str,
+    team: i32,
+    dest: *mut T,
+    source: *const T,
+    n: usize,
+    scatter: bool,
+    stream: CudaStreamT,
+) -> c_int {
+    coll(call, team, stream, |w, t, st| {
+        if scatter {
+            Ok(w.reducescatter_on_stream(t, dest, source, n, O::default(), st)?)
+        } else {
+            Ok(w.reduce_on_stream(t, dest, source, n, O::default(), st)?)
+        }
+    })
+}
+
+macro_rules! reduce_stream_entries {
+    ($n:ident, $t:ty, $op:ident, $O:ident) => {
+        paste::paste! {
+            #[doc = concat!("`rshmemx_", stringify!($n), "_", stringify!($op), "_reduce_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _ $op _reduce_on_stream>](team: i32, dest: *mut $t, source: *const $t,
+                    nreduce: usize, stream: CudaStreamT) -> c_int {
+                reduce::<$t, rt::$O>(concat!("rshmemx_", stringify!($n), "_", stringify!($op), "_reduce_on_stream"),
+                                     team, dest, source, nreduce, false, stream)
+            }
+            #[doc = concat!("`rshmemx_", stringify!($n), "_", stringify!($op), "_reducescatter_on_stream`: **collective over the team, stream-ordered**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmemx_ $n _ $op _reducescatter_on_stream>](team: i32, dest: *mut $t,
+                    source: *const $t, nreduce: usize, stream: CudaStreamT) -> c_int {
+                reduce::<$t, rt::$O>(concat!("rshmemx_", stringify!($n), "_", stringify!($op), "_reducescatter_on_stream"),
+                                     team, dest, source, nreduce, true, stream)
+            }
+        }
+    };
+}
+macro_rules! reduce_stream_arith {
+    ($n:ident, $t:ty) => {
+        reduce_stream_entries!($n, $t, sum, Sum);
+        reduce_stream_entries!($n, $t, prod, Prod);
+        reduce_stream_entries!($n, $t, min, Min);
+        reduce_stream_entries!($n, $t, max, Max);
+    };
+}
+macro_rules! reduce_stream_bitwise {
+    ($n:ident, $t:ty) => {
+        reduce_stream_entries!($n, $t, and, And);
+        reduce_stream_entries!($n, $t, or, Or);
+        reduce_stream_entries!($n, $t, xor, Xor);
+    };
+}
+reduce_int_types!(reduce_stream_arith);
+reduce_int_types!(reduce_stream_bitwise);
+reduce_float_types!(reduce_stream_arith);

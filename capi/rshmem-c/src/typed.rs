@@ -1,0 +1,743 @@
+//! The host twins of the device library's typed and byte calls: RMA, signals, atomics,
+//! point-to-point waits and tests, and the host collectives. Each family is a generic body
+//! (the argument conversion and the call into [`rt::World`]) and a macro that defines the C
+//! entry points of every type in its table (`types.rs`), naming them with `paste`
+//! (`[<rshmem_ $n _put>]` is `rshmem_int_put` for `int`). Every failure ends the job naming the
+//! C call (these calls have the device library's signatures, which return no status).
+//!
+//! The local buffer of an RMA call (the source of a put, the destination of a get) may be host
+//! memory or, on the GPU backend, GPU memory (symmetric or `cudaMalloc`'d): host code cannot
+//! touch the latter, so those calls go through the copy engine (`stream::host_put_from_device`).
+
+#![allow(clippy::too_many_arguments)]
+
+use std::ffi::{c_int, c_void};
+
+use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
+
+use crate::memory::pe;
+use crate::stream::{device_buffer, host_get_to_device, host_put_from_device};
+use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult};
+
+// ------------------------------------------------------------------------------------------
+// RMA
+// ------------------------------------------------------------------------------------------
+
+/// `put`, `put_nbi`, `putmem`, `putmem_nbi`.
+///
+/// # Safety
+/// `src` valid for `n` reads.
+unsafe fn put<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+    nbi: bool,
+) {
+    with(call, |rt| {
+        let pe = pe(rt, p)?;
+        if device_buffer(rt, src.cast()) {
+            return host_put_from_device(call, rt, dest, src, n, p);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
+        let s = unsafe { src_slice("the source buffer", src, n) }?;
+        if nbi {
+            Ok(rt.world.put_nbi(dest, s, pe)?)
+        } else {
+            Ok(rt.world.put(dest, s, pe)?)
+        }
+    })
+}
+
+/// `get`, `get_nbi`, `getmem`, `getmem_nbi`.
+///
+/// # Safety
+/// `dest` valid for `n` writes.
+unsafe fn get<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    p: c_int,
+    nbi: bool,
+) {
+    with(call, |rt| {
+        let pe = pe(rt, p)?;
+        if device_buffer(rt, dest.cast_const().cast()) {
+            return host_get_to_device(call, rt, dest, src, n, p);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
+        let d = unsafe { dst_slice("the destination buffer", dest, n) }?;
+        if nbi {
+            Ok(rt.world.get_nbi(d, src, pe)?)
+        } else {
+            Ok(rt.world.get(d, src, pe)?)
+        }
+    })
+}
+
+/// `put_signal`, `put_signal_nbi`, `putmem_signal`, `putmem_signal_nbi`.
+///
+/// # Safety
+/// `src` valid for `n` reads.
+unsafe fn put_signal<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    p: c_int,
+    nbi: bool,
+) {
+    with(call, |rt| {
+        let pe = pe(rt, p)?;
+        let op = sigop_of(op)?;
+        if device_buffer(rt, src.cast()) {
+            // The data is complete before the signal is sent.
+            if !rt.world.addr_accessible(sig, pe) {
+                return invalid(format!(
+                    "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
+                ));
+            }
+            host_put_from_device(call, rt, dest, src, n, p)?;
+            return Ok(rt.world.signal_op(sig, signal, op, pe)?);
+        }
+        // SAFETY: the caller's contract (host memory: device memory was routed above).
+        let s = unsafe { src_slice("the source buffer", src, n) }?;
+        if nbi {
+            Ok(rt.world.put_signal_nbi(dest, s, sig, signal, op, pe)?)
+        } else {
+            Ok(rt.world.put_signal(dest, s, sig, signal, op, pe)?)
+        }
+    })
+}
+
+macro_rules! mem_entry {
+    ($name:ident, $f:ident, $nbi:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: **one-sided** byte RMA.")]
+        ///
+        /// # Safety
+        /// The local buffer is valid for `nbytes` bytes.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            dest: *mut c_void,
+            src: *const c_void,
+            nbytes: usize,
+            pe: c_int,
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe { $f::<u8>(stringify!($name), dest.cast(), src.cast(), nbytes, pe, $nbi) }
+        }
+    };
+}
+mem_entry!(rshmem_putmem, put, false);
+mem_entry!(rshmem_putmem_nbi, put, true);
+mem_entry!(rshmem_getmem, get, false);
+mem_entry!(rshmem_getmem_nbi, get, true);
+
+/// `rshmem_TYPE_p`, `_g`, `_put`, `_put_nbi`, `_get`, `_get_nbi`, `_put_signal`,
+/// `_put_signal_nbi`.
+macro_rules! rma_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_p`: **one-sided** store of one element.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _p>](dest: *mut $t, value: $t, p: c_int) {
+                let call = concat!("rshmem_", stringify!($n), "_p");
+                with(call, |rt| Ok(rt.world.p(dest, value, pe(rt, p)?)?))
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_g`: **one-sided** load of one element.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _g>](src: *const $t, p: c_int) -> $t {
+                let call = concat!("rshmem_", stringify!($n), "_g");
+                with(call, |rt| Ok(rt.world.g(src, pe(rt, p)?)?))
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_put`: **one-sided**.")]
+            ///
+            /// # Safety
+            /// `src` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _put>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { put(concat!("rshmem_", stringify!($n), "_put"), dest, src, nelems, p, false) }
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_put_nbi`: **one-sided**, non-blocking.")]
+            ///
+            /// # Safety
+            /// `src` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _put_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { put(concat!("rshmem_", stringify!($n), "_put_nbi"), dest, src, nelems, p, true) }
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_get`: **one-sided**.")]
+            ///
+            /// # Safety
+            /// `dest` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _get>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { get(concat!("rshmem_", stringify!($n), "_get"), dest, src, nelems, p, false) }
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_get_nbi`: **one-sided**, non-blocking.")]
+            ///
+            /// # Safety
+            /// `dest` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _get_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { get(concat!("rshmem_", stringify!($n), "_get_nbi"), dest, src, nelems, p, true) }
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal`: **one-sided**.")]
+            ///
+            /// # Safety
+            /// `src` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _put_signal>](dest: *mut $t, src: *const $t, nelems: usize,
+                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal"), dest, src, nelems, sig, signal, op, p, false) }
+            }
+
+            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal_nbi`: **one-sided**.")]
+            ///
+            /// # Safety
+            /// `src` valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _put_signal_nbi>](dest: *mut $t, src: *const $t, nelems: usize,
+                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
+                // SAFETY: the caller's contract.
+                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal_nbi"), dest, src, nelems, sig, signal, op, p, true) }
+            }
+        }
+    };
+}
+rma_types!(rma_entries);
+
+/// `rshmem_putmem_signal`: **one-sided**.
+///
+/// # Safety
+/// `src` valid for `nbytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_putmem_signal(
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    p: c_int,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put_signal::<u8>(
+            "rshmem_putmem_signal",
+            dest.cast(),
+            src.cast(),
+            nbytes,
+            sig,
+            signal,
+            op,
+            p,
+            false,
+        )
+    }
+}
+
+/// `rshmem_putmem_signal_nbi`: **one-sided**.
+///
+/// # Safety
+/// `src` valid for `nbytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rshmem_putmem_signal_nbi(
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    sig: *mut u64,
+    signal: u64,
+    op: c_int,
+    p: c_int,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put_signal::<u8>(
+            "rshmem_putmem_signal_nbi",
+            dest.cast(),
+            src.cast(),
+            nbytes,
+            sig,
+            signal,
+            op,
+            p,
+            true,
+        )
+    }
+}
+
+/// `rshmem_signal_op`: **one-sided**.
+#[no_mangle]
+pub extern "C" fn rshmem_signal_op(sig: *mut u64, signal: u64, op: c_int, p: c_int) {
+    with("rshmem_signal_op", |rt| {
+        let (op, pe) = (sigop_of(op)?, pe(rt, p)?);
+        Ok(rt.world.signal_op(sig, signal, op, pe)?)
+    })
+}
+
+/// `rshmem_signal_fetch`: **local**.
+#[no_mangle]
+pub extern "C" fn rshmem_signal_fetch(sig: *const u64) -> u64 {
+    with("rshmem_signal_fetch", |rt| {
+        Ok(rt.world.signal_fetch(sig)?)
+    })
+}
+
+/// `rshmem_signal_wait_until`: **local**, blocking.
+#[no_mangle]
+pub extern "C" fn rshmem_signal_wait_until(sig: *const u64, cmp: c_int, value: u64) -> u64 {
+    with("rshmem_signal_wait_until", |rt| {
+        Ok(rt.world.signal_wait_until(sig, cmp_of(cmp)?, value)?)
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// Atomics
+// ------------------------------------------------------------------------------------------
+
+/// `fetch`, `set`, `swap` of every atomic type.
+macro_rules! amo_ext_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_fetch>](source: *const $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_fetch"),
+                     |rt| Ok(rt.world.atomic_fetch(source, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_set`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_set>](dest: *mut $t, value: $t, p: c_int) {
+                with(concat!("rshmem_", stringify!($n), "_atomic_set"),
+                     |rt| Ok(rt.world.atomic_set(dest, value, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_swap`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_swap>](dest: *mut $t, value: $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_swap"),
+                     |rt| Ok(rt.world.atomic_swap(dest, value, pe(rt, p)?)?))
+            }
+        }
+    };
+}
+
+/// `compare_swap`, `fetch_inc`, `inc`, `fetch_add`, `add` (plus the ext calls) of the integer
+/// atomic types.
+macro_rules! amo_std_entries {
+    ($n:ident, $t:ty) => {
+        amo_ext_entries!($n, $t);
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_compare_swap`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_compare_swap"),
+                     |rt| Ok(rt.world.atomic_compare_swap(dest, cond, value, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_inc`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_fetch_inc>](dest: *mut $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_inc"),
+                     |rt| Ok(rt.world.atomic_fetch_inc(dest, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_inc`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_inc>](dest: *mut $t, p: c_int) {
+                with(concat!("rshmem_", stringify!($n), "_atomic_inc"),
+                     |rt| Ok(rt.world.atomic_inc(dest, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_add`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_fetch_add>](dest: *mut $t, value: $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_add"),
+                     |rt| Ok(rt.world.atomic_fetch_add(dest, value, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_add`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_add>](dest: *mut $t, value: $t, p: c_int) {
+                with(concat!("rshmem_", stringify!($n), "_atomic_add"),
+                     |rt| Ok(rt.world.atomic_add(dest, value, pe(rt, p)?)?))
+            }
+        }
+    };
+}
+
+/// `fetch_and`, `and`, `fetch_or`, `or`, `fetch_xor`, `xor` of the bitwise types.
+macro_rules! amo_bit_entries {
+    ($n:ident, $t:ty) => {
+        amo_bit_entries!(@op $n, $t, and);
+        amo_bit_entries!(@op $n, $t, or);
+        amo_bit_entries!(@op $n, $t, xor);
+    };
+    (@op $n:ident, $t:ty, $op:ident) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_", stringify!($op), "`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_fetch_ $op>](dest: *mut $t, value: $t, p: c_int) -> $t {
+                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_", stringify!($op)),
+                     |rt| Ok(rt.world.[<atomic_fetch_ $op>](dest, value, pe(rt, p)?)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_", stringify!($op), "`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_ $op>](dest: *mut $t, value: $t, p: c_int) {
+                with(concat!("rshmem_", stringify!($n), "_atomic_", stringify!($op)),
+                     |rt| Ok(rt.world.[<atomic_ $op>](dest, value, pe(rt, p)?)?))
+            }
+        }
+    };
+}
+amo_types!(amo_std_entries);
+amo_float_types!(amo_ext_entries);
+amo_bitwise_types!(amo_bit_entries);
+
+// ------------------------------------------------------------------------------------------
+// Point-to-point waits and tests
+// ------------------------------------------------------------------------------------------
+
+/// Which wait or test.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Set {
+    All,
+    Any,
+    Some,
+}
+
+/// The arguments of a set wait/test as C passed them.
+struct SetArgs<T> {
+    ivars: *const T,
+    n: usize,
+    indices: *mut usize,
+    status: *const c_int,
+    cmp: c_int,
+    value: T,
+    values: *const T,
+}
+
+/// A set wait (`block`) or test: 1/0 for `All`, an index or `SIZE_MAX` for `Any`, a count
+/// for `Some` (indices written).
+///
+/// # Safety
+/// Non-NULL pointers of `a` valid for `a.n` elements.
+unsafe fn wait_set<T: AmoInt>(call: &'static str, a: SetArgs<T>, set: Set, block: bool) -> usize {
+    with(call, |rt| {
+        let w = &rt.world;
+        let cmp = cmp_of(a.cmp)?;
+        let st = if a.status.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(unsafe { src_slice("status", a.status, a.n) }?)
+        };
+        let vs = if a.values.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(unsafe { src_slice("cmp_values", a.values, a.n) }?)
+        };
+        let one = |x: Option<usize>| x.unwrap_or(usize::MAX);
+        let (iv, n, v) = (a.ivars, a.n, a.value);
+        let some = |hits: Vec<usize>| -> CResult<usize> {
+            if !hits.is_empty() {
+                // SAFETY: the caller's contract: indices has room for n entries.
+                let out = unsafe { dst_slice("indices", a.indices, n) }?;
+                for (o, h) in out.iter_mut().zip(&hits) {
+                    *o = *h;
+                }
+            }
+            Ok(hits.len())
+        };
+        Ok(match (set, block, vs) {
+            (Set::All, true, None) => w.wait_until_all(iv, n, st, cmp, v).map(|_| 1)?,
+            (Set::All, true, Some(vs)) => w.wait_until_all_vector(iv, st, cmp, vs).map(|_| 1)?,
+            (Set::Any, true, None) => one(w.wait_until_any(iv, n, st, cmp, v)?),
+            (Set::Any, true, Some(vs)) => one(w.wait_until_any_vector(iv, st, cmp, vs)?),
+            (Set::Some, true, None) => some(w.wait_until_some(iv, n, st, cmp, v)?)?,
+            (Set::Some, true, Some(vs)) => some(w.wait_until_some_vector(iv, st, cmp, vs)?)?,
+            (Set::All, false, None) => w.test_all(iv, n, st, cmp, v)? as usize,
+            (Set::All, false, Some(vs)) => w.test_all_vector(iv, st, cmp, vs)? as usize,
+            (Set::Any, false, None) => one(w.test_any(iv, n, st, cmp, v)?),
+            (Set::Any, false, Some(vs)) => one(w.test_any_vector(iv, st, cmp, vs)?),
+            (Set::Some, false, None) => some(w.test_some(iv, n, st, cmp, v)?)?,
+            (Set::Some, false, Some(vs)) => some(w.test_some_vector(iv, st, cmp, vs)?)?,
+        })
+    })
+}
+
+/// Checks that a vector form got its values.
+fn need_values<T>(call: &'static str, values: *const T, n: usize) {
+    if values.is_null() && n > 0 {
+        with(call, |_| -> CResult<()> { invalid("cmp_values is NULL") });
+    }
+}
+
+macro_rules! wait_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_wait_until`: **local**, blocking.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _wait_until>](ivar: *const $t, cmp: c_int, value: $t) {
+                with(concat!("rshmem_", stringify!($n), "_wait_until"),
+                     |rt| Ok(rt.world.wait_until(ivar, cmp_of(cmp)?, value)?))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_test`: **local**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _test>](ivar: *const $t, cmp: c_int, value: $t) -> c_int {
+                with(concat!("rshmem_", stringify!($n), "_test"),
+                     |rt| Ok(rt.world.test(ivar, cmp_of(cmp)?, value)? as c_int))
+            }
+        }
+        wait_entries!(@set $n, $t, wait_until_all, All, true, void);
+        wait_entries!(@set $n, $t, wait_until_any, Any, true, size);
+        wait_entries!(@some $n, $t, wait_until_some, true);
+        wait_entries!(@vec $n, $t, wait_until_all_vector, All, true, void);
+        wait_entries!(@vec $n, $t, wait_until_any_vector, Any, true, size);
+        wait_entries!(@somevec $n, $t, wait_until_some_vector, true);
+        wait_entries!(@set $n, $t, test_all, All, false, int);
+        wait_entries!(@set $n, $t, test_any, Any, false, size);
+        wait_entries!(@some $n, $t, test_some, false);
+        wait_entries!(@vec $n, $t, test_all_vector, All, false, int);
+        wait_entries!(@vec $n, $t, test_any_vector, Any, false, size);
+        wait_entries!(@somevec $n, $t, test_some_vector, false);
+    };
+    (@ret void, $e:expr) => { { let _ = $e; } };
+    (@ret size, $e:expr) => { $e };
+    (@ret int, $e:expr) => { $e as c_int };
+    (@rty void) => { () };
+    (@rty size) => { usize };
+    (@rty int) => { c_int };
+    (@set $n:ident, $t:ty, $f:ident, $set:ident, $block:expr, $r:ident) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($f), "`: **local**.")]
+            ///
+            /// # Safety
+            /// `ivars` (and `status` unless NULL) valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _ $f>](ivars: *const $t, nelems: usize, status: *const c_int,
+                    cmp: c_int, value: $t) -> wait_entries!(@rty $r) {
+                let a = SetArgs { ivars, n: nelems, indices: std::ptr::null_mut(), status, cmp, value,
+                                  values: std::ptr::null() };
+                // SAFETY: the caller's contract.
+                wait_entries!(@ret $r, unsafe { wait_set(concat!("rshmem_", stringify!($n), "_", stringify!($f)), a, Set::$set, $block) })
+            }
+        }
+    };
+    (@some $n:ident, $t:ty, $f:ident, $block:expr) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($f), "`: **local**.")]
+            ///
+            /// # Safety
+            /// `ivars`, `indices` (and `status` unless NULL) valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _ $f>](ivars: *const $t, nelems: usize, indices: *mut usize,
+                    status: *const c_int, cmp: c_int, value: $t) -> usize {
+                let a = SetArgs { ivars, n: nelems, indices, status, cmp, value, values: std::ptr::null() };
+                // SAFETY: the caller's contract.
+                unsafe { wait_set(concat!("rshmem_", stringify!($n), "_", stringify!($f)), a, Set::Some, $block) }
+            }
+        }
+    };
+    (@vec $n:ident, $t:ty, $f:ident, $set:ident, $block:expr, $r:ident) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($f), "`: **local**.")]
+            ///
+            /// # Safety
+            /// `ivars`, `cmp_values` (and `status` unless NULL) valid for `nelems` elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _ $f>](ivars: *const $t, nelems: usize, status: *const c_int,
+                    cmp: c_int, cmp_values: *const $t) -> wait_entries!(@rty $r) {
+                let call = concat!("rshmem_", stringify!($n), "_", stringify!($f));
+                need_values(call, cmp_values, nelems);
+                let a = SetArgs { ivars, n: nelems, indices: std::ptr::null_mut(), status, cmp,
+                                  value: <$t>::default(), values: cmp_values };
+                // SAFETY: the caller's contract.
+                wait_entries!(@ret $r, unsafe { wait_set(call, a, Set::$set, $block) })
+            }
+        }
+    };
+    (@somevec $n:ident, $t:ty, $f:ident, $block:expr) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($f), "`: **local**.")]
+            ///
+            /// # Safety
+            /// `ivars`, `indices`, `cmp_values` (and `status` unless NULL) valid for `nelems`
+            /// elements.
+            #[no_mangle]
+            pub unsafe extern "C" fn [<rshmem_ $n _ $f>](ivars: *const $t, nelems: usize, indices: *mut usize,
+                    status: *const c_int, cmp: c_int, cmp_values: *const $t) -> usize {
+                let call = concat!("rshmem_", stringify!($n), "_", stringify!($f));
+                need_values(call, cmp_values, nelems);
+                let a = SetArgs { ivars, n: nelems, indices, status, cmp, value: <$t>::default(),
+                                  values: cmp_values };
+                // SAFETY: the caller's contract.
+                unsafe { wait_set(call, a, Set::Some, $block) }
+            }
+        }
+    };
+}
+amo_types!(wait_entries);
+
+// ------------------------------------------------------------------------------------------
+// Host collectives
+// ------------------------------------------------------------------------------------------
+
+/// A host collective over the team named by `h`: 0, or the job ends naming `call`.
+fn coll(
+    call: &'static str,
+    h: i32,
+    f: impl FnOnce(&rt::World, &rt::Team) -> rt::Result<()>,
+) -> c_int {
+    with(call, |rt| {
+        let t = crate::team::team(rt, h)?;
+        f(&rt.world, &t)?;
+        Ok(0)
+    })
+}
+
+/// A C root or stride that must not be negative.
+fn nonneg(what: &str, v: i64) -> CResult<usize> {
+    usize::try_from(v).or_else(|_| invalid(format!("{what} {v} is negative")))
+}
+
+/// `rshmem_alltoallmem`: **collective over the team**.
+#[no_mangle]
+pub extern "C" fn rshmem_alltoallmem(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+) -> c_int {
+    coll("rshmem_alltoallmem", team, |w, t| {
+        w.alltoall::<u8>(t, dest.cast(), source.cast(), nbytes)
+    })
+}
+
+/// `rshmem_fcollectmem`: **collective over the team**.
+#[no_mangle]
+pub extern "C" fn rshmem_fcollectmem(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+) -> c_int {
+    coll("rshmem_fcollectmem", team, |w, t| {
+        w.fcollect::<u8>(t, dest.cast(), source.cast(), nbytes)
+    })
+}
+
+/// `rshmem_broadcastmem`: **collective over the team**.
+#[no_mangle]
+pub extern "C" fn rshmem_broadcastmem(
+    team: i32,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+    root: c_int,
+) -> c_int {
+    with("rshmem_broadcastmem", |rt| {
+        let root = nonneg("root", root.into())?;
+        let t = crate::team::team(rt, team)?;
+        rt.world
+            .broadcast::<u8>(&t, dest.cast(), source.cast(), nbytes, root)?;
+        Ok(0)
+    })
+}
+
+macro_rules! coll_entries {
+    ($n:ident, $t:ty) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_alltoall`: **collective over the team**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _alltoall>](team: i32, dest: *mut $t, source: *const $t, nelems: usize) -> c_int {
+                coll(concat!("rshmem_", stringify!($n), "_alltoall"), team, |w, t| w.alltoall(t, dest, source, nelems))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_fcollect`: **collective over the team**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _fcollect>](team: i32, dest: *mut $t, source: *const $t, nelems: usize) -> c_int {
+                coll(concat!("rshmem_", stringify!($n), "_fcollect"), team, |w, t| w.fcollect(t, dest, source, nelems))
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_broadcast`: **collective over the team**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _broadcast>](team: i32, dest: *mut $t, source: *const $t, nelems: usize,
+                    root: c_int) -> c_int {
+                with(concat!("rshmem_", stringify!($n), "_broadcast"), |rt| {
+                    let root = nonneg("root", root.into())?;
+                    let t = crate::team::team(rt, team)?;
+                    rt.world.broadcast(&t, dest, source, nelems, root)?;
+                    Ok(0)
+                })
+            }
+        }
+    };
+}
+rma_types!(coll_entries);
+
+/// `reduce` or `reduce_scatter` with `O`.
+fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
+    call: &'static str,
+    team: i32,
+    dest: *mut T,
+    source: *const T,
+    n: usize,
+    scatter: bool,
+) -> c_int {
+    coll(call, team, |w, t| {
+        if scatter {
+            w.reducescatter(t, dest, source, n, O::default())
+        } else {
+            w.reduce(t, dest, source, n, O::default())
+        }
+    })
+}
+
+macro_rules! reduce_entries {
+    ($n:ident, $t:ty, $op:ident, $O:ident) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($op), "_reduce`: **collective over the team**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _ $op _reduce>](team: i32, dest: *mut $t, source: *const $t, nreduce: usize) -> c_int {
+                reduce::<$t, rt::$O>(concat!("rshmem_", stringify!($n), "_", stringify!($op), "_reduce"),
+                                     team, dest, source, nreduce, false)
+            }
+            #[doc = concat!("`rshmem_", stringify!($n), "_", stringify!($op), "_reducescatter`: **collective over the team**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _ $op _reducescatter>](team: i32, dest: *mut $t, source: *const $t, nreduce: usize) -> c_int {
+                reduce::<$t, rt::$O>(concat!("rshmem_", stringify!($n), "_", stringify!($op), "_reducescatter"),
+                                     team, dest, source, nreduce, true)
+            }
+        }
+    };
+}
+macro_rules! reduce_arith {
+    ($n:ident, $t:ty) => {
+        reduce_entries!($n, $t, sum, Sum);
+        reduce_entries!($n, $t, prod, Prod);
+        reduce_entries!($n, $t, min, Min);
+        reduce_entries!($n, $t, max, Max);
+    };
+}
+macro_rules! reduce_bitwise {
+    ($n:ident, $t:ty) => {
+        reduce_entries!($n, $t, and, And);
+        reduce_entries!($n, $t, or, Or);
+        reduce_entries!($n, $t, xor, Xor);
+    };
+}
+reduce_int_types!(reduce_arith);
+reduce_int_types!(reduce_bitwise);
+reduce_float_types!(reduce_arith);

@@ -1,0 +1,50 @@
+/* Errors that return a code: each is printed on stderr naming the call, and the program goes on.
+   Run on the CPU backend (RSHMEM_BACKEND=cpu), where stream calls are unsupported. */
+#include "check.h"
+
+int main(void) {
+    /* Before init. */
+    CHECK(rshmem_finalize() == RSHMEM_ERROR_NOT_INITIALIZED);
+    CHECK(rshmem_malloc(64) == NULL);
+    CHECK(rshmemx_barrier_on_stream(RSHMEM_TEAM_WORLD, 0) == RSHMEM_ERROR_NOT_INITIALIZED);
+    CHECK(rshmem_get_uniqueid(NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    rshmem_init_attr_t attr = RSHMEM_INIT_ATTR_INITIALIZER;
+    CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_UNIQUEID, &attr) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmem_init_attr(0x100, &attr) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_INVALID_VALUE);
+    long not_a_comm = 0;
+    attr.mpi_comm = &not_a_comm; /* this program has no MPI */
+    CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmem_init_status() == RSHMEM_STATUS_NOT_INITIALIZED);
+
+    CHECK(rshmem_init() == RSHMEM_SUCCESS);
+    check_pe = rshmem_my_pe();
+    CHECK(rshmem_init() == RSHMEM_ERROR_STATE); /* twice */
+    int me = rshmem_my_pe(), n = rshmem_n_pes();
+    int *x = rshmem_calloc(4, sizeof(int));
+    CHECK(x != NULL);
+
+    /* Stream calls on the CPU backend. */
+    CHECK(rshmemx_putmem_on_stream(x, x, 4, 0, 0) == RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_int_sum_reduce_on_stream(RSHMEM_TEAM_WORLD, x, x, 1, 0) ==
+          RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_barrier_all_on_stream(0) == RSHMEM_ERROR_UNSUPPORTED);
+
+    /* Bad arguments of status-returning calls. */
+    rshmem_team_t t = 5;
+    CHECK(rshmem_team_split_strided(RSHMEM_TEAM_WORLD, 0, 1, n + 1, NULL, 0, &t) ==
+          RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(t == RSHMEM_TEAM_INVALID);
+    CHECK(rshmem_team_split_strided(42, 0, 1, 1, NULL, 0, &t) == RSHMEM_ERROR_INVALID_VALUE);
+    rshmem_team_config_t cfg;
+    CHECK(rshmem_team_get_config(RSHMEM_TEAM_WORLD, 0x80, &cfg) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmem_team_get_config(RSHMEM_TEAM_WORLD, 0, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmem_align(3, 64) == NULL); /* not a power of two: NULL on every PE */
+    (void)me;
+    rshmem_barrier_all();
+    rshmem_free(x);
+    DONE("errors");
+    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
+    CHECK(rshmem_finalize() == RSHMEM_ERROR_NOT_INITIALIZED);
+    return 0;
+}
