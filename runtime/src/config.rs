@@ -82,13 +82,19 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_REMOTE_TRANSPORT",
         kind: "auto | tcp | verbs | ucx",
         default: "auto",
-        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), ucx (UCX's UCP API, CPU backend; libucp is loaded at run time, init fails naming the cause when it cannot be loaded or initialised), or auto: verbs between two PEs that both opened an RDMA device, else (CPU backend) UCX between two PEs whose UCX has an InfiniBand/RoCE transport, else TCP. All PEs must agree.",
+        help: "Transport to PEs on other hosts: tcp, verbs (InfiniBand/RoCE; needs rshmem built with the verbs feature and an RDMA device, else init fails naming the cause), ucx (UCX's UCP API; libucp is loaded at run time; on the GPU backend it must be a CUDA-enabled UCX offering cuda_copy; init fails naming the cause and the fix when it cannot be used), or auto: verbs between two PEs that both opened an RDMA device, else UCX between two PEs whose UCX has an InfiniBand/RoCE transport (and, on the GPU backend, CUDA support), else TCP. All PEs must agree.",
     },
     EnvVar {
         name: "RSHMEM_UCX_LIB",
         kind: "path",
         default: "libucp.so.0 (the dynamic linker's search path)",
         help: "The libucp the UCX transport loads. UCX's own variables (UCX_TLS, UCX_NET_DEVICES, ...) choose what UCX uses.",
+    },
+    EnvVar {
+        name: "RSHMEM_UCX_TARGET_ATOMICS",
+        kind: "bool",
+        default: "0 (1 on the GPU backend, always)",
+        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message answered after the atomic) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory; set it to 1 to run that path on the CPU backend (testing).",
     },
     EnvVar {
         name: "RSHMEM_IB_DEVICE",
@@ -152,6 +158,9 @@ pub struct Config {
     pub ib_gid_index: Option<u32>,
     /// The libucp to load (`RSHMEM_UCX_LIB`).
     pub ucx_lib: Option<String>,
+    /// Atomics on the user heap over UCX are applied on the target by rshmem
+    /// (`RSHMEM_UCX_TARGET_ATOMICS`; always on the GPU backend).
+    pub ucx_target_atomics: bool,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -182,6 +191,7 @@ impl Default for Config {
             ib_device: None,
             ib_gid_index: None,
             ucx_lib: None,
+            ucx_target_atomics: false,
         }
     }
 }
@@ -257,6 +267,10 @@ impl Config {
         }
         if let Some(v) = get("RSHMEM_UCX_LIB").filter(|v| !v.trim().is_empty()) {
             c.ucx_lib = Some(v.trim().to_string());
+        }
+        if let Some(v) = get("RSHMEM_UCX_TARGET_ATOMICS") {
+            c.ucx_target_atomics = parse_bool(&v)
+                .ok_or_else(|| bad("RSHMEM_UCX_TARGET_ATOMICS", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_IB_DEVICE").filter(|v| !v.trim().is_empty()) {
             let v = v.trim();

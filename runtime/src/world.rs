@@ -404,20 +404,30 @@ impl World {
         } else {
             None
         };
-        remotes.connect(boot.as_ref(), &cfg, &live, &heap, &ctrl)?;
-        let proxy = match (&gpu, &net) {
-            (Some(g), Some(net)) => Some(crate::proxy::Proxy::start(
-                g,
-                &dstate,
-                net,
-                &heap,
-                &ctrl,
-                &node,
-                me,
-                n,
-                &live,
-                cfg.timeout,
-            )?),
+        // Atomics from PEs reached through UCX on a GPU heap are applied here by rshmem (UCX
+        // cannot touch GPU memory with its software atomics).
+        let ucx_gpu_mem = if remotes.ucx_job() {
+            crate::cuda::target::for_user_heap(&gpu, &dstate)?
+        } else {
+            None
+        };
+        remotes.connect(boot.as_ref(), &cfg, &live, &heap, &ctrl, ucx_gpu_mem)?;
+        let proxy = match &gpu {
+            Some(g) if net.is_some() || remotes.ucx().is_some() => {
+                Some(crate::proxy::Proxy::start(
+                    g,
+                    &dstate,
+                    net.as_ref(),
+                    &remotes,
+                    &heap,
+                    &ctrl,
+                    &node,
+                    me,
+                    n,
+                    &live,
+                    cfg.timeout,
+                )?)
+            }
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;

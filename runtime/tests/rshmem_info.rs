@@ -307,3 +307,41 @@ fn paths_in_an_installed_prefix_are_found_from_the_executable() {
     assert!(!note.contains("librshmem.so"), "{v}");
     let _ = std::fs::remove_dir_all(&prefix);
 }
+
+/// With a UCX found, the report says which UCX transports it will use (`UCX_TLS` and the
+/// resources under it) and whether it can carry GPU heaps (Debian's UCX cannot: the line names
+/// the fix).
+#[test]
+fn ucx_tls_and_cuda_support_are_reported() {
+    let Ok(p) = rshmem::probe_ucx(None) else {
+        eprintln!("SKIPPED: no UCX here");
+        return;
+    };
+    let out = stdout(&info(&[], &[("UCX_TLS", "tcp")]));
+    assert!(out.contains("  UCX_TLS: tcp\n"), "{out}");
+    let res = out
+        .lines()
+        .find_map(|l| l.strip_prefix("  resources it will use: "))
+        .unwrap_or_else(|| panic!("no resources line: {out}"));
+    assert!(res.split(", ").all(|r| r.starts_with("tcp/")), "{res}");
+    let cuda = out
+        .lines()
+        .find_map(|l| l.strip_prefix("  CUDA support (GPU heaps): "))
+        .unwrap_or_else(|| panic!("no CUDA line: {out}"));
+    // UCX_TLS=tcp leaves cuda_copy out whatever the build.
+    assert!(
+        cuda.starts_with("no") || cuda.starts_with("module installed, not usable"),
+        "{cuda}"
+    );
+    assert!(cuda.contains("cuda_copy"), "{cuda}");
+    if !p.cuda() && p.cuda_module == Some(false) {
+        assert!(
+            cuda.contains("libucx-cu13") && cuda.contains("RSHMEM_UCX_LIB"),
+            "{cuda}"
+        );
+    }
+    if std::env::var_os("UCX_TLS").is_none() {
+        let out = stdout(&info(&[], &[]));
+        assert!(out.contains("  UCX_TLS: unset"), "{out}");
+    }
+}

@@ -144,6 +144,44 @@ ucx!(
     transports_ucx_4pes = 4
 );
 ucx!("idle", NONE, 60, idle_ucx_2pes = 2, idle_ucx_3pes = 3);
+// Atomics and signals on the user heap applied by rshmem on the target (UCX active messages),
+// the path every GPU heap takes over UCX, here on the CPU backend.
+const TARGET_AMO: &[(&str, &str)] = &[("RSHMEM_UCX_TARGET_ATOMICS", "1")];
+ucx!(
+    "amo",
+    TARGET_AMO,
+    60,
+    amo_ucx_target_atomics_2pes = 2,
+    amo_ucx_target_atomics_3pes = 3,
+    amo_ucx_target_atomics_4pes = 4
+);
+ucx!(
+    "signal",
+    TARGET_AMO,
+    60,
+    signal_ucx_target_atomics_2pes = 2,
+    signal_ucx_target_atomics_3pes = 3
+);
+ucx!(
+    "wait",
+    TARGET_AMO,
+    60,
+    wait_ucx_target_atomics_2pes = 2,
+    wait_ucx_target_atomics_3pes = 3
+);
+ucx!("errors", TARGET_AMO, 60, errors_ucx_target_atomics_2pes = 2);
+const HEAP_TARGET_AMO: &[(&str, &str)] = &[
+    ("RSHMEM_HEAP_INITIAL", "4M"),
+    ("RSHMEM_HEAP_LIMIT", "256M"),
+    ("RSHMEM_UCX_TARGET_ATOMICS", "1"),
+];
+ucx!(
+    "heap",
+    HEAP_TARGET_AMO,
+    60,
+    heap_ucx_target_atomics_2pes = 2
+);
+ucx!("idle", TARGET_AMO, 60, idle_ucx_target_atomics_2pes = 2);
 // A 128 MiB get and put crossing the heap's chunks (each mapped and keyed separately).
 ucx!("tcp-big", BIG, 120, big_transfer_ucx = 2);
 

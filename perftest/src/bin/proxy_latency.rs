@@ -1,5 +1,6 @@
 //! proxy_latency: latency of device calls that go through the proxy (the host thread that
-//! serves device requests to PEs not reachable by load/store) and the TCP transport.
+//! serves device requests to PEs not reachable by load/store) and the remote transport that
+//! serves PE 1 (TCP, or UCX with `RSHMEM_REMOTE_TRANSPORT=ucx`).
 //!
 //! PE 0 runs one thread of a kernel that times `--iters` operations to PE 1 with
 //! `%globaltimer` (after one untimed round): a bare ring round trip (NOP request), `p` 8 B +
@@ -19,7 +20,7 @@ use rshmem_perftest::{cli, out as print_line, Kind, NoExtra, Options, RunInfo, S
 
 const SPEC: Spec = Spec {
     name: "proxy_latency",
-    about: "latency of device calls served by the proxy over TCP (run with RSHMEM_DISABLE_P2P=1)",
+    about: "latency of device calls served by the proxy over the remote transport (run with RSHMEM_DISABLE_P2P=1)",
     kind: Kind::Fixed { iters: 2000 },
     min_pes: 2,
 };
@@ -80,8 +81,9 @@ fn run(opts: &Options) -> rshmem::Result<()> {
     if me == 0 {
         let info = json.then(|| RunInfo::new(&world, opts));
         if !json {
+            let via = world.transport(1).map_or("?", |t| t.name);
             print_line(&format!(
-                "# proxy_latency: PE 0 -> PE 1 through the proxy and TCP, {iters} operations per point"
+                "# proxy_latency: PE 0 -> PE 1 through the proxy and {via}, {iters} operations per point"
             ));
             print_line(&format!(
                 "{:<30} {:>10} {:>12}",

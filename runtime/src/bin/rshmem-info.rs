@@ -96,6 +96,16 @@ struct Ucx {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     resources: Vec<String>,
     rdma: bool,
+    /// `UCX_TLS` as set here (None: unset, UCX picks among all its transports).
+    tls: Option<String>,
+    /// UCX can move GPU memory under these settings (it offers `cuda_copy`).
+    cuda: bool,
+    /// This UCX ships its CUDA module (None: its folder could not be found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cuda_module: Option<bool>,
+    /// Why the GPU backend cannot use it, and the fix (None when it can, or UCX is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_unusable: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -410,13 +420,18 @@ fn report(args: &Args) -> Report {
     // UCX: loaded the way the UCX transport loads it (RSHMEM_UCX_LIB or libucp.so.0), under the
     // UCX_* variables of this environment.
     let lib = env_value("RSHMEM_UCX_LIB").filter(|s| !s.trim().is_empty());
+    let tls = env_value("UCX_TLS");
     let ucx = match rshmem::probe_ucx(lib.as_deref()) {
         Ok(p) => Ucx {
             found: true,
             version: Some(format!("{}.{}.{}", p.version.0, p.version.1, p.version.2)),
             path: Some(p.path.clone()),
             rdma: p.rdma(),
+            cuda: p.cuda(),
+            cuda_module: p.cuda_module,
+            gpu_unusable: p.gpu_unready(),
             resources: p.resources,
+            tls,
             error: None,
         },
         Err(e) => Ucx {
@@ -425,6 +440,10 @@ fn report(args: &Args) -> Report {
             path: None,
             resources: Vec::new(),
             rdma: false,
+            tls,
+            cuda: false,
+            cuda_module: None,
+            gpu_unusable: None,
             error: Some(e.to_string()),
         },
     };
@@ -450,7 +469,7 @@ fn report(args: &Args) -> Report {
         },
         Transport {
             name: "ucx",
-            what: "PEs on other hosts through UCX (CPU backend)",
+            what: "PEs on other hosts through UCX",
             usable: ucx.found,
             note: ucx
                 .error
@@ -542,13 +561,21 @@ fn text(r: &Report) -> String {
     let u = &r.ucx;
     match (&u.version, &u.path, &u.error) {
         (Some(v), Some(p), _) => out.push_str(&format!(
-            "ucx: UCX {v} from {p}\n  resources: {}\n  RDMA (InfiniBand/RoCE): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
+            "ucx: UCX {v} from {p}\n  UCX_TLS: {}\n  resources it will use: {}\n  RDMA (InfiniBand/RoCE): {}\n  CUDA support (GPU heaps): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
+            u.tls
+                .as_deref()
+                .map_or("unset (UCX picks among all its transports)".to_string(), str::to_string),
             u.resources.join(", "),
             yes(u.rdma),
-            if u.rdma {
-                "yes (CPU backend), where both PEs have it and verbs is not used"
-            } else {
-                "no (rshmem's TCP transport; RSHMEM_REMOTE_TRANSPORT=ucx forces UCX)"
+            match (&u.gpu_unusable, u.cuda_module) {
+                (None, _) => "yes (cuda_copy)".to_string(),
+                (Some(why), Some(true)) => format!("module installed, not usable here: {why}"),
+                (Some(why), _) => format!("no: {why}"),
+            },
+            match (u.rdma, u.cuda) {
+                (true, true) => "yes, where both PEs have it and verbs is not used",
+                (true, false) => "yes on the CPU backend, where both PEs have it and verbs is not used; not on the GPU backend (no CUDA support)",
+                _ => "no (rshmem's TCP transport; RSHMEM_REMOTE_TRANSPORT=ucx forces UCX)",
             }
         )),
         (_, _, e) => out.push_str(&format!(

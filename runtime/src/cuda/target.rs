@@ -242,8 +242,9 @@ impl GpuMem {
     }
 }
 
-/// GPU memory access for the TCP transport's service threads when the user heap is on a GPU
-/// (None on the CPU backend).
+/// GPU memory access for the remote transports' targets when the user heap is on a GPU (the TCP
+/// transport's service threads, the UCX transport's atomics applied on the target); None on the
+/// CPU backend.
 pub(crate) fn for_user_heap(
     gpu: &Option<Arc<Gpu>>,
     state: &Arc<Mutex<DeviceState>>,

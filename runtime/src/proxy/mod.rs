@@ -4,8 +4,11 @@
 //! ([`fifo`]; device half: `device-lib/include/rshmem/proxy.cuh`).
 //!
 //! It exists on the GPU backend when some PE is on another node (or every PE is, under
-//! `RSHMEM_DISABLE_P2P=1`); its requests travel over the TCP transport, whose service threads
-//! apply them to the target's GPU memory ([`GpuMem`](crate::cuda::target::GpuMem) on a stream of its own). The device
+//! `RSHMEM_DISABLE_P2P=1`); each request travels over the remote transport that serves its
+//! target PE: the TCP transport, whose service threads apply them to the target's GPU memory
+//! ([`GpuMem`](crate::cuda::target::GpuMem) on a stream of its own), or the UCX transport (puts
+//! and gets by UCX into the GPU heap registered as CUDA memory, atomics applied by rshmem on
+//! the target: `transport/ucx/amo.rs`). The device
 //! state's `proxy_fifo`, `proxy_ctrl` and `proxy_slots` point device code at it; with
 //! `proxy_slots == 0` (every PE reachable by load/store) device calls never look at it.
 
@@ -24,6 +27,7 @@ use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::heap::Heap;
 use crate::node::{Liveness, Node};
+use crate::transport::remote::Remotes;
 use crate::transport::tcp::Net;
 
 /// The running proxy of this PE: its ring (host-mapped) and service thread.
@@ -47,12 +51,14 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// Starts the proxy of a GPU heap (`heap`) whose job has PEs on other nodes (`net`).
+    /// Starts the proxy of a GPU heap (`heap`) whose job has PEs on other nodes, reached over
+    /// TCP (`net`) or UCX (`remotes`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         gpu: &Arc<Gpu>,
         state: &Arc<Mutex<DeviceState>>,
-        net: &Arc<Net>,
+        net: Option<&Arc<Net>>,
+        remotes: &Remotes,
         heap: &Heap,
         ctrl: &Heap,
         node: &Node,
@@ -74,7 +80,9 @@ impl Proxy {
         let mem = GpuMem::new(gpu.clone(), state.clone(), false)?;
         let bounce = Pinned::new(gpu, service::BOUNCE, false, call)?;
         let ex = service::NetExec {
-            net: net.clone(),
+            net: net.cloned(),
+            ucx: remotes.ucx().cloned(),
+            routes: remotes.routes().to_vec(),
             mem,
             heap_base: heap.my_base(),
             bounce,
@@ -92,7 +100,9 @@ impl Proxy {
         // Device requests wait on TCP round trips (quiet, gets, fetching atomics): this PE's
         // TCP threads busy-poll for a while before blocking (every PE of the job has a proxy,
         // so the targets' service threads do too).
-        net.set_spin(crate::transport::tcp::PROXY_SPIN);
+        if let Some(net) = net {
+            net.set_spin(crate::transport::tcp::PROXY_SPIN);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let g = gpu.clone();

@@ -1,5 +1,6 @@
 //! The proxy's service thread: takes requests off the ring in ticket order and executes them
-//! through an [`Exec`] (the real one moves data between this PE's GPU and the TCP transport).
+//! through an [`Exec`] (the real one moves data between this PE's GPU and the remote transport
+//! serving the target PE: TCP or UCX).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,8 +11,10 @@ use crate::cuda::pinned::Pinned;
 use crate::cuda::target::GpuMem;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
+use crate::transport::select::Via;
 use crate::transport::tcp::{HeapId, Net};
-use crate::transport::AmoOp;
+use crate::transport::ucx::Ucx;
+use crate::transport::{AmoOp, RemoteAddr, TransportOps};
 
 /// Executes one request.
 pub(crate) trait Exec {
@@ -135,7 +138,12 @@ pub(crate) struct HostBarrier {
 }
 
 impl HostBarrier {
-    fn run(&mut self, call: &'static str, net: &Net) -> Result<()> {
+    /// One device barrier; `store(pe, off, v)` raises a flag on a PE of another node.
+    fn run(
+        &mut self,
+        call: &'static str,
+        store: impl Fn(usize, usize, u64) -> Result<()>,
+    ) -> Result<()> {
         let n = self.n;
         if n == 1 {
             return Ok(());
@@ -157,7 +165,7 @@ impl HostBarrier {
                     };
                     w.store(epoch, Ordering::Release);
                 }
-                None => net.store(call, to, HeapId::Ctrl, off, epoch)?,
+                None => store(to, off, epoch)?,
             }
             // SAFETY: as above, this PE's own flag.
             let mine = unsafe {
@@ -202,9 +210,14 @@ impl HostBarrier {
     }
 }
 
-/// The real executor: this PE's GPU memory on one side, the TCP transport on the other.
+/// The real executor: this PE's GPU memory on one side, the remote transports on the other.
 pub(crate) struct NetExec {
-    pub net: Arc<Net>,
+    /// The TCP transport (when some PE is reached over TCP).
+    pub net: Option<Arc<Net>>,
+    /// The UCX transport (when some PE is reached through UCX).
+    pub ucx: Option<Arc<Ucx>>,
+    /// How each PE is reached.
+    pub routes: Vec<Via>,
     pub mem: Arc<GpuMem>,
     /// Start of this PE's GPU slice: a symmetric address minus it is the heap offset.
     pub heap_base: usize,
@@ -214,7 +227,45 @@ pub(crate) struct NetExec {
 
 const CALL: &str = "device call through the proxy";
 
+/// The remote transport a request to one PE goes through.
+enum Route<'a> {
+    Tcp(&'a Net),
+    Ucx(&'a Ucx),
+}
+
+fn route<'a>(
+    net: &'a Option<Arc<Net>>,
+    ucx: &'a Option<Arc<Ucx>>,
+    routes: &[Via],
+    pe: usize,
+) -> Result<Route<'a>> {
+    let via = routes.get(pe).copied().unwrap_or(Via::Local);
+    match via {
+        Via::Tcp => net.as_deref().map(Route::Tcp),
+        Via::Ucx => ucx.as_deref().map(Route::Ucx),
+        _ => None,
+    }
+    .ok_or_else(|| Error::Unsupported {
+        call: CALL,
+        reason: format!(
+            "PE {pe} is reached through {via:?}, which device calls through the proxy cannot use (only TCP and UCX)"
+        ),
+    })
+}
+
+fn user(pe: usize, off: usize) -> RemoteAddr {
+    RemoteAddr {
+        pe,
+        heap: HeapId::User,
+        off,
+    }
+}
+
 impl NetExec {
+    fn route(&self, pe: usize) -> Result<Route<'_>> {
+        route(&self.net, &self.ucx, &self.routes, pe)
+    }
+
     fn target(&self, r: &Request) -> Result<(usize, usize)> {
         let pe = usize::try_from(r.pe).ok().filter(|&p| p < self.barrier.n);
         match (pe, (r.remote as usize).checked_sub(self.heap_base)) {
@@ -230,6 +281,19 @@ impl NetExec {
     }
 }
 
+impl NetExec {
+    /// Completes everything issued through every remote transport.
+    fn quiet(&self) -> Result<()> {
+        if let Some(net) = &self.net {
+            net.quiet(CALL)?;
+        }
+        if let Some(u) = &self.ucx {
+            u.quiet(CALL)?;
+        }
+        Ok(())
+    }
+}
+
 fn amo_of(code: u8) -> Option<AmoOp> {
     AmoOp::try_from(code).ok()
 }
@@ -240,12 +304,17 @@ impl Exec for NetExec {
         match r.op {
             op::PUT => {
                 let (pe, off) = self.target(r)?;
+                let via = self.route(pe)?;
                 if r.inline() {
                     if n > INLINE {
                         return Err(Error::invalid(CALL, "inline put longer than a slot holds"));
                     }
-                    self.net
-                        .put_deferred(CALL, pe, HeapId::User, off, r.data.as_ptr(), n)?;
+                    match via {
+                        Route::Tcp(net) => {
+                            net.put_deferred(CALL, pe, HeapId::User, off, r.data.as_ptr(), n)?
+                        }
+                        Route::Ucx(u) => u.put(CALL, user(pe, off), r.data.as_ptr(), n)?,
+                    }
                 } else {
                     let mut done = 0;
                     while done < n {
@@ -256,16 +325,22 @@ impl Exec for NetExec {
                             self.mem
                                 .read(CALL, self.bounce.ptr(), r.local + done as u64, k)?
                         };
-                        // Deferred: small frames are copied into the connection's buffer,
-                        // larger ones are written before this returns.
-                        self.net.put_deferred(
-                            CALL,
-                            pe,
-                            HeapId::User,
-                            off + done,
-                            self.bounce.ptr(),
-                            k,
-                        )?;
+                        match via {
+                            // Deferred: small frames are copied into the connection's buffer,
+                            // larger ones are written before this returns.
+                            Route::Tcp(net) => net.put_deferred(
+                                CALL,
+                                pe,
+                                HeapId::User,
+                                off + done,
+                                self.bounce.ptr(),
+                                k,
+                            )?,
+                            // Complete locally on return: the bounce buffer is free again.
+                            Route::Ucx(u) => {
+                                u.put(CALL, user(pe, off + done), self.bounce.ptr(), k)?
+                            }
+                        }
                         done += k;
                     }
                 }
@@ -273,20 +348,23 @@ impl Exec for NetExec {
             }
             op::GET => {
                 let (pe, off) = self.target(r)?;
+                let via = self.route(pe)?;
+                let get = |off: usize, dst: *mut u8, k: usize| match via {
+                    Route::Tcp(net) => net.get(CALL, pe, HeapId::User, off, dst, k),
+                    Route::Ucx(u) => u.get(CALL, dst, user(pe, off), k),
+                };
                 if r.inline() {
                     if n > INLINE {
                         return Err(Error::invalid(CALL, "inline get longer than a slot holds"));
                     }
                     let mut d = [0u8; INLINE];
-                    self.net
-                        .get(CALL, pe, HeapId::User, off, d.as_mut_ptr(), n)?;
+                    get(off, d.as_mut_ptr(), n)?;
                     return Ok(Outcome::Data(d));
                 }
                 let mut done = 0;
                 while done < n {
                     let k = (n - done).min(self.bounce.len());
-                    self.net
-                        .get(CALL, pe, HeapId::User, off + done, self.bounce.ptr(), k)?;
+                    get(off + done, self.bounce.ptr(), k)?;
                     // SAFETY: k bytes of the bounce buffer; the destination is the device's.
                     unsafe {
                         self.mem
@@ -300,9 +378,22 @@ impl Exec for NetExec {
                 let (pe, off) = self.target(r)?;
                 let aop = amo_of(r.amo)
                     .ok_or_else(|| Error::invalid(CALL, format!("unknown atomic {}", r.amo)))?;
+                let net = match self.route(pe)? {
+                    Route::Tcp(net) => net,
+                    Route::Ucx(u) => {
+                        // Complete (applied at the target) when it returns.
+                        let (at, size) = (user(pe, off), r.size as usize);
+                        if !r.fetching() {
+                            u.amo_nf(CALL, aop, at, size, r.value, r.cond)?;
+                            return Ok(Outcome::Done);
+                        }
+                        let old = u.amo(CALL, aop, at, size, r.value, r.cond)?;
+                        return Ok(Outcome::Value(old));
+                    }
+                };
                 if !r.fetching() {
                     // Nobody waits for the old value: no round trip.
-                    self.net.amo_nf(
+                    net.amo_nf(
                         CALL,
                         pe,
                         HeapId::User,
@@ -314,7 +405,7 @@ impl Exec for NetExec {
                     )?;
                     return Ok(Outcome::Done);
                 }
-                let old = self.net.amo(
+                let old = net.amo(
                     CALL,
                     pe,
                     HeapId::User,
@@ -333,18 +424,34 @@ impl Exec for NetExec {
                 } else {
                     AmoOp::FetchAdd
                 };
-                // Applied at the target after every earlier request to it; not waited for.
-                self.net
-                    .amo_nf(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?;
+                match self.route(pe)? {
+                    // Applied at the target after every earlier request to it; not waited for.
+                    Route::Tcp(net) => {
+                        net.amo_nf(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?
+                    }
+                    // After the puts before it (flushed first), applied when it returns.
+                    Route::Ucx(u) => u.amo_nf(CALL, aop, user(pe, off), 8, r.value, 0)?,
+                }
                 Ok(Outcome::Done)
             }
             op::QUIET => {
-                self.net.quiet(CALL)?;
+                self.quiet()?;
                 Ok(Outcome::Done)
             }
             op::BARRIER => {
-                self.net.quiet(CALL)?;
-                self.barrier.run(CALL, &self.net)?;
+                self.quiet()?;
+                let (net, ucx, routes) = (&self.net, &self.ucx, &self.routes);
+                self.barrier.run(CALL, |to, off, v| {
+                    let at = RemoteAddr {
+                        pe: to,
+                        heap: HeapId::Ctrl,
+                        off,
+                    };
+                    match route(net, ucx, routes, to)? {
+                        Route::Tcp(net) => net.store(CALL, to, HeapId::Ctrl, off, v),
+                        Route::Ucx(u) => u.store(CALL, at, v),
+                    }
+                })?;
                 Ok(Outcome::Done)
             }
             op::NOP => Ok(Outcome::Done),
@@ -356,7 +463,10 @@ impl Exec for NetExec {
     }
 
     fn idle(&mut self) -> Result<()> {
-        self.net.push(CALL)
+        match &self.net {
+            Some(net) => net.push(CALL),
+            None => Ok(()),
+        }
     }
 }
 
@@ -404,6 +514,34 @@ mod tests {
         t.join().unwrap();
         let seen: Vec<u64> = rx.try_iter().map(|(t, _)| t).collect();
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
+    }
+
+    /// A request to a PE goes to the transport that serves it; one the proxy cannot use (verbs,
+    /// or a transport that is not there) is an error naming the PE, never a panic.
+    #[test]
+    fn requests_route_by_the_target_pes_transport() {
+        let routes = [Via::Local, Via::Tcp, Via::Ucx, Via::Verbs];
+        for pe in 0..6 {
+            let e = route(&None, &None, &routes, pe)
+                .err()
+                .expect("no transport here");
+            let s = e.to_string();
+            assert!(s.contains(&format!("PE {pe} is reached through")), "{s}");
+        }
+        let e = route(&None, &None, &routes, 3).err().expect("verbs");
+        assert!(e.to_string().contains("Verbs") && e.to_string().contains("only TCP and UCX"));
+        // With a real UCX transport (when UCX loads here): the UCX PE goes to it, the TCP PE
+        // still needs TCP.
+        let Ok(lib) = crate::transport::ucx::ffi::lib(None) else {
+            eprintln!("SKIPPED (UCX part): no UCX here");
+            return;
+        };
+        let u = Some(Arc::new(
+            Ucx::new(lib, 0, 4, None, false).expect("a UCX worker"),
+        ));
+        assert!(matches!(route(&None, &u, &routes, 2), Ok(Route::Ucx(_))));
+        assert!(route(&None, &u, &routes, 1).is_err());
+        assert!(route(&None, &u, &routes, 0).is_err());
     }
 
     #[test]

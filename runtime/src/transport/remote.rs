@@ -5,7 +5,7 @@
 //! announced, so a PE that has no RDMA device (or was built without the `verbs` feature) still
 //! takes part in the exchanges of a job where other pairs use verbs, with an empty payload.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rshmem_bootstrap::Bootstrap;
 
@@ -34,8 +34,8 @@ pub(crate) struct Remotes {
     ucx_job: bool,
     /// Bytes of the user heap mapped with UCX so far (equal on every PE).
     ucx_registered: Mutex<usize>,
-    /// The UCX transport, when some PE is reached through it.
-    ucx: Option<ucx::Ucx>,
+    /// The UCX transport, when some PE is reached through it (shared with the proxy).
+    ucx: Option<Arc<ucx::Ucx>>,
 }
 
 impl std::fmt::Debug for Remotes {
@@ -68,9 +68,9 @@ impl Remotes {
     /// device when verbs may be used and announces the result; the routes follow from all
     /// announcements ([`select::plan`]). With `RSHMEM_REMOTE_TRANSPORT=verbs`, a PE whose device
     /// did not open returns that error (after the exchange, so the others fail too instead of
-    /// waiting for it); likewise with `ucx` when libucp cannot be loaded or initialised. On the
-    /// GPU backend (`gpu`) UCX is not used: device calls to other hosts go through the proxy,
-    /// which uses TCP (`auto` leaves UCX out, `ucx` is an error).
+    /// waiting for it); likewise with `ucx` when libucp cannot be loaded or initialised, or, on
+    /// the GPU backend (`gpu`), when that UCX cannot move GPU memory (no `cuda_copy`: the error
+    /// names the fix). With `auto` such a UCX is left out and the reason logged.
     pub(crate) fn plan(
         boot: &dyn Bootstrap,
         cfg: &Config,
@@ -99,19 +99,17 @@ impl Remotes {
         if let Some(Err(e)) = &opened {
             tracing::debug!(target: "rshmem::verbs", "no verbs transport on PE {me}: {e}");
         }
-        let ucx = if gpu {
-            (choice == RemoteChoice::Ucx).then(|| {
-                Err("UCX is not supported with the GPU backend yet (device calls to other hosts go through the proxy, which uses TCP); use RSHMEM_REMOTE_TRANSPORT=tcp or RSHMEM_BACKEND=cpu".to_string())
-            })
-        } else {
-            open_ucx(cfg, me, boot.size(), choice)
-        };
+        let ucx = open_ucx(cfg, me, boot.size(), choice, gpu);
         let (ucx_ok, ucx_rdma) = match &ucx {
             Some(Ok((_, rdma))) => (true, *rdma),
             _ => (false, false),
         };
         if let Some(Err(e)) = &ucx {
-            tracing::debug!(target: "rshmem::ucx", "no UCX transport on PE {me}: {e}");
+            if gpu && choice == RemoteChoice::Auto {
+                tracing::info!(target: "rshmem::ucx", "RSHMEM_REMOTE_TRANSPORT=auto: PE {me} does not use UCX for PEs on other hosts (rshmem's TCP transport serves them): {e}");
+            } else {
+                tracing::debug!(target: "rshmem::ucx", "no UCX transport on PE {me}: {e}");
+            }
         }
         let mine = Announce {
             choice,
@@ -138,7 +136,11 @@ impl Remotes {
             Some(Err(e)) if choice == RemoteChoice::Ucx => {
                 return Err(Error::Unsupported {
                     call,
-                    reason: format!("RSHMEM_REMOTE_TRANSPORT=ucx but UCX is unavailable: {e}"),
+                    reason: if gpu {
+                        format!("RSHMEM_REMOTE_TRANSPORT=ucx with the GPU backend, but UCX is unusable: {e}")
+                    } else {
+                        format!("RSHMEM_REMOTE_TRANSPORT=ucx but UCX is unavailable: {e}")
+                    },
                 })
             }
             Some(Ok((u, _))) => Some(u),
@@ -192,12 +194,27 @@ impl Remotes {
             return Ok(RemoteRef::Verbs(v));
         }
         if let (Via::Ucx, Some(u)) = (self.via(pe), &self.ucx) {
-            return Ok(RemoteRef::Ucx(u));
+            return Ok(RemoteRef::Ucx(u.as_ref()));
         }
         Err(Error::State {
             call,
             reason: format!("no remote transport serves PE {pe}"),
         })
+    }
+
+    /// How every PE is reached (empty when every PE shares this host).
+    pub(crate) fn routes(&self) -> &[Via] {
+        &self.via
+    }
+
+    /// The UCX transport, when some PE is reached through it.
+    pub(crate) fn ucx(&self) -> Option<&Arc<ucx::Ucx>> {
+        self.ucx.as_ref()
+    }
+
+    /// True if this PE takes part in the UCX exchanges (some pair of the job uses UCX).
+    pub(crate) fn ucx_job(&self) -> bool {
+        self.ucx_job
     }
 
     /// **Collective over all PEs** (when some pair uses verbs). Registers this PE's heaps,
@@ -208,12 +225,13 @@ impl Remotes {
         boot: &dyn Bootstrap,
         cfg: &Config,
         live: &std::sync::Arc<Liveness>,
-        heap: &Heap,
+        heap: &Arc<Heap>,
         ctrl: &Heap,
+        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
     ) -> Result<()> {
         let _ = (cfg, live);
         if self.ucx_job {
-            self.connect_ucx(boot, live, heap, ctrl)?;
+            self.connect_ucx(boot, live, heap, ctrl, gpu_mem)?;
         }
         if !self.verbs_job {
             return Ok(());
@@ -228,7 +246,7 @@ impl Remotes {
                 .register_heaps(call, heap, ctrl)
                 .map(|keys| v.conn_info(keys).encode());
         }
-        let _ = (heap, ctrl);
+        let _ = (&heap, ctrl);
         // A PE whose registration failed sends one byte: the others stop too.
         let payload = match &mine {
             Ok(b) => b.clone(),
@@ -370,7 +388,7 @@ impl Remotes {
 
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
         if let Some(u) = &self.ucx {
-            super::TransportOps::quiet(u, call)?;
+            super::TransportOps::quiet(u.as_ref(), call)?;
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs {
@@ -415,7 +433,8 @@ fn open_ucx(
     me: usize,
     n: usize,
     choice: RemoteChoice,
-) -> Option<std::result::Result<(ucx::Ucx, bool), String>> {
+    gpu: bool,
+) -> Option<std::result::Result<(Arc<ucx::Ucx>, bool), String>> {
     let rdma_device =
         || std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
     match choice {
@@ -425,22 +444,36 @@ fn open_ucx(
     }
     Some((|| {
         let lib = ucx::ffi::lib(cfg.ucx_lib.as_deref())?;
-        let u = ucx::Ucx::new(lib, me, n, cfg.timeout)?;
-        let rdma = u.resources().iter().any(|r| ucx::ucp::is_rdma(r));
-        Ok((u, rdma))
+        let target_atomics =
+            select::ucx_target_atomics(gpu, cfg.ucx_target_atomics, lib.version, rdma_device());
+        let u = ucx::Ucx::new(lib, me, n, cfg.timeout, target_atomics)?;
+        let resources = u.resources();
+        if gpu {
+            let (a, b, c) = lib.version;
+            select::ucx_gpu_ready(
+                &resources,
+                std::env::var("UCX_TLS").ok().as_deref(),
+                &format!("UCX {a}.{b}.{c} ({})", lib.path),
+                ucx::ucp::cuda_module(lib),
+            )?;
+        }
+        let rdma = resources.iter().any(|r| ucx::ucp::is_rdma(r));
+        Ok((Arc::new(u), rdma))
     })())
 }
 
 impl Remotes {
     /// **Collective over all PEs** (when some pair uses UCX): maps the heaps with UCP, exchanges
-    /// worker addresses and packed keys, creates the endpoints, starts the progress thread.
-    /// Every PE learns whether all succeeded.
+    /// worker addresses and packed keys, creates the endpoints, starts serving atomics applied
+    /// on this PE (on `gpu_mem` for a GPU heap) and the progress thread. Every PE learns
+    /// whether all succeeded.
     fn connect_ucx(
         &mut self,
         boot: &dyn Bootstrap,
         live: &std::sync::Arc<Liveness>,
-        heap: &Heap,
+        heap: &Arc<Heap>,
         ctrl: &Heap,
+        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
     ) -> Result<()> {
         let call = "init";
         let mine: Result<Vec<u8>> = match &self.ucx {
@@ -471,9 +504,25 @@ impl Remotes {
         mine?;
         let mut up: Result<()> = Ok(());
         if let Some(u) = &mut self.ucx {
+            u.serve(ucx::amo::Served {
+                ctrl: (
+                    ctrl.my_base(),
+                    ctrl.mapped().min(crate::heap::INTERNAL_SIZE),
+                ),
+                heap: heap.clone(),
+                mem: match gpu_mem {
+                    Some(g) => ucx::amo::TargetMem::Gpu(g),
+                    None => ucx::amo::TargetMem::Host,
+                },
+            });
+            let via = &self.via;
             up = (|| {
+                let u = Arc::get_mut(u).ok_or_else(|| Error::State {
+                    call,
+                    reason: "the UCX transport is shared before it is connected".into(),
+                })?;
                 for (p, info) in infos.iter().enumerate() {
-                    if self.via.get(p) != Some(&Via::Ucx) {
+                    if via.get(p) != Some(&Via::Ucx) {
                         continue;
                     }
                     let Some(info) = info else {
@@ -581,4 +630,43 @@ fn decode_all(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On the GPU backend, a UCX without CUDA support (Debian's libucx0 here) is refused with
+    /// the cause and the fix, on the real library (skipped where libucp cannot be loaded, or
+    /// where the installed UCX does offer cuda_copy).
+    #[test]
+    fn gpu_backend_refuses_ucx_without_cuda() {
+        let cfg = Config::default();
+        let probe = match ucx::probe(None) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("SKIPPED: no UCX here: {e}");
+                return;
+            }
+        };
+        if probe.cuda() {
+            eprintln!("SKIPPED: this UCX has CUDA support ({:?})", probe.resources);
+            return;
+        }
+        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, true).expect("ucx considered");
+        let e = r.expect_err("refused");
+        assert!(
+            e.contains("cannot carry the GPU heap") && e.contains("cuda_copy"),
+            "{e}"
+        );
+        assert!(e.contains("libucx-cu13") || e.contains("UCX_TLS"), "{e}");
+        // The same UCX serves the CPU backend.
+        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, false).expect("ucx considered");
+        assert!(r.is_ok(), "{:?}", r.err());
+        // auto never opens UCX without an RDMA device, nor tcp.
+        if std::fs::read_dir("/sys/class/infiniband").map_or(true, |mut d| d.next().is_none()) {
+            assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Auto, true).is_none());
+        }
+        assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Tcp, true).is_none());
+    }
 }

@@ -217,6 +217,66 @@ pub fn ucx_in_job(all: &[Announce]) -> bool {
     }
 }
 
+/// Whether atomics over UCX are applied by rshmem on the target (UCX active messages, see
+/// `transport/ucx/amo.rs`) instead of by UCX's own atomics: always on the GPU backend (UCX's
+/// software atomics dereference the target address on the CPU, which GPU memory is not); when
+/// asked for (`RSHMEM_UCX_TARGET_ATOMICS=1`); and with a UCX newer than 1.13 on a host without
+/// an RDMA device, where UCX has only software atomics and UCX 1.22 (measured) finds no
+/// protocol for fetching ones over TCP ("cannot find remote protocol ... amo_fetch").
+pub fn ucx_target_atomics(gpu: bool, forced: bool, version: (u32, u32, u32), rdma: bool) -> bool {
+    gpu || forced || ((version.0, version.1) > (1, 13) && !rdma)
+}
+
+/// True for UCX resources that move CUDA memory (`cuda_copy/...`): UCX applies puts and gets
+/// to a CUDA rkey through them when the network cannot reach GPU memory itself (over TCP, the
+/// target stages the data through `cuda_copy`; without it UCX aborts the target process).
+pub fn ucx_cuda_resource(resource: &str) -> bool {
+    resource.starts_with("cuda_copy/")
+}
+
+/// Whether a UCX can carry a GPU heap: it must list a `cuda_copy` resource under the current
+/// `UCX_*` settings. `resources` is what the context would use (`transport/device`), `tls` the
+/// value of `UCX_TLS` (None when unset), `lib` the library's path and version for the message,
+/// `cuda_module`: whether that UCX ships its CUDA module (None when unknown). The error says
+/// why not and how to fix it.
+pub fn ucx_gpu_ready(
+    resources: &[String],
+    tls: Option<&str>,
+    lib: &str,
+    cuda_module: Option<bool>,
+) -> Result<(), String> {
+    if resources.iter().any(|r| ucx_cuda_resource(r)) {
+        return Ok(());
+    }
+    let listed = if resources.is_empty() {
+        "none".to_string()
+    } else {
+        resources.join(", ")
+    };
+    let tls_excludes = tls.is_some_and(|t| {
+        let t = t.trim();
+        !t.is_empty()
+            && !t.starts_with('^')
+            && !t
+                .split(',')
+                .any(|x| matches!(x.trim(), "all" | "cuda" | "cuda_copy"))
+    });
+    let cause = if tls_excludes && cuda_module != Some(false) {
+        format!(
+            "UCX_TLS={} leaves out cuda_copy (add it, e.g. UCX_TLS={},cuda_copy)",
+            tls.unwrap_or_default().trim(),
+            tls.unwrap_or_default().trim()
+        )
+    } else if cuda_module == Some(true) {
+        "its CUDA module is installed but offers no cuda_copy resource (is the CUDA driver visible to UCX?)".to_string()
+    } else {
+        "it was built without CUDA support; use a CUDA-enabled UCX, e.g. the libucx-cu13 Python wheel (pip install libucx-cu13), with RSHMEM_UCX_LIB=<its libucx/lib>/libucp.so.0 and that folder on LD_LIBRARY_PATH".to_string()
+    };
+    Err(format!(
+        "{lib} cannot carry the GPU heap: UCX moves GPU memory with its cuda_copy transport, which it does not offer here (its resources: {listed}); {cause}"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +399,75 @@ mod tests {
         assert_eq!(Announce::decode(&[0, 8]), None);
         assert_eq!(Announce::decode(&[4, 0]), None);
         assert_eq!(Announce::decode(&[0, 0, 0]), None);
+    }
+
+    #[test]
+    fn ucx_target_atomics_rule() {
+        let v13 = (1, 13, 1);
+        let v22 = (1, 22, 0);
+        assert!(
+            !ucx_target_atomics(false, false, v13, false),
+            "1.13 over TCP: UCX's own"
+        );
+        assert!(ucx_target_atomics(true, false, v13, true), "GPU: always");
+        assert!(ucx_target_atomics(false, true, v13, true), "asked for");
+        assert!(
+            ucx_target_atomics(false, false, v22, false),
+            "1.22 without RDMA"
+        );
+        assert!(
+            !ucx_target_atomics(false, false, v22, true),
+            "1.22 with RDMA: UCX's own"
+        );
+    }
+
+    fn res(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ucx_gpu_needs_cuda_copy() {
+        let lib = "UCX 1.22.0 (libucp.so.0)";
+        assert!(ucx_gpu_ready(
+            &res(&["tcp/lo", "cuda_copy/cuda"]),
+            Some("tcp,cuda_copy"),
+            lib,
+            Some(true)
+        )
+        .is_ok());
+        assert!(ucx_gpu_ready(&res(&["tcp/lo", "cuda_copy/cuda"]), None, lib, None).is_ok());
+        // Debian's UCX: no CUDA module, no cuda_copy: names the cause and the fix.
+        let e = ucx_gpu_ready(
+            &res(&["self/memory", "tcp/lo"]),
+            None,
+            "UCX 1.13.1 (libucp.so.0)",
+            Some(false),
+        )
+        .unwrap_err();
+        assert!(e.contains("UCX 1.13.1") && e.contains("tcp/lo"), "{e}");
+        assert!(
+            e.contains("built without CUDA support")
+                && e.contains("libucx-cu13")
+                && e.contains("RSHMEM_UCX_LIB"),
+            "{e}"
+        );
+        // A CUDA-enabled UCX restricted by UCX_TLS: the fix is UCX_TLS.
+        let e = ucx_gpu_ready(&res(&["tcp/lo"]), Some("tcp"), lib, Some(true)).unwrap_err();
+        assert!(
+            e.contains("UCX_TLS=tcp leaves out cuda_copy") && e.contains("UCX_TLS=tcp,cuda_copy"),
+            "{e}"
+        );
+        // Unknown module, UCX_TLS restricting: UCX_TLS is named.
+        let e = ucx_gpu_ready(&res(&["tcp/lo"]), Some("tcp,self"), lib, None).unwrap_err();
+        assert!(e.contains("leaves out cuda_copy"), "{e}");
+        // UCX_TLS that allows cuda_copy (or excludes others only) does not blame UCX_TLS.
+        for tls in ["all", "^ib", "tcp,cuda", "cuda_copy,tcp"] {
+            let e = ucx_gpu_ready(&res(&["tcp/lo"]), Some(tls), lib, Some(false)).unwrap_err();
+            assert!(e.contains("built without CUDA support"), "{tls}: {e}");
+        }
+        let e = ucx_gpu_ready(&res(&["tcp/lo"]), None, lib, Some(true)).unwrap_err();
+        assert!(e.contains("CUDA module is installed"), "{e}");
+        assert!(!ucx_cuda_resource("cuda_ipc/cuda") && ucx_cuda_resource("cuda_copy/cuda"));
     }
 
     /// Hosts {0,1} and {2,3}; from PE 0's view.

@@ -48,6 +48,18 @@ pub const UCP_FEATURE_RMA: u64 = 1 << 1;
 pub const UCP_FEATURE_AMO32: u64 = 1 << 2;
 pub const UCP_FEATURE_AMO64: u64 = 1 << 3;
 pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
+pub const UCP_FEATURE_AM: u64 = 1 << 6;
+
+// Active messages: ucp_am_handler_param_t field mask, handler flags, send flags, receive
+// attributes.
+pub const UCP_AM_HANDLER_PARAM_FIELD_ID: u64 = 1 << 0;
+pub const UCP_AM_HANDLER_PARAM_FIELD_FLAGS: u64 = 1 << 1;
+pub const UCP_AM_HANDLER_PARAM_FIELD_CB: u64 = 1 << 2;
+pub const UCP_AM_HANDLER_PARAM_FIELD_ARG: u64 = 1 << 3;
+pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
+pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
+pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
+pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = 1 << 0;
 
 // ucp_worker_params_t field mask.
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1 << 0;
@@ -175,6 +187,33 @@ pub struct UcpMemMapParams {
     pub memory_type: c_int,
 }
 
+/// `ucp_am_recv_callback_t`.
+pub type AmRecvCb = unsafe extern "C" fn(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const UcpAmRecvParam,
+) -> Status;
+
+/// `ucp_am_handler_param_t`.
+#[repr(C)]
+pub struct UcpAmHandlerParam {
+    pub field_mask: u64,
+    pub id: c_uint,
+    pub flags: u32,
+    pub cb: Option<AmRecvCb>,
+    pub arg: *mut c_void,
+}
+
+/// `ucp_am_recv_param_t`.
+#[repr(C)]
+pub struct UcpAmRecvParam {
+    pub recv_attr: u64,
+    pub reply_ep: Ep,
+}
+
 /// `ucp_request_param_t` (the callback and receive-info unions are one pointer each).
 #[repr(C)]
 pub struct UcpRequestParam {
@@ -259,6 +298,17 @@ pub struct Lib {
         Rkey,
         *const UcpRequestParam,
     ) -> StatusPtr,
+    pub worker_set_am_recv_handler:
+        unsafe extern "C" fn(Worker, *const UcpAmHandlerParam) -> Status,
+    pub am_send_nbx: unsafe extern "C" fn(
+        Ep,
+        c_uint,
+        *const c_void,
+        usize,
+        *const c_void,
+        usize,
+        *const UcpRequestParam,
+    ) -> StatusPtr,
     pub request_check_status: unsafe extern "C" fn(*mut c_void) -> Status,
     pub request_free: unsafe extern "C" fn(*mut c_void),
     pub status_string: unsafe extern "C" fn(Status) -> *const c_char,
@@ -334,6 +384,8 @@ impl Lib {
             put_nbx: sym!("ucp_put_nbx"),
             get_nbx: sym!("ucp_get_nbx"),
             atomic_op_nbx: sym!("ucp_atomic_op_nbx"),
+            worker_set_am_recv_handler: sym!("ucp_worker_set_am_recv_handler"),
+            am_send_nbx: sym!("ucp_am_send_nbx"),
             request_check_status: sym!("ucp_request_check_status"),
             request_free: sym!("ucp_request_free"),
             // In libucs, a dependency of libucp: found through libucp's handle.
@@ -459,6 +511,11 @@ mod tests {
                     "memh",
                 ],
             ),
+            (
+                "ucp_am_handler_param_t",
+                &["field_mask", "id", "flags", "cb", "arg"],
+            ),
+            ("ucp_am_recv_param_t", &["recv_attr", "reply_ep"]),
         ];
         for (t, fs) in fields {
             c += &format!("printf(\"{t} size %zu\\n\", sizeof({t}));\n");
@@ -482,6 +539,15 @@ mod tests {
             "UCP_MEM_MAP_PROT_REMOTE_WRITE",
             "UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE",
             "UCP_PARAM_FIELD_NAME",
+            "UCP_FEATURE_AM",
+            "UCP_AM_HANDLER_PARAM_FIELD_ID",
+            "UCP_AM_HANDLER_PARAM_FIELD_FLAGS",
+            "UCP_AM_HANDLER_PARAM_FIELD_CB",
+            "UCP_AM_HANDLER_PARAM_FIELD_ARG",
+            "UCP_AM_FLAG_WHOLE_MSG",
+            "UCP_AM_SEND_FLAG_REPLY",
+            "UCP_AM_SEND_FLAG_EAGER",
+            "UCP_AM_RECV_ATTR_FIELD_REPLY_EP",
             "UCP_API_MAJOR",
             "UCP_API_MINOR",
         ] {
@@ -593,6 +659,40 @@ mod tests {
                 memh
             ]
         );
+        check!(
+            "ucp_am_handler_param_t",
+            UcpAmHandlerParam,
+            [field_mask, id, flags, cb, arg]
+        );
+        check!("ucp_am_recv_param_t", UcpAmRecvParam, [recv_attr, reply_ep]);
+        for (k, v) in [
+            ("UCP_FEATURE_AM", UCP_FEATURE_AM as i64),
+            (
+                "UCP_AM_HANDLER_PARAM_FIELD_ID",
+                UCP_AM_HANDLER_PARAM_FIELD_ID as i64,
+            ),
+            (
+                "UCP_AM_HANDLER_PARAM_FIELD_FLAGS",
+                UCP_AM_HANDLER_PARAM_FIELD_FLAGS as i64,
+            ),
+            (
+                "UCP_AM_HANDLER_PARAM_FIELD_CB",
+                UCP_AM_HANDLER_PARAM_FIELD_CB as i64,
+            ),
+            (
+                "UCP_AM_HANDLER_PARAM_FIELD_ARG",
+                UCP_AM_HANDLER_PARAM_FIELD_ARG as i64,
+            ),
+            ("UCP_AM_FLAG_WHOLE_MSG", UCP_AM_FLAG_WHOLE_MSG as i64),
+            ("UCP_AM_SEND_FLAG_REPLY", UCP_AM_SEND_FLAG_REPLY as i64),
+            ("UCP_AM_SEND_FLAG_EAGER", UCP_AM_SEND_FLAG_EAGER as i64),
+            (
+                "UCP_AM_RECV_ATTR_FIELD_REPLY_EP",
+                UCP_AM_RECV_ATTR_FIELD_REPLY_EP as i64,
+            ),
+        ] {
+            assert_eq!(get(&format!("const {k}")), v, "{k}");
+        }
         assert_eq!(get("const UCS_ERR_BUSY"), UCS_ERR_BUSY as i64);
         assert_eq!(get("const UCS_ERR_LAST"), UCS_ERR_LAST as i64);
         assert_eq!(get("const UCP_ATOMIC_OP_XOR"), UCP_ATOMIC_OP_XOR as i64);

@@ -4,11 +4,14 @@
 //!   and the loader: libucp is opened at run time (`RSHMEM_UCX_LIB` or `libucp.so.0`), so the
 //!   default build has no dependency on UCX and runs where it is not installed.
 //! * [`wire`] — what PEs exchange through the bootstrap: worker addresses and packed remote keys.
+//! * [`amo`] — atomics applied by rshmem on the target, carried by UCX active messages (GPU
+//!   heaps, where UCX's software atomics cannot touch the memory).
 //! * [`ucp`] — the transport: context, worker, endpoints, memory mapping, the data path and the
 //!   progress thread.
 //!
 //! What was tested, and on what, is in docs/transports.md ("UCX transport").
 
+pub mod amo;
 pub mod ffi;
 pub mod ucp;
 pub mod wire;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::amo::{self, Awaited, Reply, Request, Served};
 use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
@@ -48,6 +49,9 @@ pub struct Probe {
     pub version: (u32, u32, u32),
     /// `transport/device` of every resource UCX would use under the current `UCX_*` settings.
     pub resources: Vec<String>,
+    /// Whether this UCX ships its CUDA module (`ucx/libuct_cuda.so*` next to libucp); None
+    /// when the library's folder could not be found.
+    pub cuda_module: Option<bool>,
 }
 
 impl Probe {
@@ -55,6 +59,49 @@ impl Probe {
     pub fn rdma(&self) -> bool {
         self.resources.iter().any(|r| is_rdma(r))
     }
+
+    /// True if UCX can move CUDA memory under the current `UCX_*` settings (it lists a
+    /// `cuda_copy` resource), which the GPU backend needs.
+    pub fn cuda(&self) -> bool {
+        self.resources
+            .iter()
+            .any(|r| crate::transport::select::ucx_cuda_resource(r))
+    }
+
+    /// Why this UCX cannot carry a GPU heap (None when it can): the cause and the fix.
+    pub fn gpu_unready(&self) -> Option<String> {
+        let (a, b, c) = self.version;
+        crate::transport::select::ucx_gpu_ready(
+            &self.resources,
+            std::env::var("UCX_TLS").ok().as_deref(),
+            &format!("UCX {a}.{b}.{c} ({})", self.path),
+            self.cuda_module,
+        )
+        .err()
+    }
+}
+
+/// Whether the UCX that `lib` was loaded from ships its CUDA module: UCX loads its transports
+/// as modules from the `ucx/` folder next to libucp (`libuct_cuda.so*` holds `cuda_copy`).
+pub fn cuda_module(lib: &Lib) -> Option<bool> {
+    // SAFETY: all-zero is a valid Dl_info (integers and null pointers).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: a function pointer into the loaded libucp; dladdr only reads it.
+    let ok = unsafe { libc::dladdr(lib.cleanup as *const c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr set dli_fname to a NUL-terminated path owned by the loader.
+    let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    let dir = std::path::Path::new(&file).parent()?.join("ucx");
+    let entries = std::fs::read_dir(&dir).ok()?;
+    Some(entries.flatten().any(|e| {
+        e.file_name()
+            .to_string_lossy()
+            .starts_with("libuct_cuda.so")
+    }))
 }
 
 /// True for UCX's InfiniBand/RoCE transports.
@@ -180,6 +227,7 @@ pub fn probe(path: Option<&str>) -> std::result::Result<Probe, String> {
         path: lib.path.clone(),
         version: lib.version,
         resources: parse_resources(&ctx.info()),
+        cuda_module: cuda_module(lib),
     })
 }
 
@@ -209,6 +257,9 @@ struct Inner {
     pending: Vec<(*mut c_void, Box<[u64; 2]>)>,
 }
 
+/// A reply being sent: its request and the bytes it reads.
+type InFlightReply = (*mut c_void, Box<[u8; amo::REPLY_LEN]>);
+
 struct Shared {
     lib: &'static Lib,
     inner: Mutex<Inner>,
@@ -223,6 +274,15 @@ struct Shared {
     /// Set at connect (the transport is created before the job's liveness watch exists); the
     /// progress thread reports failed endpoints to it, so local waits stop with `PeerLost`.
     live: std::sync::OnceLock<Arc<Liveness>>,
+    /// Atomics on the user heap are applied by rshmem on the target ([`amo`]): the GPU backend,
+    /// or `RSHMEM_UCX_TARGET_ATOMICS=1`.
+    target_atomics: bool,
+    /// This PE's user heap as the request handler touches it (set at connect).
+    served: std::sync::OnceLock<Served>,
+    /// The reply this PE waits for.
+    awaited: Awaited,
+    /// Replies in flight (request and the bytes it sends), reaped by progress.
+    replies: Mutex<Vec<InFlightReply>>,
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
@@ -255,21 +315,112 @@ unsafe extern "C" fn ep_error(arg: *mut c_void, _ep: ffi::Ep, _status: ffi::Stat
     }
 }
 
+/// Target side of [`amo`]: checks and applies a request, answers on the reply endpoint.
+unsafe extern "C" fn am_request(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    _data: *mut c_void,
+    _length: usize,
+    param: *const ffi::UcpAmRecvParam,
+) -> ffi::Status {
+    // SAFETY: arg is the `Shared` the handler was registered with; it outlives the worker.
+    let s = unsafe { &*(arg as *const Shared) };
+    let bytes = if header.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: UCX passes `header_length` readable bytes at `header` for the callback's duration.
+        unsafe { std::slice::from_raw_parts(header as *const u8, header_length) }
+    };
+    let Some(r) = Request::decode(bytes) else {
+        tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic request ({header_length} bytes)");
+        return ffi::UCS_OK;
+    };
+    let result = match s.served.get() {
+        Some(sv) => sv.apply(&r),
+        None => Err(amo::Refusal::NotServing),
+    };
+    // SAFETY: param, when not null, points to UCX's receive parameters for this callback.
+    let ep = match unsafe { param.as_ref() } {
+        Some(p) if p.recv_attr & ffi::UCP_AM_RECV_ATTR_FIELD_REPLY_EP != 0 => p.reply_ep,
+        _ => {
+            tracing::warn!(target: "rshmem::ucx", "atomic request from PE {} has no reply endpoint", r.from);
+            return ffi::UCS_OK;
+        }
+    };
+    let reply = Box::new(Reply { seq: r.seq, result }.encode());
+    let mut p = ffi::UcpRequestParam::empty();
+    p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = ffi::UCP_AM_SEND_FLAG_EAGER;
+    // SAFETY: sending from inside a callback of this worker's progress (the thread holds the
+    // transport's lock); the reply bytes live in a box kept until the request completes.
+    let req = unsafe {
+        (s.lib.am_send_nbx)(
+            ep,
+            amo::AM_REPLY,
+            reply.as_ptr().cast(),
+            amo::REPLY_LEN,
+            std::ptr::null(),
+            0,
+            &p,
+        )
+    };
+    if ffi::ptr_is_err(req) {
+        tracing::warn!(target: "rshmem::ucx", "answering PE {}'s atomic: {}", r.from, s.lib.status_text(ffi::ptr_status(req)));
+    } else if !req.is_null() {
+        match s.replies.lock() {
+            Ok(mut v) => v.push((req, reply)),
+            // The request may still read the box: never free it.
+            Err(_) => std::mem::forget(reply),
+        }
+    }
+    ffi::UCS_OK
+}
+
+/// Initiator side of [`amo`]: records the reply for the waiting thread.
+unsafe extern "C" fn am_reply(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    _data: *mut c_void,
+    _length: usize,
+    _param: *const ffi::UcpAmRecvParam,
+) -> ffi::Status {
+    // SAFETY: arg is the `Shared` the handler was registered with; it outlives the worker.
+    let s = unsafe { &*(arg as *const Shared) };
+    if !header.is_null() {
+        // SAFETY: `header_length` readable bytes for the callback's duration.
+        let b = unsafe { std::slice::from_raw_parts(header as *const u8, header_length) };
+        match Reply::decode(b) {
+            Some(r) => s.awaited.put(r),
+            None => tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic reply"),
+        }
+    }
+    ffi::UCS_OK
+}
+
 impl Ucx {
     /// Creates this PE's context and worker (UCX must already load: [`ffi::lib`]). `n` is the
-    /// job size.
+    /// job size. With `target_atomics`, atomics on the user heap are applied by rshmem on the
+    /// target ([`amo`]; the GPU backend, or `RSHMEM_UCX_TARGET_ATOMICS=1`).
     pub fn new(
         lib: &'static Lib,
         me: usize,
         n: usize,
         timeout: Option<Duration>,
+        target_atomics: bool,
     ) -> std::result::Result<Ucx, String> {
         let ctx = Ctx::new(
             lib,
             ffi::UCP_FEATURE_RMA
                 | ffi::UCP_FEATURE_AMO32
                 | ffi::UCP_FEATURE_AMO64
-                | ffi::UCP_FEATURE_WAKEUP,
+                | ffi::UCP_FEATURE_WAKEUP
+                | if target_atomics {
+                    ffi::UCP_FEATURE_AM
+                } else {
+                    0
+                },
             n,
         )?;
         // SAFETY: all-zero is a valid ucp_worker_params_t (integers and null pointers).
@@ -315,7 +466,40 @@ impl Ucx {
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             live: std::sync::OnceLock::new(),
+            target_atomics,
+            served: std::sync::OnceLock::new(),
+            awaited: Awaited::default(),
+            replies: Mutex::new(Vec::new()),
         });
+        if target_atomics {
+            for (id, cb) in [
+                (amo::AM_REQUEST, am_request as ffi::AmRecvCb),
+                (amo::AM_REPLY, am_reply as ffi::AmRecvCb),
+            ] {
+                let p = ffi::UcpAmHandlerParam {
+                    field_mask: ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
+                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB
+                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                    id,
+                    flags: ffi::UCP_AM_FLAG_WHOLE_MSG,
+                    cb: Some(cb),
+                    arg: Arc::as_ptr(&shared) as *mut c_void,
+                };
+                // SAFETY: the worker is live (no other thread knows it yet); the argument is
+                // the `Shared` that outlives the worker (destroyed in `Drop for Ucx` first).
+                let st = unsafe { (lib.worker_set_am_recv_handler)(worker, &p) };
+                if st != ffi::UCS_OK {
+                    destroy(worker);
+                    // SAFETY: our eventfd, closed once on this error path.
+                    unsafe { libc::close(kickfd) };
+                    return Err(format!(
+                        "ucp_worker_set_am_recv_handler: {}",
+                        lib.status_text(st)
+                    ));
+                }
+            }
+        }
         Ok(Ucx {
             me,
             shared,
@@ -329,6 +513,37 @@ impl Ucx {
     pub fn resources(&self) -> Vec<String> {
         let _g = self.lock("init").ok();
         parse_resources(&self.ctx.info())
+    }
+
+    /// Starts serving atomics on this PE's user heap (when atomics are applied on the target):
+    /// requests that arrive earlier are refused.
+    pub(crate) fn serve(&self, served: Served) {
+        if self.shared.target_atomics {
+            let _ = self.shared.served.set(served);
+        }
+    }
+
+    /// An atomic whose old value nobody reads (the proxy's non-fetching atomics and signals).
+    /// Where atomics on the user heap are applied on the target, it is complete when this
+    /// returns, and a set is a plain word write there; otherwise it is
+    /// [`TransportOps::amo`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        if self.shared.target_atomics && (size == 4 || size == 8) {
+            let mut g = self.lock(call)?;
+            return self
+                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
+                .map(drop);
+        }
+        TransportOps::amo(self, call, op, at, size, value, cond).map(drop)
     }
 
     fn lock(&self, call: &'static str) -> Result<MutexGuard<'_, Inner>> {
@@ -367,6 +582,10 @@ impl Ucx {
     /// Maps `[start, start+len)` of a heap (at `base + start` in this process) with UCP and
     /// packs its remote key.
     pub fn register(&self, call: &'static str, chunk: &Chunk) -> Result<Key> {
+        if let Some(gpu) = &chunk.gpu {
+            // UCX's CUDA memory domain registers with the calling thread's current context.
+            gpu.bind(call)?;
+        }
         let mut g = self.lock(call)?;
         let lib = self.shared.lib;
         let p = ffi::UcpMemMapParams {
@@ -589,22 +808,53 @@ impl Ucx {
         if ffi::ptr_is_err(req) {
             return Err(self.fail(call, pe, what, ffi::ptr_status(req)));
         }
+        let st = self.wait_for(
+            call,
+            g,
+            pe,
+            what,
+            || {
+                // SAFETY: req is a live request of this worker (freed once, here or below).
+                let st = unsafe { (lib.request_check_status)(req) };
+                (st != ffi::UCS_INPROGRESS).then(|| {
+                    // SAFETY: a completed request, freed once.
+                    unsafe { (lib.request_free)(req) };
+                    st
+                })
+            },
+            || {
+                // SAFETY: freeing an incomplete request lets UCX release it when it completes
+                // (or fails); we never touch it again.
+                unsafe { (lib.request_free)(req) };
+            },
+        )?;
+        if st == ffi::UCS_OK {
+            Ok(())
+        } else {
+            Err(self.fail(call, pe, what, st))
+        }
+    }
+
+    /// Progresses the worker until `done` gives a value. Bounded by `RSHMEM_TIMEOUT`, stops
+    /// early with `PeerLost` when `pe` (or any PE, as the job's liveness watch saw) failed;
+    /// `abandon` runs before such an error.
+    fn wait_for<T>(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        pe: Option<usize>,
+        what: &str,
+        mut done: impl FnMut() -> Option<T>,
+        abandon: impl FnOnce(),
+    ) -> Result<T> {
+        let lib = self.shared.lib;
         let t0 = Instant::now();
         let mut spins = 0u32;
         loop {
-            // SAFETY: live worker under the lock; req is a live request of it.
-            let st = unsafe {
-                (lib.worker_progress)(g.worker);
-                (lib.request_check_status)(req)
-            };
-            if st != ffi::UCS_INPROGRESS {
-                // SAFETY: a completed request, freed once.
-                unsafe { (lib.request_free)(req) };
-                return if st == ffi::UCS_OK {
-                    Ok(())
-                } else {
-                    Err(self.fail(call, pe, what, st))
-                };
+            // SAFETY: live worker under the lock.
+            unsafe { (lib.worker_progress)(g.worker) };
+            if let Some(v) = done() {
+                return Ok(v);
             }
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 && t0.elapsed() >= SPIN {
@@ -635,9 +885,7 @@ impl Ucx {
                     });
                 let late = self.timeout.is_some_and(|t| t0.elapsed() > t);
                 if lost.is_some() || late {
-                    // SAFETY: freeing an incomplete request lets UCX release it when it
-                    // completes (or fails); we never touch it again.
-                    unsafe { (lib.request_free)(req) };
+                    abandon();
                     if let Some(p) = lost {
                         return Err(self.lost(call, p));
                     }
@@ -651,6 +899,90 @@ impl Ucx {
                 }
             }
         }
+    }
+
+    /// An atomic on the user heap applied by the target ([`amo`]): flushes what is
+    /// outstanding (so earlier puts land first), sends the request and waits for the answer.
+    #[allow(clippy::too_many_arguments)]
+    fn amo_at_target(
+        &self,
+        call: &'static str,
+        g: &mut Inner,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+        fetch: bool,
+    ) -> Result<u64> {
+        let (ep, _, _, _) = self.locate(call, g, at, size)?;
+        if g.dirty || !g.pending.is_empty() {
+            self.flush(call, g)?;
+        }
+        self.order(call, g)?;
+        let seq = self.shared.awaited.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let hdr = Box::new(
+            Request {
+                from: u32::try_from(self.me).unwrap_or(u32::MAX),
+                op: op as u8,
+                size: size as u8,
+                fetch,
+                ctrl: at.heap == HeapId::Ctrl,
+                seq,
+                off: at.off as u64,
+                value,
+                cond,
+            }
+            .encode(),
+        );
+        let mut p = ffi::UcpRequestParam::empty();
+        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = ffi::UCP_AM_SEND_FLAG_REPLY | ffi::UCP_AM_SEND_FLAG_EAGER;
+        // SAFETY: live endpoint under the lock; the header box outlives the request (waited
+        // below, leaked if the wait fails).
+        let req = unsafe {
+            (self.shared.lib.am_send_nbx)(
+                ep,
+                amo::AM_REQUEST,
+                hdr.as_ptr().cast(),
+                amo::REQUEST_LEN,
+                std::ptr::null(),
+                0,
+                &p,
+            )
+        };
+        if let Err(e) = self.wait(call, g, Some(at.pe), "atomic request", req) {
+            std::mem::forget(hdr);
+            return Err(e);
+        }
+        drop(hdr);
+        let awaited = &self.shared.awaited;
+        let reply = self.wait_for(
+            call,
+            g,
+            Some(at.pe),
+            "atomic (applied by the target)",
+            || awaited.take(seq),
+            || {},
+        )?;
+        reply.result.map_err(|r| {
+            let reason = format!(
+                "PE {} refused a {size}-byte atomic at offset {:#x} of its {}: {}",
+                at.pe,
+                at.off,
+                if at.heap == HeapId::Ctrl {
+                    "control heap"
+                } else {
+                    "symmetric heap"
+                },
+                r.reason()
+            );
+            match r {
+                amo::Refusal::Outside => Error::NotSymmetric { call, reason },
+                amo::Refusal::Device => Error::Unsupported { call, reason },
+                _ => Error::invalid(call, reason),
+            }
+        })
     }
 
     fn fail(&self, call: &'static str, pe: Option<usize>, what: &str, st: ffi::Status) -> Error {
@@ -703,8 +1035,20 @@ impl Ucx {
     }
 }
 
-/// Reaps completed stores (their buffers stay alive until then).
-fn reap(lib: &Lib, g: &mut Inner) {
+/// Reaps completed stores (their buffers stay alive until then) and atomic replies.
+fn reap(lib: &Lib, s: &Shared, g: &mut Inner) {
+    if let Ok(mut v) = s.replies.lock() {
+        v.retain(|(req, _)| {
+            // SAFETY: a live request of this worker.
+            let st = unsafe { (lib.request_check_status)(*req) };
+            if st == ffi::UCS_INPROGRESS {
+                return true;
+            }
+            // SAFETY: completed, freed once (its box is dropped with the entry).
+            unsafe { (lib.request_free)(*req) };
+            false
+        });
+    }
     {
         g.pending.retain(|(req, _)| {
             // SAFETY: a live request of this worker.
@@ -740,13 +1084,14 @@ fn progress_loop(s: &Shared) {
             Ok(mut g) => {
                 // SAFETY: live worker under the lock.
                 unsafe { while (lib.worker_progress)(g.worker) != 0 {} }
-                reap(lib, &mut g);
+                reap(lib, s, &mut g);
                 // SAFETY: as above.
                 let st = unsafe { (lib.worker_arm)(g.worker) };
                 if st != ffi::UCS_OK && st != ffi::UCS_ERR_BUSY {
                     tracing::warn!(target: "rshmem::ucx", "ucp_worker_arm: {}", lib.status_text(st));
                 }
-                (st, !g.pending.is_empty())
+                let replying = s.replies.lock().is_ok_and(|v| !v.is_empty());
+                (st, !g.pending.is_empty() || replying)
             }
             Err(_) => return,
         };
@@ -817,6 +1162,14 @@ impl Drop for Ucx {
                 }
             }
             g.eps.clear();
+            if let Ok(mut v) = self.shared.replies.lock() {
+                for (req, b) in v.drain(..) {
+                    // SAFETY: a request of this worker, released once; UCX may still read the
+                    // box until the worker is destroyed, so it is never freed.
+                    unsafe { (lib.request_free)(req) };
+                    std::mem::forget(b);
+                }
+            }
             for m in g.memh.drain(..) {
                 // SAFETY: mapped once on this context, unmapped once.
                 unsafe { (lib.mem_unmap)(self.ctx.h, m) };
@@ -900,6 +1253,9 @@ impl TransportOps for Ucx {
             ));
         }
         let mut g = self.lock(call)?;
+        if self.shared.target_atomics {
+            return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
+        }
         self.order(call, &mut g)?;
         let (ep, raddr, rkey, k) = self.locate(call, &g, at, size)?;
         if k < size {
@@ -959,6 +1315,11 @@ impl TransportOps for Ucx {
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
         let mut g = self.lock(call)?;
+        if self.shared.target_atomics {
+            return self
+                .amo_at_target(call, &mut g, AmoOp::Set, at, 8, value, 0, false)
+                .map(drop);
+        }
         self.order(call, &mut g)?;
         let (ep, raddr, rkey, k) = self.locate(call, &g, at, 8)?;
         if k < 8 {
@@ -967,7 +1328,7 @@ impl TransportOps for Ucx {
         if g.pending.len() >= MAX_PENDING {
             self.flush(call, &mut g)?;
         } else {
-            reap(self.shared.lib, &mut g);
+            reap(self.shared.lib, &self.shared, &mut g);
         }
         // The operand and the (unused) old value live in a box until the request completes.
         let mut b = Box::new([value, 0u64]);
@@ -1024,7 +1385,9 @@ mod tests {
             path: String::new(),
             version: (1, 13, 1),
             resources: r[..2].to_vec(),
+            cuda_module: Some(false),
         };
-        assert!(!p.rdma());
+        assert!(!p.rdma() && !p.cuda());
+        assert!(p.gpu_unready().is_some_and(|e| e.contains("UCX 1.13.1")));
     }
 }
