@@ -345,9 +345,14 @@ impl World {
         let total = nelems
             .checked_mul(n)
             .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, total)?;
-        let sb = self.coll_buf(call, "source", source, if all { total } else { nelems })?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let db = self.coll_bufs(
+            call,
+            dest,
+            total,
+            source,
+            if all { total } else { nelems },
+            false,
+        )?;
         let nbytes = db / n.max(1);
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
@@ -527,9 +532,7 @@ impl World {
                 format!("root {root} is out of range: the team has {n} PEs"),
             ));
         }
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let sb = self.coll_buf(call, "source", source, nelems)?;
-        Self::coll_overlap(call, dest, db, source, sb, true)?;
+        let db = self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
         let pipelined = n >= 3 && db >= BCAST_PIPELINE_MIN;
