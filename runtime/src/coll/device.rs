@@ -342,9 +342,7 @@ impl World {
     ) -> Result<()> {
         let h = self.coll_team(call, team)?;
         let n = team.n_pes();
-        let total = nelems
-            .checked_mul(n)
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
+        let total = super::team_total(call, nelems, n)?;
         let db = self.coll_bufs(
             call,
             dest,
@@ -397,17 +395,10 @@ impl World {
             ));
         }
         let esize = std::mem::size_of::<T>();
-        let total = nelems
-            .checked_mul(team.n_pes())
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, super::span(call, "dest", total, dst)?)?;
-        let sb = self.coll_buf(
-            call,
-            "source",
-            source,
-            super::span(call, "source", total, sst)?,
-        )?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let total = super::team_total(call, nelems, team.n_pes())?;
+        let dspan = super::span(call, "dest", total, dst)?;
+        let sspan = super::span(call, "source", total, sst)?;
+        self.coll_bufs(call, dest, dspan, source, sspan, false)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
         let (mut d, mut s, mut n, mut e, mut z, mut ds, mut ss) = (
@@ -611,21 +602,17 @@ impl World {
             reason: format!("{} has no device form", O::CALL),
         })?;
         let n = team.n_pes();
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
+        // Scatter: every member's source holds n blocks, and dest is one of them (never the
+        // same range); reduce: the very same range is allowed.
+        let (sn, identical_ok) = if scatter {
+            (super::team_total(call, nelems, n)?, false)
+        } else {
+            (nelems, true)
+        };
+        let db = self.coll_bufs(call, dest, nelems, source, sn, identical_ok)?;
         // Bytes each PE moves: its block from every member (scatter), or its chunk from every
         // member and to every member (reduce).
-        let moved = if scatter {
-            let total = nelems
-                .checked_mul(n)
-                .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-            let sb = self.coll_buf(call, "source", source, total)?;
-            Self::coll_overlap(call, dest, db, source, sb, false)?;
-            db.saturating_mul(n)
-        } else {
-            let sb = self.coll_buf(call, "source", source, nelems)?;
-            Self::coll_overlap(call, dest, db, source, sb, true)?;
-            db.saturating_mul(2)
-        };
+        let moved = db.saturating_mul(if scatter { n } else { 2 });
         let l = self.coll_reduce_module::<T>(call)?;
         let sms = self.coll_modules_sms(call)?;
         let mut a = CollArgs {
