@@ -692,6 +692,23 @@ impl World {
         Ok(self.heap.peer_addr(local, off))
     }
 
+    /// Rejects a `what` address `p` that is not `size`-byte aligned.
+    #[inline]
+    pub(crate) fn check_aligned<T>(
+        call: &'static str,
+        what: &str,
+        p: *const T,
+        size: usize,
+    ) -> Result<()> {
+        if (p as usize) % size != 0 {
+            return Err(Error::invalid(
+                call,
+                format!("{what} {p:p} is not {size}-byte aligned"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Validates `pe` as a target of one-sided calls (reachable by load/store or over TCP).
     #[inline]
     pub(crate) fn check_pe(&self, call: &'static str, pe: usize) -> Result<()> {
