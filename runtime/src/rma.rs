@@ -178,8 +178,10 @@ impl World {
         self.put_to(call, t, src.as_ptr().cast(), bytes)
     }
 
+    /// Copies `dest.len()` elements from the symmetric `src` on PE `pe` (the blocking and
+    /// non-blocking gets, the host collectives' pulls).
     #[inline]
-    fn get_impl<T: RmaType>(
+    pub(crate) fn get_impl<T: RmaType>(
         &self,
         call: &'static str,
         dest: &mut [T],

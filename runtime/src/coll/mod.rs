@@ -167,22 +167,6 @@ impl World {
         Ok(())
     }
 
-    /// Copies `out.len()` elements from the symmetric `src` on world PE `pe` into `out`.
-    fn pull<T: RmaType>(
-        &self,
-        call: &'static str,
-        out: &mut [T],
-        src: *const T,
-        pe: usize,
-    ) -> Result<()> {
-        let bytes = std::mem::size_of_val(out);
-        if bytes == 0 {
-            return Ok(());
-        }
-        let t = self.target(call, src as usize, bytes, pe)?;
-        self.get_from(call, out.as_mut_ptr().cast(), t, bytes)
-    }
-
     /// Writes `vals` to my copy of the symmetric `dest`.
     fn write_mine<T: RmaType>(&self, call: &'static str, dest: *mut T, vals: &[T]) -> Result<()> {
         let bytes = std::mem::size_of_val(vals);
@@ -549,9 +533,9 @@ impl World {
             let mut block = vec![T::default_value(); bspan];
             for (j, out) in v.chunks_mut(nelems).enumerate() {
                 if sst == 1 {
-                    self.pull(call, out, start, team.world_pe(j))?;
+                    self.get_impl(call, out, start, team.world_pe(j))?;
                 } else {
-                    self.pull(call, &mut block, start, team.world_pe(j))?;
+                    self.get_impl(call, &mut block, start, team.world_pe(j))?;
                     for (k, o) in out.iter_mut().enumerate() {
                         *o = block[k * sst];
                     }
@@ -561,7 +545,7 @@ impl World {
                 return self.write_mine(call, dest, &v);
             }
             let mut ext = vec![T::default_value(); dspan];
-            self.pull(call, &mut ext, dest, self.me)?;
+            self.get_impl(call, &mut ext, dest, self.me)?;
             for (i, x) in v.into_iter().enumerate() {
                 ext[i * dst] = x;
             }
@@ -668,10 +652,10 @@ impl World {
         if nelems == 0 {
             return Ok(acc);
         }
-        self.pull(call, &mut acc, src, team.world_pe(0))?;
+        self.get_impl(call, &mut acc, src, team.world_pe(0))?;
         let mut tmp = vec![T::default_value(); nelems];
         for j in 1..team.n_pes() {
-            self.pull(call, &mut tmp, src, team.world_pe(j))?;
+            self.get_impl(call, &mut tmp, src, team.world_pe(j))?;
             for (a, &b) in acc.iter_mut().zip(&tmp) {
                 *a = O::combine(*a, b);
             }
