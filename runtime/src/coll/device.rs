@@ -217,17 +217,7 @@ impl World {
     ) -> Result<()> {
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
-        unsafe {
-            l.launch(
-                call,
-                name,
-                (blocks, 1, 1),
-                (threads, 1, 1),
-                0,
-                stream.cu_stream(),
-                args,
-            )
-        }
+        unsafe { l.launch(call, name, blocks, threads, stream, args) }
     }
 
     /// The start sync of a collective launched with several blocks: one block that syncs the
