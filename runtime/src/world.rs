@@ -693,18 +693,15 @@ impl World {
     }
 
     /// Rejects a `what` address `p` that is not `size`-byte aligned.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_aligned<T>(
         call: &'static str,
-        what: &str,
+        what: &'static str,
         p: *const T,
         size: usize,
     ) -> Result<()> {
         if (p as usize) % size != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("{what} {p:p} is not {size}-byte aligned"),
-            ));
+            return Err(misaligned(call, what, p.cast(), size));
         }
         Ok(())
     }
@@ -939,6 +936,11 @@ impl Target {
             Target::Remote { pe, off } => Target::Remote { pe, off: off + d },
         }
     }
+}
+
+#[cold]
+fn misaligned(call: &'static str, what: &str, p: *const u8, size: usize) -> Error {
+    Error::invalid(call, format!("{what} {p:p} is not {size}-byte aligned"))
 }
 
 fn poisoned(call: &'static str) -> Error {
