@@ -6,7 +6,7 @@
 //! with other operations to the same PE by [`World::fence`] and completed by [`World::quiet`];
 //! on the shared-memory transport each one is complete (and acquire-release) when it returns.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::transport::AmoOp;
 use crate::types::{AmoBitwise, AmoInt, AmoType, Bits};
 use crate::world::World;
@@ -24,12 +24,7 @@ impl World {
         pe: usize,
     ) -> Result<T> {
         let size = std::mem::size_of::<T>();
-        if (dest as usize) % size != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("address {dest:p} is not {size}-byte aligned"),
-            ));
-        }
+        Self::check_aligned(call, "address", dest, size)?;
         let t = self.target(call, dest as usize, size, pe)?;
         let old = self.amo_at(
             call,

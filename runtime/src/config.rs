@@ -214,17 +214,16 @@ impl Config {
                 .ok_or_else(|| bad("RSHMEM_TIMEOUT", &v, "expected a number of seconds >= 0"))?;
             c.timeout = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
         }
-        if let Some(v) = get("RSHMEM_HEAP_LIMIT") {
-            c.heap_limit = parse_size(&v)
-                .ok_or_else(|| bad("RSHMEM_HEAP_LIMIT", &v, "expected a size like 512M or 16G"))?;
+        let flag = |name| parsed(get, name, parse_bool, "expected 0/1/true/false");
+        let size = |name, like| parsed(get, name, parse_size, like);
+        if let Some(b) = size("RSHMEM_HEAP_LIMIT", "expected a size like 512M or 16G")? {
+            c.heap_limit = b;
         }
-        if let Some(v) = get("RSHMEM_HEAP_INITIAL") {
-            c.heap_initial = parse_size(&v)
-                .ok_or_else(|| bad("RSHMEM_HEAP_INITIAL", &v, "expected a size like 64M"))?;
+        if let Some(b) = size("RSHMEM_HEAP_INITIAL", "expected a size like 64M")? {
+            c.heap_initial = b;
         }
-        if let Some(v) = get("RSHMEM_DEBUG_SYMMETRY") {
-            c.debug_symmetry = parse_bool(&v)
-                .ok_or_else(|| bad("RSHMEM_DEBUG_SYMMETRY", &v, "expected 0/1/true/false"))?;
+        if let Some(on) = flag("RSHMEM_DEBUG_SYMMETRY")? {
+            c.debug_symmetry = on;
         }
         if let Some(v) = get("RSHMEM_BACKEND") {
             c.backend = match v.trim().to_ascii_lowercase().as_str() {
@@ -241,13 +240,11 @@ impl Config {
                     .map_err(|_| bad("RSHMEM_DEVICE", &v, "expected a device ordinal"))?,
             );
         }
-        if let Some(v) = get("RSHMEM_DEVICE_CHECKS") {
-            c.device_checks = parse_bool(&v)
-                .ok_or_else(|| bad("RSHMEM_DEVICE_CHECKS", &v, "expected 0/1/true/false"))?;
+        if let Some(on) = flag("RSHMEM_DEVICE_CHECKS")? {
+            c.device_checks = on;
         }
-        if let Some(v) = get("RSHMEM_DISABLE_P2P") {
-            c.disable_p2p = parse_bool(&v)
-                .ok_or_else(|| bad("RSHMEM_DISABLE_P2P", &v, "expected 0/1/true/false"))?;
+        if let Some(on) = flag("RSHMEM_DISABLE_P2P")? {
+            c.disable_p2p = on;
         }
         if let Some(v) = get("RSHMEM_TCP_ADDR").filter(|v| !v.trim().is_empty()) {
             if v.trim().parse::<std::net::IpAddr>().is_err() {
@@ -303,6 +300,19 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// Variable `name` parsed by `parse` when it is set; an error naming it (`expected` says what
+/// it should be) when it does not parse.
+fn parsed<T>(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    parse: fn(&str) -> Option<T>,
+    expected: &str,
+) -> Result<Option<T>> {
+    get(name)
+        .map(|v| parse(&v).ok_or_else(|| bad(name, &v, expected)))
+        .transpose()
 }
 
 fn bad(var: &str, value: &str, reason: &str) -> Error {

@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::types::RmaType;
-use crate::world::World;
+use crate::world::{Target, World};
 
 impl World {
     /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
@@ -100,22 +100,9 @@ impl World {
             return self.check_pe(call, pe);
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
-        if sspan > src.len() {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "source has {} elements, stride {sst} × {nelems} needs {sspan}",
-                    src.len()
-                ),
-            ));
-        }
+        local_fits(call, "source", src.len(), sst, nelems, sspan)?;
         let size = std::mem::size_of::<T>();
-        let base = self.target(
-            call,
-            dest as usize,
-            span_bytes(call, "target", dspan, size)?,
-            pe,
-        )?;
+        let base = self.strided_target::<T>(call, "target", dest as usize, dspan, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·dst < dspan, and dspan·size did
             // not overflow, so neither does i·dst·size.
@@ -145,22 +132,9 @@ impl World {
             return self.check_pe(call, pe);
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
-        if dspan > dest.len() {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "destination has {} elements, stride {dst} × {nelems} needs {dspan}",
-                    dest.len()
-                ),
-            ));
-        }
+        local_fits(call, "destination", dest.len(), dst, nelems, dspan)?;
         let size = std::mem::size_of::<T>();
-        let base = self.target(
-            call,
-            src as usize,
-            span_bytes(call, "source", sspan, size)?,
-            pe,
-        )?;
+        let base = self.strided_target::<T>(call, "source", src as usize, sspan, pe)?;
         for i in 0..nelems {
             // Each element lies inside the checked range: i·sst < sspan, and sspan·size did
             // not overflow, so neither does i·sst·size.
@@ -172,6 +146,20 @@ impl World {
             )?;
         }
         Ok(())
+    }
+
+    /// The target of a strided extent of `span` elements at `addr` on PE `pe` (`what` names it
+    /// in errors).
+    fn strided_target<T>(
+        &self,
+        call: &'static str,
+        what: &str,
+        addr: usize,
+        span: usize,
+        pe: usize,
+    ) -> Result<Target> {
+        let bytes = span_bytes(call, what, span, std::mem::size_of::<T>())?;
+        self.target(call, addr, bytes, pe)
     }
 
     #[inline]
@@ -190,8 +178,10 @@ impl World {
         self.put_to(call, t, src.as_ptr().cast(), bytes)
     }
 
+    /// Copies `dest.len()` elements from the symmetric `src` on PE `pe` (the blocking and
+    /// non-blocking gets, the host collectives' pulls).
     #[inline]
-    fn get_impl<T: RmaType>(
+    pub(crate) fn get_impl<T: RmaType>(
         &self,
         call: &'static str,
         dest: &mut [T],
@@ -216,6 +206,25 @@ fn span_bytes(call: &'static str, what: &str, span: usize, size: usize) -> Resul
             format!("{what} extent of {span} elements of {size} bytes overflows"),
         )
     })
+}
+
+/// Rejects a local buffer (`what`, `len` elements) too short for `nelems` elements `stride`
+/// apart (`span` elements).
+fn local_fits(
+    call: &'static str,
+    what: &str,
+    len: usize,
+    stride: usize,
+    nelems: usize,
+    span: usize,
+) -> Result<()> {
+    if span > len {
+        return Err(Error::invalid(
+            call,
+            format!("{what} has {len} elements, stride {stride} × {nelems} needs {span}"),
+        ));
+    }
+    Ok(())
 }
 
 fn spans(call: &'static str, dst: usize, sst: usize, nelems: usize) -> Result<(usize, usize)> {

@@ -75,35 +75,28 @@ unsafe impl<T: RmaType> Sync for SharedSymBuf<T> {}
 
 impl<T: RmaType> std::fmt::Debug for SharedSymBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "SharedSymBuf<{}>({:p}, len {})",
-            std::any::type_name::<T>(),
-            self.ptr,
-            self.len
-        )
+        write!(f, "Shared{:?}", self.view())
     }
 }
 
 impl World {
     /// **Collective.** [`World::malloc`] returning an owned handle that keeps the world alive.
     pub fn malloc_shared<T: RmaType>(self: &Arc<Self>, count: usize) -> Result<SharedSymBuf<T>> {
-        let b = self.malloc::<T>(count)?;
-        Ok(SharedSymBuf {
-            ptr: b.as_ptr(),
-            len: b.len(),
-            world: self.clone(),
-        })
+        self.malloc::<T>(count).map(|b| self.owned(b))
     }
 
     /// **Collective.** [`World::calloc`] returning an owned handle that keeps the world alive.
     pub fn calloc_shared<T: RmaType>(self: &Arc<Self>, count: usize) -> Result<SharedSymBuf<T>> {
-        let b = self.calloc::<T>(count)?;
-        Ok(SharedSymBuf {
+        self.calloc::<T>(count).map(|b| self.owned(b))
+    }
+
+    /// The owned handle of the allocation `b` of this world.
+    fn owned<T: RmaType>(self: &Arc<Self>, b: SymBuf<'_, T>) -> SharedSymBuf<T> {
+        SharedSymBuf {
             ptr: b.as_ptr(),
             len: b.len(),
             world: self.clone(),
-        })
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::transport::AmoOp;
 use crate::types::{Bits, Cmp, RmaType, SignalOp};
 use crate::world::{Target, World};
@@ -20,19 +20,20 @@ impl World {
         self.remote(call, sig as usize, 8, pe)
     }
 
-    fn sig_target(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<Target> {
+    /// Checks a signal word (8-byte aligned, inside a live allocation, PE `pe` a valid target)
+    /// and returns its target on PE `pe`.
+    pub(crate) fn sig_target(
+        &self,
+        call: &'static str,
+        sig: *const u64,
+        pe: usize,
+    ) -> Result<Target> {
         Self::sig_aligned(call, sig)?;
         self.target(call, sig as usize, 8, pe)
     }
 
     fn sig_aligned(call: &'static str, sig: *const u64) -> Result<()> {
-        if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("signal address {sig:p} is not 8-byte aligned"),
-            ));
-        }
-        Ok(())
+        Self::check_aligned(call, "signal address", sig, 8)
     }
 
     /// **One-sided.** Puts `src` into `dest` on PE `pe`, then updates the signal `sig` on PE `pe`

@@ -182,29 +182,13 @@ impl World {
         let p = self.p2p(call)?;
         let size = std::mem::size_of::<T>();
         if self.via_proxy(pe) {
-            let mut bits = 0u64;
-            // SAFETY: T is at most 8 bytes (an RMA type); copy its bits into a u64.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (&value as *const T).cast::<u8>(),
-                    (&mut bits as *mut u64).cast::<u8>(),
-                    size.min(8),
-                )
-            };
+            let bits = word_of(&value);
             return self.proxy_p_on_stream(call, dest as usize, bits, size, pe, stream);
         }
         let d = self.remote(call, dest as usize, size, pe)?;
         p.gpu.bind(call)?;
         if size == 8 && d % 8 == 0 {
-            let mut w = 0u64;
-            // SAFETY: T is 8 bytes; copy its bits into a u64.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (&value as *const T).cast::<u8>(),
-                    (&mut w as *mut u64).cast::<u8>(),
-                    8,
-                )
-            };
+            let w = word_of(&value);
             // SAFETY: d is a checked, aligned word of the mapped GPU heap.
             return check(
                 unsafe { crate::cuda::stream_write_word(stream.cu_stream(), d as u64, 8, w) },
@@ -240,9 +224,7 @@ impl World {
         let size = std::mem::size_of::<T>();
         if self.via_proxy(pe) {
             let t = self.target(call, src as usize, size, pe)?;
-            stream
-                .synchronize()
-                .map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
+            synchronize(call, stream)?;
             let mut v = T::default_value();
             self.get_from(call, (&mut v as *mut T).cast(), t, size)?;
             return Ok(v);
@@ -264,9 +246,7 @@ impl World {
             call,
             "cuMemcpyDtoHAsync",
         )?;
-        stream
-            .synchronize()
-            .map_err(|e| cuda_err(call, "synchronizing the stream", e))?;
+        synchronize(call, stream)?;
         Ok(v)
     }
 
@@ -423,4 +403,26 @@ fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> E
         what: what.to_string(),
         code: format!("{e:?}"),
     }
+}
+
+/// The bits of `v` (an RMA type: at most 8 bytes) in the low bytes of a word, as the device
+/// stores them.
+fn word_of<T: RmaType>(v: &T) -> u64 {
+    let mut w = 0u64;
+    // SAFETY: T is at most 8 bytes (an RMA type); its bytes are copied into the u64.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (v as *const T).cast::<u8>(),
+            (&mut w as *mut u64).cast::<u8>(),
+            std::mem::size_of::<T>().min(8),
+        )
+    };
+    w
+}
+
+/// Waits for `stream`'s work.
+fn synchronize(call: &'static str, stream: &CudaStream) -> Result<()> {
+    stream
+        .synchronize()
+        .map_err(|e| cuda_err(call, "synchronizing the stream", e))
 }

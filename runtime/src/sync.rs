@@ -269,12 +269,7 @@ impl World {
         nelems: usize,
     ) -> Result<usize> {
         let size = std::mem::size_of::<T>();
-        if (ivar as usize) % size != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("address {ivar:p} is not {size}-byte aligned"),
-            ));
-        }
+        Self::check_aligned(call, "address", ivar, size)?;
         let bytes = nelems
             .checked_mul(size)
             .ok_or_else(|| Error::invalid(call, "nelems overflows"))?;

@@ -75,6 +75,14 @@ pub trait Bits: Copy + Eq + std::fmt::Debug {
 }
 
 macro_rules! bits {
+    // The read-modify-write operations with one operand, each one atomic method of the same name.
+    (@rmw $b:ty, $a:ty; $($f:ident)*) => {$(
+        #[inline(always)]
+        unsafe fn $f(addr: usize, v: Self) -> Self {
+            // SAFETY: the caller guarantees `addr` is aligned, mapped and lives long enough.
+            unsafe { <$a>::from_ptr(addr as *mut $b) }.$f(v, Ordering::AcqRel)
+        }
+    )*};
     ($b:ty, $a:ty) => {
         impl Bits for $b {
             const SIZE: usize = std::mem::size_of::<$b>();
@@ -97,11 +105,6 @@ macro_rules! bits {
                 unsafe { <$a>::from_ptr(addr as *mut $b) }.store(v, o)
             }
             #[inline(always)]
-            unsafe fn swap(addr: usize, v: Self) -> Self {
-                // SAFETY: as above.
-                unsafe { <$a>::from_ptr(addr as *mut $b) }.swap(v, Ordering::AcqRel)
-            }
-            #[inline(always)]
             unsafe fn cas(addr: usize, cond: Self, v: Self) -> Self {
                 // SAFETY: as above.
                 match unsafe { <$a>::from_ptr(addr as *mut $b) }.compare_exchange(
@@ -113,26 +116,7 @@ macro_rules! bits {
                     Ok(x) | Err(x) => x,
                 }
             }
-            #[inline(always)]
-            unsafe fn fetch_add(addr: usize, v: Self) -> Self {
-                // SAFETY: as above.
-                unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_add(v, Ordering::AcqRel)
-            }
-            #[inline(always)]
-            unsafe fn fetch_and(addr: usize, v: Self) -> Self {
-                // SAFETY: as above.
-                unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_and(v, Ordering::AcqRel)
-            }
-            #[inline(always)]
-            unsafe fn fetch_or(addr: usize, v: Self) -> Self {
-                // SAFETY: as above.
-                unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_or(v, Ordering::AcqRel)
-            }
-            #[inline(always)]
-            unsafe fn fetch_xor(addr: usize, v: Self) -> Self {
-                // SAFETY: as above.
-                unsafe { <$a>::from_ptr(addr as *mut $b) }.fetch_xor(v, Ordering::AcqRel)
-            }
+            bits!(@rmw $b, $a; swap fetch_add fetch_and fetch_or fetch_xor);
         }
     };
 }
@@ -156,25 +140,16 @@ impl AmoBitwise for u32 {}
 impl AmoBitwise for i64 {}
 impl AmoBitwise for u64 {}
 
-impl AmoType for f32 {
-    type Bits = u32;
-    fn to_bits(self) -> u32 {
-        f32::to_bits(self)
-    }
-    fn from_bits(b: u32) -> Self {
-        f32::from_bits(b)
-    }
+macro_rules! amo_float {
+    ($($t:ty => $b:ty),*) => {$(
+        impl AmoType for $t {
+            type Bits = $b;
+            #[inline] fn to_bits(self) -> $b { <$t>::to_bits(self) }
+            #[inline] fn from_bits(b: $b) -> Self { <$t>::from_bits(b) }
+        }
+    )*};
 }
-
-impl AmoType for f64 {
-    type Bits = u64;
-    fn to_bits(self) -> u64 {
-        f64::to_bits(self)
-    }
-    fn from_bits(b: u64) -> Self {
-        f64::from_bits(b)
-    }
-}
+amo_float!(f32 => u32, f64 => u64);
 
 /// Comparison used by the wait/test calls and `signal_wait_until` (OpenSHMEM's `SHMEM_CMP_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

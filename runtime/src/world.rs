@@ -20,7 +20,7 @@ use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
-use crate::transport::tcp::{self, HeapId, Net, Region};
+use crate::transport::tcp::{self, Net, Region};
 use crate::transport::{p2p::P2p, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
@@ -68,56 +68,48 @@ pub struct Builder {
     device: Option<usize>,
 }
 
+/// [`Builder`] methods that store their argument as one setting:
+/// `name(arg: Type) => field;` makes `pub fn name(self, arg: Type) -> Self`.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) => $field:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, $arg: $ty) -> Self {
+            self.$field = Some($arg);
+            self
+        }
+    )*};
+}
+
 impl Builder {
     /// A builder that takes every setting from the environment.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Timeout of every blocking wait (`None` waits forever). Overrides `RSHMEM_TIMEOUT`.
-    pub fn timeout(mut self, t: Option<Duration>) -> Self {
-        self.timeout = Some(t);
-        self
-    }
-
-    /// Most symmetric memory one PE may use. Overrides `RSHMEM_HEAP_LIMIT`.
-    pub fn heap_limit(mut self, bytes: usize) -> Self {
-        self.heap_limit = Some(bytes);
-        self
-    }
-
-    /// Size of the first heap chunk. Overrides `RSHMEM_HEAP_INITIAL`.
-    pub fn heap_initial(mut self, bytes: usize) -> Self {
-        self.heap_initial = Some(bytes);
-        self
-    }
-
-    /// Check that allocation calls match across PEs. Overrides `RSHMEM_DEBUG_SYMMETRY`.
-    pub fn debug_symmetry(mut self, on: bool) -> Self {
-        self.debug_symmetry = Some(on);
-        self
-    }
-
-    /// This PE's rank, `0..size`. Needs [`Builder::size`]; with both, the launcher's variables
-    /// (`RSHMEM_RANK`, `RANK`, `OMPI_COMM_WORLD_RANK`, ...) are not read.
-    pub fn rank(mut self, rank: usize) -> Self {
-        self.rank = Some(rank);
-        self
-    }
-
-    /// Number of PEs in the job. Needs [`Builder::rank`].
-    pub fn size(mut self, size: usize) -> Self {
-        self.size = Some(size);
-        self
-    }
-
-    /// The job's rendezvous: rank 0's address and the job secret, as made by
-    /// [`crate::UniqueId::new`] on one rank and passed to the others (its `Display` text parses
-    /// back with `str::parse`). Needs [`Builder::rank`] and [`Builder::size`]. Rank 0 listens
-    /// at the id's address, so that address must be one of rank 0's own.
-    pub fn unique_id(mut self, id: rshmem_bootstrap::UniqueId) -> Self {
-        self.uid = Some(id);
-        self
+    settings! {
+        /// Timeout of every blocking wait (`None` waits forever). Overrides `RSHMEM_TIMEOUT`.
+        timeout(t: Option<Duration>) => timeout;
+        /// Most symmetric memory one PE may use. Overrides `RSHMEM_HEAP_LIMIT`.
+        heap_limit(bytes: usize) => heap_limit;
+        /// Size of the first heap chunk. Overrides `RSHMEM_HEAP_INITIAL`.
+        heap_initial(bytes: usize) => heap_initial;
+        /// Check that allocation calls match across PEs. Overrides `RSHMEM_DEBUG_SYMMETRY`.
+        debug_symmetry(on: bool) => debug_symmetry;
+        /// This PE's rank, `0..size`. Needs [`Builder::size`]; with both, the launcher's variables
+        /// (`RSHMEM_RANK`, `RANK`, `OMPI_COMM_WORLD_RANK`, ...) are not read.
+        rank(rank: usize) => rank;
+        /// Number of PEs in the job. Needs [`Builder::rank`].
+        size(size: usize) => size;
+        /// The job's rendezvous: rank 0's address and the job secret, as made by
+        /// [`crate::UniqueId::new`] on one rank and passed to the others (its `Display` text parses
+        /// back with `str::parse`). Needs [`Builder::rank`] and [`Builder::size`]. Rank 0 listens
+        /// at the id's address, so that address must be one of rank 0's own.
+        unique_id(id: rshmem_bootstrap::UniqueId) => uid;
+        /// CPU or GPU symmetric heap. Overrides `RSHMEM_BACKEND`.
+        backend(b: BackendChoice) => backend;
+        /// CUDA device ordinal of this PE (among the visible devices). Overrides `RSHMEM_DEVICE`;
+        /// an error with the CPU backend.
+        device(ordinal: usize) => device;
     }
 
     /// The job's rendezvous as rank 0's `host:port` and the 16-byte job secret (every rank must
@@ -129,19 +121,6 @@ impl Builder {
         secret: [u8; rshmem_bootstrap::SECRET_LEN],
     ) -> Self {
         self.rendezvous_addr = Some((addr.into(), secret));
-        self
-    }
-
-    /// CPU or GPU symmetric heap. Overrides `RSHMEM_BACKEND`.
-    pub fn backend(mut self, b: BackendChoice) -> Self {
-        self.backend = Some(b);
-        self
-    }
-
-    /// CUDA device ordinal of this PE (among the visible devices). Overrides `RSHMEM_DEVICE`;
-    /// an error with the CPU backend.
-    pub fn device(mut self, ordinal: usize) -> Self {
-        self.device = Some(ordinal);
         self
     }
 
@@ -723,6 +702,20 @@ impl World {
         Ok(self.heap.peer_addr(local, off))
     }
 
+    /// Rejects a `what` address `p` that is not `size`-byte aligned.
+    #[inline(always)]
+    pub(crate) fn check_aligned<T>(
+        call: &'static str,
+        what: &'static str,
+        p: *const T,
+        size: usize,
+    ) -> Result<()> {
+        if (p as usize) % size != 0 {
+            return Err(misaligned(call, what, p.cast(), size));
+        }
+        Ok(())
+    }
+
     /// Validates `pe` as a target of one-sided calls (reachable by load/store or over TCP).
     #[inline]
     pub(crate) fn check_pe(&self, call: &'static str, pe: usize) -> Result<()> {
@@ -805,11 +798,7 @@ impl World {
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        let at = RemoteAddr {
-            pe,
-            heap: HeapId::User,
-            off,
-        };
+        let at = RemoteAddr::user(pe, off);
         self.remote_xport(call, pe)?.put(call, at, src, n)
     }
 
@@ -837,11 +826,7 @@ impl World {
         off: usize,
         n: usize,
     ) -> Result<()> {
-        let at = RemoteAddr {
-            pe,
-            heap: HeapId::User,
-            off,
-        };
+        let at = RemoteAddr::user(pe, off);
         self.remote_xport(call, pe)?.get(call, dst, at, n)
     }
 
@@ -874,11 +859,7 @@ impl World {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        let at = RemoteAddr {
-            pe,
-            heap: HeapId::User,
-            off,
-        };
+        let at = RemoteAddr::user(pe, off);
         self.remote_xport(call, pe)?
             .amo(call, op, at, size, value, cond)
     }
@@ -900,11 +881,7 @@ impl World {
                 Ok(())
             }
             Some(None) => {
-                let at = RemoteAddr {
-                    pe,
-                    heap: HeapId::Ctrl,
-                    off,
-                };
+                let at = RemoteAddr::ctrl(pe, off);
                 self.remote_xport(call, pe)?.store(call, at, v)
             }
             None => Err(self.bad_pe(call, pe)),
@@ -920,11 +897,7 @@ impl World {
                 Ok(unsafe { u64::load(a, Ordering::Acquire) })
             }
             Some(None) => {
-                let at = RemoteAddr {
-                    pe,
-                    heap: HeapId::Ctrl,
-                    off,
-                };
+                let at = RemoteAddr::ctrl(pe, off);
                 self.remote_xport(call, pe)?
                     .amo(call, AmoOp::Fetch, at, 8, 0, 0)
             }
@@ -973,6 +946,11 @@ impl Target {
             Target::Remote { pe, off } => Target::Remote { pe, off: off + d },
         }
     }
+}
+
+#[cold]
+fn misaligned(call: &'static str, what: &str, p: *const u8, size: usize) -> Error {
+    Error::invalid(call, format!("{what} {p:p} is not {size}-byte aligned"))
 }
 
 fn poisoned(call: &'static str) -> Error {

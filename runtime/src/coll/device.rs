@@ -217,17 +217,7 @@ impl World {
     ) -> Result<()> {
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
-        unsafe {
-            l.launch(
-                call,
-                name,
-                (blocks, 1, 1),
-                (threads, 1, 1),
-                0,
-                stream.cu_stream(),
-                args,
-            )
-        }
+        unsafe { l.launch(call, name, blocks, threads, stream, args) }
     }
 
     /// The start sync of a collective launched with several blocks: one block that syncs the
@@ -342,12 +332,15 @@ impl World {
     ) -> Result<()> {
         let h = self.coll_team(call, team)?;
         let n = team.n_pes();
-        let total = nelems
-            .checked_mul(n)
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, total)?;
-        let sb = self.coll_buf(call, "source", source, if all { total } else { nelems })?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let total = super::team_total(call, nelems, n)?;
+        let db = self.coll_bufs(
+            call,
+            dest,
+            total,
+            source,
+            if all { total } else { nelems },
+            false,
+        )?;
         let nbytes = db / n.max(1);
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
@@ -392,17 +385,10 @@ impl World {
             ));
         }
         let esize = std::mem::size_of::<T>();
-        let total = nelems
-            .checked_mul(team.n_pes())
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, super::span(call, "dest", total, dst)?)?;
-        let sb = self.coll_buf(
-            call,
-            "source",
-            source,
-            super::span(call, "source", total, sst)?,
-        )?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let total = super::team_total(call, nelems, team.n_pes())?;
+        let dspan = super::span(call, "dest", total, dst)?;
+        let sspan = super::span(call, "source", total, sst)?;
+        self.coll_bufs(call, dest, dspan, source, sspan, false)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
         let (mut d, mut s, mut n, mut e, mut z, mut ds, mut ss) = (
@@ -527,9 +513,7 @@ impl World {
                 format!("root {root} is out of range: the team has {n} PEs"),
             ));
         }
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let sb = self.coll_buf(call, "source", source, nelems)?;
-        Self::coll_overlap(call, dest, db, source, sb, true)?;
+        let db = self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
         let pipelined = n >= 3 && db >= BCAST_PIPELINE_MIN;
@@ -608,21 +592,17 @@ impl World {
             reason: format!("{} has no device form", O::CALL),
         })?;
         let n = team.n_pes();
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
+        // Scatter: every member's source holds n blocks, and dest is one of them (never the
+        // same range); reduce: the very same range is allowed.
+        let (sn, identical_ok) = if scatter {
+            (super::team_total(call, nelems, n)?, false)
+        } else {
+            (nelems, true)
+        };
+        let db = self.coll_bufs(call, dest, nelems, source, sn, identical_ok)?;
         // Bytes each PE moves: its block from every member (scatter), or its chunk from every
         // member and to every member (reduce).
-        let moved = if scatter {
-            let total = nelems
-                .checked_mul(n)
-                .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-            let sb = self.coll_buf(call, "source", source, total)?;
-            Self::coll_overlap(call, dest, db, source, sb, false)?;
-            db.saturating_mul(n)
-        } else {
-            let sb = self.coll_buf(call, "source", source, nelems)?;
-            Self::coll_overlap(call, dest, db, source, sb, true)?;
-            db.saturating_mul(2)
-        };
+        let moved = db.saturating_mul(if scatter { n } else { 2 });
         let l = self.coll_reduce_module::<T>(call)?;
         let sms = self.coll_modules_sms(call)?;
         let mut a = CollArgs {

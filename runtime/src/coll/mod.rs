@@ -51,6 +51,13 @@ fn bytes_of<T>(call: &'static str, what: &str, nelems: usize) -> Result<usize> {
         .ok_or_else(|| Error::invalid(call, format!("{what}: {nelems} elements overflow")))
 }
 
+/// Elements in `n` team blocks of `nelems` each.
+pub(crate) fn team_total(call: &'static str, nelems: usize, n: usize) -> Result<usize> {
+    nelems
+        .checked_mul(n)
+        .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))
+}
+
 /// Elements spanned by `count` elements `stride` apart.
 fn span(call: &'static str, what: &str, count: usize, stride: usize) -> Result<usize> {
     if count == 0 {
@@ -113,6 +120,24 @@ impl World {
             })
     }
 
+    /// Checks `dest` (`dn` elements) and `source` (`sn` elements) with
+    /// [`coll_buf`](World::coll_buf) and against each other with
+    /// [`coll_overlap`](World::coll_overlap); returns the bytes of `dest`.
+    fn coll_bufs<T: RmaType>(
+        &self,
+        call: &'static str,
+        dest: *mut T,
+        dn: usize,
+        source: *const T,
+        sn: usize,
+        identical_ok: bool,
+    ) -> Result<usize> {
+        let db = self.coll_buf(call, "dest", dest, dn)?;
+        let sb = self.coll_buf(call, "source", source, sn)?;
+        Self::coll_overlap(call, dest, db, source, sb, identical_ok)?;
+        Ok(db)
+    }
+
     /// Rejects overlapping `dest` and `source` (`identical_ok`: except exactly the same range).
     fn coll_overlap<T>(
         call: &'static str,
@@ -140,22 +165,6 @@ impl World {
             ));
         }
         Ok(())
-    }
-
-    /// Copies `out.len()` elements from the symmetric `src` on world PE `pe` into `out`.
-    fn pull<T: RmaType>(
-        &self,
-        call: &'static str,
-        out: &mut [T],
-        src: *const T,
-        pe: usize,
-    ) -> Result<()> {
-        let bytes = std::mem::size_of_val(out);
-        if bytes == 0 {
-            return Ok(());
-        }
-        let t = self.target(call, src as usize, bytes, pe)?;
-        self.get_from(call, out.as_mut_ptr().cast(), t, bytes)
     }
 
     /// Writes `vals` to my copy of the symmetric `dest`.
@@ -242,24 +251,25 @@ impl World {
         }
     }
 
-    /// The protocol of the staged reductions: quiet, sync, `gather` (pulls into private
-    /// memory), sync (also when `gather` failed, so that no member is left waiting), `write`
-    /// (my `dest`), quiet.
-    fn two_phase<V>(
+    /// The protocol of the staged reductions: quiet, sync, pull every member's `nelems`
+    /// elements at `src` and combine them in team order (in private memory), sync (also when
+    /// that failed, so that no member is left waiting), write my `dest`, quiet.
+    fn reduce_staged<T: ReduceType, O: ReduceOp<T>>(
         &self,
         call: &'static str,
         team: &Team,
         check: &Check<'_>,
-        gather: impl FnOnce() -> Result<V>,
-        write: impl FnOnce(V) -> Result<()>,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
     ) -> Result<()> {
         self.quiet_all(call)?;
         self.checked_team_sync(call, team, check)?;
-        let got = gather();
+        let got = self.reduce_blocks::<T, O>(call, team, src, nelems);
         let synced = self.team_sync_named(call, team);
         let v = got?;
         synced?;
-        write(v)?;
+        self.write_mine(call, dest, &v)?;
         self.quiet_all(call)
     }
 
@@ -276,11 +286,38 @@ impl World {
         self.quiet_all(call)?;
         self.checked_team_sync(call, team, check)?;
         let r = work();
+        self.finish(call, team, r)
+    }
+
+    /// The end of a one-phase collective whose work returned `r`: quiet (my copies are
+    /// complete), then sync, also when `r` failed, so that no member is left waiting.
+    fn finish(&self, call: &'static str, team: &Team, r: Result<()>) -> Result<()> {
         let q = self.quiet_all(call);
         let synced = self.team_sync_named(call, team);
         r?;
         q?;
         synced
+    }
+
+    /// Pulls block `j` (`nelems` elements at `src`) of every team member `j` into block `j`
+    /// of `dest`, starting with my own block, then the next members': at any moment the
+    /// members read different sources.
+    fn pull_blocks<T: RmaType>(
+        &self,
+        call: &'static str,
+        team: &Team,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+    ) -> Result<()> {
+        let n = team.n_pes();
+        let me = team.my_pe();
+        for i in 0..n {
+            let j = (me + i) % n;
+            let at = dest.wrapping_add(j * nelems);
+            self.pull_into(call, at, src, nelems, team.world_pe(j))?;
+        }
+        Ok(())
     }
 
     /// **Collective over the team.** Copies `nelems` elements of `source` on team PE `root`
@@ -305,9 +342,7 @@ impl World {
                 ),
             ));
         }
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let sb = self.coll_buf(call, "source", source, nelems)?;
-        Self::coll_overlap(call, dest, db, source, sb, true)?;
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let root_pe = team.world_pe(root);
         let check = Check(&[
             ("root", root as u64),
@@ -338,26 +373,14 @@ impl World {
         let call = "fcollect";
         self.team_check(call, team)?;
         let n = team.n_pes();
-        let total = nelems
-            .checked_mul(n)
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, total)?;
-        let sb = self.coll_buf(call, "source", source, nelems)?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let total = team_total(call, nelems, n)?;
+        self.coll_bufs(call, dest, total, source, nelems, false)?;
         let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
         self.one_phase(call, team, &check, || {
-            // Starting with my own block, then the next members': at any moment the members
-            // read different sources.
-            let me = team.my_pe();
-            for i in 0..n {
-                let j = (me + i) % n;
-                let at = dest.wrapping_add(j * nelems);
-                self.pull_into(call, at, source, nelems, team.world_pe(j))?;
-            }
-            Ok(())
+            self.pull_blocks(call, team, dest, source, nelems)
         })
     }
 
@@ -412,11 +435,7 @@ impl World {
             }
             Ok(())
         })();
-        let q = self.quiet_all(call);
-        let synced = self.team_sync_named(call, team);
-        gathered?;
-        q?;
-        synced
+        self.finish(call, team, gathered)
     }
 
     /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team PE
@@ -468,14 +487,10 @@ impl World {
         }
         let n = team.n_pes();
         let me = team.my_pe();
-        let total = nelems
-            .checked_mul(n)
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
+        let total = team_total(call, nelems, n)?;
         let dspan = span(call, "dest", total, dst)?;
         let sspan = span(call, "source", total, sst)?;
-        let db = self.coll_buf(call, "dest", dest, dspan)?;
-        let sb = self.coll_buf(call, "source", source, sspan)?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let db = self.coll_bufs(call, dest, dspan, source, sspan, false)?;
         // Elements of one block as seen from its start: (nelems−1)·sst + 1.
         let bspan = span(call, "source", nelems, sst)?;
         // My block in every member's source starts at element me·nelems·sst.
@@ -491,12 +506,7 @@ impl World {
                 return Ok(());
             }
             if dst == 1 && sst == 1 {
-                for i in 0..n {
-                    let j = (me + i) % n;
-                    let at = dest.wrapping_add(j * nelems);
-                    self.pull_into(call, at, start, nelems, team.world_pe(j))?;
-                }
-                return Ok(());
+                return self.pull_blocks(call, team, dest, start, nelems);
             }
             if let Some(srcs) = self.member_ptrs(call, team, start, bspan)? {
                 // Strided, every member's memory reachable: element by element, straight
@@ -523,9 +533,9 @@ impl World {
             let mut block = vec![T::default_value(); bspan];
             for (j, out) in v.chunks_mut(nelems).enumerate() {
                 if sst == 1 {
-                    self.pull(call, out, start, team.world_pe(j))?;
+                    self.get_impl(call, out, start, team.world_pe(j))?;
                 } else {
-                    self.pull(call, &mut block, start, team.world_pe(j))?;
+                    self.get_impl(call, &mut block, start, team.world_pe(j))?;
                     for (k, o) in out.iter_mut().enumerate() {
                         *o = block[k * sst];
                     }
@@ -535,7 +545,7 @@ impl World {
                 return self.write_mine(call, dest, &v);
             }
             let mut ext = vec![T::default_value(); dspan];
-            self.pull(call, &mut ext, dest, self.me)?;
+            self.get_impl(call, &mut ext, dest, self.me)?;
             for (i, x) in v.into_iter().enumerate() {
                 ext[i * dst] = x;
             }
@@ -560,9 +570,7 @@ impl World {
         let _ = op;
         let call = O::CALL;
         self.team_check(call, team)?;
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let sb = self.coll_buf(call, "source", source, nelems)?;
-        Self::coll_overlap(call, dest, db, source, sb, true)?;
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
@@ -591,13 +599,7 @@ impl World {
                 Ok(())
             });
         }
-        self.two_phase(
-            call,
-            team,
-            &check,
-            || self.reduce_blocks::<T, O>(call, team, source, nelems),
-            |v| self.write_mine(call, dest, &v),
-        )
+        self.reduce_staged::<T, O>(call, team, &check, dest, source, nelems)
     }
 
     /// **Collective over the team.** Reduces every member's `source` of `n_pes()·nelems`
@@ -615,12 +617,8 @@ impl World {
         let _ = op;
         let call = "reducescatter";
         self.team_check(call, team)?;
-        let total = nelems
-            .checked_mul(team.n_pes())
-            .ok_or_else(|| Error::invalid(call, "nelems × team size overflows"))?;
-        let db = self.coll_buf(call, "dest", dest, nelems)?;
-        let sb = self.coll_buf(call, "source", source, total)?;
-        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let total = team_total(call, nelems, team.n_pes())?;
+        let db = self.coll_bufs(call, dest, nelems, source, total, false)?;
         let start = source.wrapping_add(team.my_pe() * nelems);
         let check = Check(&[
             ("nelems", nelems as u64),
@@ -639,13 +637,7 @@ impl World {
                 Ok(())
             });
         }
-        self.two_phase(
-            call,
-            team,
-            &check,
-            || self.reduce_blocks::<T, O>(call, team, start, nelems),
-            |v| self.write_mine(call, dest, &v),
-        )
+        self.reduce_staged::<T, O>(call, team, &check, dest, start, nelems)
     }
 
     /// Pulls `nelems` elements at `src` from every member in team order, combining them.
@@ -660,10 +652,10 @@ impl World {
         if nelems == 0 {
             return Ok(acc);
         }
-        self.pull(call, &mut acc, src, team.world_pe(0))?;
+        self.get_impl(call, &mut acc, src, team.world_pe(0))?;
         let mut tmp = vec![T::default_value(); nelems];
         for j in 1..team.n_pes() {
-            self.pull(call, &mut tmp, src, team.world_pe(j))?;
+            self.get_impl(call, &mut tmp, src, team.world_pe(j))?;
             for (a, &b) in acc.iter_mut().zip(&tmp) {
                 *a = O::combine(*a, b);
             }

@@ -79,27 +79,27 @@ impl Kernels {
         Ok(())
     }
 
-    /// Launches kernel `name` with raw parameters.
+    /// Launches kernel `name` with raw parameters: `blocks` blocks of `threads` threads (one
+    /// dimension, no dynamic shared memory) on `stream`.
     ///
     /// # Safety
     /// `args` must match the kernel's parameter list, and every address in them must be valid
     /// for what the kernel does with it.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         &self,
         call: &'static str,
         name: &'static str,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        smem: u32,
-        stream: sys::CUstream,
+        blocks: u32,
+        threads: u32,
+        stream: &CudaStream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
         let f = self.func(call, name)?;
+        let (grid, block) = ((blocks, 1, 1), (threads, 1, 1));
         // SAFETY: forwarded from the caller.
         unsafe {
             self.module
-                .launch_raw(call, f, grid, block, smem, stream, args)
+                .launch_raw(call, f, grid, block, 0, stream.cu_stream(), args)
         }
     }
 

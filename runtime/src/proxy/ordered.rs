@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaStream, PushKernelArg};
 
 use crate::cuda::kernels::{launched, ONE_THREAD};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::world::World;
 
 impl World {
@@ -35,13 +35,7 @@ impl World {
     /// Checks that `sig` is an aligned signal word of this PE's heap and `pe` a valid target
     /// (reachable by load/store or through the proxy).
     pub(crate) fn sig_check(&self, call: &'static str, sig: *const u64, pe: usize) -> Result<()> {
-        if (sig as usize) % 8 != 0 {
-            return Err(Error::invalid(
-                call,
-                format!("signal address {sig:p} is not 8-byte aligned"),
-            ));
-        }
-        self.target(call, sig as usize, 8, pe).map(drop)
+        self.sig_target(call, sig, pe).map(drop)
     }
 
     /// `put_on_stream` (`get == false`: `dest` on `pe` ← my `src`) or `get_on_stream`

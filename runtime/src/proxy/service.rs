@@ -378,43 +378,25 @@ impl Exec for NetExec {
                 let (pe, off) = self.target(r)?;
                 let aop = amo_of(r.amo)
                     .ok_or_else(|| Error::invalid(CALL, format!("unknown atomic {}", r.amo)))?;
+                let (size, v, c) = (r.size as usize, r.value, r.cond);
                 let net = match self.route(pe)? {
                     Route::Tcp(net) => net,
                     Route::Ucx(u) => {
                         // Complete (applied at the target) when it returns.
-                        let (at, size) = (user(pe, off), r.size as usize);
+                        let at = user(pe, off);
                         if !r.fetching() {
-                            u.amo_nf(CALL, aop, at, size, r.value, r.cond)?;
+                            u.amo_nf(CALL, aop, at, size, v, c)?;
                             return Ok(Outcome::Done);
                         }
-                        let old = u.amo(CALL, aop, at, size, r.value, r.cond)?;
-                        return Ok(Outcome::Value(old));
+                        return Ok(Outcome::Value(u.amo(CALL, aop, at, size, v, c)?));
                     }
                 };
                 if !r.fetching() {
                     // Nobody waits for the old value: no round trip.
-                    net.amo_nf(
-                        CALL,
-                        pe,
-                        HeapId::User,
-                        aop,
-                        off,
-                        r.size as usize,
-                        r.value,
-                        r.cond,
-                    )?;
+                    net.amo_nf(CALL, pe, HeapId::User, aop, off, size, v, c)?;
                     return Ok(Outcome::Done);
                 }
-                let old = net.amo(
-                    CALL,
-                    pe,
-                    HeapId::User,
-                    aop,
-                    off,
-                    r.size as usize,
-                    r.value,
-                    r.cond,
-                )?;
+                let old = net.amo(CALL, pe, HeapId::User, aop, off, size, v, c)?;
                 Ok(Outcome::Value(old))
             }
             op::SIGNAL => {
@@ -493,14 +475,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn service_executes_in_order_returns_results_and_stops() {
-        let m = Mem::new(4);
+    /// A ring served by [`run`] with a [`Rec`] on a thread.
+    struct Served {
+        m: Arc<Mem>,
+        rx: std::sync::mpsc::Receiver<(u64, u8)>,
+        /// Set to stop the service.
+        stop: Arc<AtomicBool>,
+        t: std::thread::JoinHandle<()>,
+    }
+
+    /// A ring of `slots` slots, served.
+    fn serve(slots: usize) -> Served {
+        let m = Mem::new(slots);
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let ring = m.ring();
         let s = stop.clone();
         let t = std::thread::spawn(move || run(ring, Rec(tx), s, 0));
+        Served { m, rx, stop, t }
+    }
+
+    #[test]
+    fn service_executes_in_order_returns_results_and_stops() {
+        let Served { m, rx, stop, t } = serve(4);
         for i in 0..50u64 {
             let k = m.push(op::PUT, 0, 1, i, true).unwrap();
             assert_eq!(k, 2 * i);
@@ -546,12 +543,7 @@ mod tests {
 
     #[test]
     fn a_failure_stops_completion_but_not_consumption() {
-        let m = Mem::new(2);
-        let (tx, _rx) = std::sync::mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let ring = m.ring();
-        let s = stop.clone();
-        let t = std::thread::spawn(move || run(ring, Rec(tx), s, 0));
+        let Served { m, stop, t, .. } = serve(2);
         m.push(op::PUT, 0, 3, 1, true);
         m.push(op::PUT, 0, 3, 666, true);
         for i in 0..10 {

@@ -130,6 +130,28 @@ pub struct RemoteAddr {
     pub off: usize,
 }
 
+impl RemoteAddr {
+    /// Offset `off` of PE `pe`'s user heap.
+    #[inline]
+    pub const fn user(pe: usize, off: usize) -> Self {
+        RemoteAddr {
+            pe,
+            heap: HeapId::User,
+            off,
+        }
+    }
+
+    /// Offset `off` of PE `pe`'s control heap (runtime-internal words).
+    #[inline]
+    pub const fn ctrl(pe: usize, off: usize) -> Self {
+        RemoteAddr {
+            pe,
+            heap: HeapId::Ctrl,
+            off,
+        }
+    }
+}
+
 /// A range of a heap that became accessible (at init, or when the heap grew), for the remote
 /// transports' registration (UCX `ucp_mem_map`, verbs memory regions).
 #[derive(Debug, Clone)]

@@ -2,37 +2,31 @@
 // synchronization. Compiled by NVRTC at first use (the CUBIN is cached on disk).
 #include "rshmem/rshmem.cuh"
 
+// One atomic `op` (an RSHMEM_PROXY_AMO_* code) on the word at `p`, system scope; returns the old
+// value (0 for an unknown op).
+template <typename T> static __device__ T internal_amo(T *p, uint32_t op, T v, T c) {
+    switch (op) {
+    case RSHMEM_PROXY_AMO_FETCH: return atomicOr_system(p, (T)0);
+    case RSHMEM_PROXY_AMO_SET: return atomicExch_system(p, v);
+    case RSHMEM_PROXY_AMO_SWAP: return atomicExch_system(p, v);
+    case RSHMEM_PROXY_AMO_CSWAP: return atomicCAS_system(p, c, v);
+    case RSHMEM_PROXY_AMO_ADD: return atomicAdd_system(p, v);
+    case RSHMEM_PROXY_AMO_AND: return atomicAnd_system(p, v);
+    case RSHMEM_PROXY_AMO_OR: return atomicOr_system(p, v);
+    case RSHMEM_PROXY_AMO_XOR: return atomicXor_system(p, v);
+    }
+    return 0;
+}
+
 // One atomic on a 4- or 8-byte word of the GPU heap, system scope; the old value goes to
 // `result` (pinned host memory).
 extern "C" __global__ void rshmem_internal_amo(uint32_t op, uint32_t size, uint64_t addr, uint64_t value,
                                                uint64_t cond, uint64_t *result) {
-    uint64_t old = 0;
+    uint64_t old;
     if (size == 4) {
-        unsigned int *p = (unsigned int *)addr;
-        unsigned int v = (unsigned int)value, c = (unsigned int)cond;
-        switch (op) {
-        case 0: old = atomicOr_system(p, 0u); break;
-        case 1: old = atomicExch_system(p, v); break;
-        case 2: old = atomicExch_system(p, v); break;
-        case 3: old = atomicCAS_system(p, c, v); break;
-        case 4: old = atomicAdd_system(p, v); break;
-        case 5: old = atomicAnd_system(p, v); break;
-        case 6: old = atomicOr_system(p, v); break;
-        case 7: old = atomicXor_system(p, v); break;
-        }
+        old = internal_amo((unsigned int *)addr, op, (unsigned int)value, (unsigned int)cond);
     } else {
-        unsigned long long *p = (unsigned long long *)addr;
-        unsigned long long v = value, c = cond;
-        switch (op) {
-        case 0: old = atomicOr_system(p, 0ull); break;
-        case 1: old = atomicExch_system(p, v); break;
-        case 2: old = atomicExch_system(p, v); break;
-        case 3: old = atomicCAS_system(p, c, v); break;
-        case 4: old = atomicAdd_system(p, v); break;
-        case 5: old = atomicAnd_system(p, v); break;
-        case 6: old = atomicOr_system(p, v); break;
-        case 7: old = atomicXor_system(p, v); break;
-        }
+        old = internal_amo((unsigned long long *)addr, op, (unsigned long long)value, (unsigned long long)cond);
     }
     __threadfence_system();
     *(volatile uint64_t *)result = old;

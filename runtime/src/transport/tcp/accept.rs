@@ -270,6 +270,25 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// PE 0 accepting the `expected` PEs, with a deadline and timeout `within` from now.
+    fn as_pe0<'a>(
+        token: &'a [u8],
+        expected: &'a [bool],
+        abort: &'a AtomicBool,
+        within: Duration,
+        hello_limit: Duration,
+    ) -> Accept<'a> {
+        Accept {
+            me: 0,
+            token,
+            expected,
+            deadline: Some(Instant::now() + within),
+            timeout: Some(within),
+            abort,
+            hello_limit,
+        }
+    }
+
     /// Ten idle connections and two with a wrong token reach the listener before the one
     /// expected peer: the peer is accepted at once (not after 5 s per idle connection), the
     /// strangers get nothing.
@@ -289,15 +308,13 @@ mod tests {
             .unwrap();
         let abort = AtomicBool::new(false);
         let expected = [false, true];
-        let a = Accept {
-            me: 0,
-            token: &token,
-            expected: &expected,
-            deadline: Some(Instant::now() + Duration::from_secs(60)),
-            timeout: Some(Duration::from_secs(60)),
-            abort: &abort,
-            hello_limit: Duration::from_secs(30),
-        };
+        let a = as_pe0(
+            &token,
+            &expected,
+            &abort,
+            Duration::from_secs(60),
+            Duration::from_secs(30),
+        );
         let t0 = Instant::now();
         let got = a.run(&l).unwrap().unwrap();
         assert!(
@@ -337,15 +354,13 @@ mod tests {
         });
         let abort = AtomicBool::new(false);
         let expected = [false, true, true];
-        let a = Accept {
-            me: 0,
-            token: &token,
-            expected: &expected,
-            deadline: Some(Instant::now() + Duration::from_secs(1)),
-            timeout: Some(Duration::from_secs(1)),
-            abort: &abort,
-            hello_limit: HELLO_LIMIT,
-        };
+        let a = as_pe0(
+            &token,
+            &expected,
+            &abort,
+            Duration::from_secs(1),
+            HELLO_LIMIT,
+        );
         let t0 = Instant::now();
         let e = a.run(&l).unwrap_err();
         stop.store(true, Ordering::Release);

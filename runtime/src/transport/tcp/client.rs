@@ -254,11 +254,7 @@ impl Net {
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        let r = self.with(call, pe, Doing::Put(n), |c| {
-            Self::put_frames(c, call, heap, off, src, n, false)
-        });
-        self.link(call, pe)?.dirty.store(true, Ordering::Release);
-        self.tolerate(r)
+        self.put_with(call, pe, heap, off, src, n, false)
     }
 
     /// [`put`](Net::put) that may leave the request in the connection's output buffer (one
@@ -274,9 +270,24 @@ impl Net {
         src: *const u8,
         n: usize,
     ) -> Result<()> {
+        self.put_with(call, pe, heap, off, src, n, true)
+    }
+
+    /// [`put`](Net::put), or with `defer` [`put_deferred`](Net::put_deferred).
+    #[allow(clippy::too_many_arguments)]
+    fn put_with(
+        &self,
+        call: &'static str,
+        pe: usize,
+        heap: HeapId,
+        off: usize,
+        src: *const u8,
+        n: usize,
+        defer: bool,
+    ) -> Result<()> {
         let link = self.link(call, pe)?;
         let r = self.with(call, pe, Doing::Put(n), |c| {
-            Self::put_frames(c, call, heap, off, src, n, true)?;
+            Self::put_frames(c, call, heap, off, src, n, defer)?;
             link.deferred.store(!c.out.is_empty(), Ordering::Release);
             Ok(())
         });
@@ -320,10 +331,8 @@ impl Net {
         off: usize,
         value: u64,
     ) -> Result<()> {
-        let link = self.link(call, pe)?;
-        let r = self.with(call, pe, Doing::Store, |c| {
-            let id = c.call_id(call);
-            c.out.extend_from_slice(&wire::req(
+        self.post(call, pe, Doing::Store, |id| {
+            wire::req(
                 wire::OP_STORE,
                 heap as u8,
                 8,
@@ -333,7 +342,24 @@ impl Net {
                 8,
                 value,
                 0,
-            ));
+            )
+        })
+    }
+
+    /// Sends the request `req(call id)` to `pe` at once, with whatever output is deferred
+    /// before it; not acknowledged (a rejection is reported by the next
+    /// [`quiet`](Net::quiet)).
+    fn post(
+        &self,
+        call: &'static str,
+        pe: usize,
+        doing: Doing,
+        req: impl FnOnce(u16) -> [u8; REQ],
+    ) -> Result<()> {
+        let link = self.link(call, pe)?;
+        let r = self.with(call, pe, doing, |c| {
+            let id = c.call_id(call);
+            c.out.extend_from_slice(&req(id));
             link.deferred.store(false, Ordering::Release);
             c.send()
         });
@@ -395,15 +421,7 @@ impl Net {
                 Ok(status)
             })?;
             if status != 0 {
-                let j = Rejection {
-                    call: 0,
-                    op: wire::OP_GET,
-                    heap: heap as u8,
-                    why: Reject::from_code(status),
-                    off: (off + done) as u64,
-                    len: k as u64,
-                };
-                return Err(rejected(call, call, pe, &j, 1));
+                return Err(refused(call, pe, wire::OP_GET, heap, status, off + done, k));
             }
             done += k;
         }
@@ -441,15 +459,7 @@ impl Net {
             self.round_trip(c, &h)
         })?;
         if status != 0 {
-            let j = Rejection {
-                call: 0,
-                op: wire::OP_AMO,
-                heap: heap as u8,
-                why: Reject::from_code(status),
-                off: off as u64,
-                len: size as u64,
-            };
-            return Err(rejected(call, call, pe, &j, 1));
+            return Err(refused(call, pe, wire::OP_AMO, heap, status, off, size));
         }
         Ok(v)
     }
@@ -469,10 +479,8 @@ impl Net {
         value: u64,
         cond: u64,
     ) -> Result<()> {
-        let link = self.link(call, pe)?;
-        let r = self.with(call, pe, Doing::Amo, |c| {
-            let id = c.call_id(call);
-            c.out.extend_from_slice(&wire::req(
+        self.post(call, pe, Doing::Amo, |id| {
+            wire::req(
                 wire::OP_AMO_NF,
                 heap as u8,
                 size as u8,
@@ -482,12 +490,8 @@ impl Net {
                 size as u64,
                 value,
                 cond,
-            ));
-            link.deferred.store(false, Ordering::Release);
-            c.send()
-        });
-        link.dirty.store(true, Ordering::Release);
-        self.tolerate(r)
+            )
+        })
     }
 
     /// Waits until every put, store and non-fetching atomic issued so far to every peer has
@@ -579,6 +583,29 @@ impl Net {
         }
         result
     }
+}
+
+/// The error for the round trip `op` on `[off, off+len)` of `pe`'s heap `heap` that `pe`
+/// answered with the refusal `status`.
+#[cold]
+fn refused(
+    call: &'static str,
+    pe: usize,
+    op: u8,
+    heap: HeapId,
+    status: u32,
+    off: usize,
+    len: usize,
+) -> Error {
+    let j = Rejection {
+        call: 0,
+        op,
+        heap: heap as u8,
+        why: Reject::from_code(status),
+        off: off as u64,
+        len: len as u64,
+    };
+    rejected(call, call, pe, &j, 1)
 }
 
 /// The error for a request `pe` refused: named after `issuer`, the call that made it (`now`

@@ -690,6 +690,39 @@ impl Verbs {
         unsafe { self.staging.as_ptr().add(at) }
     }
 
+    /// Runs `f` on each piece of at most [`PIECE`] bytes of `[at, at+n)` in order, with the
+    /// state lock held, the piece located and staging bytes for it reserved.
+    fn by_piece(
+        &self,
+        call: &'static str,
+        at: RemoteAddr,
+        n: usize,
+        mut f: impl FnMut(&mut State, Piece) -> Result<()>,
+    ) -> Result<()> {
+        let mut st = self.lock(call)?;
+        let mut done = 0;
+        while done < n {
+            let here = RemoteAddr {
+                off: at.off + done,
+                ..at
+            };
+            let (raddr, rkey, k) = self.locate(call, here, (n - done).min(PIECE))?;
+            let stage = self.stage(call, &mut st, k)?;
+            f(
+                &mut st,
+                Piece {
+                    done,
+                    raddr,
+                    rkey,
+                    stage,
+                    k,
+                },
+            )?;
+            done += k;
+        }
+        Ok(())
+    }
+
     /// One native 8-byte atomic on the word at `raddr`; returns the old value.
     fn atomic8(&self, call: &'static str, st: &mut State, pe: usize, wr: Wr) -> Result<u64> {
         let at = self.stage(call, st, 8)?;
@@ -700,6 +733,20 @@ impl Verbs {
         unsafe { std::ptr::copy_nonoverlapping(self.staging_ptr(at), b.as_mut_ptr(), 8) };
         Ok(u64::from_ne_bytes(b))
     }
+}
+
+/// One piece of a put or get (see [`Verbs::by_piece`]).
+#[derive(Clone, Copy)]
+struct Piece {
+    /// Bytes of the whole transfer before this piece.
+    done: usize,
+    /// Its remote address and key.
+    raddr: u64,
+    rkey: u32,
+    /// Its offset in the staging buffer.
+    stage: usize,
+    /// Its length.
+    k: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -737,40 +784,45 @@ impl TransportOps for Verbs {
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
-        let mut st = self.lock(call)?;
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: dst.off + done,
-                ..dst
-            };
-            let (raddr, rkey, k) = self.locate(call, at, (n - done).min(PIECE))?;
-            let stage = self.stage(call, &mut st, k)?;
+        self.by_piece(call, dst, n, |st, p| {
             // SAFETY: the caller's `src` has n readable bytes; the staging bytes are free.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(done), self.staging_ptr(stage), k) };
-            self.post(call, &mut st, dst.pe, Wr::Write { raddr, rkey }, stage, k)?;
-            done += k;
-        }
-        Ok(())
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(p.done), self.staging_ptr(p.stage), p.k)
+            };
+            self.post(
+                call,
+                st,
+                dst.pe,
+                Wr::Write {
+                    raddr: p.raddr,
+                    rkey: p.rkey,
+                },
+                p.stage,
+                p.k,
+            )
+        })
     }
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
-        let mut st = self.lock(call)?;
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: src.off + done,
-                ..src
-            };
-            let (raddr, rkey, k) = self.locate(call, at, (n - done).min(PIECE))?;
-            let stage = self.stage(call, &mut st, k)?;
-            self.post(call, &mut st, src.pe, Wr::Read { raddr, rkey }, stage, k)?;
-            self.drain(call, &mut st, 0)?;
+        self.by_piece(call, src, n, |st, p| {
+            self.post(
+                call,
+                st,
+                src.pe,
+                Wr::Read {
+                    raddr: p.raddr,
+                    rkey: p.rkey,
+                },
+                p.stage,
+                p.k,
+            )?;
+            self.drain(call, st, 0)?;
             // SAFETY: the read completed into staging; `dst` has n writable bytes.
-            unsafe { std::ptr::copy_nonoverlapping(self.staging_ptr(stage), dst.add(done), k) };
-            done += k;
-        }
-        Ok(())
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.staging_ptr(p.stage), dst.add(p.done), p.k)
+            };
+            Ok(())
+        })
     }
 
     fn amo(
@@ -795,58 +847,30 @@ impl TransportOps for Verbs {
         let (raddr, rkey, _) = self.locate(call, word, 8)?;
         let mut st = self.lock(call)?;
         let pe = at.pe;
+        let fadd =
+            |st: &mut State, add: u64| self.atomic8(call, st, pe, Wr::Fadd { raddr, rkey, add });
+        let cas = |st: &mut State, cmp: u64, swap: u64| {
+            self.atomic8(
+                call,
+                st,
+                pe,
+                Wr::Cas {
+                    raddr,
+                    rkey,
+                    cmp,
+                    swap,
+                },
+            )
+        };
         if size == 8 {
             match op {
-                AmoOp::FetchAdd => {
-                    return self.atomic8(
-                        call,
-                        &mut st,
-                        pe,
-                        Wr::Fadd {
-                            raddr,
-                            rkey,
-                            add: value,
-                        },
-                    )
-                }
-                AmoOp::Fetch => {
-                    return self.atomic8(
-                        call,
-                        &mut st,
-                        pe,
-                        Wr::Fadd {
-                            raddr,
-                            rkey,
-                            add: 0,
-                        },
-                    )
-                }
-                AmoOp::CompareSwap => {
-                    return self.atomic8(
-                        call,
-                        &mut st,
-                        pe,
-                        Wr::Cas {
-                            raddr,
-                            rkey,
-                            cmp: cond,
-                            swap: value,
-                        },
-                    )
-                }
+                AmoOp::FetchAdd => return fadd(&mut st, value),
+                AmoOp::Fetch => return fadd(&mut st, 0),
+                AmoOp::CompareSwap => return cas(&mut st, cond, value),
                 _ => {}
             }
         }
-        let mut cur = self.atomic8(
-            call,
-            &mut st,
-            pe,
-            Wr::Fadd {
-                raddr,
-                rkey,
-                add: 0,
-            },
-        )?;
+        let mut cur = fadd(&mut st, 0)?;
         loop {
             let old = (cur >> shift) & mask;
             if op == AmoOp::Fetch || (op == AmoOp::CompareSwap && old != cond & mask) {
@@ -854,17 +878,7 @@ impl TransportOps for Verbs {
             }
             let new_part = op.apply(old, value & mask, cond & mask) & mask;
             let new = (cur & !(mask << shift)) | (new_part << shift);
-            let seen = self.atomic8(
-                call,
-                &mut st,
-                pe,
-                Wr::Cas {
-                    raddr,
-                    rkey,
-                    cmp: cur,
-                    swap: new,
-                },
-            )?;
+            let seen = cas(&mut st, cur, new)?;
             if seen == cur {
                 return Ok(old);
             }
