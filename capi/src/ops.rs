@@ -430,6 +430,51 @@ pub unsafe fn store_fetch<T>(call: &'static str, fetch: *mut T, v: T) {
     unsafe { fetch.write(v) };
 }
 
+/// The atomics that return nothing (`shmem_TYPE_atomic_set`): as [`amo_ext`].
+pub fn amo_ext_post<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) {
+    amo_ext(call, dest, op, v, pe);
+}
+
+/// The arithmetic atomics that return nothing (`add`, `inc`): the runtime may post them to a
+/// PE of another host (complete at the next quiet).
+pub fn amo_int_post<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) {
+    if !matches!(op, Op::Add) {
+        amo_int(call, dest, op, v, pe);
+        return;
+    }
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        if seg_amo(rt, call, dest, pe, op, v)?.is_some() {
+            return Ok(());
+        }
+        Ok(rt.world.atomic_add(dest, v, pe)?)
+    });
+}
+
+/// The bitwise atomics that return nothing (`and`, `or`, `xor`): posted like
+/// [`amo_int_post`].
+pub fn amo_bit_post<T: Amo + AmoBitwise>(
+    call: &'static str,
+    dest: *mut T,
+    op: Op,
+    v: T,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        if seg_amo(rt, call, dest, pe, op, v)?.is_some() {
+            return Ok(());
+        }
+        let w = &rt.world;
+        match op {
+            Op::And => w.atomic_and(dest, v, pe)?,
+            Op::Or => w.atomic_or(dest, v, pe)?,
+            _ => w.atomic_xor(dest, v, pe)?,
+        }
+        Ok(())
+    });
+}
+
 // ---- signals ----
 
 /// `shmem_put_signal` and its forms.

@@ -355,9 +355,7 @@ macro_rules! amo {
     (@void $ctx:ident $s:ident, $t:ident, $kind:ident, $op:expr, $val:expr, ($($a:ident)*)) => {
         amo!(@$ctx $s, concat!("atomic on ", stringify!($t)),
             (dest: *mut elem!($t), $($a: elem!($t),)* pe: c_int),
-            call => {
-                ops::$kind(call, dest, $op, $val, pe);
-            });
+            call => paste::paste! { ops::[<$kind _post>](call, dest, $op, $val, pe) });
     };
     (@ctx $s:ident, $($rest:tt)*) => {
         entry_and_ctx!($s, $($rest)*);

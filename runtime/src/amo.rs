@@ -5,6 +5,8 @@
 //! type's size. Fetching calls return the value held before the operation. Atomics are ordered
 //! with other operations to the same PE by [`World::fence`] and completed by [`World::quiet`];
 //! on the shared-memory transport each one is complete (and acquire-release) when it returns.
+//! The non-fetching calls (`atomic_set`, `atomic_add`, `atomic_inc`, `atomic_and`/`or`/`xor`)
+//! may be posted to a PE of another host: then they are complete at the next quiet.
 
 use crate::error::Result;
 use crate::transport::AmoOp;
@@ -37,6 +39,23 @@ impl World {
         Ok(T::from_bits(T::Bits::from_u64(old)))
     }
 
+    /// [`amo`](World::amo) for the calls that return no old value (see the module docs).
+    #[inline]
+    fn amo_post<T: AmoType>(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        dest: *const T,
+        value: T,
+        pe: usize,
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        Self::check_aligned(call, "address", dest, size)?;
+        let t = self.target(call, dest as usize, size, pe)?;
+        let v = value.to_bits().to_u64();
+        self.amo_nf_at(call, op, t, size, v, v)
+    }
+
     /// **One-sided.** Atomically reads `src` on PE `pe`. Like `shmem_atomic_fetch`.
     #[inline]
     pub fn atomic_fetch<T: AmoType>(&self, src: *const T, pe: usize) -> Result<T> {
@@ -47,8 +66,7 @@ impl World {
     /// **One-sided.** Atomically writes `value` to `dest` on PE `pe`. Like `shmem_atomic_set`.
     #[inline]
     pub fn atomic_set<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_set", AmoOp::Set, dest, value, value, pe)
-            .map(drop)
+        self.amo_post("atomic_set", AmoOp::Set, dest, value, pe)
     }
 
     /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value. Like `shmem_atomic_swap`.
@@ -85,8 +103,7 @@ impl World {
     /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping). Like `shmem_atomic_add`.
     #[inline]
     pub fn atomic_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_add", AmoOp::FetchAdd, dest, value, value, pe)
-            .map(drop)
+        self.amo_post("atomic_add", AmoOp::FetchAdd, dest, value, pe)
     }
 
     /// **One-sided.** Increments `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_inc`.
@@ -105,8 +122,7 @@ impl World {
     /// **One-sided.** Increments `dest` on PE `pe`. Like `shmem_atomic_inc`.
     #[inline]
     pub fn atomic_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<()> {
-        self.amo("atomic_inc", AmoOp::FetchAdd, dest, T::one(), T::one(), pe)
-            .map(drop)
+        self.amo_post("atomic_inc", AmoOp::FetchAdd, dest, T::one(), pe)
     }
 
     /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_and`.
@@ -130,21 +146,18 @@ impl World {
     /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`. Like `shmem_atomic_and`.
     #[inline]
     pub fn atomic_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_and", AmoOp::FetchAnd, dest, value, value, pe)
-            .map(drop)
+        self.amo_post("atomic_and", AmoOp::FetchAnd, dest, value, pe)
     }
 
     /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`. Like `shmem_atomic_or`.
     #[inline]
     pub fn atomic_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_or", AmoOp::FetchOr, dest, value, value, pe)
-            .map(drop)
+        self.amo_post("atomic_or", AmoOp::FetchOr, dest, value, pe)
     }
 
     /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`. Like `shmem_atomic_xor`.
     #[inline]
     pub fn atomic_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo("atomic_xor", AmoOp::FetchXor, dest, value, value, pe)
-            .map(drop)
+        self.amo_post("atomic_xor", AmoOp::FetchXor, dest, value, pe)
     }
 }

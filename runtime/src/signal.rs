@@ -146,7 +146,7 @@ impl World {
             SignalOp::Set => AmoOp::Set,
             SignalOp::Add => AmoOp::FetchAdd,
         };
-        self.amo_at(call, op, t, 8, signal, 0).map(drop)
+        self.amo_nf_at(call, op, t, 8, signal, 0)
     }
 }
 

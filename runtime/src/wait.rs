@@ -1,19 +1,55 @@
 //! The one waiting loop every blocking call uses: spin briefly, then yield, then sleep in short
 //! naps, so waits stay fast when each PE has a core and still make progress when PEs outnumber
 //! cores. Every wait is bounded by `RSHMEM_TIMEOUT` and fails early when a peer PE is gone.
+//!
+//! A waiting thread also drives the remote transports that need this PE's CPU to serve its
+//! peers ([`Progress`]; UCX, whose RMA and atomics over TCP are applied by the target's worker):
+//! a PE that sits in a barrier or a wait answers its peers at once, instead of waking a
+//! progress thread that shares its core. Once a wait naps, it leaves that to the transport.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 
+/// Spins before the first yield when this host's PEs outnumber its cores, and when they do not.
+const SPINS_SHARED: u32 = 64;
+const SPINS_OWN_CORE: u32 = 20_000;
+
+/// How long a wait spins and yields before it naps between checks.
+const NAP_AFTER: Duration = Duration::from_millis(20);
+/// The same for a PE that has a core of its own and progresses a transport while it waits: it
+/// keeps serving its peers at once (as OSHMEM's and NVSHMEM's waits do) for longer.
+const NAP_AFTER_PROGRESSING: Duration = Duration::from_secs(1);
+
+/// What a waiting thread calls between two checks of its condition: progress of a remote
+/// transport. It must be cheap when there is nothing to do and must never block.
+pub(crate) type Progress = Arc<dyn Fn() + Send + Sync>;
+
 /// Parameters shared by every wait of one PE.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct WaitPolicy {
     pub me: usize,
     pub timeout: Option<Duration>,
     /// Spins before the first yield (small when PEs outnumber cores).
     pub spins: u32,
+    /// Called between checks (see the module docs); None when no transport needs it.
+    progress: Option<Progress>,
+    /// When a wait starts napping.
+    nap_after: Duration,
+}
+
+impl std::fmt::Debug for WaitPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitPolicy")
+            .field("me", &self.me)
+            .field("timeout", &self.timeout)
+            .field("spins", &self.spins)
+            .field("progress", &self.progress.is_some())
+            .field("nap_after", &self.nap_after)
+            .finish()
+    }
 }
 
 impl WaitPolicy {
@@ -22,7 +58,32 @@ impl WaitPolicy {
         WaitPolicy {
             me,
             timeout,
-            spins: if local_pes > cores { 64 } else { 20_000 },
+            spins: if local_pes > cores {
+                SPINS_SHARED
+            } else {
+                SPINS_OWN_CORE
+            },
+            progress: None,
+            nap_after: NAP_AFTER,
+        }
+    }
+
+    /// Makes every wait call `p` between its checks until it naps (see the module docs).
+    pub fn set_progress(&mut self, p: Option<Progress>) {
+        let own_core = self.spins == SPINS_OWN_CORE;
+        self.nap_after = if p.is_some() && own_core {
+            NAP_AFTER_PROGRESSING
+        } else {
+            NAP_AFTER
+        };
+        self.progress = p;
+    }
+
+    /// Runs the progress hook, if any.
+    #[inline]
+    fn progress(&self) {
+        if let Some(p) = &self.progress {
+            p();
         }
     }
 
@@ -42,6 +103,7 @@ impl WaitPolicy {
         }
         for _ in 0..self.spins {
             std::hint::spin_loop();
+            self.progress();
             if let Some(v) = done() {
                 return Ok(v);
             }
@@ -61,6 +123,11 @@ impl WaitPolicy {
         let start = Instant::now();
         let mut waiting = crate::hang::Waiting::enter(call, pe, start);
         loop {
+            if start.elapsed() <= self.nap_after {
+                // Past this, the waiter naps and the transport's own progress thread serves
+                // the peers (a thread that sleeps 50 µs between checks would delay them).
+                self.progress();
+            }
             if let Some(v) = done() {
                 return Ok(v);
             }
@@ -101,7 +168,7 @@ impl WaitPolicy {
                     });
                 }
             }
-            if waited > Duration::from_millis(20) {
+            if waited > self.nap_after {
                 std::thread::sleep(Duration::from_micros(50));
                 continue;
             }

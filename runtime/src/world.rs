@@ -410,7 +410,8 @@ impl World {
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
-        let wait = WaitPolicy::new(me, cfg.timeout, node.len());
+        let mut wait = WaitPolicy::new(me, cfg.timeout, node.len());
+        wait.set_progress(remotes.progress());
         let world = World {
             me,
             n,
@@ -862,6 +863,30 @@ impl World {
         let at = RemoteAddr::user(pe, off);
         self.remote_xport(call, pe)?
             .amo(call, op, at, size, value, cond)
+    }
+
+    /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
+    /// transport may post it (complete at the next quiet, ordered after earlier operations
+    /// to the same PE).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn amo_nf_at(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        t: Target,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        match t {
+            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond).map(drop),
+            Target::Remote { pe, off } => {
+                let at = RemoteAddr::user(pe, off);
+                self.remote_xport(call, pe)?
+                    .amo_nf(call, op, at, size, value, cond)
+            }
+        }
     }
 
     /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.

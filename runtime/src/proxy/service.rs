@@ -262,8 +262,16 @@ fn user(pe: usize, off: usize) -> RemoteAddr {
 }
 
 impl NetExec {
+    /// The transport of `pe`. Device requests of this PE are executed in order (device code
+    /// relies on it: `rshmem_fence` pushes nothing): UCX does not order puts by itself, so a
+    /// request to a UCX peer is fenced after the ones before it (a no-op when nothing is
+    /// outstanding).
     fn route(&self, pe: usize) -> Result<Route<'_>> {
-        route(&self.net, &self.ucx, &self.routes, pe)
+        let r = route(&self.net, &self.ucx, &self.routes, pe)?;
+        if let Route::Ucx(u) = &r {
+            TransportOps::fence(*u, CALL)?;
+        }
+        Ok(r)
     }
 
     fn target(&self, r: &Request) -> Result<(usize, usize)> {

@@ -200,6 +200,22 @@ pub trait TransportOps {
         cond: u64,
     ) -> Result<u64>;
 
+    /// Applies `op` like [`amo`](TransportOps::amo) for a caller that does not read the old
+    /// value (`atomic_add`, `atomic_set`, ...). A transport may post it: then it is complete at
+    /// the next [`quiet`](TransportOps::quiet), and on an [`Caps::ORDERED`] transport applied
+    /// after everything issued before it to the same PE. The default waits for `amo`.
+    fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: Self::Addr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        self.amo(call, op, at, size, value, cond).map(drop)
+    }
+
     /// Stores the 8-byte `value` at the aligned word `at` with release semantics: it lands after
     /// every put issued before it to the same PE. Not acknowledged (use `quiet` to complete it).
     /// The default is an atomic set.
@@ -407,6 +423,18 @@ impl TransportOps for RemoteRef<'_> {
         remote_dispatch!(self, t => TransportOps::amo(*t, call, op, at, size, value, cond))
     }
 
+    fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::amo_nf(*t, call, op, at, size, value, cond))
+    }
+
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
         remote_dispatch!(self, t => TransportOps::store(*t, call, at, value))
     }
@@ -454,6 +482,18 @@ impl TransportOps for tcp::Net {
         cond: u64,
     ) -> Result<u64> {
         tcp::Net::amo(self, call, at.pe, at.heap, op, at.off, size, value, cond)
+    }
+
+    fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        tcp::Net::amo_nf(self, call, at.pe, at.heap, op, at.off, size, value, cond)
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
@@ -513,7 +553,7 @@ mod tests {
         assert!(!TCP_CAPS.contains(Caps::LOAD_STORE));
         #[cfg(feature = "verbs")]
         assert_eq!(verbs::CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
-        assert_eq!(ucx::CAPS, Caps::RMA | Caps::AMO | Caps::ORDERED);
+        assert_eq!(ucx::CAPS, Caps::RMA | Caps::AMO);
     }
 
     #[test]

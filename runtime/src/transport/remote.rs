@@ -365,8 +365,13 @@ impl Remotes {
         Ok(())
     }
 
-    /// Completes every operation issued through the non-TCP remote transports.
-    #[inline]
+    /// What this PE's waits call between checks: progress of the UCX worker (its peers'
+    /// RMA and atomics over TCP are applied by it); None without UCX.
+    pub(crate) fn progress(&self) -> Option<crate::wait::Progress> {
+        let u = self.ucx.clone()?;
+        Some(Arc::new(move || u.progress_now()))
+    }
+
     /// Orders this PE's operations per target on the transports that do not deliver in order
     /// by themselves (none of the built-in ones today: each is [`Caps::ORDERED`]).
     pub(crate) fn fence(&self, call: &'static str) -> Result<()> {
@@ -386,6 +391,7 @@ impl Remotes {
         Ok(())
     }
 
+    /// Completes every operation issued through the non-TCP remote transports.
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
         if let Some(u) = &self.ucx {
             super::TransportOps::quiet(u.as_ref(), call)?;
@@ -534,7 +540,8 @@ impl Remotes {
                     u.connect(call, p, &info.address)?;
                     u.add_keys(call, p, &info.keys)?;
                 }
-                u.start_progress(live.clone())
+                u.start_progress(live.clone())?;
+                u.wire_up(call)
             })();
         }
         agree_up(boot, call, up, "UCX endpoints could not be created")?;

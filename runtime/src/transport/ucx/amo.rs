@@ -255,17 +255,35 @@ impl Served {
     }
 }
 
-/// The initiator's side: the reply awaited (one at a time per PE: requests are sent and waited
-/// for under the transport's lock).
+/// The bit of a sequence number that marks a posted request (a non-fetching atomic whose
+/// answer nobody waits for until the next flush).
+pub const POSTED: u64 = 1 << 63;
+
+/// The initiator's side: the reply awaited (one fetching request at a time per PE: they are
+/// sent and waited for under the transport's lock), and the answers to posted requests.
 #[derive(Default)]
 pub(crate) struct Awaited {
     /// Sequence number of the last request sent.
     pub seq: AtomicU64,
     /// The last reply received: its sequence number (0: none yet) and result.
     pub got: Mutex<Option<Reply>>,
+    /// Posted requests sent, and answered.
+    pub posted: AtomicU64,
+    answered: AtomicU64,
+    /// The first refusal among the posted requests since the last [`Awaited::settle`].
+    refused: Mutex<Option<Refusal>>,
 }
 
 impl Awaited {
+    /// Once every posted request has been answered: `Some(the first refusal since the last
+    /// settle)`, forgetting it; None while answers are outstanding.
+    pub(crate) fn settle(&self) -> Option<Option<Refusal>> {
+        if self.answered.load(Ordering::Acquire) < self.posted.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.refused.lock().ok().and_then(|mut g| g.take()))
+    }
+
     /// Takes the reply to `seq` if it arrived.
     pub(crate) fn take(&self, seq: u64) -> Option<Reply> {
         let mut g = self.got.lock().ok()?;
@@ -277,6 +295,13 @@ impl Awaited {
 
     /// Records a reply (replies to requests given up on are dropped by [`Awaited::take`]).
     pub(crate) fn put(&self, r: Reply) {
+        if r.seq & POSTED != 0 {
+            if let (Err(why), Ok(mut g)) = (r.result, self.refused.lock()) {
+                g.get_or_insert(why);
+            }
+            self.answered.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
         if r.seq == self.seq.load(Ordering::Acquire) {
             if let Ok(mut g) = self.got.lock() {
                 *g = Some(r);
@@ -336,6 +361,35 @@ mod tests {
         b[8] = 99;
         assert_eq!(Reply::decode(&b), None, "unknown status");
         assert_eq!(Reply::decode(&b[1..]), None);
+    }
+
+    #[test]
+    fn awaited_settles_posted_requests() {
+        let a = Awaited::default();
+        assert_eq!(a.settle(), Some(None), "nothing posted: settled");
+        a.posted.store(2, Ordering::Release);
+        a.put(Reply {
+            seq: POSTED | 1,
+            result: Ok(0),
+        });
+        assert_eq!(a.settle(), None, "one answer of two");
+        a.put(Reply {
+            seq: POSTED | 2,
+            result: Err(Refusal::Outside),
+        });
+        assert_eq!(a.settle(), Some(Some(Refusal::Outside)));
+        assert_eq!(a.settle(), Some(None), "the refusal is reported once");
+        a.seq.store(9, Ordering::Release);
+        a.put(Reply {
+            seq: 9,
+            result: Ok(3),
+        });
+        assert_eq!(
+            a.settle(),
+            Some(None),
+            "a fetching reply is not a posted one"
+        );
+        assert_eq!(a.take(9).map(|r| r.result), Some(Ok(3)));
     }
 
     #[test]

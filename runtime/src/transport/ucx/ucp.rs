@@ -7,18 +7,31 @@
 //! worker, its endpoints, keys and the context) happens under one mutex, so the host API's
 //! threads and the progress thread never call UCP at the same time.
 //!
-//! Ordering: UCP does not order operations by itself. Every operation that follows a put,
-//! store or atomic issued since the last fence or flush is preceded by `ucp_worker_fence`, so
-//! operations to one PE are applied in issue order (the transport is [`Caps::ORDERED`]: the data
-//! of a put-with-signal lands before its signal, barrier flags after the puts before them).
+//! Ordering: UCP does not order operations by itself (with several lanes, one message can pass
+//! another), and `ucp_worker_fence` can cost a round trip (UCX 1.14 to 1.18 implement it as a
+//! flush). So the transport is not [`Caps::ORDERED`]: puts are ordered only by
+//! [`fence`](TransportOps::fence) (which `World::fence` calls) and completed by `quiet`. What
+//! the runtime builds on order needs no fence from the caller: an atomic or store (a signal, a
+//! barrier or collective flag) is fenced after the puts issued before it, and a get after
+//! them, so the data of a put-with-signal lands before its signal. The fence only runs when
+//! something is outstanding: a fetching atomic has completed at the target when it returns.
+//!
+//! Non-fetching atomics and stores are posted: they complete (and their buffers are freed) at
+//! the next flush, or when progress finds them done. Where atomics are applied by the target
+//! ([`amo`]), a non-fetching one is posted too: its answer is collected by the next flush,
+//! which reports a refusal.
 //!
 //! One-sided for real: where UCX emulates RMA in software (over TCP), the target's worker must
-//! progress. The progress thread does that: it drains the worker, arms it (`ucp_worker_arm`)
-//! and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a stop eventfd, so
-//! it uses no CPU while nothing is in flight.
+//! progress. Two things do that. A thread of this PE that waits (a barrier, `wait_until`, a
+//! signal wait) progresses the worker between its checks ([`Ucx::progress_now`]), as a PE of
+//! OSHMEM does; that answers a peer at once, without waking another thread on a core the
+//! waiter holds. Otherwise the progress thread does: it drains the worker, arms it
+//! (`ucp_worker_arm`) and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a
+//! stop eventfd, so it uses no CPU while nothing is in flight. While waiters progress the
+//! worker, the progress thread leaves the event fd alone and naps.
 
 use std::ffi::{c_int, c_void, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,15 +43,20 @@ use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::{AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
-/// What the UCX transport can do.
-pub const CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
+/// What the UCX transport can do (not ordered: see the module docs).
+pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
 
 /// How long a thread waiting for a request polls the worker before it sleeps on the worker's
 /// event fd.
 const SPIN: Duration = Duration::from_micros(100);
 
-/// Non-blocking stores whose completion is reaped later; above this many, the oldest is waited.
+/// Posted stores and atomics whose completion is reaped later; above this many, they are
+/// flushed.
 const MAX_PENDING: usize = 1024;
+
+/// How long after a waiting thread last progressed the worker the progress thread keeps
+/// napping instead of sleeping on the worker's event fd.
+const HELPED: Duration = Duration::from_millis(2);
 
 /// What a probe of the installed UCX found (for `auto` and `rshmem-info`).
 #[derive(Debug, Clone)]
@@ -251,10 +269,11 @@ struct Inner {
     memh: Vec<ffi::MemH>,
     /// A put, store or atomic went out since the last fence or flush.
     unfenced: bool,
-    /// A put or store went out since the last flush (atomics are complete when they return).
+    /// A put, store or posted atomic went out since the last flush (fetching atomics are
+    /// complete when they return).
     dirty: bool,
-    /// Stores in flight: request and the buffers it reads and writes.
-    pending: Vec<(*mut c_void, Box<[u64; 2]>)>,
+    /// Posted stores and atomics in flight: request and the buffers it reads and writes.
+    pending: Vec<(*mut c_void, Box<[u64]>)>,
 }
 
 /// A reply being sent: its request and the bytes it reads.
@@ -283,6 +302,26 @@ struct Shared {
     awaited: Awaited,
     /// Replies in flight (request and the bytes it sends), reaped by progress.
     replies: Mutex<Vec<InFlightReply>>,
+    /// When a waiting thread last progressed the worker ([`Ucx::progress_now`]), in
+    /// nanoseconds since `epoch` (0: never).
+    helped: AtomicU64,
+    epoch: Instant,
+}
+
+impl Shared {
+    /// Nanoseconds since `epoch` (at least 1).
+    fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// True if a waiting thread progressed the worker in the last [`HELPED`].
+    fn helped_recently(&self) -> bool {
+        if std::env::var_os("XX_NONAP").is_some() {
+            return false;
+        }
+        let h = self.helped.load(Ordering::Relaxed);
+        h != 0 && self.now().saturating_sub(h) < HELPED.as_nanos() as u64
+    }
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
@@ -470,6 +509,8 @@ impl Ucx {
             served: std::sync::OnceLock::new(),
             awaited: Awaited::default(),
             replies: Mutex::new(Vec::new()),
+            helped: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         if target_atomics {
             for (id, cb) in [
@@ -523,27 +564,22 @@ impl Ucx {
         }
     }
 
-    /// An atomic whose old value nobody reads (the proxy's non-fetching atomics and signals).
-    /// Where atomics on the user heap are applied on the target, it is complete when this
-    /// returns, and a set is a plain word write there; otherwise it is
-    /// [`TransportOps::amo`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        if self.shared.target_atomics && (size == 4 || size == 8) {
-            let mut g = self.lock(call)?;
-            return self
-                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
-                .map(drop);
+    /// Progresses the worker once on behalf of a thread of this PE that waits (see the module
+    /// docs): serves what peers sent and reaps completed posted operations. Never blocks: when
+    /// another thread holds the worker, that thread progresses it.
+    pub(crate) fn progress_now(&self) {
+        let s = &*self.shared;
+        if std::env::var_os("XX_NOHOOK").is_some() {
+            return;
         }
-        TransportOps::amo(self, call, op, at, size, value, cond).map(drop)
+        let Ok(mut g) = s.inner.try_lock() else {
+            return;
+        };
+        // SAFETY: live worker under the lock.
+        unsafe { while (s.lib.worker_progress)(g.worker) != 0 {} }
+        reap(s.lib, s, &mut g);
+        drop(g);
+        s.helped.store(s.now(), Ordering::Relaxed);
     }
 
     fn lock(&self, call: &'static str) -> Result<MutexGuard<'_, Inner>> {
@@ -725,6 +761,17 @@ impl Ucx {
         Ok(())
     }
 
+    /// Completes the connection set-up (UCX's wire-up) to every peer by flushing the worker
+    /// once: operations posted while an endpoint was still being wired up were seen cancelled
+    /// (UCX 1.22 over TCP) when the endpoint's lanes changed under them.
+    pub fn wire_up(&self, call: &'static str) -> Result<()> {
+        let g = self.lock(call)?;
+        let p = ffi::UcpRequestParam::empty();
+        // SAFETY: live worker under the lock.
+        let req = unsafe { (self.shared.lib.worker_flush_nbx)(g.worker, &p) };
+        self.wait(call, &g, None, "connection set-up (flush)", req)
+    }
+
     /// The endpoint, remote address and key for `[off, off+n)` of `pe`'s heap: the returned
     /// length is how much of it lies in one registered chunk.
     fn locate(
@@ -764,6 +811,24 @@ impl Ucx {
             })?;
         let k_n = ((k.start + k.len - off) as usize).min(n);
         Ok((ep, k.addr + (off - k.start), k.rkey, k_n))
+    }
+
+    /// The endpoint, remote address and key of the atomic word of `size` bytes at `at`.
+    fn word(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        at: RemoteAddr,
+        size: usize,
+    ) -> Result<(ffi::Ep, u64, ffi::Rkey)> {
+        let (ep, raddr, rkey, k) = self.locate(call, g, at, size)?;
+        if k < size {
+            return Err(Error::invalid(
+                call,
+                "atomic word crosses a registered chunk",
+            ));
+        }
+        Ok((ep, raddr, rkey))
     }
 
     fn lost(&self, call: &'static str, pe: usize) -> Error {
@@ -857,6 +922,12 @@ impl Ucx {
                 return Ok(v);
             }
             spins = spins.wrapping_add(1);
+            if spins % 64 == 1 {
+                // This thread progresses the worker: the progress thread may nap.
+                self.shared
+                    .helped
+                    .store(self.shared.now(), Ordering::Relaxed);
+            }
             if spins % 64 == 0 && t0.elapsed() >= SPIN {
                 // Nothing for a while: sleep on the worker's event fd instead of taking a core
                 // from the peers we wait for (and their progress threads).
@@ -902,7 +973,9 @@ impl Ucx {
     }
 
     /// An atomic on the user heap applied by the target ([`amo`]): flushes what is
-    /// outstanding (so earlier puts land first), sends the request and waits for the answer.
+    /// outstanding (so earlier puts land first) and sends the request. A fetching one waits
+    /// for the answer; a non-fetching one is posted: its answer is collected (and a refusal
+    /// reported) by the next flush.
     #[allow(clippy::too_many_arguments)]
     fn amo_at_target(
         &self,
@@ -916,30 +989,44 @@ impl Ucx {
         fetch: bool,
     ) -> Result<u64> {
         let (ep, _, _, _) = self.locate(call, g, at, size)?;
-        if g.dirty || !g.pending.is_empty() {
+        if g.dirty {
+            // Puts first (a put-with-signal's data before its signal). Requests to one target
+            // need no fence between them: they travel in order on UCX's active-message lane.
             self.flush(call, g)?;
         }
-        self.order(call, g)?;
-        let seq = self.shared.awaited.seq.fetch_add(1, Ordering::AcqRel) + 1;
-        let hdr = Box::new(
-            Request {
-                from: u32::try_from(self.me).unwrap_or(u32::MAX),
-                op: op as u8,
-                size: size as u8,
-                fetch,
-                ctrl: at.heap == HeapId::Ctrl,
-                seq,
-                off: at.off as u64,
-                value,
-                cond,
-            }
-            .encode(),
-        );
+        let awaited = &self.shared.awaited;
+        let seq = if fetch {
+            awaited.seq.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            amo::POSTED | (awaited.posted.fetch_add(1, Ordering::AcqRel) + 1)
+        };
+        let req_bytes = Request {
+            from: u32::try_from(self.me).unwrap_or(u32::MAX),
+            op: op as u8,
+            size: size as u8,
+            fetch,
+            ctrl: at.heap == HeapId::Ctrl,
+            seq,
+            off: at.off as u64,
+            value,
+            cond,
+        }
+        .encode();
+        // The header in words, so that it can wait in `pending` like an operand.
+        let mut hdr: Box<[u64]> = vec![0u64; amo::REQUEST_LEN.div_ceil(8)].into_boxed_slice();
+        // SAFETY: the box holds at least REQUEST_LEN bytes; u8 has no alignment needs.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                req_bytes.as_ptr(),
+                hdr.as_mut_ptr().cast::<u8>(),
+                amo::REQUEST_LEN,
+            )
+        };
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
         p.flags = ffi::UCP_AM_SEND_FLAG_REPLY | ffi::UCP_AM_SEND_FLAG_EAGER;
         // SAFETY: live endpoint under the lock; the header box outlives the request (waited
-        // below, leaked if the wait fails).
+        // below or kept in `pending` until it completes; leaked if the wait fails).
         let req = unsafe {
             (self.shared.lib.am_send_nbx)(
                 ep,
@@ -951,12 +1038,24 @@ impl Ucx {
                 &p,
             )
         };
+        if !fetch {
+            // A get or put after it is fenced after it.
+            g.unfenced = true;
+            if ffi::ptr_is_err(req) {
+                awaited.posted.fetch_sub(1, Ordering::AcqRel);
+                return Err(self.fail(call, Some(at.pe), "atomic request", ffi::ptr_status(req)));
+            }
+            if !req.is_null() {
+                g.pending.push((req, hdr));
+                self.kick();
+            }
+            return Ok(0);
+        }
         if let Err(e) = self.wait(call, g, Some(at.pe), "atomic request", req) {
             std::mem::forget(hdr);
             return Err(e);
         }
         drop(hdr);
-        let awaited = &self.shared.awaited;
         let reply = self.wait_for(
             call,
             g,
@@ -977,12 +1076,33 @@ impl Ucx {
                 },
                 r.reason()
             );
-            match r {
-                amo::Refusal::Outside => Error::NotSymmetric { call, reason },
-                amo::Refusal::Device => Error::Unsupported { call, reason },
-                _ => Error::invalid(call, reason),
-            }
+            refusal_error(call, r, reason)
         })
+    }
+
+    /// Waits for the answers to the posted atomics applied by targets; reports the first
+    /// refusal among them.
+    fn settle_posted(&self, call: &'static str, g: &Inner) -> Result<()> {
+        let awaited = &self.shared.awaited;
+        let refused = self.wait_for(
+            call,
+            g,
+            None,
+            "posted atomic's answer",
+            || awaited.settle(),
+            || {},
+        )?;
+        match refused {
+            None => Ok(()),
+            Some(r) => Err(refusal_error(
+                call,
+                r,
+                format!(
+                    "a target refused an atomic this PE posted earlier: {}",
+                    r.reason()
+                ),
+            )),
+        }
     }
 
     fn fail(&self, call: &'static str, pe: Option<usize>, what: &str, st: ffi::Status) -> Error {
@@ -999,11 +1119,22 @@ impl Ucx {
         }
     }
 
-    /// Completes every operation issued so far (remote completion) and reaps pending stores.
+    /// Completes every operation issued so far (remote completion): puts, posted stores and
+    /// atomics, and the answers to atomics posted to targets that apply them.
     fn flush(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        let out = self.flush_worker(call, g);
+        g.unfenced = false;
+        if !self.shared.target_atomics {
+            return out;
+        }
+        let r = self.settle_posted(call, g);
+        out.and(r)
+    }
+
+    /// The worker part of [`flush`](Ucx::flush): puts and posted operations.
+    fn flush_worker(&self, call: &'static str, g: &mut Inner) -> Result<()> {
         if !g.dirty && g.pending.is_empty() {
             // Nothing outstanding: every earlier operation already completed remotely.
-            g.unfenced = false;
             return Ok(());
         }
         g.dirty = false;
@@ -1012,7 +1143,6 @@ impl Ucx {
         // SAFETY: live worker under the lock.
         let req = unsafe { (lib.worker_flush_nbx)(g.worker, &p) };
         let r = self.wait(call, g, None, "flush", req);
-        g.unfenced = false;
         let pending = std::mem::take(&mut g.pending);
         let mut out = r;
         for (req, buf) in pending {
@@ -1035,7 +1165,53 @@ impl Ucx {
     }
 }
 
-/// Reaps completed stores (their buffers stay alive until then) and atomic replies.
+/// The error for a request a target refused.
+fn refusal_error(call: &'static str, r: amo::Refusal, reason: String) -> Error {
+    match r {
+        amo::Refusal::Outside => Error::NotSymmetric { call, reason },
+        amo::Refusal::Device => Error::Unsupported { call, reason },
+        _ => Error::invalid(call, reason),
+    }
+}
+
+/// Atomics are on words of 4 or 8 bytes.
+fn check_size(call: &'static str, size: usize) -> Result<()> {
+    if size == 4 || size == 8 {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            call,
+            format!("atomic of {size} bytes (4 or 8 only)"),
+        ))
+    }
+}
+
+/// The UCP operation for `op` and its buffer: `[operand, reply]`, words of `size` bytes (a
+/// 4-byte word repeated in both halves, so either byte order reads it). CSWAP compares the
+/// remote word with the operand and writes the reply buffer's input value when they are equal
+/// (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z = reply_buffer).
+fn operands(op: AmoOp, size: usize, value: u64, cond: u64) -> (c_int, Box<[u64; 2]>) {
+    let (code, operand, reply) = match op {
+        AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0, 0),
+        AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value, 0),
+        AmoOp::CompareSwap => (ffi::UCP_ATOMIC_OP_CSWAP, cond, value),
+        AmoOp::FetchAdd => (ffi::UCP_ATOMIC_OP_ADD, value, 0),
+        AmoOp::FetchAnd => (ffi::UCP_ATOMIC_OP_AND, value, 0),
+        AmoOp::FetchOr => (ffi::UCP_ATOMIC_OP_OR, value, 0),
+        AmoOp::FetchXor => (ffi::UCP_ATOMIC_OP_XOR, value, 0),
+    };
+    let word = |v: u64| {
+        if size == 4 {
+            let v = u64::from(v as u32);
+            v | v << 32
+        } else {
+            v
+        }
+    };
+    (code, Box::new([word(operand), word(reply)]))
+}
+
+/// Reaps completed posted operations (their buffers stay alive until then) and atomic replies.
 fn reap(lib: &Lib, s: &Shared, g: &mut Inner) {
     if let Ok(mut v) = s.replies.lock() {
         v.retain(|(req, _)| {
@@ -1080,6 +1256,19 @@ fn progress_loop(s: &Shared) {
                 }
             }
         }
+        if s.helped_recently() {
+            // A waiting thread of this PE is progressing the worker: nap on the kick fd only,
+            // so the worker's events do not wake this thread on the waiter's core.
+            let mut fd = libc::pollfd {
+                fd: s.kickfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut fd, 1, 1) };
+            drain(s.kickfd);
+            continue;
+        }
         let (armed, busy) = match s.inner.lock() {
             Ok(mut g) => {
                 // SAFETY: live worker under the lock.
@@ -1116,10 +1305,15 @@ fn progress_loop(s: &Shared) {
         // the worker every millisecond; otherwise the timeout bounds the delay of work UCX
         // advances in progress callbacks without signalling the fd (10 wake-ups a second).
         unsafe { libc::poll(fds.as_mut_ptr(), 2, if busy { 1 } else { 100 }) };
-        let mut v = 0u64;
-        // SAFETY: draining our non-blocking eventfd into a u64.
-        unsafe { libc::read(s.kickfd, (&mut v as *mut u64).cast(), 8) };
+        drain(s.kickfd);
     }
+}
+
+/// Empties our non-blocking eventfd.
+fn drain(fd: c_int) {
+    let mut v = 0u64;
+    // SAFETY: reading 8 bytes from a non-blocking eventfd into a u64.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
 impl Drop for Ucx {
@@ -1195,7 +1389,6 @@ impl TransportOps for Ucx {
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         let mut g = self.lock(call)?;
-        self.order(call, &mut g)?;
         let p = ffi::UcpRequestParam::empty();
         let mut done = 0;
         while done < n {
@@ -1246,118 +1439,96 @@ impl TransportOps for Ucx {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        if size != 4 && size != 8 {
-            return Err(Error::invalid(
-                call,
-                format!("atomic of {size} bytes (4 or 8 only)"),
-            ));
-        }
+        check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
             return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
         }
         self.order(call, &mut g)?;
-        let (ep, raddr, rkey, k) = self.locate(call, &g, at, size)?;
-        if k < size {
-            return Err(Error::invalid(
-                call,
-                "atomic word crosses a registered chunk",
-            ));
-        }
-        let (code, operand) = match op {
-            AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0),
-            AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value),
-            AmoOp::CompareSwap => (ffi::UCP_ATOMIC_OP_CSWAP, cond),
-            AmoOp::FetchAdd => (ffi::UCP_ATOMIC_OP_ADD, value),
-            AmoOp::FetchAnd => (ffi::UCP_ATOMIC_OP_AND, value),
-            AmoOp::FetchOr => (ffi::UCP_ATOMIC_OP_OR, value),
-            AmoOp::FetchXor => (ffi::UCP_ATOMIC_OP_XOR, value),
-        };
-        // Operand and reply as words of `size` bytes (a 4-byte word in the first half). They
-        // live in a box that is leaked if the request cannot be waited for (so a late
-        // completion never writes freed memory).
-        // CSWAP compares the remote word with `buffer` and writes the reply buffer's input
-        // value when they are equal (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z =
-        // reply_buffer).
-        let mut b = match op {
-            AmoOp::CompareSwap => Box::new([cond, value]),
-            _ => Box::new([operand, 0]),
-        };
-        if size == 4 {
-            let (o, r) = (b[0] as u32, b[1] as u32);
-            b[0] = u64::from(o) | (u64::from(o) << 32);
-            b[1] = u64::from(r) | (u64::from(r) << 32);
-        }
+        let ep = self.word(call, &g, at, size)?;
+        let (code, mut b) = operands(op, size, value, cond);
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
         p.datatype = ffi::dt_contig(size);
         p.reply_buffer = (&mut b[1] as *mut u64).cast();
         // SAFETY: the box outlives the request: waited below, leaked if the wait fails.
         let req = unsafe {
-            (self.shared.lib.atomic_op_nbx)(ep, code, b.as_ptr().cast(), 1, raddr, rkey, &p)
+            (self.shared.lib.atomic_op_nbx)(ep.0, code, b.as_ptr().cast(), 1, ep.1, ep.2, &p)
         };
-        let r = self.wait(call, &g, Some(at.pe), "atomic", req);
-        g.unfenced = true;
-        if let Err(e) = r {
+        if let Err(e) = self.wait(call, &g, Some(at.pe), "atomic", req) {
+            // Not known to be complete: what follows must still be ordered after it.
+            g.unfenced = true;
             std::mem::forget(b);
             return Err(e);
         }
+        // Complete at the target: nothing to order after it.
         // A 4-byte reply fills the first four bytes (both halves were equal on input, so either
         // byte order of the host gives the same low half back).
-        let v = b[1];
         Ok(if size == 4 {
             // SAFETY: reading the u32 at the start of the reply word, where UCX wrote it.
             unsafe { *((&b[1]) as *const u64 as *const u32) as u64 }
         } else {
-            v
+            b[1]
         })
     }
 
-    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+    /// Posted: complete at the next flush ([`quiet`](TransportOps::quiet)), applied after what
+    /// was issued before it to the same PE. Where atomics on the user heap are applied on the
+    /// target, it is complete when this returns (and a set is a plain word write there).
+    fn amo_nf(
+        &self,
+        call: &'static str,
+        op: AmoOp,
+        at: RemoteAddr,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
             return self
-                .amo_at_target(call, &mut g, AmoOp::Set, at, 8, value, 0, false)
+                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
                 .map(drop);
         }
         self.order(call, &mut g)?;
-        let (ep, raddr, rkey, k) = self.locate(call, &g, at, 8)?;
-        if k < 8 {
-            return Err(Error::invalid(call, "flag word crosses a registered chunk"));
+        let ep = self.word(call, &g, at, size)?;
+        if op == AmoOp::Fetch {
+            // Reading a word nobody looks at changes nothing.
+            return Ok(());
         }
         if g.pending.len() >= MAX_PENDING {
             self.flush(call, &mut g)?;
         } else {
             reap(self.shared.lib, &self.shared, &mut g);
         }
-        // The operand and the (unused) old value live in a box until the request completes.
-        let mut b = Box::new([value, 0u64]);
+        let (code, mut b) = operands(op, size, value, cond);
         let mut p = ffi::UcpRequestParam::empty();
-        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-        p.datatype = ffi::dt_contig(8);
-        p.reply_buffer = (&mut b[1] as *mut u64).cast();
+        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ffi::dt_contig(size);
+        if matches!(op, AmoOp::Set | AmoOp::Swap | AmoOp::CompareSwap) {
+            // UCP has no posted swap: the (unused) old value lands in the box.
+            p.op_attr_mask |= ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+            p.reply_buffer = (&mut b[1] as *mut u64).cast();
+        }
         // SAFETY: the box outlives the request (kept in `pending` until it completes).
         let req = unsafe {
-            (self.shared.lib.atomic_op_nbx)(
-                ep,
-                ffi::UCP_ATOMIC_OP_SWAP,
-                b.as_ptr().cast(),
-                1,
-                raddr,
-                rkey,
-                &p,
-            )
+            (self.shared.lib.atomic_op_nbx)(ep.0, code, b.as_ptr().cast(), 1, ep.1, ep.2, &p)
         };
         g.unfenced = true;
         g.dirty = true;
         if ffi::ptr_is_err(req) {
-            return Err(self.fail(call, Some(at.pe), "store", ffi::ptr_status(req)));
+            return Err(self.fail(call, Some(at.pe), "atomic", ffi::ptr_status(req)));
         }
         if !req.is_null() {
-            g.pending.push((req, b));
+            g.pending.push((req, b as Box<[u64]>));
             self.kick();
         }
         Ok(())
+    }
+
+    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        self.amo_nf(call, AmoOp::Set, at, 8, value, 0)
     }
 
     fn fence(&self, call: &'static str) -> Result<()> {
