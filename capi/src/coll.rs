@@ -5,14 +5,21 @@
 //! `SHMEM_TEAM_NODE` are 1, 2, 3; split teams get ids from 16 up, kept in a registry (an
 //! unknown or destroyed handle is detected, never dereferenced).
 //!
-//! Team collectives on symmetric-heap buffers call the runtime's collectives
-//! ([`rshmem::World::broadcast`], …). When a buffer is a global or static variable (the data
-//! segment, which the runtime does not know), and for the deprecated active-set forms, the C
-//! layer runs the same pull protocol itself over the C layer's own get/put: quiet, sync, pull
-//! what this PE needs into a private buffer, sync, write this PE's `dest`, quiet. Active sets
-//! synchronize with a dissemination barrier of counters in the caller's `pSync` (every round
-//! adds 1 to the partner's word and consumes 1 from its own, so `pSync` is back to its initial
-//! zeros when the call returns).
+//! Team collectives call the runtime's collectives ([`rshmem::World::broadcast`], …) for every
+//! symmetric buffer: heap objects and global or static variables alike (the data segment is a
+//! symmetric region of the runtime, see [`crate::seg`]).
+//!
+//! Two kinds of collective still run on a small engine of this layer, over the runtime's
+//! one-sided get/put/atomics: the **deprecated active-set forms** (OpenSHMEM 1.4's
+//! `PE_start`/`logPE_stride`/`PE_size` with `pSync`; the runtime's collectives take teams, and
+//! an active set is no team: its members share no team slot, only the caller's `pSync`), and
+//! the reductions of **`long double` and complex** elements (`shmemi_reduce_cb*`: the
+//! arithmetic is the header's C combine function, which the runtime's typed reductions cannot
+//! call). The engine's protocol: quiet, sync, pull what this PE needs into a private buffer,
+//! sync, write this PE's `dest`, quiet. Active sets synchronize with a dissemination barrier of
+//! counters in the caller's `pSync` (every round adds 1 to the partner's word and consumes 1
+//! from its own, so `pSync` is back to its initial zeros when the call returns); an active set
+//! that is the whole job uses the runtime's barrier.
 
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -288,7 +295,7 @@ pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
     })
 }
 
-// ---- the C layer's own collective engine (data segment, active sets) ----
+// ---- the engine of the active-set collectives and the C-combined reductions ----
 
 /// Who takes part in a collective the C layer runs itself.
 enum Group {
@@ -446,7 +453,8 @@ fn e_fcollect<T: RmaType>(call: &'static str, g: &Group, dest: *mut T, src: *con
     )
 }
 
-/// `collect`: the counts go through one symmetric word per PE (`word`).
+/// `collect` over an active set: the counts go through one word of the caller's `pSync`
+/// (`word`).
 fn e_collect<T: RmaType>(
     call: &'static str,
     g: &Group,
@@ -470,9 +478,8 @@ fn e_collect<T: RmaType>(
         at += c as usize;
     }
     g.sync(call);
-    if matches!(g, Group::Set { .. }) {
-        wr(call, g, word, &[0]);
-    }
+    // The word is the caller's pSync: give it back zeroed.
+    wr(call, g, word, &[0]);
     wr(call, g, dest, &v);
     quiet(call);
 }
@@ -552,19 +559,13 @@ fn e_reduce<T: ReduceType, O: ReduceOp<T>>(
     )
 }
 
-// ---- team collectives: the runtime on heap buffers, the engine otherwise ----
+// ---- team collectives: the runtime, for any symmetric buffer (heap or data segment) ----
 
-/// The team, and whether every address is on the symmetric heap (so the runtime can run it).
-fn prepare(call: &'static str, h: *mut c_void, addrs: &[usize]) -> Option<(Team, bool)> {
-    with(call, |rt| {
-        let Some(t) = lookup(rt, h) else {
-            return Ok(None);
-        };
-        let heap = rt
-            .seg
-            .as_ref()
-            .is_none_or(|s| addrs.iter().all(|&a| s.translate(call, a, 1, 0).is_none()));
-        Ok(Some((t, heap)))
+/// The team behind a handle (None: invalid) and runs `f` on it with the runtime.
+fn on_team(call: &'static str, h: *mut c_void, f: impl FnOnce(&Rt, &Team) -> CResult<()>) -> c_int {
+    with(call, |rt| match lookup(rt, h) {
+        None => Ok(-1),
+        Some(t) => f(rt, &t).map(|()| 0),
     })
 }
 
@@ -580,20 +581,12 @@ pub unsafe fn broadcast<T: RmaType>(
     n: usize,
     root: c_int,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            if root < 0 {
-                return msg(format!("root {root} is out of range"));
-            }
-            Ok(rt.world.broadcast(&t, dest, src, n, root as usize)?)
-        });
-    } else {
-        e_broadcast(call, &Group::Team(t), dest, src, n, root, true);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        if root < 0 {
+            return msg(format!("root {root} is out of range"));
+        }
+        Ok(rt.world.broadcast(t, dest, src, n, root as usize)?)
+    })
 }
 
 /// `shmem_TYPE_fcollect`, `shmem_fcollectmem`.
@@ -607,15 +600,7 @@ pub unsafe fn fcollect<T: RmaType>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| Ok(rt.world.fcollect(&t, dest, src, n)?));
-    } else {
-        e_fcollect(call, &Group::Team(t), dest, src, n);
-    }
-    0
+    on_team(call, h, |rt, t| Ok(rt.world.fcollect(t, dest, src, n)?))
 }
 
 /// `shmem_TYPE_collect`, `shmem_collectmem`.
@@ -629,16 +614,7 @@ pub unsafe fn collect<T: RmaType>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| Ok(rt.world.collect(&t, dest, src, n)?));
-    } else {
-        let word = with(call, |rt| Ok(rt.scratch as *mut i64));
-        e_collect(call, &Group::Team(t), dest, src, n, word);
-    }
-    0
+    on_team(call, h, |rt, t| Ok(rt.world.collect(t, dest, src, n)?))
 }
 
 fn stride_of(call: &'static str, s: isize) -> usize {
@@ -662,22 +638,14 @@ pub unsafe fn alltoalls<T: RmaType>(
     n: usize,
 ) -> c_int {
     let (dst, sst) = (stride_of(call, dst), stride_of(call, sst));
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            if dst == 1 && sst == 1 {
-                rt.world.alltoall(&t, dest, src, n)?
-            } else {
-                rt.world.alltoalls(&t, dest, src, dst, sst, n)?
-            }
-            Ok(())
-        });
-    } else {
-        e_alltoalls(call, &Group::Team(t), dest, src, dst, sst, n);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        if dst == 1 && sst == 1 {
+            rt.world.alltoall(t, dest, src, n)?
+        } else {
+            rt.world.alltoalls(t, dest, src, dst, sst, n)?
+        }
+        Ok(())
+    })
 }
 
 /// `shmem_TYPE_OP_reduce`.
@@ -691,17 +659,9 @@ pub unsafe fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            Ok(rt.world.reduce(&t, dest, src, n, O::default())?)
-        });
-    } else {
-        e_reduce::<T, O>(call, &Group::Team(t), dest, src, n);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        Ok(rt.world.reduce(t, dest, src, n, O::default())?)
+    })
 }
 
 // ---- deprecated active-set forms ----

@@ -11,6 +11,7 @@ pub mod hang;
 pub mod heap;
 pub mod idle;
 pub mod overlap;
+pub mod region;
 pub mod rma;
 pub mod signal;
 pub mod stream;
