@@ -66,7 +66,9 @@ mod wait;
 pub mod wire;
 mod world;
 
-pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
+pub use coll::{
+    ActiveSet, And, BitwiseReduceType, Group, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor,
+};
 pub use cuda_interop::SymDevice;
 pub use cudarc;
 pub use device::module::Module;

@@ -16,7 +16,7 @@
 //! From then on every call that takes a symmetric address — RMA, atomics, signals, waits,
 //! team collectives, [`World::ptr`] — also accepts an address inside a registered region: an
 //! address is translated by its offset from the region's start (which may differ between PEs,
-//! e.g. under ASLR). The translation lives in one place, [`World::region_target`], which the
+//! e.g. under ASLR). The translation lives in one place, `World::region_target`, which the
 //! runtime's address resolution (`World::target`, `World::remote`) consults for addresses
 //! inside the registered regions' bounds.
 //!

@@ -162,3 +162,15 @@ fn region_copies_on_other_hosts_are_unreachable() {
             .assert_ok(0..n, "region");
     }
 }
+
+// Collectives over OpenSHMEM 1.4 active sets (odd/even PEs and the whole job) with the
+// caller's pSync restored, reduce_with over a set and a team, and bad sets.
+per_n!(
+    "active-set",
+    NONE,
+    active_set_1pe = 1,
+    active_set_2pes = 2,
+    active_set_3pes = 3,
+    active_set_4pes = 4,
+    active_set_5pes = 5
+);

@@ -1,5 +1,6 @@
 //! The scenarios, one module each (see the crate documentation for the list).
 
+pub mod active_set;
 pub mod amo;
 pub mod coll;
 pub mod crash;
