@@ -388,8 +388,10 @@ impl World {
             .flat_map(|r| std::iter::once(r.start + r.len).chain(r.refused.iter().map(|x| x.end)))
             .max()
             .unwrap_or(0);
-        // Span first, then lo (readers use Relaxed loads; a stale pair only sends an address
-        // to the slow path, which takes the lock).
+        // A thread uses the new region's addresses only after learning of the region, which
+        // orders it after this call: it sees both stores. A thread racing with the
+        // registration may see a stale pair, which only affects addresses it cannot know yet
+        // (regions are only added, so every older region stays inside the new bounds).
         self.regions.lo.store(lo, Ordering::Relaxed);
         self.regions
             .span
