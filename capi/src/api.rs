@@ -112,11 +112,6 @@ pub extern "C" fn shmem_pe_accessible(pe: c_int) -> c_int {
 pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int {
     with("shmem_addr_accessible", |rt| {
         let Ok(pe) = pe_of(rt, pe) else { return Ok(0) };
-        if let Some(s) = &rt.seg {
-            if let Some(r) = s.translate("shmem_addr_accessible", addr as usize, 1, pe) {
-                return Ok(r.is_ok() as c_int);
-            }
-        }
         Ok(rt.world.addr_accessible(addr as *const u8, pe) as c_int)
     })
 }
@@ -129,11 +124,6 @@ pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
         let Ok(pe) = pe_of(rt, pe) else {
             return Ok(std::ptr::null_mut());
         };
-        if let Some(s) = &rt.seg {
-            if let Some(r) = s.translate("shmem_ptr", dest as usize, 1, pe) {
-                return Ok(r.map_or(std::ptr::null_mut(), |a| a as *mut c_void));
-            }
-        }
         Ok(rt
             .world
             .ptr(dest as *const u8, pe)

@@ -5,22 +5,21 @@
 //! `SHMEM_TEAM_NODE` are 1, 2, 3; split teams get ids from 16 up, kept in a registry (an
 //! unknown or destroyed handle is detected, never dereferenced).
 //!
-//! Team collectives on symmetric-heap buffers call the runtime's collectives
-//! ([`rshmem::World::broadcast`], …). When a buffer is a global or static variable (the data
-//! segment, which the runtime does not know), and for the deprecated active-set forms, the C
-//! layer runs the same pull protocol itself over the C layer's own get/put: quiet, sync, pull
-//! what this PE needs into a private buffer, sync, write this PE's `dest`, quiet. Active sets
-//! synchronize with a dissemination barrier of counters in the caller's `pSync` (every round
-//! adds 1 to the partner's word and consumes 1 from its own, so `pSync` is back to its initial
-//! zeros when the call returns).
+//! Every collective is the runtime's, for every symmetric buffer: heap objects and global or
+//! static variables alike (the data segment is a symmetric region of the runtime, see
+//! [`crate::seg`]). Team collectives call [`rshmem::World::broadcast`], …; the deprecated
+//! active-set forms (OpenSHMEM 1.4's `PE_start`/`logPE_stride`/`PE_size` with `pSync`) call the
+//! runtime's active-set collectives ([`rshmem::World::active_set`], `set_barrier`,
+//! `set_broadcast`, …), whose synchronization lives in the caller's `pSync`; the `long double`
+//! and complex reductions hand the header's C combine function to
+//! [`rshmem::World::reduce_with`]. This module only converts arguments.
 
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use rshmem::{ReduceOp, ReduceType, RmaType, Team, TeamConfig};
+use rshmem::{ActiveSet, Group, ReduceOp, ReduceType, RmaType, Team, TeamConfig};
 
-use crate::ops::{self, Op, Set, SetArgs};
 use crate::{fatal, msg, with, CResult, Rt};
 
 /// Handles of the predefined teams.
@@ -288,283 +287,13 @@ pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
     })
 }
 
-// ---- the C layer's own collective engine (data segment, active sets) ----
+// ---- team collectives: the runtime, for any symmetric buffer (heap or data segment) ----
 
-/// Who takes part in a collective the C layer runs itself.
-enum Group {
-    /// A team (synchronized with the runtime's team sync).
-    Team(Team),
-    /// An active set: world PEs, my index, the caller's pSync.
-    Set {
-        members: Vec<usize>,
-        me: usize,
-        psync: *mut i64,
-    },
-}
-
-impl Group {
-    fn n(&self) -> usize {
-        match self {
-            Group::Team(t) => t.n_pes(),
-            Group::Set { members, .. } => members.len(),
-        }
-    }
-    fn me(&self) -> usize {
-        match self {
-            Group::Team(t) => t.my_pe(),
-            Group::Set { me, .. } => *me,
-        }
-    }
-    /// World PE of member `j`.
-    fn pe(&self, j: usize) -> c_int {
-        (match self {
-            Group::Team(t) => t.members()[j],
-            Group::Set { members, .. } => members[j],
-        }) as c_int
-    }
-    fn sync(&self, call: &'static str) {
-        match self {
-            Group::Team(t) => with(call, |rt| Ok(rt.world.team_sync(t)?)),
-            Group::Set { members, me, psync } => set_sync(call, members, *me, *psync),
-        }
-    }
-}
-
-/// Dissemination barrier over an active set with counters in `pSync[0..rounds]`.
-fn set_sync(call: &'static str, members: &[usize], me: usize, psync: *mut i64) {
-    let n = members.len();
-    let mut dist = 1;
-    let mut round = 0;
-    while dist < n {
-        let w = psync.wrapping_add(round);
-        ops::amo_int::<i64>(call, w, Op::Add, 1, members[(me + dist) % n] as c_int);
-        let a = SetArgs {
-            ivars: w,
-            n: 1,
-            status: std::ptr::null(),
-            cmp: 3, // SHMEM_CMP_GE
-            value: 1,
-            values: std::ptr::null(),
-            indices: std::ptr::null_mut(),
-        };
-        // SAFETY: one symmetric word (checked by the call).
-        unsafe { ops::wait_set(call, a, Set::All, true) };
-        ops::amo_int::<i64>(call, w, Op::Add, -1, members[me] as c_int);
-        dist <<= 1;
-        round += 1;
-    }
-}
-
-/// Reads `out.len()` elements at symmetric `src` of world PE `pe` (heap or data segment).
-fn rd<T: RmaType>(call: &'static str, out: &mut [T], src: *const T, pe: c_int) {
-    if !out.is_empty() {
-        // SAFETY: `out` is a valid local buffer.
-        unsafe { ops::get(call, out.as_mut_ptr(), src, out.len(), pe) }
-    }
-}
-
-/// Writes `v` to this PE's symmetric `dest`.
-fn wr<T: RmaType>(call: &'static str, g: &Group, dest: *mut T, v: &[T]) {
-    if !v.is_empty() {
-        // SAFETY: `v` is a valid local buffer.
-        unsafe { ops::put(call, dest, v.as_ptr(), v.len(), g.pe(g.me())) }
-    }
-}
-
-fn quiet(call: &'static str) {
-    with(call, |rt| Ok(rt.world.quiet()?));
-}
-
-/// quiet, sync, gather, sync, write, quiet.
-fn engine<T>(
-    call: &'static str,
-    g: &Group,
-    gather: impl FnOnce() -> Vec<T>,
-    write: impl FnOnce(Vec<T>),
-) {
-    quiet(call);
-    g.sync(call);
-    let v = gather();
-    g.sync(call);
-    write(v);
-    quiet(call);
-}
-
-fn check_root(call: &'static str, g: &Group, root: c_int) -> usize {
-    if root < 0 || root as usize >= g.n() {
-        fatal(
-            call,
-            format!(
-                "root {root} is out of range: the team or active set has {} PEs",
-                g.n()
-            ),
-        );
-    }
-    root as usize
-}
-
-fn e_broadcast<T: RmaType>(
-    call: &'static str,
-    g: &Group,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    root: c_int,
-    write_root: bool,
-) {
-    let root = check_root(call, g, root);
-    engine(
-        call,
-        g,
-        || {
-            let mut v = vec![T::default_value(); n];
-            rd(call, &mut v, src, g.pe(root));
-            v
-        },
-        |v| {
-            if write_root || g.me() != root {
-                wr(call, g, dest, &v)
-            }
-        },
-    )
-}
-
-fn e_fcollect<T: RmaType>(call: &'static str, g: &Group, dest: *mut T, src: *const T, n: usize) {
-    engine(
-        call,
-        g,
-        || {
-            let mut v = vec![T::default_value(); n * g.n()];
-            if n > 0 {
-                for (j, c) in v.chunks_mut(n).enumerate() {
-                    rd(call, c, src, g.pe(j));
-                }
-            }
-            v
-        },
-        |v| wr(call, g, dest, &v),
-    )
-}
-
-/// `collect`: the counts go through one symmetric word per PE (`word`).
-fn e_collect<T: RmaType>(
-    call: &'static str,
-    g: &Group,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    word: *mut i64,
-) {
-    quiet(call);
-    wr(call, g, word, &[n as i64]);
-    g.sync(call);
-    let mut counts = vec![0i64; g.n()];
-    for (j, c) in counts.iter_mut().enumerate() {
-        rd(call, std::slice::from_mut(c), word, g.pe(j));
-    }
-    let total: usize = counts.iter().map(|&c| c as usize).sum();
-    let mut v = vec![T::default_value(); total];
-    let mut at = 0;
-    for (j, &c) in counts.iter().enumerate() {
-        rd(call, &mut v[at..at + c as usize], src, g.pe(j));
-        at += c as usize;
-    }
-    g.sync(call);
-    if matches!(g, Group::Set { .. }) {
-        wr(call, g, word, &[0]);
-    }
-    wr(call, g, dest, &v);
-    quiet(call);
-}
-
-#[allow(clippy::too_many_arguments)]
-fn e_alltoalls<T: RmaType>(
-    call: &'static str,
-    g: &Group,
-    dest: *mut T,
-    src: *const T,
-    dst: usize,
-    sst: usize,
-    n: usize,
-) {
-    let (np, me) = (g.n(), g.me());
-    engine(
-        call,
-        g,
-        || {
-            let mut v = vec![T::default_value(); n * np];
-            if n == 0 {
-                return v;
-            }
-            let mut block = vec![T::default_value(); (n - 1) * sst + 1];
-            for (j, out) in v.chunks_mut(n).enumerate() {
-                let start = src.wrapping_add(me * n * sst);
-                rd(call, &mut block, start, g.pe(j));
-                for (k, o) in out.iter_mut().enumerate() {
-                    *o = block[k * sst];
-                }
-            }
-            v
-        },
-        |v| {
-            if v.is_empty() {
-                return;
-            }
-            if dst == 1 {
-                return wr(call, g, dest, &v);
-            }
-            let mut ext = vec![T::default_value(); (v.len() - 1) * dst + 1];
-            rd(call, &mut ext, dest, g.pe(me));
-            for (i, x) in v.into_iter().enumerate() {
-                ext[i * dst] = x;
-            }
-            wr(call, g, dest, &ext)
-        },
-    )
-}
-
-fn e_reduce<T: ReduceType, O: ReduceOp<T>>(
-    call: &'static str,
-    g: &Group,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-) {
-    engine(
-        call,
-        g,
-        || {
-            let mut acc = vec![T::default_value(); n];
-            if n == 0 {
-                return acc;
-            }
-            rd(call, &mut acc, src, g.pe(0));
-            let mut tmp = acc.clone();
-            for j in 1..g.n() {
-                rd(call, &mut tmp, src, g.pe(j));
-                for (a, &b) in acc.iter_mut().zip(&tmp) {
-                    *a = O::combine(*a, b);
-                }
-            }
-            acc
-        },
-        |v| wr(call, g, dest, &v),
-    )
-}
-
-// ---- team collectives: the runtime on heap buffers, the engine otherwise ----
-
-/// The team, and whether every address is on the symmetric heap (so the runtime can run it).
-fn prepare(call: &'static str, h: *mut c_void, addrs: &[usize]) -> Option<(Team, bool)> {
-    with(call, |rt| {
-        let Some(t) = lookup(rt, h) else {
-            return Ok(None);
-        };
-        let heap = rt
-            .seg
-            .as_ref()
-            .is_none_or(|s| addrs.iter().all(|&a| s.translate(call, a, 1, 0).is_none()));
-        Ok(Some((t, heap)))
+/// The team behind a handle (None: invalid) and runs `f` on it with the runtime.
+fn on_team(call: &'static str, h: *mut c_void, f: impl FnOnce(&Rt, &Team) -> CResult<()>) -> c_int {
+    with(call, |rt| match lookup(rt, h) {
+        None => Ok(-1),
+        Some(t) => f(rt, &t).map(|()| 0),
     })
 }
 
@@ -580,20 +309,12 @@ pub unsafe fn broadcast<T: RmaType>(
     n: usize,
     root: c_int,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            if root < 0 {
-                return msg(format!("root {root} is out of range"));
-            }
-            Ok(rt.world.broadcast(&t, dest, src, n, root as usize)?)
-        });
-    } else {
-        e_broadcast(call, &Group::Team(t), dest, src, n, root, true);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        if root < 0 {
+            return msg(format!("root {root} is out of range"));
+        }
+        Ok(rt.world.broadcast(t, dest, src, n, root as usize)?)
+    })
 }
 
 /// `shmem_TYPE_fcollect`, `shmem_fcollectmem`.
@@ -607,15 +328,7 @@ pub unsafe fn fcollect<T: RmaType>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| Ok(rt.world.fcollect(&t, dest, src, n)?));
-    } else {
-        e_fcollect(call, &Group::Team(t), dest, src, n);
-    }
-    0
+    on_team(call, h, |rt, t| Ok(rt.world.fcollect(t, dest, src, n)?))
 }
 
 /// `shmem_TYPE_collect`, `shmem_collectmem`.
@@ -629,16 +342,7 @@ pub unsafe fn collect<T: RmaType>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| Ok(rt.world.collect(&t, dest, src, n)?));
-    } else {
-        let word = with(call, |rt| Ok(rt.scratch as *mut i64));
-        e_collect(call, &Group::Team(t), dest, src, n, word);
-    }
-    0
+    on_team(call, h, |rt, t| Ok(rt.world.collect(t, dest, src, n)?))
 }
 
 fn stride_of(call: &'static str, s: isize) -> usize {
@@ -662,22 +366,14 @@ pub unsafe fn alltoalls<T: RmaType>(
     n: usize,
 ) -> c_int {
     let (dst, sst) = (stride_of(call, dst), stride_of(call, sst));
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            if dst == 1 && sst == 1 {
-                rt.world.alltoall(&t, dest, src, n)?
-            } else {
-                rt.world.alltoalls(&t, dest, src, dst, sst, n)?
-            }
-            Ok(())
-        });
-    } else {
-        e_alltoalls(call, &Group::Team(t), dest, src, dst, sst, n);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        if dst == 1 && sst == 1 {
+            rt.world.alltoall(t, dest, src, n)?
+        } else {
+            rt.world.alltoalls(t, dest, src, dst, sst, n)?
+        }
+        Ok(())
+    })
 }
 
 /// `shmem_TYPE_OP_reduce`.
@@ -691,97 +387,56 @@ pub unsafe fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
     src: *const T,
     n: usize,
 ) -> c_int {
-    let Some((t, heap)) = prepare(call, h, &[dest as usize, src as usize]) else {
-        return -1;
-    };
-    if heap {
-        with(call, |rt| {
-            Ok(rt.world.reduce(&t, dest, src, n, O::default())?)
-        });
-    } else {
-        e_reduce::<T, O>(call, &Group::Team(t), dest, src, n);
-    }
-    0
+    on_team(call, h, |rt, t| {
+        Ok(rt.world.reduce(t, dest, src, n, O::default())?)
+    })
 }
 
-// ---- deprecated active-set forms ----
+// ---- deprecated active-set forms: the runtime's active-set collectives ----
 
-/// The active set `start, start + 2^log_stride, …` (`size` PEs) with this PE in it.
-fn set(
+/// Runs `f` with the runtime and the active set `start, start + 2^log_stride, …` (`size` PEs,
+/// this PE in it) with the caller's `pSync` of `SHMEM_*_SYNC_SIZE` words.
+fn on_set(
     call: &'static str,
     start: c_int,
     log_stride: c_int,
     size: c_int,
     psync: *mut c_long,
-) -> Group {
+    f: impl FnOnce(&Rt, &ActiveSet) -> CResult<()>,
+) {
     with(call, |rt| {
-        let n = rt.world.n_pes();
-        let me = rt.world.my_pe();
-        if start < 0 || size < 1 || !(0..31).contains(&log_stride) {
+        let (Ok(s), Ok(l), Ok(n)) = (
+            usize::try_from(start),
+            u32::try_from(log_stride),
+            usize::try_from(size),
+        ) else {
             return msg(format!(
                 "active set (start {start}, log stride {log_stride}, size {size}) is invalid"
             ));
-        }
-        let stride = 1usize << log_stride;
-        let members: Vec<usize> = (0..size as usize)
-            .map(|i| start as usize + i * stride)
-            .collect();
-        if members.last().is_some_and(|&l| l >= n) {
-            return msg(format!(
-                "active set (start {start}, log stride {log_stride}, size {size}) names PEs outside the job's 0..{n}"
-            ));
-        }
-        let Some(i) = members.iter().position(|&p| p == me) else {
-            return msg(format!(
-                "PE {me} is not in the active set (start {start}, log stride {log_stride}, size {size})"
-            ));
         };
-        if psync.is_null() {
-            return msg("pSync is NULL");
-        }
-        let rounds = (usize::BITS - (members.len().max(2) - 1).leading_zeros()) as usize;
-        if rounds > SYNC_SIZE - 1 {
-            return msg("the active set is too large for pSync");
-        }
-        Ok(Group::Set {
-            members,
-            me: i,
-            psync: psync.cast(),
-        })
+        let set = rt.world.active_set(s, l, n, psync.cast(), SYNC_SIZE)?;
+        f(rt, &set)
     })
 }
 
 /// `shmem_barrier` (deprecated): quiet, then a barrier over the active set through `pSync`.
 #[no_mangle]
 pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
-    let call = "shmem_barrier";
-    let g = set(call, start, log_stride, size, psync);
-    if whole_job(&g) {
-        // The whole job: the runtime's barrier (pSync is left alone).
-        return with(call, |rt| Ok(rt.world.barrier_all()?));
-    }
-    quiet(call);
-    g.sync(call);
-}
-
-/// True when an active set is every PE of the job in order.
-fn whole_job(g: &Group) -> bool {
-    let Group::Set { members, .. } = g else {
-        return false;
-    };
-    let n = with("shmem_n_pes", |rt| Ok(rt.world.n_pes()));
-    members.len() == n && members.iter().enumerate().all(|(i, &p)| i == p)
+    on_set("shmem_barrier", start, log_stride, size, psync, |rt, s| {
+        Ok(rt.world.set_barrier(s)?)
+    })
 }
 
 /// `shmem_sync` (deprecated active-set form): a barrier over the active set without quiet.
 #[no_mangle]
 pub extern "C" fn shmem_sync(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
-    let call = "shmem_sync";
-    let g = set(call, start, log_stride, size, psync);
-    if whole_job(&g) {
-        return with(call, |rt| Ok(rt.world.sync_all()?));
-    }
-    g.sync(call);
+    on_set("shmem_sync", start, log_stride, size, psync, |rt, s| {
+        Ok(rt.world.set_sync(s)?)
+    })
+}
+
+fn root_of(root: c_int) -> CResult<usize> {
+    usize::try_from(root).or_else(|_| msg(format!("root {root} is out of range")))
 }
 
 /// `shmem_broadcast32/64` (deprecated): the root's `dest` is not written.
@@ -800,8 +455,9 @@ pub unsafe fn broadcast_set<T: RmaType>(
     size: c_int,
     psync: *mut c_long,
 ) {
-    let g = set(call, start, log_stride, size, psync);
-    e_broadcast(call, &g, dest, src, n, root, false)
+    on_set(call, start, log_stride, size, psync, |rt, s| {
+        Ok(rt.world.set_broadcast(s, dest, src, n, root_of(root)?)?)
+    })
 }
 
 /// `shmem_collect32/64`, `shmem_fcollect32/64` (deprecated).
@@ -820,19 +476,13 @@ pub unsafe fn collect_set<T: RmaType>(
     size: c_int,
     psync: *mut c_long,
 ) {
-    let g = set(call, start, log_stride, size, psync);
-    if fixed {
-        e_fcollect(call, &g, dest, src, n)
-    } else {
-        e_collect(
-            call,
-            &g,
-            dest,
-            src,
-            n,
-            psync.cast::<i64>().wrapping_add(SYNC_SIZE - 1),
-        )
-    }
+    on_set(call, start, log_stride, size, psync, |rt, s| {
+        if fixed {
+            Ok(rt.world.set_fcollect(s, dest, src, n)?)
+        } else {
+            Ok(rt.world.set_collect(s, dest, src, n)?)
+        }
+    })
 }
 
 /// `shmem_alltoall32/64`, `shmem_alltoalls32/64` (deprecated).
@@ -853,8 +503,9 @@ pub unsafe fn alltoalls_set<T: RmaType>(
     psync: *mut c_long,
 ) {
     let (dst, sst) = (stride_of(call, dst), stride_of(call, sst));
-    let g = set(call, start, log_stride, size, psync);
-    e_alltoalls(call, &g, dest, src, dst, sst, n)
+    on_set(call, start, log_stride, size, psync, |rt, s| {
+        Ok(rt.world.set_alltoalls(s, dest, src, dst, sst, n)?)
+    })
 }
 
 /// `shmem_TYPE_OP_to_all` (deprecated); `pWrk` is not needed.
@@ -862,7 +513,7 @@ pub unsafe fn alltoalls_set<T: RmaType>(
 /// # Safety
 /// Buffers valid as OpenSHMEM requires.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T>>(
+pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T> + Default>(
     call: &'static str,
     dest: *mut T,
     src: *const T,
@@ -875,62 +526,37 @@ pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T>>(
     if n < 0 {
         fatal(call, format!("nreduce {n} is negative"));
     }
-    let g = set(call, start, log_stride, size, psync);
-    e_reduce::<T, O>(call, &g, dest, src, n as usize)
+    on_set(call, start, log_stride, size, psync, |rt, s| {
+        Ok(rt
+            .world
+            .set_reduce(s, dest, src, n as usize, O::default())?)
+    })
 }
 
 // ---- reductions of types Rust cannot compute (long double, complex): the header's inline
-// combine function does the arithmetic ----
+// combine function does the arithmetic, the runtime's `reduce_with` the communication ----
 
 /// Combines `n` elements of `b` into `acc` (both arrays of the reduced C type).
 pub type Combine = unsafe extern "C" fn(acc: *mut c_void, b: *const c_void, n: usize);
 
-/// The engine's reduction over `n` elements of `size` bytes with a C combine function.
-fn e_reduce_cb(
-    call: &'static str,
-    g: &Group,
+/// `World::reduce_with` over `group` with the C combine function `f`.
+fn reduce_cb(
+    rt: &Rt,
+    group: Group<'_>,
     dest: *mut c_void,
     src: *const c_void,
     n: usize,
     size: usize,
     f: Combine,
-) {
-    let bytes = n
-        .checked_mul(size)
-        .unwrap_or_else(|| fatal(call, "nreduce overflows"));
-    // 16-byte aligned staging (long double needs it).
-    let words = bytes.div_ceil(16);
-    let view = |v: &mut Vec<u128>| -> *mut u8 { v.as_mut_ptr().cast() };
-    engine(
-        call,
-        g,
-        || {
-            let mut acc = vec![0u128; words];
-            if n == 0 {
-                return acc;
-            }
-            let mut tmp = vec![0u128; words];
-            // SAFETY: both vectors hold at least `bytes` bytes.
-            let (a, t) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(view(&mut acc), bytes),
-                    std::slice::from_raw_parts_mut(view(&mut tmp), bytes),
-                )
-            };
-            rd(call, a, src.cast::<u8>(), g.pe(0));
-            for j in 1..g.n() {
-                rd(call, t, src.cast::<u8>(), g.pe(j));
-                // SAFETY: the header's combine reads and writes `n` elements of both buffers.
-                unsafe { f(a.as_mut_ptr().cast(), t.as_ptr().cast(), n) };
-            }
-            acc
-        },
-        |mut v| {
-            // SAFETY: `v` holds at least `bytes` bytes.
-            let s = unsafe { std::slice::from_raw_parts(view(&mut v), bytes) };
-            wr(call, g, dest.cast::<u8>(), s)
-        },
-    )
+) -> CResult<()> {
+    let mut combine = |acc: &mut [u8], b: &[u8]| {
+        // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
+        // elements of the reduced type, which the header's combine reads and writes.
+        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+    };
+    Ok(rt
+        .world
+        .reduce_with(group, dest.cast(), src.cast(), n, size, &mut combine)?)
 }
 
 /// Team reduction of `long double` / complex elements (called by the header's inline
@@ -953,11 +579,9 @@ pub unsafe extern "C" fn shmemi_reduce_cb(
     let Some(f) = f else {
         fatal(call, "no combine function")
     };
-    let Some(t) = team(call, team_h) else {
-        return -1;
-    };
-    e_reduce_cb(call, &Group::Team(t), dest, src, n, size, f);
-    0
+    on_team(call, team_h, |rt, t| {
+        reduce_cb(rt, Group::Team(t), dest, src, n, size, f)
+    })
 }
 
 /// Active-set (`_to_all`) reduction of `long double` / complex elements.
@@ -985,8 +609,9 @@ pub unsafe extern "C" fn shmemi_reduce_cb_set(
     if n < 0 {
         fatal(call, format!("nreduce {n} is negative"));
     }
-    let g = set(call, start, log_stride, set_size, psync);
-    e_reduce_cb(call, &g, dest, src, n as usize, size, f)
+    on_set(call, start, log_stride, set_size, psync, |rt, s| {
+        reduce_cb(rt, Group::Set(s), dest, src, n as usize, size, f)
+    })
 }
 
 /// The C routine's name for messages (the header passes a string literal).

@@ -11,7 +11,9 @@
 //!
 //! Symmetric objects are what `shmem_malloc` and friends return and, as in OpenSHMEM, the
 //! global and static variables of the program: at `shmem_init` the program's writable data
-//! segment is moved onto shared memory that every PE of the host maps (see [`seg`]).
+//! segment is moved onto shared memory and registered with the runtime as a symmetric region,
+//! which every PE of the host maps (see [`seg`]). Every call, on heap or data-segment
+//! addresses, goes to the runtime.
 
 use std::ffi::c_int;
 use std::fmt::Display;
@@ -62,15 +64,10 @@ pub fn msg<T>(m: impl Into<String>) -> CResult<T> {
 
 /// The running runtime of this process.
 pub struct Rt {
-    /// The rshmem world.
+    /// The rshmem world (the program's data segment is one of its symmetric regions).
     pub world: rshmem::World,
-    /// The program's data segment made symmetric, when that worked.
-    pub seg: Option<seg::Segment>,
     /// The thread level granted by `shmem_init_thread`.
     pub thread_level: c_int,
-    /// Address of one symmetric heap word per PE for the C layer's own collectives (`collect`
-    /// counts on data-segment buffers).
-    pub scratch: usize,
 }
 
 /// The running runtime: published once by `shmem_init`, taken back by `shmem_finalize`.
@@ -153,17 +150,28 @@ pub(crate) fn init_runtime(call: &'static str, level: c_int) -> CResult<()> {
         std::env::set_var("RSHMEM_BACKEND", "cpu");
     }
     let world = rshmem::init()?;
-    let (seg, pids) = seg::exchange(&world, local)?;
-    rshmem::exit::set_pids(pids);
-    let scratch = world.malloc_bytes(64)? as usize;
+    seg::register(&world, local)?;
+    rshmem::exit::set_pids(pids(&world)?);
     let rt = Box::new(Rt {
         world,
-        seg,
         thread_level: level,
-        scratch,
     });
     RT.store(Box::into_raw(rt), Ordering::Release);
     Ok(())
+}
+
+/// **Collective.** The process ids of every PE (for `shmem_global_exit`).
+fn pids(world: &rshmem::World) -> CResult<Vec<libc::pid_t>> {
+    let n = world.n_pes();
+    let mine = world.calloc::<i64>(1)?;
+    let all = world.calloc::<i64>(n)?;
+    // SAFETY: getpid has no preconditions.
+    mine.write(0, i64::from(unsafe { libc::getpid() }))?;
+    world.fcollect(&world.team_world(), all.as_ptr(), mine.as_ptr(), 1)?;
+    let v = all.to_vec()?;
+    world.free(all)?;
+    world.free(mine)?;
+    Ok(v.into_iter().map(|p| p as libc::pid_t).collect())
 }
 
 /// Stops the runtime (collective).
@@ -178,9 +186,7 @@ pub(crate) fn finalize_runtime() -> CResult<()> {
         Some(rt) => {
             coll::clear();
             ctx::clear();
-            let Rt { world, seg, .. } = *rt;
-            world.finalize()?;
-            drop(seg);
+            rt.world.finalize()?;
             Ok(())
         }
     }

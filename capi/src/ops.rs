@@ -1,11 +1,12 @@
-//! Generic bodies of the typed C entry points: argument conversion, the data-segment path, and
-//! the calls into [`rshmem::World`].
+//! Generic bodies of the typed C entry points: argument conversion and the calls into
+//! [`rshmem::World`], which resolves every symmetric address (heap or the program's data
+//! segment, a symmetric region of the runtime).
 //!
 //! Every function takes the C call's name for error messages; pointer arguments are what the C
 //! program passed, valid as OpenSHMEM 1.5 requires.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rshmem::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
@@ -84,18 +85,6 @@ unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 
-fn bytes<T>(n: usize) -> CResult<usize> {
-    n.checked_mul(std::mem::size_of::<T>()).map_or_else(
-        || msg(format!("{n} elements overflow the address space")),
-        Ok,
-    )
-}
-
-/// The data-segment translation of `[addr, addr+len)` on `pe`, if it is in the segment.
-fn in_seg(rt: &Rt, call: &str, addr: usize, len: usize, pe: usize) -> Option<CResult<usize>> {
-    rt.seg.as_ref()?.translate(call, addr, len, pe)
-}
-
 /// `shmem_TYPE_put`, `_nbi`, `putmem`, `putSIZE`.
 ///
 /// # Safety
@@ -111,13 +100,6 @@ pub unsafe fn put<T: RmaType>(
         let pe = pe_of(rt, pe)?;
         // SAFETY: the caller's contract.
         let s = unsafe { src_slice(src, n) }?;
-        if let Some(t) = in_seg(rt, call, dest as usize, bytes::<T>(n)?, pe) {
-            let t = t?;
-            // SAFETY: `t` is `n` elements inside a live mapping of PE pe's segment; `s` is a
-            // valid local buffer; they may overlap (pe == me), so copy, not copy_nonoverlapping.
-            unsafe { std::ptr::copy(s.as_ptr(), t as *mut T, n) };
-            return Ok(());
-        }
         Ok(rt.world.put(dest, s, pe)?)
     })
 }
@@ -137,12 +119,6 @@ pub unsafe fn get<T: RmaType>(
         let pe = pe_of(rt, pe)?;
         // SAFETY: the caller's contract.
         let d = unsafe { dst_slice(dest, n) }?;
-        if let Some(t) = in_seg(rt, call, src as usize, bytes::<T>(n)?, pe) {
-            let t = t?;
-            // SAFETY: as in `put`, reversed.
-            unsafe { std::ptr::copy(t as *const T, d.as_mut_ptr(), n) };
-            return Ok(());
-        }
         Ok(rt.world.get(d, src, pe)?)
     })
 }
@@ -193,21 +169,11 @@ pub unsafe fn iput<T: RmaType>(
         if n == 0 {
             return Ok(());
         }
-        let sspan = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1));
-        let dspan = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1));
-        let (Some(sspan), Some(dspan)) = (sspan, dspan) else {
-            return msg("strides × nelems overflow");
+        let Some(sspan) = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1)) else {
+            return msg("stride × nelems overflows");
         };
         // SAFETY: the caller's contract.
         let s = unsafe { src_slice(src, sspan) }?;
-        if let Some(t) = in_seg(rt, call, dest as usize, bytes::<T>(dspan)?, pe) {
-            let t = t? as *mut T;
-            for i in 0..n {
-                // SAFETY: i·dst < dspan, inside the checked range of the peer's mapping.
-                unsafe { t.add(i * dst).write_volatile(s[i * sst]) };
-            }
-            return Ok(());
-        }
         Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
     })
 }
@@ -231,21 +197,11 @@ pub unsafe fn iget<T: RmaType>(
         if n == 0 {
             return Ok(());
         }
-        let sspan = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1));
-        let dspan = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1));
-        let (Some(sspan), Some(dspan)) = (sspan, dspan) else {
-            return msg("strides × nelems overflow");
+        let Some(dspan) = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1)) else {
+            return msg("stride × nelems overflows");
         };
         // SAFETY: the caller's contract.
         let d = unsafe { dst_slice(dest, dspan) }?;
-        if let Some(t) = in_seg(rt, call, src as usize, bytes::<T>(sspan)?, pe) {
-            let t = t? as *const T;
-            for i in 0..n {
-                // SAFETY: i·sst < sspan, inside the checked range of the peer's mapping.
-                d[i * dst] = unsafe { t.add(i * sst).read_volatile() };
-            }
-            return Ok(());
-        }
         Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
     })
 }
@@ -305,70 +261,10 @@ pub enum Op {
     Xor,
 }
 
-/// Atomic `op` on the word at `addr` (size 4 or 8), returning the old bits.
-///
-/// # Safety
-/// `addr` aligned and valid for the size.
-unsafe fn word_op(addr: usize, size: usize, op: Op, v: u64) -> u64 {
-    macro_rules! run {
-        ($a:ty, $u:ty) => {{
-            // SAFETY: the caller's contract; every access to the word is atomic.
-            let a = unsafe { <$a>::from_ptr(addr as *mut $u) };
-            let v = v as $u;
-            (match op {
-                Op::Fetch => a.load(Ordering::Acquire),
-                Op::Set => {
-                    a.store(v, Ordering::Release);
-                    0
-                }
-                Op::Swap => a.swap(v, Ordering::AcqRel),
-                Op::Cswap(c) => {
-                    match a.compare_exchange(c as $u, v, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(x) | Err(x) => x,
-                    }
-                }
-                Op::Add => a.fetch_add(v, Ordering::AcqRel),
-                Op::And => a.fetch_and(v, Ordering::AcqRel),
-                Op::Or => a.fetch_or(v, Ordering::AcqRel),
-                Op::Xor => a.fetch_xor(v, Ordering::AcqRel),
-            }) as u64
-        }};
-    }
-    if size == 4 {
-        run!(AtomicU32, u32)
-    } else {
-        run!(AtomicU64, u64)
-    }
-}
-
-/// The data-segment path of an atomic: `Some(old)` if `dest` is in the segment.
-fn seg_amo<T: Amo>(
-    rt: &Rt,
-    call: &str,
-    dest: *const T,
-    pe: usize,
-    op: Op,
-    v: T,
-) -> CResult<Option<T>> {
-    let size = std::mem::size_of::<T>();
-    let Some(t) = in_seg(rt, call, dest as usize, size, pe) else {
-        return Ok(None);
-    };
-    let t = t?;
-    if t % size != 0 {
-        return msg(format!("address {dest:p} is not {size}-byte aligned"));
-    }
-    // SAFETY: aligned, inside the live mapping of PE pe's segment.
-    Ok(Some(T::of_bits(unsafe { word_op(t, size, op, v.bits()) })))
-}
-
 /// Atomics of every AMO type (fetch, set, swap).
 pub fn amo_ext<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
-            return Ok(old);
-        }
         let w = &rt.world;
         Ok(match op {
             Op::Fetch => w.atomic_fetch(dest, pe)?,
@@ -385,9 +281,6 @@ pub fn amo_ext<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int
 pub fn amo_int<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
-            return Ok(old);
-        }
         let w = &rt.world;
         Ok(match op {
             Op::Cswap(c) => w.atomic_compare_swap(dest, T::of_bits(c), v, pe)?,
@@ -406,9 +299,6 @@ pub fn amo_bit<T: Amo + AmoBitwise>(
 ) -> T {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        if let Some(old) = seg_amo(rt, call, dest, pe, op, v)? {
-            return Ok(old);
-        }
         let w = &rt.world;
         Ok(match op {
             Op::And => w.atomic_fetch_and(dest, v, pe)?,
@@ -493,102 +383,31 @@ pub unsafe fn put_signal<T: RmaType>(
     pe: c_int,
 ) {
     with(call, |rt| {
-        let pe_u = pe_of(rt, pe)?;
+        let pe = pe_of(rt, pe)?;
         let op = sigop_of(op)?;
         // SAFETY: the caller's contract.
         let s = unsafe { src_slice(src, n) }?;
-        let dseg = in_seg(rt, call, dest as usize, bytes::<T>(n)?, pe_u).is_some();
-        let sseg = in_seg(rt, call, sig as usize, 8, pe_u).is_some();
-        if !dseg && !sseg {
-            return Ok(rt.world.put_signal(dest, s, sig, signal, op, pe_u)?);
-        }
-        if sseg {
-            // Check the signal before writing anything.
-            let t = in_seg(rt, call, sig as usize, 8, pe_u)
-                .transpose()?
-                .unwrap_or(0);
-            if t % 8 != 0 {
-                return msg(format!("signal address {sig:p} is not 8-byte aligned"));
-            }
-        }
-        // SAFETY: the caller's contract (forwarded).
-        unsafe { put_inner(rt, call, dest, s, pe_u) }?;
-        rt.world.quiet()?;
-        fence(Ordering::Release);
-        signal_update(rt, call, sig, signal, op, pe_u)
+        Ok(rt.world.put_signal(dest, s, sig, signal, op, pe)?)
     })
-}
-
-/// # Safety
-/// As [`put`].
-unsafe fn put_inner<T: RmaType>(
-    rt: &Rt,
-    call: &str,
-    dest: *mut T,
-    s: &[T],
-    pe: usize,
-) -> CResult<()> {
-    if let Some(t) = in_seg(rt, call, dest as usize, std::mem::size_of_val(s), pe) {
-        let t = t?;
-        // SAFETY: as in `put`.
-        unsafe { std::ptr::copy(s.as_ptr(), t as *mut T, s.len()) };
-        return Ok(());
-    }
-    Ok(rt.world.put(dest, s, pe)?)
-}
-
-fn signal_update(
-    rt: &Rt,
-    call: &str,
-    sig: *mut u64,
-    v: u64,
-    op: SignalOp,
-    pe: usize,
-) -> CResult<()> {
-    let o = match op {
-        SignalOp::Set => Op::Set,
-        SignalOp::Add => Op::Add,
-    };
-    if seg_amo(rt, call, sig, pe, o, v)?.is_none() {
-        rt.world.signal_op(sig, v, op, pe)?;
-    }
-    Ok(())
 }
 
 /// `shmem_signal_set/add`.
 pub fn signal_op(call: &'static str, sig: *mut u64, v: u64, op: SignalOp, pe: c_int) {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        signal_update(rt, call, sig, v, op, pe)
+        Ok(rt.world.signal_op(sig, v, op, pe)?)
     })
 }
 
 /// `shmem_signal_fetch`.
 pub fn signal_fetch(call: &'static str, sig: *const u64) -> u64 {
-    with(call, |rt| {
-        let me = rt.world.my_pe();
-        if let Some(v) = seg_amo(rt, call, sig, me, Op::Fetch, 0)? {
-            return Ok(v);
-        }
-        Ok(rt.world.signal_fetch(sig)?)
-    })
+    with(call, |rt| Ok(rt.world.signal_fetch(sig)?))
 }
 
 /// `shmem_signal_wait_until`.
 pub fn signal_wait_until(call: &'static str, sig: *const u64, cmp: c_int, v: u64) -> u64 {
     with(call, |rt| {
         let cmp = cmp_of(cmp)?;
-        let me = rt.world.my_pe();
-        if in_seg(rt, call, sig as usize, 8, me).is_some() {
-            let load = seg_loader::<u64>(rt, call, sig)?;
-            let mut out = 0;
-            poll_mut(rt, call, &mut || {
-                out = load(0)?;
-                Ok(cmp.holds(out, v))
-            })?;
-            // `out` was set by the last successful poll.
-            return Ok(out);
-        }
         Ok(rt.world.signal_wait_until(sig, cmp, v)?)
     })
 }
@@ -618,32 +437,6 @@ watch!(i16 => AtomicU16, u16; u16 => AtomicU16, u16; i32 => AtomicU32, u32; u32 
        i64 => AtomicU64, u64; u64 => AtomicU64, u64; isize => AtomicU64, u64; usize => AtomicU64, u64);
 
 type Loader<'a, T> = Box<dyn Fn(usize) -> CResult<T> + 'a>;
-
-/// A loader of element `i` of `ivars` in the data segment (checked for `n` elements).
-fn seg_loader<'a, T: Watch>(rt: &'a Rt, call: &str, ivars: *const T) -> CResult<Loader<'a, T>> {
-    seg_loader_n(rt, call, ivars, 1)
-}
-
-fn seg_loader_n<'a, T: Watch>(
-    rt: &'a Rt,
-    call: &str,
-    ivars: *const T,
-    n: usize,
-) -> CResult<Loader<'a, T>> {
-    let size = std::mem::size_of::<T>();
-    let me = rt.world.my_pe();
-    let t = match in_seg(rt, call, ivars as usize, bytes::<T>(n.max(1))?, me) {
-        Some(t) => t?,
-        None => return msg("not in the data segment"),
-    };
-    if t % size != 0 {
-        return msg(format!("address {ivars:p} is not {size}-byte aligned"));
-    }
-    Ok(Box::new(move |i| {
-        // SAFETY: i < n, inside the checked, aligned range of my segment.
-        Ok(unsafe { T::load(t + i * size) })
-    }))
-}
 
 /// Polls `cond` until it holds, bounded by `RSHMEM_TIMEOUT`.
 fn poll_mut(rt: &Rt, call: &str, cond: &mut dyn FnMut() -> CResult<bool>) -> CResult<()> {
@@ -808,8 +601,7 @@ pub unsafe fn wait_set<T: WorldWait>(
             Some(unsafe { src_slice(a.values, a.n) }?)
         };
         let me = rt.world.my_pe();
-        let in_segment = a.n > 0 && in_seg(rt, call, a.ivars as usize, 1, me).is_some();
-        let via_world = if in_segment || a.n == 0 {
+        let via_world = if a.n == 0 {
             None
         } else {
             T::world(rt, a.ivars, a.n, status, cmp, a.value, values, set, block)
@@ -819,8 +611,6 @@ pub unsafe fn wait_set<T: WorldWait>(
             None => {
                 let load: Loader<'_, T> = if a.n == 0 {
                     Box::new(|_| Ok(T::default()))
-                } else if in_segment {
-                    seg_loader_n(rt, call, a.ivars, a.n)?
                 } else {
                     // Heap variables of types without runtime waits: poll with g on this PE.
                     let size = std::mem::size_of::<T>();

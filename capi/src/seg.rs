@@ -1,21 +1,26 @@
 //! The program's global and static variables as symmetric objects.
 //!
-//! OpenSHMEM makes the data segment (`.data`, `.bss`) of the program symmetric. At `shmem_init`
-//! the writable `PT_LOAD` segment of the main executable, **except its RELRO pages**
-//! (`PT_GNU_RELRO`: `.dynamic`, `.got`, `.init_array`, `.data.rel.ro`, which the loader made
-//! read-only), is copied into a `memfd` (`MFD_CLOEXEC`, so children started by `system` or
-//! `exec` do not inherit it) that is then mapped `MAP_SHARED | MAP_FIXED` over the same
-//! addresses, so the program sees no change. The RELRO pages keep their private read-only
-//! mapping. The PEs exchange (pid, fd, address, length) through the symmetric heap and each maps
-//! the others' segments through `/proc/<pid>/fd/<fd>`. A symmetric address in the segment is
-//! translated by its offset from the segment start (which differs between PEs under ASLR).
+//! OpenSHMEM makes the data segment (`.data`, `.bss`) of the program symmetric. This module
+//! finds that segment and what is symmetric in it, and hands it to the runtime as a symmetric
+//! region ([`rshmem::RegionMemory`], [`rshmem::World::register_region`]); the runtime does the
+//! rest (sharing the pages, mapping the peers' copies, translating and checking every address
+//! that RMA, atomics, signals, waits and collectives are given).
 //!
-//! Every access is checked against the **variable** it targets: the program's ELF symbol table
-//! (`.symtab`, read from `/proc/self/exe`) gives each global and static variable's extent, and a
-//! range that runs past the end of its variable, or an address inside no variable (padding, the
-//! loader's `.got.plt`), is an error naming the call; so is an address in the RELRO pages. A
-//! stripped program has no symbol table: then ranges are checked against the segment only, and
-//! the loader's sections (`.dynamic`, `.got`, `.got.plt`, from the section headers) are refused.
+//! At `shmem_init`, before the runtime starts threads, the writable `PT_LOAD` segment of the
+//! main executable, **except its RELRO pages** (`PT_GNU_RELRO`: `.dynamic`, `.got`,
+//! `.init_array`, `.data.rel.ro`, which the loader made read-only), is moved onto shared memory
+//! in place ([`rshmem::RegionMemory::share_in_place`]); the RELRO pages keep their private
+//! read-only mapping. After the runtime has started, the segment is registered with a layout:
+//!
+//! * its **variables**, from the program's ELF symbol table (`.symtab`, read from
+//!   `/proc/self/exe`): a range that runs past the end of its variable, or an address inside no
+//!   variable (padding, the loader's `.got.plt`), is an error naming the call;
+//! * the RELRO range, refused with a message naming it; for a stripped program (no symbol
+//!   table) also the loader's sections (`.dynamic`, `.got`, `.got.plt`, from the section
+//!   headers), and ranges are otherwise checked against the segment only.
+//!
+//! Like every symmetric region, the data segment is reachable by load/store only: the copies of
+//! PEs on other hosts are not (calls on them fail naming the call and the PE).
 //!
 //! Set `RSHMEM_CAPI_DATA_SEGMENT=0` to leave the data segment alone (then only the symmetric
 //! heap is symmetric).
@@ -23,15 +28,14 @@
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
-use crate::{msg, CResult};
+use rshmem::{RegionLayout, RegionMemory, RegionObject};
 
-/// This process's data segment, moved onto a memfd (done once per process).
+/// This process's data segment, moved onto shared memory (done once per process), and what
+/// is symmetric in it.
 #[derive(Debug)]
 pub struct Local {
-    start: usize,
-    len: usize,
-    fd: c_int,
-    map: Map,
+    mem: RegionMemory,
+    layout: RegionLayout,
 }
 
 static LOCAL: OnceLock<Option<Local>> = OnceLock::new();
@@ -40,152 +44,6 @@ static LOCAL: OnceLock<Option<Local>> = OnceLock::new();
 type Vars = Vec<(usize, usize, String)>;
 /// Loader sections: (start, end, name).
 type Loader = Vec<(usize, usize, &'static str)>;
-
-/// What may be accessed inside the writable segment (addresses of this process).
-#[derive(Debug, Clone, Default)]
-struct Map {
-    /// The RELRO range `[lo, hi)` (private, read-only after relocation), if any.
-    relro: Option<(usize, usize)>,
-    /// The program's variables, sorted, overlapping ones merged: (start, end, name). `None`
-    /// when the program has no symbol table (stripped).
-    vars: Option<Vars>,
-    /// The loader's sections (`.dynamic`, `.got`, `.got.plt`): refused when `vars` is `None`.
-    loader: Loader,
-}
-
-impl Map {
-    /// Checks `[addr, addr+len)` (inside the shared part of the segment) against the program's
-    /// variables.
-    #[cold]
-    fn check_err(&self, call: &str, addr: usize, len: usize) -> CResult<()> {
-        if let Some((lo, hi)) = self.relro {
-            if addr >= lo && addr < hi {
-                return msg(relro_msg(call, addr));
-            }
-        }
-        match &self.vars {
-            Some(vars) => {
-                let k = vars.partition_point(|v| v.0 <= addr);
-                match k.checked_sub(1).map(|k| &vars[k]) {
-                    Some((s, e, name)) if addr < *e => {
-                        if len > e - addr {
-                            return msg(format!(
-                                "{call}: range {addr:#x}+{len} runs past the end of the \
-                                 symmetric variable `{name}` ({s:#x}, {} bytes)",
-                                e - s
-                            ));
-                        }
-                        Ok(())
-                    }
-                    _ => msg(format!(
-                        "{call}: address {addr:#x} is in the program's data segment but in no \
-                         variable of its symbol table (not a symmetric object)"
-                    )),
-                }
-            }
-            None => {
-                for (lo, hi, name) in &self.loader {
-                    if addr < *hi && addr.saturating_add(len.max(1)) > *lo {
-                        return msg(format!(
-                            "{call}: range {addr:#x}+{len} touches the program's {name} \
-                             (dynamic loader data), which is not symmetric"
-                        ));
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// True if `[addr, addr+len)` lies inside one variable (the common, fast case).
-    #[inline]
-    fn fits(&self, addr: usize, len: usize) -> bool {
-        match &self.vars {
-            Some(vars) => {
-                let k = vars.partition_point(|v| v.0 <= addr);
-                k > 0 && addr < vars[k - 1].1 && len <= vars[k - 1].1 - addr
-            }
-            None => self.loader.is_empty() && self.relro.is_none(),
-        }
-    }
-}
-
-fn relro_msg(call: &str, addr: usize) -> String {
-    format!(
-        "{call}: address {addr:#x} is in the program's relocation read-only data (PT_GNU_RELRO: \
-         .dynamic, .got, ...), which each PE keeps private and read-only; it is not symmetric"
-    )
-}
-
-/// The symmetric data segment: where every PE's copy is mapped in this process.
-#[derive(Debug)]
-pub struct Segment {
-    start: usize,
-    len: usize,
-    /// Per PE, this process's address of that PE's segment (`None`: not reachable).
-    peers: Vec<Option<usize>>,
-    me: usize,
-    map: Map,
-}
-
-impl Segment {
-    /// If `[addr, addr+len)` starts in the data segment: the address of PE `pe`'s copy, or an
-    /// error if the range runs past the segment or the PE's copy is not mapped.
-    #[inline]
-    pub fn translate(
-        &self,
-        call: &str,
-        addr: usize,
-        len: usize,
-        pe: usize,
-    ) -> Option<CResult<usize>> {
-        let off = addr.wrapping_sub(self.start);
-        if off >= self.len {
-            return match self.map.relro {
-                Some((lo, hi)) if addr >= lo && addr < hi => Some(msg(relro_msg(call, addr))),
-                _ => None,
-            };
-        }
-        if len <= self.len - off && self.map.fits(addr, len) {
-            if let Some(Some(base)) = self.peers.get(pe) {
-                return Some(Ok(base + off));
-            }
-        }
-        Some(self.translate_err(call, addr, len, pe))
-    }
-
-    #[cold]
-    fn translate_err(&self, call: &str, addr: usize, len: usize, pe: usize) -> CResult<usize> {
-        if len > self.len - (addr - self.start) {
-            return msg(format!(
-                "{call}: range {addr:#x}+{len} runs past the end of the symmetric data segment"
-            ));
-        }
-        self.map.check_err(call, addr, len)?;
-        match self.peers.get(pe) {
-            None => msg(format!(
-                "PE {pe} is out of range: the job has {} PEs (0..{})",
-                self.peers.len(),
-                self.peers.len()
-            )),
-            Some(None) => msg(format!(
-                "the data segment of PE {pe} is not mapped in this process (see RSHMEM_CAPI_DATA_SEGMENT)"
-            )),
-            Some(Some(base)) => Ok(base + addr - self.start),
-        }
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        for (pe, p) in self.peers.iter().enumerate() {
-            if let (Some(base), true) = (p, pe != self.me) {
-                // SAFETY: `base` is a mapping of `len` bytes this Segment created and owns.
-                unsafe { libc::munmap(*base as *mut c_void, self.len) };
-            }
-        }
-    }
-}
 
 /// The main program's writable segment, RELRO range and load bias.
 #[derive(Default)]
@@ -223,15 +81,16 @@ unsafe extern "C" fn phdr_cb(
     1
 }
 
-/// Moves this process's data segment onto a memfd (once per process). Failures leave the
-/// segment private and are reported when a remote PE's static variable is used.
+/// Moves this process's data segment onto shared memory (once per process, before the runtime
+/// starts threads). Failures leave the segment private: they are printed, and calls on a
+/// peer's static variable then fail naming the PE.
 pub fn prepare(call: &str) -> Option<&'static Local> {
     LOCAL
         .get_or_init(|| {
             if std::env::var("RSHMEM_CAPI_DATA_SEGMENT").is_ok_and(|v| v == "0") {
                 return None;
             }
-            match remap() {
+            match find() {
                 Ok(l) => Some(l),
                 Err(e) => {
                     eprintln!("rshmem: {call}: global/static variables are not symmetric: {e}");
@@ -240,6 +99,13 @@ pub fn prepare(call: &str) -> Option<&'static Local> {
             }
         })
         .as_ref()
+}
+
+/// **Collective.** Registers the data segment (or, where [`prepare`] found none, nothing) as
+/// a symmetric region of `world`.
+pub fn register(world: &rshmem::World, local: Option<&Local>) -> rshmem::Result<()> {
+    let layout = local.map_or_else(RegionLayout::default, |l| l.layout.clone());
+    world.register_region(local.map(|l| &l.mem), layout)
 }
 
 /// The program's variables and loader sections from its ELF file (addresses + `bias`).
@@ -288,7 +154,7 @@ fn read_elf(bias: usize) -> (Option<Vars>, Loader) {
     (Some(vars), loader)
 }
 
-fn remap() -> Result<Local, String> {
+fn find() -> Result<Local, String> {
     let mut f = Found::default();
     // SAFETY: the callback only reads the headers and writes `f`.
     unsafe { libc::dl_iterate_phdr(Some(phdr_cb), (&mut f as *mut Found).cast()) };
@@ -304,132 +170,39 @@ fn remap() -> Result<Local, String> {
     if start >= end {
         return Err("the program's writable segment is all RELRO".into());
     }
-    let len = end - start;
     let (vars, loader) = read_elf(f.bias);
-    let map = Map {
-        relro: f.relro,
-        vars,
-        loader,
-    };
-    // SAFETY: memfd_create with a valid C string; MFD_CLOEXEC keeps it from child programs.
-    let fd = unsafe { libc::memfd_create(c"rshmem-data".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
-    }
-    let fail = |what: &str| {
-        let e = format!("{what}: {}", std::io::Error::last_os_error());
-        // SAFETY: fd is ours.
-        unsafe { libc::close(fd) };
-        Err(e)
-    };
-    // SAFETY: fd is a fresh memfd.
-    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-        return fail("ftruncate");
-    }
-    let mut done = 0usize;
-    while done < len {
-        // SAFETY: [start, end) is mapped and readable (the program's writable segment past its
-        // RELRO pages).
-        let w = unsafe {
-            libc::pwrite(
-                fd,
-                (start + done) as *const c_void,
-                len - done,
-                done as libc::off_t,
+    let obj = |start, end, name: String| RegionObject { start, end, name };
+    let mut refused: Vec<RegionObject> = f
+        .relro
+        .map(|(lo, hi)| {
+            obj(
+                lo,
+                hi,
+                "the program's relocation read-only data (PT_GNU_RELRO: .dynamic, .got, ...), \
+                 which each PE keeps private and read-only"
+                    .into(),
             )
-        };
-        if w <= 0 {
-            return fail("copying the data segment");
-        }
-        done += w as usize;
+        })
+        .into_iter()
+        .collect();
+    if vars.is_none() {
+        refused.extend(loader.into_iter().map(|(lo, hi, name)| {
+            obj(
+                lo,
+                hi,
+                format!("the program's {name} (dynamic loader data)"),
+            )
+        }));
     }
-    // SAFETY: replaces the program's own segment pages with a shared mapping of identical
-    // contents at the same addresses; nothing writes the segment between the copy and here
-    // (called at init, before the runtime starts threads).
-    let p = unsafe {
-        libc::mmap(
-            start as *mut c_void,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
-            0,
-        )
+    let layout = RegionLayout {
+        name: "the program's data segment".into(),
+        objects: vars.map(|v| v.into_iter().map(|(s, e, n)| obj(s, e, n)).collect()),
+        refused,
     };
-    if p == libc::MAP_FAILED {
-        return fail("mmap over the data segment");
-    }
-    Ok(Local {
-        start,
-        len,
-        fd,
-        map,
-    })
-}
-
-/// **Collective.** Exchanges the segments of all PEs through the symmetric heap and maps them.
-pub fn exchange(
-    world: &rshmem::World,
-    local: Option<&Local>,
-) -> CResult<(Option<Segment>, Vec<libc::pid_t>)> {
-    let (me, n) = (world.my_pe(), world.n_pes());
-    let buf = world.calloc::<u64>(4 * n)?;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() } as u64;
-    let entry = match local {
-        Some(l) => [pid, l.fd as u64, l.start as u64, l.len as u64],
-        None => [pid, 0, 0, 0],
-    };
-    for pe in 0..n {
-        world.put(buf.at(4 * me), &entry, pe)?;
-    }
-    world.barrier_all()?;
-    let mut all = vec![0u64; 4 * n];
-    world.get(&mut all, buf.as_ptr(), me)?;
-    let mut peers = vec![None; n];
-    if let Some(l) = local {
-        for pe in 0..n {
-            let e = &all[4 * pe..4 * pe + 4];
-            if pe == me {
-                peers[pe] = Some(l.start);
-            } else if e[3] != 0 && e[3] as usize == l.len {
-                peers[pe] = map_peer(e[0], e[1], l.len);
-            }
-        }
-    }
-    // Everyone has mapped the others before anyone may exit.
-    world.barrier_all()?;
-    world.free(buf)?;
-    let pids = (0..n).map(|pe| all[4 * pe] as libc::pid_t).collect();
-    let seg = local.map(|l| Segment {
-        map: l.map.clone(),
-        start: l.start,
-        len: l.len,
-        peers,
-        me,
-    });
-    Ok((seg, pids))
-}
-
-fn map_peer(pid: u64, fd: u64, len: usize) -> Option<usize> {
-    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    // SAFETY: a valid C string.
-    let pfd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if pfd < 0 {
-        return None;
-    }
-    // SAFETY: maps the peer's memfd of `len` bytes at an address the kernel picks.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            pfd,
-            0,
-        )
-    };
-    // SAFETY: pfd is ours; the mapping stays valid after close.
-    unsafe { libc::close(pfd) };
-    (p != libc::MAP_FAILED).then_some(p as usize)
+    // SAFETY: [start, end) is the program's writable segment past its RELRO pages: mapped
+    // read-write, private, and (called at init, before the runtime starts threads) written by
+    // no other thread.
+    let mem = unsafe { RegionMemory::share_in_place(start as *mut u8, end - start) }
+        .map_err(|e| e.to_string())?;
+    Ok(Local { mem, layout })
 }

@@ -29,7 +29,7 @@ pub enum Error {
     },
 
     /// An address is not inside this PE's symmetric heap, or a range runs past its allocation.
-    #[error("{call}: {reason} (only addresses returned by rshmem's malloc/calloc/align/realloc on this PE are symmetric)")]
+    #[error("{call}: {reason} (only addresses returned by rshmem's malloc/calloc/align/realloc on this PE, and addresses inside a registered symmetric region, are symmetric)")]
     NotSymmetric {
         /// The rshmem call.
         call: &'static str,

@@ -6,6 +6,9 @@
 //! * **PE** (processing element) — one process of the job; [`World::my_pe`], [`World::n_pes`].
 //! * **symmetric heap** — memory every PE allocates together ([`World::malloc`]); an object has
 //!   a copy on every PE at the same offset, so this PE's address of it names the copy on any PE.
+//! * **symmetric region** — memory of a process's own (outside the heap) that every PE
+//!   registered with [`World::register_region`]; its addresses work wherever heap addresses do,
+//!   for PEs whose copy is reachable by load/store (see [`region`]).
 //! * **one-sided** — only the calling PE takes part (put, get, atomics, signals).
 //! * **collective** — every PE must make the call, in the same order (init, allocation,
 //!   barrier, finalize).
@@ -49,6 +52,7 @@ pub(crate) mod heap;
 mod mem;
 pub(crate) mod node;
 pub(crate) mod proxy;
+pub mod region;
 mod rma;
 mod seqlock;
 pub mod shared;
@@ -62,12 +66,15 @@ mod wait;
 pub mod wire;
 mod world;
 
-pub use coll::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
+pub use coll::{
+    ActiveSet, And, BitwiseReduceType, Group, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor,
+};
 pub use cuda_interop::SymDevice;
 pub use cudarc;
 pub use device::module::Module;
 pub use error::{Error, Result};
 pub use mem::SymBuf;
+pub use region::{RegionLayout, RegionMemory, RegionObject};
 pub use rshmem_bootstrap::UniqueId;
 pub use shared::SharedSymBuf;
 pub use stream::cmp_code;

@@ -277,6 +277,8 @@ pub struct World {
     pub(crate) coll_seq: AtomicU64,
     /// Teams: free synchronization slots and the predefined teams.
     pub(crate) teams: crate::team::Teams,
+    /// Registered symmetric regions (memory outside the heap; see `region`).
+    pub(crate) regions: crate::region::Regions,
     finalized: AtomicBool,
     init_time: Duration,
 }
@@ -435,6 +437,7 @@ impl World {
             barrier_epoch: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
             teams: crate::team::Teams::new(n),
+            regions: crate::region::Regions::new(),
             finalized: AtomicBool::new(false),
             init_time: Duration::ZERO,
         };
@@ -689,7 +692,8 @@ impl World {
         )
     }
 
-    /// Translates my symmetric `[addr, addr+len)` to PE `pe`'s copy, checking both.
+    /// Translates my symmetric `[addr, addr+len)` (heap or registered region) to PE `pe`'s
+    /// copy, checking both.
     #[inline]
     pub(crate) fn remote(
         &self,
@@ -698,6 +702,11 @@ impl World {
         len: usize,
         pe: usize,
     ) -> Result<usize> {
+        if self.regions.may_hold(addr) {
+            if let Some(r) = self.region_target(call, addr, len, pe) {
+                return r;
+            }
+        }
         let local = self.local_index(call, pe)?;
         let off = self.heap.check_range(call, addr, len)?;
         Ok(self.heap.peer_addr(local, off))
@@ -728,7 +737,8 @@ impl World {
     }
 
     /// Translates my symmetric `[addr, addr+len)` to PE `pe`'s copy, checking both: a
-    /// load/store address for a PE of this node, a heap offset for a PE reached over TCP.
+    /// load/store address for a PE of this node (or any reachable copy of a registered region,
+    /// see `region`), a heap offset for a PE reached over TCP.
     #[inline(always)]
     pub(crate) fn target(
         &self,
@@ -737,6 +747,11 @@ impl World {
         len: usize,
         pe: usize,
     ) -> Result<Target> {
+        if self.regions.may_hold(addr) {
+            if let Some(r) = self.region_target(call, addr, len, pe) {
+                return r.map(Target::Local);
+            }
+        }
         match self.node.local_of.get(pe) {
             Some(Some(l)) => {
                 let off = self.heap.check_range(call, addr, len)?;

@@ -124,6 +124,8 @@ pub enum Kind {
     Timeout,
     /// [`Error::PeerLost`].
     PeerLost,
+    /// [`Error::Unsupported`].
+    Unsupported,
 }
 
 /// The variant of `e`, if it is one of [`Kind`].
@@ -135,6 +137,7 @@ pub fn kind_of(e: &Error) -> Option<Kind> {
         Error::OutOfMemory { .. } => Kind::Oom,
         Error::Timeout { .. } => Kind::Timeout,
         Error::PeerLost { .. } => Kind::PeerLost,
+        Error::Unsupported { .. } => Kind::Unsupported,
         _ => return None,
     })
 }

@@ -15,6 +15,11 @@
 //! * `signal` — put_signal(_nbi), signal_op, signal_fetch, signal_wait_until.
 //! * `coll` — teams (predefined, strided and 2-D splits, translate, destroy) and every host
 //!   collective on several teams, types and sizes, plus misuse errors.
+//! * `region [remote]` — symmetric regions: this PE's own memory registered with
+//!   `register_region`, used by RMA, atomics, signals, waits and team collectives; range, PE and
+//!   unreachable-copy errors (`remote`, with `RSHMEM_DISABLE_P2P=1`: no peer's copy reachable).
+//! * `active-set` — the collectives over an OpenSHMEM 1.4 active set (odd/even PEs and the whole
+//!   job) with the caller's pSync restored, `reduce_with`, and bad sets.
 //! * `gpucoll` — the GPU team collectives: every `*_on_stream` collective on several teams and
 //!   sizes against host references, the device library's collectives from a user kernel, and
 //!   argument errors (on the CPU backend: nothing to check, says so).
@@ -69,6 +74,8 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("amo-names", false),
     ("signal", false),
     ("coll", false),
+    ("region", false),
+    ("active-set", false),
     ("wait", false),
     ("heap", false),
     ("heap-huge", false),
@@ -98,6 +105,8 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "amo-names" => amo::names,
         "signal" => signal::run,
         "coll" => coll::run,
+        "region" => region::run,
+        "active-set" => active_set::run,
         "stream" => stream::run,
         "gpucoll" => gpucoll::run,
         "overlap" => overlap::run,

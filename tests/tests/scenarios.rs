@@ -137,3 +137,40 @@ per_n!(
     coll_4pes = 4,
     coll_8pes = 8
 );
+
+// Symmetric regions (memory of the PE's own, registered with `register_region`): RMA, atomics,
+// signals, waits and team collectives on region addresses, and their errors.
+per_n!(
+    "region",
+    NONE,
+    region_1pe = 1,
+    region_2pes = 2,
+    region_3pes = 3,
+    region_4pes = 4
+);
+
+/// Every PE its own host (`RSHMEM_DISABLE_P2P=1`): no peer's copy of a region is reachable
+/// (regions are load/store only), and the calls say so naming the call and the PE.
+#[test]
+fn region_copies_on_other_hosts_are_unreachable() {
+    for n in [2, 4] {
+        common::job(n, "region")
+            .arg("remote")
+            .env("RSHMEM_DISABLE_P2P", "1")
+            .env("RSHMEM_BACKEND", "cpu")
+            .run()
+            .assert_ok(0..n, "region");
+    }
+}
+
+// Collectives over OpenSHMEM 1.4 active sets (odd/even PEs and the whole job) with the
+// caller's pSync restored, reduce_with over a set and a team, and bad sets.
+per_n!(
+    "active-set",
+    NONE,
+    active_set_1pe = 1,
+    active_set_2pes = 2,
+    active_set_3pes = 3,
+    active_set_4pes = 4,
+    active_set_5pes = 5
+);

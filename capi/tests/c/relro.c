@@ -33,7 +33,7 @@ static int perms_of(const void *addr, char out[5]) {
     return found;
 }
 
-/* 1 if this process has an fd open on the rshmem-data memfd. */
+/* 1 if this process has an fd open on the rshmem-region memfd. */
 static int have_data_fd(void) {
     char path[64], target[256];
     int found = 0;
@@ -42,7 +42,7 @@ static int have_data_fd(void) {
         ssize_t n = readlink(path, target, sizeof target - 1);
         if (n > 0) {
             target[n] = 0;
-            if (strstr(target, "rshmem-data")) found = 1;
+            if (strstr(target, "rshmem-region")) found = 1;
         }
     }
     return found;
@@ -73,7 +73,7 @@ int main(void) {
 
     /* The memfd exists here but is not inherited by a child program. */
     CHECK(have_data_fd());
-    int st = system("ls -l /proc/self/fd/ | grep -q rshmem-data");
+    int st = system("ls -l /proc/self/fd/ | grep -q rshmem-region");
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* grep found nothing */
 
     shmem_barrier_all();

@@ -23,9 +23,11 @@
 //! * Reductions elsewhere (GPU heap, PEs over TCP) pull every member's block into a private
 //!   buffer, combine there in team order, sync, and write `dest` afterwards.
 
+mod active_set;
 pub(crate) mod device;
 mod ops;
 
+pub use active_set::{ActiveSet, Group};
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
 
 use crate::error::{Error, Result};

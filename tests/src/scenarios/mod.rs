@@ -1,5 +1,6 @@
 //! The scenarios, one module each (see the crate documentation for the list).
 
+pub mod active_set;
 pub mod amo;
 pub mod coll;
 pub mod crash;
@@ -11,6 +12,7 @@ pub mod hang;
 pub mod heap;
 pub mod idle;
 pub mod overlap;
+pub mod region;
 pub mod rma;
 pub mod signal;
 pub mod stream;

@@ -1,0 +1,492 @@
+//! Collectives over an **active set** (OpenSHMEM 1.4's deprecated form: the PEs `start`,
+//! `start + 2^log_stride`, … (`size` of them) and a caller-supplied symmetric `pSync` array),
+//! and reductions whose arithmetic is a caller's function ([`World::reduce_with`], over a team
+//! or an active set).
+//!
+//! Every call here is **collective over the set**: each member makes it, in the same order,
+//! with the same arguments; PEs outside the set do not call it. An active set is no team (a
+//! team split is collective over the parent, and PEs outside the set never call), so its
+//! synchronization lives in the caller's `pSync`, used only as OpenSHMEM allows: a
+//! dissemination barrier of counters, one word per round (each round adds 1 to the partner's
+//! word and consumes 1 from its own, so `pSync` is back to its initial zeros,
+//! `SHMEM_SYNC_VALUE`, when the call returns and may be reused at once); `collect` passes the
+//! counts in the last word. `pWrk` is never needed.
+//!
+//! Data moves by the pull protocol of the staged team collectives: quiet, sync, pull what this
+//! PE needs into a private buffer, sync (also after a failure, so no member is left waiting),
+//! write this PE's `dest`, quiet. Buffers are symmetric addresses (heap or a registered region),
+//! checked before anything moves.
+
+use super::{bytes_of, span, ReduceOp, ReduceType};
+use crate::error::{Error, Result};
+use crate::team::Team;
+use crate::types::{Cmp, RmaType};
+use crate::world::World;
+
+/// An active set with its `pSync` (see the module docs), made by [`World::active_set`].
+#[derive(Debug, Clone)]
+pub struct ActiveSet {
+    /// World PEs of the members, in set order.
+    members: Vec<usize>,
+    /// My index in `members`.
+    me: usize,
+    /// The caller's pSync (symmetric, `words` long).
+    psync: *mut i64,
+    words: usize,
+}
+
+impl ActiveSet {
+    /// The world PE numbers of the members, in set order.
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+
+    /// This PE's index in the set.
+    pub fn my_index(&self) -> usize {
+        self.me
+    }
+}
+
+/// Who takes part in [`World::reduce_with`]: a team or an active set.
+#[derive(Debug, Clone, Copy)]
+pub enum Group<'a> {
+    /// A team (synchronized with its team sync).
+    Team(&'a Team),
+    /// An active set (synchronized through its `pSync`).
+    Set(&'a ActiveSet),
+}
+
+impl Group<'_> {
+    fn n(&self) -> usize {
+        match self {
+            Group::Team(t) => t.n_pes(),
+            Group::Set(s) => s.members.len(),
+        }
+    }
+    fn me(&self) -> usize {
+        match self {
+            Group::Team(t) => t.my_pe(),
+            Group::Set(s) => s.me,
+        }
+    }
+    /// World PE of member `j`.
+    fn pe(&self, j: usize) -> usize {
+        match self {
+            Group::Team(t) => t.world_pe(j),
+            Group::Set(s) => s.members[j],
+        }
+    }
+}
+
+impl World {
+    /// **Local.** The active set `start, start + 2^log_stride, …` (`size` PEs) with its
+    /// `pSync` of `psync_words` words (symmetric, all `SHMEM_SYNC_VALUE` (0) before the first
+    /// use). Errors: a bad triplet, PEs outside the job, this PE not in the set, a `pSync` that
+    /// is null, not symmetric, or too short for the set's barrier rounds plus one word.
+    pub fn active_set(
+        &self,
+        start: usize,
+        log_stride: u32,
+        size: usize,
+        psync: *mut i64,
+        psync_words: usize,
+    ) -> Result<ActiveSet> {
+        let call = "active_set";
+        let desc = || format!("active set (start {start}, log stride {log_stride}, size {size})");
+        if size == 0 || log_stride >= usize::BITS {
+            return Err(Error::invalid(call, format!("{} is invalid", desc())));
+        }
+        let last = (size - 1)
+            .checked_shl(log_stride)
+            .filter(|x| x >> log_stride == size - 1)
+            .and_then(|x| x.checked_add(start));
+        let members: Vec<usize> = match last {
+            Some(l) if l < self.n => (0..size).map(|i| start + (i << log_stride)).collect(),
+            _ => {
+                return Err(Error::invalid(
+                    call,
+                    format!("{} names PEs outside the job's 0..{}", desc(), self.n),
+                ))
+            }
+        };
+        let Some(me) = members.iter().position(|&p| p == self.me) else {
+            return Err(Error::invalid(
+                call,
+                format!("PE {} is not in the {}", self.me, desc()),
+            ));
+        };
+        if psync.is_null() {
+            return Err(Error::invalid(call, "pSync is NULL"));
+        }
+        let rounds = (usize::BITS - (size.max(2) - 1).leading_zeros()) as usize;
+        if rounds + 1 > psync_words {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "pSync has {psync_words} words, the {} needs {}",
+                    desc(),
+                    rounds + 1
+                ),
+            ));
+        }
+        World::check_aligned(call, "pSync", psync, 8)?;
+        self.remote(call, psync as usize, psync_words * 8, self.me)?;
+        Ok(ActiveSet {
+            members,
+            me,
+            psync,
+            words: psync_words,
+        })
+    }
+
+    /// True when the set is every PE of the job, in order.
+    fn whole_job(&self, set: &ActiveSet) -> bool {
+        set.members.len() == self.n && set.members.iter().enumerate().all(|(i, &p)| i == p)
+    }
+
+    /// **Collective over the set.** Waits for every member without completing outstanding
+    /// operations (`shmem_sync` with an active set). A set that is the whole job in order uses
+    /// [`World::sync_all`] and leaves `pSync` alone.
+    pub fn set_sync(&self, set: &ActiveSet) -> Result<()> {
+        if self.whole_job(set) {
+            return self.sync_all_named("set_sync");
+        }
+        self.set_sync_named("set_sync", set)
+    }
+
+    /// **Collective over the set.** Completes this PE's outstanding operations, then waits for
+    /// every member (`shmem_barrier`). A set that is the whole job in order uses
+    /// [`World::barrier_all`] and leaves `pSync` alone.
+    pub fn set_barrier(&self, set: &ActiveSet) -> Result<()> {
+        if self.whole_job(set) {
+            return self.barrier_all_named("set_barrier");
+        }
+        self.quiet_all("set_barrier")?;
+        self.set_sync_named("set_barrier", set)
+    }
+
+    /// The dissemination barrier of counters in `pSync` (see the module docs).
+    fn set_sync_named(&self, _call: &'static str, set: &ActiveSet) -> Result<()> {
+        let n = set.members.len();
+        let mut dist = 1;
+        let mut round = 0;
+        while dist < n {
+            let w = set.psync.wrapping_add(round);
+            self.atomic_add(w, 1i64, set.members[(set.me + dist) % n])?;
+            self.wait_until(w.cast_const(), Cmp::Ge, 1)?;
+            self.atomic_add(w, -1i64, self.me)?;
+            dist <<= 1;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    fn group_sync(&self, call: &'static str, g: Group<'_>) -> Result<()> {
+        match g {
+            Group::Team(t) => self.team_sync_named(call, t),
+            Group::Set(s) => self.set_sync_named(call, s),
+        }
+    }
+
+    /// quiet, sync, gather, sync (also when gathering failed), write, quiet.
+    fn pull_protocol<V>(
+        &self,
+        call: &'static str,
+        g: Group<'_>,
+        gather: impl FnOnce() -> Result<V>,
+        write: impl FnOnce(V) -> Result<()>,
+    ) -> Result<()> {
+        self.quiet_all(call)?;
+        self.group_sync(call, g)?;
+        let got = gather();
+        let synced = self.group_sync(call, g);
+        let v = got?;
+        synced?;
+        write(v)?;
+        self.quiet_all(call)
+    }
+
+    /// Writes `v` to my copy of the symmetric `dest`.
+    fn write_own<T: RmaType>(&self, call: &'static str, dest: *mut T, v: &[T]) -> Result<()> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        self.write_mine(call, dest, v)
+    }
+
+    /// **Collective over the set.** Copies `nelems` elements of `source` on set member `root`
+    /// to `dest` on every other member; the root's `dest` is not written (as OpenSHMEM 1.4's
+    /// `shmem_broadcast32/64`).
+    pub fn set_broadcast<T: RmaType>(
+        &self,
+        set: &ActiveSet,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        root: usize,
+    ) -> Result<()> {
+        let call = "set_broadcast";
+        let g = Group::Set(set);
+        if root >= g.n() {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "root {root} is out of range: the active set has {} PEs",
+                    g.n()
+                ),
+            ));
+        }
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
+        self.pull_protocol(
+            call,
+            g,
+            || {
+                let mut v = vec![T::default_value(); nelems];
+                if nelems > 0 {
+                    self.get_impl(call, &mut v, source, g.pe(root))?;
+                }
+                Ok(v)
+            },
+            |v| {
+                if g.me() == root {
+                    return Ok(());
+                }
+                self.write_own(call, dest, &v)
+            },
+        )
+    }
+
+    /// **Collective over the set.** Concatenates every member's `nelems` elements of `source`
+    /// in set order into every member's `dest` (`shmem_fcollect32/64`).
+    pub fn set_fcollect<T: RmaType>(
+        &self,
+        set: &ActiveSet,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+    ) -> Result<()> {
+        let call = "set_fcollect";
+        let g = Group::Set(set);
+        let total = super::team_total(call, nelems, g.n())?;
+        self.coll_bufs(call, dest, total, source, nelems, false)?;
+        self.pull_protocol(
+            call,
+            g,
+            || {
+                let mut v = vec![T::default_value(); total];
+                if nelems > 0 {
+                    for (j, c) in v.chunks_mut(nelems).enumerate() {
+                        self.get_impl(call, c, source, g.pe(j))?;
+                    }
+                }
+                Ok(v)
+            },
+            |v| self.write_own(call, dest, &v),
+        )
+    }
+
+    /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
+    /// different `nelems` per member; the counts travel in the last word of `pSync`, which is
+    /// zero again on return (`shmem_collect32/64`).
+    pub fn set_collect<T: RmaType>(
+        &self,
+        set: &ActiveSet,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+    ) -> Result<()> {
+        let call = "set_collect";
+        let g = Group::Set(set);
+        self.coll_buf(call, "source", source, nelems)?;
+        let word = set.psync.wrapping_add(set.words - 1);
+        let count = i64::try_from(nelems)
+            .map_err(|_| Error::invalid(call, format!("nelems {nelems} is too large")))?;
+        self.quiet_all(call)?;
+        self.write_own(call, word, &[count])?;
+        self.quiet_all(call)?;
+        self.group_sync(call, g)?;
+        let gathered = (|| -> Result<Vec<T>> {
+            let mut counts = Vec::with_capacity(g.n());
+            for j in 0..g.n() {
+                let c = self.g(word.cast_const(), g.pe(j))?;
+                counts.push(usize::try_from(c).map_err(|_| {
+                    Error::invalid(call, format!("set member {j} announced {c} elements"))
+                })?);
+            }
+            let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+            let total =
+                total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
+            let db = self.coll_buf(call, "dest", dest, total)?;
+            let sb = bytes_of::<T>(call, "source", nelems)?;
+            Self::coll_overlap(call, dest, db, source, sb, false)?;
+            let mut v = vec![T::default_value(); total];
+            let mut at = 0;
+            for (j, &c) in counts.iter().enumerate() {
+                if c > 0 {
+                    self.get_impl(call, &mut v[at..at + c], source, g.pe(j))?;
+                }
+                at += c;
+            }
+            Ok(v)
+        })();
+        let synced = self.group_sync(call, g);
+        // The word is the caller's pSync: give it back zeroed.
+        let zeroed = self.write_own(call, word, &[0i64]);
+        let v = gathered?;
+        synced?;
+        zeroed?;
+        self.write_own(call, dest, &v)?;
+        self.quiet_all(call)
+    }
+
+    /// **Collective over the set.** Strided alltoall over the set: element `k` of block `j` is
+    /// `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]`; elements of `dest` between
+    /// the strided ones are left alone (`shmem_alltoall(s)32/64`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_alltoalls<T: RmaType>(
+        &self,
+        set: &ActiveSet,
+        dest: *mut T,
+        source: *const T,
+        dst: usize,
+        sst: usize,
+        nelems: usize,
+    ) -> Result<()> {
+        let call = "set_alltoalls";
+        let g = Group::Set(set);
+        if dst == 0 || sst == 0 {
+            return Err(Error::invalid(
+                call,
+                format!("strides must be at least 1 (dst {dst}, sst {sst})"),
+            ));
+        }
+        let (np, me) = (g.n(), g.me());
+        let total = super::team_total(call, nelems, np)?;
+        let dspan = span(call, "dest", total, dst)?;
+        let sspan = span(call, "source", total, sst)?;
+        self.coll_bufs(call, dest, dspan, source, sspan, false)?;
+        let bspan = span(call, "source", nelems, sst)?;
+        let start = source.wrapping_add(me * nelems * sst);
+        self.pull_protocol(
+            call,
+            g,
+            || {
+                let mut v = vec![T::default_value(); total];
+                if nelems == 0 {
+                    return Ok(v);
+                }
+                let mut block = vec![T::default_value(); bspan];
+                for (j, out) in v.chunks_mut(nelems).enumerate() {
+                    self.get_impl(call, &mut block, start, g.pe(j))?;
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = block[k * sst];
+                    }
+                }
+                Ok(v)
+            },
+            |v| {
+                if v.is_empty() || dst == 1 {
+                    return self.write_own(call, dest, &v);
+                }
+                let mut ext = vec![T::default_value(); dspan];
+                self.get_impl(call, &mut ext, dest, self.me)?;
+                for (i, x) in v.into_iter().enumerate() {
+                    ext[i * dst] = x;
+                }
+                self.write_own(call, dest, &ext)
+            },
+        )
+    }
+
+    /// **Collective over the set.** Element-wise reduction with `op` of every member's
+    /// `source` into every member's `dest`, combined in set order (bit-identical results on
+    /// every member); `dest` and `source` may be the very same range
+    /// (`shmem_TYPE_OP_to_all`).
+    pub fn set_reduce<T: ReduceType, O: ReduceOp<T>>(
+        &self,
+        set: &ActiveSet,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+        op: O,
+    ) -> Result<()> {
+        let _ = op;
+        let call = O::CALL;
+        let g = Group::Set(set);
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
+        self.pull_protocol(
+            call,
+            g,
+            || {
+                let mut acc = vec![T::default_value(); nelems];
+                if nelems == 0 {
+                    return Ok(acc);
+                }
+                self.get_impl(call, &mut acc, source, g.pe(0))?;
+                let mut tmp = acc.clone();
+                for j in 1..g.n() {
+                    self.get_impl(call, &mut tmp, source, g.pe(j))?;
+                    for (a, &b) in acc.iter_mut().zip(&tmp) {
+                        *a = O::combine(*a, b);
+                    }
+                }
+                Ok(acc)
+            },
+            |v| self.write_own(call, dest, &v),
+        )
+    }
+
+    /// **Collective over the team or set.** Reduction of `nelems` elements of `elem_size`
+    /// bytes whose arithmetic is `combine(acc, other)`: called in member order with member 0's
+    /// `source` in `acc` and each further member's in `other` (both `nelems · elem_size`
+    /// bytes, 16-byte aligned); the result goes to every member's `dest`. For element types
+    /// the typed reductions do not have (the C library's `long double` and complex).
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce_with(
+        &self,
+        group: Group<'_>,
+        dest: *mut u8,
+        source: *const u8,
+        nelems: usize,
+        elem_size: usize,
+        combine: &mut dyn FnMut(&mut [u8], &[u8]),
+    ) -> Result<()> {
+        let call = "reduce_with";
+        if let Group::Team(t) = group {
+            self.team_check(call, t)?;
+        }
+        let bytes = nelems
+            .checked_mul(elem_size)
+            .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))?;
+        self.coll_bufs(call, dest, bytes, source, bytes, true)?;
+        // 16-byte aligned staging (long double needs it).
+        let words = bytes.div_ceil(16);
+        self.pull_protocol(
+            call,
+            group,
+            || {
+                let mut acc = vec![0u128; words];
+                if bytes == 0 {
+                    return Ok(acc);
+                }
+                let mut tmp = vec![0u128; words];
+                self.get_impl(call, staging(&mut acc, bytes), source, group.pe(0))?;
+                for j in 1..group.n() {
+                    self.get_impl(call, staging(&mut tmp, bytes), source, group.pe(j))?;
+                    combine(staging(&mut acc, bytes), staging(&mut tmp, bytes));
+                }
+                Ok(acc)
+            },
+            |mut v| self.write_own(call, dest, staging(&mut v, bytes)),
+        )
+    }
+}
+
+/// The first `bytes` bytes of `v` (all of them if it holds fewer; callers size it to hold
+/// `bytes`).
+fn staging(v: &mut [u128], bytes: usize) -> &mut [u8] {
+    let n = bytes.min(std::mem::size_of_val(v));
+    // SAFETY: `v` holds at least `n` initialized bytes; u8 has no alignment or validity
+    // requirement, and the slice borrows `v` mutably.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n) }
+}

@@ -1,0 +1,511 @@
+//! Symmetric regions: ranges of a process's own memory, outside the symmetric heap, that the
+//! runtime treats as symmetric (the C library registers the program's global and static
+//! variables this way).
+//!
+//! A region is made in two steps:
+//!
+//! 1. [`RegionMemory::share_in_place`] (**local**, before other threads can write the range,
+//!    typically before [`crate::init`]): the range's pages are copied into a `memfd`
+//!    (`MFD_CLOEXEC`) that is then mapped `MAP_SHARED | MAP_FIXED` over the same addresses,
+//!    so the program sees the same contents at the same addresses.
+//! 2. [`World::register_region`] (**collective**, every PE in the same order): the PEs
+//!    exchange (pid, memfd, length) and each maps the copies of the PEs of its host through
+//!    `/proc/<pid>/fd/<fd>`. A PE may take part without memory (`None`); its copy is then
+//!    unreachable.
+//!
+//! From then on every call that takes a symmetric address — RMA, atomics, signals, waits,
+//! team collectives, [`World::ptr`] — also accepts an address inside a registered region: an
+//! address is translated by its offset from the region's start (which may differ between PEs,
+//! e.g. under ASLR). The translation lives in one place, `World::region_target`, which the
+//! runtime's address resolution (`World::target`, `World::remote`) consults for addresses
+//! inside the registered regions' bounds.
+//!
+//! **Regions are reachable by load/store only**: the copies of PEs on other hosts are not
+//! reachable (no transport registers them), nor are those of PEs that registered no memory or a
+//! different length. A call that needs such a copy fails with an [`Error::Unsupported`] naming
+//! the call and the PE; nothing is written. Regions need the CPU backend (the transports of the
+//! GPU backend copy GPU memory). A region stays registered until the world is dropped.
+//!
+//! A region may describe its **objects** ([`RegionLayout::objects`]): then every access must
+//! lie inside one object, and a range running past an object's end, or an address inside no
+//! object, is an [`Error::NotSymmetric`] naming the call and the object. It may also name
+//! **refused ranges** (inside or next to it) with the reason they are not symmetric.
+
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+use crate::world::World;
+
+/// This process's memory moved onto a `memfd` by [`RegionMemory::share_in_place`], ready for
+/// [`World::register_region`].
+#[derive(Debug)]
+pub struct RegionMemory {
+    start: usize,
+    len: usize,
+    fd: OwnedFd,
+}
+
+impl RegionMemory {
+    /// **Local.** Moves the page-aligned range `[start, start+len)` of this process onto shared
+    /// memory in place: its contents are copied into a new `memfd`, which is mapped read-write
+    /// over the same addresses. The range's old mapping (anonymous memory, a program's data
+    /// pages) is replaced.
+    ///
+    /// # Safety
+    /// The range must be mapped readable and writable, belong to nothing that depends on its
+    /// current mapping (a file mapping written back, locked memory), and no thread may write it
+    /// while this call runs (writes between the copy and the remap would be lost): call it
+    /// before other threads exist, or with them stopped.
+    pub unsafe fn share_in_place(start: *mut u8, len: usize) -> Result<RegionMemory> {
+        let call = "share_in_place";
+        let start = start as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        if len == 0 || start % page != 0 || len % page != 0 || start.checked_add(len).is_none() {
+            return Err(Error::invalid(
+                call,
+                format!("range {start:#x}+{len} is empty or not page-aligned ({page} bytes)"),
+            ));
+        }
+        let os = |what: &str| Error::Os {
+            call,
+            context: what.to_owned(),
+            source: std::io::Error::last_os_error(),
+        };
+        // SAFETY: memfd_create with a valid C string; MFD_CLOEXEC keeps it from child programs.
+        let raw = unsafe { libc::memfd_create(c"rshmem-region".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(os("memfd_create"));
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fd is a fresh memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(os("ftruncate"));
+        }
+        let mut done = 0usize;
+        while done < len {
+            // SAFETY: [start, start+len) is mapped and readable (the caller's contract).
+            let w = unsafe {
+                libc::pwrite(
+                    fd.as_raw_fd(),
+                    (start + done) as *const c_void,
+                    len - done,
+                    done as libc::off_t,
+                )
+            };
+            if w <= 0 {
+                return Err(os("copying the range into the memfd"));
+            }
+            done += w as usize;
+        }
+        // SAFETY: replaces the range's pages with a shared mapping of identical contents at
+        // the same addresses; nobody writes the range meanwhile (the caller's contract).
+        let p = unsafe {
+            libc::mmap(
+                start as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(os("mmap over the range"));
+        }
+        Ok(RegionMemory { start, len, fd })
+    }
+
+    /// Start of the range.
+    pub fn start(&self) -> *mut u8 {
+        self.start as *mut u8
+    }
+
+    /// Bytes in the range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (an empty range is refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A named range of addresses of this process: `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionObject {
+    /// First byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+    /// For messages: a variable's name, or why the range is refused.
+    pub name: String,
+}
+
+/// What is symmetric inside a region (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct RegionLayout {
+    /// For messages: what the region is (`"the program's data segment"`).
+    pub name: String,
+    /// The objects of the region (any order, may overlap). `Some`: every access must lie
+    /// inside one object. `None`: any range inside the region (and outside `refused`) is
+    /// accepted.
+    pub objects: Option<Vec<RegionObject>>,
+    /// Ranges, inside the region or next to it, that are not symmetric: an access touching one
+    /// is refused with its `name` as the reason. Used when `objects` is `None`; an address in
+    /// a refused range outside the region is refused either way.
+    pub refused: Vec<RegionObject>,
+}
+
+/// A registered region: my range and where every PE's copy is mapped in this process.
+struct SymRegion {
+    start: usize,
+    len: usize,
+    name: String,
+    /// Sorted, overlapping ones merged.
+    objects: Option<Vec<RegionObject>>,
+    refused: Vec<RegionObject>,
+    /// Per PE: this process's address of its copy, or why it is not reachable.
+    peers: Vec<std::result::Result<usize, String>>,
+    me: usize,
+}
+
+impl Drop for SymRegion {
+    fn drop(&mut self) {
+        for (pe, p) in self.peers.iter().enumerate() {
+            if let (Ok(base), true) = (p, pe != self.me) {
+                // SAFETY: `base` is a mapping of `len` bytes that registration created and that
+                // only this region owns.
+                unsafe { libc::munmap(*base as *mut c_void, self.len) };
+            }
+        }
+    }
+}
+
+impl SymRegion {
+    /// True if `[addr, addr+len)` lies inside one object (the common case), or anywhere in
+    /// the region when it has neither objects nor refused ranges.
+    #[inline]
+    fn fits(&self, addr: usize, len: usize) -> bool {
+        let off = addr.wrapping_sub(self.start);
+        if off >= self.len || len > self.len - off {
+            return false;
+        }
+        match &self.objects {
+            Some(objs) => {
+                let k = objs.partition_point(|o| o.start <= addr);
+                k > 0 && addr < objs[k - 1].end && len <= objs[k - 1].end - addr
+            }
+            None => self.refused.is_empty(),
+        }
+    }
+
+    /// Why `[addr, addr+len)` (starting inside the region) is refused, if it is.
+    #[cold]
+    fn refusal(&self, call: &'static str, addr: usize, len: usize) -> Option<Error> {
+        let not_sym = |reason: String| Some(Error::NotSymmetric { call, reason });
+        if let Some(r) = self.refused_at(addr) {
+            return not_sym(refused_msg(addr, r));
+        }
+        let end = self.start + self.len;
+        if len > end - addr {
+            return not_sym(format!(
+                "range {addr:#x}+{len} runs past the end of the symmetric region `{}` \
+                 ({:#x}, {} bytes)",
+                self.name, self.start, self.len
+            ));
+        }
+        match &self.objects {
+            Some(objs) => {
+                let k = objs.partition_point(|o| o.start <= addr);
+                match k.checked_sub(1).map(|k| &objs[k]) {
+                    Some(o) if addr < o.end => not_sym(format!(
+                        "range {addr:#x}+{len} runs past the end of the symmetric variable `{}` \
+                         ({:#x}, {} bytes)",
+                        o.name,
+                        o.start,
+                        o.end - o.start
+                    )),
+                    _ => not_sym(format!(
+                        "address {addr:#x} is in {} but in no object of it (not a symmetric \
+                         object)",
+                        self.name
+                    )),
+                }
+            }
+            None => self
+                .refused
+                .iter()
+                .find(|r| addr < r.end && addr.saturating_add(len.max(1)) > r.start)
+                .and_then(|r| not_sym(refused_msg(addr, r))),
+        }
+    }
+
+    fn refused_at(&self, addr: usize) -> Option<&RegionObject> {
+        self.refused
+            .iter()
+            .find(|r| addr >= r.start && addr < r.end)
+    }
+}
+
+fn refused_msg(addr: usize, r: &RegionObject) -> String {
+    format!("address {addr:#x} is in {}; it is not symmetric", r.name)
+}
+
+/// The registered regions of a world, with the bounds of everything they cover (regions and
+/// refused ranges) for a two-load test on the hot path.
+pub(crate) struct Regions {
+    list: RwLock<Vec<Arc<SymRegion>>>,
+    /// Lowest address covered (0 with no region).
+    lo: AtomicUsize,
+    /// Bytes from `lo` to the highest address covered (0 with no region).
+    span: AtomicUsize,
+}
+
+impl Regions {
+    pub(crate) fn new() -> Regions {
+        Regions {
+            list: RwLock::new(Vec::new()),
+            lo: AtomicUsize::new(0),
+            span: AtomicUsize::new(0),
+        }
+    }
+
+    /// True if `addr` may lie in a registered region or a refused range (false for every
+    /// address while none is registered).
+    #[inline(always)]
+    pub(crate) fn may_hold(&self, addr: usize) -> bool {
+        addr.wrapping_sub(self.lo.load(Ordering::Relaxed)) < self.span.load(Ordering::Relaxed)
+    }
+}
+
+impl World {
+    /// **Collective.** Registers a symmetric region: `mem` (this PE's range, from
+    /// [`RegionMemory::share_in_place`]; `None` to take part without one) described by
+    /// `layout`. `mem` must stay alive (its memfd open) until this call returns; the mappings
+    /// stay valid afterwards. Every PE makes the same registrations in the same order; the k-th region of
+    /// one PE corresponds to the k-th of every other. Each PE maps the copies of the PEs of its
+    /// host that registered the same length; afterwards every call that takes a symmetric
+    /// address accepts addresses inside the region (see the [module docs](crate::region)):
+    /// one-sided calls to a PE whose copy is not reachable (another host, no memory, another
+    /// length) fail with [`Error::Unsupported`] naming the call and the PE.
+    pub fn register_region(&self, mem: Option<&RegionMemory>, layout: RegionLayout) -> Result<()> {
+        let call = "register_region";
+        let supported = self.xport.cheap_loads();
+        // A bad range is reported after the exchange and the sync (every PE takes part, so
+        // none is left waiting); this PE then registers nothing.
+        let placed = mem.map_or(Ok(()), |m| self.check_region_place(call, m));
+        let mem = mem.filter(|_| placed.is_ok() && supported);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u64;
+        let entry: [u64; 3] = match mem {
+            Some(m) => [pid, m.fd.as_raw_fd() as u64, m.len as u64],
+            None => [pid, 0, 0],
+        };
+        let bytes: Vec<u8> = entry.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let all = self.boot.allgather(&bytes)?;
+        if !supported {
+            return Err(Error::Unsupported {
+                call,
+                reason: "symmetric regions need the CPU backend (host memory heap)".into(),
+            });
+        }
+        let word = |pe: usize, i: usize| -> u64 {
+            let b = all.get(pe).and_then(|v| v.get(8 * i..8 * i + 8));
+            b.and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        let mine_len = mem.as_ref().map_or(0, |m| m.len);
+        let peers = (0..self.n)
+            .map(|pe| {
+                let Some(m) = mem else {
+                    return Err("this PE registered no memory for the region".to_owned());
+                };
+                if pe == self.me {
+                    return Ok(m.start);
+                }
+                if !matches!(self.node.local_of.get(pe), Some(Some(_))) {
+                    return Err(format!(
+                        "PE {pe} is on another host (regions are reachable by load/store only)"
+                    ));
+                }
+                match word(pe, 2) as usize {
+                    0 => Err(format!("PE {pe} registered no memory for the region")),
+                    l if l != mine_len => {
+                        Err(format!("PE {pe} registered {l} bytes, this PE {mine_len}"))
+                    }
+                    _ => map_peer(word(pe, 0), word(pe, 1), mine_len)
+                        .map_err(|e| format!("mapping PE {pe}'s copy failed: {e}")),
+                }
+            })
+            .collect();
+        let mut objects = layout.objects;
+        if let Some(objs) = &mut objects {
+            objs.retain(|o| o.end > o.start);
+            objs.sort_by_key(|o| o.start);
+            let mut merged: Vec<RegionObject> = Vec::with_capacity(objs.len());
+            for o in objs.drain(..) {
+                match merged.last_mut() {
+                    Some(last) if o.start < last.end => last.end = last.end.max(o.end),
+                    _ => merged.push(o),
+                }
+            }
+            *objs = merged;
+        }
+        let region = mem.map(|m| SymRegion {
+            start: m.start,
+            len: m.len,
+            name: layout.name,
+            objects,
+            refused: layout.refused,
+            peers,
+            me: self.me,
+        });
+        // Every PE has opened the others' memfds before anyone may exit.
+        self.sync_all_named(call)?;
+        placed?;
+        let Some(region) = region else {
+            return Ok(());
+        };
+        let mut list = self
+            .regions
+            .list
+            .write()
+            .map_err(|_| region_poisoned(call))?;
+        list.push(Arc::new(region));
+        let lo = list
+            .iter()
+            .flat_map(|r| std::iter::once(r.start).chain(r.refused.iter().map(|x| x.start)))
+            .min()
+            .unwrap_or(0);
+        let hi = list
+            .iter()
+            .flat_map(|r| std::iter::once(r.start + r.len).chain(r.refused.iter().map(|x| x.end)))
+            .max()
+            .unwrap_or(0);
+        // A thread uses the new region's addresses only after learning of the region, which
+        // orders it after this call: it sees both stores. A thread racing with the
+        // registration may see a stale pair, which only affects addresses it cannot know yet
+        // (regions are only added, so every older region stays inside the new bounds).
+        self.regions.lo.store(lo, Ordering::Relaxed);
+        self.regions
+            .span
+            .store(hi.saturating_sub(lo), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Rejects a region overlapping the symmetric heap or another region.
+    fn check_region_place(&self, call: &'static str, m: &RegionMemory) -> Result<()> {
+        let overlaps = |a: usize, al: usize, b: usize, bl: usize| a < b + bl && b < a + al;
+        let heap = self.heap.slice_base(0);
+        let heap_len = self.heap.slice() * self.node.len();
+        if overlaps(m.start, m.len, heap, heap_len) {
+            return Err(Error::invalid(
+                call,
+                format!("range {:#x}+{} overlaps the symmetric heap", m.start, m.len),
+            ));
+        }
+        let list = self
+            .regions
+            .list
+            .read()
+            .map_err(|_| region_poisoned(call))?;
+        if let Some(r) = list
+            .iter()
+            .find(|r| overlaps(m.start, m.len, r.start, r.len))
+        {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "range {:#x}+{} overlaps the registered region `{}`",
+                    m.start, m.len, r.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The load/store address of PE `pe`'s copy of `[addr, addr+len)` when `addr` is in a
+    /// registered region (or a refused range: then the error); `None` when it is in none, so
+    /// the symmetric heap's checks apply. The one place where regions are resolved (called by
+    /// `World::target` and `World::remote` for addresses inside [`Regions::may_hold`]).
+    #[cold]
+    pub(crate) fn region_target(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        pe: usize,
+    ) -> Option<Result<usize>> {
+        let list = match self.regions.list.read() {
+            Ok(l) => l,
+            Err(_) => return Some(Err(region_poisoned(call))),
+        };
+        let Some(r) = list.iter().find(|r| addr.wrapping_sub(r.start) < r.len) else {
+            let refused = list.iter().find_map(|r| r.refused_at(addr));
+            return refused.map(|x| {
+                Err(Error::NotSymmetric {
+                    call,
+                    reason: refused_msg(addr, x),
+                })
+            });
+        };
+        if !r.fits(addr, len) {
+            if let Some(e) = r.refusal(call, addr, len) {
+                return Some(Err(e));
+            }
+        }
+        Some(match r.peers.get(pe) {
+            None => Err(self.bad_pe(call, pe)),
+            Some(Ok(base)) => Ok(base + (addr - r.start)),
+            Some(Err(why)) => Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "PE {pe}'s copy of the symmetric region `{}` is not reachable from PE {}: \
+                     {why}",
+                    r.name, self.me
+                ),
+            }),
+        })
+    }
+}
+
+fn region_poisoned(call: &'static str) -> Error {
+    Error::State {
+        call,
+        reason: "the region lock is poisoned (another thread panicked inside rshmem)".into(),
+    }
+}
+
+/// Maps PE `pid`'s memfd `fd` (`len` bytes) into this process.
+fn map_peer(pid: u64, fd: u64, len: usize) -> std::io::Result<usize> {
+    let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}"))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid C string.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor this call just opened.
+    let pfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: maps the peer's memfd of `len` bytes at an address the kernel picks.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            pfd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as usize)
+}
