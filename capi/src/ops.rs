@@ -334,9 +334,6 @@ pub fn amo_int_post<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v
     }
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        if seg_amo(rt, call, dest, pe, op, v)?.is_some() {
-            return Ok(());
-        }
         Ok(rt.world.atomic_add(dest, v, pe)?)
     });
 }
@@ -352,9 +349,6 @@ pub fn amo_bit_post<T: Amo + AmoBitwise>(
 ) {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        if seg_amo(rt, call, dest, pe, op, v)?.is_some() {
-            return Ok(());
-        }
         let w = &rt.world;
         match op {
             Op::And => w.atomic_and(dest, v, pe)?,
