@@ -437,11 +437,11 @@ impl TransportOps for tcp::Net {
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
-        tcp::Net::put(self, call, dst.pe, dst.heap, dst.off, src, n)
+        tcp::Net::put(self, call, dst, src, n, false)
     }
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
-        tcp::Net::get(self, call, src.pe, src.heap, src.off, dst, n)
+        tcp::Net::get(self, call, dst, src, n)
     }
 
     fn amo(
@@ -453,11 +453,11 @@ impl TransportOps for tcp::Net {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        tcp::Net::amo(self, call, at.pe, at.heap, op, at.off, size, value, cond)
+        tcp::Net::amo(self, call, at, op, size, value, cond)
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        tcp::Net::store(self, call, at.pe, at.heap, at.off, value)
+        tcp::Net::store(self, call, at, value)
     }
 
     fn fence(&self, _call: &'static str) -> Result<()> {
