@@ -13,6 +13,24 @@ use crate::transport::AmoOp;
 use crate::types::{AmoBitwise, AmoInt, AmoType, Bits};
 use crate::world::World;
 
+/// Declares atomics that come as a fetching call and one without the old value, one row a
+/// pair: the docs and name of each, the type bound, and the operation (applied with `value`).
+macro_rules! fetch_and_plain {
+    ($($(#[$fdoc:meta])* $fetch:ident, $(#[$doc:meta])* $plain:ident: $bound:ident $op:ident;)+) => {$(
+        $(#[$fdoc])*
+        #[inline]
+        pub fn $fetch<T: $bound>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
+            self.amo(stringify!($fetch), AmoOp::$op, dest, value, value, pe)
+        }
+
+        $(#[$doc])*
+        #[inline]
+        pub fn $plain<T: $bound>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
+            self.amo_post(stringify!($plain), AmoOp::$op, dest, value, pe)
+        }
+    )+};
+}
+
 impl World {
     /// Checks `dest` (aligned, inside a live allocation, PE in range) and applies `op`.
     #[inline]
@@ -67,6 +85,7 @@ impl World {
     #[inline]
     pub fn atomic_set<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
         self.amo_post("atomic_set", AmoOp::Set, dest, value, pe)
+            .map(drop)
     }
 
     /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value. Like `shmem_atomic_swap`.
@@ -94,18 +113,6 @@ impl World {
         )
     }
 
-    /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping); returns the old value. Like `shmem_atomic_fetch_add`.
-    #[inline]
-    pub fn atomic_fetch_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        self.amo("atomic_fetch_add", AmoOp::FetchAdd, dest, value, value, pe)
-    }
-
-    /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping). Like `shmem_atomic_add`.
-    #[inline]
-    pub fn atomic_add<T: AmoInt>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo_post("atomic_add", AmoOp::FetchAdd, dest, value, pe)
-    }
-
     /// **One-sided.** Increments `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_inc`.
     #[inline]
     pub fn atomic_fetch_inc<T: AmoInt>(&self, dest: *mut T, pe: usize) -> Result<T> {
@@ -125,39 +132,25 @@ impl World {
         self.amo_post("atomic_inc", AmoOp::FetchAdd, dest, T::one(), pe)
     }
 
-    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_and`.
-    #[inline]
-    pub fn atomic_fetch_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        self.amo("atomic_fetch_and", AmoOp::FetchAnd, dest, value, value, pe)
-    }
+    fetch_and_plain! {
+        /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping); returns the old value. Like `shmem_atomic_fetch_add`.
+        atomic_fetch_add,
+        /// **One-sided.** Adds `value` to `dest` on PE `pe` (wrapping). Like `shmem_atomic_add`.
+        atomic_add: AmoInt FetchAdd;
 
-    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_or`.
-    #[inline]
-    pub fn atomic_fetch_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        self.amo("atomic_fetch_or", AmoOp::FetchOr, dest, value, value, pe)
-    }
+        /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_and`.
+        atomic_fetch_and,
+        /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`. Like `shmem_atomic_and`.
+        atomic_and: AmoBitwise FetchAnd;
 
-    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_xor`.
-    #[inline]
-    pub fn atomic_fetch_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<T> {
-        self.amo("atomic_fetch_xor", AmoOp::FetchXor, dest, value, value, pe)
-    }
+        /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_or`.
+        atomic_fetch_or,
+        /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`. Like `shmem_atomic_or`.
+        atomic_or: AmoBitwise FetchOr;
 
-    /// **One-sided.** Bitwise-ANDs `value` into `dest` on PE `pe`. Like `shmem_atomic_and`.
-    #[inline]
-    pub fn atomic_and<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo_post("atomic_and", AmoOp::FetchAnd, dest, value, pe)
-    }
-
-    /// **One-sided.** Bitwise-ORs `value` into `dest` on PE `pe`. Like `shmem_atomic_or`.
-    #[inline]
-    pub fn atomic_or<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo_post("atomic_or", AmoOp::FetchOr, dest, value, pe)
-    }
-
-    /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`. Like `shmem_atomic_xor`.
-    #[inline]
-    pub fn atomic_xor<T: AmoBitwise>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
-        self.amo_post("atomic_xor", AmoOp::FetchXor, dest, value, pe)
+        /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`; returns the old value. Like `shmem_atomic_fetch_xor`.
+        atomic_fetch_xor,
+        /// **One-sided.** Bitwise-XORs `value` into `dest` on PE `pe`. Like `shmem_atomic_xor`.
+        atomic_xor: AmoBitwise FetchXor;
     }
 }

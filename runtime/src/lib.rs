@@ -39,6 +39,22 @@
 //! and [`Builder::unique_id`] (no launcher variables needed), and keeps the world and its
 //! buffers in one struct with [`World::into_shared`] and [`SharedSymBuf`] (see [`shared`]).
 
+/// Declares public [`World`] calls that share one parameter list and are each one call of a
+/// private implementation taking the call's name first: the shared generics, parameters (after
+/// `&self`) and result, then one row a call: its docs, its name, and the implementation with
+/// the arguments that follow the name.
+macro_rules! calls {
+    ($gen:tt $params:tt -> $ret:ty; $($(#[$doc:meta])* $name:ident => $imp:ident $args:tt;)+) => {
+        $(calls!(@one $gen $params $ret; $(#[$doc])* $name $imp $args);)+
+    };
+    (@one [$($gen:tt)*] ($($p:tt)*) $ret:ty; $(#[$doc:meta])* $name:ident $imp:ident ($($a:tt)*)) => {
+        $(#[$doc])*
+        pub fn $name<$($gen)*>(&self, $($p)*) -> $ret {
+            self.$imp(stringify!($name), $($a)*)
+        }
+    };
+}
+
 mod amo;
 mod coll;
 pub mod config;

@@ -76,12 +76,17 @@ where
     }
 }
 
-/// A writer that collects one event and hands it to stderr in a single `write_all` on drop, so
-/// lines of different threads (and, for lines shorter than the pipe buffer, of different PEs
-/// sharing a pipe) never interleave mid-line.
-struct OneWrite(Vec<u8>);
+/// Where [`OneWrite`] hands a finished line.
+trait LineSink {
+    fn line(&self, b: &[u8]);
+}
 
-impl std::io::Write for OneWrite {
+/// A writer that collects one event and hands it to its sink (stderr: [`Stderr`]) in one
+/// piece on drop, with a single `write_all`, so lines of different threads (and, for lines
+/// shorter than the pipe buffer, of different PEs sharing a pipe) never interleave mid-line.
+struct OneWrite<S: LineSink>(Vec<u8>, S);
+
+impl<S: LineSink> std::io::Write for OneWrite<S> {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.extend_from_slice(b);
         Ok(b.len())
@@ -91,21 +96,28 @@ impl std::io::Write for OneWrite {
     }
 }
 
-impl Drop for OneWrite {
+impl<S: LineSink> Drop for OneWrite<S> {
     fn drop(&mut self) {
         if !self.0.is_empty() {
-            // Nothing sensible to do when stderr is gone.
-            let _ = std::io::stderr().lock().write_all(&self.0);
+            self.1.line(&self.0);
         }
     }
 }
 
+#[derive(Clone, Copy)]
 struct Stderr;
 
+impl LineSink for Stderr {
+    fn line(&self, b: &[u8]) {
+        // Nothing sensible to do when stderr is gone.
+        let _ = std::io::stderr().lock().write_all(b);
+    }
+}
+
 impl<'a> MakeWriter<'a> for Stderr {
-    type Writer = OneWrite;
-    fn make_writer(&'a self) -> OneWrite {
-        OneWrite(Vec::with_capacity(256))
+    type Writer = OneWrite<Stderr>;
+    fn make_writer(&'a self) -> Self::Writer {
+        OneWrite(Vec::with_capacity(256), Stderr)
     }
 }
 
@@ -149,31 +161,18 @@ mod tests {
     #[derive(Clone, Default)]
     struct Capture(Arc<Mutex<Vec<String>>>);
 
-    struct CaptureWriter(Capture, Vec<u8>);
-
-    impl std::io::Write for CaptureWriter {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.1.extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Drop for CaptureWriter {
-        fn drop(&mut self) {
-            let s = String::from_utf8_lossy(&self.1).into_owned();
-            if let Ok(mut v) = (self.0).0.lock() {
-                v.push(s);
+    impl LineSink for Capture {
+        fn line(&self, b: &[u8]) {
+            if let Ok(mut v) = self.0.lock() {
+                v.push(String::from_utf8_lossy(b).into_owned());
             }
         }
     }
 
     impl<'a> MakeWriter<'a> for Capture {
-        type Writer = CaptureWriter;
-        fn make_writer(&'a self) -> CaptureWriter {
-            CaptureWriter(self.clone(), Vec::new())
+        type Writer = OneWrite<Capture>;
+        fn make_writer(&'a self) -> Self::Writer {
+            OneWrite(Vec::new(), self.clone())
         }
     }
 

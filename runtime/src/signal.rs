@@ -36,33 +36,19 @@ impl World {
         Self::check_aligned(call, "signal address", sig, 8)
     }
 
-    /// **One-sided.** Puts `src` into `dest` on PE `pe`, then updates the signal `sig` on PE `pe`
-    /// with `op`/`signal`; the update is visible only after the data. Like `shmem_put_signal`.
-    /// Both addresses are checked before anything is written.
-    pub fn put_signal<T: RmaType>(
-        &self,
-        dest: *mut T,
-        src: &[T],
-        sig: *mut u64,
-        signal: u64,
-        op: SignalOp,
-        pe: usize,
-    ) -> Result<()> {
-        self.put_signal_impl("put_signal", dest, src, sig, signal, op, pe)
-    }
+    calls! {
+        [T: RmaType]
+        (dest: *mut T, src: &[T], sig: *mut u64, signal: u64, op: SignalOp, pe: usize)
+            -> Result<()>;
 
-    /// **One-sided.** Non-blocking [`put_signal`](World::put_signal); completed by
-    /// [`World::quiet`]. Like `shmem_put_signal_nbi`.
-    pub fn put_signal_nbi<T: RmaType>(
-        &self,
-        dest: *mut T,
-        src: &[T],
-        sig: *mut u64,
-        signal: u64,
-        op: SignalOp,
-        pe: usize,
-    ) -> Result<()> {
-        self.put_signal_impl("put_signal_nbi", dest, src, sig, signal, op, pe)
+        /// **One-sided.** Puts `src` into `dest` on PE `pe`, then updates the signal `sig` on PE
+        /// `pe` with `op`/`signal`; the update is visible only after the data. Like
+        /// `shmem_put_signal`. Both addresses are checked before anything is written.
+        put_signal => put_signal_impl(dest, src, sig, signal, op, pe);
+
+        /// **One-sided.** Non-blocking [`put_signal`](World::put_signal); completed by
+        /// [`World::quiet`]. Like `shmem_put_signal_nbi`.
+        put_signal_nbi => put_signal_impl(dest, src, sig, signal, op, pe);
     }
 
     #[allow(clippy::too_many_arguments)]

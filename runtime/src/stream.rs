@@ -20,6 +20,39 @@ use crate::transport::{p2p::P2p, Transport};
 use crate::types::{Cmp, RmaType, SignalOp};
 use crate::world::World;
 
+/// Declares the stream-ordered copies between this PE and PE `pe`, one row a direction: the
+/// docs and name of the typed call, those of its byte form, and whether it is a get (`src` on
+/// PE `pe`, `dest` on this PE) or a put (the other way round).
+macro_rules! copies_on_stream {
+    ($($(#[$doc:meta])* $name:ident, $(#[$mdoc:meta])* $mem:ident, get = $get:literal;)+) => {$(
+        $(#[$doc])*
+        pub fn $name<T: RmaType>(
+            &self,
+            dest: *mut T,
+            src: *const T,
+            nelems: usize,
+            pe: usize,
+            stream: &CudaStream,
+        ) -> Result<()> {
+            let (dpe, spe) = if $get { (self.me, pe) } else { (pe, self.me) };
+            let (dest, src) = ((dest as usize, dpe), (src as usize, spe));
+            self.copy_on_stream::<T>(stringify!($name), dest, src, nelems, stream)
+        }
+
+        $(#[$mdoc])*
+        pub fn $mem(
+            &self,
+            dest: *mut u8,
+            src: *const u8,
+            nbytes: usize,
+            pe: usize,
+            stream: &CudaStream,
+        ) -> Result<()> {
+            self.$name(dest, src, nbytes, pe, stream)
+        }
+    )+};
+}
+
 impl World {
     /// This PE's GPU when the heap is in GPU memory (its context and rshmem's internal stream).
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
@@ -73,42 +106,19 @@ impl World {
         }
     }
 
-    /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` (this PE)
-    /// to the symmetric `dest` on PE `pe` with the copy engine. Like `putmem_on_stream`.
-    pub fn put_on_stream<T: RmaType>(
-        &self,
-        dest: *mut T,
-        src: *const T,
-        nelems: usize,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.copy_on_stream::<T>(
-            "put_on_stream",
-            (dest as usize, pe),
-            (src as usize, self.me),
-            nelems,
-            stream,
-        )
-    }
+    copies_on_stream! {
+        /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src`
+        /// (this PE) to the symmetric `dest` on PE `pe` with the copy engine. Like
+        /// `putmem_on_stream`.
+        put_on_stream,
+        /// **One-sided, stream-ordered.** Byte form of [`put_on_stream`](World::put_on_stream).
+        putmem_on_stream, get = false;
 
-    /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` on PE
-    /// `pe` into the symmetric `dest` of this PE. Like `getmem_on_stream`.
-    pub fn get_on_stream<T: RmaType>(
-        &self,
-        dest: *mut T,
-        src: *const T,
-        nelems: usize,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.copy_on_stream::<T>(
-            "get_on_stream",
-            (dest as usize, self.me),
-            (src as usize, pe),
-            nelems,
-            stream,
-        )
+        /// **One-sided, stream-ordered.** Copies `nelems` elements from the symmetric `src` on
+        /// PE `pe` into the symmetric `dest` of this PE. Like `getmem_on_stream`.
+        get_on_stream,
+        /// **One-sided, stream-ordered.** Byte form of [`get_on_stream`](World::get_on_stream).
+        getmem_on_stream, get = true;
     }
 
     /// Checks both symmetric ranges (address, PE) and enqueues the copy-engine copy.
@@ -143,30 +153,6 @@ impl World {
         // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
         let r = unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) };
         check(r, call, "cuMemcpyAsync")
-    }
-
-    /// **One-sided, stream-ordered.** Byte form of [`put_on_stream`](World::put_on_stream).
-    pub fn putmem_on_stream(
-        &self,
-        dest: *mut u8,
-        src: *const u8,
-        nbytes: usize,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.put_on_stream(dest, src, nbytes, pe, stream)
-    }
-
-    /// **One-sided, stream-ordered.** Byte form of [`get_on_stream`](World::get_on_stream).
-    pub fn getmem_on_stream(
-        &self,
-        dest: *mut u8,
-        src: *const u8,
-        nbytes: usize,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.get_on_stream(dest, src, nbytes, pe, stream)
     }
 
     /// **One-sided, stream-ordered.** Writes one element to `dest` on PE `pe` (the value is

@@ -25,6 +25,29 @@ use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STR
 use crate::types::{AmoInt, Bits, Cmp};
 use crate::world::World;
 
+/// Declares the public wait and test calls on a set of variables, one row a pair of calls:
+/// the docs and name of the call with one comparison value, then those of the call with one
+/// value per element (`_vector`), whether they block (`Block`) or look once (`Now`), and what
+/// they return (see [`SetAnswer`]).
+macro_rules! set_calls {
+    ($($(#[$doc:meta])* $name:ident, $(#[$vdoc:meta])* $vname:ident($mode:ident) -> $ret:ty;)+) => {$(
+        set_calls!(@one
+            (ivars: *const T, nelems: usize, status: Option<&[i32]>, cmp: Cmp, value: T)
+            (ivars, nelems, status, cmp, &|_| value)
+            $(#[$doc])* $name $mode $ret);
+        set_calls!(@one
+            (ivars: *const T, status: Option<&[i32]>, cmp: Cmp, values: &[T])
+            (ivars, values.len(), status, cmp, &|i| values[i])
+            $(#[$vdoc])* $vname $mode $ret);
+    )+};
+    (@one ($($p:tt)*) ($($a:tt)*) $(#[$doc:meta])* $name:ident $mode:ident $ret:ty) => {
+        $(#[$doc])*
+        pub fn $name<T: AmoInt>(&self, $($p)*) -> Result<$ret> {
+            self.set_call(stringify!($name), Mode::$mode, $($a)*)
+        }
+    };
+}
+
 impl World {
     /// **One-sided.** Orders this PE's puts, atomics and signals per target PE. Like
     /// `shmem_fence`. It cannot fail (OpenSHMEM's `shmem_fence` returns nothing): when a PE
@@ -307,241 +330,47 @@ impl World {
         Ok(cmp.holds(self.load_at::<T>("test", a, 0)?, value))
     }
 
-    /// **Local, blocking.** Waits until every `ivars[i]` (`i < nelems`) not excluded by a
-    /// non-zero `status[i]` satisfies `cmp value`. Like `shmem_wait_until_all`.
-    pub fn wait_until_all<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<()> {
-        self.wait_set(
-            "wait_until_all",
-            ivars,
-            nelems,
-            status,
-            cmp,
-            &|_| value,
-            Want::All,
-        )
-        .map(drop)
-    }
+    set_calls! {
+        /// **Local, blocking.** Waits until every `ivars[i]` (`i < nelems`) not excluded by a
+        /// non-zero `status[i]` satisfies `cmp value`. Like `shmem_wait_until_all`.
+        wait_until_all,
+        /// **Local, blocking.** [`wait_until_all`](World::wait_until_all) with one comparison
+        /// value per element. Like `shmem_wait_until_all_vector`.
+        wait_until_all_vector(Block) -> ();
 
-    /// **Local, blocking.** Waits until some non-excluded `ivars[i]` satisfies `cmp value` and
-    /// returns its index; `None` when every element is excluded. Like `shmem_wait_until_any`.
-    pub fn wait_until_any<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<Option<usize>> {
-        self.wait_set(
-            "wait_until_any",
-            ivars,
-            nelems,
-            status,
-            cmp,
-            &|_| value,
-            Want::Any,
-        )
-        .map(|v| pick_any(ivars as usize, nelems, &v))
-    }
+        /// **Local, blocking.** Waits until some non-excluded `ivars[i]` satisfies `cmp value`
+        /// and returns its index; `None` when every element is excluded. Like
+        /// `shmem_wait_until_any`.
+        wait_until_any,
+        /// **Local, blocking.** [`wait_until_any`](World::wait_until_any) with one value per
+        /// element.
+        wait_until_any_vector(Block) -> Option<usize>;
 
-    /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
-    /// `cmp value` and returns the indices of all that do (empty when every element is
-    /// excluded). Like `shmem_wait_until_some`.
-    pub fn wait_until_some<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<Vec<usize>> {
-        self.wait_set(
-            "wait_until_some",
-            ivars,
-            nelems,
-            status,
-            cmp,
-            &|_| value,
-            Want::Any,
-        )
-    }
+        /// **Local, blocking.** Waits until at least one non-excluded `ivars[i]` satisfies
+        /// `cmp value` and returns the indices of all that do (empty when every element is
+        /// excluded). Like `shmem_wait_until_some`.
+        wait_until_some,
+        /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per
+        /// element.
+        wait_until_some_vector(Block) -> Vec<usize>;
 
-    /// **Local, blocking.** [`wait_until_all`](World::wait_until_all) with one comparison value
-    /// per element. Like `shmem_wait_until_all_vector`.
-    pub fn wait_until_all_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<()> {
-        self.wait_set(
-            "wait_until_all_vector",
-            ivars,
-            values.len(),
-            status,
-            cmp,
-            &|i| values[i],
-            Want::All,
-        )
-        .map(drop)
-    }
+        /// **Local.** True if every non-excluded `ivars[i]` satisfies `cmp value` now. Like
+        /// `shmem_test_all`.
+        test_all,
+        /// **Local.** [`test_all`](World::test_all) with one value per element.
+        test_all_vector(Now) -> bool;
 
-    /// **Local, blocking.** [`wait_until_any`](World::wait_until_any) with one value per element.
-    pub fn wait_until_any_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<Option<usize>> {
-        self.wait_set(
-            "wait_until_any_vector",
-            ivars,
-            values.len(),
-            status,
-            cmp,
-            &|i| values[i],
-            Want::Any,
-        )
-        .map(|v| pick_any(ivars as usize, values.len(), &v))
-    }
+        /// **Local.** Index of one non-excluded `ivars[i]` satisfying `cmp value` now, if any.
+        /// Like `shmem_test_any`.
+        test_any,
+        /// **Local.** [`test_any`](World::test_any) with one value per element.
+        test_any_vector(Now) -> Option<usize>;
 
-    /// **Local, blocking.** [`wait_until_some`](World::wait_until_some) with one value per element.
-    pub fn wait_until_some_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<Vec<usize>> {
-        self.wait_set(
-            "wait_until_some_vector",
-            ivars,
-            values.len(),
-            status,
-            cmp,
-            &|i| values[i],
-            Want::Any,
-        )
-    }
-
-    /// **Local.** True if every non-excluded `ivars[i]` satisfies `cmp value` now. Like
-    /// `shmem_test_all`.
-    pub fn test_all<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<bool> {
-        let (a, active) = self.set_args("test_all", ivars, nelems, status)?;
-        Ok(self
-            .scan::<T>("test_all", a, &active, cmp, &|_| value, Want::All)?
-            .is_some())
-    }
-
-    /// **Local.** Index of one non-excluded `ivars[i]` satisfying `cmp value` now, if any. Like
-    /// `shmem_test_any`.
-    pub fn test_any<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<Option<usize>> {
-        let (a, active) = self.set_args("test_any", ivars, nelems, status)?;
-        Ok(self
-            .scan::<T>("test_any", a, &active, cmp, &|_| value, Want::Any)?
-            .and_then(|v| pick_any(ivars as usize, nelems, &v)))
-    }
-
-    /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
-    /// `shmem_test_some`.
-    pub fn test_some<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        nelems: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: T,
-    ) -> Result<Vec<usize>> {
-        let (a, active) = self.set_args("test_some", ivars, nelems, status)?;
-        Ok(self
-            .scan::<T>("test_some", a, &active, cmp, &|_| value, Want::Any)?
-            .unwrap_or_default())
-    }
-
-    /// **Local.** [`test_all`](World::test_all) with one value per element.
-    pub fn test_all_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<bool> {
-        let (a, active) = self.set_args("test_all_vector", ivars, values.len(), status)?;
-        Ok(self
-            .scan::<T>(
-                "test_all_vector",
-                a,
-                &active,
-                cmp,
-                &|i| values[i],
-                Want::All,
-            )?
-            .is_some())
-    }
-
-    /// **Local.** [`test_any`](World::test_any) with one value per element.
-    pub fn test_any_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<Option<usize>> {
-        let (a, active) = self.set_args("test_any_vector", ivars, values.len(), status)?;
-        Ok(self
-            .scan::<T>(
-                "test_any_vector",
-                a,
-                &active,
-                cmp,
-                &|i| values[i],
-                Want::Any,
-            )?
-            .and_then(|v| pick_any(ivars as usize, values.len(), &v)))
-    }
-
-    /// **Local.** [`test_some`](World::test_some) with one value per element.
-    pub fn test_some_vector<T: AmoInt>(
-        &self,
-        ivars: *const T,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        values: &[T],
-    ) -> Result<Vec<usize>> {
-        let (a, active) = self.set_args("test_some_vector", ivars, values.len(), status)?;
-        Ok(self
-            .scan::<T>(
-                "test_some_vector",
-                a,
-                &active,
-                cmp,
-                &|i| values[i],
-                Want::Any,
-            )?
-            .unwrap_or_default())
+        /// **Local.** Indices of all non-excluded `ivars[i]` satisfying `cmp value` now. Like
+        /// `shmem_test_some`.
+        test_some,
+        /// **Local.** [`test_some`](World::test_some) with one value per element.
+        test_some_vector(Now) -> Vec<usize>;
     }
 
     fn set_args<T: AmoInt>(
@@ -569,48 +398,55 @@ impl World {
         Ok((a, active))
     }
 
+    /// The wait and test calls on a set of variables: checks the arguments, then scans once
+    /// (`Mode::Now`) or until the set is satisfied (`Mode::Block`), and answers as `R` does.
     #[allow(clippy::too_many_arguments)]
-    fn wait_set<T: AmoInt>(
+    fn set_call<T: AmoInt, R: SetAnswer>(
         &self,
         call: &'static str,
+        mode: Mode,
         ivars: *const T,
         nelems: usize,
         status: Option<&[i32]>,
         cmp: Cmp,
         value: &dyn Fn(usize) -> T,
-        want: Want,
-    ) -> Result<Vec<usize>> {
+    ) -> Result<R> {
         let (a, active) = self.set_args(call, ivars, nelems, status)?;
-        if active.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.wait
-            .wait(
-                &self.live,
-                call,
-                None,
-                || {
-                    self.scan::<T>(call, a, &active, cmp, value, want)
-                        .transpose()
-                },
-                || {
-                    let pending: Vec<String> = active
-                        .iter()
-                        .filter_map(|&i| self.load_at::<T>(call, a, i).ok().map(|v| (i, v)))
-                        .filter(|&(i, v)| !cmp.holds(v, value(i)))
-                        .take(8)
-                        .map(|(i, v)| {
-                            format!("[{i}] = {v:?} (want {} {:?})", cmp.symbol(), value(i))
-                        })
-                        .collect();
-                    format!(
-                        "{} of {nelems} variables at {ivars:p}; unsatisfied: {}",
-                        want.word(),
-                        pending.join(", ")
+        let want = R::WANT;
+        let hits = match mode {
+            Mode::Now => self.scan::<T>(call, a, &active, cmp, value, want)?,
+            Mode::Block if active.is_empty() => Some(Vec::new()),
+            Mode::Block => Some(
+                self.wait
+                    .wait(
+                        &self.live,
+                        call,
+                        None,
+                        || {
+                            self.scan::<T>(call, a, &active, cmp, value, want)
+                                .transpose()
+                        },
+                        || {
+                            let pending: Vec<String> = active
+                                .iter()
+                                .filter_map(|&i| self.load_at::<T>(call, a, i).ok().map(|v| (i, v)))
+                                .filter(|&(i, v)| !cmp.holds(v, value(i)))
+                                .take(8)
+                                .map(|(i, v)| {
+                                    format!("[{i}] = {v:?} (want {} {:?})", cmp.symbol(), value(i))
+                                })
+                                .collect();
+                            format!(
+                                "{} of {nelems} variables at {ivars:p}; unsatisfied: {}",
+                                want.word(),
+                                pending.join(", ")
+                            )
+                        },
                     )
-                },
-            )
-            .and_then(|r| r)
+                    .and_then(|r| r)?,
+            ),
+        };
+        Ok(R::answer(ivars as usize, nelems, hits))
     }
 
     /// Reads element `i` of the checked array at `base` (acquire).
@@ -661,8 +497,6 @@ impl World {
     }
 }
 
-/// How long finalize's last barrier keeps waiting on a gone PE on another host whose flag is
-/// still down (its stores may still be in the socket being read).
 /// The members of one dissemination barrier and where their flags live (all PEs: the
 /// world's barrier area; a team: its slot).
 pub(crate) trait Members {
@@ -711,6 +545,8 @@ impl Members for WorldMembers<'_> {
     }
 }
 
+/// How long finalize's last barrier keeps waiting on a gone PE on another host whose flag is
+/// still down (its stores may still be in the socket being read).
 const LAST_BARRIER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Two PEs whose values differ in a checked barrier: those with the smallest and the largest.
@@ -817,6 +653,52 @@ impl Want {
             Want::All => "all",
             Want::Any => "any",
         }
+    }
+}
+
+/// Whether a set call waits until its set is satisfied or looks once.
+#[derive(Clone, Copy)]
+enum Mode {
+    Block,
+    Now,
+}
+
+/// What a wait or test call on a set of variables returns, made from its scan: `None` when
+/// the set is not satisfied (only a test), else the satisfied indices (empty for `All`).
+trait SetAnswer {
+    /// Whether every element or any one must hold.
+    const WANT: Want;
+    /// The answer for the `nelems`-element array at `key`.
+    fn answer(key: usize, nelems: usize, hits: Option<Vec<usize>>) -> Self;
+}
+
+/// `wait_until_all*`: nothing.
+impl SetAnswer for () {
+    const WANT: Want = Want::All;
+    fn answer(_: usize, _: usize, _: Option<Vec<usize>>) {}
+}
+
+/// `test_all*`: whether every element holds.
+impl SetAnswer for bool {
+    const WANT: Want = Want::All;
+    fn answer(_: usize, _: usize, hits: Option<Vec<usize>>) -> bool {
+        hits.is_some()
+    }
+}
+
+/// `*_any*`: one satisfied index, in turn ([`pick_any`]).
+impl SetAnswer for Option<usize> {
+    const WANT: Want = Want::Any;
+    fn answer(key: usize, nelems: usize, hits: Option<Vec<usize>>) -> Option<usize> {
+        hits.and_then(|v| pick_any(key, nelems, &v))
+    }
+}
+
+/// `*_some*`: every satisfied index.
+impl SetAnswer for Vec<usize> {
+    const WANT: Want = Want::Any;
+    fn answer(_: usize, _: usize, hits: Option<Vec<usize>>) -> Vec<usize> {
+        hits.unwrap_or_default()
     }
 }
 

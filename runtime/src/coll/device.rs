@@ -204,17 +204,19 @@ impl World {
         Ok(team.device_handle())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn coll_launch(
         &self,
         call: &'static str,
         l: &Kernels,
         name: &'static str,
-        blocks: u32,
-        threads: u32,
+        grid: Grid,
         stream: &CudaStream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
+        let (blocks, threads) = match grid {
+            Grid::Blocks(b) => (b, THREADS),
+            Grid::Sync(n) => (1, sync_threads(n)),
+        };
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
         unsafe { l.launch(call, name, blocks, threads, stream, args) }
@@ -226,15 +228,8 @@ impl World {
         let l = self.coll_bytes_module(call)?;
         let mut h = h;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
-        self.coll_launch(
-            call,
-            l,
-            "rshmem_internal_team_sync",
-            1,
-            sync_threads(n),
-            stream,
-            &mut args,
-        )
+        let name = "rshmem_internal_team_sync";
+        self.coll_launch(call, l, name, Grid::Sync(n), stream, &mut args)
     }
 
     /// **Collective over the team, stream-ordered.** Every member's work queued before it on
@@ -254,64 +249,28 @@ impl World {
     }
 
     fn team_sync_kernel(&self, call: &'static str, team: &Team, stream: &CudaStream) -> Result<()> {
-        let mut h = self.coll_team(call, team)?;
-        let l = self.coll_bytes_module(call)?;
-        let mut args: [*mut std::ffi::c_void; 1] = [(&mut h as *mut i32).cast()];
-        self.coll_launch(
-            call,
-            l,
-            "rshmem_internal_team_sync",
-            1,
-            sync_threads(team.n_pes()),
-            stream,
-            &mut args,
-        )
+        let h = self.coll_team(call, team)?;
+        self.start_sync(call, h, team.n_pes(), stream)
     }
 
-    /// **Collective over the team, stream-ordered.** Block `j` of `nelems` elements of
-    /// `source` on team PE `i` goes to block `i` of `dest` on team PE `j`. Both hold
-    /// `n_pes()·nelems` elements and must not overlap. Like `alltoall_on_stream`.
-    pub fn alltoall_on_stream<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.bytes_coll::<T>(
-            "alltoall_on_stream",
-            "rshmem_internal_alltoall",
-            team,
-            dest,
-            source,
-            nelems,
-            true,
-            stream,
-        )
-    }
+    calls! {
+        [T: RmaType]
+        (team: &Team, dest: *mut T, source: *const T, nelems: usize, stream: &CudaStream)
+            -> Result<()>;
 
-    /// **Collective over the team, stream-ordered.** Concatenates every member's `source`
-    /// block of `nelems` elements in team order into every member's `dest`; they must not
-    /// overlap. Like `fcollect_on_stream`.
-    pub fn fcollect_on_stream<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.bytes_coll::<T>(
-            "fcollect_on_stream",
-            "rshmem_internal_fcollect",
-            team,
-            dest,
-            source,
-            nelems,
-            false,
-            stream,
-        )
+        /// **Collective over the team, stream-ordered.** Block `j` of `nelems` elements of
+        /// `source` on team PE `i` goes to block `i` of `dest` on team PE `j`. Both hold
+        /// `n_pes()·nelems` elements and must not overlap. Like `alltoall_on_stream`.
+        alltoall_on_stream => bytes_coll(
+            "rshmem_internal_alltoall", team, dest, source, nelems, true, stream
+        );
+
+        /// **Collective over the team, stream-ordered.** Concatenates every member's `source`
+        /// block of `nelems` elements in team order into every member's `dest`; they must not
+        /// overlap. Like `fcollect_on_stream`.
+        fcollect_on_stream => bytes_coll(
+            "rshmem_internal_fcollect", team, dest, source, nelems, false, stream
+        );
     }
 
     /// Checks and runs alltoall (`all`: source holds n blocks) or fcollect: a kernel that
@@ -344,20 +303,13 @@ impl World {
         let nbytes = db / n.max(1);
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
-        let mut a = CollArgs {
-            kernel,
-            team: h,
-            dest: dest as u64,
-            src: source as u64,
-            n: nbytes as u64,
-            a: 0,
-            b: 0,
-            c: 0,
-        };
         let blocks = blocks_for(db, sms);
-        a.a = local_blocks(blocks, n);
+        let mut a = CollArgs {
+            a: local_blocks(blocks, n),
+            ..CollArgs::new(kernel, h, dest, source, nbytes)
+        };
         let mut args = a.ptrs();
-        self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
+        self.coll_launch(call, l, a.kernel, Grid::Blocks(blocks), stream, &mut args)
     }
 
     /// **Collective over the team, stream-ordered.** Strided
@@ -411,15 +363,8 @@ impl World {
             (&mut ss as *mut u64).cast(),
         ];
         let blocks = blocks_for(total.saturating_mul(esize), sms);
-        self.coll_launch(
-            call,
-            l,
-            "rshmem_internal_alltoalls",
-            blocks,
-            THREADS,
-            stream,
-            &mut args,
-        )
+        let name = "rshmem_internal_alltoalls";
+        self.coll_launch(call, l, name, Grid::Blocks(blocks), stream, &mut args)
     }
 
     /// **Collective over the team, stream-ordered.** Every member's `source` block (`nelems`
@@ -437,7 +382,7 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let call = "collect_on_stream";
-        let mut h = self.coll_team(call, team)?;
+        let h = self.coll_team(call, team)?;
         if team.n_pes() > 128 {
             return Err(Error::Unsupported {
                 call,
@@ -452,44 +397,21 @@ impl World {
         Self::coll_overlap(call, dest, 1, source, sb, false)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;
-        let (mut d, mut s, mut n, mut e) = (
-            dest as u64,
-            source as u64,
-            nelems as u64,
-            std::mem::size_of::<T>() as i32,
-        );
-        let mut args: [*mut std::ffi::c_void; 5] = [
-            (&mut h as *mut i32).cast(),
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-            (&mut e as *mut i32).cast(),
-        ];
+        let mut a = CollArgs {
+            a: std::mem::size_of::<T>() as i32,
+            ..CollArgs::new("rshmem_internal_collect", h, dest, source, nelems)
+        };
+        let mut args = a.ptrs();
         let blocks = blocks_for(sb.saturating_mul(team.n_pes()), sms);
         if blocks > 1 {
             // The counts and the start sync in one block first (see collect_start in coll.cu).
             let (mut h2, mut n2) = (h, nelems as u64);
             let mut a2: [*mut std::ffi::c_void; 2] =
                 [(&mut h2 as *mut i32).cast(), (&mut n2 as *mut u64).cast()];
-            self.coll_launch(
-                call,
-                l,
-                "rshmem_internal_collect_start",
-                1,
-                sync_threads(team.n_pes()),
-                stream,
-                &mut a2,
-            )?;
+            let name = "rshmem_internal_collect_start";
+            self.coll_launch(call, l, name, Grid::Sync(team.n_pes()), stream, &mut a2)?;
         }
-        self.coll_launch(
-            call,
-            l,
-            "rshmem_internal_collect",
-            blocks,
-            THREADS,
-            stream,
-            &mut args,
-        )
+        self.coll_launch(call, l, a.kernel, Grid::Blocks(blocks), stream, &mut args)
     }
 
     /// **Collective over the team, stream-ordered.** Copies `nelems` elements of `source` on
@@ -523,56 +445,34 @@ impl World {
             blocks_for(db.saturating_mul((n - 1).max(1)), sms)
         };
         let mut a = CollArgs {
-            kernel: "rshmem_internal_broadcast",
-            team: h,
-            dest: dest as u64,
-            src: source as u64,
-            n: db as u64,
             a: root as i32,
             b: if pipelined { BCAST_PIECE_KIB } else { 0 },
             c: local_blocks(blocks, n),
+            ..CollArgs::new("rshmem_internal_broadcast", h, dest, source, db)
         };
         if pipelined && blocks > 1 {
             self.start_sync(call, h, n, stream)?;
         }
         let mut args = a.ptrs();
-        self.coll_launch(call, l, a.kernel, blocks, THREADS, stream, &mut args)
+        self.coll_launch(call, l, a.kernel, Grid::Blocks(blocks), stream, &mut args)
     }
 
-    /// **Collective over the team, stream-ordered.** Element-wise reduction with `op` of every
-    /// member's `source` (`nelems` elements) into every member's `dest` (may be the very same
-    /// range, must not overlap otherwise). Combined in team PE order: every member gets
-    /// bit-identical results, equal to [`reduce`](World::reduce)'s. Like
-    /// `TYPE_OP_reduce_on_stream`; errors name `<op>_reduce_on_stream`.
-    pub fn reduce_on_stream<T: ReduceType, O: ReduceOp<T>>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        op: O,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let _ = op;
-        let call = "reduce_on_stream";
-        self.reduce_kernel::<T, O>(call, team, dest, source, nelems, false, stream)
-    }
+    calls! {
+        [T: ReduceType, O: ReduceOp<T>]
+        (team: &Team, dest: *mut T, source: *const T, nelems: usize, op: O, stream: &CudaStream)
+            -> Result<()>;
 
-    /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
-    /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on team
-    /// PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
-    pub fn reducescatter_on_stream<T: ReduceType, O: ReduceOp<T>>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        op: O,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let _ = op;
-        let call = "reducescatter_on_stream";
-        self.reduce_kernel::<T, O>(call, team, dest, source, nelems, true, stream)
+        /// **Collective over the team, stream-ordered.** Element-wise reduction with `op` of
+        /// every member's `source` (`nelems` elements) into every member's `dest` (may be the
+        /// very same range, must not overlap otherwise). Combined in team PE order: every member
+        /// gets bit-identical results, equal to [`reduce`](World::reduce)'s. Like
+        /// `TYPE_OP_reduce_on_stream`; errors name `<op>_reduce_on_stream`.
+        reduce_on_stream => reduce_kernel(team, dest, source, nelems, op, false, stream);
+
+        /// **Collective over the team, stream-ordered.** Reduces every member's `source` of
+        /// `n_pes()·nelems` elements with `op` and leaves block `i` of the result in `dest` on
+        /// team PE `i`; they must not overlap. Like `TYPE_OP_reducescatter_on_stream`.
+        reducescatter_on_stream => reduce_kernel(team, dest, source, nelems, op, true, stream);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -583,6 +483,7 @@ impl World {
         dest: *mut T,
         source: *const T,
         nelems: usize,
+        _op: O,
         scatter: bool,
         stream: &CudaStream,
     ) -> Result<()> {
@@ -606,14 +507,9 @@ impl World {
         let l = self.coll_reduce_module::<T>(call)?;
         let sms = self.coll_modules_sms(call)?;
         let mut a = CollArgs {
-            kernel: "rshmem_internal_reduce",
-            team: h,
-            dest: dest as u64,
-            src: source as u64,
-            n: nelems as u64,
             a: op,
             b: scatter as i32,
-            c: 0,
+            ..CollArgs::new("rshmem_internal_reduce", h, dest, source, nelems)
         };
         let mut args = a.ptrs();
         let blocks = if n.saturating_mul(db) <= ONESHOT_SCRATCH {
@@ -624,8 +520,17 @@ impl World {
         if blocks > 1 {
             self.start_sync(call, h, n, stream)?;
         }
-        self.coll_launch(call, &l, a.kernel, blocks, THREADS, stream, &mut args)
+        self.coll_launch(call, &l, a.kernel, Grid::Blocks(blocks), stream, &mut args)
     }
+}
+
+/// How a collective kernel is launched.
+#[derive(Clone, Copy)]
+enum Grid {
+    /// This many blocks of [`THREADS`] threads.
+    Blocks(u32),
+    /// One block that syncs a team of this many PEs (threads from [`sync_threads`]).
+    Sync(usize),
 }
 
 /// Arguments of a collective kernel `(int team, u64 dest, u64 src, u64 n[, int a, int b])`.
@@ -641,6 +546,23 @@ struct CollArgs {
 }
 
 impl CollArgs {
+    /// `kernel` on the team with handle `team`, from `src` to `dest`, `n` as the kernel
+    /// counts (bytes or elements); the extra arguments zero.
+    fn new<T>(kernel: &'static str, team: i32, dest: *mut T, src: *const T, n: usize) -> Self {
+        let (dest, src, n) = (dest as u64, src as u64, n as u64);
+        let (a, b, c) = (0, 0, 0);
+        CollArgs {
+            kernel,
+            team,
+            dest,
+            src,
+            n,
+            a,
+            b,
+            c,
+        }
+    }
+
     /// Pointers to the fields in kernel-argument order (the kernels ignore trailing extras).
     fn ptrs(&mut self) -> [*mut std::ffi::c_void; 7] {
         [

@@ -32,7 +32,7 @@ pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, 
 
 use crate::error::{Error, Result};
 use crate::team::Team;
-use crate::transport::Transport;
+use crate::transport::{Transport, TransportOps as _};
 use crate::types::RmaType;
 use crate::world::{Target, World};
 

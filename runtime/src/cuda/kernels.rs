@@ -4,7 +4,7 @@
 //! module and its kernels looked up once, optionally loaded up front), and the launch of the
 //! one-thread atomic kernel shared by the p2p transport and the request target.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
 
@@ -157,6 +157,17 @@ pub(crate) fn launched<E>(
         what: format!("launching {name}"),
         code: format!("{e:?}"),
     })
+}
+
+/// The internal kernels kept in `cell`, loaded on first use for `gpu` (see [`loaded`]).
+pub(crate) fn load_internal<'a>(
+    cell: &'a OnceLock<std::result::Result<Kernels, String>>,
+    call: &'static str,
+    gpu: &Arc<Gpu>,
+    state: &Arc<Mutex<DeviceState>>,
+) -> Result<&'a Kernels> {
+    let k = cell.get_or_init(|| Kernels::internal(gpu, state).map_err(|e| e.to_string()));
+    loaded(call, k, "internal")
 }
 
 /// An internal module that may have failed to load: the error text is kept and reported to

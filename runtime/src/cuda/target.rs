@@ -164,8 +164,9 @@ impl GpuMem {
         self.sync(call)
     }
 
-    /// Launches the one-thread atomic kernel on the stream; the old value goes to `out`
-    /// (device-accessible memory). The caller holds the result lock.
+    /// Locks the result words (old values of atomics) and launches the one-thread atomic kernel
+    /// on the stream; the old value goes to result word `slot`. The lock is held until the
+    /// caller drops the guard.
     #[allow(clippy::too_many_arguments)]
     fn launch_amo(
         &self,
@@ -175,16 +176,19 @@ impl GpuMem {
         size: usize,
         value: u64,
         cond: u64,
-        out: u64,
-    ) -> Result<()> {
-        let k = self
-            .kernels
-            .get_or_init(|| Kernels::internal(&self.gpu, &self.state).map_err(|e| e.to_string()));
-        let k = kernels::loaded(call, k, "internal")?;
+        slot: u64,
+    ) -> Result<std::sync::MutexGuard<'_, Pinned>> {
+        let res = self.result.lock().map_err(|_| Error::State {
+            call,
+            reason: "a thread panicked during a proxy atomic".into(),
+        })?;
+        let k = kernels::load_internal(&self.kernels, call, &self.gpu, &self.state)?;
         self.gpu.bind(call)?;
-        // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` pinned
-        // host memory, device-accessible through UVA, held under the caller's result lock.
-        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out) }
+        let out = res.ptr() as u64 + 8 * slot;
+        // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` a word
+        // of pinned host memory, device-accessible through UVA, held under the result lock.
+        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out)? };
+        Ok(res)
     }
 
     /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
@@ -199,11 +203,7 @@ impl GpuMem {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        let res = self.result.lock().map_err(|_| Error::State {
-            call,
-            reason: "a thread panicked during a proxy atomic".into(),
-        })?;
-        self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64)?;
+        let res = self.launch_amo(call, op, addr, size, value, cond, 0)?;
         self.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
         Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
@@ -233,12 +233,9 @@ impl GpuMem {
             let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, size, value) };
             return check(r, call, "writing a GPU word (proxy atomic set)");
         }
-        let res = self.result.lock().map_err(|_| Error::State {
-            call,
-            reason: "a thread panicked during a proxy atomic".into(),
-        })?;
         // The old value goes to a scratch word nobody reads.
-        self.launch_amo(call, op, addr, size, value, cond, res.ptr() as u64 + 8)
+        self.launch_amo(call, op, addr, size, value, cond, 1)
+            .map(drop)
     }
 }
 

@@ -319,7 +319,7 @@ impl Exec for NetExec {
                     }
                     match via {
                         Route::Tcp(net) => {
-                            net.put_deferred(CALL, pe, HeapId::User, off, r.data.as_ptr(), n)?
+                            net.put(CALL, user(pe, off), r.data.as_ptr(), n, true)?
                         }
                         Route::Ucx(u) => u.put(CALL, user(pe, off), r.data.as_ptr(), n)?,
                     }
@@ -336,14 +336,9 @@ impl Exec for NetExec {
                         match via {
                             // Deferred: small frames are copied into the connection's buffer,
                             // larger ones are written before this returns.
-                            Route::Tcp(net) => net.put_deferred(
-                                CALL,
-                                pe,
-                                HeapId::User,
-                                off + done,
-                                self.bounce.ptr(),
-                                k,
-                            )?,
+                            Route::Tcp(net) => {
+                                net.put(CALL, user(pe, off + done), self.bounce.ptr(), k, true)?
+                            }
                             // Complete locally on return: the bounce buffer is free again.
                             Route::Ucx(u) => {
                                 u.put(CALL, user(pe, off + done), self.bounce.ptr(), k)?
@@ -358,7 +353,7 @@ impl Exec for NetExec {
                 let (pe, off) = self.target(r)?;
                 let via = self.route(pe)?;
                 let get = |off: usize, dst: *mut u8, k: usize| match via {
-                    Route::Tcp(net) => net.get(CALL, pe, HeapId::User, off, dst, k),
+                    Route::Tcp(net) => net.get(CALL, dst, user(pe, off), k),
                     Route::Ucx(u) => u.get(CALL, dst, user(pe, off), k),
                 };
                 if r.inline() {
@@ -401,10 +396,10 @@ impl Exec for NetExec {
                 };
                 if !r.fetching() {
                     // Nobody waits for the old value: no round trip.
-                    net.amo_nf(CALL, pe, HeapId::User, aop, off, size, v, c)?;
+                    net.amo_nf(CALL, user(pe, off), aop, size, v, c)?;
                     return Ok(Outcome::Done);
                 }
-                let old = net.amo(CALL, pe, HeapId::User, aop, off, size, v, c)?;
+                let old = net.amo(CALL, user(pe, off), aop, size, v, c)?;
                 Ok(Outcome::Value(old))
             }
             op::SIGNAL => {
@@ -416,9 +411,7 @@ impl Exec for NetExec {
                 };
                 match self.route(pe)? {
                     // Applied at the target after every earlier request to it; not waited for.
-                    Route::Tcp(net) => {
-                        net.amo_nf(CALL, pe, HeapId::User, aop, off, 8, r.value, 0)?
-                    }
+                    Route::Tcp(net) => net.amo_nf(CALL, user(pe, off), aop, 8, r.value, 0)?,
                     // After the puts before it (flushed first), applied when it returns.
                     Route::Ucx(u) => u.amo_nf(CALL, aop, user(pe, off), 8, r.value, 0)?,
                 }
@@ -438,7 +431,7 @@ impl Exec for NetExec {
                         off,
                     };
                     match route(net, ucx, routes, to)? {
-                        Route::Tcp(net) => net.store(CALL, to, HeapId::Ctrl, off, v),
+                        Route::Tcp(net) => net.store(CALL, at, v),
                         Route::Ucx(u) => u.store(CALL, at, v),
                     }
                 })?;

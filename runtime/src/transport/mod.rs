@@ -240,24 +240,6 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// Copies `n` bytes from local host memory `src` to the (translated, checked) address `dst`.
-    #[inline]
-    pub fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
-        match self {
-            Transport::Shm => shm::Shm.put(call, dst, src, n),
-            Transport::P2p(p) => p.put(call, dst, src, n),
-        }
-    }
-
-    /// Copies `n` bytes from the (translated, checked) address `src` into local host memory.
-    #[inline]
-    pub fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
-        match self {
-            Transport::Shm => shm::Shm.get(call, dst, src, n),
-            Transport::P2p(p) => p.get(call, dst, src, n),
-        }
-    }
-
     /// Copies `n` bytes between two (translated, checked) heap addresses.
     pub fn copy(&self, call: &'static str, dst: usize, src: usize, n: usize) -> Result<()> {
         match self {
@@ -275,23 +257,6 @@ impl Transport {
                 Ok(())
             }
             Transport::P2p(p) => p.zero(call, dst, n),
-        }
-    }
-
-    /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `addr`; returns the old value.
-    #[inline]
-    pub fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        addr: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        match self {
-            Transport::Shm => shm::Shm.amo(call, op, addr, size, value, cond),
-            Transport::P2p(p) => TransportOps::amo(p, call, op, addr, size, value, cond),
         }
     }
 
@@ -334,27 +299,39 @@ impl TransportOps for Transport {
         }
     }
 
+    /// Copies `n` bytes from local host memory `src` to the (translated, checked) address `dst`.
     #[inline]
     fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
-        Transport::put(self, call, dst, src, n)
+        match self {
+            Transport::Shm => shm::Shm.put(call, dst, src, n),
+            Transport::P2p(p) => p.put(call, dst, src, n),
+        }
     }
 
+    /// Copies `n` bytes from the (translated, checked) address `src` into local host memory.
     #[inline]
     fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
-        Transport::get(self, call, dst, src, n)
+        match self {
+            Transport::Shm => shm::Shm.get(call, dst, src, n),
+            Transport::P2p(p) => p.get(call, dst, src, n),
+        }
     }
 
+    /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `addr`; returns the old value.
     #[inline]
     fn amo(
         &self,
         call: &'static str,
         op: AmoOp,
-        at: usize,
+        addr: usize,
         size: usize,
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        Transport::amo(self, call, op, at, size, value, cond)
+        match self {
+            Transport::Shm => shm::Shm.amo(call, op, addr, size, value, cond),
+            Transport::P2p(p) => TransportOps::amo(p, call, op, addr, size, value, cond),
+        }
     }
 
     fn fence(&self, call: &'static str) -> Result<()> {
@@ -465,11 +442,11 @@ impl TransportOps for tcp::Net {
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
-        tcp::Net::put(self, call, dst.pe, dst.heap, dst.off, src, n)
+        tcp::Net::put(self, call, dst, src, n, false)
     }
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
-        tcp::Net::get(self, call, src.pe, src.heap, src.off, dst, n)
+        tcp::Net::get(self, call, dst, src, n)
     }
 
     fn amo(
@@ -481,7 +458,7 @@ impl TransportOps for tcp::Net {
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        tcp::Net::amo(self, call, at.pe, at.heap, op, at.off, size, value, cond)
+        tcp::Net::amo(self, call, at, op, size, value, cond)
     }
 
     fn amo_nf(
@@ -493,11 +470,11 @@ impl TransportOps for tcp::Net {
         value: u64,
         cond: u64,
     ) -> Result<()> {
-        tcp::Net::amo_nf(self, call, at.pe, at.heap, op, at.off, size, value, cond)
+        tcp::Net::amo_nf(self, call, at, op, size, value, cond)
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        tcp::Net::store(self, call, at.pe, at.heap, at.off, value)
+        tcp::Net::store(self, call, at, value)
     }
 
     fn fence(&self, _call: &'static str) -> Result<()> {

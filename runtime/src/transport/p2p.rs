@@ -186,10 +186,7 @@ impl P2p {
 
     /// The internal kernels, compiled on first use.
     pub fn internal(&self, call: &'static str) -> Result<&Kernels> {
-        let k = self
-            .internal
-            .get_or_init(|| Kernels::internal(&self.gpu, &self.state).map_err(|e| e.to_string()));
-        kernels::loaded(call, k, "internal")
+        kernels::load_internal(&self.internal, call, &self.gpu, &self.state)
     }
 
     /// The internal kernels if they were loaded already.

@@ -270,15 +270,12 @@ impl Remotes {
         }
         let mine = mine?;
         let _ = mine;
-        if !failed.is_empty() {
-            return Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "the verbs transport failed on PE(s) {} (see their errors)",
-                    failed.join(", ")
-                ),
-            });
-        }
+        failed_on(
+            call,
+            &failed,
+            "the verbs transport failed",
+            " (see their errors)",
+        )?;
         #[allow(unused_mut)]
         let mut up: Result<()> = Ok(());
         #[cfg(feature = "verbs")]
@@ -352,15 +349,12 @@ impl Remotes {
                 Some(_) => failed.push(p.to_string()),
             }
         }
-        if !failed.is_empty() {
-            return Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "registering the grown heap with verbs failed on PE(s) {}",
-                    failed.join(", ")
-                ),
-            });
-        }
+        failed_on(
+            call,
+            &failed,
+            "registering the grown heap with verbs failed",
+            "",
+        )?;
         *reg = mapped;
         Ok(())
     }
@@ -627,16 +621,24 @@ fn decode_all(
             }
         }
     }
-    if !failed.is_empty() {
-        return Err(Error::Unsupported {
-            call,
-            reason: format!(
-                "the UCX transport failed on PE(s) {} (see their errors)",
-                failed.join(", ")
-            ),
-        });
-    }
+    failed_on(
+        call,
+        &failed,
+        "the UCX transport failed",
+        " (see their errors)",
+    )?;
     Ok(out)
+}
+
+/// `Unsupported`: "`what` on PE(s) `failed``then`", unless no PE failed.
+fn failed_on(call: &'static str, failed: &[String], what: &str, then: &str) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        call,
+        reason: format!("{what} on PE(s) {}{then}", failed.join(", ")),
+    })
 }
 
 #[cfg(test)]

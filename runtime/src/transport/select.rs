@@ -96,6 +96,15 @@ pub struct Announce {
 }
 
 impl Announce {
+    /// Whether it has the remote transport `c` open (`tcp` and `auto` need nothing opened).
+    fn opened(&self, c: RemoteChoice) -> bool {
+        match c {
+            RemoteChoice::Ucx => self.ucx,
+            RemoteChoice::Verbs => self.verbs,
+            RemoteChoice::Tcp | RemoteChoice::Auto => true,
+        }
+    }
+
     /// Two bytes: the setting, and flags (bit 0 verbs, bit 1 UCX, bit 2 UCX with RDMA).
     pub fn encode(self) -> [u8; 2] {
         [
@@ -153,26 +162,20 @@ pub fn plan(me: usize, local: &[bool], all: &[Announce]) -> Result<Vec<Via>, Pla
         )));
     }
     let has_remote = local.iter().any(|l| !l);
-    if choice == RemoteChoice::Ucx && has_remote {
+    // A remote transport asked for by name must be open on every PE.
+    let named = match choice {
+        RemoteChoice::Ucx => Some("could not load or initialise UCX"),
+        RemoteChoice::Verbs => Some("could not open an RDMA device"),
+        RemoteChoice::Tcp | RemoteChoice::Auto => None,
+    };
+    if let Some(cannot) = named.filter(|_| has_remote) {
         let without: Vec<String> = (0..n)
-            .filter(|&p| !all[p].ucx)
+            .filter(|&p| !all[p].opened(choice))
             .map(|p| p.to_string())
             .collect();
         if !without.is_empty() {
             return Err(PlanError(format!(
-                "RSHMEM_REMOTE_TRANSPORT=ucx but PE(s) {} could not load or initialise UCX",
-                without.join(", ")
-            )));
-        }
-    }
-    if choice == RemoteChoice::Verbs && has_remote {
-        let without: Vec<String> = (0..n)
-            .filter(|&p| !all[p].verbs)
-            .map(|p| p.to_string())
-            .collect();
-        if !without.is_empty() {
-            return Err(PlanError(format!(
-                "RSHMEM_REMOTE_TRANSPORT=verbs but PE(s) {} could not open an RDMA device",
+                "RSHMEM_REMOTE_TRANSPORT={choice} but PE(s) {} {cannot}",
                 without.join(", ")
             )));
         }
@@ -281,6 +284,11 @@ pub fn ucx_gpu_ready(
 mod tests {
     use super::*;
 
+    /// PE 0's plan in the job of [`LOCAL0`].
+    fn plan0(a: &[Announce]) -> Vec<Via> {
+        plan(0, &LOCAL0, a).unwrap()
+    }
+
     fn ann(choice: RemoteChoice, verbs: &[bool]) -> Vec<Announce> {
         verbs
             .iter()
@@ -307,10 +315,7 @@ mod tests {
     #[test]
     fn ucx_forced() {
         let a = ann_ucx(RemoteChoice::Ucx, &[true; 4], &[false; 4]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Ucx, Via::Ucx]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Ucx, Via::Ucx]);
         assert!(ucx_in_job(&a));
         // A PE without UCX fails the plan on every PE, naming it.
         let a = ann_ucx(RemoteChoice::Ucx, &[true, true, false, true], &[false; 4]);
@@ -330,32 +335,20 @@ mod tests {
     fn auto_prefers_verbs_then_ucx_rdma_then_tcp() {
         // UCX over TCP only: auto stays on rshmem's TCP.
         let a = ann_ucx(RemoteChoice::Auto, &[true; 4], &[false; 4]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Tcp, Via::Tcp]);
         assert!(!ucx_in_job(&a));
         // UCX with RDMA on 0, 2 (not 3): 0↔2 over UCX, 0↔3 over TCP.
         let a = ann_ucx(RemoteChoice::Auto, &[true; 4], &[true, true, true, false]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Ucx, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Ucx, Via::Tcp]);
         assert!(ucx_in_job(&a));
         // Verbs wins where both opened a device.
         let mut a = a;
         a[0].verbs = true;
         a[2].verbs = true;
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Verbs, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Verbs, Via::Tcp]);
         // tcp forced ignores UCX.
         let a = ann_ucx(RemoteChoice::Tcp, &[true; 4], &[true; 4]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Tcp, Via::Tcp]);
         assert!(!ucx_in_job(&a));
     }
 
@@ -484,10 +477,7 @@ mod tests {
     fn auto_uses_verbs_per_pair() {
         // PE 3 has no device: 0↔2 over verbs, 0↔3 over TCP; the same from 3's side.
         let a = ann(RemoteChoice::Auto, &[true, true, true, false]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Verbs, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Verbs, Via::Tcp]);
         let local3 = [false, false, true, true];
         assert_eq!(
             plan(3, &local3, &a).unwrap(),
@@ -503,20 +493,14 @@ mod tests {
     #[test]
     fn tcp_forced_ignores_devices() {
         let a = ann(RemoteChoice::Tcp, &[true; 4]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Tcp, Via::Tcp]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Tcp, Via::Tcp]);
         assert!(!verbs_in_job(&a));
     }
 
     #[test]
     fn verbs_forced() {
         let a = ann(RemoteChoice::Verbs, &[true; 4]);
-        assert_eq!(
-            plan(0, &LOCAL0, &a).unwrap(),
-            [Via::Local, Via::Local, Via::Verbs, Via::Verbs]
-        );
+        assert_eq!(plan0(&a), [Via::Local, Via::Local, Via::Verbs, Via::Verbs]);
         // A PE without a device fails the plan on every PE that would need it, naming it.
         let a = ann(RemoteChoice::Verbs, &[true, true, true, false]);
         let e = plan(0, &LOCAL0, &a).unwrap_err();

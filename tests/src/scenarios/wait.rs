@@ -1,6 +1,7 @@
 //! `wait`: wait_until with every comparison on every integer AMO type; wait_until_all/any/some
 //! and their `_vector` forms with status exclusion; test/test_all/test_any/test_some (+
-//! `_vector`); fully excluded sets returning at once. The awaited writes come from the previous
+//! `_vector`); fully excluded sets returning at once; the `*_any` calls returning every
+//! satisfied index in turn. The awaited writes come from the previous
 //! PE (a helper thread, after a delay, so that the waits really block).
 
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     each_int_type!(sets(c));
     each_int_type!(vectors(c));
     excluded(c)?;
+    any_in_turn(c)?;
     Ok(())
 }
 
@@ -399,4 +401,44 @@ fn excluded(c: &Ctx<'_>) -> R {
     c.barrier("excluded")?;
     w.free(iv).ctx("free")?;
     Ok(())
+}
+
+/// While several elements stay satisfied, successive `*_any` calls on one array return each
+/// of them in turn (OpenSHMEM: no satisfied element is starved), for the blocking and the
+/// testing forms, with one value and with a value per element.
+fn any_in_turn(c: &Ctx<'_>) -> R {
+    let w = c.w;
+    let iv = fresh::<i64>(c)?;
+    for i in [1, 4] {
+        iv.write(i, 5).ctx("write")?;
+    }
+    let p = iv.as_ptr();
+    let values = [5i64; M];
+    in_turn("test_any", || w.test_any(p, M, None, Cmp::Eq, 5))?;
+    in_turn("test_any_vector", || {
+        w.test_any_vector(p, None, Cmp::Eq, &values)
+    })?;
+    in_turn("wait_until_any", || {
+        w.wait_until_any(p, M, None, Cmp::Eq, 5)
+    })?;
+    in_turn("wait_until_any_vector", || {
+        w.wait_until_any_vector(p, None, Cmp::Eq, &values)
+    })?;
+    c.barrier("any in turn")?;
+    w.free(iv).ctx("free")?;
+    Ok(())
+}
+
+/// Four calls of `call` while exactly indices 1 and 4 hold: 1, 4, 1, 4 or 4, 1, 4, 1.
+fn in_turn(name: &str, call: impl Fn() -> rshmem::Result<Option<usize>>) -> R {
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(call().ctx(name)?);
+    }
+    let (a, b) = if got[0] == Some(4) { (4, 1) } else { (1, 4) };
+    expect_eq(
+        format_args!("{name}, four calls while 1 and 4 hold"),
+        vec![Some(a), Some(b), Some(a), Some(b)],
+        got,
+    )
 }

@@ -15,7 +15,7 @@ use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, FRAME, REJ, REP, REQ};
 use super::{HeapId, Net};
 use crate::error::{Error, Result};
-use crate::transport::AmoOp;
+use crate::transport::{AmoOp, RemoteAddr};
 
 /// Payloads up to this size are copied behind the header and sent with one write.
 const INLINE: usize = 16 << 10;
@@ -243,51 +243,23 @@ impl Net {
         Ok(())
     }
 
-    /// Sends `n` bytes from `src` to `[off, off+n)` of `pe`'s heap `heap` (not acknowledged;
-    /// a rejection is reported by the next [`quiet`](Net::quiet)).
+    /// Sends `n` bytes from `src` to `[at.off, at.off+n)` of PE `at.pe`'s heap `at.heap` (not
+    /// acknowledged; a rejection is reported by the next [`quiet`](Net::quiet)). With `defer`
+    /// the request may stay in the connection's output buffer (one write for a burst of small
+    /// puts): it goes out with the next request to that PE that is not deferred, a round trip
+    /// to any PE, [`push`](Net::push), or once [`DEFER_MAX`] bytes wait. Order with everything
+    /// else sent to the PE is kept.
     pub fn put(
         &self,
         call: &'static str,
-        pe: usize,
-        heap: HeapId,
-        off: usize,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        self.put_with(call, pe, heap, off, src, n, false)
-    }
-
-    /// [`put`](Net::put) that may leave the request in the connection's output buffer (one
-    /// write for a burst of small puts): it goes out with the next request to that PE that is
-    /// not deferred, a round trip to any PE, [`push`](Net::push), or once [`DEFER_MAX`] bytes
-    /// wait. Order with everything else sent to `pe` is kept.
-    pub fn put_deferred(
-        &self,
-        call: &'static str,
-        pe: usize,
-        heap: HeapId,
-        off: usize,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        self.put_with(call, pe, heap, off, src, n, true)
-    }
-
-    /// [`put`](Net::put), or with `defer` [`put_deferred`](Net::put_deferred).
-    #[allow(clippy::too_many_arguments)]
-    fn put_with(
-        &self,
-        call: &'static str,
-        pe: usize,
-        heap: HeapId,
-        off: usize,
+        at: RemoteAddr,
         src: *const u8,
         n: usize,
         defer: bool,
     ) -> Result<()> {
-        let link = self.link(call, pe)?;
-        let r = self.with(call, pe, Doing::Put(n), |c| {
-            Self::put_frames(c, call, heap, off, src, n, defer)?;
+        let link = self.link(call, at.pe)?;
+        let r = self.with(call, at.pe, Doing::Put(n), |c| {
+            Self::put_frames(c, call, at.heap, at.off, src, n, defer)?;
             link.deferred.store(!c.out.is_empty(), Ordering::Release);
             Ok(())
         });
@@ -322,23 +294,16 @@ impl Net {
         Ok(())
     }
 
-    /// Stores `value` (8 bytes, release) at `off` of `pe`'s heap `heap` (not acknowledged).
-    pub fn store(
-        &self,
-        call: &'static str,
-        pe: usize,
-        heap: HeapId,
-        off: usize,
-        value: u64,
-    ) -> Result<()> {
-        self.post(call, pe, Doing::Store, |id| {
+    /// Stores `value` (8 bytes, release) at `at` (not acknowledged).
+    pub fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        self.post(call, at.pe, Doing::Store, |id| {
             wire::req(
                 wire::OP_STORE,
-                heap as u8,
+                at.heap as u8,
                 8,
                 0,
                 id,
-                off as u64,
+                at.off as u64,
                 8,
                 value,
                 0,
@@ -384,16 +349,9 @@ impl Net {
         Ok(wire::decode_rep(&r))
     }
 
-    /// Reads `n` bytes at `[off, off+n)` of `pe`'s heap `heap` into `dst`.
-    pub fn get(
-        &self,
-        call: &'static str,
-        pe: usize,
-        heap: HeapId,
-        off: usize,
-        dst: *mut u8,
-        n: usize,
-    ) -> Result<()> {
+    /// Reads `n` bytes at `[at.off, at.off+n)` of PE `at.pe`'s heap `at.heap` into `dst`.
+    pub fn get(&self, call: &'static str, dst: *mut u8, at: RemoteAddr, n: usize) -> Result<()> {
+        let RemoteAddr { pe, heap, off } = at;
         self.push_all(call)?;
         let link = self.link(call, pe)?;
         let mut done = 0;
@@ -428,19 +386,17 @@ impl Net {
         Ok(())
     }
 
-    /// Applies `op` to the word of `size` bytes at `off` of `pe`'s heap; returns the old value.
-    #[allow(clippy::too_many_arguments)]
+    /// Applies `op` to the word of `size` bytes at `at`; returns the old value.
     pub fn amo(
         &self,
         call: &'static str,
-        pe: usize,
-        heap: HeapId,
+        at: RemoteAddr,
         op: AmoOp,
-        off: usize,
         size: usize,
         value: u64,
         cond: u64,
     ) -> Result<u64> {
+        let RemoteAddr { pe, heap, off } = at;
         self.push_all(call)?;
         let link = self.link(call, pe)?;
         let (status, v) = self.with(call, pe, Doing::Amo, |c| {
@@ -466,19 +422,17 @@ impl Net {
 
     /// [`amo`](Net::amo) without the old value: not acknowledged (like a put; a rejection is
     /// reported by the next [`quiet`](Net::quiet)), applied in order after everything sent
-    /// to `pe` before it.
-    #[allow(clippy::too_many_arguments)]
+    /// to the PE before it.
     pub fn amo_nf(
         &self,
         call: &'static str,
-        pe: usize,
-        heap: HeapId,
+        at: RemoteAddr,
         op: AmoOp,
-        off: usize,
         size: usize,
         value: u64,
         cond: u64,
     ) -> Result<()> {
+        let RemoteAddr { pe, heap, off } = at;
         self.post(call, pe, Doing::Amo, |id| {
             wire::req(
                 wire::OP_AMO_NF,
