@@ -303,9 +303,18 @@ impl World {
         let mem = mem.filter(|_| placed.is_ok() && supported);
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() } as u64;
-        let entry: [u64; 3] = match mem {
-            Some(m) => [pid, m.fd.as_raw_fd() as u64, m.len as u64],
-            None => [pid, 0, 0],
+        // The machine, not the node: under RSHMEM_DISABLE_P2P every PE is its own node (the
+        // heap goes through a remote transport), but its region is still mapped by the PEs of
+        // its machine, as the C data segment always was.
+        let host = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            crate::node::host_identity(self.cfg.node_id.as_deref()).hash(&mut h);
+            h.finish()
+        };
+        let entry: [u64; 4] = match mem {
+            Some(m) => [pid, m.fd.as_raw_fd() as u64, m.len as u64, host],
+            None => [pid, 0, 0, host],
         };
         let bytes: Vec<u8> = entry.iter().flat_map(|v| v.to_le_bytes()).collect();
         let all = self.boot.allgather(&bytes)?;
@@ -329,7 +338,7 @@ impl World {
                 if pe == self.me {
                     return Ok(m.start);
                 }
-                if !matches!(self.node.local_of.get(pe), Some(Some(_))) {
+                if word(pe, 3) != host {
                     return Err(format!(
                         "PE {pe} is on another host (regions are reachable by load/store only)"
                     ));

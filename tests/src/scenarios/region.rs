@@ -7,9 +7,11 @@
 //! PE that registered no memory for a second region (the last PE): each names the call (and
 //! the PE), and nothing is written.
 //!
-//! With `remote` (run it with `RSHMEM_DISABLE_P2P=1`: every PE is its own host) no other PE's
-//! copy is reachable: every one-sided call to another PE fails with `Unsupported` naming the
-//! call and the PE (regions are reachable by load/store only), while calls to this PE work.
+//! With `remote` (run it on several hosts, e.g. the network-namespace job, whose hosts differ in
+//! `RSHMEM_NODE_ID`): the copies of the PEs of other hosts are not reachable: every one-sided
+//! call to such a PE fails with `Unsupported` naming the call and the PE (regions are reachable
+//! by load/store only), while calls to the PEs of this host work. `RSHMEM_DISABLE_P2P=1` does
+//! not split a machine for regions: run without `remote` there, every copy is reachable.
 
 use std::ffi::c_void;
 
@@ -363,7 +365,13 @@ fn second_region(c: &Ctx<'_>) -> R {
 /// Every PE its own host: only this PE's copy is reachable.
 fn unreachable_peers(c: &Ctx<'_>, base: *mut u8, at: &dyn Fn(usize) -> *mut u64) -> R {
     let w: &World = c.w;
-    for pe in (0..c.n).filter(|&p| p != c.me) {
+    let mates = w.node_pes();
+    ensure!(
+        mates.len() < c.n,
+        "`region remote` needs PEs on more than one host (this host has all {} PEs)",
+        c.n
+    );
+    for pe in (0..c.n).filter(|p| !mates.contains(p)) {
         let e = expect_err(
             "put to a PE of another host",
             w.put(at(0), &[1u64], pe),
@@ -391,5 +399,20 @@ fn unreachable_peers(c: &Ctx<'_>, base: *mut u8, at: &dyn Fn(usize) -> *mut u64)
     }
     w.p(at(0), 9, c.me).ctx("p to this PE")?;
     ensure!(rd(base, 0) == 9, "p to this PE did not land");
-    c.barrier("remote")
+    c.barrier("remote")?;
+    // The PEs of this host: reachable by load/store.
+    for &pe in mates.iter().filter(|&&p| p != c.me) {
+        let got = w
+            .g(at(0) as *const u64, pe)
+            .ctx("g from a PE of this host")?;
+        ensure!(
+            got == 9,
+            "g of a[0] on PE {pe} (this host): expected 9, got {got}"
+        );
+        ensure!(
+            w.addr_accessible(at(0) as *const c_void, pe),
+            "addr_accessible of PE {pe}'s copy (this host) must be true"
+        );
+    }
+    c.barrier("remote mates")
 }
