@@ -12,6 +12,14 @@
 #[allow(dead_code, unreachable_pub)]
 pub mod seqlock;
 
+#[cfg(loom)]
+#[path = "../../runtime/src/proxy/fifo/protocol.rs"]
+#[allow(dead_code, unreachable_pub)]
+pub mod ring_protocol;
+
+#[cfg(all(loom, test))]
+mod ring_model;
+
 #[cfg(all(loom, test))]
 mod seqlock_model {
     //! The range-check cache's sequence lock (runtime/src/seqlock.rs) under loom: in every
