@@ -37,6 +37,18 @@ fn include_dir() -> PathBuf {
     workspace_root().join("capi/include")
 }
 
+/// The compiler options that find rshmem.h and what it includes: capi/include and the device
+/// library's folder (rshmem/type_lists.h, and the device library under nvcc).
+fn include_flags() -> [String; 2] {
+    [
+        format!("-I{}", include_dir().display()),
+        format!(
+            "-I{}",
+            workspace_root().join("device-lib/include").display()
+        ),
+    ]
+}
+
 /// Builds `librshmem` and `rshmemrun` into the profile directory (once per test binary).
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -100,8 +112,7 @@ fn compile_with(name: &str, compiler: &str, extra: &[String]) -> PathBuf {
     let bin = out_dir().join(name);
     let out = Command::new(compiler)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg("-I")
-        .arg(include_dir())
+        .args(include_flags())
         .arg("-o")
         .arg(&bin)
         .arg(crate_dir().join("tests/c").join(format!("{name}.c")))
@@ -211,8 +222,8 @@ fn static_library_links_and_runs() {
     let dir = built();
     let bin = out_dir().join("basics_static");
     let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-        .arg(include_dir())
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(include_flags())
         .arg("-o")
         .arg(&bin)
         .arg(crate_dir().join("tests/c/basics.c"))
@@ -407,8 +418,7 @@ fn header_compiles(compiler: &str, ext: &str, args: &[&str]) {
     .expect("writing the header test");
     let out = Command::new(compiler)
         .args(args)
-        .arg("-I")
-        .arg(include_dir())
+        .args(include_flags())
         .arg("-fsyntax-only")
         .arg(&src)
         .output()
@@ -463,8 +473,8 @@ fn declared() -> BTreeSet<String> {
     let src = out_dir().join("declared.c");
     std::fs::write(&src, "#include <rshmem.h>\n").expect("writing declared.c");
     let out = Command::new(cc())
-        .args(["-std=c11", "-E", "-P", "-I"])
-        .arg(include_dir())
+        .args(["-std=c11", "-E", "-P"])
+        .args(include_flags())
         .arg(&src)
         .output()
         .expect("running cc -E");
@@ -522,7 +532,7 @@ fn header_declares_exactly_the_exported_calls() {
         undeclared.is_empty() && missing.is_empty(),
         "exported by librshmem.so but not declared in rshmem.h: {undeclared:?}\n\
          declared but not exported: {missing:?}\n\
-         (capi/rshmem-c/src/types.rs and the RSHMEMI_FOR_* tables of rshmem.h differ?)"
+         (capi/rshmem-c/src/types.rs and the RSHMEM_FOR_* tables of rshmem/type_lists.h differ?)"
     );
 }
 
@@ -579,10 +589,7 @@ fn build_gpu_programs() -> Option<(PathBuf, PathBuf)> {
     let launch = out_dir().join("collective_launch");
     let out = Command::new(&nvcc)
         .args(["-std=c++17", "-arch=sm_90", "-Werror", "all-warnings"])
-        .arg("-I")
-        .arg(include_dir())
-        .arg("-I")
-        .arg(workspace_root().join("device-lib/include"))
+        .args(include_flags())
         .arg("-o")
         .arg(&launch)
         .arg(crate_dir().join("tests/c/collective_launch.cu"))
