@@ -30,24 +30,41 @@ RSHMEM_H = os.path.join(HERE, "include", "rshmem.h")
 if "--rshmem-h" in sys.argv:
     RSHMEM_H = sys.argv[sys.argv.index("--rshmem-h") + 1]
 
-# The device library's type tables (device-lib/include/rshmem/util.cuh and coll.cuh).
-RMA = [("char", "char"), ("schar", "signed char"), ("short", "short"), ("int", "int"),
-       ("long", "long"), ("longlong", "long long"), ("uchar", "unsigned char"),
-       ("ushort", "unsigned short"), ("uint", "unsigned int"), ("ulong", "unsigned long"),
-       ("ulonglong", "unsigned long long"), ("int8", "int8_t"), ("int16", "int16_t"),
-       ("int32", "int32_t"), ("int64", "int64_t"), ("uint8", "uint8_t"), ("uint16", "uint16_t"),
-       ("uint32", "uint32_t"), ("uint64", "uint64_t"), ("size", "size_t"),
-       ("ptrdiff", "ptrdiff_t"), ("float", "float"), ("double", "double")]
+# The device library's include folder: rshmem/type_lists.h, the type tables that rshmem.h and
+# the device library share, is read below and found there by the preprocessor.
+DEVICE_INC = os.path.join(os.path.dirname(HERE), "device-lib", "include")
+TYPE_LISTS_H = os.path.join(DEVICE_INC, "rshmem", "type_lists.h")
+
+
+def type_lists():
+    """The X(name, C type) lists of rshmem/type_lists.h, by list name (RMA, AMO, ...); an alias
+    (`#define RSHMEM_FOR_A_TYPES(X) RSHMEM_FOR_B_TYPES(X)`) gets B's list."""
+    try:
+        text = open(TYPE_LISTS_H).read().replace("\\\n", " ")
+    except OSError as e:
+        raise SystemExit(f"gen_nvshmem.py: cannot read {TYPE_LISTS_H}: {e}")
+    lists = {}
+    for name, body in re.findall(r"#define RSHMEM_FOR_(\w+)_TYPES\(X\)(.*)", text):
+        alias = re.fullmatch(r"\s*RSHMEM_FOR_(\w+)_TYPES\(X\)\s*", body)
+        if alias:
+            lists[name] = lists[alias.group(1)]
+        else:
+            lists[name] = [(n, t.strip()) for n, t in re.findall(r"X\((\w+),([^)]*)\)", body)]
+    for need in ("RMA", "AMO", "AMO_FLOAT", "AMO_BITWISE", "WAIT", "REDUCE_INT", "REDUCE_FLOAT"):
+        if not lists.get(need):
+            raise SystemExit(f"gen_nvshmem.py: {TYPE_LISTS_H} has no RSHMEM_FOR_{need}_TYPES list")
+    return lists
+
+
+LISTS = type_lists()
+RMA = LISTS["RMA"]
 RT = dict(RMA)
-AMO_STD = ["int", "long", "longlong", "uint", "ulong", "ulonglong", "int32", "int64", "uint32",
-           "uint64", "size", "ptrdiff"]
-AMO_EXT = AMO_STD + ["float", "double"]
-AMO_BIT = ["uint", "ulong", "ulonglong", "int32", "int64", "uint32", "uint64"]
-WAIT = AMO_STD
-RED_INT = ["char", "schar", "short", "int", "long", "longlong", "ptrdiff", "uchar", "ushort",
-           "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8", "uint16",
-           "uint32", "uint64", "size"]
-RED_FLOAT = ["float", "double"]
+AMO_STD = [n for n, _ in LISTS["AMO"]]
+AMO_EXT = AMO_STD + [n for n, _ in LISTS["AMO_FLOAT"]]
+AMO_BIT = [n for n, _ in LISTS["AMO_BITWISE"]]
+WAIT = [n for n, _ in LISTS["WAIT"]]
+RED_INT = [n for n, _ in LISTS["REDUCE_INT"]]
+RED_FLOAT = [n for n, _ in LISTS["REDUCE_FLOAT"]]
 ARITH_OPS = ["sum", "prod", "min", "max"]
 BIT_OPS = ["and", "or", "xor"]
 # NVSHMEM's 16-bit float types: (name, C type). rshmem moves them as uint16_t words.
@@ -68,7 +85,8 @@ def host_declared():
     text = open(RSHMEM_H).read()
     names = set(re.findall(r"\b(rshmemx?_[A-Za-z0-9_]+)\s*\(", text))
     try:
-        pre = subprocess.run([os.environ.get("CC", "cc"), "-E", "-P", "-x", "c", RSHMEM_H],
+        pre = subprocess.run([os.environ.get("CC", "cc"), "-E", "-P", "-x", "c",
+                              "-I", DEVICE_INC, RSHMEM_H],
                              check=True, capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit(f"gen_nvshmem.py: cannot preprocess {RSHMEM_H}: {e}")

@@ -25,7 +25,8 @@ set(rshmem_LIBRARY_DIR "${_rshmem_prefix}/lib")
 set(rshmem_RSHMEMRUN "${_rshmem_prefix}/bin/rshmemrun")
 
 foreach(_rshmem_file
-    "${rshmem_INCLUDE_DIR}/rshmem.h" "${rshmem_INCLUDE_DIR}/shmem.h"
+    "${rshmem_INCLUDE_DIR}/rshmem.h" "${rshmem_INCLUDE_DIR}/rshmem/type_lists.h"
+    "${rshmem_INCLUDE_DIR}/shmem.h"
     "${rshmem_LIBRARY_DIR}/librshmem.so" "${rshmem_LIBRARY_DIR}/librshmem.a"
     "${rshmem_LIBRARY_DIR}/libshmem.so" "${rshmem_LIBRARY_DIR}/libshmem.a"
     "${rshmem_RSHMEMRUN}")

@@ -128,91 +128,12 @@ typedef int32_t rshmem_team_t;
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* Type tables of the typed calls: X(TYPENAME, C type)                                        */
+/* Type tables of the typed calls: X(TYPENAME, C type), RSHMEM_FOR_*_TYPES                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/* RMA types (p, g, put, get, put_signal, alltoall, fcollect, broadcast). */
-#define RSHMEMI_FOR_RMA_TYPES(X)                                                               \
-    X(char, char)                                                                              \
-    X(schar, signed char)                                                                      \
-    X(short, short)                                                                            \
-    X(int, int)                                                                                \
-    X(long, long)                                                                              \
-    X(longlong, long long)                                                                     \
-    X(uchar, unsigned char)                                                                    \
-    X(ushort, unsigned short)                                                                  \
-    X(uint, unsigned int)                                                                      \
-    X(ulong, unsigned long)                                                                    \
-    X(ulonglong, unsigned long long)                                                           \
-    X(int8, int8_t)                                                                            \
-    X(int16, int16_t)                                                                          \
-    X(int32, int32_t)                                                                          \
-    X(int64, int64_t)                                                                          \
-    X(uint8, uint8_t)                                                                          \
-    X(uint16, uint16_t)                                                                        \
-    X(uint32, uint32_t)                                                                        \
-    X(uint64, uint64_t)                                                                        \
-    X(size, size_t)                                                                            \
-    X(ptrdiff, ptrdiff_t)                                                                      \
-    X(float, float)                                                                            \
-    X(double, double)
-
-/* Integer atomic types (every atomic but the bitwise ones) and the wait/test types. */
-#define RSHMEMI_FOR_AMO_TYPES(X)                                                               \
-    X(int, int)                                                                                \
-    X(long, long)                                                                              \
-    X(longlong, long long)                                                                     \
-    X(uint, unsigned int)                                                                      \
-    X(ulong, unsigned long)                                                                    \
-    X(ulonglong, unsigned long long)                                                           \
-    X(int32, int32_t)                                                                          \
-    X(int64, int64_t)                                                                          \
-    X(uint32, uint32_t)                                                                        \
-    X(uint64, uint64_t)                                                                        \
-    X(size, size_t)                                                                            \
-    X(ptrdiff, ptrdiff_t)
-
-/* Floating-point atomic types (fetch, set, swap only). */
-#define RSHMEMI_FOR_AMO_FLOAT_TYPES(X)                                                         \
-    X(float, float)                                                                            \
-    X(double, double)
-
-/* Bitwise atomic types. */
-#define RSHMEMI_FOR_AMO_BITWISE_TYPES(X)                                                       \
-    X(uint, unsigned int)                                                                      \
-    X(ulong, unsigned long)                                                                    \
-    X(ulonglong, unsigned long long)                                                           \
-    X(int32, int32_t)                                                                          \
-    X(int64, int64_t)                                                                          \
-    X(uint32, uint32_t)                                                                        \
-    X(uint64, uint64_t)
-
-/* Reduction types: integers have sum, prod, min, max, and, or, xor; floats the first four. */
-#define RSHMEMI_FOR_REDUCE_INT_TYPES(X)                                                        \
-    X(char, char)                                                                              \
-    X(schar, signed char)                                                                      \
-    X(short, short)                                                                            \
-    X(int, int)                                                                                \
-    X(long, long)                                                                              \
-    X(longlong, long long)                                                                     \
-    X(ptrdiff, ptrdiff_t)                                                                      \
-    X(uchar, unsigned char)                                                                    \
-    X(ushort, unsigned short)                                                                  \
-    X(uint, unsigned int)                                                                      \
-    X(ulong, unsigned long)                                                                    \
-    X(ulonglong, unsigned long long)                                                           \
-    X(int8, int8_t)                                                                            \
-    X(int16, int16_t)                                                                          \
-    X(int32, int32_t)                                                                          \
-    X(int64, int64_t)                                                                          \
-    X(uint8, uint8_t)                                                                          \
-    X(uint16, uint16_t)                                                                        \
-    X(uint32, uint32_t)                                                                        \
-    X(uint64, uint64_t)                                                                        \
-    X(size, size_t)
-#define RSHMEMI_FOR_REDUCE_FLOAT_TYPES(X)                                                      \
-    X(float, float)                                                                            \
-    X(double, double)
+/* One list per group of calls, shared with the device library (compile with
+   -I<device-lib/include>, or the installed include folder, which holds rshmem/). */
+#include "rshmem/type_lists.h"
 
 /* ========================================================================================== */
 /* Lifecycle                                                                                  */
@@ -359,7 +280,7 @@ RSHMEM_HOST_TWIN(void, rshmem_getmem_nbi, (void *dest, const void *src, size_t n
     RSHMEM_HOST_TWIN(void, rshmem_##NAME##_get, (T * dest, const T *src, size_t nelems, int pe)) \
     RSHMEM_HOST_TWIN(void, rshmem_##NAME##_get_nbi,                                            \
                      (T * dest, const T *src, size_t nelems, int pe))
-RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_RMA)
+RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_RMA)
 #undef RSHMEMI_DECL_RMA
 
 /* ========================================================================================== */
@@ -382,7 +303,7 @@ RSHMEM_HOST_TWIN(void, rshmem_putmem_signal_nbi,
     RSHMEM_HOST_TWIN(void, rshmem_##NAME##_put_signal_nbi,                                     \
                      (T * dest, const T *src, size_t nelems, uint64_t *sig_addr,               \
                       uint64_t signal, int sig_op, int pe))
-RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_PUT_SIGNAL)
+RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_PUT_SIGNAL)
 #undef RSHMEMI_DECL_PUT_SIGNAL
 
 /* One-sided. Atomically updates the signal sig_addr on pe (relaxed: no ordering of earlier
@@ -419,9 +340,9 @@ RSHMEM_HOST_TWIN(uint64_t, rshmem_signal_wait_until,
     RSHMEM_HOST_TWIN(void, rshmem_##NAME##_atomic_or, (T * dest, T value, int pe))             \
     RSHMEM_HOST_TWIN(T, rshmem_##NAME##_atomic_fetch_xor, (T * dest, T value, int pe))         \
     RSHMEM_HOST_TWIN(void, rshmem_##NAME##_atomic_xor, (T * dest, T value, int pe))
-RSHMEMI_FOR_AMO_TYPES(RSHMEMI_DECL_AMO_STD)
-RSHMEMI_FOR_AMO_FLOAT_TYPES(RSHMEMI_DECL_AMO_EXT)
-RSHMEMI_FOR_AMO_BITWISE_TYPES(RSHMEMI_DECL_AMO_BITWISE)
+RSHMEM_FOR_AMO_TYPES(RSHMEMI_DECL_AMO_STD)
+RSHMEM_FOR_AMO_FLOAT_TYPES(RSHMEMI_DECL_AMO_EXT)
+RSHMEM_FOR_AMO_BITWISE_TYPES(RSHMEMI_DECL_AMO_BITWISE)
 #undef RSHMEMI_DECL_AMO_EXT
 #undef RSHMEMI_DECL_AMO_STD
 #undef RSHMEMI_DECL_AMO_BITWISE
@@ -468,7 +389,7 @@ RSHMEMI_FOR_AMO_BITWISE_TYPES(RSHMEMI_DECL_AMO_BITWISE)
     RSHMEM_HOST_TWIN(size_t, rshmem_##NAME##_test_some_vector,                                 \
                      (const T *ivars, size_t nelems, size_t *indices, const int *status,       \
                       int cmp, const T *cmp_values))
-RSHMEMI_FOR_AMO_TYPES(RSHMEMI_DECL_WAIT)
+RSHMEM_FOR_AMO_TYPES(RSHMEMI_DECL_WAIT)
 #undef RSHMEMI_DECL_WAIT
 
 /* ========================================================================================== */
@@ -549,7 +470,7 @@ RSHMEM_HOST_TWIN(int, rshmem_broadcastmem,
                      (rshmem_team_t team, T * dest, const T *source, size_t nelems))           \
     RSHMEM_HOST_TWIN(int, rshmem_##NAME##_broadcast,                                           \
                      (rshmem_team_t team, T * dest, const T *source, size_t nelems, int root))
-RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_COLL)
+RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL)
 #undef RSHMEMI_DECL_COLL
 #define RSHMEMI_DECL_REDUCE_OP(NAME, T, OP)                                                    \
     RSHMEM_HOST_TWIN(int, rshmem_##NAME##_##OP##_reduce,                                       \
@@ -565,9 +486,9 @@ RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_COLL)
     RSHMEMI_DECL_REDUCE_OP(NAME, T, and)                                                       \
     RSHMEMI_DECL_REDUCE_OP(NAME, T, or)                                                        \
     RSHMEMI_DECL_REDUCE_OP(NAME, T, xor)
-RSHMEMI_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
-RSHMEMI_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_BITWISE)
-RSHMEMI_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_BITWISE)
+RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
 
 /* ========================================================================================== */
 /* Stream-ordered calls (GPU backend; RSHMEM_ERROR_UNSUPPORTED on the CPU backend)            */
@@ -598,7 +519,7 @@ int rshmemx_putmem_signal_on_stream(void *dest, const void *src, size_t nbytes,
     int rshmemx_##NAME##_put_signal_on_stream(T *dest, const T *src, size_t nelems,            \
                                               uint64_t *sig_addr, uint64_t signal, int sig_op, \
                                               int pe, cudaStream_t stream);
-RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_RMA_STREAM)
+RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_RMA_STREAM)
 #undef RSHMEMI_DECL_RMA_STREAM
 
 /* One-sided. Updates the signal on pe after the stream's earlier work. */
@@ -642,7 +563,7 @@ int rshmemx_broadcastmem_on_stream(rshmem_team_t team, void *dest, const void *s
     int rshmemx_##NAME##_alltoalls_on_stream(rshmem_team_t team, T *dest, const T *source,     \
                                              ptrdiff_t dst, ptrdiff_t sst, size_t nelems,      \
                                              cudaStream_t stream);
-RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_COLL_STREAM)
+RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL_STREAM)
 #undef RSHMEMI_DECL_COLL_STREAM
 #define RSHMEMI_DECL_REDUCE_STREAM_OP(NAME, T, OP)                                             \
     int rshmemx_##NAME##_##OP##_reduce_on_stream(rshmem_team_t team, T *dest, const T *source, \
@@ -659,9 +580,9 @@ RSHMEMI_FOR_RMA_TYPES(RSHMEMI_DECL_COLL_STREAM)
     RSHMEMI_DECL_REDUCE_STREAM_OP(NAME, T, and)                                                \
     RSHMEMI_DECL_REDUCE_STREAM_OP(NAME, T, or)                                                 \
     RSHMEMI_DECL_REDUCE_STREAM_OP(NAME, T, xor)
-RSHMEMI_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
-RSHMEMI_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_BITWISE)
-RSHMEMI_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_BITWISE)
+RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
 #undef RSHMEMI_DECL_REDUCE_STREAM_OP
 #undef RSHMEMI_DECL_REDUCE_STREAM_ARITH
 #undef RSHMEMI_DECL_REDUCE_STREAM_BITWISE

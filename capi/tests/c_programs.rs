@@ -3,18 +3,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
-/// `target/<profile>`: where this test binary, `libshmem` and `rshmemrun` live.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/c_programs-<hash>
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary is in target/<profile>/deps")
-        .to_path_buf()
-}
+#[path = "support/cprog.rs"]
+mod cprog;
+use cprog::Ran;
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,50 +17,12 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds `libshmem` and `rshmemrun` into the profile directory (once per test binary).
+/// Builds `libshmem` and `rshmemrun` into the profile directory (once per test binary), with
+/// MPI when these tests were built with it.
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = profile_dir();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "-p",
-            "rshmem-capi",
-            "-p",
-            "rshmem-bootstrap",
-            "--lib",
-            "--bin",
-            "rshmemrun",
-        ]);
-        // Build the library these tests were built for (with MPI or without).
-        if cfg!(feature = "mpi") {
-            cmd.args(["--features", "rshmem-capi/mpi"]);
-        }
-        match dir.file_name().and_then(|s| s.to_str()) {
-            Some("debug") | None => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(p) => {
-                cmd.args(["--profile", p]);
-            }
-        }
-        if let Some(parent) = dir.parent() {
-            if parent.join("CACHEDIR.TAG").exists() {
-                cmd.arg("--target-dir").arg(parent);
-            }
-        }
-        cmd.current_dir(workspace_root());
-        let st = cmd.status().expect("running cargo build");
-        assert!(st.success(), "building libshmem and rshmemrun failed: {st}");
-        assert!(
-            dir.join("libshmem.so").is_file(),
-            "no libshmem.so in {}",
-            dir.display()
-        );
-        dir
-    })
+    let features = cfg!(feature = "mpi").then_some("rshmem-capi/mpi");
+    DIR.get_or_init(|| cprog::build(&workspace_root(), "rshmem-capi", features, "libshmem.so"))
 }
 
 /// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`.
@@ -103,56 +59,20 @@ fn compile_with(name: &str, pre: &[String], post: &[String]) -> PathBuf {
     bin
 }
 
-struct Ran {
-    ok: bool,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 fn run(bin: &Path, n: usize) -> Ran {
     run_cmd(&[bin.to_str().expect("UTF-8 path")], n)
 }
 
 /// Runs `cmd` (program and arguments) with `n` PEs under `rshmemrun`.
 fn run_cmd(cmd: &[&str], n: usize) -> Ran {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(built().join("rshmemrun"))
-        .args(["-n", &n.to_string(), "--timeout", "120"])
-        .args(cmd)
-        .env("RSHMEM_TIMEOUT", "60")
-        .output()
-        .expect("running rshmemrun");
-    Ran {
-        ok: status.success(),
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    cprog::run(built(), cmd, n, &[])
 }
 
 /// Runs `name` with 2 and 4 PEs and expects success and "OK <name> PE p" from every PE.
 fn passes(name: &str) {
     let bin = compile(name);
     for n in [2, 4] {
-        let r = run(&bin, n);
-        assert!(
-            r.ok,
-            "{name} on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
-            r.code, r.stdout, r.stderr
-        );
-        for pe in 0..n {
-            let line = format!("OK {name} PE {pe}");
-            assert!(
-                r.stdout.lines().any(|l| l == line),
-                "{name} on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
-                r.stdout,
-                r.stderr
-            );
-        }
+        cprog::expect_ok(name, name, &run(&bin, n), n);
     }
 }
 
@@ -162,18 +82,7 @@ fn aborts(name: &str, call: &str, cause: &str) {
     let bin = compile(name);
     for n in [2, 4] {
         let r = run(&bin, n);
-        assert!(!r.ok, "{name} on {n} PEs should fail:\n{}", r.stdout);
-        assert_ne!(r.code, Some(124), "{name} on {n} PEs hung:\n{}", r.stderr);
-        assert!(
-            r.stderr.contains(&format!("{call}: ")) && r.stderr.contains(cause),
-            "{name} on {n} PEs: stderr does not name {call} and `{cause}`:\n{}",
-            r.stderr
-        );
-        assert!(
-            !r.stdout.contains("NOT REACHED"),
-            "{name}: a PE went on:\n{}",
-            r.stdout
-        );
+        cprog::expect_abort(name, &r, n, call, cause);
     }
 }
 
@@ -422,20 +331,7 @@ fn profiling_tool_interposes_shmem_routines() {
     ] {
         for n in [2, 4] {
             let r = run_cmd(&cmd, n);
-            assert!(
-                r.ok,
-                "profiling ({how}) on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
-                r.code, r.stdout, r.stderr
-            );
-            for pe in 0..n {
-                let line = format!("OK profiling PE {pe}");
-                assert!(
-                    r.stdout.lines().any(|l| l == line),
-                    "profiling ({how}) on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
-                    r.stdout,
-                    r.stderr
-                );
-            }
+            cprog::expect_ok(&format!("profiling ({how})"), "profiling", &r, n);
         }
     }
     let r = run_cmd(&[plain.to_str().expect("UTF-8")], 2);

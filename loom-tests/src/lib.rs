@@ -1,5 +1,7 @@
-//! Model checking of rshmem's lock-free pieces with loom. The modules are the runtime's own
-//! source files, included by path, so the model checks the code that ships.
+//! Model checking of rshmem's lock-free pieces with loom: the range-check cache's sequence lock
+//! (`seqlock_model`) and the proxy ring's host protocol against a model of the device's side
+//! (`ring_model`). The modules under test are the runtime's own source files, included by path,
+//! so the model checks the code that ships.
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" cargo test -p rshmem-loom --release --target-dir target/loom
@@ -11,6 +13,14 @@
 #[path = "../../runtime/src/seqlock.rs"]
 #[allow(dead_code, unreachable_pub)]
 pub mod seqlock;
+
+#[cfg(loom)]
+#[path = "../../runtime/src/proxy/fifo/protocol.rs"]
+#[allow(dead_code, unreachable_pub)]
+pub mod ring_protocol;
+
+#[cfg(all(loom, test))]
+mod ring_model;
 
 #[cfg(all(loom, test))]
 mod seqlock_model {

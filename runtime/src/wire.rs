@@ -369,13 +369,17 @@ pub fn device_contract() -> String {
     field!("rshmem_proxy_req", Slot, seq);
     eq(
         "offsetof(rshmem_proxy_req, opword)",
-        offset_of!(Slot, op) as u64,
+        offset_of!(Slot, body.op) as u64,
     );
-    field!("rshmem_proxy_req", Slot, remote);
-    field!("rshmem_proxy_req", Slot, local);
-    field!("rshmem_proxy_req", Slot, nbytes);
-    field!("rshmem_proxy_req", Slot, value);
-    field!("rshmem_proxy_req", Slot, cond);
+    for (f, off) in [
+        ("remote", offset_of!(Slot, body.remote)),
+        ("local", offset_of!(Slot, body.local)),
+        ("nbytes", offset_of!(Slot, body.nbytes)),
+        ("value", offset_of!(Slot, body.value)),
+        ("cond", offset_of!(Slot, body.cond)),
+    ] {
+        eq(&format!("offsetof(rshmem_proxy_req, {f})"), off as u64);
+    }
     field!("rshmem_proxy_req", Slot, done);
     field!("rshmem_proxy_req", Slot, result);
     field!("rshmem_proxy_req", Slot, ack);

@@ -1,5 +1,6 @@
-//! The type tables of the typed calls, the same as rshmem.h's `RSHMEMI_FOR_*` lists (and the
-//! device library's): `$m!(TYPENAME, RustType)` per entry. The `header_declares_exactly_the_
+//! The type tables of the typed calls, the same as the `RSHMEM_FOR_*` lists of
+//! device-lib/include/rshmem/type_lists.h (which rshmem.h and the device library include):
+//! `$m!(TYPENAME, RustType)` per entry. The `header_declares_exactly_the_
 //! exported_calls` test fails when this file and the header disagree.
 
 /// RMA types: p, g, put, get, put_signal, alltoall, fcollect, broadcast, their stream forms.

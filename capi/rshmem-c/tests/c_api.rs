@@ -9,17 +9,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
-/// `target/<profile>`: where this test binary, `librshmem` and `rshmemrun` live.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary is in target/<profile>/deps")
-        .to_path_buf()
-}
+#[path = "../../tests/support/cprog.rs"]
+mod cprog;
+use cprog::Ran;
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -37,51 +32,22 @@ fn include_dir() -> PathBuf {
     workspace_root().join("capi/include")
 }
 
+/// The compiler options that find rshmem.h and what it includes: capi/include and the device
+/// library's folder (rshmem/type_lists.h, and the device library under nvcc).
+fn include_flags() -> [String; 2] {
+    [
+        format!("-I{}", include_dir().display()),
+        format!(
+            "-I{}",
+            workspace_root().join("device-lib/include").display()
+        ),
+    ]
+}
+
 /// Builds `librshmem` and `rshmemrun` into the profile directory (once per test binary).
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = profile_dir();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "-p",
-            "rshmem-c",
-            "-p",
-            "rshmem-bootstrap",
-            "--lib",
-            "--bin",
-            "rshmemrun",
-        ]);
-        match dir.file_name().and_then(|s| s.to_str()) {
-            Some("debug") | None => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(p) => {
-                cmd.args(["--profile", p]);
-            }
-        }
-        if let Some(parent) = dir.parent() {
-            if parent.join("CACHEDIR.TAG").exists() {
-                cmd.arg("--target-dir").arg(parent);
-            }
-        }
-        let st = cmd
-            .current_dir(workspace_root())
-            .status()
-            .expect("running cargo build");
-        assert!(
-            st.success(),
-            "building librshmem and rshmemrun failed: {st}"
-        );
-        assert!(
-            dir.join("librshmem.so").is_file(),
-            "no librshmem.so in {}",
-            dir.display()
-        );
-        dir
-    })
+    DIR.get_or_init(|| cprog::build(&workspace_root(), "rshmem-c", None, "librshmem.so"))
 }
 
 fn out_dir() -> PathBuf {
@@ -100,8 +66,7 @@ fn compile_with(name: &str, compiler: &str, extra: &[String]) -> PathBuf {
     let bin = out_dir().join(name);
     let out = Command::new(compiler)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg("-I")
-        .arg(include_dir())
+        .args(include_flags())
         .arg("-o")
         .arg(&bin)
         .arg(crate_dir().join("tests/c").join(format!("{name}.c")))
@@ -124,49 +89,13 @@ fn compile(name: &str) -> PathBuf {
     compile_with(name, &cc(), &[])
 }
 
-struct Ran {
-    ok: bool,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `cmd` with `n` PEs under `rshmemrun` with the environment `env`.
 fn run(cmd: &[&str], n: usize, env: &[(&str, &str)]) -> Ran {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(built().join("rshmemrun"))
-        .args(["-n", &n.to_string(), "--timeout", "120"])
-        .args(cmd)
-        .env("RSHMEM_TIMEOUT", "60")
-        .envs(env.iter().copied())
-        .output()
-        .expect("running rshmemrun");
-    Ran {
-        ok: status.success(),
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
+    cprog::run(built(), cmd, n, env)
 }
 
 fn expect_ok(name: &str, r: &Ran, n: usize) {
-    assert!(
-        r.ok,
-        "{name} on {n} PEs exited with {:?}\nstdout:\n{}\nstderr:\n{}",
-        r.code, r.stdout, r.stderr
-    );
-    for pe in 0..n {
-        let line = format!("OK {name} PE {pe}");
-        assert!(
-            r.stdout.lines().any(|l| l == line),
-            "{name} on {n} PEs: no `{line}` in\n{}\nstderr:\n{}",
-            r.stdout,
-            r.stderr
-        );
-    }
+    cprog::expect_ok(name, name, r, n);
 }
 
 /// Runs `name` with 2 and 4 PEs and expects "OK <name> PE p" from every PE.
@@ -186,18 +115,7 @@ fn passes_env(name: &str, env: &[(&str, &str)]) {
 fn aborts(name: &str, call: &str, cause: &str) {
     let bin = compile(name);
     let r = run(&[bin.to_str().expect("UTF-8 path")], 2, &[]);
-    assert!(!r.ok, "{name} should fail:\n{}", r.stdout);
-    assert_ne!(r.code, Some(124), "{name} hung:\n{}", r.stderr);
-    assert!(
-        r.stderr.contains(&format!("{call}: ")) && r.stderr.contains(cause),
-        "{name}: stderr does not name {call} and `{cause}`:\n{}",
-        r.stderr
-    );
-    assert!(
-        !r.stdout.contains("NOT REACHED"),
-        "{name}: a PE went on:\n{}",
-        r.stdout
-    );
+    cprog::expect_abort(name, &r, 2, call, cause);
 }
 
 #[test]
@@ -211,8 +129,8 @@ fn static_library_links_and_runs() {
     let dir = built();
     let bin = out_dir().join("basics_static");
     let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-        .arg(include_dir())
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(include_flags())
         .arg("-o")
         .arg(&bin)
         .arg(crate_dir().join("tests/c/basics.c"))
@@ -407,8 +325,7 @@ fn header_compiles(compiler: &str, ext: &str, args: &[&str]) {
     .expect("writing the header test");
     let out = Command::new(compiler)
         .args(args)
-        .arg("-I")
-        .arg(include_dir())
+        .args(include_flags())
         .arg("-fsyntax-only")
         .arg(&src)
         .output()
@@ -463,8 +380,8 @@ fn declared() -> BTreeSet<String> {
     let src = out_dir().join("declared.c");
     std::fs::write(&src, "#include <rshmem.h>\n").expect("writing declared.c");
     let out = Command::new(cc())
-        .args(["-std=c11", "-E", "-P", "-I"])
-        .arg(include_dir())
+        .args(["-std=c11", "-E", "-P"])
+        .args(include_flags())
         .arg(&src)
         .output()
         .expect("running cc -E");
@@ -522,7 +439,7 @@ fn header_declares_exactly_the_exported_calls() {
         undeclared.is_empty() && missing.is_empty(),
         "exported by librshmem.so but not declared in rshmem.h: {undeclared:?}\n\
          declared but not exported: {missing:?}\n\
-         (capi/rshmem-c/src/types.rs and the RSHMEMI_FOR_* tables of rshmem.h differ?)"
+         (capi/rshmem-c/src/types.rs and the RSHMEM_FOR_* tables of rshmem/type_lists.h differ?)"
     );
 }
 
@@ -579,10 +496,7 @@ fn build_gpu_programs() -> Option<(PathBuf, PathBuf)> {
     let launch = out_dir().join("collective_launch");
     let out = Command::new(&nvcc)
         .args(["-std=c++17", "-arch=sm_90", "-Werror", "all-warnings"])
-        .arg("-I")
-        .arg(include_dir())
-        .arg("-I")
-        .arg(workspace_root().join("device-lib/include"))
+        .args(include_flags())
         .arg("-o")
         .arg(&launch)
         .arg(crate_dir().join("tests/c/collective_launch.cu"))

@@ -46,32 +46,8 @@
 #define RSHMEM_OP_OR 5
 #define RSHMEM_OP_XOR 6
 
-// Reduction types (name, type): integer types have every operator, floats sum/prod/min/max.
-#define RSHMEM_FOR_REDUCE_INT_TYPES(X)                                                           \
-    X(char, char)                                                                                \
-    X(schar, signed char)                                                                        \
-    X(short, short)                                                                              \
-    X(int, int)                                                                                  \
-    X(long, long)                                                                                \
-    X(longlong, long long)                                                                       \
-    X(ptrdiff, ptrdiff_t)                                                                        \
-    X(uchar, unsigned char)                                                                      \
-    X(ushort, unsigned short)                                                                    \
-    X(uint, unsigned int)                                                                        \
-    X(ulong, unsigned long)                                                                      \
-    X(ulonglong, unsigned long long)                                                             \
-    X(int8, int8_t)                                                                              \
-    X(int16, int16_t)                                                                            \
-    X(int32, int32_t)                                                                            \
-    X(int64, int64_t)                                                                            \
-    X(uint8, uint8_t)                                                                            \
-    X(uint16, uint16_t)                                                                          \
-    X(uint32, uint32_t)                                                                          \
-    X(uint64, uint64_t)                                                                          \
-    X(size, size_t)
-#define RSHMEM_FOR_REDUCE_FLOAT_TYPES(X)                                                         \
-    X(float, float)                                                                              \
-    X(double, double)
+// Reduction types: RSHMEM_FOR_REDUCE_INT_TYPES (every operator) and
+// RSHMEM_FOR_REDUCE_FLOAT_TYPES (sum, prod, min, max), from rshmem/type_lists.h (via util.cuh).
 
 namespace rshmem_detail {
 

@@ -119,7 +119,8 @@ static __device__ __forceinline__ rshmem_proxy_req* proxy_slot(uint64_t t) {
 
 static __device__ __noinline__ void proxy_fail(const char* call, const char* what, uint64_t t,
                                                unsigned long long waited) {
-    uint64_t err = ld_relaxed_sys(proxy_word(RSHMEM_PROXY_ERROR));
+    // Acquire: the host stores the failed request's PE and ticket before the error word.
+    uint64_t err = ld_acquire_sys(proxy_word(RSHMEM_PROXY_ERROR));
     if (err != 0) {
         const char* why = err == 1   ? "a PE it sent to is gone"
                           : err == 2 ? "a wait of the host proxy timed out"
@@ -140,7 +141,11 @@ static __device__ __noinline__ void proxy_fail(const char* call, const char* wha
     __trap();
 }
 
-// Takes a ticket and waits for its slot to be free.
+// Takes a ticket and waits for its slot to be free. The host read the slot's previous request
+// before it stored `consumed` (release): the slow path acquires `consumed` itself, then
+// publishes it in the hint with a release (fence + atomicMax); the fast path, which read the
+// hint with a plain load, makes that an acquire with a fence, so its writes to the slot come
+// after the host's reads in either case (loom-tests/src/ring_model.rs checks this protocol).
 static __device__ __noinline__ rshmem_proxy_req* proxy_reserve(const char* call, uint64_t* ticket) {
     const uint64_t base = my_slice();
     unsigned long long* head = (unsigned long long*)(base + RSHMEM_INTERNAL_PROXY_HEAD);
@@ -156,6 +161,7 @@ static __device__ __noinline__ rshmem_proxy_req* proxy_reserve(const char* call,
         for (;;) {
             uint64_t c = ld_acquire_sys(proxy_word(RSHMEM_PROXY_CONSUMED));
             if (t < c + slots) {
+                fence_acq_rel_gpu();
                 atomicMax(hint, (unsigned long long)c);
                 break;
             }
@@ -166,6 +172,8 @@ static __device__ __noinline__ rshmem_proxy_req* proxy_reserve(const char* call,
                 proxy_fail(call, "a free slot in the proxy ring (it is full)", t, timer.waited());
             }
         }
+    } else {
+        fence_acq_rel_gpu();
     }
     *ticket = t;
     return proxy_slot(t);
@@ -256,7 +264,8 @@ static __device__ __noinline__ uint64_t proxy_fetch(const char* call, uint64_t t
         for (uint32_t i = 0; i < (n + 7) / 8; ++i) w[i] = ld_relaxed_sys(&r->data[i]);
         for (uint32_t i = 0; i < n; ++i) ((uint8_t*)out)[i] = ((const uint8_t*)w)[i];
     }
-    st_relaxed_sys(&r->ack, t + 1);
+    // Release: the reads of the result above come before the host may reuse the slot.
+    st_release_sys(&r->ack, t + 1);
     return v;
 }
 

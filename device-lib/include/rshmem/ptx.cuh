@@ -134,6 +134,11 @@ static __device__ __forceinline__ void fence_acq_rel_sys() {
     asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
+// fence.acq_rel.gpu: as fence_acq_rel_sys, among the threads of this GPU.
+static __device__ __forceinline__ void fence_acq_rel_gpu() {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 // fence.sc.sys (what __threadfence_system() emits): all earlier accesses of this thread are
 // performed system-wide before any later one, stores before later loads included.
 static __device__ __forceinline__ void fence_sc_sys() {

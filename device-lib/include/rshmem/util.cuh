@@ -20,6 +20,7 @@
 #include "rshmem/state.cuh"
 #include "rshmem/twin.cuh"
 #include "rshmem/ptx.cuh"
+#include "rshmem/type_lists.h"
 
 #if !defined(__CUDACC_RTC__)
 #include <stdio.h>  // device printf under nvcc (NVRTC declares it itself)
@@ -40,65 +41,9 @@
 // Largest size_t: what wait_until_any / test_any return when no element can be chosen.
 #define RSHMEM_SIZE_MAX (~(size_t)0)
 
-// The element types, as (name, type) pairs, for code that wants to expand something per type.
-// Standard RMA types (p, g, put, get, put_signal).
-#define RSHMEM_FOR_RMA_TYPES(X)                                                                  \
-    X(char, char)                                                                                \
-    X(schar, signed char)                                                                        \
-    X(short, short)                                                                              \
-    X(int, int)                                                                                  \
-    X(long, long)                                                                                \
-    X(longlong, long long)                                                                       \
-    X(uchar, unsigned char)                                                                      \
-    X(ushort, unsigned short)                                                                    \
-    X(uint, unsigned int)                                                                        \
-    X(ulong, unsigned long)                                                                      \
-    X(ulonglong, unsigned long long)                                                             \
-    X(int8, int8_t)                                                                              \
-    X(int16, int16_t)                                                                            \
-    X(int32, int32_t)                                                                            \
-    X(int64, int64_t)                                                                            \
-    X(uint8, uint8_t)                                                                            \
-    X(uint16, uint16_t)                                                                          \
-    X(uint32, uint32_t)                                                                          \
-    X(uint64, uint64_t)                                                                          \
-    X(size, size_t)                                                                              \
-    X(ptrdiff, ptrdiff_t)                                                                        \
-    X(float, float)                                                                              \
-    X(double, double)
-
-// Standard AMO types (every atomic but the bitwise ones) and the point-to-point wait/test types.
-#define RSHMEM_FOR_AMO_TYPES(X)                                                                  \
-    X(int, int)                                                                                  \
-    X(long, long)                                                                                \
-    X(longlong, long long)                                                                       \
-    X(uint, unsigned int)                                                                        \
-    X(ulong, unsigned long)                                                                      \
-    X(ulonglong, unsigned long long)                                                             \
-    X(int32, int32_t)                                                                            \
-    X(int64, int64_t)                                                                            \
-    X(uint32, uint32_t)                                                                          \
-    X(uint64, uint64_t)                                                                          \
-    X(size, size_t)                                                                              \
-    X(ptrdiff, ptrdiff_t)
-
-// Extended AMO types beyond the standard ones (fetch, set, swap only).
-#define RSHMEM_FOR_AMO_FLOAT_TYPES(X)                                                            \
-    X(float, float)                                                                              \
-    X(double, double)
-
-// Bitwise AMO types (fetch_and/or/xor, and/or/xor).
-#define RSHMEM_FOR_AMO_BITWISE_TYPES(X)                                                          \
-    X(uint, unsigned int)                                                                        \
-    X(ulong, unsigned long)                                                                      \
-    X(ulonglong, unsigned long long)                                                             \
-    X(int32, int32_t)                                                                            \
-    X(int64, int64_t)                                                                            \
-    X(uint32, uint32_t)                                                                          \
-    X(uint64, uint64_t)
-
-// Point-to-point synchronization types (wait_until*, test*).
-#define RSHMEM_FOR_WAIT_TYPES(X) RSHMEM_FOR_AMO_TYPES(X)
+// The element types, as X(name, type) lists for code that wants to expand something per type:
+// RSHMEM_FOR_RMA_TYPES, _AMO_TYPES, _AMO_FLOAT_TYPES, _AMO_BITWISE_TYPES, _WAIT_TYPES (and the
+// reduction lists coll.cuh uses) are in rshmem/type_lists.h, shared with rshmem.h.
 
 // This PE's number. Thread scope, local, no memory access beyond the constant bank. Host twin.
 RSHMEM_TWIN int rshmem_my_pe(void) {

@@ -1,5 +1,5 @@
 //! The device half of rshmem: the device state copied into user modules, the embedded
-//! header-only CUDA device library (`device-lib/include/rshmem/*.cuh`), [`nvrtc`], which
+//! header-only CUDA device library (`device-lib/include/rshmem/*.cuh` and `type_lists.h`), [`nvrtc`], which
 //! compiles user kernels against it, and [`module`], which loads them.
 
 pub mod module;
@@ -13,6 +13,10 @@ pub use state::DeviceState;
 /// The device library's headers, embedded so NVRTC can compile user kernels without the
 /// source tree: (include name, contents). User code includes `rshmem/rshmem.cuh`.
 pub const HEADERS: &[(&str, &str)] = &[
+    (
+        "rshmem/type_lists.h",
+        include_str!("../../device-include/rshmem/type_lists.h"),
+    ),
     (
         "rshmem/types.cuh",
         include_str!("../../device-include/rshmem/types.cuh"),

@@ -18,9 +18,17 @@
 //!   stores `ack = t + 1`; `consumed` never passes an unacknowledged fetching request.
 //! * `error` (control block): non-zero once the host failed a request (lost peer, timeout, bad
 //!   request, CUDA error); `completed` then stops, and device waits trap with a message.
+//!
+//! The host's steps and their memory orderings are [`protocol::Consumer`], which this file runs
+//! on the ring's memory and `loom-tests/` model-checks against the device's steps.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod protocol;
+
+use std::sync::atomic::AtomicU64;
+
+#[cfg(test)]
+use protocol::ctrl;
+use protocol::{Consumer, Memory};
 
 /// Bytes of one request slot.
 pub const SLOT: usize = 128;
@@ -35,20 +43,6 @@ pub const DEFAULT_SLOTS: usize = 1024;
 pub const HEAD: usize = 0x2000;
 /// Offset of the device-side copy of `consumed` (u64) in this PE's GPU slice.
 pub const FREE_HINT: usize = 0x2040;
-
-/// Offsets of the control block's words.
-pub mod ctrl {
-    /// u64: slots of tickets below it may be reused.
-    pub const CONSUMED: usize = 0;
-    /// u64: requests with tickets below it have been executed.
-    pub const COMPLETED: usize = 64;
-    /// u64: 0, or the [`super::Failure`] code of the first failed request.
-    pub const ERROR: usize = 128;
-    /// u64: the PE the failed request targeted.
-    pub const ERROR_PE: usize = 136;
-    /// u64: the ticket of the failed request.
-    pub const ERROR_TICKET: usize = 144;
-}
 
 /// Request operations (`op`).
 pub mod op {
@@ -87,12 +81,11 @@ pub enum Failure {
     Cuda = 4,
 }
 
-/// One slot as laid out in memory (mirrors `rshmem_proxy_req` in proxy.cuh).
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub struct Slot {
-    /// Ticket + 1 once published (device, release).
-    pub seq: u64,
+/// What a request asks for: the words the device writes between `seq` and the handshake words
+/// (the slot's bytes 8..56, `opword` and the four words after it in proxy.cuh).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Body {
     /// [`op`] code.
     pub op: u8,
     /// `AmoOp` code of an atomic, signal operation of a signal.
@@ -113,6 +106,16 @@ pub struct Slot {
     pub value: u64,
     /// Compare operand of compare-and-swap.
     pub cond: u64,
+}
+
+/// One slot as laid out in memory (mirrors `rshmem_proxy_req` in proxy.cuh).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Slot {
+    /// Ticket + 1 once published (device, release).
+    pub seq: u64,
+    /// The request.
+    pub body: Body,
     /// Reserved.
     pub spare: u64,
     /// Ticket + 1 once a fetching request finished (host, release).
@@ -130,13 +133,13 @@ pub struct Slot {
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Slot>() == SLOT);
-    assert!(offset_of!(Slot, op) == 8);
-    assert!(offset_of!(Slot, pe) == 12);
-    assert!(offset_of!(Slot, remote) == 16);
-    assert!(offset_of!(Slot, local) == 24);
-    assert!(offset_of!(Slot, nbytes) == 32);
-    assert!(offset_of!(Slot, value) == 40);
-    assert!(offset_of!(Slot, cond) == 48);
+    assert!(offset_of!(Slot, body.op) == 8);
+    assert!(offset_of!(Slot, body.pe) == 12);
+    assert!(offset_of!(Slot, body.remote) == 16);
+    assert!(offset_of!(Slot, body.local) == 24);
+    assert!(offset_of!(Slot, body.nbytes) == 32);
+    assert!(offset_of!(Slot, body.value) == 40);
+    assert!(offset_of!(Slot, body.cond) == 48);
     assert!(offset_of!(Slot, done) == 64);
     assert!(offset_of!(Slot, result) == 72);
     assert!(offset_of!(Slot, ack) == 80);
@@ -147,33 +150,23 @@ const _: () = {
     assert!(FREE_HINT + 64 <= 0x1_0000);
 };
 
-/// A request as the host copied it out of its slot.
+/// A request as the host copied it out of its slot: its ticket, its [`Body`] (whose fields it
+/// dereferences to) and its inline data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     /// Its ticket.
     pub ticket: u64,
-    /// [`op`] code.
-    pub op: u8,
-    /// Atomic / signal operation.
-    pub amo: u8,
-    /// Atomic width.
-    pub size: u8,
-    /// `FLAG_*` bits.
-    pub flags: u8,
-    /// Target PE.
-    pub pe: i32,
-    /// Symmetric address (this PE's) of the target.
-    pub remote: u64,
-    /// Local device address.
-    pub local: u64,
-    /// Bytes.
-    pub nbytes: u64,
-    /// Operand.
-    pub value: u64,
-    /// Compare operand.
-    pub cond: u64,
+    /// What it asks for.
+    pub body: Body,
     /// Inline payload.
     pub data: [u8; INLINE],
+}
+
+impl std::ops::Deref for Request {
+    type Target = Body;
+    fn deref(&self) -> &Body {
+        &self.body
+    }
 }
 
 impl Request {
@@ -199,16 +192,89 @@ pub enum Outcome {
     Data([u8; INLINE]),
 }
 
-/// The host side of one ring.
-pub struct Ring {
+/// The ring's memory: its slots and control block in pinned host memory mapped into the GPU.
+struct Pinned {
     slots: *mut Slot,
     ctrl: *mut u8,
-    mask: u64,
-    tail: u64,
-    /// Fetching requests whose slots wait for the device's acknowledgement, in ticket order.
-    unacked: VecDeque<u64>,
-    consumed: u64,
 }
+
+impl Pinned {
+    /// Slot `s` (the consumer masks every index into the ring).
+    fn slot(&self, s: usize) -> *mut Slot {
+        // SAFETY: `s` is below the ring's slot count (see `Ring::new`).
+        unsafe { self.slots.add(s) }
+    }
+
+    fn word(&self, p: *mut u64) -> &AtomicU64 {
+        // SAFETY: every word of the ring and control block is an aligned u64 in memory that
+        // outlives the ring (see `Ring::new`); AtomicU64 has u64's layout.
+        unsafe { &*(p as *const AtomicU64) }
+    }
+}
+
+impl Memory for Pinned {
+    type Request = Request;
+    type Reply = Outcome;
+
+    fn seq(&self, s: usize) -> &AtomicU64 {
+        // SAFETY: a live slot; addr_of_mut! makes no reference to the device-written memory.
+        self.word(unsafe { std::ptr::addr_of_mut!((*self.slot(s)).seq) })
+    }
+
+    fn done(&self, s: usize) -> &AtomicU64 {
+        // SAFETY: as in `seq`.
+        self.word(unsafe { std::ptr::addr_of_mut!((*self.slot(s)).done) })
+    }
+
+    fn ack(&self, s: usize) -> &AtomicU64 {
+        // SAFETY: as in `seq`.
+        self.word(unsafe { std::ptr::addr_of_mut!((*self.slot(s)).ack) })
+    }
+
+    fn ctrl(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is one of the aligned control-block offsets, inside CTRL_BYTES.
+        self.word(unsafe { self.ctrl.add(off) }.cast())
+    }
+
+    unsafe fn read(&self, s: usize, ticket: u64) -> Request {
+        let p = self.slot(s);
+        // SAFETY: the device wrote the slot before its release store of seq, which the caller
+        // observed (see `Memory::read`); volatile reads because the device writes this memory.
+        unsafe {
+            Request {
+                ticket,
+                body: std::ptr::read_volatile(std::ptr::addr_of!((*p).body)),
+                data: std::ptr::read_volatile(std::ptr::addr_of!((*p).data)),
+            }
+        }
+    }
+
+    unsafe fn write_reply(&self, s: usize, out: Outcome) {
+        let p = self.slot(s);
+        // SAFETY: the slot is the fetching request's until the device acknowledges (see
+        // `Memory::write_reply`).
+        unsafe {
+            match out {
+                Outcome::Value(v) => {
+                    std::ptr::write_volatile(std::ptr::addr_of_mut!((*p).result), v)
+                }
+                Outcome::Data(d) => std::ptr::write_volatile(std::ptr::addr_of_mut!((*p).data), d),
+                Outcome::Done => {}
+            }
+        }
+    }
+
+    fn ticket(r: &Request) -> u64 {
+        r.ticket
+    }
+
+    fn fetching(r: &Request) -> bool {
+        r.fetching()
+    }
+}
+
+/// The host side of one ring.
+pub struct Ring(Consumer<Pinned>);
 
 // SAFETY: the ring memory is owned by the proxy for the ring's whole life and only this
 // struct's owner (one thread) reads it on the host side.
@@ -222,128 +288,43 @@ impl Ring {
     /// 64-byte aligned and alive (and not read by another host thread) while the ring is used;
     /// `n` must be a power of two.
     pub unsafe fn new(slots: *mut u8, ctrl: *mut u8, n: usize) -> Ring {
-        debug_assert!(n.is_power_of_two());
-        Ring {
+        let mem = Pinned {
             slots: slots.cast(),
             ctrl,
-            mask: n as u64 - 1,
-            tail: 0,
-            unacked: VecDeque::new(),
-            consumed: 0,
-        }
-    }
-
-    fn slot(&self, t: u64) -> *mut Slot {
-        // SAFETY: the index is masked into the ring.
-        unsafe { self.slots.add((t & self.mask) as usize) }
-    }
-
-    fn word(p: *mut u64) -> &'static AtomicU64 {
-        // SAFETY: every word of the ring and control block is an aligned u64 in memory that
-        // outlives the ring (see `new`); AtomicU64 has u64's layout.
-        unsafe { &*(p as *const AtomicU64) }
-    }
-
-    fn ctrl_word(&self, off: usize) -> &'static AtomicU64 {
-        // SAFETY: `off` is one of the aligned control-block offsets.
-        Self::word(unsafe { self.ctrl.add(off) }.cast())
+        };
+        Ring(Consumer::new(mem, n))
     }
 
     /// Takes the next published request, if any.
     pub fn poll(&mut self) -> Option<Request> {
-        let s = self.slot(self.tail);
-        // SAFETY: s points to a live slot (see `new`).
-        let seq = Self::word(unsafe { std::ptr::addr_of_mut!((*s).seq) });
-        if seq.load(Ordering::Acquire) != self.tail + 1 {
-            return None;
-        }
-        // SAFETY: the device wrote every field before its release store of seq, which the
-        // acquire load above observed; volatile reads because the device writes this memory.
-        let r = unsafe {
-            Request {
-                ticket: self.tail,
-                op: std::ptr::read_volatile(std::ptr::addr_of!((*s).op)),
-                amo: std::ptr::read_volatile(std::ptr::addr_of!((*s).amo)),
-                size: std::ptr::read_volatile(std::ptr::addr_of!((*s).size)),
-                flags: std::ptr::read_volatile(std::ptr::addr_of!((*s).flags)),
-                pe: std::ptr::read_volatile(std::ptr::addr_of!((*s).pe)),
-                remote: std::ptr::read_volatile(std::ptr::addr_of!((*s).remote)),
-                local: std::ptr::read_volatile(std::ptr::addr_of!((*s).local)),
-                nbytes: std::ptr::read_volatile(std::ptr::addr_of!((*s).nbytes)),
-                value: std::ptr::read_volatile(std::ptr::addr_of!((*s).value)),
-                cond: std::ptr::read_volatile(std::ptr::addr_of!((*s).cond)),
-                data: std::ptr::read_volatile(std::ptr::addr_of!((*s).data)),
-            }
-        };
-        if r.fetching() {
-            self.unacked.push_back(self.tail);
-        }
-        self.tail += 1;
-        Some(r)
+        self.0.poll()
     }
 
     /// Hands a fetching request's result to the device (no-op for other requests).
     pub fn finish(&mut self, r: &Request, out: Outcome) {
-        if !r.fetching() {
-            return;
-        }
-        let s = self.slot(r.ticket);
-        // SAFETY: the slot is not reused before the device acknowledges (see `reap`).
-        unsafe {
-            match out {
-                Outcome::Value(v) => {
-                    std::ptr::write_volatile(std::ptr::addr_of_mut!((*s).result), v)
-                }
-                Outcome::Data(d) => std::ptr::write_volatile(std::ptr::addr_of_mut!((*s).data), d),
-                Outcome::Done => {}
-            }
-        }
-        // SAFETY: as above.
-        Self::word(unsafe { std::ptr::addr_of_mut!((*s).done) })
-            .store(r.ticket + 1, Ordering::Release);
+        self.0.finish(r, out)
     }
 
     /// Publishes that every request up to and including `ticket` has been executed.
     pub fn complete(&self, ticket: u64) {
-        self.ctrl_word(ctrl::COMPLETED)
-            .store(ticket + 1, Ordering::Release);
+        self.0.complete(ticket)
     }
 
     /// Frees the slots the device no longer needs: everything read so far, up to the first
     /// fetching request whose result the device has not acknowledged.
     pub fn reap(&mut self) {
-        while let Some(&t) = self.unacked.front() {
-            // SAFETY: a live slot (see `new`).
-            let ack = Self::word(unsafe { std::ptr::addr_of_mut!((*self.slot(t)).ack) });
-            if ack.load(Ordering::Acquire) != t + 1 {
-                break;
-            }
-            self.unacked.pop_front();
-        }
-        let c = self.unacked.front().copied().unwrap_or(self.tail);
-        if c != self.consumed {
-            self.consumed = c;
-            self.ctrl_word(ctrl::CONSUMED).store(c, Ordering::Release);
-        }
+        self.0.reap()
     }
 
     /// Records the first failure for the device (later ones are ignored).
     pub fn fail(&self, f: Failure, pe: i32, ticket: u64) {
-        if self.ctrl_word(ctrl::ERROR).load(Ordering::Acquire) != 0 {
-            return;
-        }
-        self.ctrl_word(ctrl::ERROR_PE)
-            .store(pe as i64 as u64, Ordering::Relaxed);
-        self.ctrl_word(ctrl::ERROR_TICKET)
-            .store(ticket, Ordering::Relaxed);
-        self.ctrl_word(ctrl::ERROR)
-            .store(f as u64, Ordering::Release);
+        self.0.fail(f as u64, pe, ticket)
     }
 
     /// The failure recorded so far, if any.
     #[cfg(test)]
     pub fn failure(&self) -> u64 {
-        self.ctrl_word(ctrl::ERROR).load(Ordering::Acquire)
+        self.0.failure()
     }
 }
 
@@ -353,6 +334,7 @@ pub(crate) mod tests {
     //! ordering of each producer's requests, fetching requests holding their slots.
 
     use super::*;
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::thread;
 
@@ -425,10 +407,10 @@ pub(crate) mod tests {
             // SAFETY: the slot is free for ticket t (checked above) and only this producer
             // writes it until it publishes seq.
             unsafe {
-                (*s).op = op;
-                (*s).flags = flags;
-                (*s).pe = pe;
-                (*s).value = value;
+                (*s).body.op = op;
+                (*s).body.flags = flags;
+                (*s).body.pe = pe;
+                (*s).body.value = value;
                 (*(std::ptr::addr_of_mut!((*s).seq) as *const AtomicU64))
                     .store(t + 1, Ordering::Release);
             }
