@@ -813,6 +813,33 @@ impl Ucx {
         Ok((ep, k.addr + (off - k.start), k.rkey, k_n))
     }
 
+    /// Moves the `n` bytes at `at`: `post` (a `ucp_put_nbx` or `ucp_get_nbx` of `k` bytes at
+    /// offset `done` of the local buffer) once per registered chunk the range lies in, each
+    /// request waited for before the next is posted.
+    fn rma(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        at: RemoteAddr,
+        n: usize,
+        what: &'static str,
+        post: impl Fn(ffi::Ep, usize, usize, u64, ffi::Rkey, &ffi::UcpRequestParam) -> ffi::StatusPtr,
+    ) -> Result<()> {
+        let p = ffi::UcpRequestParam::empty();
+        let mut done = 0;
+        while done < n {
+            let part = RemoteAddr {
+                off: at.off + done,
+                ..at
+            };
+            let (ep, raddr, rkey, k) = self.locate(call, g, part, n - done)?;
+            let req = post(ep, done, k, raddr, rkey, &p);
+            self.wait(call, g, Some(at.pe), what, req)?;
+            done += k;
+        }
+        Ok(())
+    }
+
     /// The endpoint, remote address and key of the atomic word of `size` bytes at `at`.
     fn word(
         &self,
@@ -1389,21 +1416,11 @@ impl TransportOps for Ucx {
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         let mut g = self.lock(call)?;
-        let p = ffi::UcpRequestParam::empty();
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: dst.off + done,
-                ..dst
-            };
-            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
-            // SAFETY: src..src+n is live and readable (the caller's contract); we wait for the
-            // request below, so the buffer is not read after this call returns.
-            let req =
-                unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, &p) };
-            self.wait(call, &g, Some(dst.pe), "put", req)?;
-            done += k;
-        }
+        self.rma(call, &g, dst, n, "put", |ep, done, k, raddr, rkey, p| {
+            // SAFETY: src..src+n is live and readable (the caller's contract); `rma` waits for
+            // the request, so the buffer is not read after this call returns.
+            unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, p) }
+        })?;
         g.unfenced = true;
         g.dirty = true;
         Ok(())
@@ -1412,22 +1429,11 @@ impl TransportOps for Ucx {
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
         let mut g = self.lock(call)?;
         self.order(call, &mut g)?;
-        let p = ffi::UcpRequestParam::empty();
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: src.off + done,
-                ..src
-            };
-            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
-            // SAFETY: dst..dst+n is live and writable (the caller's contract); we wait for
+        self.rma(call, &g, src, n, "get", |ep, done, k, raddr, rkey, p| {
+            // SAFETY: dst..dst+n is live and writable (the caller's contract); `rma` waits for
             // completion before returning.
-            let req =
-                unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, &p) };
-            self.wait(call, &g, Some(src.pe), "get", req)?;
-            done += k;
-        }
-        Ok(())
+            unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, p) }
+        })
     }
 
     fn amo(
