@@ -771,7 +771,7 @@ impl World {
     ) -> Result<Target> {
         self.check_pe(call, pe)?;
         let off = self.heap.check_range(call, addr, len)?;
-        Ok(Target::Remote { pe, off })
+        Ok(Target::Remote(RemoteAddr::user(pe, off)))
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {
@@ -801,7 +801,7 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.put(call, a, src, n),
-            Target::Remote { pe, off } => self.put_remote(call, pe, off, src, n),
+            Target::Remote(at) => self.put_remote(call, at, src, n),
         }
     }
 
@@ -809,13 +809,11 @@ impl World {
     fn put_remote(
         &self,
         call: &'static str,
-        pe: usize,
-        off: usize,
+        at: RemoteAddr,
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?.put(call, at, src, n)
+        self.remote_xport(call, at.pe)?.put(call, at, src, n)
     }
 
     /// Copies `n` bytes from the checked target into local memory `dst`.
@@ -829,21 +827,13 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.get(call, dst, a, n),
-            Target::Remote { pe, off } => self.get_remote(call, dst, pe, off, n),
+            Target::Remote(at) => self.get_remote(call, dst, at, n),
         }
     }
 
     #[cold]
-    fn get_remote(
-        &self,
-        call: &'static str,
-        dst: *mut u8,
-        pe: usize,
-        off: usize,
-        n: usize,
-    ) -> Result<()> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?.get(call, dst, at, n)
+    fn get_remote(&self, call: &'static str, dst: *mut u8, at: RemoteAddr, n: usize) -> Result<()> {
+        self.remote_xport(call, at.pe)?.get(call, dst, at, n)
     }
 
     /// Applies `op` to the checked, aligned word of `size` bytes; returns the old value.
@@ -859,24 +849,21 @@ impl World {
     ) -> Result<u64> {
         match t {
             Target::Local(a) => self.xport.amo(call, op, a, size, value, cond),
-            Target::Remote { pe, off } => self.amo_remote(call, op, pe, off, size, value, cond),
+            Target::Remote(at) => self.amo_remote(call, op, at, size, value, cond),
         }
     }
 
     #[cold]
-    #[allow(clippy::too_many_arguments)]
     fn amo_remote(
         &self,
         call: &'static str,
         op: AmoOp,
-        pe: usize,
-        off: usize,
+        at: RemoteAddr,
         size: usize,
         value: u64,
         cond: u64,
     ) -> Result<u64> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?
+        self.remote_xport(call, at.pe)?
             .amo(call, op, at, size, value, cond)
     }
 
@@ -896,11 +883,9 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.amo(call, op, a, size, value, cond).map(drop),
-            Target::Remote { pe, off } => {
-                let at = RemoteAddr::user(pe, off);
-                self.remote_xport(call, pe)?
-                    .amo_nf(call, op, at, size, value, cond)
-            }
+            Target::Remote(at) => self
+                .remote_xport(call, at.pe)?
+                .amo_nf(call, op, at, size, value, cond),
         }
     }
 
@@ -968,13 +953,9 @@ impl World {
 pub(crate) enum Target {
     /// Reachable by load/store (or the GPU copy engine) at this address.
     Local(usize),
-    /// On a PE of another host (reached over TCP or verbs), at this offset of its user heap.
-    Remote {
-        /// The PE.
-        pe: usize,
-        /// Offset in its heap.
-        off: usize,
-    },
+    /// On a PE of another host (reached by a remote transport), at this place of its user
+    /// heap.
+    Remote(RemoteAddr),
 }
 
 impl Target {
@@ -983,7 +964,10 @@ impl Target {
     pub(crate) fn offset(self, d: usize) -> Target {
         match self {
             Target::Local(a) => Target::Local(a + d),
-            Target::Remote { pe, off } => Target::Remote { pe, off: off + d },
+            Target::Remote(at) => Target::Remote(RemoteAddr {
+                off: at.off + d,
+                ..at
+            }),
         }
     }
 }

@@ -229,7 +229,7 @@ impl World {
         for &pe in team.members() {
             match self.target(call, p as usize, bytes, pe)? {
                 Target::Local(a) => v.push(a as *mut T),
-                Target::Remote { .. } => return Ok(None),
+                Target::Remote(_) => return Ok(None),
             }
         }
         Ok(Some(v))
