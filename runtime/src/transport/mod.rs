@@ -24,6 +24,7 @@
 //! [`crate::world::Target`]: a load/store address handled by [`Transport`], or a (PE, offset)
 //! handled by a remote transport.
 
+pub mod key;
 pub mod p2p;
 pub(crate) mod remote;
 pub mod select;

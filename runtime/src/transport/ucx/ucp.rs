@@ -41,7 +41,7 @@ use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
-use crate::transport::{AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
@@ -250,13 +250,7 @@ pub fn probe(path: Option<&str>) -> std::result::Result<Probe, String> {
 }
 
 /// A peer's registered chunk, with its key unpacked on the endpoint to that peer.
-struct RemoteKey {
-    heap: HeapId,
-    start: u64,
-    len: u64,
-    addr: u64,
-    rkey: ffi::Rkey,
-}
+type RemoteKey = key::Key<ffi::Rkey>;
 
 /// Everything UCP touches; only ever used under [`Shared::inner`].
 struct Inner {
@@ -674,13 +668,7 @@ impl Ucx {
         let rkey = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
         // SAFETY: buf came from ucp_rkey_pack.
         unsafe { (lib.rkey_buffer_release)(buf) };
-        Ok(Key {
-            heap: chunk.heap,
-            start: chunk.start as u64,
-            len: chunk.len as u64,
-            addr: (chunk.base + chunk.start) as u64,
-            rkey,
-        })
+        Ok(Key::of(chunk, rkey))
     }
 
     /// Creates the endpoint to PE `pe` from its worker address.
@@ -737,13 +725,7 @@ impl Ucx {
             if st != ffi::UCS_OK {
                 return Err(self.ucs(call, &format!("ucp_ep_rkey_unpack of PE {pe}'s key"), st));
             }
-            g.keys[pe].push(RemoteKey {
-                heap: k.heap,
-                start: k.start,
-                len: k.len,
-                addr: k.addr,
-                rkey,
-            });
+            g.keys[pe].push(k.with(rkey));
         }
         Ok(())
     }
@@ -797,18 +779,15 @@ impl Ucx {
             ));
         }
         let off = at.off as u64;
-        let k = g.keys[at.pe]
-            .iter()
-            .find(|k| k.heap == at.heap && off >= k.start && off - k.start < k.len)
-            .ok_or_else(|| {
-                Error::invalid(
-                    call,
-                    format!(
-                        "PE {} registered no UCX memory at offset {off:#x} of its {:?} heap",
-                        at.pe, at.heap
-                    ),
-                )
-            })?;
+        let k = key::find(&g.keys[at.pe], at.heap, off).ok_or_else(|| {
+            Error::invalid(
+                call,
+                format!(
+                    "PE {} registered no UCX memory at offset {off:#x} of its {:?} heap",
+                    at.pe, at.heap
+                ),
+            )
+        })?;
         let k_n = ((k.start + k.len - off) as usize).min(n);
         Ok((ep, k.addr + (off - k.start), k.rkey, k_n))
     }
