@@ -21,7 +21,7 @@ use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
 use crate::transport::tcp::{self, Net, Region};
-use crate::transport::{p2p::P2p, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
+use crate::transport::{p2p::P2p, Amo, RemoteAddr, RemoteRef, Transport, TransportOps as _};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
@@ -836,56 +836,28 @@ impl World {
         self.remote_xport(call, at.pe)?.get(call, dst, at, n)
     }
 
-    /// Applies `op` to the checked, aligned word of `size` bytes; returns the old value.
+    /// Applies `a` to the checked, aligned word; returns the old value.
     #[inline]
-    pub(crate) fn amo_at(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        t: Target,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    pub(crate) fn amo_at(&self, call: &'static str, t: Target, a: Amo) -> Result<u64> {
         match t {
-            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond),
-            Target::Remote(at) => self.amo_remote(call, op, at, size, value, cond),
+            Target::Local(addr) => self.xport.amo(call, addr, a),
+            Target::Remote(at) => self.amo_remote(call, at, a),
         }
     }
 
     #[cold]
-    fn amo_remote(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        self.remote_xport(call, at.pe)?
-            .amo(call, op, at, size, value, cond)
+    fn amo_remote(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        self.remote_xport(call, at.pe)?.amo(call, at, a)
     }
 
     /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
     /// transport may post it (complete at the next quiet, ordered after earlier operations
     /// to the same PE).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn amo_nf_at(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        t: Target,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
+    pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
         match t {
-            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond).map(drop),
-            Target::Remote(at) => self
-                .remote_xport(call, at.pe)?
-                .amo_nf(call, op, at, size, value, cond),
+            Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
+            Target::Remote(at) => self.remote_xport(call, at.pe)?.amo_nf(call, at, a),
         }
     }
 
@@ -923,8 +895,7 @@ impl World {
             }
             Some(None) => {
                 let at = RemoteAddr::ctrl(pe, off);
-                self.remote_xport(call, pe)?
-                    .amo(call, AmoOp::Fetch, at, 8, 0, 0)
+                self.remote_xport(call, pe)?.amo(call, at, Amo::fetch(8))
             }
             None => Err(self.bad_pe(call, pe)),
         }

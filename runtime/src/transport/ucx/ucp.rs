@@ -41,7 +41,7 @@ use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
-use crate::transport::{key, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
@@ -982,19 +982,15 @@ impl Ucx {
     /// outstanding (so earlier puts land first) and sends the request. A fetching one waits
     /// for the answer; a non-fetching one is posted: its answer is collected (and a refusal
     /// reported) by the next flush.
-    #[allow(clippy::too_many_arguments)]
     fn amo_at_target(
         &self,
         call: &'static str,
         g: &mut Inner,
-        op: AmoOp,
         at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
+        a: Amo,
         fetch: bool,
     ) -> Result<u64> {
-        let (ep, _, _, _) = self.locate(call, g, at, size)?;
+        let (ep, _, _, _) = self.locate(call, g, at, a.size)?;
         if g.dirty {
             // Puts first (a put-with-signal's data before its signal). Requests to one target
             // need no fence between them: they travel in order on UCX's active-message lane.
@@ -1008,14 +1004,14 @@ impl Ucx {
         };
         let req_bytes = Request {
             from: u32::try_from(self.me).unwrap_or(u32::MAX),
-            op: op as u8,
-            size: size as u8,
+            op: a.op as u8,
+            size: a.size as u8,
             fetch,
             ctrl: at.heap == HeapId::Ctrl,
             seq,
             off: at.off as u64,
-            value,
-            cond,
+            value: a.value,
+            cond: a.cond,
         }
         .encode();
         // The header in words, so that it can wait in `pending` like an operand.
@@ -1072,8 +1068,9 @@ impl Ucx {
         )?;
         reply.result.map_err(|r| {
             let reason = format!(
-                "PE {} refused a {size}-byte atomic at offset {:#x} of its {}: {}",
+                "PE {} refused a {}-byte atomic at offset {:#x} of its {}: {}",
                 at.pe,
+                a.size,
                 at.off,
                 if at.heap == HeapId::Ctrl {
                     "control heap"
@@ -1196,7 +1193,13 @@ fn check_size(call: &'static str, size: usize) -> Result<()> {
 /// 4-byte word repeated in both halves, so either byte order reads it). CSWAP compares the
 /// remote word with the operand and writes the reply buffer's input value when they are equal
 /// (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z = reply_buffer).
-fn operands(op: AmoOp, size: usize, value: u64, cond: u64) -> (c_int, Box<[u64; 2]>) {
+fn operands(a: Amo) -> (c_int, Box<[u64; 2]>) {
+    let Amo {
+        op,
+        size,
+        value,
+        cond,
+    } = a;
     let (code, operand, reply) = match op {
         AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0, 0),
         AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value, 0),
@@ -1415,23 +1418,16 @@ impl TransportOps for Ucx {
         })
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        let size = a.size;
         check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
-            return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
+            return self.amo_at_target(call, &mut g, at, a, true);
         }
         self.order(call, &mut g)?;
         let ep = self.word(call, &g, at, size)?;
-        let (code, mut b) = operands(op, size, value, cond);
+        let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
         p.datatype = ffi::dt_contig(size);
@@ -1460,21 +1456,12 @@ impl TransportOps for Ucx {
     /// Posted: complete at the next flush ([`quiet`](TransportOps::quiet)), applied after what
     /// was issued before it to the same PE. Where atomics on the user heap are applied on the
     /// target, it is complete when this returns (and a set is a plain word write there).
-    fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
+    fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        let (op, size) = (a.op, a.size);
         check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
-            return self
-                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
-                .map(drop);
+            return self.amo_at_target(call, &mut g, at, a, false).map(drop);
         }
         self.order(call, &mut g)?;
         let ep = self.word(call, &g, at, size)?;
@@ -1487,7 +1474,7 @@ impl TransportOps for Ucx {
         } else {
             reap(self.shared.lib, &self.shared, &mut g);
         }
-        let (code, mut b) = operands(op, size, value, cond);
+        let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ffi::dt_contig(size);
@@ -1513,7 +1500,7 @@ impl TransportOps for Ucx {
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        self.amo_nf(call, AmoOp::Set, at, 8, value, 0)
+        self.amo_nf(call, at, Amo::set64(value))
     }
 
     fn fence(&self, call: &'static str) -> Result<()> {

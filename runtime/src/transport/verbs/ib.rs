@@ -40,7 +40,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::select::Via;
-use crate::transport::{key, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the verbs transport can do.
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
@@ -819,15 +819,13 @@ impl TransportOps for Verbs {
         })
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        let Amo {
+            op,
+            size,
+            value,
+            cond,
+        } = a;
         // The aligned 8-byte word holding the target, and where the target sits in it.
         let word = RemoteAddr {
             off: at.off & !7,
