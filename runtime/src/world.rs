@@ -671,12 +671,7 @@ impl World {
     pub(crate) fn local_index(&self, call: &'static str, pe: usize) -> Result<usize> {
         match self.node.local_of.get(pe) {
             Some(Some(l)) => Ok(*l),
-            Some(None) => Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "PE {pe} is on another node: this call needs a PE reachable by load/store"
-                ),
-            }),
+            Some(None) => Err(not_local(call, pe)),
             None => Err(self.bad_pe(call, pe)),
         }
     }
@@ -693,7 +688,7 @@ impl World {
     }
 
     /// Translates my symmetric `[addr, addr+len)` (heap or registered region) to PE `pe`'s
-    /// copy, checking both.
+    /// copy, checking both; an error if that copy is not reachable by load/store.
     #[inline]
     pub(crate) fn remote(
         &self,
@@ -702,14 +697,10 @@ impl World {
         len: usize,
         pe: usize,
     ) -> Result<usize> {
-        if self.regions.may_hold(addr) {
-            if let Some(r) = self.region_target(call, addr, len, pe) {
-                return r;
-            }
+        match self.target(call, addr, len, pe)? {
+            Target::Local(a) => Ok(a),
+            Target::Remote(_) => Err(not_local(call, pe)),
         }
-        let local = self.local_index(call, pe)?;
-        let off = self.heap.check_range(call, addr, len)?;
-        Ok(self.heap.peer_addr(local, off))
     }
 
     /// Rejects a `what` address `p` that is not `size`-byte aligned.
@@ -940,6 +931,14 @@ impl Target {
                 ..at
             }),
         }
+    }
+}
+
+#[cold]
+fn not_local(call: &'static str, pe: usize) -> Error {
+    Error::Unsupported {
+        call,
+        reason: format!("PE {pe} is on another node: this call needs a PE reachable by load/store"),
     }
 }
 
