@@ -743,26 +743,18 @@ impl World {
                 return r.map(Target::Local);
             }
         }
-        match self.node.local_of.get(pe) {
-            Some(Some(l)) => {
-                let off = self.heap.check_range(call, addr, len)?;
-                Ok(Target::Local(self.heap.peer_addr(*l, off)))
+        let local = match self.node.local_of.get(pe) {
+            Some(Some(l)) => Some(*l),
+            _ => {
+                self.check_pe(call, pe)?;
+                None
             }
-            _ => self.target_remote(call, addr, len, pe),
-        }
-    }
-
-    #[cold]
-    fn target_remote(
-        &self,
-        call: &'static str,
-        addr: usize,
-        len: usize,
-        pe: usize,
-    ) -> Result<Target> {
-        self.check_pe(call, pe)?;
+        };
         let off = self.heap.check_range(call, addr, len)?;
-        Ok(Target::Remote(RemoteAddr::user(pe, off)))
+        Ok(match local {
+            Some(l) => Target::Local(self.heap.peer_addr(l, off)),
+            None => Target::Remote(RemoteAddr::user(pe, off)),
+        })
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {

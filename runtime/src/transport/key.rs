@@ -93,6 +93,27 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of the payload `b` (`what`, for errors) after its 4-byte magic and its
+    /// version byte, both checked.
+    pub fn open(
+        b: &'a [u8],
+        what: &'static str,
+        magic: [u8; 4],
+        version: u8,
+    ) -> Result<Reader<'a>, String> {
+        let mut r = Reader { b, what };
+        if r.take(4)? != magic {
+            return Err(format!("not {what} (bad magic)"));
+        }
+        let v = r.u8()?;
+        if v != version {
+            return Err(format!(
+                "{what} of version {v}, this rshmem speaks {version} (mixed rshmem versions in one job?)"
+            ));
+        }
+        Ok(r)
+    }
+
     /// The next `n` bytes.
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.b.len() < n {

@@ -39,19 +39,7 @@ impl Payload {
 
     /// The inverse of [`encode`](Payload::encode); the error says what is wrong.
     pub fn decode(b: &[u8]) -> Result<Payload, String> {
-        let mut r = Reader {
-            b,
-            what: "UCX transport payload",
-        };
-        if r.take(4)? != MAGIC {
-            return Err("bad magic (not a UCX transport payload)".into());
-        }
-        let v = r.u8()?;
-        if v != VERSION {
-            return Err(format!(
-                "version {v}, this PE speaks {VERSION} (mixed rshmem versions?)"
-            ));
-        }
+        let mut r = Reader::open(b, "a UCX transport payload", MAGIC, VERSION)?;
         let alen = r.u32()? as usize;
         let address = r.take(alen)?.to_vec();
         let n = r.u32()? as usize;

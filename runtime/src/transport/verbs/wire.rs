@@ -94,19 +94,7 @@ impl ConnInfo {
         if b.is_empty() {
             return Ok(None);
         }
-        let mut r = Reader {
-            b,
-            what: "verbs connection details",
-        };
-        if r.take(4)? != MAGIC {
-            return Err("not verbs connection details (bad magic)".into());
-        }
-        let v = r.u8()?;
-        if v != VERSION {
-            return Err(format!(
-                "verbs connection details of version {v}, this rshmem speaks {VERSION} (mixed rshmem versions in one job?)"
-            ));
-        }
+        let mut r = Reader::open(b, "verbs connection details", MAGIC, VERSION)?;
         let lid = r.u16()?;
         let gid: [u8; 16] = r.take(16)?.try_into().unwrap_or([0; 16]);
         let mtu = r.u8()?;
