@@ -9,7 +9,7 @@
 //! may be posted to a PE of another host: then they are complete at the next quiet.
 
 use crate::error::Result;
-use crate::transport::AmoOp;
+use crate::transport::{Amo, AmoOp};
 use crate::types::{AmoBitwise, AmoInt, AmoType, Bits};
 use crate::world::World;
 
@@ -46,14 +46,8 @@ impl World {
         let size = std::mem::size_of::<T>();
         Self::check_aligned(call, "address", dest, size)?;
         let t = self.target(call, dest as usize, size, pe)?;
-        let old = self.amo_at(
-            call,
-            op,
-            t,
-            size,
-            value.to_bits().to_u64(),
-            cond.to_bits().to_u64(),
-        )?;
+        let (v, c) = (value.to_bits().to_u64(), cond.to_bits().to_u64());
+        let old = self.amo_at(call, t, Amo::new(op, size, v, c))?;
         Ok(T::from_bits(T::Bits::from_u64(old)))
     }
 
@@ -71,7 +65,7 @@ impl World {
         Self::check_aligned(call, "address", dest, size)?;
         let t = self.target(call, dest as usize, size, pe)?;
         let v = value.to_bits().to_u64();
-        self.amo_nf_at(call, op, t, size, v, v)
+        self.amo_nf_at(call, t, Amo::new(op, size, v, v))
     }
 
     /// **One-sided.** Atomically reads `src` on PE `pe`. Like `shmem_atomic_fetch`.

@@ -8,7 +8,7 @@
 use std::sync::atomic::{fence, Ordering};
 
 use crate::error::Result;
-use crate::transport::AmoOp;
+use crate::transport::{Amo, AmoOp};
 use crate::types::{Bits, Cmp, RmaType, SignalOp};
 use crate::world::{Target, World};
 
@@ -132,7 +132,7 @@ impl World {
             SignalOp::Set => AmoOp::Set,
             SignalOp::Add => AmoOp::FetchAdd,
         };
-        self.amo_nf_at(call, op, t, 8, signal, 0)
+        self.amo_nf_at(call, t, Amo::new(op, 8, signal, 0))
     }
 }
 

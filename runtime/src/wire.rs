@@ -112,6 +112,47 @@ impl AmoOp {
     }
 }
 
+/// One atomic operation on an aligned word: what to do, the word's size in bytes (4 or 8),
+/// the operand, and the value a `CompareSwap` compares with (the others ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amo {
+    /// The operation.
+    pub op: AmoOp,
+    /// The word's size in bytes.
+    pub size: usize,
+    /// The operand (the new value of `Set`, `Swap` and `CompareSwap`).
+    pub value: u64,
+    /// What `CompareSwap` compares the word with.
+    pub cond: u64,
+}
+
+impl Amo {
+    /// `op` with `value` and `cond` on a word of `size` bytes.
+    pub const fn new(op: AmoOp, size: usize, value: u64, cond: u64) -> Amo {
+        Amo {
+            op,
+            size,
+            value,
+            cond,
+        }
+    }
+
+    /// A read of the word of `size` bytes.
+    pub const fn fetch(size: usize) -> Amo {
+        Amo::new(AmoOp::Fetch, size, 0, 0)
+    }
+
+    /// A write of `value` into an 8-byte word.
+    pub const fn set64(value: u64) -> Amo {
+        Amo::new(AmoOp::Set, 8, value, 0)
+    }
+
+    /// The new value of a word holding `old` after the operation ([`AmoOp::apply`]).
+    pub fn apply(self, old: u64) -> u64 {
+        self.op.apply(old, self.value, self.cond)
+    }
+}
+
 codes! {
     /// The kind of a proxy request (the ring slot's `op` byte, `RSHMEM_PROXY_OP_*`).
     pub enum ProxyOp: u8, "proxy request" {

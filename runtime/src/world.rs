@@ -21,7 +21,7 @@ use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
 use crate::transport::tcp::{self, Net, Region};
-use crate::transport::{p2p::P2p, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
+use crate::transport::{p2p::P2p, Amo, RemoteAddr, RemoteRef, Transport, TransportOps as _};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
@@ -671,12 +671,7 @@ impl World {
     pub(crate) fn local_index(&self, call: &'static str, pe: usize) -> Result<usize> {
         match self.node.local_of.get(pe) {
             Some(Some(l)) => Ok(*l),
-            Some(None) => Err(Error::Unsupported {
-                call,
-                reason: format!(
-                    "PE {pe} is on another node: this call needs a PE reachable by load/store"
-                ),
-            }),
+            Some(None) => Err(not_local(call, pe)),
             None => Err(self.bad_pe(call, pe)),
         }
     }
@@ -693,7 +688,7 @@ impl World {
     }
 
     /// Translates my symmetric `[addr, addr+len)` (heap or registered region) to PE `pe`'s
-    /// copy, checking both.
+    /// copy, checking both; an error if that copy is not reachable by load/store.
     #[inline]
     pub(crate) fn remote(
         &self,
@@ -702,14 +697,10 @@ impl World {
         len: usize,
         pe: usize,
     ) -> Result<usize> {
-        if self.regions.may_hold(addr) {
-            if let Some(r) = self.region_target(call, addr, len, pe) {
-                return r;
-            }
+        match self.target(call, addr, len, pe)? {
+            Target::Local(a) => Ok(a),
+            Target::Remote(_) => Err(not_local(call, pe)),
         }
-        let local = self.local_index(call, pe)?;
-        let off = self.heap.check_range(call, addr, len)?;
-        Ok(self.heap.peer_addr(local, off))
     }
 
     /// Rejects a `what` address `p` that is not `size`-byte aligned.
@@ -752,26 +743,18 @@ impl World {
                 return r.map(Target::Local);
             }
         }
-        match self.node.local_of.get(pe) {
-            Some(Some(l)) => {
-                let off = self.heap.check_range(call, addr, len)?;
-                Ok(Target::Local(self.heap.peer_addr(*l, off)))
+        let local = match self.node.local_of.get(pe) {
+            Some(Some(l)) => Some(*l),
+            _ => {
+                self.check_pe(call, pe)?;
+                None
             }
-            _ => self.target_remote(call, addr, len, pe),
-        }
-    }
-
-    #[cold]
-    fn target_remote(
-        &self,
-        call: &'static str,
-        addr: usize,
-        len: usize,
-        pe: usize,
-    ) -> Result<Target> {
-        self.check_pe(call, pe)?;
+        };
         let off = self.heap.check_range(call, addr, len)?;
-        Ok(Target::Remote { pe, off })
+        Ok(match local {
+            Some(l) => Target::Local(self.heap.peer_addr(l, off)),
+            None => Target::Remote(RemoteAddr::user(pe, off)),
+        })
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {
@@ -801,7 +784,7 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.put(call, a, src, n),
-            Target::Remote { pe, off } => self.put_remote(call, pe, off, src, n),
+            Target::Remote(at) => self.put_remote(call, at, src, n),
         }
     }
 
@@ -809,13 +792,11 @@ impl World {
     fn put_remote(
         &self,
         call: &'static str,
-        pe: usize,
-        off: usize,
+        at: RemoteAddr,
         src: *const u8,
         n: usize,
     ) -> Result<()> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?.put(call, at, src, n)
+        self.remote_xport(call, at.pe)?.put(call, at, src, n)
     }
 
     /// Copies `n` bytes from the checked target into local memory `dst`.
@@ -829,78 +810,37 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.get(call, dst, a, n),
-            Target::Remote { pe, off } => self.get_remote(call, dst, pe, off, n),
+            Target::Remote(at) => self.get_remote(call, dst, at, n),
         }
     }
 
     #[cold]
-    fn get_remote(
-        &self,
-        call: &'static str,
-        dst: *mut u8,
-        pe: usize,
-        off: usize,
-        n: usize,
-    ) -> Result<()> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?.get(call, dst, at, n)
+    fn get_remote(&self, call: &'static str, dst: *mut u8, at: RemoteAddr, n: usize) -> Result<()> {
+        self.remote_xport(call, at.pe)?.get(call, dst, at, n)
     }
 
-    /// Applies `op` to the checked, aligned word of `size` bytes; returns the old value.
+    /// Applies `a` to the checked, aligned word; returns the old value.
     #[inline]
-    pub(crate) fn amo_at(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        t: Target,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    pub(crate) fn amo_at(&self, call: &'static str, t: Target, a: Amo) -> Result<u64> {
         match t {
-            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond),
-            Target::Remote { pe, off } => self.amo_remote(call, op, pe, off, size, value, cond),
+            Target::Local(addr) => self.xport.amo(call, addr, a),
+            Target::Remote(at) => self.amo_remote(call, at, a),
         }
     }
 
     #[cold]
-    #[allow(clippy::too_many_arguments)]
-    fn amo_remote(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        pe: usize,
-        off: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?
-            .amo(call, op, at, size, value, cond)
+    fn amo_remote(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        self.remote_xport(call, at.pe)?.amo(call, at, a)
     }
 
     /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
     /// transport may post it (complete at the next quiet, ordered after earlier operations
     /// to the same PE).
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn amo_nf_at(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        t: Target,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
+    pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
         match t {
-            Target::Local(a) => self.xport.amo(call, op, a, size, value, cond).map(drop),
-            Target::Remote { pe, off } => {
-                let at = RemoteAddr::user(pe, off);
-                self.remote_xport(call, pe)?
-                    .amo_nf(call, op, at, size, value, cond)
-            }
+            Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
+            Target::Remote(at) => self.remote_xport(call, at.pe)?.amo_nf(call, at, a),
         }
     }
 
@@ -938,8 +878,7 @@ impl World {
             }
             Some(None) => {
                 let at = RemoteAddr::ctrl(pe, off);
-                self.remote_xport(call, pe)?
-                    .amo(call, AmoOp::Fetch, at, 8, 0, 0)
+                self.remote_xport(call, pe)?.amo(call, at, Amo::fetch(8))
             }
             None => Err(self.bad_pe(call, pe)),
         }
@@ -968,13 +907,9 @@ impl World {
 pub(crate) enum Target {
     /// Reachable by load/store (or the GPU copy engine) at this address.
     Local(usize),
-    /// On a PE of another host (reached over TCP or verbs), at this offset of its user heap.
-    Remote {
-        /// The PE.
-        pe: usize,
-        /// Offset in its heap.
-        off: usize,
-    },
+    /// On a PE of another host (reached by a remote transport), at this place of its user
+    /// heap.
+    Remote(RemoteAddr),
 }
 
 impl Target {
@@ -983,8 +918,19 @@ impl Target {
     pub(crate) fn offset(self, d: usize) -> Target {
         match self {
             Target::Local(a) => Target::Local(a + d),
-            Target::Remote { pe, off } => Target::Remote { pe, off: off + d },
+            Target::Remote(at) => Target::Remote(RemoteAddr {
+                off: at.off + d,
+                ..at
+            }),
         }
+    }
+}
+
+#[cold]
+fn not_local(call: &'static str, pe: usize) -> Error {
+    Error::Unsupported {
+        call,
+        reason: format!("PE {pe} is on another node: this call needs a PE reachable by load/store"),
     }
 }
 

@@ -17,7 +17,7 @@
 //! write this PE's `dest`, quiet. Buffers are symmetric addresses (heap or a registered region),
 //! checked before anything moves.
 
-use super::{bytes_of, span, ReduceOp, ReduceType};
+use super::{bytes_of, ReduceOp, ReduceType};
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::{Cmp, RmaType};
@@ -57,24 +57,44 @@ pub enum Group<'a> {
 }
 
 impl Group<'_> {
-    fn n(&self) -> usize {
+    /// Number of members.
+    pub(super) fn n(&self) -> usize {
         match self {
             Group::Team(t) => t.n_pes(),
             Group::Set(s) => s.members.len(),
         }
     }
-    fn me(&self) -> usize {
+    /// My index among the members.
+    pub(super) fn me(&self) -> usize {
         match self {
             Group::Team(t) => t.my_pe(),
             Group::Set(s) => s.me,
         }
     }
     /// World PE of member `j`.
-    fn pe(&self, j: usize) -> usize {
+    pub(super) fn pe(&self, j: usize) -> usize {
         match self {
             Group::Team(t) => t.world_pe(j),
             Group::Set(s) => s.members[j],
         }
+    }
+
+    /// Rejects a `root` that is not a member index.
+    pub(super) fn check_root(&self, call: &'static str, root: usize) -> Result<()> {
+        if root < self.n() {
+            return Ok(());
+        }
+        let what = match self {
+            Group::Team(_) => "team",
+            Group::Set(_) => "active set",
+        };
+        Err(Error::invalid(
+            call,
+            format!(
+                "root {root} is out of range: the {what} has {} PEs",
+                self.n()
+            ),
+        ))
     }
 }
 
@@ -206,14 +226,6 @@ impl World {
         self.quiet_all(call)
     }
 
-    /// Writes `v` to my copy of the symmetric `dest`.
-    fn write_own<T: RmaType>(&self, call: &'static str, dest: *mut T, v: &[T]) -> Result<()> {
-        if v.is_empty() {
-            return Ok(());
-        }
-        self.write_mine(call, dest, v)
-    }
-
     /// **Collective over the set.** Copies `nelems` elements of `source` on set member `root`
     /// to `dest` on every other member; the root's `dest` is not written (as OpenSHMEM 1.4's
     /// `shmem_broadcast32/64`).
@@ -227,15 +239,7 @@ impl World {
     ) -> Result<()> {
         let call = "set_broadcast";
         let g = Group::Set(set);
-        if root >= g.n() {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "root {root} is out of range: the active set has {} PEs",
-                    g.n()
-                ),
-            ));
-        }
+        g.check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         self.pull_protocol(
             call,
@@ -251,7 +255,7 @@ impl World {
                 if g.me() == root {
                     return Ok(());
                 }
-                self.write_own(call, dest, &v)
+                self.write_mine(call, dest, &v)
             },
         )
     }
@@ -281,7 +285,7 @@ impl World {
                 }
                 Ok(v)
             },
-            |v| self.write_own(call, dest, &v),
+            |v| self.write_mine(call, dest, &v),
         )
     }
 
@@ -302,7 +306,7 @@ impl World {
         let count = i64::try_from(nelems)
             .map_err(|_| Error::invalid(call, format!("nelems {nelems} is too large")))?;
         self.quiet_all(call)?;
-        self.write_own(call, word, &[count])?;
+        self.write_mine(call, word, &[count])?;
         self.quiet_all(call)?;
         self.group_sync(call, g)?;
         let gathered = (|| -> Result<Vec<T>> {
@@ -331,11 +335,11 @@ impl World {
         })();
         let synced = self.group_sync(call, g);
         // The word is the caller's pSync: give it back zeroed.
-        let zeroed = self.write_own(call, word, &[0i64]);
+        let zeroed = self.write_mine(call, word, &[0i64]);
         let v = gathered?;
         synced?;
         zeroed?;
-        self.write_own(call, dest, &v)?;
+        self.write_mine(call, dest, &v)?;
         self.quiet_all(call)
     }
 
@@ -354,47 +358,13 @@ impl World {
     ) -> Result<()> {
         let call = "set_alltoalls";
         let g = Group::Set(set);
-        if dst == 0 || sst == 0 {
-            return Err(Error::invalid(
-                call,
-                format!("strides must be at least 1 (dst {dst}, sst {sst})"),
-            ));
-        }
-        let (np, me) = (g.n(), g.me());
-        let total = super::team_total(call, nelems, np)?;
-        let dspan = span(call, "dest", total, dst)?;
-        let sspan = span(call, "source", total, sst)?;
-        self.coll_bufs(call, dest, dspan, source, sspan, false)?;
-        let bspan = span(call, "source", nelems, sst)?;
-        let start = source.wrapping_add(me * nelems * sst);
+        let s = self.strided_args(call, dest, source, dst, sst, nelems, g.n())?;
+        let start = source.wrapping_add(g.me() * nelems * sst);
         self.pull_protocol(
             call,
             g,
-            || {
-                let mut v = vec![T::default_value(); total];
-                if nelems == 0 {
-                    return Ok(v);
-                }
-                let mut block = vec![T::default_value(); bspan];
-                for (j, out) in v.chunks_mut(nelems).enumerate() {
-                    self.get_impl(call, &mut block, start, g.pe(j))?;
-                    for (k, o) in out.iter_mut().enumerate() {
-                        *o = block[k * sst];
-                    }
-                }
-                Ok(v)
-            },
-            |v| {
-                if v.is_empty() || dst == 1 {
-                    return self.write_own(call, dest, &v);
-                }
-                let mut ext = vec![T::default_value(); dspan];
-                self.get_impl(call, &mut ext, dest, self.me)?;
-                for (i, x) in v.into_iter().enumerate() {
-                    ext[i * dst] = x;
-                }
-                self.write_own(call, dest, &ext)
-            },
+            || self.gather_strided(call, g, start, nelems, sst, s.bspan),
+            |v| self.scatter_mine(call, dest, v, dst, s.dspan),
         )
     }
 
@@ -417,22 +387,8 @@ impl World {
         self.pull_protocol(
             call,
             g,
-            || {
-                let mut acc = vec![T::default_value(); nelems];
-                if nelems == 0 {
-                    return Ok(acc);
-                }
-                self.get_impl(call, &mut acc, source, g.pe(0))?;
-                let mut tmp = acc.clone();
-                for j in 1..g.n() {
-                    self.get_impl(call, &mut tmp, source, g.pe(j))?;
-                    for (a, &b) in acc.iter_mut().zip(&tmp) {
-                        *a = O::combine(*a, b);
-                    }
-                }
-                Ok(acc)
-            },
-            |v| self.write_own(call, dest, &v),
+            || self.reduce_blocks::<T, O>(call, g, source, nelems),
+            |v| self.write_mine(call, dest, &v),
         )
     }
 
@@ -477,7 +433,7 @@ impl World {
                 }
                 Ok(acc)
             },
-            |mut v| self.write_own(call, dest, staging(&mut v, bytes)),
+            |mut v| self.write_mine(call, dest, staging(&mut v, bytes)),
         )
     }
 }

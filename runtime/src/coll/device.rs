@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaStream};
 
-use super::{ReduceOp, ReduceType};
+use super::{Group, ReduceOp, ReduceType};
 use crate::cuda::kernels::Kernels;
 use crate::device::module::Module;
 use crate::error::{Error, Result};
@@ -429,12 +429,7 @@ impl World {
         let call = "broadcast_on_stream";
         let h = self.coll_team(call, team)?;
         let n = team.n_pes();
-        if root >= n {
-            return Err(Error::invalid(
-                call,
-                format!("root {root} is out of range: the team has {n} PEs"),
-            ));
-        }
+        Group::Team(team).check_root(call, root)?;
         let db = self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let l = self.coll_bytes_module(call)?;
         let sms = self.coll_modules_sms(call)?;

@@ -71,6 +71,14 @@ fn span(call: &'static str, what: &str, count: usize, stride: usize) -> Result<u
         .ok_or_else(|| Error::invalid(call, format!("{what}: stride {stride} × {count} overflows")))
 }
 
+/// A strided alltoall's checked extents: of `dest` and of one source block (elements), and
+/// `dest`'s bytes.
+struct Strided {
+    dspan: usize,
+    bspan: usize,
+    dbytes: usize,
+}
+
 /// The arguments a collective compares across the members at its first sync (every member
 /// must pass the same), with their names for the error (formatted only then).
 struct Check<'a>(&'a [(&'static str, u64)]);
@@ -229,7 +237,7 @@ impl World {
         for &pe in team.members() {
             match self.target(call, p as usize, bytes, pe)? {
                 Target::Local(a) => v.push(a as *mut T),
-                Target::Remote { .. } => return Ok(None),
+                Target::Remote(_) => return Ok(None),
             }
         }
         Ok(Some(v))
@@ -267,7 +275,7 @@ impl World {
     ) -> Result<()> {
         self.quiet_all(call)?;
         self.checked_team_sync(call, team, check)?;
-        let got = self.reduce_blocks::<T, O>(call, team, src, nelems);
+        let got = self.reduce_blocks::<T, O>(call, Group::Team(team), src, nelems);
         let synced = self.team_sync_named(call, team);
         let v = got?;
         synced?;
@@ -335,15 +343,7 @@ impl World {
     ) -> Result<()> {
         let call = "broadcast";
         self.team_check(call, team)?;
-        if root >= team.n_pes() {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "root {root} is out of range: the team has {} PEs",
-                    team.n_pes()
-                ),
-            ));
-        }
+        Group::Team(team).check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let root_pe = team.world_pe(root);
         let check = Check(&[
@@ -481,20 +481,13 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         self.team_check(call, team)?;
-        if dst == 0 || sst == 0 {
-            return Err(Error::invalid(
-                call,
-                format!("strides must be at least 1 (dst {dst}, sst {sst})"),
-            ));
-        }
         let n = team.n_pes();
         let me = team.my_pe();
-        let total = team_total(call, nelems, n)?;
-        let dspan = span(call, "dest", total, dst)?;
-        let sspan = span(call, "source", total, sst)?;
-        let db = self.coll_bufs(call, dest, dspan, source, sspan, false)?;
-        // Elements of one block as seen from its start: (nelems−1)·sst + 1.
-        let bspan = span(call, "source", nelems, sst)?;
+        let Strided {
+            dspan,
+            bspan,
+            dbytes: db,
+        } = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
         let check = Check(&[
@@ -529,30 +522,91 @@ impl World {
                 }
                 return Ok(());
             }
-            // Otherwise through private buffers: gather my elements, then read-modify-write
-            // my dest extent (keeping the elements between the strided ones).
-            let mut v = vec![T::default_value(); total];
-            let mut block = vec![T::default_value(); bspan];
-            for (j, out) in v.chunks_mut(nelems).enumerate() {
-                if sst == 1 {
-                    self.get_impl(call, out, start, team.world_pe(j))?;
-                } else {
-                    self.get_impl(call, &mut block, start, team.world_pe(j))?;
-                    for (k, o) in out.iter_mut().enumerate() {
-                        *o = block[k * sst];
-                    }
+            // Otherwise through private buffers.
+            let v = self.gather_strided(call, Group::Team(team), start, nelems, sst, bspan)?;
+            self.scatter_mine(call, dest, v, dst, dspan)
+        })
+    }
+
+    /// Checks a strided alltoall's arguments (strides in elements, at least 1) for a group of
+    /// `n` members.
+    #[allow(clippy::too_many_arguments)]
+    fn strided_args<T: RmaType>(
+        &self,
+        call: &'static str,
+        dest: *mut T,
+        source: *const T,
+        dst: usize,
+        sst: usize,
+        nelems: usize,
+        n: usize,
+    ) -> Result<Strided> {
+        if dst == 0 || sst == 0 {
+            return Err(Error::invalid(
+                call,
+                format!("strides must be at least 1 (dst {dst}, sst {sst})"),
+            ));
+        }
+        let total = team_total(call, nelems, n)?;
+        let dspan = span(call, "dest", total, dst)?;
+        let sspan = span(call, "source", total, sst)?;
+        let dbytes = self.coll_bufs(call, dest, dspan, source, sspan, false)?;
+        Ok(Strided {
+            dspan,
+            // Elements of one block as seen from its start: (nelems−1)·sst + 1.
+            bspan: span(call, "source", nelems, sst)?,
+            dbytes,
+        })
+    }
+
+    /// My strided block of a strided alltoall (`nelems` elements `sst` apart from `start`,
+    /// an extent of `bspan`) from every member of `g`, in member order, in a private buffer.
+    fn gather_strided<T: RmaType>(
+        &self,
+        call: &'static str,
+        g: Group<'_>,
+        start: *const T,
+        nelems: usize,
+        sst: usize,
+        bspan: usize,
+    ) -> Result<Vec<T>> {
+        let mut v = vec![T::default_value(); g.n() * nelems];
+        if nelems == 0 {
+            return Ok(v);
+        }
+        let mut block = vec![T::default_value(); bspan];
+        for (j, out) in v.chunks_mut(nelems).enumerate() {
+            if sst == 1 {
+                self.get_impl(call, out, start, g.pe(j))?;
+            } else {
+                self.get_impl(call, &mut block, start, g.pe(j))?;
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = block[k * sst];
                 }
             }
-            if dst == 1 {
-                return self.write_mine(call, dest, &v);
-            }
-            let mut ext = vec![T::default_value(); dspan];
-            self.get_impl(call, &mut ext, dest, self.me)?;
-            for (i, x) in v.into_iter().enumerate() {
-                ext[i * dst] = x;
-            }
-            self.write_mine(call, dest, &ext)
-        })
+        }
+        Ok(v)
+    }
+
+    /// Writes element `i` of `v` to element `i·dst` of my `dest` (an extent of `dspan`),
+    /// keeping the elements between the strided ones (a read-modify-write of the extent).
+    fn scatter_mine<T: RmaType>(
+        &self,
+        call: &'static str,
+        dest: *mut T,
+        v: Vec<T>,
+        dst: usize,
+        dspan: usize,
+    ) -> Result<()> {
+        if v.is_empty() || dst == 1 {
+            return self.write_mine(call, dest, &v);
+        }
+        let mut ext = vec![T::default_value(); dspan];
+        self.get_impl(call, &mut ext, dest, self.me)?;
+        for (i, x) in v.into_iter().enumerate() {
+            ext[i * dst] = x;
+        }
+        self.write_mine(call, dest, &ext)
     }
 
     /// **Collective over the team.** Element-wise reduction with `op` of every member's
@@ -642,11 +696,12 @@ impl World {
         self.reduce_staged::<T, O>(call, team, &check, dest, start, nelems)
     }
 
-    /// Pulls `nelems` elements at `src` from every member in team order, combining them.
+    /// Pulls `nelems` elements at `src` from every member of `g` in member order, combining
+    /// them.
     fn reduce_blocks<T: ReduceType, O: ReduceOp<T>>(
         &self,
         call: &'static str,
-        team: &Team,
+        g: Group<'_>,
         src: *const T,
         nelems: usize,
     ) -> Result<Vec<T>> {
@@ -654,10 +709,10 @@ impl World {
         if nelems == 0 {
             return Ok(acc);
         }
-        self.get_impl(call, &mut acc, src, team.world_pe(0))?;
+        self.get_impl(call, &mut acc, src, g.pe(0))?;
         let mut tmp = vec![T::default_value(); nelems];
-        for j in 1..team.n_pes() {
-            self.get_impl(call, &mut tmp, src, team.world_pe(j))?;
+        for j in 1..g.n() {
+            self.get_impl(call, &mut tmp, src, g.pe(j))?;
             for (a, &b) in acc.iter_mut().zip(&tmp) {
                 *a = O::combine(*a, b);
             }

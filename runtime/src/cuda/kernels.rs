@@ -12,7 +12,7 @@ use crate::cuda::Gpu;
 use crate::device::module::Module;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::wire::AmoOp;
+use crate::wire::Amo;
 
 /// Source of the internal module.
 pub(crate) const INTERNAL_SOURCE: &str = include_str!("../device/kernels/internal.cu");
@@ -104,33 +104,29 @@ impl Kernels {
     }
 
     /// Launches `rshmem_internal_amo` (a module built from [`INTERNAL_SOURCE`]) as one thread
-    /// on `stream`: one atomic of `size` (4 or 8) bytes on the aligned word at `addr`, system
-    /// scope, the old value written to `out`.
+    /// on `stream`: the atomic `a` on the aligned word at `addr`, system scope, the old value
+    /// written to `out`.
     ///
     /// # Safety
     /// `addr` must be GPU memory of this context (or device-accessible memory) and `out`
     /// device-accessible memory valid for 8 bytes until the kernel finished.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch_amo(
         &self,
         call: &'static str,
         stream: &CudaStream,
-        op: AmoOp,
+        a: Amo,
         addr: u64,
-        size: usize,
-        value: u64,
-        cond: u64,
         out: u64,
     ) -> Result<()> {
         let name = "rshmem_internal_amo";
         let f = self.func(call, name)?;
-        let (op_u, size_u) = (op.code() as u32, size as u32);
+        let (op_u, size_u) = (a.op.code() as u32, a.size as u32);
         let mut b = stream.launch_builder(&f);
         b.arg(&op_u)
             .arg(&size_u)
             .arg(&addr)
-            .arg(&value)
-            .arg(&cond)
+            .arg(&a.value)
+            .arg(&a.cond)
             .arg(&out);
         // SAFETY: rshmem_internal_amo(u32, u32, u64, u64, u64, u64*) in internal.cu; the
         // addresses are the caller's promise.

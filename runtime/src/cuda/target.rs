@@ -15,7 +15,7 @@ use crate::cuda::pinned::Pinned;
 use crate::cuda::{check, Gpu};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::transport::AmoOp;
+use crate::transport::{Amo, AmoOp};
 
 /// Access to this PE's GPU memory from host threads, on a private stream.
 pub struct GpuMem {
@@ -79,7 +79,7 @@ impl GpuMem {
                 r.ptr() as u64 + 16
             };
             // A harmless atomic on a word of pinned host memory: loads the kernel for good.
-            m.amo(call, AmoOp::Fetch, word, 8, 0, 0)?;
+            m.amo(call, word, Amo::fetch(8))?;
         }
         Ok(m)
     }
@@ -167,15 +167,11 @@ impl GpuMem {
     /// Locks the result words (old values of atomics) and launches the one-thread atomic kernel
     /// on the stream; the old value goes to result word `slot`. The lock is held until the
     /// caller drops the guard.
-    #[allow(clippy::too_many_arguments)]
     fn launch_amo(
         &self,
         call: &'static str,
-        op: AmoOp,
         addr: u64,
-        size: usize,
-        value: u64,
-        cond: u64,
+        a: Amo,
         slot: u64,
     ) -> Result<std::sync::MutexGuard<'_, Pinned>> {
         let res = self.result.lock().map_err(|_| Error::State {
@@ -187,23 +183,15 @@ impl GpuMem {
         let out = res.ptr() as u64 + 8 * slot;
         // SAFETY: addr is GPU memory of this context (checked by the caller) and `out` a word
         // of pinned host memory, device-accessible through UVA, held under the result lock.
-        unsafe { k.launch_amo(call, &self.stream, op, addr, size, value, cond, out)? };
+        unsafe { k.launch_amo(call, &self.stream, a, addr, out)? };
         Ok(res)
     }
 
-    /// One atomic on the aligned word of `size` (4 or 8) bytes at `addr` (GPU memory), after
-    /// everything queued before on the stream, atomic with respect to device atomics (system
-    /// scope). Returns the old value.
-    pub fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        addr: u64,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        let res = self.launch_amo(call, op, addr, size, value, cond, 0)?;
+    /// The atomic `a` on the aligned word of `a.size` (4 or 8) bytes at `addr` (GPU memory),
+    /// after everything queued before on the stream, atomic with respect to device atomics
+    /// (system scope). Returns the old value.
+    pub fn amo(&self, call: &'static str, addr: u64, a: Amo) -> Result<u64> {
+        let res = self.launch_amo(call, addr, a, 0)?;
         self.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
         Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
@@ -211,18 +199,10 @@ impl GpuMem {
 
     /// [`amo`](GpuMem::amo) without waiting and without the old value: queued on the stream in
     /// order after the writes before it; [`flush`](GpuMem::flush) completes it.
-    pub fn amo_async(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        addr: u64,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
+    pub fn amo_async(&self, call: &'static str, addr: u64, a: Amo) -> Result<()> {
         self.pending
             .store(true, std::sync::atomic::Ordering::Release);
-        if op == AmoOp::Set {
+        if a.op == AmoOp::Set {
             // A set whose old value nobody reads is an aligned write of one word: a stream
             // memory operation (5.7-6 us with its synchronization on H200) instead of a kernel
             // launch (7.6-9.9 us; perftest proxy_floor). The word is written whole, so a
@@ -230,12 +210,11 @@ impl GpuMem {
             self.gpu.bind(call)?;
             // SAFETY: addr is an aligned word of `size` bytes of this context's GPU memory
             // (checked by the caller); the stream is alive.
-            let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, size, value) };
+            let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, a.size, a.value) };
             return check(r, call, "writing a GPU word (proxy atomic set)");
         }
         // The old value goes to a scratch word nobody reads.
-        self.launch_amo(call, op, addr, size, value, cond, 1)
-            .map(drop)
+        self.launch_amo(call, addr, a, 1).map(drop)
     }
 }
 

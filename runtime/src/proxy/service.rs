@@ -14,7 +14,7 @@ use crate::node::Liveness;
 use crate::transport::select::Via;
 use crate::transport::tcp::{HeapId, Net};
 use crate::transport::ucx::Ucx;
-use crate::transport::{AmoOp, RemoteAddr, TransportOps};
+use crate::transport::{Amo, AmoOp, RemoteAddr, TransportOps};
 
 /// Executes one request.
 pub(crate) trait Exec {
@@ -381,25 +381,25 @@ impl Exec for NetExec {
                 let (pe, off) = self.target(r)?;
                 let aop = amo_of(r.amo)
                     .ok_or_else(|| Error::invalid(CALL, format!("unknown atomic {}", r.amo)))?;
-                let (size, v, c) = (r.size as usize, r.value, r.cond);
+                let a = Amo::new(aop, r.size as usize, r.value, r.cond);
+                let at = user(pe, off);
                 let net = match self.route(pe)? {
                     Route::Tcp(net) => net,
                     Route::Ucx(u) => {
                         // Complete (applied at the target) when it returns.
-                        let at = user(pe, off);
                         if !r.fetching() {
-                            u.amo_nf(CALL, aop, at, size, v, c)?;
+                            u.amo_nf(CALL, at, a)?;
                             return Ok(Outcome::Done);
                         }
-                        return Ok(Outcome::Value(u.amo(CALL, aop, at, size, v, c)?));
+                        return Ok(Outcome::Value(u.amo(CALL, at, a)?));
                     }
                 };
                 if !r.fetching() {
                     // Nobody waits for the old value: no round trip.
-                    net.amo_nf(CALL, user(pe, off), aop, size, v, c)?;
+                    net.amo_nf(CALL, at, a)?;
                     return Ok(Outcome::Done);
                 }
-                let old = net.amo(CALL, user(pe, off), aop, size, v, c)?;
+                let old = net.amo(CALL, at, a)?;
                 Ok(Outcome::Value(old))
             }
             op::SIGNAL => {
@@ -409,11 +409,12 @@ impl Exec for NetExec {
                 } else {
                     AmoOp::FetchAdd
                 };
+                let (at, a) = (user(pe, off), Amo::new(aop, 8, r.value, 0));
                 match self.route(pe)? {
                     // Applied at the target after every earlier request to it; not waited for.
-                    Route::Tcp(net) => net.amo_nf(CALL, user(pe, off), aop, 8, r.value, 0)?,
+                    Route::Tcp(net) => net.amo_nf(CALL, at, a)?,
                     // After the puts before it (flushed first), applied when it returns.
-                    Route::Ucx(u) => u.amo_nf(CALL, aop, user(pe, off), 8, r.value, 0)?,
+                    Route::Ucx(u) => u.amo_nf(CALL, at, a)?,
                 }
                 Ok(Outcome::Done)
             }

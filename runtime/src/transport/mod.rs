@@ -24,6 +24,7 @@
 //! [`crate::world::Target`]: a load/store address handled by [`Transport`], or a (PE, offset)
 //! handled by a remote transport.
 
+pub mod key;
 pub mod p2p;
 pub(crate) mod remote;
 pub mod select;
@@ -116,7 +117,7 @@ pub struct TransportInfo {
     pub caps: Caps,
 }
 
-pub use crate::wire::AmoOp;
+pub use crate::wire::{Amo, AmoOp};
 
 /// A symmetric location on a PE reached by a remote transport: the same offset names the same
 /// object on every PE because allocation is deterministic.
@@ -189,38 +190,23 @@ pub trait TransportOps {
     /// Copies `n` bytes from `src` into local memory `dst`, complete on return.
     fn get(&self, call: &'static str, dst: *mut u8, src: Self::Addr, n: usize) -> Result<()>;
 
-    /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `at`; returns the old value.
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: Self::Addr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64>;
+    /// Applies the atomic `a` to the aligned word of `a.size` (4 or 8) bytes at `at`; returns
+    /// the old value.
+    fn amo(&self, call: &'static str, at: Self::Addr, a: Amo) -> Result<u64>;
 
-    /// Applies `op` like [`amo`](TransportOps::amo) for a caller that does not read the old
+    /// Applies `a` like [`amo`](TransportOps::amo) for a caller that does not read the old
     /// value (`atomic_add`, `atomic_set`, ...). A transport may post it: then it is complete at
     /// the next [`quiet`](TransportOps::quiet), and on an [`Caps::ORDERED`] transport applied
     /// after everything issued before it to the same PE. The default waits for `amo`.
-    fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: Self::Addr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        self.amo(call, op, at, size, value, cond).map(drop)
+    fn amo_nf(&self, call: &'static str, at: Self::Addr, a: Amo) -> Result<()> {
+        self.amo(call, at, a).map(drop)
     }
 
     /// Stores the 8-byte `value` at the aligned word `at` with release semantics: it lands after
     /// every put issued before it to the same PE. Not acknowledged (use `quiet` to complete it).
     /// The default is an atomic set.
     fn store(&self, call: &'static str, at: Self::Addr, value: u64) -> Result<()> {
-        self.amo(call, AmoOp::Set, at, 8, value, 0).map(drop)
+        self.amo(call, at, Amo::set64(value)).map(drop)
     }
 
     /// Orders the puts and atomics issued before it to each PE before those issued after it.
@@ -263,7 +249,7 @@ impl Transport {
     /// Reads the aligned word of `size` bytes at `addr` with acquire semantics (for waits).
     #[inline]
     pub fn load(&self, call: &'static str, addr: usize, size: usize) -> Result<u64> {
-        self.amo(call, AmoOp::Fetch, addr, size, 0, 0)
+        self.amo(call, addr, Amo::fetch(size))
     }
 
     /// True if loads of heap words are cheap (waits may spin on them).
@@ -317,20 +303,12 @@ impl TransportOps for Transport {
         }
     }
 
-    /// Applies `op` to the aligned word of `size` (4 or 8) bytes at `addr`; returns the old value.
+    /// Applies `a` to the aligned word at `addr`; returns the old value.
     #[inline]
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        addr: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, call: &'static str, addr: usize, a: Amo) -> Result<u64> {
         match self {
-            Transport::Shm => shm::Shm.amo(call, op, addr, size, value, cond),
-            Transport::P2p(p) => TransportOps::amo(p, call, op, addr, size, value, cond),
+            Transport::Shm => shm::Shm.amo(call, addr, a),
+            Transport::P2p(p) => TransportOps::amo(p, call, addr, a),
         }
     }
 
@@ -388,28 +366,12 @@ impl TransportOps for RemoteRef<'_> {
         remote_dispatch!(self, t => TransportOps::get(*t, call, dst, src, n))
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        remote_dispatch!(self, t => TransportOps::amo(*t, call, op, at, size, value, cond))
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        remote_dispatch!(self, t => TransportOps::amo(*t, call, at, a))
     }
 
-    fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::amo_nf(*t, call, op, at, size, value, cond))
+    fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::amo_nf(*t, call, at, a))
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
@@ -449,28 +411,12 @@ impl TransportOps for tcp::Net {
         tcp::Net::get(self, call, dst, src, n)
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        tcp::Net::amo(self, call, at, op, size, value, cond)
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        tcp::Net::amo(self, call, at, a)
     }
 
-    fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        tcp::Net::amo_nf(self, call, at, op, size, value, cond)
+    fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        tcp::Net::amo_nf(self, call, at, a)
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {

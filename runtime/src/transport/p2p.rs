@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
-use super::{AmoOp, Caps, TransportOps};
+use super::{Amo, AmoOp, Caps, TransportOps};
 use crate::cuda::kernels::{self, Kernels};
 use crate::cuda::pinned::Pinned;
 use crate::cuda::{check, Gpu};
@@ -195,19 +195,11 @@ impl P2p {
     }
 
     /// Runs one atomic on a GPU heap word from the host; returns the old value.
-    fn amo_impl(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        addr: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        if op == AmoOp::Fetch {
+    fn amo_impl(&self, call: &'static str, addr: usize, a: Amo) -> Result<u64> {
+        if a.op == AmoOp::Fetch {
             // An aligned 4/8-byte copy is a single access: atomic, and cheaper than a kernel.
             let mut w = 0u64;
-            self.get(call, (&mut w as *mut u64).cast(), addr, size)?;
+            self.get(call, (&mut w as *mut u64).cast(), addr, a.size)?;
             return Ok(w);
         }
         let k = self.internal(call)?;
@@ -217,18 +209,7 @@ impl P2p {
         })?;
         // SAFETY: addr is a checked, aligned word of the mapped GPU heap; the result word is
         // pinned host memory (device-accessible through UVA), held locked until read below.
-        unsafe {
-            k.launch_amo(
-                call,
-                &self.gpu.stream,
-                op,
-                addr as u64,
-                size,
-                value,
-                cond,
-                res.ptr() as u64,
-            )?
-        };
+        unsafe { k.launch_amo(call, &self.gpu.stream, a, addr as u64, res.ptr() as u64)? };
         self.gpu.sync(call)?;
         // SAFETY: the kernel finished (stream synchronized) and wrote the pinned word.
         Ok(unsafe { std::ptr::read_volatile(res.ptr().cast::<u64>()) })
@@ -254,16 +235,8 @@ impl TransportOps for P2p {
         P2p::get(self, call, dst, src, n)
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
-        self.amo_impl(call, op, at, size, value, cond)
+    fn amo(&self, call: &'static str, at: usize, a: Amo) -> Result<u64> {
+        self.amo_impl(call, at, a)
     }
 
     fn fence(&self, _call: &'static str) -> Result<()> {

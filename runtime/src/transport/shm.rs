@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{AmoOp, Caps, TransportOps};
+use super::{Amo, AmoOp, Caps, TransportOps};
 use crate::error::Result;
 use crate::types::Bits;
 
@@ -42,17 +42,9 @@ impl TransportOps for Shm {
     }
 
     #[inline]
-    fn amo(
-        &self,
-        _call: &'static str,
-        op: AmoOp,
-        at: usize,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, _call: &'static str, at: usize, a: Amo) -> Result<u64> {
         // SAFETY: the caller checked alignment and that the word is in a live allocation.
-        Ok(unsafe { amo(op, at, size, value, cond) })
+        Ok(unsafe { amo(at, a) })
     }
 
     #[inline]
@@ -86,16 +78,18 @@ pub unsafe fn get(dst: *mut u8, src: usize, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Applies `a` to the word at `addr` with CPU atomics; returns the old value.
+///
 /// # Safety
-/// `addr` must be a mapped word of `size` (4 or 8) bytes, aligned to `size`.
+/// `addr` must be a mapped word of `a.size` (4 or 8) bytes, aligned to its size.
 #[inline]
-pub unsafe fn amo(op: AmoOp, addr: usize, size: usize, value: u64, cond: u64) -> u64 {
+pub unsafe fn amo(addr: usize, a: Amo) -> u64 {
     // SAFETY: forwarded to the typed helpers.
     unsafe {
-        if size == 4 {
-            word::<u32>(op, addr, value as u32, cond as u32) as u64
+        if a.size == 4 {
+            word::<u32>(a.op, addr, a.value as u32, a.cond as u32) as u64
         } else {
-            word::<u64>(op, addr, value, cond)
+            word::<u64>(a.op, addr, a.value, a.cond)
         }
     }
 }

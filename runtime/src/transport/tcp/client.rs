@@ -15,7 +15,7 @@ use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, FRAME, REJ, REP, REQ};
 use super::{HeapId, Net};
 use crate::error::{Error, Result};
-use crate::transport::{AmoOp, RemoteAddr};
+use crate::transport::{Amo, RemoteAddr};
 
 /// Payloads up to this size are copied behind the header and sent with one write.
 const INLINE: usize = 16 << 10;
@@ -386,36 +386,17 @@ impl Net {
         Ok(())
     }
 
-    /// Applies `op` to the word of `size` bytes at `at`; returns the old value.
-    pub fn amo(
-        &self,
-        call: &'static str,
-        at: RemoteAddr,
-        op: AmoOp,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    /// Applies `a` to the word at `at`; returns the old value.
+    pub fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
         let RemoteAddr { pe, heap, off } = at;
         self.push_all(call)?;
         let link = self.link(call, pe)?;
         let (status, v) = self.with(call, pe, Doing::Amo, |c| {
             link.deferred.store(false, Ordering::Release);
-            let h = wire::req(
-                wire::OP_AMO,
-                heap as u8,
-                size as u8,
-                op as u8,
-                0,
-                off as u64,
-                size as u64,
-                value,
-                cond,
-            );
-            self.round_trip(c, &h)
+            self.round_trip(c, &wire::amo_req(wire::OP_AMO, at, a, 0))
         })?;
         if status != 0 {
-            return Err(refused(call, pe, wire::OP_AMO, heap, status, off, size));
+            return Err(refused(call, pe, wire::OP_AMO, heap, status, off, a.size));
         }
         Ok(v)
     }
@@ -423,28 +404,9 @@ impl Net {
     /// [`amo`](Net::amo) without the old value: not acknowledged (like a put; a rejection is
     /// reported by the next [`quiet`](Net::quiet)), applied in order after everything sent
     /// to the PE before it.
-    pub fn amo_nf(
-        &self,
-        call: &'static str,
-        at: RemoteAddr,
-        op: AmoOp,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        let RemoteAddr { pe, heap, off } = at;
-        self.post(call, pe, Doing::Amo, |id| {
-            wire::req(
-                wire::OP_AMO_NF,
-                heap as u8,
-                size as u8,
-                op as u8,
-                id,
-                off as u64,
-                size as u64,
-                value,
-                cond,
-            )
+    pub fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        self.post(call, at.pe, Doing::Amo, |id| {
+            wire::amo_req(wire::OP_AMO_NF, at, a, id)
         })
     }
 

@@ -36,7 +36,7 @@ use crate::heap::internal::{
 };
 use crate::heap::{Heap, INTERNAL_SIZE};
 use crate::node::Liveness;
-use crate::transport::AmoOp;
+use crate::transport::{Amo, AmoOp};
 
 /// What the requests of one heap may address.
 #[derive(Clone)]
@@ -118,23 +118,23 @@ impl Region {
         }
     }
 
-    /// Applies an atomic to the checked, aligned word at `a`; the old value.
-    fn amo(&self, op: AmoOp, a: usize, size: usize, value: u64, cond: u64) -> Option<u64> {
+    /// Applies the atomic `op` to the checked, aligned word at `a`; the old value.
+    fn amo(&self, a: usize, op: Amo) -> Option<u64> {
         match &self.gpu {
-            Some(g) => g.amo("tcp", op, a as u64, size, value, cond).ok(),
-            // SAFETY: an aligned word of `size` bytes in the mapped heap (checked).
-            None => Some(unsafe { super::super::shm::amo(op, a, size, value, cond) }),
+            Some(g) => g.amo("tcp", a as u64, op).ok(),
+            // SAFETY: an aligned word of `op.size` bytes in the mapped heap (checked).
+            None => Some(unsafe { super::super::shm::amo(a, op) }),
         }
     }
 
     /// [`amo`](Region::amo) whose old value nobody reads: on a GPU it is queued in order
     /// after the writes before it and completed by the next flush. False if it failed.
-    fn amo_nf(&self, op: AmoOp, a: usize, size: usize, value: u64, cond: u64) -> bool {
+    fn amo_nf(&self, a: usize, op: Amo) -> bool {
         match &self.gpu {
-            Some(g) => g.amo_async("tcp", op, a as u64, size, value, cond).is_ok(),
+            Some(g) => g.amo_async("tcp", a as u64, op).is_ok(),
             None => {
-                // SAFETY: an aligned word of `size` bytes in the mapped heap (checked).
-                unsafe { super::super::shm::amo(op, a, size, value, cond) };
+                // SAFETY: an aligned word of `op.size` bytes in the mapped heap (checked).
+                unsafe { super::super::shm::amo(a, op) };
                 true
             }
         }
@@ -442,7 +442,7 @@ impl Service {
                     Ok((_, a)) => {
                         flush_gpu(regions);
                         // SAFETY: an aligned word in the mapped part of this PE's heap (checked).
-                        unsafe { super::super::shm::amo(AmoOp::Set, a, 8, r.value, 0) };
+                        unsafe { super::super::shm::amo(a, Amo::set64(r.value)) };
                     }
                     Err(why) => rejects.add(&r, 8, why),
                 },
@@ -475,7 +475,9 @@ impl Service {
                 wire::OP_AMO | wire::OP_AMO_NF => {
                     let size = u64::from(r.size);
                     let target = match (wire::amo_op(r.amo), size) {
-                        (Some(aop), 4 | 8) => self.target(&r, size, size).map(|(g, a)| (g, a, aop)),
+                        (Some(aop), 4 | 8) => self
+                            .target(&r, size, size)
+                            .map(|(g, a)| (g, a, Amo::new(aop, size as usize, r.value, r.cond))),
                         _ => Err(Reject::Malformed),
                     };
                     if let Ok((g, _, _)) = target {
@@ -485,19 +487,17 @@ impl Service {
                     }
                     if r.op == wire::OP_AMO {
                         let reply = match target {
-                            Ok((g, a, aop)) => {
-                                match g.amo(aop, a, size as usize, r.value, r.cond) {
-                                    Some(old) => wire::rep(0, old),
-                                    None => wire::rep(Reject::Device as u32, 0),
-                                }
-                            }
+                            Ok((g, a, aop)) => match g.amo(a, aop) {
+                                Some(old) => wire::rep(0, old),
+                                None => wire::rep(Reject::Device as u32, 0),
+                            },
                             Err(why) => wire::rep(why as u32, 0),
                         };
                         sock::send_all(s, &reply, sock::deadline(self.timeout))?;
                     } else {
                         match target {
                             Ok((g, a, aop)) => {
-                                if !g.amo_nf(aop, a, size as usize, r.value, r.cond) {
+                                if !g.amo_nf(a, aop) {
                                     rejects.add(&r, size, Reject::Device);
                                 }
                             }

@@ -6,7 +6,7 @@
 //! (a [`REQ`]-byte header, the payload of a put behind it) and the accepting PE answers gets,
 //! fetching atomics and flushes with a [`REP`]-byte reply.
 
-use super::super::AmoOp;
+use super::super::{Amo, AmoOp, RemoteAddr};
 
 /// Version of this protocol, checked in the handshake (PEs of one job must speak the same).
 pub const VERSION: u32 = 2;
@@ -114,6 +114,15 @@ pub fn req(
     h[24..32].copy_from_slice(&value.to_le_bytes());
     h[32..40].copy_from_slice(&cond.to_le_bytes());
     h
+}
+
+/// The header of an atomic request (`op` is [`OP_AMO`] or [`OP_AMO_NF`]) of `a` on `at`.
+pub fn amo_req(op: u8, at: RemoteAddr, a: Amo, call: u16) -> [u8; REQ] {
+    let size = a.size as u64;
+    let (heap, off) = (at.heap as u8, at.off as u64);
+    req(
+        op, heap, size as u8, a.op as u8, call, off, size, a.value, a.cond,
+    )
 }
 
 fn word(b: &[u8], i: usize) -> u64 {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cuda::target::GpuMem;
 use crate::heap::Heap;
-use crate::transport::AmoOp;
+use crate::transport::{Amo, AmoOp};
 
 /// Active message id of a request.
 pub const AM_REQUEST: u32 = 0x5253;
@@ -202,6 +202,7 @@ impl Served {
     pub(crate) fn apply(&self, r: &Request) -> Result<u64, Refusal> {
         let op = AmoOp::try_from(r.op).map_err(|_| Refusal::Malformed)?;
         let size = usize::from(r.size);
+        let a = Amo::new(op, size, r.value, r.cond);
         if size != 4 && size != 8 {
             return Err(Refusal::Malformed);
         }
@@ -217,9 +218,7 @@ impl Served {
             }
             // SAFETY: an aligned word of `size` bytes inside the mapped internal area of this
             // PE's control heap (host memory, mapped while the transport serves requests).
-            return Ok(unsafe {
-                crate::transport::shm::amo(op, base + r.off as usize, size, r.value, r.cond)
-            });
+            return Ok(unsafe { crate::transport::shm::amo(base + r.off as usize, a) });
         }
         let off = usize::try_from(r.off).map_err(|_| Refusal::Outside)?;
         let addr = self
@@ -234,11 +233,9 @@ impl Served {
         match &self.mem {
             // SAFETY: an aligned word of `size` bytes inside a live allocation of this PE's
             // (host) heap, which stays mapped while the transport serves requests.
-            TargetMem::Host => Ok(unsafe {
-                crate::transport::shm::amo(op, addr, size, r.value, r.cond)
-            }),
+            TargetMem::Host => Ok(unsafe { crate::transport::shm::amo(addr, a) }),
             TargetMem::Gpu(g) if op == AmoOp::Set && !r.fetch => g
-                .amo_async("ucx", op, addr as u64, size, r.value, r.cond)
+                .amo_async("ucx", addr as u64, a)
                 .and_then(|()| g.flush("ucx"))
                 .map(|()| 0)
                 .map_err(|e| {
@@ -246,7 +243,7 @@ impl Served {
                     Refusal::Device
                 }),
             TargetMem::Gpu(g) => g
-                .amo("ucx", op, addr as u64, size, r.value, r.cond)
+                .amo("ucx", addr as u64, a)
                 .map_err(|e| {
                     tracing::error!(target: "rshmem::ucx", "atomic from PE {} on the GPU heap failed: {e}", r.from);
                     Refusal::Device

@@ -237,6 +237,11 @@ impl UcpRequestParam {
     }
 }
 
+/// `ucp_put_nbx` (local buffer `*const`) and `ucp_get_nbx` (`*mut`): endpoint, local buffer,
+/// length, remote address, remote key, parameters.
+pub type RmaNbx<B> =
+    unsafe extern "C" fn(Ep, B, usize, u64, Rkey, *const UcpRequestParam) -> StatusPtr;
+
 /// The oldest UCX whose UCP API this module follows.
 pub const MIN_VERSION: (u32, u32) = (1, 13);
 
@@ -273,22 +278,8 @@ pub struct Lib {
     pub rkey_buffer_release: unsafe extern "C" fn(*mut c_void),
     pub ep_rkey_unpack: unsafe extern "C" fn(Ep, *const c_void, *mut Rkey) -> Status,
     pub rkey_destroy: unsafe extern "C" fn(Rkey),
-    pub put_nbx: unsafe extern "C" fn(
-        Ep,
-        *const c_void,
-        usize,
-        u64,
-        Rkey,
-        *const UcpRequestParam,
-    ) -> StatusPtr,
-    pub get_nbx: unsafe extern "C" fn(
-        Ep,
-        *mut c_void,
-        usize,
-        u64,
-        Rkey,
-        *const UcpRequestParam,
-    ) -> StatusPtr,
+    pub put_nbx: RmaNbx<*const c_void>,
+    pub get_nbx: RmaNbx<*mut c_void>,
     pub atomic_op_nbx: unsafe extern "C" fn(
         Ep,
         c_int,

@@ -41,7 +41,7 @@ use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
-use crate::transport::{AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
@@ -250,13 +250,7 @@ pub fn probe(path: Option<&str>) -> std::result::Result<Probe, String> {
 }
 
 /// A peer's registered chunk, with its key unpacked on the endpoint to that peer.
-struct RemoteKey {
-    heap: HeapId,
-    start: u64,
-    len: u64,
-    addr: u64,
-    rkey: ffi::Rkey,
-}
+type RemoteKey = key::Key<ffi::Rkey>;
 
 /// Everything UCP touches; only ever used under [`Shared::inner`].
 struct Inner {
@@ -674,13 +668,7 @@ impl Ucx {
         let rkey = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
         // SAFETY: buf came from ucp_rkey_pack.
         unsafe { (lib.rkey_buffer_release)(buf) };
-        Ok(Key {
-            heap: chunk.heap,
-            start: chunk.start as u64,
-            len: chunk.len as u64,
-            addr: (chunk.base + chunk.start) as u64,
-            rkey,
-        })
+        Ok(Key::of(chunk, rkey))
     }
 
     /// Creates the endpoint to PE `pe` from its worker address.
@@ -737,13 +725,7 @@ impl Ucx {
             if st != ffi::UCS_OK {
                 return Err(self.ucs(call, &format!("ucp_ep_rkey_unpack of PE {pe}'s key"), st));
             }
-            g.keys[pe].push(RemoteKey {
-                heap: k.heap,
-                start: k.start,
-                len: k.len,
-                addr: k.addr,
-                rkey,
-            });
+            g.keys[pe].push(k.with(rkey));
         }
         Ok(())
     }
@@ -797,20 +779,44 @@ impl Ucx {
             ));
         }
         let off = at.off as u64;
-        let k = g.keys[at.pe]
-            .iter()
-            .find(|k| k.heap == at.heap && off >= k.start && off - k.start < k.len)
-            .ok_or_else(|| {
-                Error::invalid(
-                    call,
-                    format!(
-                        "PE {} registered no UCX memory at offset {off:#x} of its {:?} heap",
-                        at.pe, at.heap
-                    ),
-                )
-            })?;
+        let k = key::find(&g.keys[at.pe], at.heap, off).ok_or_else(|| {
+            Error::invalid(
+                call,
+                format!(
+                    "PE {} registered no UCX memory at offset {off:#x} of its {:?} heap",
+                    at.pe, at.heap
+                ),
+            )
+        })?;
         let k_n = ((k.start + k.len - off) as usize).min(n);
         Ok((ep, k.addr + (off - k.start), k.rkey, k_n))
+    }
+
+    /// Moves the `n` bytes at `at`: `post` (a `ucp_put_nbx` or `ucp_get_nbx` of `k` bytes at
+    /// offset `done` of the local buffer) once per registered chunk the range lies in, each
+    /// request waited for before the next is posted.
+    fn rma(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        at: RemoteAddr,
+        n: usize,
+        what: &'static str,
+        post: impl Fn(ffi::Ep, usize, usize, u64, ffi::Rkey, &ffi::UcpRequestParam) -> ffi::StatusPtr,
+    ) -> Result<()> {
+        let p = ffi::UcpRequestParam::empty();
+        let mut done = 0;
+        while done < n {
+            let part = RemoteAddr {
+                off: at.off + done,
+                ..at
+            };
+            let (ep, raddr, rkey, k) = self.locate(call, g, part, n - done)?;
+            let req = post(ep, done, k, raddr, rkey, &p);
+            self.wait(call, g, Some(at.pe), what, req)?;
+            done += k;
+        }
+        Ok(())
     }
 
     /// The endpoint, remote address and key of the atomic word of `size` bytes at `at`.
@@ -976,19 +982,15 @@ impl Ucx {
     /// outstanding (so earlier puts land first) and sends the request. A fetching one waits
     /// for the answer; a non-fetching one is posted: its answer is collected (and a refusal
     /// reported) by the next flush.
-    #[allow(clippy::too_many_arguments)]
     fn amo_at_target(
         &self,
         call: &'static str,
         g: &mut Inner,
-        op: AmoOp,
         at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
+        a: Amo,
         fetch: bool,
     ) -> Result<u64> {
-        let (ep, _, _, _) = self.locate(call, g, at, size)?;
+        let (ep, _, _, _) = self.locate(call, g, at, a.size)?;
         if g.dirty {
             // Puts first (a put-with-signal's data before its signal). Requests to one target
             // need no fence between them: they travel in order on UCX's active-message lane.
@@ -1002,14 +1004,14 @@ impl Ucx {
         };
         let req_bytes = Request {
             from: u32::try_from(self.me).unwrap_or(u32::MAX),
-            op: op as u8,
-            size: size as u8,
+            op: a.op as u8,
+            size: a.size as u8,
             fetch,
             ctrl: at.heap == HeapId::Ctrl,
             seq,
             off: at.off as u64,
-            value,
-            cond,
+            value: a.value,
+            cond: a.cond,
         }
         .encode();
         // The header in words, so that it can wait in `pending` like an operand.
@@ -1066,8 +1068,9 @@ impl Ucx {
         )?;
         reply.result.map_err(|r| {
             let reason = format!(
-                "PE {} refused a {size}-byte atomic at offset {:#x} of its {}: {}",
+                "PE {} refused a {}-byte atomic at offset {:#x} of its {}: {}",
                 at.pe,
+                a.size,
                 at.off,
                 if at.heap == HeapId::Ctrl {
                     "control heap"
@@ -1190,7 +1193,13 @@ fn check_size(call: &'static str, size: usize) -> Result<()> {
 /// 4-byte word repeated in both halves, so either byte order reads it). CSWAP compares the
 /// remote word with the operand and writes the reply buffer's input value when they are equal
 /// (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z = reply_buffer).
-fn operands(op: AmoOp, size: usize, value: u64, cond: u64) -> (c_int, Box<[u64; 2]>) {
+fn operands(a: Amo) -> (c_int, Box<[u64; 2]>) {
+    let Amo {
+        op,
+        size,
+        value,
+        cond,
+    } = a;
     let (code, operand, reply) = match op {
         AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0, 0),
         AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value, 0),
@@ -1389,21 +1398,11 @@ impl TransportOps for Ucx {
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         let mut g = self.lock(call)?;
-        let p = ffi::UcpRequestParam::empty();
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: dst.off + done,
-                ..dst
-            };
-            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
-            // SAFETY: src..src+n is live and readable (the caller's contract); we wait for the
-            // request below, so the buffer is not read after this call returns.
-            let req =
-                unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, &p) };
-            self.wait(call, &g, Some(dst.pe), "put", req)?;
-            done += k;
-        }
+        self.rma(call, &g, dst, n, "put", |ep, done, k, raddr, rkey, p| {
+            // SAFETY: src..src+n is live and readable (the caller's contract); `rma` waits for
+            // the request, so the buffer is not read after this call returns.
+            unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, p) }
+        })?;
         g.unfenced = true;
         g.dirty = true;
         Ok(())
@@ -1412,41 +1411,23 @@ impl TransportOps for Ucx {
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
         let mut g = self.lock(call)?;
         self.order(call, &mut g)?;
-        let p = ffi::UcpRequestParam::empty();
-        let mut done = 0;
-        while done < n {
-            let at = RemoteAddr {
-                off: src.off + done,
-                ..src
-            };
-            let (ep, raddr, rkey, k) = self.locate(call, &g, at, n - done)?;
-            // SAFETY: dst..dst+n is live and writable (the caller's contract); we wait for
+        self.rma(call, &g, src, n, "get", |ep, done, k, raddr, rkey, p| {
+            // SAFETY: dst..dst+n is live and writable (the caller's contract); `rma` waits for
             // completion before returning.
-            let req =
-                unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, &p) };
-            self.wait(call, &g, Some(src.pe), "get", req)?;
-            done += k;
-        }
-        Ok(())
+            unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, p) }
+        })
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        let size = a.size;
         check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
-            return self.amo_at_target(call, &mut g, op, at, size, value, cond, true);
+            return self.amo_at_target(call, &mut g, at, a, true);
         }
         self.order(call, &mut g)?;
         let ep = self.word(call, &g, at, size)?;
-        let (code, mut b) = operands(op, size, value, cond);
+        let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE | ffi::UCP_OP_ATTR_FIELD_REPLY_BUFFER;
         p.datatype = ffi::dt_contig(size);
@@ -1475,21 +1456,12 @@ impl TransportOps for Ucx {
     /// Posted: complete at the next flush ([`quiet`](TransportOps::quiet)), applied after what
     /// was issued before it to the same PE. Where atomics on the user heap are applied on the
     /// target, it is complete when this returns (and a set is a plain word write there).
-    fn amo_nf(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
+    fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        let (op, size) = (a.op, a.size);
         check_size(call, size)?;
         let mut g = self.lock(call)?;
         if self.shared.target_atomics {
-            return self
-                .amo_at_target(call, &mut g, op, at, size, value, cond, false)
-                .map(drop);
+            return self.amo_at_target(call, &mut g, at, a, false).map(drop);
         }
         self.order(call, &mut g)?;
         let ep = self.word(call, &g, at, size)?;
@@ -1502,7 +1474,7 @@ impl TransportOps for Ucx {
         } else {
             reap(self.shared.lib, &self.shared, &mut g);
         }
-        let (code, mut b) = operands(op, size, value, cond);
+        let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ffi::dt_contig(size);
@@ -1528,7 +1500,7 @@ impl TransportOps for Ucx {
     }
 
     fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        self.amo_nf(call, AmoOp::Set, at, 8, value, 0)
+        self.amo_nf(call, at, Amo::set64(value))
     }
 
     fn fence(&self, call: &'static str) -> Result<()> {

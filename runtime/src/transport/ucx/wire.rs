@@ -3,26 +3,13 @@
 //! grows). Everything a peer sends is checked before use: a truncated or malformed payload is
 //! an error naming what is wrong, never a panic.
 
-use crate::transport::HeapId;
+use crate::transport::key::Reader;
 
 const MAGIC: [u8; 4] = *b"RSux";
 const VERSION: u8 = 1;
 
-/// One registered heap chunk of a PE: offsets `[start, start+len)` of heap `heap` are at the
-/// sending PE's virtual address `addr`, reachable with the packed UCP remote key `rkey`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Key {
-    /// Which heap.
-    pub heap: HeapId,
-    /// First offset.
-    pub start: u64,
-    /// Bytes.
-    pub len: u64,
-    /// The registering PE's address of `start`.
-    pub addr: u64,
-    /// `ucp_rkey_pack` output.
-    pub rkey: Vec<u8>,
-}
+/// One registered heap chunk of a PE, with its packed UCP remote key (`ucp_rkey_pack` output).
+pub type Key = crate::transport::key::Key<Vec<u8>>;
 
 /// A PE's payload: its worker address (empty in a key-only update) and its new keys.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -43,10 +30,7 @@ impl Payload {
         b.extend_from_slice(&self.address);
         b.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
         for k in &self.keys {
-            b.push(k.heap as u8);
-            b.extend_from_slice(&k.start.to_le_bytes());
-            b.extend_from_slice(&k.len.to_le_bytes());
-            b.extend_from_slice(&k.addr.to_le_bytes());
+            k.encode_place(&mut b);
             b.extend_from_slice(&(k.rkey.len() as u32).to_le_bytes());
             b.extend_from_slice(&k.rkey);
         }
@@ -55,84 +39,29 @@ impl Payload {
 
     /// The inverse of [`encode`](Payload::encode); the error says what is wrong.
     pub fn decode(b: &[u8]) -> Result<Payload, String> {
-        let mut r = Reader { b, at: 0 };
-        if r.take(4)? != MAGIC {
-            return Err("bad magic (not a UCX transport payload)".into());
-        }
-        let v = r.take(1)?[0];
-        if v != VERSION {
-            return Err(format!(
-                "version {v}, this PE speaks {VERSION} (mixed rshmem versions?)"
-            ));
-        }
+        let mut r = Reader::open(b, "a UCX transport payload", MAGIC, VERSION)?;
         let alen = r.u32()? as usize;
         let address = r.take(alen)?.to_vec();
         let n = r.u32()? as usize;
         let mut keys = Vec::new();
         for i in 0..n {
-            let heap = match r.take(1)?[0] {
-                0 => HeapId::User,
-                1 => HeapId::Ctrl,
-                h => return Err(format!("key {i}: unknown heap {h}")),
-            };
-            let start = r.u64()?;
-            let len = r.u64()?;
-            let addr = r.u64()?;
-            if start.checked_add(len).is_none() || addr.checked_add(len).is_none() {
-                return Err(format!("key {i}: range overflows"));
-            }
-            let klen = r.u32()? as usize;
-            let rkey = r.take(klen)?.to_vec();
-            keys.push(Key {
-                heap,
-                start,
-                len,
-                addr,
-                rkey,
+            let key = Key::decode(&mut r, |r| {
+                let klen = r.u32()? as usize;
+                Ok(r.take(klen)?.to_vec())
             });
+            keys.push(key.map_err(|e| format!("key {i}: {e}"))?);
         }
-        if r.at != b.len() {
-            return Err(format!("{} trailing bytes", b.len() - r.at));
+        if !r.b.is_empty() {
+            return Err(format!("{} trailing bytes", r.b.len()));
         }
         Ok(Payload { address, keys })
-    }
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "truncated: {n} bytes wanted at {} of {}",
-                self.at,
-                self.b.len()
-            ));
-        };
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(w))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::HeapId;
 
     fn sample() -> Payload {
         Payload {

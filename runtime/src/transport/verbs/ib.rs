@@ -35,12 +35,12 @@ use sideway::ibverbs::queue_pair::{
 };
 use sideway::ibverbs::AccessFlags;
 
-use super::wire::{find_key, ConnInfo, Key};
+use super::wire::{ConnInfo, Key};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
 use crate::transport::select::Via;
-use crate::transport::{AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the verbs transport can do.
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
@@ -337,13 +337,7 @@ impl Verbs {
             }
             Some(g) => self.register_gpu(call, g, addr, chunk.len)?,
         };
-        let key = Key {
-            heap: chunk.heap,
-            start: chunk.start as u64,
-            len: chunk.len as u64,
-            addr: addr as u64,
-            rkey: mr.rkey(),
-        };
+        let key = Key::of(chunk, mr.rkey());
         self.mrs.lock().map_err(|_| poisoned(call))?.push(mr);
         self.add_keys(call, self.me, &[key])?;
         Ok(key)
@@ -517,7 +511,7 @@ impl Verbs {
         let keys = self.keys.read().map_err(|_| poisoned(call))?;
         let k = keys
             .get(at.pe)
-            .and_then(|k| find_key(k, at.heap, at.off as u64))
+            .and_then(|k| key::find(k, at.heap, at.off as u64))
             .ok_or_else(|| {
                 Error::invalid(
                     call,
@@ -825,15 +819,13 @@ impl TransportOps for Verbs {
         })
     }
 
-    fn amo(
-        &self,
-        call: &'static str,
-        op: AmoOp,
-        at: RemoteAddr,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<u64> {
+    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
+        let Amo {
+            op,
+            size,
+            value,
+            cond,
+        } = a;
         // The aligned 8-byte word holding the target, and where the target sits in it.
         let word = RemoteAddr {
             off: at.off & !7,

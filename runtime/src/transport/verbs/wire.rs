@@ -6,27 +6,14 @@
 // Without the feature this PE only decodes what others send.
 #![cfg_attr(not(feature = "verbs"), allow(dead_code))]
 
-use crate::transport::HeapId;
+use crate::transport::key::Reader;
 
 const MAGIC: [u8; 4] = *b"RSvb";
 const VERSION: u8 = 1;
 const KEY_BYTES: usize = 1 + 8 + 8 + 8 + 4;
 
-/// One registered heap chunk of a PE: offsets `[start, start+len)` of heap `heap` are at
-/// virtual address `addr` (of the PE that registered it) under remote key `rkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    /// Which heap.
-    pub heap: HeapId,
-    /// First offset.
-    pub start: u64,
-    /// Bytes.
-    pub len: u64,
-    /// The registering PE's address of `start`.
-    pub addr: u64,
-    /// The memory region's remote key.
-    pub rkey: u32,
-}
+/// One registered heap chunk of a PE, with the memory region's remote key.
+pub type Key = crate::transport::key::Key<u32>;
 
 /// A PE's connection details.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,70 +33,16 @@ pub struct ConnInfo {
     pub keys: Vec<Key>,
 }
 
-fn heap_code(h: HeapId) -> u8 {
-    h as u8
-}
-
-fn heap_from(c: u8) -> Option<HeapId> {
-    match c {
-        0 => Some(HeapId::User),
-        1 => Some(HeapId::Ctrl),
-        _ => None,
-    }
-}
-
-/// Little-endian reader that reports what was missing.
-struct Rd<'a> {
-    b: &'a [u8],
-    what: &'static str,
-}
-
-impl<'a> Rd<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.b.len() < n {
-            return Err(format!(
-                "truncated {} ({} bytes left, {n} needed)",
-                self.what,
-                self.b.len()
-            ));
-        }
-        let (h, t) = self.b.split_at(n);
-        self.b = t;
-        Ok(h)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Result<u16, String> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().unwrap_or([0; 2]),
-        ))
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().unwrap_or([0; 4]),
-        ))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or([0; 8]),
-        ))
-    }
-}
-
 /// Encodes memory keys: a count, then one fixed-size record each.
 pub fn encode_keys(keys: &[Key], out: &mut Vec<u8>) {
     out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
     for k in keys {
-        out.push(heap_code(k.heap));
-        out.extend_from_slice(&k.start.to_le_bytes());
-        out.extend_from_slice(&k.len.to_le_bytes());
-        out.extend_from_slice(&k.addr.to_le_bytes());
+        k.encode_place(out);
         out.extend_from_slice(&k.rkey.to_le_bytes());
     }
 }
 
-fn read_keys(r: &mut Rd<'_>) -> Result<Vec<Key>, String> {
+fn read_keys(r: &mut Reader<'_>) -> Result<Vec<Key>, String> {
     let n = r.u32()? as usize;
     if n > r.b.len() / KEY_BYTES {
         return Err(format!(
@@ -119,26 +52,14 @@ fn read_keys(r: &mut Rd<'_>) -> Result<Vec<Key>, String> {
     }
     let mut keys = Vec::with_capacity(n);
     for _ in 0..n {
-        let heap = r.u8()?;
-        let heap = heap_from(heap).ok_or_else(|| format!("unknown heap {heap}"))?;
-        let (start, len, addr, rkey) = (r.u64()?, r.u64()?, r.u64()?, r.u32()?);
-        if start.checked_add(len).is_none() || addr.checked_add(len).is_none() {
-            return Err(format!("memory key range {start:#x}+{len:#x} overflows"));
-        }
-        keys.push(Key {
-            heap,
-            start,
-            len,
-            addr,
-            rkey,
-        });
+        keys.push(Key::decode(r, Reader::u32)?);
     }
     Ok(keys)
 }
 
 /// Decodes what [`encode_keys`] wrote (and nothing more).
 pub fn decode_keys(b: &[u8]) -> Result<Vec<Key>, String> {
-    let mut r = Rd {
+    let mut r = Reader {
         b,
         what: "memory keys",
     };
@@ -173,19 +94,7 @@ impl ConnInfo {
         if b.is_empty() {
             return Ok(None);
         }
-        let mut r = Rd {
-            b,
-            what: "verbs connection details",
-        };
-        if r.take(4)? != MAGIC {
-            return Err("not verbs connection details (bad magic)".into());
-        }
-        let v = r.u8()?;
-        if v != VERSION {
-            return Err(format!(
-                "verbs connection details of version {v}, this rshmem speaks {VERSION} (mixed rshmem versions in one job?)"
-            ));
-        }
+        let mut r = Reader::open(b, "verbs connection details", MAGIC, VERSION)?;
         let lid = r.u16()?;
         let gid: [u8; 16] = r.take(16)?.try_into().unwrap_or([0; 16]);
         let mtu = r.u8()?;
@@ -224,16 +133,11 @@ impl ConnInfo {
     }
 }
 
-/// The key of `heap` covering `[off, off+len)` entirely, or the one containing `off` (a range
-/// that crosses chunks is split by the caller at `start + len` of the key returned).
-pub fn find_key(keys: &[Key], heap: HeapId, off: u64) -> Option<&Key> {
-    keys.iter()
-        .find(|k| k.heap == heap && off >= k.start && off - k.start < k.len)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::key::find;
+    use crate::transport::HeapId;
 
     fn sample(n: usize) -> ConnInfo {
         ConnInfo {
@@ -318,14 +222,14 @@ mod tests {
             "a count larger than the payload"
         );
         assert_eq!(
-            find_key(&keys, HeapId::User, 0).map(|k| k.rkey),
+            find(&keys, HeapId::User, 0).map(|k| k.rkey),
             Some(0xdead_beef)
         );
         assert_eq!(
-            find_key(&keys, HeapId::User, (66 << 20) - 1).map(|k| k.rkey),
+            find(&keys, HeapId::User, (66 << 20) - 1).map(|k| k.rkey),
             Some(0xdead_beef)
         );
-        assert!(find_key(&keys, HeapId::User, 66 << 20).is_none());
-        assert_eq!(find_key(&keys, HeapId::Ctrl, 8).map(|k| k.rkey), Some(7));
+        assert!(find(&keys, HeapId::User, 66 << 20).is_none());
+        assert_eq!(find(&keys, HeapId::Ctrl, 8).map(|k| k.rkey), Some(7));
     }
 }
