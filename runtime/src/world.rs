@@ -743,18 +743,26 @@ impl World {
                 return r.map(Target::Local);
             }
         }
-        let local = match self.node.local_of.get(pe) {
-            Some(Some(l)) => Some(*l),
-            _ => {
-                self.check_pe(call, pe)?;
-                None
-            }
-        };
+        if let Some(Some(l)) = self.node.local_of.get(pe) {
+            let off = self.heap.check_range(call, addr, len)?;
+            return Ok(Target::Local(self.heap.peer_addr(*l, off)));
+        }
+        self.target_remote(call, addr, len, pe)
+    }
+
+    /// [`target`](World::target) for a PE this one does not reach by load/store (kept out of
+    /// line: the local path is the hot one).
+    #[cold]
+    fn target_remote(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+        pe: usize,
+    ) -> Result<Target> {
+        self.check_pe(call, pe)?;
         let off = self.heap.check_range(call, addr, len)?;
-        Ok(match local {
-            Some(l) => Target::Local(self.heap.peer_addr(l, off)),
-            None => Target::Remote(RemoteAddr::user(pe, off)),
-        })
+        Ok(Target::Remote(RemoteAddr::user(pe, off)))
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {
@@ -820,7 +828,7 @@ impl World {
     }
 
     /// Applies `a` to the checked, aligned word; returns the old value.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn amo_at(&self, call: &'static str, t: Target, a: Amo) -> Result<u64> {
         match t {
             Target::Local(addr) => self.xport.amo(call, addr, a),
@@ -836,12 +844,17 @@ impl World {
     /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
     /// transport may post it (complete at the next quiet, ordered after earlier operations
     /// to the same PE).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
         match t {
             Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
-            Target::Remote(at) => self.remote_xport(call, at.pe)?.amo_nf(call, at, a),
+            Target::Remote(at) => self.amo_nf_remote(call, at, a),
         }
+    }
+
+    #[cold]
+    fn amo_nf_remote(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
+        self.remote_xport(call, at.pe)?.amo_nf(call, at, a)
     }
 
     /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.
