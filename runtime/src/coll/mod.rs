@@ -237,7 +237,7 @@ impl World {
         for &pe in team.members() {
             match self.target(call, p as usize, bytes, pe)? {
                 Target::Local(a) => v.push(a as *mut T),
-                Target::Remote(_) => return Ok(None),
+                Target::Remote { .. } => return Ok(None),
             }
         }
         Ok(Some(v))
