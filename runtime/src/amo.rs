@@ -11,7 +11,7 @@
 use crate::error::Result;
 use crate::transport::{Amo, AmoOp};
 use crate::types::{AmoBitwise, AmoInt, AmoType, Bits};
-use crate::world::World;
+use crate::world::{Target, World};
 
 /// Declares atomics that come as a fetching call and one without the old value, one row a
 /// pair: the docs and name of each, the type bound, and the operation (applied with `value`).
@@ -32,7 +32,21 @@ macro_rules! fetch_and_plain {
 }
 
 impl World {
-    /// Checks `dest` (aligned, inside a live allocation, PE in range) and applies `op`.
+    /// Checks `dest` (aligned, inside a live allocation, PE in range): its target on PE `pe`
+    /// and its size.
+    #[inline(always)]
+    fn amo_word<T: AmoType>(
+        &self,
+        call: &'static str,
+        dest: *const T,
+        pe: usize,
+    ) -> Result<(Target, usize)> {
+        let size = std::mem::size_of::<T>();
+        Self::check_aligned(call, "address", dest, size)?;
+        Ok((self.target(call, dest as usize, size, pe)?, size))
+    }
+
+    /// Checks `dest` ([`amo_word`](World::amo_word)) and applies `op`.
     #[inline]
     fn amo<T: AmoType>(
         &self,
@@ -43,9 +57,7 @@ impl World {
         cond: T,
         pe: usize,
     ) -> Result<T> {
-        let size = std::mem::size_of::<T>();
-        Self::check_aligned(call, "address", dest, size)?;
-        let t = self.target(call, dest as usize, size, pe)?;
+        let (t, size) = self.amo_word(call, dest, pe)?;
         let (v, c) = (value.to_bits().to_u64(), cond.to_bits().to_u64());
         let old = self.amo_at(call, t, Amo::new(op, size, v, c))?;
         Ok(T::from_bits(T::Bits::from_u64(old)))
@@ -61,9 +73,7 @@ impl World {
         value: T,
         pe: usize,
     ) -> Result<()> {
-        let size = std::mem::size_of::<T>();
-        Self::check_aligned(call, "address", dest, size)?;
-        let t = self.target(call, dest as usize, size, pe)?;
+        let (t, size) = self.amo_word(call, dest, pe)?;
         let v = value.to_bits().to_u64();
         self.amo_nf_at(call, t, Amo::new(op, size, v, v))
     }
@@ -79,7 +89,6 @@ impl World {
     #[inline]
     pub fn atomic_set<T: AmoType>(&self, dest: *mut T, value: T, pe: usize) -> Result<()> {
         self.amo_post("atomic_set", AmoOp::Set, dest, value, pe)
-            .map(drop)
     }
 
     /// **One-sided.** Atomically replaces `dest` on PE `pe` with `value`; returns the old value. Like `shmem_atomic_swap`.

@@ -313,6 +313,19 @@ impl Shared {
         let h = self.helped.load(Ordering::Relaxed);
         h != 0 && self.now().saturating_sub(h) < HELPED.as_nanos() as u64
     }
+
+    /// Records that a thread of this PE is using or progressing the worker (see
+    /// [`Shared::helped_recently`]).
+    fn mark_in_use(&self) {
+        self.helped.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// Drains the worker (serving what peers sent) and reaps completed posted operations.
+    fn serve(&self, g: &mut Inner) {
+        // SAFETY: live worker; the caller holds its lock (`g`).
+        unsafe { while (self.lib.worker_progress)(g.worker) != 0 {} }
+        reap(self.lib, self, g);
+    }
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
@@ -563,11 +576,9 @@ impl Ucx {
         let Ok(mut g) = s.inner.try_lock() else {
             return;
         };
-        // SAFETY: live worker under the lock.
-        unsafe { while (s.lib.worker_progress)(g.worker) != 0 {} }
-        reap(s.lib, s, &mut g);
+        s.serve(&mut g);
         drop(g);
-        s.helped.store(s.now(), Ordering::Relaxed);
+        s.mark_in_use();
     }
 
     /// The worker, for a call of this PE's threads. The call progresses the worker itself, so
@@ -580,9 +591,7 @@ impl Ucx {
             reason: "the UCX transport lock is poisoned (another thread panicked inside rshmem)"
                 .into(),
         })?;
-        self.shared
-            .helped
-            .store(self.shared.now(), Ordering::Relaxed);
+        self.shared.mark_in_use();
         Ok(g)
     }
 
@@ -932,9 +941,7 @@ impl Ucx {
             spins = spins.wrapping_add(1);
             if spins % 64 == 1 {
                 // This thread progresses the worker: the progress thread may nap.
-                self.shared
-                    .helped
-                    .store(self.shared.now(), Ordering::Relaxed);
+                self.shared.mark_in_use();
             }
             if spins % 64 == 0 && t0.elapsed() >= SPIN {
                 // Nothing for a while: sleep on the worker's event fd instead of taking a core
@@ -1224,30 +1231,22 @@ fn operands(a: Amo) -> (c_int, Box<[u64; 2]>) {
 
 /// Reaps completed posted operations (their buffers stay alive until then) and atomic replies.
 fn reap(lib: &Lib, s: &Shared, g: &mut Inner) {
+    // True while `req` is in flight; frees it once complete (its buffer box is dropped with
+    // the entry that `retain` removes).
+    let in_flight = |req: *mut c_void| {
+        // SAFETY: a live request of this worker.
+        let st = unsafe { (lib.request_check_status)(req) };
+        if st == ffi::UCS_INPROGRESS {
+            return true;
+        }
+        // SAFETY: completed, freed once.
+        unsafe { (lib.request_free)(req) };
+        false
+    };
     if let Ok(mut v) = s.replies.lock() {
-        v.retain(|(req, _)| {
-            // SAFETY: a live request of this worker.
-            let st = unsafe { (lib.request_check_status)(*req) };
-            if st == ffi::UCS_INPROGRESS {
-                return true;
-            }
-            // SAFETY: completed, freed once (its box is dropped with the entry).
-            unsafe { (lib.request_free)(*req) };
-            false
-        });
+        v.retain(|(req, _)| in_flight(*req));
     }
-    {
-        g.pending.retain(|(req, _)| {
-            // SAFETY: a live request of this worker.
-            let st = unsafe { (lib.request_check_status)(*req) };
-            if st == ffi::UCS_INPROGRESS {
-                return true;
-            }
-            // SAFETY: completed, freed once.
-            unsafe { (lib.request_free)(*req) };
-            false
-        });
-    }
+    g.pending.retain(|(req, _)| in_flight(*req));
 }
 
 /// Why a PE whose endpoint UCX failed is gone.
@@ -1273,9 +1272,7 @@ fn progress_loop(s: &Shared) {
             // arrived once per nap when the worker is free (the other thread may be computing
             // between calls).
             if let Ok(mut g) = s.inner.try_lock() {
-                // SAFETY: live worker under the lock.
-                unsafe { while (lib.worker_progress)(g.worker) != 0 {} }
-                reap(lib, s, &mut g);
+                s.serve(&mut g);
             }
             let mut fd = libc::pollfd {
                 fd: s.kickfd,
@@ -1289,10 +1286,8 @@ fn progress_loop(s: &Shared) {
         }
         let (armed, busy) = match s.inner.lock() {
             Ok(mut g) => {
+                s.serve(&mut g);
                 // SAFETY: live worker under the lock.
-                unsafe { while (lib.worker_progress)(g.worker) != 0 {} }
-                reap(lib, s, &mut g);
-                // SAFETY: as above.
                 let st = unsafe { (lib.worker_arm)(g.worker) };
                 if st != ffi::UCS_OK && st != ffi::UCS_ERR_BUSY {
                     tracing::warn!(target: "rshmem::ucx", "ucp_worker_arm: {}", lib.status_text(st));
