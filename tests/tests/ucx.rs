@@ -285,6 +285,63 @@ fn ucx_own_transport_choice() {
     }
 }
 
+/// Puts over UCX on TCP take UCX's zero-copy RMA lane, not its active-message emulation: with
+/// peer-failure handling on, a UCX of 1.20 or newer opens that lane only when rendezvous is
+/// off, which rshmem sets (`UCX_RNDV_THRESH=inf`) unless the user set it (then the user's value
+/// wins, and puts are emulated). UCX 1.14-1.19 always emulate them here, 1.13 prints no
+/// protocol tables: the test checks only where the rule applies.
+#[test]
+fn ucx_puts_take_the_rma_lane() {
+    let Ok(p) = rshmem::probe_ucx(None) else {
+        eprintln!("SKIPPED: UCX is not available here");
+        return;
+    };
+    if (p.version.0, p.version.1) < (1, 20) {
+        eprintln!(
+            "SKIPPED: UCX {:?} emulates puts over TCP with peer-failure handling on",
+            p.version
+        );
+        return;
+    }
+    // The protocol UCX chose for host-to-host puts, from its UCX_PROTO_INFO tables.
+    let put_protocols = |extra: &[(&str, &str)]| {
+        let mut j = common::job(2, "rma").env("UCX_PROTO_INFO", "y");
+        for (k, v) in UCX.iter().chain(extra) {
+            j = j.env(k, v);
+        }
+        let r = j.run();
+        // UCX prints its tables on stdout, between the scenario's lines.
+        r.check(r.status.success(), "the rma scenario failed");
+        let mut rows = Vec::new();
+        let mut in_put = false;
+        for line in r.stdout.lines() {
+            if line.contains("remote memory write by ucp_put") {
+                in_put = line.contains("from host memory to host");
+            } else if line.contains("by ucp_") {
+                in_put = false;
+            } else if in_put && line.contains("tcp/") {
+                rows.push(line.to_string());
+            }
+        }
+        assert!(
+            !rows.is_empty(),
+            "no UCX protocol table for host puts:\n{}",
+            r.report()
+        );
+        rows
+    };
+    let ours = put_protocols(&[]);
+    assert!(
+        ours.iter().all(|l| !l.contains("software emulation")),
+        "puts are emulated with rshmem's UCX settings: {ours:#?}"
+    );
+    let users = put_protocols(&[("UCX_RNDV_THRESH", "auto")]);
+    assert!(
+        users.iter().any(|l| l.contains("software emulation")),
+        "with the user's UCX_RNDV_THRESH=auto, UCX should emulate puts (the user's value wins): {users:#?}"
+    );
+}
+
 /// The last PE exits right after init: the others' barrier, sync and malloc fail with
 /// `PeerLost` naming it (UCX reports its endpoint failed; the progress thread tells the job),
 /// well before `RSHMEM_TIMEOUT`.

@@ -4,15 +4,22 @@
 //! in software: the target's worker applies the operation with CPU atomics on the remote address,
 //! whatever its memory type. On GPU memory that address is not host-accessible, so UCX cannot
 //! do atomics (nor atomic signals) on a GPU heap there. rshmem therefore applies atomics on the
-//! user heap itself when the heap is on a GPU (and on request, `RSHMEM_UCX_TARGET_ATOMICS=1`, on
-//! the CPU backend, which tests this path without a GPU): the initiator sends an active message
+//! user heap itself when the heap is on a GPU, with a UCX newer than 1.13 on a host without an
+//! RDMA device (see `transport::select::ucx_target_atomics`), and on request
+//! (`RSHMEM_UCX_TARGET_ATOMICS=1`, which tests this path on the CPU backend): the initiator sends an active message
 //! ([`Request`], id [`AM_REQUEST`]) carrying the operation; the target's handler checks it
 //! against its heap (the range must lie inside one live allocation, the word aligned), applies
 //! it — on the GPU with the same kernel the TCP transport's target uses
 //! ([`GpuMem::amo`](crate::cuda::target::GpuMem::amo), system-scope atomics), on the host with
 //! CPU atomics — and answers ([`Reply`], id [`AM_REPLY`]) with the old value or the reason it
-//! refused. The initiator waits for the answer, so the atomic is complete (applied at the target)
-//! when the call returns, for fetching and non-fetching operations alike.
+//! refused. The initiator of a fetching atomic waits for the answer; the answers to non-fetching
+//! ones (posted: their sequence numbers carry [`POSTED`]) are collected by the next flush, which
+//! reports the first refusal among them.
+//!
+//! The runtime's own flag stores (barrier and team flags,
+//! [`TransportOps::store`](crate::transport::TransportOps::store)) ask for no answer: the waiting target sees the flag,
+//! and the initiator needs only the send to complete, so a barrier round costs one message
+//! instead of a message and its answer collected by the next quiet.
 //!
 //! Ordering: before it sends a request, the initiator flushes the puts and stores it issued
 //! since the last flush (remote completion), so the data of a put-with-signal is in the target's
@@ -52,6 +59,10 @@ pub struct Request {
     pub fetch: bool,
     /// On the control heap (barrier and team flags) instead of the user heap.
     pub ctrl: bool,
+    /// The target answers. False for the runtime's flag stores
+    /// ([`TransportOps::store`](crate::transport::TransportOps::store)), which nobody waits on: the target then only
+    /// logs a refusal, and the initiator's flush completes the send alone (no round trip).
+    pub answer: bool,
     /// Matches the reply to the request.
     pub seq: u64,
     /// Offset in the target's user heap.
@@ -62,13 +73,13 @@ pub struct Request {
 
 impl Request {
     /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags bit
-    /// 0: no old value wanted, bit 1: the control heap.
+    /// 0: no old value wanted, bit 1: the control heap, bit 2: no answer wanted.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut b = [0u8; REQUEST_LEN];
         b[0] = VERSION;
         b[1] = self.op;
         b[2] = self.size;
-        b[3] = u8::from(!self.fetch) | u8::from(self.ctrl) << 1;
+        b[3] = u8::from(!self.fetch) | u8::from(self.ctrl) << 1 | u8::from(!self.answer) << 2;
         b[4..8].copy_from_slice(&self.from.to_le_bytes());
         for (i, v) in [self.seq, self.off, self.value, self.cond]
             .iter()
@@ -81,7 +92,7 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 3 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 7 {
             return None;
         }
         let w =
@@ -91,6 +102,7 @@ impl Request {
             size: b[2],
             fetch: b[3] & 1 == 0,
             ctrl: b[3] & 2 != 0,
+            answer: b[3] & 4 == 0,
             from: u32::from_le_bytes(b[4..8].try_into().ok()?),
             seq: w(0),
             off: w(1),
@@ -319,6 +331,7 @@ mod tests {
             size: 8,
             fetch: true,
             ctrl: false,
+            answer: true,
             seq: 77,
             off: 0x20_0040,
             value: u64::MAX,
@@ -326,8 +339,18 @@ mod tests {
         };
         let b = r.encode();
         assert_eq!(Request::decode(&b), Some(r));
-        for (fetch, ctrl) in [(false, false), (true, true), (false, true)] {
-            let x = Request { fetch, ctrl, ..r };
+        for (fetch, ctrl, answer) in [
+            (false, false, true),
+            (true, true, true),
+            (false, true, true),
+            (false, true, false),
+        ] {
+            let x = Request {
+                fetch,
+                ctrl,
+                answer,
+                ..r
+            };
             assert_eq!(Request::decode(&x.encode()), Some(x));
         }
         assert_eq!(Request::decode(&b[..REQUEST_LEN - 1]), None);
@@ -335,7 +358,7 @@ mod tests {
         bad[0] = 2;
         assert_eq!(Request::decode(&bad), None, "other version");
         let mut bad = b;
-        bad[3] = 4;
+        bad[3] = 8;
         assert_eq!(Request::decode(&bad), None, "unknown flag");
     }
 

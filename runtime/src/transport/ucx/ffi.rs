@@ -257,6 +257,7 @@ pub struct Lib {
     pub version: (u32, u32, u32),
     pub config_read: unsafe extern "C" fn(*const c_char, *const c_char, *mut Config) -> Status,
     pub config_release: unsafe extern "C" fn(Config),
+    pub config_modify: unsafe extern "C" fn(Config, *const c_char, *const c_char) -> Status,
     pub init_version:
         unsafe extern "C" fn(c_uint, c_uint, *const UcpParams, Config, *mut Context) -> Status,
     pub cleanup: unsafe extern "C" fn(Context),
@@ -352,6 +353,7 @@ impl Lib {
             version: (a, b, c),
             config_read: sym!("ucp_config_read"),
             config_release: sym!("ucp_config_release"),
+            config_modify: sym!("ucp_config_modify"),
             init_version: sym!("ucp_init_version"),
             cleanup: sym!("ucp_cleanup"),
             context_print_info: sym!("ucp_context_print_info"),
