@@ -158,7 +158,9 @@ impl Error {
 /// loads libcuda to describe the status, which panics on a machine without the driver).
 fn driver_text(e: &cudarc::driver::DriverError) -> String {
     let code = format!("{:?}", e.0);
-    if !crate::cuda::driver_present() {
+    // SAFETY: only probes for the library with dlopen (as `cuda::driver_present`; asked of
+    // cudarc here so that errors, the bottom layer, do not depend on the `cuda` layer).
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return code;
     }
     match e.error_string() {

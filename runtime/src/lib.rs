@@ -58,6 +58,7 @@ macro_rules! calls {
 mod amo;
 mod coll;
 pub mod config;
+pub mod contract;
 pub mod cuda;
 mod cuda_interop;
 pub mod device;

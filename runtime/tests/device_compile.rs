@@ -235,7 +235,7 @@ fn bad_arch_is_rejected_without_nvrtc() {
     }
 }
 
-/// The host/device contract (`rshmem::wire::device_contract`: every wire code and shared
+/// The host/device contract (`rshmem::contract::device_contract`: every wire code and shared
 /// layout as a `static_assert`) compiled together with the device headers.
 fn contract_source(contract: &str) -> String {
     format!(
@@ -249,7 +249,7 @@ fn device_contract_holds_or_skip() {
     if !nvrtc_or_skip("device_contract_holds_or_skip") {
         return;
     }
-    let contract = rshmem::wire::device_contract();
+    let contract = rshmem::contract::device_contract();
     assert!(contract.matches("static_assert").count() > 60, "{contract}");
     if let Err(e) = compile_cubin(&contract_source(&contract), &opts("contract.cu")) {
         panic!("the device headers disagree with the host's wire codes or layouts:\n{e}");
@@ -263,7 +263,7 @@ fn device_contract_catches_a_one_sided_change_or_skip() {
     }
     // What a change of one side alone looks like: the host's ADD code or the device state's
     // size no longer matching the header.
-    let contract = rshmem::wire::device_contract();
+    let contract = rshmem::contract::device_contract();
     for (from, to) in [
         (
             "(RSHMEM_PROXY_AMO_ADD) == 4ull",

@@ -15,7 +15,7 @@ use crate::cuda::pinned::Pinned;
 use crate::cuda::{check, Gpu};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::transport::{Amo, AmoOp};
+use crate::wire::{Amo, AmoOp};
 
 /// Access to this PE's GPU memory from host threads, on a private stream.
 pub struct GpuMem {
