@@ -53,16 +53,24 @@ impl std::fmt::Debug for WaitPolicy {
 }
 
 impl WaitPolicy {
-    pub fn new(me: usize, timeout: Option<Duration>, local_pes: usize) -> Self {
+    /// `local_pes`: the PEs of this host. `served_by_threads`: peers' requests to this PE are
+    /// applied by threads of its own (rshmem's TCP transport), which need a core too: a PE
+    /// with no core to spare for them (e.g. bound to one core, as `mpirun` binds 2 ranks) then
+    /// yields early instead of spinning while they wait to run (measured: a 2-PE barrier over
+    /// TCP, each PE bound to one core, spent most of its 190-450 us in that spin).
+    pub fn new(
+        me: usize,
+        timeout: Option<Duration>,
+        local_pes: usize,
+        served_by_threads: bool,
+    ) -> Self {
+        // The CPUs this process may run on (its affinity mask), not the host's.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shared = local_pes > cores || (served_by_threads && local_pes >= cores);
         WaitPolicy {
             me,
             timeout,
-            spins: if local_pes > cores {
-                SPINS_SHARED
-            } else {
-                SPINS_OWN_CORE
-            },
+            spins: if shared { SPINS_SHARED } else { SPINS_OWN_CORE },
             progress: None,
             nap_after: NAP_AFTER,
         }

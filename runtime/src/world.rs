@@ -412,7 +412,7 @@ impl World {
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
-        let mut wait = WaitPolicy::new(me, cfg.timeout, node.len());
+        let mut wait = WaitPolicy::new(me, cfg.timeout, node.len(), net.is_some());
         wait.set_progress(remotes.progress());
         let world = World {
             me,
