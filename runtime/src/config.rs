@@ -93,8 +93,14 @@ pub static ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "RSHMEM_UCX_TARGET_ATOMICS",
         kind: "bool",
-        default: "0 (1 on the GPU backend, always)",
-        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message answered after the atomic) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory; set it to 1 to run that path on the CPU backend (testing).",
+        default: "0 (1 on the GPU backend, and with UCX > 1.13 without an RDMA device)",
+        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message answered after the atomic) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory, and with a UCX newer than 1.13 on a host without an RDMA device (its software fetching atomics over TCP fail); set it to 1 to run that path elsewhere (testing).",
+    },
+    EnvVar {
+        name: "RSHMEM_UCX_ERROR_MODE",
+        kind: "auto | peer | none",
+        default: "auto",
+        help: "Whether UCX endpoints use UCX's peer-failure handling. peer: yes (a keepalive on every endpoint: a peer that vanishes without closing its connections is found); none: no, as Open MPI's OSHMEM runs UCX (a peer that crashes is still reported as gone when its connections close, one that vanishes silently only after RSHMEM_TIMEOUT); auto: none with a UCX of 1.14 to 1.19 that has no InfiniBand/RoCE transport (with peer handling such a UCX emulates every put over TCP with active messages: twice the latency, a fifth of the bandwidth of large puts), peer otherwise. UCX cannot connect endpoints of both kinds, so the job uses none as soon as one PE does; init fails, naming both PEs, when another PE set peer explicitly.",
     },
     EnvVar {
         name: "RSHMEM_IB_DEVICE",
@@ -161,6 +167,8 @@ pub struct Config {
     /// Atomics on the user heap over UCX are applied on the target by rshmem
     /// (`RSHMEM_UCX_TARGET_ATOMICS`; always on the GPU backend).
     pub ucx_target_atomics: bool,
+    /// Whether UCX endpoints use UCX's peer-failure handling (`RSHMEM_UCX_ERROR_MODE`).
+    pub ucx_error_mode: crate::transport::select::UcxErrorMode,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -192,6 +200,7 @@ impl Default for Config {
             ib_gid_index: None,
             ucx_lib: None,
             ucx_target_atomics: false,
+            ucx_error_mode: crate::transport::select::UcxErrorMode::Auto,
         }
     }
 }
@@ -268,6 +277,10 @@ impl Config {
         if let Some(v) = get("RSHMEM_UCX_TARGET_ATOMICS") {
             c.ucx_target_atomics = parse_bool(&v)
                 .ok_or_else(|| bad("RSHMEM_UCX_TARGET_ATOMICS", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_UCX_ERROR_MODE") {
+            c.ucx_error_mode = crate::transport::select::UcxErrorMode::parse(&v)
+                .ok_or_else(|| bad("RSHMEM_UCX_ERROR_MODE", &v, "expected auto, peer or none"))?;
         }
         if let Some(v) = get("RSHMEM_IB_DEVICE").filter(|v| !v.trim().is_empty()) {
             let v = v.trim();
@@ -402,6 +415,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.remote_transport, RemoteChoice::Tcp);
         assert_eq!(c.ib_device, Some(("rxe0".to_string(), None)));
+        use crate::transport::select::UcxErrorMode;
+        assert_eq!(c.ucx_error_mode, UcxErrorMode::Auto);
+        let c = Config::from_lookup(&lookup(&[("RSHMEM_UCX_ERROR_MODE", "None")])).unwrap();
+        assert_eq!(c.ucx_error_mode, UcxErrorMode::None);
     }
 
     #[test]
@@ -419,6 +436,7 @@ mod tests {
             ("RSHMEM_IB_DEVICE", "mlx5_0:x"),
             ("RSHMEM_IB_DEVICE", "mlx5_0:0"),
             ("RSHMEM_IB_GID_INDEX", "roce"),
+            ("RSHMEM_UCX_ERROR_MODE", "strict"),
         ] {
             let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
             let msg = err.to_string();

@@ -184,6 +184,29 @@ ucx!(
 ucx!("idle", TARGET_AMO, 60, idle_ucx_target_atomics_2pes = 2);
 // A 128 MiB get and put crossing the heap's chunks (each mapped and keyed separately).
 ucx!("tcp-big", BIG, 120, big_transfer_ucx = 2);
+// Endpoints without UCX's peer-failure handling (`RSHMEM_UCX_ERROR_MODE=none`, the `auto`
+// choice for UCX 1.14-1.19 over TCP; those versions are not installed here).
+const NO_PEER_ERRORS: &[(&str, &str)] = &[("RSHMEM_UCX_ERROR_MODE", "none")];
+ucx!("rma", NO_PEER_ERRORS, 60, rma_ucx_no_peer_errors_3pes = 3);
+ucx!("amo", NO_PEER_ERRORS, 60, amo_ucx_no_peer_errors_3pes = 3);
+ucx!(
+    "signal",
+    NO_PEER_ERRORS,
+    60,
+    signal_ucx_no_peer_errors_2pes = 2
+);
+ucx!("coll", NO_PEER_ERRORS, 90, coll_ucx_no_peer_errors_3pes = 3);
+const BIG_NO_PEER_ERRORS: &[(&str, &str)] = &[
+    ("RSHMEM_HEAP_INITIAL", "4M"),
+    ("RSHMEM_HEAP_LIMIT", "512M"),
+    ("RSHMEM_UCX_ERROR_MODE", "none"),
+];
+ucx!(
+    "tcp-big",
+    BIG_NO_PEER_ERRORS,
+    120,
+    big_transfer_ucx_no_peer_errors = 2
+);
 
 /// An example program from the same target directory as `rshmem-testpe`, built if missing.
 fn example(name: &str) -> PathBuf {
@@ -285,22 +308,21 @@ fn ucx_own_transport_choice() {
     }
 }
 
-/// Puts over UCX on TCP take UCX's zero-copy RMA lane, not its active-message emulation: with
+/// Puts over UCX on TCP take UCX's zero-copy RMA lane, not its active-message emulation. With
 /// peer-failure handling on, a UCX of 1.20 or newer opens that lane only when rendezvous is
 /// off, which rshmem sets (`UCX_RNDV_THRESH=inf`) unless the user set it (then the user's value
-/// wins, and puts are emulated). UCX 1.14-1.19 always emulate them here, 1.13 prints no
-/// protocol tables: the test checks only where the rule applies.
+/// wins, and puts are emulated); UCX 1.14-1.19 never open it, so `RSHMEM_UCX_ERROR_MODE=auto`
+/// turns the handling off there (`peer` brings the emulation back). UCX 1.13 prints no protocol
+/// tables: the test checks only where the rules apply.
 #[test]
 fn ucx_puts_take_the_rma_lane() {
     let Ok(p) = rshmem::probe_ucx(None) else {
         eprintln!("SKIPPED: UCX is not available here");
         return;
     };
-    if (p.version.0, p.version.1) < (1, 20) {
-        eprintln!(
-            "SKIPPED: UCX {:?} emulates puts over TCP with peer-failure handling on",
-            p.version
-        );
+    let v = (p.version.0, p.version.1);
+    if v < (1, 14) {
+        eprintln!("SKIPPED: UCX {:?} prints no protocol tables", p.version);
         return;
     }
     // The protocol UCX chose for host-to-host puts, from its UCX_PROTO_INFO tables.
@@ -335,26 +357,40 @@ fn ucx_puts_take_the_rma_lane() {
         ours.iter().all(|l| !l.contains("software emulation")),
         "puts are emulated with rshmem's UCX settings: {ours:#?}"
     );
-    let users = put_protocols(&[("UCX_RNDV_THRESH", "auto")]);
+    let (setting, why) = if v >= (1, 20) {
+        (
+            ("UCX_RNDV_THRESH", "auto"),
+            "the user's UCX_RNDV_THRESH=auto wins",
+        )
+    } else {
+        (
+            ("RSHMEM_UCX_ERROR_MODE", "peer"),
+            "peer-failure handling asked for",
+        )
+    };
+    let emulated = put_protocols(&[setting]);
     assert!(
-        users.iter().any(|l| l.contains("software emulation")),
-        "with the user's UCX_RNDV_THRESH=auto, UCX should emulate puts (the user's value wins): {users:#?}"
+        emulated.iter().any(|l| l.contains("software emulation")),
+        "UCX should emulate puts ({why}): {emulated:#?}"
     );
 }
 
 /// The last PE exits right after init: the others' barrier, sync and malloc fail with
 /// `PeerLost` naming it (UCX reports its endpoint failed; the progress thread tells the job),
-/// well before `RSHMEM_TIMEOUT`.
+/// well before `RSHMEM_TIMEOUT`; with UCX's peer-failure handling and without it
+/// (`RSHMEM_UCX_ERROR_MODE`: UCX calls the endpoint's error handler in both modes when the
+/// connection closes).
 #[test]
 fn die_ucx() {
     if skip() {
         return;
     }
-    for n in [2, 3] {
+    for (n, mode) in [(2, "peer"), (3, "peer"), (2, "none"), (3, "none")] {
         let dir = common::TempDir::new();
         let mut j = common::job(n, "die")
             .arg(dir.arg())
             .env("RSHMEM_TIMEOUT", "60")
+            .env("RSHMEM_UCX_ERROR_MODE", mode)
             .timeout(20);
         for (k, v) in UCX {
             j = j.env(k, v);

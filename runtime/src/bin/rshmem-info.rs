@@ -106,6 +106,10 @@ struct Ucx {
     /// Why the GPU backend cannot use it, and the fix (None when it can, or UCX is absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     gpu_unusable: Option<String>,
+    /// Its endpoints use UCX's peer-failure handling (`RSHMEM_UCX_ERROR_MODE`; None when the
+    /// setting is invalid or UCX is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_errors: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -430,6 +434,13 @@ fn report(args: &Args) -> Report {
             cuda: p.cuda(),
             cuda_module: p.cuda_module,
             gpu_unusable: p.gpu_unready(),
+            peer_errors: rshmem::config::Config::from_lookup(&|k: &str| {
+                (k == "RSHMEM_UCX_ERROR_MODE")
+                    .then(|| env_value(k))
+                    .flatten()
+            })
+            .ok()
+            .map(|c| p.peer_errors(&c)),
             resources: p.resources,
             tls,
             error: None,
@@ -444,6 +455,7 @@ fn report(args: &Args) -> Report {
             cuda: false,
             cuda_module: None,
             gpu_unusable: None,
+            peer_errors: None,
             error: Some(e.to_string()),
         },
     };
@@ -561,7 +573,7 @@ fn text(r: &Report) -> String {
     let u = &r.ucx;
     match (&u.version, &u.path, &u.error) {
         (Some(v), Some(p), _) => out.push_str(&format!(
-            "ucx: UCX {v} from {p}\n  UCX_TLS: {}\n  resources it will use: {}\n  RDMA (InfiniBand/RoCE): {}\n  CUDA support (GPU heaps): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
+            "ucx: UCX {v} from {p}\n  UCX_TLS: {}\n  resources it will use: {}\n  RDMA (InfiniBand/RoCE): {}\n  CUDA support (GPU heaps): {}\n  peer-failure handling (RSHMEM_UCX_ERROR_MODE): {}\n  RSHMEM_REMOTE_TRANSPORT=auto uses it for PEs on other hosts: {}\n\n",
             u.tls
                 .as_deref()
                 .map_or("unset (UCX picks among all its transports)".to_string(), str::to_string),
@@ -571,6 +583,11 @@ fn text(r: &Report) -> String {
                 (None, _) => "yes (cuda_copy)".to_string(),
                 (Some(why), Some(true)) => format!("module installed, not usable here: {why}"),
                 (Some(why), _) => format!("no: {why}"),
+            },
+            match u.peer_errors {
+                Some(true) => "yes (UCP_ERR_HANDLING_MODE_PEER)",
+                Some(false) => "no (UCP_ERR_HANDLING_MODE_NONE)",
+                None => "unknown (RSHMEM_UCX_ERROR_MODE is invalid)",
             },
             match (u.rdma, u.cuda) {
                 (true, true) => "yes, where both PEs have it and verbs is not used",

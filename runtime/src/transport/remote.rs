@@ -100,9 +100,13 @@ impl Remotes {
             tracing::debug!(target: "rshmem::verbs", "no verbs transport on PE {me}: {e}");
         }
         let ucx = open_ucx(cfg, me, boot.size(), choice, gpu);
-        let (ucx_ok, ucx_rdma) = match &ucx {
-            Some(Ok((_, rdma))) => (true, *rdma),
-            _ => (false, false),
+        let (ucx_ok, ucx_rdma, ucx_peer) = match &ucx {
+            Some(Ok((u, rdma))) => (
+                true,
+                *rdma,
+                select::ucx_peer_errors(cfg.ucx_error_mode, u.version(), *rdma),
+            ),
+            _ => (false, false, false),
         };
         if let Some(Err(e)) = &ucx {
             if gpu && choice == RemoteChoice::Auto {
@@ -116,6 +120,8 @@ impl Remotes {
             verbs: matches!(opened, Some(Ok(_))),
             ucx: ucx_ok,
             ucx_rdma,
+            ucx_peer,
+            ucx_mode_set: cfg.ucx_error_mode != select::UcxErrorMode::Auto,
         };
         let all: Vec<Announce> = boot
             .allgather(&mine.encode())?
@@ -151,6 +157,11 @@ impl Remotes {
         r.verbs_job = select::verbs_in_job(&all);
         r.ucx_job = select::ucx_in_job(&all);
         if r.via.contains(&Via::Ucx) {
+            let peer = select::ucx_peer_errors_in_job(&all)
+                .map_err(|e| Error::Unsupported { call, reason: e.0 })?;
+            if let Some(u) = &ucx {
+                u.set_peer_errors(peer);
+            }
             r.ucx = ucx;
         }
         #[cfg(feature = "verbs")]

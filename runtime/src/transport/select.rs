@@ -93,6 +93,10 @@ pub struct Announce {
     pub ucx: bool,
     /// Its UCX has an RDMA transport (InfiniBand/RoCE).
     pub ucx_rdma: bool,
+    /// Its UCX endpoints would use peer-failure handling ([`ucx_peer_errors`] of its setting).
+    pub ucx_peer: bool,
+    /// Its `RSHMEM_UCX_ERROR_MODE` was `peer` or `none`, not `auto`.
+    pub ucx_mode_set: bool,
 }
 
 impl Announce {
@@ -105,22 +109,29 @@ impl Announce {
         }
     }
 
-    /// Two bytes: the setting, and flags (bit 0 verbs, bit 1 UCX, bit 2 UCX with RDMA).
+    /// Two bytes: the setting, and flags (bit 0 verbs, bit 1 UCX, bit 2 UCX with RDMA, bit 3
+    /// UCX with peer-failure handling, bit 4 its error mode set explicitly).
     pub fn encode(self) -> [u8; 2] {
         [
             self.choice.code(),
-            self.verbs as u8 | (self.ucx as u8) << 1 | (self.ucx_rdma as u8) << 2,
+            self.verbs as u8
+                | (self.ucx as u8) << 1
+                | (self.ucx_rdma as u8) << 2
+                | (self.ucx_peer as u8) << 3
+                | (self.ucx_mode_set as u8) << 4,
         ]
     }
 
     /// The inverse of [`Announce::encode`]; `None` for anything else.
     pub fn decode(b: &[u8]) -> Option<Self> {
         match b {
-            [c, f] if *f < 8 => Some(Announce {
+            [c, f] if *f < 32 => Some(Announce {
                 choice: RemoteChoice::from_code(*c)?,
                 verbs: f & 1 != 0,
                 ucx: f & 2 != 0,
                 ucx_rdma: f & 4 != 0,
+                ucx_peer: f & 8 != 0,
+                ucx_mode_set: f & 16 != 0,
             }),
             _ => None,
         }
@@ -228,6 +239,68 @@ pub fn ucx_in_job(all: &[Announce]) -> bool {
 /// protocol for fetching ones over TCP ("cannot find remote protocol ... amo_fetch").
 pub fn ucx_target_atomics(gpu: bool, forced: bool, version: (u32, u32, u32), rdma: bool) -> bool {
     gpu || forced || ((version.0, version.1) > (1, 13) && !rdma)
+}
+
+/// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UcxErrorMode {
+    /// [`ucx_peer_errors`] decides.
+    #[default]
+    Auto,
+    /// UCX's peer-failure handling (`UCP_ERR_HANDLING_MODE_PEER`).
+    Peer,
+    /// None (`UCP_ERR_HANDLING_MODE_NONE`, as Open MPI's OSHMEM runs UCX).
+    None,
+}
+
+impl UcxErrorMode {
+    /// Parses `auto`, `peer` or `none` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(UcxErrorMode::Auto),
+            "peer" => Some(UcxErrorMode::Peer),
+            "none" => Some(UcxErrorMode::None),
+            _ => None,
+        }
+    }
+}
+
+/// Whether UCX endpoints use UCX's peer-failure handling. It keeps a keepalive on every
+/// endpoint (a peer that vanishes without closing its connections is found), but UCX then uses
+/// only protocols that can abort: on a memory domain that cannot invalidate registrations (TCP)
+/// UCX 1.14-1.19 open no zero-copy RMA lane and emulate every put with active messages (measured
+/// with UCX 1.16 over TCP: put + quiet twice OSHMEM's latency, large puts a fifth of its
+/// bandwidth; UCX 1.20 and newer open the lane when rendezvous is off, which rshmem sets, see
+/// `transport/ucx/ucp.rs`). Without it, a peer that crashes is still reported when its
+/// connections close (UCX calls the endpoint's error handler either way); one that vanishes
+/// silently only after `RSHMEM_TIMEOUT`. `auto`: without it for a UCX of 1.14-1.19 that has no
+/// RDMA transport (`rdma`: one of its resources is InfiniBand/RoCE), with it otherwise.
+pub fn ucx_peer_errors(mode: UcxErrorMode, version: (u32, u32, u32), rdma: bool) -> bool {
+    match mode {
+        UcxErrorMode::Peer => true,
+        UcxErrorMode::None => false,
+        UcxErrorMode::Auto => {
+            let v = (version.0, version.1);
+            rdma || !((1, 14)..=(1, 19)).contains(&v)
+        }
+    }
+}
+
+/// Whether the job's UCX endpoints use peer-failure handling: UCX cannot connect an endpoint
+/// with it to one without, so every PE that opened UCX must use the same. Yes when every such
+/// PE would ([`Announce::ucx_peer`]); a PE whose `auto` chose none (UCX 1.14-1.19 over TCP)
+/// takes the job with it. An error when a PE asked for `peer` explicitly and another uses none.
+pub fn ucx_peer_errors_in_job(all: &[Announce]) -> Result<bool, PlanError> {
+    let with_ucx = || all.iter().enumerate().filter(|(_, a)| a.ucx);
+    let Some((q, _)) = with_ucx().find(|(_, a)| !a.ucx_peer) else {
+        return Ok(true);
+    };
+    if let Some((p, _)) = with_ucx().find(|(_, a)| a.ucx_peer && a.ucx_mode_set) {
+        return Err(PlanError(format!(
+            "PE {p} set RSHMEM_UCX_ERROR_MODE=peer, but PE {q} uses UCX without peer-failure handling (RSHMEM_UCX_ERROR_MODE=none, or auto with a UCX of 1.14 to 1.19 without RDMA); UCX cannot connect endpoints of both kinds: set the same RSHMEM_UCX_ERROR_MODE on every PE"
+        )));
+    }
+    Ok(false)
 }
 
 /// True for UCX resources that move CUDA memory (`cuda_copy/...`): UCX applies puts and gets
@@ -378,20 +451,77 @@ mod tests {
             RemoteChoice::Verbs,
             RemoteChoice::Ucx,
         ] {
-            for f in 0..8u8 {
+            for f in 0..32u8 {
                 let a = Announce {
                     choice,
                     verbs: f & 1 != 0,
                     ucx: f & 2 != 0,
                     ucx_rdma: f & 4 != 0,
+                    ucx_peer: f & 8 != 0,
+                    ucx_mode_set: f & 16 != 0,
                 };
                 assert_eq!(Announce::decode(&a.encode()), Some(a));
             }
         }
         assert_eq!(Announce::decode(&[]), None);
-        assert_eq!(Announce::decode(&[0, 8]), None);
+        assert_eq!(Announce::decode(&[0, 32]), None);
         assert_eq!(Announce::decode(&[4, 0]), None);
         assert_eq!(Announce::decode(&[0, 0, 0]), None);
+    }
+
+    #[test]
+    fn ucx_peer_errors_agreed_by_the_job() {
+        let a = |ucx, peer, set| Announce {
+            choice: RemoteChoice::Ucx,
+            ucx,
+            ucx_peer: peer,
+            ucx_mode_set: set,
+            ..Default::default()
+        };
+        assert_eq!(ucx_peer_errors_in_job(&[a(true, true, false); 3]), Ok(true));
+        // One PE's auto chose none: the job follows it.
+        let mixed = [
+            a(true, true, false),
+            a(true, false, false),
+            a(true, true, false),
+        ];
+        assert_eq!(ucx_peer_errors_in_job(&mixed), Ok(false));
+        // A PE without UCX does not count.
+        assert_eq!(
+            ucx_peer_errors_in_job(&[a(true, true, true), a(false, false, false)]),
+            Ok(true)
+        );
+        // An explicit peer against a PE without: an error naming both.
+        let e = ucx_peer_errors_in_job(&[a(true, false, true), a(true, true, true)]).unwrap_err();
+        assert!(
+            e.0.contains("PE 1 set RSHMEM_UCX_ERROR_MODE=peer") && e.0.contains("PE 0 uses"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ucx_peer_errors_rule() {
+        use UcxErrorMode::{Auto, None, Peer};
+        for v in [(1, 13, 1), (1, 16, 0), (1, 22, 0)] {
+            for rdma in [false, true] {
+                assert!(ucx_peer_errors(Peer, v, rdma), "peer: always");
+                assert!(!ucx_peer_errors(None, v, rdma), "none: never");
+            }
+        }
+        assert!(ucx_peer_errors(Auto, (1, 13, 1), false), "1.13: no cost");
+        assert!(!ucx_peer_errors(Auto, (1, 14, 0), false), "1.14 over TCP");
+        assert!(!ucx_peer_errors(Auto, (1, 16, 0), false), "1.16 over TCP");
+        assert!(!ucx_peer_errors(Auto, (1, 19, 1), false), "1.19 over TCP");
+        assert!(ucx_peer_errors(Auto, (1, 16, 0), true), "1.16 with RDMA");
+        assert!(
+            ucx_peer_errors(Auto, (1, 20, 0), false),
+            "1.20: rendezvous off suffices"
+        );
+        assert!(ucx_peer_errors(Auto, (1, 22, 0), false));
+        assert_eq!(UcxErrorMode::parse(" PEER "), Some(Peer));
+        assert_eq!(UcxErrorMode::parse("none"), Some(None));
+        assert_eq!(UcxErrorMode::parse(""), Some(Auto));
+        assert_eq!(UcxErrorMode::parse("off"), Option::None);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub const UCS_THREAD_MODE_SERIALIZED: c_int = 1;
 pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1 << 0;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 1 << 1;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
+/// `UCP_ERR_HANDLING_MODE_NONE`.
+pub const UCP_ERR_HANDLING_MODE_NONE: c_int = 0;
 /// `UCP_ERR_HANDLING_MODE_PEER`.
 pub const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 
@@ -521,6 +523,7 @@ mod tests {
             "UCS_ERR_LAST",
             "UCP_ATOMIC_OP_XOR",
             "UCP_ATOMIC_OP_CSWAP",
+            "UCP_ERR_HANDLING_MODE_NONE",
             "UCP_ERR_HANDLING_MODE_PEER",
             "UCS_THREAD_MODE_SERIALIZED",
             "UCS_MEMORY_TYPE_CUDA",
@@ -690,6 +693,10 @@ mod tests {
         assert_eq!(get("const UCS_ERR_LAST"), UCS_ERR_LAST as i64);
         assert_eq!(get("const UCP_ATOMIC_OP_XOR"), UCP_ATOMIC_OP_XOR as i64);
         assert_eq!(get("const UCP_ATOMIC_OP_CSWAP"), UCP_ATOMIC_OP_CSWAP as i64);
+        assert_eq!(
+            get("const UCP_ERR_HANDLING_MODE_NONE"),
+            UCP_ERR_HANDLING_MODE_NONE as i64
+        );
         assert_eq!(
             get("const UCP_ERR_HANDLING_MODE_PEER"),
             UCP_ERR_HANDLING_MODE_PEER as i64

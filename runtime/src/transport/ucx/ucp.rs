@@ -86,6 +86,12 @@ impl Probe {
             .any(|r| crate::transport::select::ucx_cuda_resource(r))
     }
 
+    /// Whether endpoints of this UCX use its peer-failure handling under `cfg`
+    /// (`RSHMEM_UCX_ERROR_MODE`; see `transport::select::ucx_peer_errors`).
+    pub fn peer_errors(&self, cfg: &crate::config::Config) -> bool {
+        crate::transport::select::ucx_peer_errors(cfg.ucx_error_mode, self.version, self.rdma())
+    }
+
     /// Why this UCX cannot carry a GPU heap (None when it can): the cause and the fix.
     pub fn gpu_unready(&self) -> Option<String> {
         let (a, b, c) = self.version;
@@ -370,6 +376,8 @@ unsafe impl Sync for Shared {}
 pub struct Ucx {
     me: usize,
     shared: Arc<Shared>,
+    /// Endpoints use UCX's peer-failure handling ([`Ucx::set_peer_errors`]).
+    peer_errors: AtomicBool,
     progress: Option<JoinHandle<()>>,
     timeout: Option<Duration>,
     /// Declared last: dropped after the worker (in `Drop for Ucx`) is destroyed.
@@ -586,10 +594,23 @@ impl Ucx {
         Ok(Ucx {
             me,
             shared,
+            peer_errors: AtomicBool::new(true),
             progress: None,
             timeout,
             ctx,
         })
+    }
+
+    /// Whether the endpoints created from now on use UCX's peer-failure handling (the default;
+    /// see `transport::select::ucx_peer_errors`). Either way UCX calls their error handler when
+    /// a connection fails, and the PE is reported gone.
+    pub fn set_peer_errors(&self, on: bool) {
+        self.peer_errors.store(on, Ordering::Relaxed);
+    }
+
+    /// The loaded UCX's version.
+    pub fn version(&self) -> (u32, u32, u32) {
+        self.shared.lib.version
     }
 
     /// The resources (`transport/device`) this PE's context uses.
@@ -742,7 +763,11 @@ impl Ucx {
             | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
             | ffi::UCP_EP_PARAM_FIELD_ERR_HANDLER;
         p.address = address.as_ptr().cast();
-        p.err_mode = ffi::UCP_ERR_HANDLING_MODE_PEER;
+        p.err_mode = if self.peer_errors.load(Ordering::Relaxed) {
+            ffi::UCP_ERR_HANDLING_MODE_PEER
+        } else {
+            ffi::UCP_ERR_HANDLING_MODE_NONE
+        };
         p.err_handler = ffi::UcpErrHandler {
             cb: Some(ep_error),
             arg: (&self.shared.failed[pe]) as *const AtomicBool as *mut c_void,
