@@ -122,6 +122,27 @@ impl Liveness {
     }
 }
 
+/// The [`Error::PeerLost`] that the call `call` of PE `me` fails with when it finds PE `pe`
+/// gone for `reason`, after reporting `pe` to `live` (as [`Liveness::report`]) where there is
+/// one (a transport made before the job's liveness watch has none yet).
+pub(crate) fn peer_lost(
+    live: Option<&Liveness>,
+    call: &'static str,
+    me: usize,
+    pe: usize,
+    reason: String,
+) -> Error {
+    if let Some(l) = live {
+        l.report(pe, reason.clone());
+    }
+    Error::PeerLost {
+        call,
+        me,
+        pe,
+        reason,
+    }
+}
+
 /// The node-local group of PEs.
 pub struct Node {
     /// Global PE numbers of the PEs on this host, ascending.

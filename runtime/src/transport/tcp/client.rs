@@ -15,6 +15,7 @@ use super::sock::{self, is_timeout};
 use super::wire::{self, Reject, Rejection, FRAME, REJ, REP, REQ};
 use super::{HeapId, Net};
 use crate::error::{Error, Result};
+use crate::node::peer_lost;
 use crate::transport::{Amo, RemoteAddr};
 
 /// Payloads up to this size are copied behind the header and sent with one write.
@@ -152,13 +153,7 @@ impl Net {
         } else {
             format!("its TCP connection failed during {doing}: {e}")
         };
-        self.live.report(pe, reason.clone());
-        Error::PeerLost {
-            call,
-            me: self.me,
-            pe,
-            reason,
-        }
+        peer_lost(Some(&self.live), call, self.me, pe, reason)
     }
 
     /// Runs `f` on the connection to `pe`; an I/O error breaks the connection for good.

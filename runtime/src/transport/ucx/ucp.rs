@@ -40,7 +40,7 @@ use super::amo::{self, Awaited, Reply, Request, Served};
 use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
-use crate::node::Liveness;
+use crate::node::{peer_lost, Liveness};
 use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
@@ -912,16 +912,8 @@ impl Ucx {
     }
 
     fn lost(&self, call: &'static str, pe: usize) -> Error {
-        let reason = LOST.to_string();
-        if let Some(l) = self.shared.live.get() {
-            l.report(pe, reason.clone());
-        }
-        Error::PeerLost {
-            call,
-            me: self.me,
-            pe,
-            reason,
-        }
+        let live = self.shared.live.get().map(|l| &**l);
+        peer_lost(live, call, self.me, pe, LOST.to_string())
     }
 
     /// Orders what was issued before against what follows (see the module docs).

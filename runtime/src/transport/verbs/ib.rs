@@ -38,7 +38,7 @@ use sideway::ibverbs::AccessFlags;
 use super::wire::{ConnInfo, Key};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::node::Liveness;
+use crate::node::{peer_lost, Liveness};
 use crate::transport::select::Via;
 use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
 
@@ -617,15 +617,9 @@ impl Verbs {
             let e = if status == WorkCompletionStatus::RemoteAccessError {
                 Error::invalid(call, format!("PE {pe} refused an RDMA access ({reason})"))
             } else {
-                if let Ok(Some(l)) = self.live.lock().as_deref() {
-                    l.report(pe, reason.clone());
-                }
-                Error::PeerLost {
-                    call,
-                    me: self.me,
-                    pe,
-                    reason,
-                }
+                let live = self.live.lock();
+                let live = live.as_deref().ok().and_then(Option::as_deref);
+                peer_lost(live, call, self.me, pe, reason)
             };
             first_err.get_or_insert(e);
         }
