@@ -23,6 +23,14 @@ const NAP_AFTER: Duration = Duration::from_millis(20);
 /// keeps serving its peers at once (as OSHMEM's and NVSHMEM's waits do) for longer.
 const NAP_AFTER_PROGRESSING: Duration = Duration::from_secs(1);
 
+/// Whether a PE's waits share its cores (with other PEs of the host, or with the threads that
+/// apply peers' requests to it), and whether those threads share them: `local_pes` PEs on
+/// `cores` CPUs (this process's affinity), `served_by_threads` as in [`WaitPolicy::new`].
+fn cores_shared(local_pes: usize, cores: usize, served_by_threads: bool) -> (bool, bool) {
+    let serving = served_by_threads && local_pes >= cores;
+    (local_pes > cores || serving, serving)
+}
+
 /// What a waiting thread calls between two checks of its condition: progress of a remote
 /// transport. It must be cheap when there is nothing to do and must never block.
 pub(crate) type Progress = Arc<dyn Fn() + Send + Sync>;
@@ -38,6 +46,9 @@ pub(crate) struct WaitPolicy {
     progress: Option<Progress>,
     /// When a wait starts napping.
     nap_after: Duration,
+    /// The threads that apply peers' requests to this PE share its cores with it
+    /// ([`WaitPolicy::new`]'s `served_by_threads` with no core to spare).
+    serving_threads_share_core: bool,
 }
 
 impl std::fmt::Debug for WaitPolicy {
@@ -66,14 +77,21 @@ impl WaitPolicy {
     ) -> Self {
         // The CPUs this process may run on (its affinity mask), not the host's.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let shared = local_pes > cores || (served_by_threads && local_pes >= cores);
+        let (shared, serving) = cores_shared(local_pes, cores, served_by_threads);
         WaitPolicy {
             me,
             timeout,
             spins: if shared { SPINS_SHARED } else { SPINS_OWN_CORE },
+            serving_threads_share_core: serving,
             progress: None,
             nap_after: NAP_AFTER,
         }
+    }
+
+    /// True if the threads that apply peers' requests to this PE have no core of their own
+    /// (see [`WaitPolicy::new`]).
+    pub fn serving_threads_share_core(&self) -> bool {
+        self.serving_threads_share_core
     }
 
     /// Makes every wait call `p` between its checks until it naps (see the module docs).
@@ -182,5 +200,22 @@ impl WaitPolicy {
             }
             std::thread::yield_now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cores_shared;
+
+    #[test]
+    fn who_shares_the_cores() {
+        // More PEs than CPUs: shared, whatever the transport.
+        assert_eq!(cores_shared(4, 2, false), (true, false));
+        // One PE bound to one CPU, TCP service threads: they share it.
+        assert_eq!(cores_shared(1, 1, true), (true, true));
+        assert_eq!(cores_shared(2, 2, true), (true, true));
+        // A spare CPU for the service threads, or no service threads: a core of its own.
+        assert_eq!(cores_shared(1, 2, true), (false, false));
+        assert_eq!(cores_shared(1, 1, false), (false, false));
     }
 }

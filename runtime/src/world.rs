@@ -413,6 +413,11 @@ impl World {
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
         let mut wait = WaitPolicy::new(me, cfg.timeout, node.len(), net.is_some());
+        if let Some(net) = &net {
+            if wait.serving_threads_share_core() {
+                net.spin_at_least(tcp::SHARED_CORE_SPIN);
+            }
+        }
         wait.set_progress(remotes.progress());
         let world = World {
             me,

@@ -191,6 +191,12 @@ impl Net {
             .store(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Release);
     }
 
+    /// Raises the busy-poll time of [`set_spin`](Net::set_spin) to at least `d`.
+    pub fn spin_at_least(&self, d: Duration) {
+        self.spin
+            .fetch_max(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::AcqRel);
+    }
+
     fn spin(&self) -> Duration {
         Duration::from_nanos(self.spin.load(Ordering::Acquire))
     }

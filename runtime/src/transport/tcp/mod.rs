@@ -46,6 +46,10 @@ pub(crate) use service::Region;
 
 /// How long busy-polling threads spin for data before they block, while a proxy is active.
 pub(crate) const PROXY_SPIN: Duration = Duration::from_micros(200);
+/// The same for a PE whose service threads share its cores (see `WaitPolicy::new`): a service
+/// thread that just applied a request keeps polling this long (yielding to the PE between
+/// polls), so a stream of small posted requests is applied without a wake-up for each.
+pub(crate) const SHARED_CORE_SPIN: Duration = Duration::from_micros(20);
 /// Longest single connection attempt (attempts repeat until the set-up deadline).
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 

@@ -117,6 +117,8 @@ pub fn recv_spin(
                 if t.elapsed() >= spin {
                     break;
                 }
+                // Let a thread that shares this core (the PE itself) run between polls.
+                std::thread::yield_now();
             }
             std::hint::spin_loop();
         }
