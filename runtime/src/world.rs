@@ -743,14 +743,22 @@ impl World {
         len: usize,
         pe: usize,
     ) -> Result<Target> {
+        let local = self.node.local_of.get(pe).copied().flatten();
+        if let Some(l) = local {
+            // The hot path: an allocation of the heap the range cache remembers (never a
+            // region's address: the cache holds heap allocations only).
+            if let Some(off) = self.heap.cached_offset(addr, len) {
+                return Ok(Target::Local(self.heap.peer_addr(l, off)));
+            }
+        }
         if self.regions.may_hold(addr) {
             if let Some(r) = self.region_target(call, addr, len, pe) {
                 return r.map(Target::Local);
             }
         }
-        if let Some(Some(l)) = self.node.local_of.get(pe) {
+        if let Some(l) = local {
             let off = self.heap.check_range(call, addr, len)?;
-            return Ok(Target::Local(self.heap.peer_addr(*l, off)));
+            return Ok(Target::Local(self.heap.peer_addr(l, off)));
         }
         self.target_remote(call, addr, len, pe)
     }

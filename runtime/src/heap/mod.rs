@@ -447,6 +447,14 @@ impl Heap {
         self.peer_addr(local, off)
     }
 
+    /// The offset of `[addr, addr+len)` when it lies in one of the live allocations the range
+    /// cache remembers (the hot path of [`check_range`](Heap::check_range)); None when the cache
+    /// cannot tell (the slow check may still accept it).
+    #[inline(always)]
+    pub fn cached_offset(&self, addr: usize, len: usize) -> Option<usize> {
+        self.hits.hit(addr, len).then(|| addr - self.my_base)
+    }
+
     /// Checks that `[addr, addr+len)` lies inside one live allocation of my heap and returns its
     /// offset. `len == 0` only checks the address.
     #[inline]
