@@ -21,7 +21,7 @@ use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
 use crate::transport::tcp::{self, Net, Region};
-use crate::transport::{p2p::P2p, Amo, RemoteAddr, RemoteRef, Transport, TransportOps as _};
+use crate::transport::{p2p::P2p, Amo, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
@@ -845,13 +845,31 @@ impl World {
     pub(crate) fn amo_at(&self, call: &'static str, t: Target, a: Amo) -> Result<u64> {
         match t {
             Target::Local(addr) => self.xport.amo(call, addr, a),
-            Target::Remote { pe, off } => self.amo_remote(call, RemoteAddr::user(pe, off), a),
+            Target::Remote { pe, off } => {
+                self.amo_remote(call, pe, off, a.op, a.size, a.value, a.cond)
+            }
         }
     }
 
+    /// The remote arm of [`amo_at`](World::amo_at), out of line. It takes the operand's fields
+    /// as scalars: with an `Amo` argument the compiler built the operand block in memory on
+    /// every call, the shared-memory path's included.
     #[cold]
-    fn amo_remote(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
-        self.remote_xport(call, at.pe)?.amo(call, at, a)
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn amo_remote(
+        &self,
+        call: &'static str,
+        pe: usize,
+        off: usize,
+        op: AmoOp,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<u64> {
+        let at = RemoteAddr::user(pe, off);
+        self.remote_xport(call, pe)?
+            .amo(call, at, Amo::new(op, size, value, cond))
     }
 
     /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
@@ -861,13 +879,29 @@ impl World {
     pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
         match t {
             Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
-            Target::Remote { pe, off } => self.amo_nf_remote(call, RemoteAddr::user(pe, off), a),
+            Target::Remote { pe, off } => {
+                self.amo_nf_remote(call, pe, off, a.op, a.size, a.value, a.cond)
+            }
         }
     }
 
+    /// The remote arm of [`amo_nf_at`](World::amo_nf_at) (scalars as in `amo_remote`).
     #[cold]
-    fn amo_nf_remote(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
-        self.remote_xport(call, at.pe)?.amo_nf(call, at, a)
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn amo_nf_remote(
+        &self,
+        call: &'static str,
+        pe: usize,
+        off: usize,
+        op: AmoOp,
+        size: usize,
+        value: u64,
+        cond: u64,
+    ) -> Result<()> {
+        let at = RemoteAddr::user(pe, off);
+        self.remote_xport(call, pe)?
+            .amo_nf(call, at, Amo::new(op, size, value, cond))
     }
 
     /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.

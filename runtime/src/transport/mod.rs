@@ -308,7 +308,7 @@ impl TransportOps for Transport {
     fn amo(&self, call: &'static str, addr: usize, a: Amo) -> Result<u64> {
         match self {
             Transport::Shm => shm::Shm.amo(call, addr, a),
-            Transport::P2p(p) => TransportOps::amo(p, call, addr, a),
+            Transport::P2p(p) => p2p_amo(p, call, addr, a.op, a.size, a.value, a.cond),
         }
     }
 
@@ -322,6 +322,22 @@ impl TransportOps for Transport {
     fn quiet(&self, call: &'static str) -> Result<()> {
         Transport::quiet(self, call)
     }
+}
+
+/// [`Transport::amo`] on a GPU heap, out of line and with the operand's fields as scalars: the
+/// shared-memory path then builds no operand block in memory (it did on every CPU atomic).
+#[cold]
+#[inline(never)]
+fn p2p_amo(
+    p: &p2p::P2p,
+    call: &'static str,
+    addr: usize,
+    op: AmoOp,
+    size: usize,
+    value: u64,
+    cond: u64,
+) -> Result<u64> {
+    TransportOps::amo(p, call, addr, Amo::new(op, size, value, cond))
 }
 
 /// A remote transport serving some PE: static dispatch over the built-in ones.
