@@ -846,14 +846,28 @@ impl World {
         match t {
             Target::Local(addr) => self.xport.amo(call, addr, a),
             Target::Remote { pe, off } => {
-                self.amo_remote(call, pe, off, a.op, a.size, a.value, a.cond)
+                self.amo_remote(call, pe, off, a.op, a.size, a.value, a.cond, false)
             }
         }
     }
 
-    /// The remote arm of [`amo_at`](World::amo_at), out of line. It takes the operand's fields
-    /// as scalars: with an `Amo` argument the compiler built the operand block in memory on
-    /// every call, the shared-memory path's included.
+    /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
+    /// transport may post it (complete at the next quiet, ordered after earlier operations
+    /// to the same PE).
+    #[inline(always)]
+    pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
+        match t {
+            Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
+            Target::Remote { pe, off } => self
+                .amo_remote(call, pe, off, a.op, a.size, a.value, a.cond, true)
+                .map(drop),
+        }
+    }
+
+    /// The remote arm of [`amo_at`](World::amo_at) and, with `post` (the old value unread, 0
+    /// returned), of [`amo_nf_at`](World::amo_nf_at); out of line. It takes the operand's
+    /// fields as scalars: with an `Amo` argument the compiler built the operand block in memory
+    /// on every call, the shared-memory path's included.
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -866,42 +880,15 @@ impl World {
         size: usize,
         value: u64,
         cond: u64,
+        post: bool,
     ) -> Result<u64> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?
-            .amo(call, at, Amo::new(op, size, value, cond))
-    }
-
-    /// [`amo_at`](World::amo_at) for a caller that does not read the old value: a remote
-    /// transport may post it (complete at the next quiet, ordered after earlier operations
-    /// to the same PE).
-    #[inline(always)]
-    pub(crate) fn amo_nf_at(&self, call: &'static str, t: Target, a: Amo) -> Result<()> {
-        match t {
-            Target::Local(addr) => self.xport.amo(call, addr, a).map(drop),
-            Target::Remote { pe, off } => {
-                self.amo_nf_remote(call, pe, off, a.op, a.size, a.value, a.cond)
-            }
+        let (at, a) = (RemoteAddr::user(pe, off), Amo::new(op, size, value, cond));
+        let x = self.remote_xport(call, pe)?;
+        if post {
+            x.amo_nf(call, at, a).map(|()| 0)
+        } else {
+            x.amo(call, at, a)
         }
-    }
-
-    /// The remote arm of [`amo_nf_at`](World::amo_nf_at) (scalars as in `amo_remote`).
-    #[cold]
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn amo_nf_remote(
-        &self,
-        call: &'static str,
-        pe: usize,
-        off: usize,
-        op: AmoOp,
-        size: usize,
-        value: u64,
-        cond: u64,
-    ) -> Result<()> {
-        let at = RemoteAddr::user(pe, off);
-        self.remote_xport(call, pe)?
-            .amo_nf(call, at, Amo::new(op, size, value, cond))
     }
 
     /// Stores `v` (release) into the runtime-internal word at `off` of PE `pe`'s control heap.

@@ -18,6 +18,11 @@ use crate::error::{Error, Result};
 use crate::node::peer_lost;
 use crate::transport::{Amo, RemoteAddr};
 
+/// `d` in nanoseconds, saturated to `u64` (the unit of the busy-poll setting).
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
 /// Payloads up to this size are copied behind the header and sent with one write.
 const INLINE: usize = 16 << 10;
 /// Deferred output of a connection is written once it reaches this many bytes.
@@ -187,14 +192,12 @@ impl Net {
     /// sets [`super::PROXY_SPIN`]; 0, the default, blocks at once). Applies to this PE's
     /// service threads and to replies it waits for.
     pub fn set_spin(&self, d: Duration) {
-        self.spin
-            .store(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Release);
+        self.spin.store(nanos(d), Ordering::Release);
     }
 
     /// Raises the busy-poll time of [`set_spin`](Net::set_spin) to at least `d`.
     pub fn spin_at_least(&self, d: Duration) {
-        self.spin
-            .fetch_max(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::AcqRel);
+        self.spin.fetch_max(nanos(d), Ordering::AcqRel);
     }
 
     fn spin(&self) -> Duration {
