@@ -85,7 +85,7 @@ unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 
-/// `shmem_TYPE_put`, `_nbi`, `putmem`, `putSIZE`.
+/// `shmem_TYPE_put`, `putmem`, `putSIZE`.
 ///
 /// # Safety
 /// `src` valid for `n` reads.
@@ -104,7 +104,49 @@ pub unsafe fn put<T: RmaType>(
     })
 }
 
-/// `shmem_TYPE_get`, `_nbi`, `getmem`, `getSIZE`.
+/// `shmem_TYPE_put_nbi`, `putmem_nbi`, `putSIZE_nbi`: the source may be read until the next
+/// quiet (OpenSHMEM's rule), so over UCX the put is only posted.
+///
+/// # Safety
+/// `src` valid for `n` reads, and left unchanged until the next quiet returns.
+pub unsafe fn put_nbi<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        // SAFETY: the caller's contract (checked for NULL and alignment here).
+        let s = unsafe { src_slice(src, n) }?;
+        // SAFETY: the caller's contract: the source stays until the next quiet.
+        Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
+    })
+}
+
+/// `shmem_TYPE_get_nbi`, `getmem_nbi`, `getSIZE_nbi`: the destination holds the data after the
+/// next quiet (OpenSHMEM's rule), so over UCX the get is only posted.
+///
+/// # Safety
+/// `dest` valid for `n` writes, and left alone until the next quiet returns.
+pub unsafe fn get_nbi<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        // SAFETY: the caller's contract (checked for NULL and alignment here).
+        let d = unsafe { dst_slice(dest, n) }?;
+        // SAFETY: the caller's contract: the destination stays until the next quiet.
+        Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
+    })
+}
+
+/// `shmem_TYPE_get`, `getmem`, `getSIZE`.
 ///
 /// # Safety
 /// `dest` valid for `n` writes.

@@ -235,8 +235,8 @@ macro_rules! rma {
         paste::paste! {
             rma!(@block [<$t _put>], $t, put);
             rma!(@block [<$t _get>], $t, get);
-            rma!(@block [<$t _put_nbi>], $t, put);
-            rma!(@block [<$t _get_nbi>], $t, get);
+            rma!(@block [<$t _put_nbi>], $t, put_nbi);
+            rma!(@block [<$t _get_nbi>], $t, get_nbi);
             rma!(@strided [<$t _iput>], $t, iput);
             rma!(@strided [<$t _iget>], $t, iget);
             rma!(@pg $t);
@@ -283,8 +283,8 @@ macro_rules! untyped_rma {
         paste::paste! {
             untyped_rma!(@block [<put $n>], $e, put);
             untyped_rma!(@block [<get $n>], $e, get);
-            untyped_rma!(@block [<put $n _nbi>], $e, put);
-            untyped_rma!(@block [<get $n _nbi>], $e, get);
+            untyped_rma!(@block [<put $n _nbi>], $e, put_nbi);
+            untyped_rma!(@block [<get $n _nbi>], $e, get_nbi);
             untyped_rma!(@signal [<put $n _signal>], $e);
             untyped_rma!(@signal [<put $n _signal_nbi>], $e);
         }

@@ -13,8 +13,12 @@
 //! after its borrow ends; what they may leave for [`World::quiet`] is the delivery of put data to
 //! the target. On the shared-memory transport every call completes before it returns. To a PE reached over TCP,
 //! puts are sent (the source is reusable) but applied later, in order; gets wait for the data.
+//! The unsafe [`World::put_nbi_deferred`] and [`World::get_nbi_deferred`] take raw pointers
+//! under C's rule instead (the buffer is the transfer's until the next quiet): over UCX they only
+//! post the transfer.
 
 use crate::error::{Error, Result};
+use crate::transport::{RemoteAddr, TransportOps};
 use crate::types::RmaType;
 use crate::world::{Target, World};
 
@@ -67,6 +71,106 @@ impl World {
     #[inline]
     pub fn get_nbi<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
         self.get_impl("get_nbi", dest, src, pe)
+    }
+
+    /// **One-sided.** [`put_nbi`](World::put_nbi) as C's `shmem_TYPE_put_nbi` defines it: the
+    /// put may still read `src` after this returns, until the next [`World::quiet`] (or a call
+    /// that implies it: `barrier_all`, `finalize`, `free`). Over UCX the put is only posted,
+    /// so a loop of them streams instead of waiting a round trip each; elsewhere it behaves like
+    /// `put_nbi`. The C ABI's `_nbi` puts use it.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `nelems` elements, and neither written nor freed until the
+    /// next quiet on this PE returns.
+    #[inline]
+    pub unsafe fn put_nbi_deferred<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
+        let call = "put_nbi";
+        let Some(bytes) = self.deferred_bytes::<T>(call, src as usize, nelems, pe)? else {
+            return Ok(());
+        };
+        match self.target(call, dest as usize, bytes, pe)? {
+            Target::Local(a) => self.xport.put(call, a, src.cast(), bytes),
+            Target::Remote { pe, off } => {
+                let at = RemoteAddr::user(pe, off);
+                // SAFETY: the caller keeps `src` until the next quiet, which quiets this
+                // transport.
+                unsafe {
+                    self.remote_xport(call, pe)?
+                        .put_nbi(call, at, src.cast(), bytes)
+                }
+            }
+        }
+    }
+
+    /// **One-sided.** [`get_nbi`](World::get_nbi) as C's `shmem_TYPE_get_nbi` defines it:
+    /// `dest` holds the data only after the next [`World::quiet`] (or a call that implies it).
+    /// Over UCX the get is only posted; elsewhere it completes before it returns. The C ABI's
+    /// `_nbi` gets use it.
+    ///
+    /// # Safety
+    /// `dest` is valid for writes of `nelems` elements, and neither read, written nor freed
+    /// until the next quiet on this PE returns.
+    #[inline]
+    pub unsafe fn get_nbi_deferred<T: RmaType>(
+        &self,
+        dest: *mut T,
+        src: *const T,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
+        let call = "get_nbi";
+        let Some(bytes) = self.deferred_bytes::<T>(call, dest as usize, nelems, pe)? else {
+            return Ok(());
+        };
+        match self.target(call, src as usize, bytes, pe)? {
+            Target::Local(a) => self.xport.get(call, dest.cast(), a, bytes),
+            Target::Remote { pe, off } => {
+                let at = RemoteAddr::user(pe, off);
+                // SAFETY: the caller keeps `dest` until the next quiet, which quiets this
+                // transport.
+                unsafe {
+                    self.remote_xport(call, pe)?
+                        .get_nbi(call, dest.cast(), at, bytes)
+                }
+            }
+        }
+    }
+
+    /// The byte length of a deferred transfer of `nelems` elements whose local buffer is at
+    /// `local`, checked; None for an empty one (after the PE check).
+    fn deferred_bytes<T>(
+        &self,
+        call: &'static str,
+        local: usize,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<Option<usize>> {
+        if nelems == 0 {
+            return self.check_pe(call, pe).map(|()| None);
+        }
+        if local == 0 {
+            return Err(Error::invalid(call, "the local buffer is a null pointer"));
+        }
+        if local % std::mem::align_of::<T>() != 0 {
+            return Err(Error::invalid(
+                call,
+                format!("the local buffer {local:#x} is misaligned"),
+            ));
+        }
+        let bytes = span_bytes(call, "transfer", nelems, std::mem::size_of::<T>())?;
+        if local.checked_add(bytes).is_none() {
+            return Err(Error::invalid(
+                call,
+                "the local buffer wraps the address space",
+            ));
+        }
+        Ok(Some(bytes))
     }
 
     /// **One-sided.** Writes one element to the symmetric `dest` on PE `pe`. Like `shmem_TYPE_p`.

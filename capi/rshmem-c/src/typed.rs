@@ -26,7 +26,7 @@ use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult};
 /// `put`, `put_nbi`, `putmem`, `putmem_nbi`.
 ///
 /// # Safety
-/// `src` valid for `n` reads.
+/// `src` valid for `n` reads (`nbi`: and unchanged until the next quiet).
 unsafe fn put<T: RmaType>(
     call: &'static str,
     dest: *mut T,
@@ -43,7 +43,8 @@ unsafe fn put<T: RmaType>(
         // SAFETY: the caller's contract (host memory: device memory was routed above).
         let s = unsafe { src_slice("the source buffer", src, n) }?;
         if nbi {
-            Ok(rt.world.put_nbi(dest, s, pe)?)
+            // SAFETY: the `_nbi` contract: `src` stays unchanged until the next quiet.
+            Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
         } else {
             Ok(rt.world.put(dest, s, pe)?)
         }
@@ -53,7 +54,7 @@ unsafe fn put<T: RmaType>(
 /// `get`, `get_nbi`, `getmem`, `getmem_nbi`.
 ///
 /// # Safety
-/// `dest` valid for `n` writes.
+/// `dest` valid for `n` writes (`nbi`: and left alone until the next quiet).
 unsafe fn get<T: RmaType>(
     call: &'static str,
     dest: *mut T,
@@ -70,7 +71,8 @@ unsafe fn get<T: RmaType>(
         // SAFETY: the caller's contract (host memory: device memory was routed above).
         let d = unsafe { dst_slice("the destination buffer", dest, n) }?;
         if nbi {
-            Ok(rt.world.get_nbi(d, src, pe)?)
+            // SAFETY: the `_nbi` contract: `dest` is left alone until the next quiet.
+            Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
         } else {
             Ok(rt.world.get(d, src, pe)?)
         }

@@ -190,6 +190,38 @@ pub trait TransportOps {
     /// Copies `n` bytes from `src` into local memory `dst`, complete on return.
     fn get(&self, call: &'static str, dst: *mut u8, src: Self::Addr, n: usize) -> Result<()>;
 
+    /// Starts [`put`](TransportOps::put) without waiting until `src` has been read: the put
+    /// may read `src` until the next [`quiet`](TransportOps::quiet) completes it. The default
+    /// is the blocking put (a transport that copies the source at once gains nothing).
+    ///
+    /// # Safety
+    /// `src..src+n` stays readable and unmodified until this transport's next `quiet` returns.
+    unsafe fn put_nbi(
+        &self,
+        call: &'static str,
+        dst: Self::Addr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        self.put(call, dst, src, n)
+    }
+
+    /// Starts [`get`](TransportOps::get) without waiting for the data: `dst` holds it after the
+    /// next [`quiet`](TransportOps::quiet). The default is the blocking get.
+    ///
+    /// # Safety
+    /// `dst..dst+n` stays writable, and is neither read nor written by anyone else, until this
+    /// transport's next `quiet` returns.
+    unsafe fn get_nbi(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        src: Self::Addr,
+        n: usize,
+    ) -> Result<()> {
+        self.get(call, dst, src, n)
+    }
+
     /// Applies the atomic `a` to the aligned word of `a.size` (4 or 8) bytes at `at`; returns
     /// the old value.
     fn amo(&self, call: &'static str, at: Self::Addr, a: Amo) -> Result<u64>;
@@ -380,6 +412,28 @@ impl TransportOps for RemoteRef<'_> {
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
         remote_dispatch!(self, t => TransportOps::get(*t, call, dst, src, n))
+    }
+
+    unsafe fn put_nbi(
+        &self,
+        call: &'static str,
+        dst: RemoteAddr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        remote_dispatch!(self, t => unsafe { TransportOps::put_nbi(*t, call, dst, src, n) })
+    }
+
+    unsafe fn get_nbi(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        src: RemoteAddr,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        remote_dispatch!(self, t => unsafe { TransportOps::get_nbi(*t, call, dst, src, n) })
     }
 
     fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {

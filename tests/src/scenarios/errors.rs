@@ -129,10 +129,18 @@ fn bad_pe(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
     check("p", w.p(p, s[0], pe))?;
     check("putmem", w.putmem(b, &[1, 2, 3], pe))?;
     check("putmem_nbi", w.putmem_nbi(b, &[1, 2, 3], pe))?;
+    // SAFETY: `s` outlives the quiet at the end of the scenario (and nothing is posted).
+    check("put_nbi", unsafe {
+        w.put_nbi_deferred(p, s.as_ptr(), 3, pe)
+    })?;
     check("iput", w.iput(p, &s, 2, 1, 3, pe))?;
     let mut d = vec![u64::poison(); 3];
     check("get", w.get(&mut d, p, pe))?;
     check("get_nbi", w.get_nbi(&mut d, p, pe))?;
+    // SAFETY: as above, for `d`.
+    check("get_nbi", unsafe {
+        w.get_nbi_deferred(d.as_mut_ptr(), p, 3, pe)
+    })?;
     check("iget", w.iget(&mut d, p, 1, 2, 3, pe))?;
     expect_slice(
         format_args!("local buffer after gets from PE {pe}"),
@@ -197,10 +205,46 @@ fn bad_pe(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
     Ok(())
 }
 
-/// Addresses outside the symmetric heap: a stack array, a Vec, null.
+/// Addresses outside the symmetric heap: a stack array, a Vec, null; and the deferred `_nbi`
+/// forms' own checks of the local buffer (null, misaligned).
 fn non_heap(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
     let w = c.w;
     let s = src();
+    let local = |call: &str, what: &str, e: rshmem::Result<()>, text: &str| -> R {
+        let what = format!("{call} with {what} on PE {pe}");
+        let e = expect_err(&what, e, Kind::Invalid, call)?;
+        expect_contains(&what, &e.to_string(), &[text])
+    };
+    let odd = s.as_ptr().cast::<u8>().wrapping_add(1).cast::<u64>();
+    // SAFETY: the calls are refused before they read or write anything.
+    unsafe {
+        let p = t.tgt.as_ptr();
+        let null = std::ptr::null_mut::<u64>();
+        local(
+            "put_nbi",
+            "a null source",
+            w.put_nbi_deferred(p, null, 2, pe),
+            "null",
+        )?;
+        local(
+            "put_nbi",
+            "a misaligned source",
+            w.put_nbi_deferred(p, odd, 2, pe),
+            "misaligned",
+        )?;
+        local(
+            "get_nbi",
+            "a null destination",
+            w.get_nbi_deferred(null, p, 2, pe),
+            "null",
+        )?;
+        local(
+            "get_nbi",
+            "a misaligned destination",
+            w.get_nbi_deferred(odd.cast_mut(), p, 2, pe),
+            "misaligned",
+        )?;
+    }
     let mut stack = [u64::poison(); 8];
     let mut heap_vec = vec![u64::poison(); 8];
     let addrs: [(&str, *mut u64); 3] = [
@@ -221,10 +265,18 @@ fn non_heap(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
         check("p", w.p(a, 5u64, pe))?;
         check("putmem", w.putmem(ab, &[1, 2], pe))?;
         check("putmem_nbi", w.putmem_nbi(ab, &[1, 2], pe))?;
+        // SAFETY: `s` outlives the scenario's next quiet (and nothing is posted).
+        check("put_nbi", unsafe {
+            w.put_nbi_deferred(a, s.as_ptr(), 2, pe)
+        })?;
         check("iput", w.iput(a, &s, 2, 2, 2, pe))?;
         let mut d = vec![u64::poison(); 2];
         check("get", w.get(&mut d, a, pe))?;
         check("get_nbi", w.get_nbi(&mut d, a, pe))?;
+        // SAFETY: `d` outlives the scenario's next quiet (and nothing is posted).
+        check("get_nbi", unsafe {
+            w.get_nbi_deferred(d.as_mut_ptr(), a, 2, pe)
+        })?;
         check("iget", w.iget(&mut d, a, 1, 1, 2, pe))?;
         expect_slice(
             format_args!("local buffer after gets from {name}"),
@@ -312,6 +364,12 @@ fn past_end(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
         w.put_nbi(tgt.at(LEN - 2), &s[..3], pe),
     )?;
     check(
+        "deferred put_nbi of 3 elements at LEN-2",
+        "put_nbi",
+        // SAFETY: `s` outlives the scenario's next quiet (and nothing is posted).
+        unsafe { w.put_nbi_deferred(tgt.at(LEN - 2), s.as_ptr(), 3, pe) },
+    )?;
+    check(
         "put of LEN+1 elements",
         "put",
         w.put(tgt.as_ptr(), &s[..LEN + 1], pe),
@@ -346,6 +404,12 @@ fn past_end(c: &Ctx<'_>, t: &Targets<'_>, pe: usize) -> R {
         "get_nbi of 3 elements at LEN-2",
         "get_nbi",
         w.get_nbi(&mut d[..3], tgt.at(LEN - 2), pe),
+    )?;
+    check(
+        "deferred get_nbi of 3 elements at LEN-2",
+        "get_nbi",
+        // SAFETY: `d` outlives the scenario's next quiet (and nothing is posted).
+        unsafe { w.get_nbi_deferred(d.as_mut_ptr(), tgt.at(LEN - 2), 3, pe) },
     )?;
     check(
         "iget spanning 9 of 7 elements",

@@ -1,6 +1,6 @@
 //! `rma`: put/get/p/g for every RMA type to and from every PE (self included), putmem/getmem
-//! with odd sizes and offsets, every `_nbi` form completed by quiet, strided iput/iget, and the
-//! ordering fence gives puts to one PE.
+//! with odd sizes and offsets, every `_nbi` form completed by quiet (the deferred ones too),
+//! strided iput/iget, and the ordering fence gives puts to one PE.
 
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ pub fn run(c: &Ctx<'_>) -> R {
     nbi::<u32>(c)?;
     nbi::<f64>(c)?;
     nbi::<i8>(c)?;
+    deferred::<u32>(c)?;
+    deferred::<u8>(c)?;
     strided::<u16>(c)?;
     strided::<i64>(c)?;
     strided::<f32>(c)?;
@@ -287,6 +289,58 @@ fn nbi<T: Val>(c: &Ctx<'_>) -> R {
     w.free_bytes(raw).ctx("free_bytes")?;
     w.free(buf).ctx("free")?;
     Ok(())
+}
+
+/// `put_nbi_deferred` / `get_nbi_deferred` (the C ABI's `_nbi` forms, which may touch the
+/// local buffer until quiet): many transfers of several sizes in flight at once, to succ,
+/// completed only by quiet, then every element checked on both ends.
+fn deferred<T: Val>(c: &Ctx<'_>) -> R {
+    let (w, me, succ, pred) = (c.w, c.me, c.succ(), c.pred());
+    // Pieces of 1, 2, 4, ... 4096 elements, each issued as its own transfer, back to back.
+    let pieces: Vec<(usize, usize)> = (0..13)
+        .scan(0, |at, k| {
+            let len = 1usize << k;
+            let piece = (*at, len);
+            *at += len + 1; // one guard element between pieces
+            Some(piece)
+        })
+        .collect();
+    let len = pieces.last().map(|&(at, n)| at + n + 1).unwrap_or(0);
+    let buf = w.malloc::<T>(len).ctx("malloc")?;
+    fill(&buf, |_| T::poison())?;
+    c.barrier("poisoning for deferred nbi")?;
+    let vals: Vec<T> = (0..len).map(|i| val_r(me, succ, i, 11)).collect();
+    for &(at, n) in &pieces {
+        // SAFETY: `vals` is neither written nor dropped before the quiet below.
+        unsafe { w.put_nbi_deferred(buf.at(at), vals[at..].as_ptr(), n, succ) }
+            .ctx("put_nbi_deferred")?;
+    }
+    w.quiet().ctx("quiet")?;
+    c.barrier("deferred put_nbi")?;
+    let inside = |i: usize| pieces.iter().any(|&(at, n)| (at..at + n).contains(&i));
+    expect_buf("put_nbi_deferred", &buf, |i| {
+        if inside(i) {
+            val_r(pred, me, i, 11)
+        } else {
+            T::poison()
+        }
+    })?;
+    let mut got = vec![T::poison(); len];
+    for &(at, n) in &pieces {
+        // SAFETY: `got` is neither read nor dropped before the quiet below.
+        unsafe { w.get_nbi_deferred(got[at..].as_mut_ptr(), buf.at(at), n, succ) }
+            .ctx("get_nbi_deferred")?;
+    }
+    w.quiet().ctx("quiet")?;
+    expect_slice("get_nbi_deferred", &got, |i| {
+        if inside(i) {
+            val_r(me, succ, i, 11)
+        } else {
+            T::poison()
+        }
+    })?;
+    c.barrier("deferred get_nbi")?;
+    w.free(buf).ctx("free")
 }
 
 /// iput with target stride 3 and source stride 2 starting at element 1; iget with target

@@ -867,8 +867,11 @@ impl Ucx {
     }
 
     /// Moves the `n` bytes at `at`: `post` (a `ucp_put_nbx` or `ucp_get_nbx` of `k` bytes at
-    /// offset `done` of the local buffer) once per registered chunk the range lies in, each
-    /// request waited for before the next is posted.
+    /// offset `done` of the local buffer) once per registered chunk the range lies in. With
+    /// `wait`, each request is waited for before the next is posted; without, each is handed
+    /// back to UCX at once (`ucp_request_free` of an incomplete request: UCX completes it, and
+    /// the next worker flush waits for it).
+    #[allow(clippy::too_many_arguments)]
     fn rma(
         &self,
         call: &'static str,
@@ -876,6 +879,7 @@ impl Ucx {
         at: RemoteAddr,
         n: usize,
         what: &'static str,
+        wait: bool,
         post: impl Fn(ffi::Ep, usize, usize, u64, ffi::Rkey, &ffi::UcpRequestParam) -> ffi::StatusPtr,
     ) -> Result<()> {
         let p = ffi::UcpRequestParam::empty();
@@ -887,7 +891,14 @@ impl Ucx {
             };
             let (ep, raddr, rkey, k) = self.locate(call, g, part, n - done)?;
             let req = post(ep, done, k, raddr, rkey, &p);
-            self.wait(call, g, Some(at.pe), what, req)?;
+            if wait {
+                self.wait(call, g, Some(at.pe), what, req)?;
+            } else if ffi::ptr_is_err(req) {
+                return Err(self.fail(call, Some(at.pe), what, ffi::ptr_status(req)));
+            } else if !req.is_null() {
+                // SAFETY: a live request of this worker, released once and never touched again.
+                unsafe { (self.shared.lib.request_free)(req) };
+            }
             done += k;
         }
         Ok(())
@@ -927,6 +938,71 @@ impl Ucx {
             g.unfenced = false;
         }
         Ok(())
+    }
+
+    /// A put of `n` bytes from `src`, waited for (`wait`: `src` is not read after the return)
+    /// or only posted (complete at the next flush).
+    ///
+    /// # Safety
+    /// `src..src+n` is readable until the put completes: the return with `wait`, else the next
+    /// flush.
+    unsafe fn put_from(
+        &self,
+        call: &'static str,
+        dst: RemoteAddr,
+        src: *const u8,
+        n: usize,
+        wait: bool,
+    ) -> Result<()> {
+        let mut g = self.lock(call)?;
+        // Set before posting: a put posted before a later error still needs the flush.
+        g.unfenced = true;
+        g.dirty = true;
+        self.rma(
+            call,
+            &g,
+            dst,
+            n,
+            "put",
+            wait,
+            |ep, done, k, raddr, rkey, p| {
+                // SAFETY: src..src+n is readable until the put completes (the caller's contract).
+                unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, p) }
+            },
+        )
+    }
+
+    /// A get of `n` bytes into `dst`, waited for (`wait`) or only posted (the data is there
+    /// after the next flush). Ordered after the puts and atomics issued before it.
+    ///
+    /// # Safety
+    /// `dst..dst+n` is writable and left alone until the get completes: the return with
+    /// `wait`, else the next flush.
+    unsafe fn get_into(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        src: RemoteAddr,
+        n: usize,
+        wait: bool,
+    ) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)?;
+        if !wait {
+            g.dirty = true;
+        }
+        self.rma(
+            call,
+            &g,
+            src,
+            n,
+            "get",
+            wait,
+            |ep, done, k, raddr, rkey, p| {
+                // SAFETY: dst..dst+n is writable until the get completes (the caller's contract).
+                unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, p) }
+            },
+        )
     }
 
     /// Waits (progressing the worker) for a request returned by a `*_nbx` call; frees it.
@@ -1471,25 +1547,35 @@ impl TransportOps for Ucx {
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
-        let mut g = self.lock(call)?;
-        self.rma(call, &g, dst, n, "put", |ep, done, k, raddr, rkey, p| {
-            // SAFETY: src..src+n is live and readable (the caller's contract); `rma` waits for
-            // the request, so the buffer is not read after this call returns.
-            unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, p) }
-        })?;
-        g.unfenced = true;
-        g.dirty = true;
-        Ok(())
+        // SAFETY: `put_from` waits for every request, so `src` is not read after it returns.
+        unsafe { self.put_from(call, dst, src, n, true) }
     }
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
-        let mut g = self.lock(call)?;
-        self.order(call, &mut g)?;
-        self.rma(call, &g, src, n, "get", |ep, done, k, raddr, rkey, p| {
-            // SAFETY: dst..dst+n is live and writable (the caller's contract); `rma` waits for
-            // completion before returning.
-            unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, p) }
-        })
+        // SAFETY: `get_into` waits for every request, so `dst` is not written after it returns.
+        unsafe { self.get_into(call, dst, src, n, true) }
+    }
+
+    unsafe fn put_nbi(
+        &self,
+        call: &'static str,
+        dst: RemoteAddr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller keeps `src` until the next quiet, which flushes the worker.
+        unsafe { self.put_from(call, dst, src, n, false) }
+    }
+
+    unsafe fn get_nbi(
+        &self,
+        call: &'static str,
+        dst: *mut u8,
+        src: RemoteAddr,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller keeps `dst` until the next quiet, which flushes the worker.
+        unsafe { self.get_into(call, dst, src, n, false) }
     }
 
     fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
