@@ -49,6 +49,10 @@ pub struct CommonArgs {
     /// Operations in flight per bandwidth iteration [default: 64, fewer above 2M]
     #[arg(short = 'W', long = "window", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub window: Option<u64>,
+    /// Bandwidth programs: every operation of a window reads the same local bytes and writes
+    /// the same remote slot (as ucx_perftest's bandwidth tests do) instead of consecutive slots
+    #[arg(long = "same-slot")]
+    pub same_slot: bool,
     /// Only these rows of the op column (e.g. reduction_latency --ops int-sum,float-sum)
     #[arg(long = "ops", value_name = "A,B", value_delimiter = ',')]
     pub ops: Vec<String>,
@@ -90,6 +94,8 @@ pub struct Options {
     pub reps: usize,
     /// Operations in flight per bandwidth iteration (auto when `None`).
     pub window: Option<usize>,
+    /// Bandwidth: every operation of a window uses slot 0 (`--same-slot`).
+    pub same_slot: bool,
     /// Print one JSON object per row instead of the table.
     pub json: bool,
     /// Rows to run in programs with an op column that honour it (`--ops`; empty: all).
@@ -112,6 +118,7 @@ impl Default for Options {
             warmup: None,
             reps: 5,
             window: None,
+            same_slot: false,
             json: false,
             ops: Vec::new(),
             quiet: false,
@@ -141,6 +148,7 @@ impl CommonArgs {
             warmup: self.warmup.map(|n| n as usize),
             reps: self.reps.max(1) as usize,
             window: self.window.map(|n| n as usize),
+            same_slot: self.same_slot,
             json: self.json,
             ops: self
                 .ops
@@ -151,6 +159,9 @@ impl CommonArgs {
             quiet: self.quiet,
             sizes_given: self.min_size.is_some() || self.max_size.is_some(),
         };
+        if o.same_slot && kind != Kind::Bandwidth {
+            return Err("--same-slot applies to the bandwidth programs only".into());
+        }
         if o.min > o.max {
             return Err(format!(
                 "--min-size ({}) is larger than --max-size ({})",
@@ -321,6 +332,15 @@ mod tests {
                 .window(1 << 20),
             8
         );
+        // --same-slot: one slot per point, so the buffers shrink to the largest size.
+        let o = parse(Kind::Bandwidth, &["--window", "8", "--max", "64K"]).unwrap();
+        assert_eq!((o.bw_span(4096), o.bw_region()), (8 * 4096, 8 << 16));
+        let o = parse(
+            Kind::Bandwidth,
+            &["--window", "8", "--max", "64K", "--same-slot"],
+        )
+        .unwrap();
+        assert_eq!((o.bw_span(4096), o.bw_region()), (4096, 1 << 16));
     }
 
     #[test]
@@ -338,6 +358,8 @@ mod tests {
         assert_eq!(kind(&["--sizes", "pow3"]), ErrorKind::InvalidValue);
         assert_eq!(kind(&["-h"]), ErrorKind::DisplayHelp);
         assert_eq!(kind(&["--quick"]), ErrorKind::UnknownArgument);
+        // A latency program has no window whose slots --same-slot could merge.
+        assert_eq!(kind(&["--same-slot"]), ErrorKind::ArgumentConflict);
         // Size options are accepted (and ignored) by programs without a sweep.
         assert!(parse(Kind::Fixed { iters: 1 }, &["--min", "8", "--window", "2"]).is_ok());
     }

@@ -122,11 +122,21 @@ impl Options {
             .unwrap_or_else(|| (BW_REGION / size.max(1)).clamp(1, BW_WINDOW))
     }
 
-    /// Largest `window(size) * size` of the sweep: the buffer a bandwidth program needs.
+    /// Bytes a bandwidth point at `size` spans: its window of consecutive slots, or one slot
+    /// with `--same-slot`.
+    pub fn bw_span(&self, size: usize) -> usize {
+        if self.same_slot {
+            size
+        } else {
+            size * self.window(size)
+        }
+    }
+
+    /// Largest [`bw_span`](Options::bw_span) of the sweep: the buffer a bandwidth program needs.
     pub fn bw_region(&self) -> usize {
         self.sizes()
             .iter()
-            .map(|&s| s * self.window(s))
+            .map(|&s| self.bw_span(s))
             .max()
             .unwrap_or(0)
     }

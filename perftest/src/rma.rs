@@ -5,7 +5,9 @@
 //! * Latency: PE 0 times `putmem` + `quiet` (or a blocking `getmem`) of `size` bytes, one at a
 //!   time, always the same buffers.
 //! * Bandwidth: PE 0 times iterations of `window` `putmem_nbi`/`getmem_nbi` of `size` bytes to
-//!   consecutive slots of a `window × size` region, then one `quiet`.
+//!   consecutive slots of a `window × size` region (or all to one slot, `--same-slot`, as
+//!   ucx_perftest does), then one `quiet`. They are the deferred forms
+//!   ([`rshmem::World::put_nbi_deferred`]), as a C program's `shmem_putmem_nbi` is.
 //!
 //! The data is a position-dependent pattern whose seed changes at every point; the receiving
 //! side fills its buffer with a different seed first and checks every byte afterwards.
@@ -69,9 +71,19 @@ impl<'w> RmaSweep<'w> {
     }
 }
 
+/// Bytes of the local and symmetric buffers a point uses: `size` for a latency point and with
+/// `--same-slot`, else its window of consecutive slots.
+fn span(b: &Bench<'_>, size: usize, window: usize) -> usize {
+    if b.spec.kind == Kind::Bandwidth {
+        b.opts.bw_span(size)
+    } else {
+        size * window
+    }
+}
+
 impl Sweep for RmaSweep<'_> {
     fn prepare(&mut self, b: &Bench<'_>, size: usize, window: usize, seed: u8) -> Result<()> {
-        let len = size * window;
+        let len = span(b, size, window);
         match (self.dir, b.me()) {
             (Dir::Put, 0) => fill_pattern(&mut self.local.bytes_mut()[..len], seed, 0),
             // SAFETY: PE 0 does not touch the buffer until the barrier after prepare.
@@ -94,17 +106,39 @@ impl Sweep for RmaSweep<'_> {
         let w = b.world;
         let sym = self.sym.as_ptr();
         let local = self.local.bytes_mut();
+        // Slot j of the window: consecutive, or all the first with `--same-slot`.
+        let step = if b.opts.same_slot { 0 } else { size };
+        // The `_nbi` transfers read or fill `local` until the quiet that ends each iteration,
+        // as C's `shmem_putmem_nbi` may: over UCX they are only posted, so the window streams.
+        let at = local.as_mut_ptr();
         match (self.dir, b.spec.kind) {
             (Dir::Put, Kind::Bandwidth) => time_reps(counts, |_| {
-                for (j, src) in local[..size * window].chunks_exact(size).enumerate() {
-                    w.putmem_nbi(sym.wrapping_add(j * size), src, TARGET)?;
+                for j in 0..window {
+                    // SAFETY: slot j lies inside `local` (prepared for this span) and inside the
+                    // symmetric region; neither is touched again before the quiet below.
+                    unsafe {
+                        w.put_nbi_deferred(
+                            sym.wrapping_add(j * step),
+                            at.add(j * step),
+                            size,
+                            TARGET,
+                        )?
+                    };
                 }
                 w.quiet()?;
                 Ok(())
             }),
             (Dir::Get, Kind::Bandwidth) => time_reps(counts, |_| {
-                for (j, dst) in local[..size * window].chunks_exact_mut(size).enumerate() {
-                    w.getmem_nbi(dst, sym.wrapping_add(j * size), TARGET)?;
+                for j in 0..window {
+                    // SAFETY: as above; `local` is only read after the quiet (by `verify`).
+                    unsafe {
+                        w.get_nbi_deferred(
+                            at.add(j * step),
+                            sym.wrapping_add(j * step),
+                            size,
+                            TARGET,
+                        )?
+                    };
                 }
                 w.quiet()?;
                 Ok(())
@@ -128,8 +162,18 @@ impl Sweep for RmaSweep<'_> {
     }
 
     fn verify(&mut self, b: &Bench<'_>, size: usize, window: usize, seed: u8) -> Result<()> {
-        let len = size * window;
-        let what = |buf: &str| format!("{} of {len} bytes ({window} × {size}), {buf}", b.spec.name);
+        let len = span(b, size, window);
+        let slots = if len == size {
+            "one slot"
+        } else {
+            "consecutive slots"
+        };
+        let what = |buf: &str| {
+            format!(
+                "{} of {len} bytes ({window} × {size} to {slots}), {buf}",
+                b.spec.name
+            )
+        };
         match (self.dir, b.me()) {
             // SAFETY: PE 0 does not touch the buffer until the barrier after verify.
             (Dir::Put, TARGET) => verify_pattern(

@@ -153,6 +153,10 @@ fn run(opts: &Options, g_args: &GpuArgs) -> rshmem::Result<bool> {
 
 fn main() -> ExitCode {
     let (opts, g_args) = cli::parse::<GpuArgs>(&SPEC);
+    if opts.same_slot {
+        eprintln!("gpu_perftest: --same-slot applies to shmem_put_bw and shmem_get_bw only");
+        return ExitCode::from(2);
+    }
     rshmem::init_logging();
     match run(&opts, &g_args) {
         Ok(true) => ExitCode::SUCCESS,

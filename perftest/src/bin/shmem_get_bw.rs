@@ -1,6 +1,6 @@
 //! `shmem_get_bw`: getmem_nbi of SIZE bytes by PE 0 from PE 1, a window of them from consecutive slots, then quiet.
 //!
-//! Run: `target/release/rshmemrun -n 2 target/release/shmem_get_bw [--min 8] [--max 4M] [--json]`
+//! Run: `target/release/rshmemrun -n 2 target/release/shmem_get_bw [--min 8] [--max 4M] [--same-slot] [--json]`
 
 use std::process::ExitCode;
 
@@ -17,7 +17,13 @@ const SPEC: Spec = Spec {
 fn main() -> ExitCode {
     run(SPEC, |b| {
         let mut s = RmaSweep::new(b, Dir::Get)?;
-        sweep(b, SPEC.about, &mut s)?;
+        let what = if b.opts.same_slot {
+            SPEC.about
+                .replace("from consecutive slots", "from one slot (--same-slot)")
+        } else {
+            SPEC.about.to_string()
+        };
+        sweep(b, &what, &mut s)?;
         s.free(b)
     })
 }
