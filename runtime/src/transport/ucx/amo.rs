@@ -12,9 +12,15 @@
 //! it — on the GPU with the same kernel the TCP transport's target uses
 //! ([`GpuMem::amo`](crate::cuda::target::GpuMem::amo), system-scope atomics), on the host with
 //! CPU atomics — and answers ([`Reply`], id [`AM_REPLY`]) with the old value or the reason it
-//! refused. The initiator of a fetching atomic waits for the answer; the answers to non-fetching
-//! ones (posted: their sequence numbers carry [`POSTED`]) are collected by the next flush, which
-//! reports the first refusal among them.
+//! refused. The initiator of a fetching atomic waits for the answer.
+//!
+//! Non-fetching atomics are posted and *counted*, not answered: the target tallies, per
+//! initiator, how many it handled and the first it refused ([`Tally`]). The next flush sends each
+//! target it posted to one *settle* request carrying how many it sent there in all; the answer
+//! carries how many the target handled and the refusal, if any, which the flush reports. One
+//! message per posted atomic and one round trip per target and flush, instead of an answer per
+//! atomic. A settle answered before every counted request arrived (the count falls short) is
+//! sent again.
 //!
 //! The runtime's own flag stores (barrier and team flags,
 //! [`TransportOps::store`](crate::transport::TransportOps::store)) ask for no answer: the waiting target sees the flag,
@@ -38,7 +44,15 @@ pub const AM_REQUEST: u32 = 0x5253;
 pub const AM_REPLY: u32 = 0x5254;
 
 /// Version byte of the request format.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+
+/// Request flag bits (byte 3): no old value wanted, the control heap, no answer wanted, counted
+/// (posted: the outcome goes into the target's [`Tally`]), settle.
+const NO_FETCH: u8 = 1;
+const CTRL: u8 = 2;
+const NO_ANSWER: u8 = 4;
+const COUNTED: u8 = 8;
+const SETTLE: u8 = 16;
 
 /// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 40;
@@ -61,8 +75,15 @@ pub struct Request {
     pub ctrl: bool,
     /// The target answers. False for the runtime's flag stores
     /// ([`TransportOps::store`](crate::transport::TransportOps::store)), which nobody waits on: the target then only
-    /// logs a refusal, and the initiator's flush completes the send alone (no round trip).
+    /// logs a refusal, and the initiator's flush completes the send alone (no round trip); and
+    /// for counted requests.
     pub answer: bool,
+    /// A posted atomic: the target adds its outcome to its [`Tally`] of the initiator, which
+    /// the next settle request reads.
+    pub counted: bool,
+    /// Not an atomic: asks for the [`Tally`] of the initiator once `value` counted requests
+    /// from it were handled (the answer's value says how many were).
+    pub settle: bool,
     /// Matches the reply to the request.
     pub seq: u64,
     /// Offset in the target's user heap.
@@ -72,14 +93,38 @@ pub struct Request {
 }
 
 impl Request {
-    /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags bit
-    /// 0: no old value wanted, bit 1: the control heap, bit 2: no answer wanted.
+    /// A settle request from `from` (see the module docs): answer `seq` once `sent` counted
+    /// requests from it were handled.
+    pub fn settle(from: u32, seq: u64, sent: u64) -> Request {
+        Request {
+            from,
+            op: 0,
+            size: 0,
+            fetch: false,
+            ctrl: false,
+            answer: true,
+            counted: false,
+            settle: true,
+            seq,
+            off: 0,
+            value: sent,
+            cond: 0,
+        }
+    }
+
+    /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags as
+    /// the `NO_FETCH` ... `SETTLE` bits.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut b = [0u8; REQUEST_LEN];
         b[0] = VERSION;
         b[1] = self.op;
         b[2] = self.size;
-        b[3] = u8::from(!self.fetch) | u8::from(self.ctrl) << 1 | u8::from(!self.answer) << 2;
+        let bit = |on: bool, f: u8| if on { f } else { 0 };
+        b[3] = bit(!self.fetch, NO_FETCH)
+            | bit(self.ctrl, CTRL)
+            | bit(!self.answer, NO_ANSWER)
+            | bit(self.counted, COUNTED)
+            | bit(self.settle, SETTLE);
         b[4..8].copy_from_slice(&self.from.to_le_bytes());
         for (i, v) in [self.seq, self.off, self.value, self.cond]
             .iter()
@@ -92,7 +137,7 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] > 7 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] >= SETTLE << 1 {
             return None;
         }
         let w =
@@ -100,9 +145,11 @@ impl Request {
         Some(Request {
             op: b[1],
             size: b[2],
-            fetch: b[3] & 1 == 0,
-            ctrl: b[3] & 2 != 0,
-            answer: b[3] & 4 == 0,
+            fetch: b[3] & NO_FETCH == 0,
+            ctrl: b[3] & CTRL != 0,
+            answer: b[3] & NO_ANSWER == 0,
+            counted: b[3] & COUNTED != 0,
+            settle: b[3] & SETTLE != 0,
             from: u32::from_le_bytes(b[4..8].try_into().ok()?),
             seq: w(0),
             off: w(1),
@@ -154,25 +201,46 @@ impl Refusal {
     }
 }
 
-/// The answer to a [`Request`].
+/// The answer to a [`Request`]: to an atomic, the old value or why it was refused; to a
+/// settle, how many counted requests were handled and the first refusal among them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
     pub seq: u64,
-    /// The old value, or why it was refused.
-    pub result: Result<u64, Refusal>,
+    /// Why the atomic (or a counted one, for a settle) was refused.
+    pub refusal: Option<Refusal>,
+    /// The old value (a settle: the count).
+    pub value: u64,
 }
 
 impl Reply {
-    /// `[seq, status: u32, 0: u32, old]`, little-endian.
+    /// The answer to an atomic.
+    pub fn of(seq: u64, result: Result<u64, Refusal>) -> Reply {
+        match result {
+            Ok(value) => Reply {
+                seq,
+                refusal: None,
+                value,
+            },
+            Err(r) => Reply {
+                seq,
+                refusal: Some(r),
+                value: 0,
+            },
+        }
+    }
+
+    /// The old value, or why the atomic was refused.
+    pub fn result(&self) -> Result<u64, Refusal> {
+        self.refusal.map_or(Ok(self.value), Err)
+    }
+
+    /// `[seq, status: u32, 0: u32, value]`, little-endian.
     pub fn encode(&self) -> [u8; REPLY_LEN] {
         let mut b = [0u8; REPLY_LEN];
         b[0..8].copy_from_slice(&self.seq.to_le_bytes());
-        let (status, old) = match self.result {
-            Ok(v) => (0u32, v),
-            Err(r) => (r as u32, 0),
-        };
+        let status = self.refusal.map_or(0u32, |r| r as u32);
         b[8..12].copy_from_slice(&status.to_le_bytes());
-        b[16..24].copy_from_slice(&old.to_le_bytes());
+        b[16..24].copy_from_slice(&self.value.to_le_bytes());
         b
     }
 
@@ -183,12 +251,16 @@ impl Reply {
         }
         let seq = u64::from_le_bytes(b[0..8].try_into().ok()?);
         let status = u32::from_le_bytes(b[8..12].try_into().ok()?);
-        let old = u64::from_le_bytes(b[16..24].try_into().ok()?);
-        let result = match status {
-            0 => Ok(old),
-            c => Err(Refusal::from_code(c)?),
+        let value = u64::from_le_bytes(b[16..24].try_into().ok()?);
+        let refusal = match status {
+            0 => None,
+            c => Some(Refusal::from_code(c)?),
         };
-        Some(Reply { seq, result })
+        Some(Reply {
+            seq,
+            refusal,
+            value,
+        })
     }
 }
 
@@ -264,35 +336,17 @@ impl Served {
     }
 }
 
-/// The bit of a sequence number that marks a posted request (a non-fetching atomic whose
-/// answer nobody waits for until the next flush).
-pub const POSTED: u64 = 1 << 63;
-
-/// The initiator's side: the reply awaited (one fetching request at a time per PE: they are
-/// sent and waited for under the transport's lock), and the answers to posted requests.
+/// The initiator's side: the reply awaited (one request at a time: fetching atomics and
+/// settles are sent and waited for under the transport's lock).
 #[derive(Default)]
 pub(crate) struct Awaited {
     /// Sequence number of the last request sent.
     pub seq: AtomicU64,
     /// The last reply received: its sequence number (0: none yet) and result.
     pub got: Mutex<Option<Reply>>,
-    /// Posted requests sent, and answered.
-    pub posted: AtomicU64,
-    answered: AtomicU64,
-    /// The first refusal among the posted requests since the last [`Awaited::settle`].
-    refused: Mutex<Option<Refusal>>,
 }
 
 impl Awaited {
-    /// Once every posted request has been answered: `Some(the first refusal since the last
-    /// settle)`, forgetting it; None while answers are outstanding.
-    pub(crate) fn settle(&self) -> Option<Option<Refusal>> {
-        if self.answered.load(Ordering::Acquire) < self.posted.load(Ordering::Acquire) {
-            return None;
-        }
-        Some(self.refused.lock().ok().and_then(|mut g| g.take()))
-    }
-
     /// Takes the reply to `seq` if it arrived.
     pub(crate) fn take(&self, seq: u64) -> Option<Reply> {
         let mut g = self.got.lock().ok()?;
@@ -304,18 +358,52 @@ impl Awaited {
 
     /// Records a reply (replies to requests given up on are dropped by [`Awaited::take`]).
     pub(crate) fn put(&self, r: Reply) {
-        if r.seq & POSTED != 0 {
-            if let (Err(why), Ok(mut g)) = (r.result, self.refused.lock()) {
-                g.get_or_insert(why);
-            }
-            self.answered.fetch_add(1, Ordering::AcqRel);
-            return;
-        }
         if r.seq == self.seq.load(Ordering::Acquire) {
             if let Ok(mut g) = self.got.lock() {
                 *g = Some(r);
             }
         }
+    }
+}
+
+/// The target's side of counted requests: per initiator, how many it handled and the first it
+/// refused since the last settle that saw them all.
+pub(crate) struct Tally {
+    from: Mutex<Vec<(u64, Option<Refusal>)>>,
+}
+
+impl Tally {
+    /// A tally for a job of `n` PEs.
+    pub(crate) fn new(n: usize) -> Tally {
+        Tally {
+            from: Mutex::new(vec![(0, None); n]),
+        }
+    }
+
+    /// Counts a request from `pe` that was handled with `result`; false for a PE outside the
+    /// job.
+    pub(crate) fn record(&self, pe: usize, result: Result<u64, Refusal>) -> bool {
+        let Ok(mut g) = self.from.lock() else {
+            return false;
+        };
+        let Some((seen, refused)) = g.get_mut(pe) else {
+            return false;
+        };
+        *seen += 1;
+        if let Err(r) = result {
+            refused.get_or_insert(r);
+        }
+        true
+    }
+
+    /// The answer to `pe`'s settle for `sent` counted requests: how many were handled and,
+    /// once all of them were, the first refusal (forgotten once reported). None for a PE
+    /// outside the job.
+    pub(crate) fn settle(&self, pe: usize, sent: u64) -> Option<(u64, Option<Refusal>)> {
+        let mut g = self.from.lock().ok()?;
+        let (seen, refused) = g.get_mut(pe)?;
+        let r = if *seen >= sent { refused.take() } else { None };
+        Some((*seen, r))
     }
 }
 
@@ -332,6 +420,8 @@ mod tests {
             fetch: true,
             ctrl: false,
             answer: true,
+            counted: false,
+            settle: false,
             seq: 77,
             off: 0x20_0040,
             value: u64::MAX,
@@ -339,26 +429,31 @@ mod tests {
         };
         let b = r.encode();
         assert_eq!(Request::decode(&b), Some(r));
-        for (fetch, ctrl, answer) in [
-            (false, false, true),
-            (true, true, true),
-            (false, true, true),
-            (false, true, false),
+        for (fetch, ctrl, answer, counted) in [
+            (false, false, true, false),
+            (true, true, true, false),
+            (false, true, true, false),
+            (false, true, false, false),
+            (false, false, false, true),
         ] {
             let x = Request {
                 fetch,
                 ctrl,
                 answer,
+                counted,
                 ..r
             };
             assert_eq!(Request::decode(&x.encode()), Some(x));
         }
+        let st = Request::settle(2, 9, 1000);
+        assert_eq!(Request::decode(&st.encode()), Some(st));
+        assert!(st.settle && st.answer && !st.counted && st.value == 1000);
         assert_eq!(Request::decode(&b[..REQUEST_LEN - 1]), None);
         let mut bad = b;
-        bad[0] = 2;
+        bad[0] = 1;
         assert_eq!(Request::decode(&bad), None, "other version");
         let mut bad = b;
-        bad[3] = 8;
+        bad[3] = 32;
         assert_eq!(Request::decode(&bad), None, "unknown flag");
     }
 
@@ -370,73 +465,60 @@ mod tests {
             Err(Refusal::Outside),
             Err(Refusal::NotServing),
         ] {
-            let r = Reply { seq: 9, result };
+            let r = Reply::of(9, result);
             assert_eq!(Reply::decode(&r.encode()), Some(r));
+            assert_eq!(r.result(), result);
         }
-        let mut b = Reply {
-            seq: 1,
-            result: Ok(2),
-        }
-        .encode();
+        // A settle's answer carries both a count and a refusal.
+        let r = Reply {
+            seq: 4,
+            refusal: Some(Refusal::Misaligned),
+            value: 12,
+        };
+        assert_eq!(Reply::decode(&r.encode()), Some(r));
+        let mut b = Reply::of(1, Ok(2)).encode();
         b[8] = 99;
         assert_eq!(Reply::decode(&b), None, "unknown status");
         assert_eq!(Reply::decode(&b[1..]), None);
     }
 
     #[test]
-    fn awaited_settles_posted_requests() {
-        let a = Awaited::default();
-        assert_eq!(a.settle(), Some(None), "nothing posted: settled");
-        a.posted.store(2, Ordering::Release);
-        a.put(Reply {
-            seq: POSTED | 1,
-            result: Ok(0),
-        });
-        assert_eq!(a.settle(), None, "one answer of two");
-        a.put(Reply {
-            seq: POSTED | 2,
-            result: Err(Refusal::Outside),
-        });
-        assert_eq!(a.settle(), Some(Some(Refusal::Outside)));
-        assert_eq!(a.settle(), Some(None), "the refusal is reported once");
-        a.seq.store(9, Ordering::Release);
-        a.put(Reply {
-            seq: 9,
-            result: Ok(3),
-        });
+    fn tally_reports_a_refusal_once_all_counted_requests_arrived() {
+        let t = Tally::new(3);
+        assert_eq!(t.settle(1, 0), Some((0, None)), "nothing posted");
+        assert!(t.record(1, Ok(5)));
+        assert!(t.record(1, Err(Refusal::Outside)));
+        assert!(t.record(1, Err(Refusal::Misaligned)));
         assert_eq!(
-            a.settle(),
-            Some(None),
-            "a fetching reply is not a posted one"
+            t.settle(1, 4),
+            Some((3, None)),
+            "one of 4 still on its way: the count falls short, the refusal is kept"
         );
-        assert_eq!(a.take(9).map(|r| r.result), Some(Ok(3)));
+        assert!(t.record(1, Ok(0)));
+        assert_eq!(
+            t.settle(1, 4),
+            Some((4, Some(Refusal::Outside))),
+            "the first refusal"
+        );
+        assert_eq!(t.settle(1, 4), Some((4, None)), "reported once");
+        assert_eq!(t.settle(0, 0), Some((0, None)), "other PEs are apart");
+        assert!(!t.record(3, Ok(0)), "a PE outside the job");
+        assert_eq!(t.settle(3, 1), None);
     }
 
     #[test]
     fn awaited_takes_only_its_reply() {
         let a = Awaited::default();
         a.seq.store(5, Ordering::Release);
-        a.put(Reply {
-            seq: 4,
-            result: Ok(1),
-        });
+        a.put(Reply::of(4, Ok(1)));
         assert_eq!(
             a.take(5),
             None,
             "a late reply to a request given up on is dropped"
         );
-        a.put(Reply {
-            seq: 5,
-            result: Ok(7),
-        });
+        a.put(Reply::of(5, Ok(7)));
         assert_eq!(a.take(4), None);
-        assert_eq!(
-            a.take(5),
-            Some(Reply {
-                seq: 5,
-                result: Ok(7)
-            })
-        );
+        assert_eq!(a.take(5), Some(Reply::of(5, Ok(7))));
         assert_eq!(a.take(5), None);
     }
 }

@@ -18,8 +18,8 @@
 //!
 //! Non-fetching atomics and stores are posted: they complete (and their buffers are freed) at
 //! the next flush, or when progress finds them done. Where atomics are applied by the target
-//! ([`amo`]), a non-fetching one is posted too: its answer is collected by the next flush,
-//! which reports a refusal.
+//! ([`amo`]), a non-fetching one is posted too, unanswered: the target counts it, and the next
+//! flush settles the count with one request per target, reporting a refusal.
 //!
 //! One-sided for real: where UCX emulates RMA in software (over TCP), the target's worker must
 //! progress. Two things do that. A thread of this PE that waits (a barrier, `wait_until`, a
@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::amo::{self, Awaited, Reply, Request, Served};
+use super::amo::{self, Awaited, Reply, Request, Served, Tally};
 use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
@@ -306,6 +306,10 @@ struct Inner {
     dirty: bool,
     /// Posted stores and atomics in flight: request and the buffers it reads and writes.
     pending: Vec<(*mut c_void, Box<[u64]>)>,
+    /// Per PE: counted requests (posted atomics applied by the target) sent there in all, and
+    /// how many of them a settle has confirmed ([`amo`]).
+    counted: Vec<u64>,
+    settled: Vec<u64>,
 }
 
 /// A reply being sent: its request and the bytes it reads.
@@ -332,6 +336,8 @@ struct Shared {
     served: std::sync::OnceLock<Served>,
     /// The reply this PE waits for.
     awaited: Awaited,
+    /// The counted requests peers posted to this PE ([`amo`]).
+    tally: Tally,
     /// Replies in flight (request and the bytes it sends), reaped by progress.
     replies: Mutex<Vec<InFlightReply>>,
     /// When a waiting thread last progressed the worker ([`Ucx::progress_now`]), in
@@ -398,7 +404,8 @@ unsafe extern "C" fn ep_error(arg: *mut c_void, _ep: ffi::Ep, _status: ffi::Stat
     }
 }
 
-/// Target side of [`amo`]: checks and applies a request, answers on the reply endpoint.
+/// Target side of [`amo`]: checks and applies a request (a counted one into the tally, a
+/// settle reads the tally), answers on the reply endpoint when asked to.
 unsafe extern "C" fn am_request(
     arg: *mut c_void,
     header: *const c_void,
@@ -419,16 +426,38 @@ unsafe extern "C" fn am_request(
         tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic request ({header_length} bytes)");
         return ffi::UCS_OK;
     };
-    let result = match s.served.get() {
-        Some(sv) => sv.apply(&r),
-        None => Err(amo::Refusal::NotServing),
-    };
-    if !r.answer {
-        if let Err(e) = result {
-            tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of the {} heap: {}", r.from, r.off, if r.ctrl { "control" } else { "symmetric" }, e.reason());
+    let from = r.from as usize;
+    let reply = if r.settle {
+        match s.tally.settle(from, r.value) {
+            Some((seen, refusal)) => Reply {
+                seq: r.seq,
+                refusal,
+                value: seen,
+            },
+            None => {
+                tracing::warn!(target: "rshmem::ucx", "dropped a settle request from PE {from}, outside the job");
+                return ffi::UCS_OK;
+            }
         }
-        return ffi::UCS_OK;
-    }
+    } else {
+        let result = match s.served.get() {
+            Some(sv) => sv.apply(&r),
+            None => Err(amo::Refusal::NotServing),
+        };
+        if r.counted {
+            if !s.tally.record(from, result) {
+                tracing::warn!(target: "rshmem::ucx", "an atomic from PE {from}, outside the job, went uncounted");
+            }
+            return ffi::UCS_OK;
+        }
+        if !r.answer {
+            if let Err(e) = result {
+                tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of the {} heap: {}", r.from, r.off, if r.ctrl { "control" } else { "symmetric" }, e.reason());
+            }
+            return ffi::UCS_OK;
+        }
+        Reply::of(r.seq, result)
+    };
     // SAFETY: param, when not null, points to UCX's receive parameters for this callback.
     let ep = match unsafe { param.as_ref() } {
         Some(p) if p.recv_attr & ffi::UCP_AM_RECV_ATTR_FIELD_REPLY_EP != 0 => p.reply_ep,
@@ -437,7 +466,7 @@ unsafe extern "C" fn am_request(
             return ffi::UCS_OK;
         }
     };
-    let reply = Box::new(Reply { seq: r.seq, result }.encode());
+    let reply = Box::new(reply.encode());
     let mut p = ffi::UcpRequestParam::empty();
     p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = ffi::UCP_AM_SEND_FLAG_EAGER;
@@ -549,6 +578,8 @@ impl Ucx {
                 unfenced: false,
                 dirty: false,
                 pending: Vec::new(),
+                counted: vec![0; n],
+                settled: vec![0; n],
             }),
             efd,
             kickfd,
@@ -558,6 +589,7 @@ impl Ucx {
             target_atomics,
             served: std::sync::OnceLock::new(),
             awaited: Awaited::default(),
+            tally: Tally::new(n),
             replies: Mutex::new(Vec::new()),
             helped: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -1120,8 +1152,8 @@ impl Ucx {
 
     /// An atomic on the user heap applied by the target ([`amo`]): flushes what is
     /// outstanding (so earlier puts land first) and sends the request. A fetching one waits
-    /// for the answer; a non-fetching one is posted: its answer is collected (and a refusal
-    /// reported) by the next flush.
+    /// for the answer; a non-fetching one is posted and counted: the next flush settles it (and
+    /// reports a refusal).
     fn amo_at_target(
         &self,
         call: &'static str,
@@ -1137,31 +1169,68 @@ impl Ucx {
             // need no fence between them: they travel in order on UCX's active-message lane.
             self.flush(call, g)?;
         }
-        let awaited = &self.shared.awaited;
-        let seq = match answer {
-            Answer::Wait => awaited.seq.fetch_add(1, Ordering::AcqRel) + 1,
-            Answer::AtFlush => amo::POSTED | (awaited.posted.fetch_add(1, Ordering::AcqRel) + 1),
-            Answer::None => 0,
-        };
-        let req_bytes = Request {
+        let mut r = Request {
             from: u32::try_from(self.me).unwrap_or(u32::MAX),
             op: a.op as u8,
             size: a.size as u8,
             fetch,
             ctrl: at.heap == HeapId::Ctrl,
-            answer: answer != Answer::None,
-            seq,
+            answer: fetch,
+            counted: answer == Answer::AtFlush,
+            settle: false,
+            seq: 0,
             off: at.off as u64,
             value: a.value,
             cond: a.cond,
+        };
+        if !fetch {
+            let (req, hdr) = self.send_request(call, at.pe, ep, &r)?;
+            // A get or put after it is fenced after it.
+            g.unfenced = true;
+            if r.counted {
+                g.counted[at.pe] += 1;
+            }
+            if !req.is_null() {
+                g.pending.push((req, hdr));
+                self.kick();
+            }
+            return Ok(0);
         }
-        .encode();
+        r.seq = self.shared.awaited.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let reply = self.ask(call, g, at.pe, ep, &r, "atomic (applied by the target)")?;
+        reply.result().map_err(|why| {
+            let reason = format!(
+                "PE {} refused a {}-byte atomic at offset {:#x} of its {}: {}",
+                at.pe,
+                a.size,
+                at.off,
+                if at.heap == HeapId::Ctrl {
+                    "control heap"
+                } else {
+                    "symmetric heap"
+                },
+                why.reason()
+            );
+            refusal_error(call, why, reason)
+        })
+    }
+
+    /// Sends `r` to `pe` (endpoint `ep`) as an active message; returns the send's request
+    /// (null when it completed at once) and the header bytes it reads until it completes.
+    fn send_request(
+        &self,
+        call: &'static str,
+        pe: usize,
+        ep: ffi::Ep,
+        r: &Request,
+    ) -> Result<(ffi::StatusPtr, Box<[u64]>)> {
+        let bytes = r.encode();
         // The header in words, so that it can wait in `pending` like an operand.
         let mut hdr: Box<[u64]> = vec![0u64; amo::REQUEST_LEN.div_ceil(8)].into_boxed_slice();
         // SAFETY: the box holds at least REQUEST_LEN bytes; u8 has no alignment needs.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                req_bytes.as_ptr(),
+                bytes.as_ptr(),
                 hdr.as_mut_ptr().cast::<u8>(),
                 amo::REQUEST_LEN,
             )
@@ -1169,8 +1238,8 @@ impl Ucx {
         let mut p = ffi::UcpRequestParam::empty();
         p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
         p.flags = ffi::UCP_AM_SEND_FLAG_REPLY | ffi::UCP_AM_SEND_FLAG_EAGER;
-        // SAFETY: live endpoint under the lock; the header box outlives the request (waited
-        // below or kept in `pending` until it completes; leaked if the wait fails).
+        // SAFETY: live endpoint under the caller's lock; the caller keeps the header box until
+        // the request completes (waits for it, or keeps it in `pending`).
         let req = unsafe {
             (self.shared.lib.am_send_nbx)(
                 ep,
@@ -1182,73 +1251,94 @@ impl Ucx {
                 &p,
             )
         };
-        if !fetch {
-            // A get or put after it is fenced after it.
-            g.unfenced = true;
-            if ffi::ptr_is_err(req) {
-                if answer == Answer::AtFlush {
-                    awaited.posted.fetch_sub(1, Ordering::AcqRel);
-                }
-                return Err(self.fail(call, Some(at.pe), "atomic request", ffi::ptr_status(req)));
-            }
-            if !req.is_null() {
-                g.pending.push((req, hdr));
-                self.kick();
-            }
-            return Ok(0);
+        if ffi::ptr_is_err(req) {
+            return Err(self.fail(call, Some(pe), "atomic request", ffi::ptr_status(req)));
         }
-        if let Err(e) = self.wait(call, g, Some(at.pe), "atomic request", req) {
+        Ok((req, hdr))
+    }
+
+    /// Sends `r` (an answer wanted, `r.seq` just taken from `awaited.seq`) to `pe` and waits
+    /// for the reply.
+    fn ask(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        pe: usize,
+        ep: ffi::Ep,
+        r: &Request,
+        what: &str,
+    ) -> Result<Reply> {
+        let (req, hdr) = self.send_request(call, pe, ep, r)?;
+        if let Err(e) = self.wait(call, g, Some(pe), "atomic request", req) {
+            // The send may still read the header.
             std::mem::forget(hdr);
             return Err(e);
         }
         drop(hdr);
-        let reply = self.wait_for(
+        let seq = r.seq;
+        self.wait_for(
             call,
             g,
-            Some(at.pe),
-            "atomic (applied by the target)",
-            || awaited.take(seq),
+            Some(pe),
+            what,
+            || self.shared.awaited.take(seq),
             || {},
-        )?;
-        reply.result.map_err(|r| {
-            let reason = format!(
-                "PE {} refused a {}-byte atomic at offset {:#x} of its {}: {}",
-                at.pe,
-                a.size,
-                at.off,
-                if at.heap == HeapId::Ctrl {
-                    "control heap"
-                } else {
-                    "symmetric heap"
-                },
-                r.reason()
-            );
-            refusal_error(call, r, reason)
-        })
+        )
     }
 
-    /// Waits for the answers to the posted atomics applied by targets; reports the first
-    /// refusal among them.
-    fn settle_posted(&self, call: &'static str, g: &Inner) -> Result<()> {
-        let awaited = &self.shared.awaited;
-        let refused = self.wait_for(
-            call,
-            g,
-            None,
-            "posted atomic's answer",
-            || awaited.settle(),
-            || {},
-        )?;
-        match refused {
-            None => Ok(()),
-            Some(r) => Err(refusal_error(
-                call,
-                r,
-                format!(
-                    "a target refused an atomic this PE posted earlier: {}",
-                    r.reason()
-                ),
-            )),
+    /// Settles the atomics this PE posted to targets that apply them (counted requests): one
+    /// settle request to each target with unsettled ones; the first refusal among them is the
+    /// error.
+    fn settle_posted(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        let mut out = Ok(());
+        for pe in 0..g.counted.len() {
+            if g.counted[pe] != g.settled[pe] {
+                let r = self.settle_with(call, g, pe);
+                if out.is_ok() {
+                    out = r;
+                }
+            }
+        }
+        out
+    }
+
+    /// Asks `pe` until it has handled every counted request this PE sent it (a settle answered
+    /// before the last of them arrived is asked again), then reports its refusal, if any.
+    fn settle_with(&self, call: &'static str, g: &mut Inner, pe: usize) -> Result<()> {
+        let sent = g.counted[pe];
+        let ep = g.eps[pe];
+        let me = u32::try_from(self.me).unwrap_or(u32::MAX);
+        let t0 = Instant::now();
+        loop {
+            let seq = self.shared.awaited.seq.fetch_add(1, Ordering::AcqRel) + 1;
+            let r = Request::settle(me, seq, sent);
+            let reply = self.ask(call, g, pe, ep, &r, "settle of posted atomics")?;
+            if reply.value >= sent {
+                g.settled[pe] = sent;
+                return match reply.refusal {
+                    None => Ok(()),
+                    Some(why) => Err(refusal_error(
+                        call,
+                        why,
+                        format!(
+                            "PE {pe} refused an atomic this PE posted to it earlier: {}",
+                            why.reason()
+                        ),
+                    )),
+                };
+            }
+            if let Some(t) = self.timeout.filter(|&t| t0.elapsed() > t) {
+                return Err(Error::Timeout {
+                    call,
+                    me: self.me,
+                    pe: Some(pe),
+                    what: format!(
+                        "PE {pe} to apply the {sent} atomics this PE posted to it ({} so far)",
+                        reply.value
+                    ),
+                    waited: t,
+                });
+            }
         }
     }
 
@@ -1317,7 +1407,7 @@ impl Ucx {
 enum Answer {
     /// It waits for the answer (fetching atomics).
     Wait,
-    /// The next flush collects the answer (posted atomics).
+    /// None either, but the target counts it and the next flush settles it (posted atomics).
     AtFlush,
     /// The target sends none (the runtime's flag stores); the flush completes the send.
     None,
