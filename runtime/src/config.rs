@@ -93,8 +93,8 @@ pub static ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "RSHMEM_UCX_TARGET_ATOMICS",
         kind: "bool",
-        default: "0 (1 on the GPU backend, and with UCX > 1.13 without an RDMA device)",
-        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message answered after the atomic) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory, and with a UCX newer than 1.13 on a host without an RDMA device (its software fetching atomics over TCP fail); set it to 1 to run that path elsewhere (testing).",
+        default: "0 (1 on the GPU backend, and with UCX > 1.13 without an RDMA device when the job uses peer-failure handling)",
+        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message; fetching ones are answered, posted ones counted and settled by the next quiet) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory, and with a UCX newer than 1.13 on a host without an RDMA device when the job's UCX endpoints use peer-failure handling (RSHMEM_UCX_ERROR_MODE; UCX's software fetching atomics over TCP then fail); set it to 1 to run that path elsewhere (testing).",
     },
     EnvVar {
         name: "RSHMEM_UCX_ERROR_MODE",

@@ -161,6 +161,15 @@ impl Remotes {
                 .map_err(|e| Error::Unsupported { call, reason: e.0 })?;
             if let Some(u) = &ucx {
                 u.set_peer_errors(peer);
+                let rdma_device = std::fs::read_dir("/sys/class/infiniband")
+                    .is_ok_and(|mut d| d.next().is_some());
+                u.set_target_atomics(select::ucx_target_atomics(
+                    gpu,
+                    cfg.ucx_target_atomics,
+                    u.version(),
+                    rdma_device,
+                    peer,
+                ));
             }
             r.ucx = ucx;
         }
@@ -455,8 +464,15 @@ fn open_ucx(
     }
     Some((|| {
         let lib = ucx::ffi::lib(cfg.ucx_lib.as_deref())?;
-        let target_atomics =
-            select::ucx_target_atomics(gpu, cfg.ucx_target_atomics, lib.version, rdma_device());
+        // Whether atomics may be applied on the target (then the handlers are registered); the
+        // job's peer-failure handling, agreed later, settles it (`Ucx::set_target_atomics`).
+        let target_atomics = select::ucx_target_atomics(
+            gpu,
+            cfg.ucx_target_atomics,
+            lib.version,
+            rdma_device(),
+            true,
+        );
         let u = ucx::Ucx::new(lib, me, n, cfg.timeout, target_atomics)?;
         let resources = u.resources();
         if gpu {

@@ -235,10 +235,17 @@ pub fn ucx_in_job(all: &[Announce]) -> bool {
 /// `transport/ucx/amo.rs`) instead of by UCX's own atomics: always on the GPU backend (UCX's
 /// software atomics dereference the target address on the CPU, which GPU memory is not); when
 /// asked for (`RSHMEM_UCX_TARGET_ATOMICS=1`); and with a UCX newer than 1.13 on a host without
-/// an RDMA device, where UCX has only software atomics and UCX 1.22 (measured) finds no
-/// protocol for fetching ones over TCP ("cannot find remote protocol ... amo_fetch").
-pub fn ucx_target_atomics(gpu: bool, forced: bool, version: (u32, u32, u32), rdma: bool) -> bool {
-    gpu || forced || ((version.0, version.1) > (1, 13) && !rdma)
+/// an RDMA device when its endpoints use peer-failure handling (`peer_errors`): UCX 1.22
+/// (measured) then finds no protocol for software fetching atomics over TCP ("cannot find
+/// remote protocol ... amo_fetch"), while without it they work (as Open MPI's OSHMEM runs UCX).
+pub fn ucx_target_atomics(
+    gpu: bool,
+    forced: bool,
+    version: (u32, u32, u32),
+    rdma: bool,
+    peer_errors: bool,
+) -> bool {
+    gpu || forced || ((version.0, version.1) > (1, 13) && !rdma && peer_errors)
 }
 
 /// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
@@ -527,19 +534,34 @@ mod tests {
     #[test]
     fn ucx_target_atomics_rule() {
         let v13 = (1, 13, 1);
+        let v16 = (1, 16, 0);
         let v22 = (1, 22, 0);
         assert!(
-            !ucx_target_atomics(false, false, v13, false),
+            !ucx_target_atomics(false, false, v13, false, true),
             "1.13 over TCP: UCX's own"
         );
-        assert!(ucx_target_atomics(true, false, v13, true), "GPU: always");
-        assert!(ucx_target_atomics(false, true, v13, true), "asked for");
         assert!(
-            ucx_target_atomics(false, false, v22, false),
-            "1.22 without RDMA"
+            ucx_target_atomics(true, false, v13, true, false),
+            "GPU: always"
         );
         assert!(
-            !ucx_target_atomics(false, false, v22, true),
+            ucx_target_atomics(false, true, v13, true, false),
+            "asked for"
+        );
+        assert!(
+            ucx_target_atomics(false, false, v22, false, true),
+            "1.22 without RDMA, with peer-failure handling"
+        );
+        assert!(
+            !ucx_target_atomics(false, false, v22, false, false),
+            "1.22 without RDMA or peer-failure handling: UCX's own"
+        );
+        assert!(
+            !ucx_target_atomics(false, false, v16, false, false),
+            "1.16 over TCP (auto: no peer-failure handling): UCX's own"
+        );
+        assert!(
+            !ucx_target_atomics(false, false, v22, true, true),
             "1.22 with RDMA: UCX's own"
         );
     }

@@ -299,8 +299,11 @@ struct Inner {
     keys: Vec<Vec<RemoteKey>>,
     /// This PE's mapped chunks.
     memh: Vec<ffi::MemH>,
-    /// A put, store or atomic went out since the last fence or flush.
+    /// A put, store or atomic went out since the last fence or flush (a get is fenced after it).
     unfenced: bool,
+    /// A put or store went out since the last fence or flush (an atomic or store is fenced
+    /// after it; atomics among themselves are not ordered, as OpenSHMEM allows).
+    data_unfenced: bool,
     /// A put, store or posted atomic went out since the last flush (fetching atomics are
     /// complete when they return).
     dirty: bool,
@@ -329,9 +332,10 @@ struct Shared {
     /// Set at connect (the transport is created before the job's liveness watch exists); the
     /// progress thread reports failed endpoints to it, so local waits stop with `PeerLost`.
     live: std::sync::OnceLock<Arc<Liveness>>,
-    /// Atomics on the user heap are applied by rshmem on the target ([`amo`]): the GPU backend,
-    /// or `RSHMEM_UCX_TARGET_ATOMICS=1`.
-    target_atomics: bool,
+    /// Atomics on the user heap are applied by rshmem on the target ([`amo`]; see
+    /// `transport::select::ucx_target_atomics`). Settled before the first operation
+    /// ([`Ucx::set_target_atomics`]); only turned off after creation.
+    target_atomics: AtomicBool,
     /// This PE's user heap as the request handler touches it (set at connect).
     served: std::sync::OnceLock<Served>,
     /// The reply this PE waits for.
@@ -519,8 +523,9 @@ unsafe extern "C" fn am_reply(
 
 impl Ucx {
     /// Creates this PE's context and worker (UCX must already load: [`ffi::lib`]). `n` is the
-    /// job size. With `target_atomics`, atomics on the user heap are applied by rshmem on the
-    /// target ([`amo`]; the GPU backend, or `RSHMEM_UCX_TARGET_ATOMICS=1`).
+    /// job size. With `target_atomics`, atomics on the user heap may be applied by rshmem on
+    /// the target ([`amo`]): its request handlers are registered, and
+    /// [`Ucx::set_target_atomics`] settles it once the job agreed on peer-failure handling.
     pub fn new(
         lib: &'static Lib,
         me: usize,
@@ -576,6 +581,7 @@ impl Ucx {
                 keys: (0..n).map(|_| Vec::new()).collect(),
                 memh: Vec::new(),
                 unfenced: false,
+                data_unfenced: false,
                 dirty: false,
                 pending: Vec::new(),
                 counted: vec![0; n],
@@ -586,7 +592,7 @@ impl Ucx {
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             live: std::sync::OnceLock::new(),
-            target_atomics,
+            target_atomics: AtomicBool::new(target_atomics),
             served: std::sync::OnceLock::new(),
             awaited: Awaited::default(),
             tally: Tally::new(n),
@@ -640,6 +646,23 @@ impl Ucx {
         self.peer_errors.store(on, Ordering::Relaxed);
     }
 
+    /// Settles whether atomics are applied on the target, once the job agreed on peer-failure
+    /// handling (before any operation). Only a transport created with them can use them (its
+    /// request handlers are registered then): `on` for one created without is a no-op, logged.
+    pub fn set_target_atomics(&self, on: bool) {
+        let was = self.shared.target_atomics.load(Ordering::Relaxed);
+        if on && !was {
+            tracing::warn!(target: "rshmem::ucx", "PE {}: target atomics asked for after creation without them; UCX's own atomics are kept", self.me);
+            return;
+        }
+        self.shared.target_atomics.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether atomics are applied on the target ([`amo`]).
+    fn target_atomics(&self) -> bool {
+        self.shared.target_atomics.load(Ordering::Relaxed)
+    }
+
     /// The loaded UCX's version.
     pub fn version(&self) -> (u32, u32, u32) {
         self.shared.lib.version
@@ -654,7 +677,7 @@ impl Ucx {
     /// Starts serving atomics on this PE's user heap (when atomics are applied on the target):
     /// requests that arrive earlier are refused.
     pub(crate) fn serve(&self, served: Served) {
-        if self.shared.target_atomics {
+        if self.target_atomics() {
             let _ = self.shared.served.set(served);
         }
     }
@@ -959,16 +982,33 @@ impl Ucx {
         peer_lost(live, call, self.me, pe, LOST.to_string())
     }
 
-    /// Orders what was issued before against what follows (see the module docs).
+    /// Orders everything issued before against what follows (gets, `fence`; see the module
+    /// docs).
     fn order(&self, call: &'static str, g: &mut Inner) -> Result<()> {
         if g.unfenced {
-            // SAFETY: live worker under the lock.
-            let st = unsafe { (self.shared.lib.worker_fence)(g.worker) };
-            if st != ffi::UCS_OK {
-                return Err(self.ucs(call, "ucp_worker_fence", st));
-            }
-            g.unfenced = false;
+            self.fence_worker(call, g)?;
         }
+        Ok(())
+    }
+
+    /// Orders the puts and stores issued before against what follows (atomics and stores): a
+    /// put-with-signal's data before its signal, a flag after the data it announces. An atomic
+    /// after an atomic needs no fence (over UCX 1.14-1.18 a fence costs a round trip).
+    fn order_data(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        if g.data_unfenced {
+            self.fence_worker(call, g)?;
+        }
+        Ok(())
+    }
+
+    fn fence_worker(&self, call: &'static str, g: &mut Inner) -> Result<()> {
+        // SAFETY: live worker under the lock.
+        let st = unsafe { (self.shared.lib.worker_fence)(g.worker) };
+        if st != ffi::UCS_OK {
+            return Err(self.ucs(call, "ucp_worker_fence", st));
+        }
+        g.unfenced = false;
+        g.data_unfenced = false;
         Ok(())
     }
 
@@ -989,6 +1029,7 @@ impl Ucx {
         let mut g = self.lock(call)?;
         // Set before posting: a put posted before a later error still needs the flush.
         g.unfenced = true;
+        g.data_unfenced = true;
         g.dirty = true;
         self.rma(
             call,
@@ -1361,7 +1402,8 @@ impl Ucx {
     fn flush(&self, call: &'static str, g: &mut Inner) -> Result<()> {
         let out = self.flush_worker(call, g);
         g.unfenced = false;
-        if !self.shared.target_atomics {
+        g.data_unfenced = false;
+        if !self.target_atomics() {
             return out;
         }
         let r = self.settle_posted(call, g);
@@ -1672,10 +1714,10 @@ impl TransportOps for Ucx {
         let size = a.size;
         check_size(call, size)?;
         let mut g = self.lock(call)?;
-        if self.shared.target_atomics {
+        if self.target_atomics() {
             return self.amo_at_target(call, &mut g, at, a, Answer::Wait);
         }
-        self.order(call, &mut g)?;
+        self.order_data(call, &mut g)?;
         let ep = self.word(call, &g, at, size)?;
         let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
@@ -1703,28 +1745,64 @@ impl TransportOps for Ucx {
         })
     }
 
-    /// Posted: complete at the next flush ([`quiet`](TransportOps::quiet)), applied after what
-    /// was issued before it to the same PE. Where atomics on the user heap are applied on the
-    /// target, it is complete when this returns (and a set is a plain word write there).
+    /// Posted: complete at the next flush ([`quiet`](TransportOps::quiet)), applied after the
+    /// puts and stores issued before it to the same PE. Where atomics on the user heap are
+    /// applied on the target, it is counted there and settled by the next flush.
     fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
-        let (op, size) = (a.op, a.size);
-        check_size(call, size)?;
         let mut g = self.lock(call)?;
-        if self.shared.target_atomics {
+        if self.target_atomics() {
+            check_size(call, a.size)?;
             return self
                 .amo_at_target(call, &mut g, at, a, Answer::AtFlush)
                 .map(drop);
         }
-        self.order(call, &mut g)?;
-        let ep = self.word(call, &g, at, size)?;
+        self.post_amo(call, &mut g, at, a, false)
+    }
+
+    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
+        let mut g = self.lock(call)?;
+        if !self.target_atomics() {
+            return self.post_amo(call, &mut g, at, Amo::set64(value), true);
+        }
+        // A flag word of the runtime: nobody waits on its answer (see `amo`).
+        self.amo_at_target(call, &mut g, at, Amo::set64(value), Answer::None)
+            .map(drop)
+    }
+
+    fn fence(&self, call: &'static str) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.order(call, &mut g)
+    }
+
+    fn quiet(&self, call: &'static str) -> Result<()> {
+        let mut g = self.lock(call)?;
+        self.flush(call, &mut g)
+    }
+}
+
+impl Ucx {
+    /// A posted UCP atomic (`amo_nf`), or a store (`store`: later atomics and stores are
+    /// fenced after it, as after a put).
+    fn post_amo(
+        &self,
+        call: &'static str,
+        g: &mut Inner,
+        at: RemoteAddr,
+        a: Amo,
+        store: bool,
+    ) -> Result<()> {
+        let (op, size) = (a.op, a.size);
+        check_size(call, size)?;
+        self.order_data(call, g)?;
+        let ep = self.word(call, g, at, size)?;
         if op == AmoOp::Fetch {
             // Reading a word nobody looks at changes nothing.
             return Ok(());
         }
         if g.pending.len() >= MAX_PENDING {
-            self.flush(call, &mut g)?;
+            self.flush(call, g)?;
         } else {
-            reap(self.shared.lib, &self.shared, &mut g);
+            reap(self.shared.lib, &self.shared, g);
         }
         let (code, mut b) = operands(a);
         let mut p = ffi::UcpRequestParam::empty();
@@ -1740,6 +1818,7 @@ impl TransportOps for Ucx {
             (self.shared.lib.atomic_op_nbx)(ep.0, code, b.as_ptr().cast(), 1, ep.1, ep.2, &p)
         };
         g.unfenced = true;
+        g.data_unfenced |= store;
         g.dirty = true;
         if ffi::ptr_is_err(req) {
             return Err(self.fail(call, Some(at.pe), "atomic", ffi::ptr_status(req)));
@@ -1749,26 +1828,6 @@ impl TransportOps for Ucx {
             self.kick();
         }
         Ok(())
-    }
-
-    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        if !self.shared.target_atomics {
-            return self.amo_nf(call, at, Amo::set64(value));
-        }
-        // A flag word of the runtime: nobody waits on its answer (see `amo`).
-        let mut g = self.lock(call)?;
-        self.amo_at_target(call, &mut g, at, Amo::set64(value), Answer::None)
-            .map(drop)
-    }
-
-    fn fence(&self, call: &'static str) -> Result<()> {
-        let mut g = self.lock(call)?;
-        self.order(call, &mut g)
-    }
-
-    fn quiet(&self, call: &'static str) -> Result<()> {
-        let mut g = self.lock(call)?;
-        self.flush(call, &mut g)
     }
 }
 
