@@ -90,21 +90,16 @@ impl World {
         nelems: usize,
         pe: usize,
     ) -> Result<()> {
-        let call = "put_nbi";
-        let Some(bytes) = self.deferred_bytes::<T>(call, src as usize, nelems, pe)? else {
-            return Ok(());
-        };
-        match self.target(call, dest as usize, bytes, pe)? {
-            Target::Local(a) => self.xport.put(call, a, src.cast(), bytes),
-            Target::Remote { pe, off } => {
-                let at = RemoteAddr::user(pe, off);
-                // SAFETY: the caller keeps `src` until the next quiet, which quiets this
-                // transport.
-                unsafe {
-                    self.remote_xport(call, pe)?
-                        .put_nbi(call, at, src.cast(), bytes)
-                }
-            }
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.deferred::<T>(
+                "put_nbi",
+                Deferred::Put,
+                src as usize,
+                dest as usize,
+                nelems,
+                pe,
+            )
         }
     }
 
@@ -124,19 +119,53 @@ impl World {
         nelems: usize,
         pe: usize,
     ) -> Result<()> {
-        let call = "get_nbi";
-        let Some(bytes) = self.deferred_bytes::<T>(call, dest as usize, nelems, pe)? else {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.deferred::<T>(
+                "get_nbi",
+                Deferred::Get,
+                dest as usize,
+                src as usize,
+                nelems,
+                pe,
+            )
+        }
+    }
+
+    /// A deferred transfer of `nelems` elements between the local buffer at `local` and the
+    /// symmetric address `sym` on PE `pe`: checked, then handed to the transport's
+    /// `put_nbi`/`get_nbi` for a remote PE, or done at once for a PE of this node.
+    ///
+    /// # Safety
+    /// As [`put_nbi_deferred`](World::put_nbi_deferred) (`Put`) or
+    /// [`get_nbi_deferred`](World::get_nbi_deferred) (`Get`) for the local buffer.
+    unsafe fn deferred<T>(
+        &self,
+        call: &'static str,
+        dir: Deferred,
+        local: usize,
+        sym: usize,
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
+        let Some(bytes) = self.deferred_bytes::<T>(call, local, nelems, pe)? else {
             return Ok(());
         };
-        match self.target(call, src as usize, bytes, pe)? {
-            Target::Local(a) => self.xport.get(call, dest.cast(), a, bytes),
+        match self.target(call, sym, bytes, pe)? {
+            Target::Local(a) => match dir {
+                Deferred::Put => self.xport.put(call, a, local as *const u8, bytes),
+                Deferred::Get => self.xport.get(call, local as *mut u8, a, bytes),
+            },
             Target::Remote { pe, off } => {
                 let at = RemoteAddr::user(pe, off);
-                // SAFETY: the caller keeps `dest` until the next quiet, which quiets this
-                // transport.
+                let x = self.remote_xport(call, pe)?;
+                // SAFETY: the caller keeps the local buffer until the next quiet, which quiets
+                // this transport.
                 unsafe {
-                    self.remote_xport(call, pe)?
-                        .get_nbi(call, dest.cast(), at, bytes)
+                    match dir {
+                        Deferred::Put => x.put_nbi(call, at, local as *const u8, bytes),
+                        Deferred::Get => x.get_nbi(call, local as *mut u8, at, bytes),
+                    }
                 }
             }
         }
@@ -299,6 +328,14 @@ impl World {
         let t = self.target(call, src as usize, bytes, pe)?;
         self.get_from(call, dest.as_mut_ptr().cast(), t, bytes)
     }
+}
+
+/// The direction of a deferred `_nbi` transfer ([`World::put_nbi_deferred`],
+/// [`World::get_nbi_deferred`]).
+#[derive(Clone, Copy)]
+enum Deferred {
+    Put,
+    Get,
 }
 
 /// Bytes of a strided extent of `span` elements of `size` bytes, checked: a wrapped product
