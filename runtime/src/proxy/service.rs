@@ -535,9 +535,7 @@ mod tests {
             eprintln!("SKIPPED (UCX part): no UCX here");
             return;
         };
-        let u = Some(Arc::new(
-            Ucx::new(lib, 0, 4, None, false).expect("a UCX worker"),
-        ));
+        let u = Some(Arc::new(Ucx::new(lib, 0, 4, None).expect("a UCX worker")));
         assert!(matches!(route(&None, &u, &routes, 2), Ok(Route::Ucx(_))));
         assert!(route(&None, &u, &routes, 1).is_err());
         assert!(route(&None, &u, &routes, 0).is_err());

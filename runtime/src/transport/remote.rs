@@ -161,13 +161,11 @@ impl Remotes {
                 .map_err(|e| Error::Unsupported { call, reason: e.0 })?;
             if let Some(u) = &ucx {
                 u.set_peer_errors(peer);
-                let rdma_device = std::fs::read_dir("/sys/class/infiniband")
-                    .is_ok_and(|mut d| d.next().is_some());
                 u.set_target_atomics(select::ucx_target_atomics(
                     gpu,
                     cfg.ucx_target_atomics,
                     u.version(),
-                    rdma_device,
+                    rdma_device(),
                     peer,
                 ));
             }
@@ -445,6 +443,11 @@ fn poisoned(call: &'static str) -> Error {
     }
 }
 
+/// Whether this machine has an RDMA device (`/sys/class/infiniband` lists one).
+fn rdma_device() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
 /// Loads UCX and creates this PE's worker when the setting may use it: always for `ucx`; for
 /// `auto` only on a machine with an RDMA device (`/sys/class/infiniband`), and the result says
 /// whether UCX found an RDMA transport there. `None`: UCX not considered.
@@ -455,8 +458,6 @@ fn open_ucx(
     choice: RemoteChoice,
     gpu: bool,
 ) -> Option<std::result::Result<(Arc<ucx::Ucx>, bool), String>> {
-    let rdma_device =
-        || std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
     match choice {
         RemoteChoice::Ucx => {}
         RemoteChoice::Auto if rdma_device() => {}
@@ -464,16 +465,9 @@ fn open_ucx(
     }
     Some((|| {
         let lib = ucx::ffi::lib(cfg.ucx_lib.as_deref())?;
-        // Whether atomics may be applied on the target (then the handlers are registered); the
-        // job's peer-failure handling, agreed later, settles it (`Ucx::set_target_atomics`).
-        let target_atomics = select::ucx_target_atomics(
-            gpu,
-            cfg.ucx_target_atomics,
-            lib.version,
-            rdma_device(),
-            true,
-        );
-        let u = ucx::Ucx::new(lib, me, n, cfg.timeout, target_atomics)?;
+        // Where atomics are applied is settled once the job agreed on peer-failure handling
+        // (`Ucx::set_target_atomics` in `Remotes::plan`).
+        let u = ucx::Ucx::new(lib, me, n, cfg.timeout)?;
         let resources = u.resources();
         if gpu {
             let (a, b, c) = lib.version;

@@ -334,7 +334,7 @@ struct Shared {
     live: std::sync::OnceLock<Arc<Liveness>>,
     /// Atomics on the user heap are applied by rshmem on the target ([`amo`]; see
     /// `transport::select::ucx_target_atomics`). Settled before the first operation
-    /// ([`Ucx::set_target_atomics`]); only turned off after creation.
+    /// ([`Ucx::set_target_atomics`]).
     target_atomics: AtomicBool,
     /// This PE's user heap as the request handler touches it (set at connect).
     served: std::sync::OnceLock<Served>,
@@ -523,15 +523,14 @@ unsafe extern "C" fn am_reply(
 
 impl Ucx {
     /// Creates this PE's context and worker (UCX must already load: [`ffi::lib`]). `n` is the
-    /// job size. With `target_atomics`, atomics on the user heap may be applied by rshmem on
-    /// the target ([`amo`]): its request handlers are registered, and
-    /// [`Ucx::set_target_atomics`] settles it once the job agreed on peer-failure handling.
+    /// job size. The active-message handlers of [`amo`] are always registered (the runtime's
+    /// flag stores use them); whether user atomics use them too is settled by
+    /// [`Ucx::set_target_atomics`] (UCX's own atomics until then).
     pub fn new(
         lib: &'static Lib,
         me: usize,
         n: usize,
         timeout: Option<Duration>,
-        target_atomics: bool,
     ) -> std::result::Result<Ucx, String> {
         let ctx = Ctx::new(
             lib,
@@ -589,7 +588,7 @@ impl Ucx {
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             live: std::sync::OnceLock::new(),
-            target_atomics: AtomicBool::new(target_atomics),
+            target_atomics: AtomicBool::new(false),
             served: std::sync::OnceLock::new(),
             awaited: Awaited::default(),
             tally: Tally::new(n),
@@ -643,15 +642,10 @@ impl Ucx {
         self.peer_errors.store(on, Ordering::Relaxed);
     }
 
-    /// Settles whether atomics are applied on the target, once the job agreed on peer-failure
-    /// handling (before any operation). Only a transport created with them can use them (its
-    /// request handlers are registered then): `on` for one created without is a no-op, logged.
+    /// Settles whether atomics on the user heap are applied on the target ([`amo`]), once the
+    /// job agreed on peer-failure handling (before any operation; see
+    /// `transport::select::ucx_target_atomics`).
     pub fn set_target_atomics(&self, on: bool) {
-        let was = self.shared.target_atomics.load(Ordering::Relaxed);
-        if on && !was {
-            tracing::warn!(target: "rshmem::ucx", "PE {}: target atomics asked for after creation without them; UCX's own atomics are kept", self.me);
-            return;
-        }
         self.shared.target_atomics.store(on, Ordering::Relaxed);
     }
 
