@@ -85,83 +85,56 @@ unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 
-/// `shmem_TYPE_put`, `putmem`, `putSIZE`.
+/// `shmem_TYPE_put`, `putmem`, `putSIZE`, and with `nbi` their `_nbi` forms: those may read
+/// the source until the next quiet (OpenSHMEM's rule), so over UCX the put is only posted.
 ///
 /// # Safety
-/// `src` valid for `n` reads.
+/// `src` valid for `n` reads (`nbi`: and left unchanged until the next quiet returns).
 pub unsafe fn put<T: RmaType>(
     call: &'static str,
     dest: *mut T,
     src: *const T,
     n: usize,
     pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        // SAFETY: the caller's contract.
-        let s = unsafe { src_slice(src, n) }?;
-        Ok(rt.world.put(dest, s, pe)?)
-    })
-}
-
-/// `shmem_TYPE_put_nbi`, `putmem_nbi`, `putSIZE_nbi`: the source may be read until the next
-/// quiet (OpenSHMEM's rule), so over UCX the put is only posted.
-///
-/// # Safety
-/// `src` valid for `n` reads, and left unchanged until the next quiet returns.
-pub unsafe fn put_nbi<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    pe: c_int,
+    nbi: bool,
 ) {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
         // SAFETY: the caller's contract (checked for NULL and alignment here).
         let s = unsafe { src_slice(src, n) }?;
-        // SAFETY: the caller's contract: the source stays until the next quiet.
-        Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
+        if nbi {
+            // SAFETY: the caller's contract: the source stays until the next quiet.
+            Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
+        } else {
+            Ok(rt.world.put(dest, s, pe)?)
+        }
     })
 }
 
-/// `shmem_TYPE_get_nbi`, `getmem_nbi`, `getSIZE_nbi`: the destination holds the data after the
-/// next quiet (OpenSHMEM's rule), so over UCX the get is only posted.
+/// `shmem_TYPE_get`, `getmem`, `getSIZE`, and with `nbi` their `_nbi` forms: the destination
+/// of those holds the data after the next quiet (OpenSHMEM's rule), so over UCX the get is
+/// only posted.
 ///
 /// # Safety
-/// `dest` valid for `n` writes, and left alone until the next quiet returns.
-pub unsafe fn get_nbi<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let d = unsafe { dst_slice(dest, n) }?;
-        // SAFETY: the caller's contract: the destination stays until the next quiet.
-        Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
-    })
-}
-
-/// `shmem_TYPE_get`, `getmem`, `getSIZE`.
-///
-/// # Safety
-/// `dest` valid for `n` writes.
+/// `dest` valid for `n` writes (`nbi`: and left alone until the next quiet returns).
 pub unsafe fn get<T: RmaType>(
     call: &'static str,
     dest: *mut T,
     src: *const T,
     n: usize,
     pe: c_int,
+    nbi: bool,
 ) {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller's contract (checked for NULL and alignment here).
         let d = unsafe { dst_slice(dest, n) }?;
-        Ok(rt.world.get(d, src, pe)?)
+        if nbi {
+            // SAFETY: the caller's contract: the destination stays until the next quiet.
+            Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
+        } else {
+            Ok(rt.world.get(d, src, pe)?)
+        }
     })
 }
 
@@ -171,7 +144,7 @@ pub unsafe fn get<T: RmaType>(
 /// `dest` is a symmetric address (checked) or garbage the checks reject.
 pub unsafe fn p<T: RmaType>(call: &'static str, dest: *mut T, v: T, pe: c_int) {
     // SAFETY: one local element.
-    unsafe { put(call, dest, &v, 1, pe) }
+    unsafe { put(call, dest, &v, 1, pe, false) }
 }
 
 /// `shmem_TYPE_g`.
@@ -181,7 +154,7 @@ pub unsafe fn p<T: RmaType>(call: &'static str, dest: *mut T, v: T, pe: c_int) {
 pub unsafe fn g<T: RmaType + Default>(call: &'static str, src: *const T, pe: c_int) -> T {
     let mut v = T::default();
     // SAFETY: one local element.
-    unsafe { get(call, &mut v, src, 1, pe) };
+    unsafe { get(call, &mut v, src, 1, pe, false) };
     v
 }
 

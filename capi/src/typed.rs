@@ -233,10 +233,10 @@ macro_rules! red_arith_types {
 macro_rules! rma {
     (() $t:ident) => {
         paste::paste! {
-            rma!(@block [<$t _put>], $t, put);
-            rma!(@block [<$t _get>], $t, get);
-            rma!(@block [<$t _put_nbi>], $t, put_nbi);
-            rma!(@block [<$t _get_nbi>], $t, get_nbi);
+            rma!(@block [<$t _put>], $t, put, false);
+            rma!(@block [<$t _get>], $t, get, false);
+            rma!(@block [<$t _put_nbi>], $t, put, true);
+            rma!(@block [<$t _get_nbi>], $t, get, true);
             rma!(@strided [<$t _iput>], $t, iput);
             rma!(@strided [<$t _iget>], $t, iget);
             rma!(@pg $t);
@@ -244,10 +244,10 @@ macro_rules! rma {
             rma!(@signal [<$t _put_signal_nbi>], $t);
         }
     };
-    (@block $s:ident, $t:ident, $f:ident) => {
+    (@block $s:ident, $t:ident, $f:ident, $nbi:expr) => {
         entry_and_ctx!($s, concat!(stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), nelems: usize, pe: c_int),
-            call => ops::$f(call, dest, source, nelems, pe));
+            call => ops::$f(call, dest, source, nelems, pe, $nbi));
     };
     (@strided $s:ident, $t:ident, $f:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($t)),
@@ -281,18 +281,18 @@ rma_types!(rma());
 macro_rules! untyped_rma {
     ($n:tt, $e:ty) => {
         paste::paste! {
-            untyped_rma!(@block [<put $n>], $e, put);
-            untyped_rma!(@block [<get $n>], $e, get);
-            untyped_rma!(@block [<put $n _nbi>], $e, put_nbi);
-            untyped_rma!(@block [<get $n _nbi>], $e, get_nbi);
+            untyped_rma!(@block [<put $n>], $e, put, false);
+            untyped_rma!(@block [<get $n>], $e, get, false);
+            untyped_rma!(@block [<put $n _nbi>], $e, put, true);
+            untyped_rma!(@block [<get $n _nbi>], $e, get, true);
             untyped_rma!(@signal [<put $n _signal>], $e);
             untyped_rma!(@signal [<put $n _signal_nbi>], $e);
         }
     };
-    (@block $s:ident, $e:ty, $f:ident) => {
+    (@block $s:ident, $e:ty, $f:ident, $nbi:expr) => {
         entry_and_ctx!($s, concat!(stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), nelems, pe));
+            call => ops::$f::<$e>(call, dest.cast(), source.cast(), nelems, pe, $nbi));
     };
     (@signal $s:ident, $e:ty) => {
         entry_and_ctx!($s, concat!("put with signal of ", stringify!($e), " elements"),
