@@ -112,32 +112,17 @@ impl Sweep for RmaSweep<'_> {
         // as C's `shmem_putmem_nbi` may: over UCX they are only posted, so the window streams.
         let at = local.as_mut_ptr();
         match (self.dir, b.spec.kind) {
-            (Dir::Put, Kind::Bandwidth) => time_reps(counts, |_| {
+            (dir, Kind::Bandwidth) => time_reps(counts, |_| {
                 for j in 0..window {
+                    let (remote, mine) = (sym.wrapping_add(j * step), at.wrapping_add(j * step));
                     // SAFETY: slot j lies inside `local` (prepared for this span) and inside the
-                    // symmetric region; neither is touched again before the quiet below.
+                    // symmetric region; neither is touched again before the quiet below (a
+                    // get's `local` is read only after it, by `verify`).
                     unsafe {
-                        w.put_nbi_deferred(
-                            sym.wrapping_add(j * step),
-                            at.add(j * step),
-                            size,
-                            TARGET,
-                        )?
-                    };
-                }
-                w.quiet()?;
-                Ok(())
-            }),
-            (Dir::Get, Kind::Bandwidth) => time_reps(counts, |_| {
-                for j in 0..window {
-                    // SAFETY: as above; `local` is only read after the quiet (by `verify`).
-                    unsafe {
-                        w.get_nbi_deferred(
-                            at.add(j * step),
-                            sym.wrapping_add(j * step),
-                            size,
-                            TARGET,
-                        )?
+                        match dir {
+                            Dir::Put => w.put_nbi_deferred(remote, mine, size, TARGET),
+                            Dir::Get => w.get_nbi_deferred(mine, remote, size, TARGET),
+                        }?
                     };
                 }
                 w.quiet()?;
