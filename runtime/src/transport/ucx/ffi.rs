@@ -93,6 +93,9 @@ pub const UCS_MEMORY_TYPE_CUDA: c_int = 1;
 pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
 pub const UCP_OP_ATTR_FIELD_REPLY_BUFFER: u32 = 1 << 5;
 pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
+/// `UCP_OP_ATTR_FLAG_FAST_CMPL`: complete locally as soon as the buffer may be reused (a copy
+/// instead of a zero-copy send that waits for the target's acknowledgement).
+pub const UCP_OP_ATTR_FLAG_FAST_CMPL: u32 = 1 << 17;
 /// `UCP_EP_CLOSE_FLAG_FORCE`.
 pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
 
@@ -531,6 +534,7 @@ mod tests {
             "UCP_EP_PARAM_FIELD_ERR_HANDLER",
             "UCP_OP_ATTR_FIELD_REPLY_BUFFER",
             "UCP_OP_ATTR_FIELD_FLAGS",
+            "UCP_OP_ATTR_FLAG_FAST_CMPL",
             "UCP_EP_CLOSE_FLAG_FORCE",
             "UCP_MEM_MAP_PROT_REMOTE_WRITE",
             "UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE",
@@ -721,6 +725,10 @@ mod tests {
         assert_eq!(
             get("const UCP_OP_ATTR_FIELD_FLAGS"),
             UCP_OP_ATTR_FIELD_FLAGS as i64
+        );
+        assert_eq!(
+            get("const UCP_OP_ATTR_FLAG_FAST_CMPL"),
+            UCP_OP_ATTR_FLAG_FAST_CMPL as i64
         );
         assert_eq!(
             get("const UCP_EP_CLOSE_FLAG_FORCE"),

@@ -27,8 +27,8 @@
 //! OSHMEM does; that answers a peer at once, without waking another thread on a core the
 //! waiter holds. Otherwise the progress thread does: it drains the worker, arms it
 //! (`ucp_worker_arm`) and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a
-//! stop eventfd, so it uses no CPU while nothing is in flight. While waiters progress the
-//! worker, the progress thread leaves the event fd alone and naps.
+//! stop eventfd, so it uses no CPU while nothing is in flight. While this PE's threads use or
+//! progress the worker, the progress thread leaves the event fd alone and naps ([`HELPED`]).
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,9 +54,12 @@ const SPIN: Duration = Duration::from_micros(100);
 /// flushed.
 const MAX_PENDING: usize = 1024;
 
-/// How long after a waiting thread last progressed the worker the progress thread keeps
-/// napping instead of sleeping on the worker's event fd.
-const HELPED: Duration = Duration::from_millis(2);
+/// How long after a thread of this PE last used or progressed the worker the progress thread
+/// keeps napping instead of sleeping on the worker's event fd. The thread naps until this
+/// window ends, so while the PE keeps calling rshmem it wakes about this often: at 1 ms (the
+/// nap before) those wake-ups on the PE's core cost a put + quiet over UCX 1.22 about 0.3 us
+/// (8.1 against 7.8 us without the thread); at 5 ms, about 0.05 us.
+const HELPED: Duration = Duration::from_millis(5);
 
 /// What a probe of the installed UCX found (for `auto` and `rshmem-info`).
 #[derive(Debug, Clone)]
@@ -162,12 +165,19 @@ unsafe impl Send for Ctx {}
 unsafe impl Sync for Ctx {}
 
 /// rshmem's defaults for UCX settings the user did not set (`UCX_<NAME>` in the environment
-/// wins): `RNDV_THRESH=inf`. rshmem sends no large active messages, and with rendezvous
-/// enabled a UCX of 1.20 or newer selects no zero-copy RMA lane on a memory domain that cannot
-/// invalidate registrations (TCP) when peer-failure handling is on: every put is then emulated
-/// with active messages (measured with UCX 1.22 over TCP: 8-byte put + quiet 21.7 -> 9.5 us,
-/// 512 KiB 493 -> 55 us). UCX 1.14-1.19 require the invalidation regardless of this setting.
-const TUNED: &[(&str, &str)] = &[("RNDV_THRESH", "inf")];
+/// wins). rshmem sends no large active messages (only atomics, flag stores and their answers),
+/// so it needs no rendezvous:
+/// - `RNDV_THRESH=inf`: with rendezvous enabled, a UCX of 1.20 or newer selects no zero-copy
+///   RMA lane on a memory domain that cannot invalidate registrations (TCP) when peer-failure
+///   handling is on: every put is then emulated with active messages (measured with UCX 1.22
+///   over TCP: 8-byte put + quiet 21.7 -> 9.5 us, 512 KiB 493 -> 55 us). UCX 1.14-1.19
+///   require the invalidation regardless of this setting.
+/// - `MAX_RNDV_RAILS=1`: UCX still selects the rendezvous protocols it will never use, and
+///   activates every interface their lanes name; with two rails, the second network interface
+///   (e.g. `eth0` next to `lo`) is then polled by every progress call, one more `epoll_wait`
+///   each (measured with UCX 1.22 over TCP on one host: 8-byte put + quiet about 0.3 us
+///   slower, and OSHMEM, which enables no active messages, polls one interface).
+const TUNED: &[(&str, &str)] = &[("RNDV_THRESH", "inf"), ("MAX_RNDV_RAILS", "1")];
 
 fn tune(lib: &Lib, config: ffi::Config) -> std::result::Result<(), String> {
     for (name, value) in TUNED {
@@ -356,10 +366,13 @@ impl Shared {
         (self.epoch.elapsed().as_nanos() as u64).max(1)
     }
 
-    /// True if a thread of this PE used or progressed the worker in the last [`HELPED`].
-    fn helped_recently(&self) -> bool {
+    /// If a thread of this PE used or progressed the worker in the last [`HELPED`]: how much
+    /// of that window is left.
+    fn helped_recently(&self) -> Option<Duration> {
         let h = self.helped.load(Ordering::Relaxed);
-        h != 0 && self.now().saturating_sub(h) < HELPED.as_nanos() as u64
+        let since = self.now().saturating_sub(h);
+        let window = HELPED.as_nanos() as u64;
+        (h != 0 && since < window).then(|| Duration::from_nanos(window - since))
     }
 
     /// Records that a thread of this PE is using or progressing the worker (see
@@ -926,7 +939,13 @@ impl Ucx {
         wait: bool,
         post: impl Fn(ffi::Ep, usize, usize, u64, ffi::Rkey, &ffi::UcpRequestParam) -> ffi::StatusPtr,
     ) -> Result<()> {
-        let p = ffi::UcpRequestParam::empty();
+        let mut p = ffi::UcpRequestParam::empty();
+        if wait && what == "put" {
+            // A blocking put only needs its source buffer back: let UCX copy it and complete
+            // at once instead of waiting for the target's acknowledgement; the next flush
+            // completes it remotely.
+            p.op_attr_mask = ffi::UCP_OP_ATTR_FLAG_FAST_CMPL;
+        }
         let mut done = 0;
         while done < n {
             let part = RemoteAddr {
@@ -1533,11 +1552,11 @@ fn progress_loop(s: &Shared) {
                 }
             }
         }
-        if s.helped_recently() {
-            // A thread of this PE is using or progressing the worker: nap on the kick fd only,
-            // so the worker's events do not wake this thread on that thread's core; serve what
-            // arrived once per nap when the worker is free (the other thread may be computing
-            // between calls).
+        if let Some(left) = s.helped_recently() {
+            // A thread of this PE is using or progressing the worker: nap on the kick fd only
+            // until that help would lapse, so the worker's events do not wake this thread on
+            // that thread's core; serve what arrived once per nap when the worker is free (the
+            // other thread may be computing between calls).
             if let Ok(mut g) = s.inner.try_lock() {
                 s.serve(&mut g);
             }
@@ -1546,8 +1565,9 @@ fn progress_loop(s: &Shared) {
                 events: libc::POLLIN,
                 revents: 0,
             };
+            let ms = left.as_millis().clamp(1, HELPED.as_millis()) as c_int;
             // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut fd, 1, 1) };
+            unsafe { libc::poll(&mut fd, 1, ms) };
             drain(s.kickfd);
             continue;
         }
