@@ -165,19 +165,18 @@ unsafe impl Send for Ctx {}
 unsafe impl Sync for Ctx {}
 
 /// rshmem's defaults for UCX settings the user did not set (`UCX_<NAME>` in the environment
-/// wins). rshmem sends no large active messages (only atomics, flag stores and their answers),
-/// so it needs no rendezvous:
-/// - `RNDV_THRESH=inf`: with rendezvous enabled, a UCX of 1.20 or newer selects no zero-copy
-///   RMA lane on a memory domain that cannot invalidate registrations (TCP) when peer-failure
-///   handling is on: every put is then emulated with active messages (measured with UCX 1.22
-///   over TCP: 8-byte put + quiet 21.7 -> 9.5 us, 512 KiB 493 -> 55 us). UCX 1.14-1.19
-///   require the invalidation regardless of this setting.
-/// - `MAX_RNDV_RAILS=1`: UCX still selects the rendezvous protocols it will never use, and
-///   activates every interface their lanes name; with two rails, the second network interface
-///   (e.g. `eth0` next to `lo`) is then polled by every progress call, one more `epoll_wait`
-///   each (measured with UCX 1.22 over TCP on one host: 8-byte put + quiet about 0.3 us
-///   slower, and OSHMEM, which enables no active messages, polls one interface).
-const TUNED: &[(&str, &str)] = &[("RNDV_THRESH", "inf"), ("MAX_RNDV_RAILS", "1")];
+/// wins): `RNDV_THRESH=inf`. rshmem sends no large active messages, and with rendezvous
+/// enabled a UCX of 1.20 or newer selects no zero-copy RMA lane on a memory domain that cannot
+/// invalidate registrations (TCP) when peer-failure handling is on: every put is then emulated
+/// with active messages (measured with UCX 1.22 over TCP: 8-byte put + quiet 21.7 -> 9.5 us,
+/// 512 KiB 493 -> 55 us). UCX 1.14-1.19 require the invalidation regardless of this setting.
+///
+/// Not set: `MAX_RNDV_RAILS=1`. UCX activates every interface that the (unused) rendezvous
+/// protocols name, so over TCP on a host with two interfaces (`lo`, `eth0`) every progress call
+/// polls both, about 0.3 us of a UCX 1.22 put + quiet; one rail left `eth0` to UCX's on-demand
+/// activation, and one run in about 40 ended with UCX 1.22 aborting at exit ("failed to modify
+/// .. event handler to UCS_EVENT_SET_EVREAD", `ucp_worker.c:662`) in that code path.
+const TUNED: &[(&str, &str)] = &[("RNDV_THRESH", "inf")];
 
 fn tune(lib: &Lib, config: ffi::Config) -> std::result::Result<(), String> {
     for (name, value) in TUNED {
