@@ -55,9 +55,25 @@ pub fn run(c: &Ctx<'_>) -> R {
     Ok(())
 }
 
-fn sync(s: &CudaStream) -> R {
-    s.synchronize()
-        .map_err(|e| crate::check::Fail(format!("stream synchronize: {e:?}")))
+/// How long a stream may take to drain before the scenario fails instead of hanging.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits until everything queued on `s` so far has run, for at most [`DRAIN`]; `what` names
+/// the step in the failure (a stream-ordered wait that is never satisfied spins on the GPU, and
+/// a plain synchronize would never return).
+fn sync(s: &CudaStream, what: &str) -> R {
+    let fail = |e| crate::check::Fail(format!("{what}: stream: {e:?}"));
+    let done = s.record_event(None).map_err(fail)?;
+    let t0 = std::time::Instant::now();
+    while !done.try_is_complete().map_err(fail)? {
+        if t0.elapsed() > DRAIN {
+            return Err(crate::check::Fail(format!(
+                "{what}: the stream did not drain in {DRAIN:?}"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    Ok(())
 }
 
 fn rma(c: &Ctx<'_>, s: &CudaStream) -> R {
@@ -80,7 +96,7 @@ fn rma(c: &Ctx<'_>, s: &CudaStream) -> R {
     w.get_on_stream(got.at(OFF), src.at(OFF), N, c.pred(), s)
         .ctx("get_on_stream")?;
     w.barrier_all_on_stream(s).ctx("barrier_all_on_stream")?;
-    sync(s)?;
+    sync(s, "put/get_on_stream + barrier_all_on_stream")?;
     let d = dst.to_vec().ctx("to_vec")?;
     let g = got.to_vec().ctx("to_vec")?;
     for i in 0..N + 2 * OFF {
@@ -110,7 +126,7 @@ fn rma(c: &Ctx<'_>, s: &CudaStream) -> R {
     w.p_on_stream(halves.at(2), 0x7000 + me as u16, c.succ(), s)
         .ctx("p_on_stream u16")?;
     w.barrier_all_on_stream(s).ctx("barrier_all_on_stream")?;
-    sync(s)?;
+    sync(s, "p_on_stream + barrier_all_on_stream")?;
     expect_eq(
         "p_on_stream u64",
         vec![0, 0xABCD_0000_0000 + c.pred() as u64],
@@ -159,7 +175,10 @@ fn signals(c: &Ctx<'_>, s: &CudaStream) -> R {
         .ctx("put_signal_on_stream")?;
         w.signal_wait_until_on_stream(sig.as_ptr(), Cmp::Ge, round, s)
             .ctx("signal_wait_until_on_stream")?;
-        sync(s)?;
+        sync(
+            s,
+            &format!("put_signal_on_stream + signal_wait_until_on_stream, round {round}"),
+        )?;
         let d = dst.to_vec().ctx("to_vec")?;
         if let Some(i) = (0..N).find(|&i| d[i] != pat(c.pred(), i)) {
             return Err(crate::check::Fail(format!(
@@ -171,7 +190,7 @@ fn signals(c: &Ctx<'_>, s: &CudaStream) -> R {
         }
         // Nobody starts the next round before everyone checked this one.
         w.sync_all_on_stream(s).ctx("sync_all_on_stream")?;
-        sync(s)?;
+        sync(s, &format!("sync_all_on_stream after round {round}"))?;
     }
     expect_eq(
         "signal after 3 rounds",
@@ -182,7 +201,10 @@ fn signals(c: &Ctx<'_>, s: &CudaStream) -> R {
         .ctx("signal_op_on_stream")?;
     w.signal_wait_until_on_stream(sig.at(1), Cmp::Eq, 42 + c.pred() as u64, s)
         .ctx("signal_wait_until_on_stream Eq")?;
-    sync(s)?;
+    sync(
+        s,
+        "signal_op_on_stream Set + signal_wait_until_on_stream Eq",
+    )?;
     expect_eq(
         "signal_op_on_stream Set",
         42 + c.pred() as u64,
@@ -205,7 +227,7 @@ fn quiet_and_sync(c: &Ctx<'_>, s: &CudaStream) -> R {
         .ctx("putmem_nbi")?;
     w.quiet_on_stream(s).ctx("quiet_on_stream")?;
     w.barrier_all_on_stream(s).ctx("barrier_all_on_stream")?;
-    sync(s)?;
+    sync(s, "quiet_on_stream + barrier_all_on_stream")?;
     let want: Vec<u64> = (0..64).map(|i| (c.pred() as u64) << 32 | i).collect();
     expect_eq(
         "host putmem_nbi + quiet_on_stream + barrier_all_on_stream",
@@ -257,7 +279,7 @@ fn errors(c: &Ctx<'_>, s: &CudaStream) -> R {
         Kind::Invalid,
         "signal_wait_until_on_stream",
     )?;
-    sync(s)?;
+    sync(s, "the refused calls")?;
     expect_eq(
         "nothing written by the failed calls",
         vec![0u64; 8],
@@ -281,7 +303,7 @@ fn kernel(c: &Ctx<'_>, s: &CudaStream) -> R {
     // SAFETY: whoami(int*) gets the address of a live 3-element symmetric allocation.
     unsafe { s.launch_builder(&f).arg(&p).launch(cfg) }
         .map_err(|e| crate::check::Fail(format!("launch: {e:?}")))?;
-    sync(s)?;
+    sync(s, "the user kernel")?;
     let st = w.device_state();
     expect_eq(
         "device state seen by a user kernel (my_pe, n_pes, version)",
