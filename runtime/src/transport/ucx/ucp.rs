@@ -926,7 +926,7 @@ impl Ucx {
     /// offset `done` of the local buffer) once per registered chunk the range lies in. With
     /// `wait`, each request is waited for before the next is posted; without, each is handed
     /// back to UCX at once (`ucp_request_free` of an incomplete request: UCX completes it, and
-    /// the next worker flush waits for it).
+    /// the next worker flush waits for it). `flags` are the requests' `op_attr_mask` flags.
     #[allow(clippy::too_many_arguments)]
     fn rma(
         &self,
@@ -936,15 +936,11 @@ impl Ucx {
         n: usize,
         what: &'static str,
         wait: bool,
+        flags: u32,
         post: impl Fn(ffi::Ep, usize, usize, u64, ffi::Rkey, &ffi::UcpRequestParam) -> ffi::StatusPtr,
     ) -> Result<()> {
         let mut p = ffi::UcpRequestParam::empty();
-        if wait && what == "put" {
-            // A blocking put only needs its source buffer back: let UCX copy it and complete
-            // at once instead of waiting for the target's acknowledgement; the next flush
-            // completes it remotely.
-            p.op_attr_mask = ffi::UCP_OP_ATTR_FLAG_FAST_CMPL;
-        }
+        p.op_attr_mask = flags;
         let mut done = 0;
         while done < n {
             let part = RemoteAddr {
@@ -1038,6 +1034,14 @@ impl Ucx {
         g.unfenced = true;
         g.data_unfenced = true;
         g.dirty = true;
+        // A blocking put only needs its source buffer back: UCX may copy it and complete at
+        // once instead of waiting for the target's acknowledgement (the next flush completes
+        // it remotely), as OSHMEM's blocking put asks.
+        let flags = if wait {
+            ffi::UCP_OP_ATTR_FLAG_FAST_CMPL
+        } else {
+            0
+        };
         self.rma(
             call,
             &g,
@@ -1045,6 +1049,7 @@ impl Ucx {
             n,
             "put",
             wait,
+            flags,
             |ep, done, k, raddr, rkey, p| {
                 // SAFETY: src..src+n is readable until the put completes (the caller's contract).
                 unsafe { (self.shared.lib.put_nbx)(ep, src.add(done).cast(), k, raddr, rkey, p) }
@@ -1078,6 +1083,7 @@ impl Ucx {
             n,
             "get",
             wait,
+            0,
             |ep, done, k, raddr, rkey, p| {
                 // SAFETY: dst..dst+n is writable until the get completes (the caller's contract).
                 unsafe { (self.shared.lib.get_nbx)(ep, dst.add(done).cast(), k, raddr, rkey, p) }
