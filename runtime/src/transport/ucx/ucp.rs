@@ -608,33 +608,31 @@ impl Ucx {
             helped: AtomicU64::new(0),
             epoch: Instant::now(),
         });
-        {
-            for (id, cb) in [
-                (amo::AM_REQUEST, am_request as ffi::AmRecvCb),
-                (amo::AM_REPLY, am_reply as ffi::AmRecvCb),
-            ] {
-                let p = ffi::UcpAmHandlerParam {
-                    field_mask: ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
-                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
-                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB
-                        | ffi::UCP_AM_HANDLER_PARAM_FIELD_ARG,
-                    id,
-                    flags: ffi::UCP_AM_FLAG_WHOLE_MSG,
-                    cb: Some(cb),
-                    arg: Arc::as_ptr(&shared) as *mut c_void,
-                };
-                // SAFETY: the worker is live (no other thread knows it yet); the argument is
-                // the `Shared` that outlives the worker (destroyed in `Drop for Ucx` first).
-                let st = unsafe { (lib.worker_set_am_recv_handler)(worker, &p) };
-                if st != ffi::UCS_OK {
-                    destroy(worker);
-                    // SAFETY: our eventfd, closed once on this error path.
-                    unsafe { libc::close(kickfd) };
-                    return Err(format!(
-                        "ucp_worker_set_am_recv_handler: {}",
-                        lib.status_text(st)
-                    ));
-                }
+        for (id, cb) in [
+            (amo::AM_REQUEST, am_request as ffi::AmRecvCb),
+            (amo::AM_REPLY, am_reply as ffi::AmRecvCb),
+        ] {
+            let p = ffi::UcpAmHandlerParam {
+                field_mask: ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_CB
+                    | ffi::UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                id,
+                flags: ffi::UCP_AM_FLAG_WHOLE_MSG,
+                cb: Some(cb),
+                arg: Arc::as_ptr(&shared) as *mut c_void,
+            };
+            // SAFETY: the worker is live (no other thread knows it yet); the argument is
+            // the `Shared` that outlives the worker (destroyed in `Drop for Ucx` first).
+            let st = unsafe { (lib.worker_set_am_recv_handler)(worker, &p) };
+            if st != ffi::UCS_OK {
+                destroy(worker);
+                // SAFETY: our eventfd, closed once on this error path.
+                unsafe { libc::close(kickfd) };
+                return Err(format!(
+                    "ucp_worker_set_am_recv_handler: {}",
+                    lib.status_text(st)
+                ));
             }
         }
         Ok(Ucx {
@@ -677,8 +675,9 @@ impl Ucx {
         parse_resources(&self.ctx.info())
     }
 
-    /// Starts serving atomics on this PE's user heap (when atomics are applied on the target):
-    /// requests that arrive earlier are refused.
+    /// Starts serving requests on this PE's heaps (the runtime's flag stores on its control
+    /// heap, and atomics on its user heap where they are applied on the target): requests that
+    /// arrive earlier are refused.
     pub(crate) fn serve(&self, served: Served) {
         let _ = self.shared.served.set(served);
     }
