@@ -597,21 +597,25 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
     }
 }
 
-/// This PE's rank among the processes of its host (picks the GPU). Under
-/// `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from the
-/// host identity (one allgather, made by every PE since they share the setting).
-pub(crate) fn host_rank(
+/// This PE's rank among the PEs of its host (picks the GPU) and how many PEs the host runs.
+/// Under `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from
+/// the host identity (one allgather, made by every PE since they share the setting).
+pub(crate) fn host_place(
     boot: &dyn rshmem_bootstrap::Bootstrap,
     cfg: &crate::config::Config,
     node: &Node,
-) -> crate::error::Result<usize> {
+) -> crate::error::Result<(usize, usize)> {
     if !cfg.disable_p2p {
-        return Ok(node.me);
+        return Ok((node.me, node.len()));
     }
     let id = host_identity(cfg.node_id.as_deref());
     let all = boot.allgather(id.as_bytes())?;
     let me = boot.rank();
-    Ok((0..me).filter(|&p| all[p] == all[me]).count())
+    let same = |p: &usize| all[*p] == all[me];
+    Ok((
+        (0..me).filter(same).count(),
+        (0..all.len()).filter(same).count(),
+    ))
 }
 
 #[cfg(test)]

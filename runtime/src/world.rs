@@ -370,7 +370,10 @@ impl World {
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
-                Region::user(&heap, crate::cuda::target::for_user_heap(&gpu, &dstate)?),
+                Region::user(
+                    &heap,
+                    crate::cuda::target::for_user_heap(&gpu, &dstate, me, cfg.timeout)?,
+                ),
                 Region::ctrl(&ctrl),
             ];
             Some(Arc::new(Net::establish(
@@ -388,7 +391,7 @@ impl World {
         // Atomics from PEs reached through UCX on a GPU heap are applied here by rshmem (UCX
         // cannot touch GPU memory with its software atomics).
         let ucx_gpu_mem = if remotes.ucx_job() {
-            crate::cuda::target::for_user_heap(&gpu, &dstate)?
+            crate::cuda::target::for_user_heap(&gpu, &dstate, me, cfg.timeout)?
         } else {
             None
         };
@@ -995,9 +998,10 @@ fn poisoned(call: &'static str) -> Error {
 /// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend.
 fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<Arc<Gpu>>> {
     let call = "init";
+    let (host_rank, host_pes) = crate::node::host_place(boot, cfg, node)?;
     let count = match cfg.backend {
         BackendChoice::Cpu => 0,
-        _ => crate::cuda::device_count(),
+        _ => crate::cuda::device_count(host_pes),
     };
     let want_gpu = match cfg.backend {
         BackendChoice::Cpu => false,
@@ -1036,9 +1040,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     if !want_gpu {
         return Ok(None);
     }
-    let ordinal = cfg
-        .device
-        .unwrap_or(crate::node::host_rank(boot, cfg, node)? % count);
+    let ordinal = cfg.device.unwrap_or(host_rank % count);
     if ordinal >= count {
         return Err(Error::invalid(
             call,

@@ -42,14 +42,12 @@ pub struct InitAttr {
 /// current (the CUDA runtime makes the device's primary context current after cudaSetDevice
 /// and its first call). `None` without a driver or a current context.
 fn current_context_device() -> CResult<Option<usize>> {
-    if !rt::cuda::driver_present() {
+    // Without cuInit there is no current context; rshmem's init initializes CUDA later.
+    if !rt::cuda::initialized() {
         return Ok(None);
     }
-    // SAFETY: plain driver queries with valid out-pointers; cuInit may be called repeatedly.
+    // SAFETY: plain driver queries with valid out-pointers.
     unsafe {
-        if sys::cuInit(0) != sys::CUresult::CUDA_SUCCESS {
-            return Ok(None);
-        }
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         if sys::cuCtxGetCurrent(&mut ctx) != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
             return Ok(None);

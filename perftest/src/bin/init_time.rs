@@ -25,7 +25,11 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let n_dev = rshmem::cuda::device_count();
+    let local_size: usize = std::env::var("RSHMEM_LOCAL_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let n_dev = rshmem::cuda::device_count(local_size);
     let mut ctx_s = 0.0;
     let _ctx = if n_dev > 0 {
         let t = Instant::now();

@@ -388,7 +388,7 @@ fn report(args: &Args) -> Report {
     let driver = rshmem::cuda::driver_present();
     let cuda = Cuda {
         driver,
-        devices: args.devices.then(rshmem::cuda::device_count),
+        devices: args.devices.then(|| rshmem::cuda::device_count(1)),
     };
     let nvrtc = match rshmem::device::nvrtc::nvrtc_version() {
         Ok((major, minor)) => Nvrtc {

@@ -33,16 +33,72 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Number of CUDA devices visible to this process (0 when there is no driver).
-pub fn device_count() -> usize {
+/// Work queues of one GPU's MPS clients together: MPS gives them one pool, and on an H200
+/// 6 clients of 16 queues started while 8 of 16 (or 4 of 32) did not.
+const MPS_POOL: usize = 96;
+/// The most work queues rshmem asks for.
+const MAX_WORK_QUEUES: usize = 16;
+
+/// The hardware work queues (`CUDA_DEVICE_MAX_CONNECTIONS`) rshmem asks for on a host with
+/// `local_pes` PEs, or None to leave CUDA's default (8): as many as fit the MPS pool were all
+/// of them to share one GPU, at most [`MAX_WORK_QUEUES`]. See [`init_driver`].
+pub fn work_queues(local_pes: usize) -> Option<usize> {
+    let q = (MPS_POOL / local_pes.max(1)).min(MAX_WORK_QUEUES);
+    (q > 8).then_some(q)
+}
+
+/// True if this process has initialized the CUDA driver (`cuInit`); false without a driver.
+pub fn initialized() -> bool {
     if !driver_present() {
+        return false;
+    }
+    let mut n = 0i32;
+    // SAFETY: a plain driver query with a valid out-pointer; before cuInit it only reports that
+    // the driver is not initialized.
+    let r = unsafe { sys::cuDeviceGetCount(&mut n) };
+    r != CUresult::CUDA_ERROR_NOT_INITIALIZED
+}
+
+/// Initializes the CUDA driver (`cuInit`) for a PE of a host with `local_pes` PEs; false when
+/// it cannot be. The one place rshmem initializes CUDA, so that it can first widen the
+/// hardware work queues.
+///
+/// CUDA feeds the streams of a context to the GPU through a few hardware work queues
+/// (`CUDA_DEVICE_MAX_CONNECTIONS`, read once, by `cuInit`), and work of two streams that share
+/// a queue runs in the order it was queued. The proxy and the remote transports' targets copy
+/// into and out of this PE's GPU memory from host threads, on streams of their own, while a
+/// kernel may be waiting for exactly that copy (a device get through the proxy, a signal from
+/// a peer). If that kernel's stream has more work queued behind it and the copy lands in the
+/// same hardware queue, the copy waits for that work, which waits for the kernel, which waits
+/// for the copy. Measured with 2 PEs on one H200 under MPS and `RSHMEM_DISABLE_P2P=1`: the
+/// `stream` scenario deadlocked in 2 of 40 runs with CUDA's default, 6 of 6 with
+/// `CUDA_DEVICE_MAX_CONNECTIONS=1`, 0 of 40 with 12, 16 or 32. So before CUDA is initialized,
+/// and when the program has not set it, rshmem sets `CUDA_DEVICE_MAX_CONNECTIONS` to
+/// [`work_queues`]. A program that initialized CUDA first, or chose its own value, keeps its
+/// queues; a copy that then stays stuck fails after `RSHMEM_TIMEOUT` ([`target::GpuMem`]).
+pub fn init_driver(local_pes: usize) -> bool {
+    if !driver_present() {
+        return false;
+    }
+    if !initialized() && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        if let Some(q) = work_queues(local_pes) {
+            // Nothing in this process has initialized CUDA yet, so no context exists.
+            std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", q.to_string());
+            tracing::debug!(target: "rshmem::cuda", "CUDA_DEVICE_MAX_CONNECTIONS={q} (set by rshmem before initializing CUDA)");
+        }
+    }
+    // SAFETY: plain driver call.
+    unsafe { sys::cuInit(0) == CUresult::CUDA_SUCCESS }
+}
+
+/// Number of CUDA devices visible to this process (0 when there is no driver), which
+/// initializes CUDA for a PE of a host with `local_pes` PEs ([`init_driver`]).
+pub fn device_count(local_pes: usize) -> usize {
+    if !init_driver(local_pes) {
         return 0;
     }
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
-        if sys::cuInit(0) != CUresult::CUDA_SUCCESS {
-            return 0;
-        }
         let mut n = 0i32;
         if sys::cuDeviceGetCount(&mut n) != CUresult::CUDA_SUCCESS {
             return 0;
@@ -328,4 +384,23 @@ fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
 pub(crate) fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller mapped this range and nothing uses it any more.
     unsafe { sys::cuMemUnmap(addr as u64, len) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::work_queues;
+
+    #[test]
+    fn work_queues_fit_the_mps_pool() {
+        // Few PEs: the most rshmem asks for.
+        assert_eq!(work_queues(1), Some(16));
+        assert_eq!(work_queues(6), Some(16));
+        // More: what fits 96 were they all on one GPU under MPS.
+        assert_eq!(work_queues(8), Some(12));
+        assert_eq!(work_queues(10), Some(9));
+        // No more than CUDA's default would fit: left alone.
+        assert_eq!(work_queues(12), None);
+        assert_eq!(work_queues(64), None);
+        assert_eq!(work_queues(0), Some(16));
+    }
 }

@@ -3,9 +3,13 @@
 //!
 //! The stream is never rshmem's internal stream nor a user stream: a user kernel that waits
 //! for a request served here (a device put's completion, a signal from another PE) may be
-//! running on those, and work queued behind it would never start.
+//! running on those, and work queued behind it would never start. CUDA may still feed this
+//! stream and such a user stream through one hardware work queue, which deadlocks the same way
+//! (see [`crate::cuda::init_driver`]); so waits for this stream are bounded by
+//! `RSHMEM_TIMEOUT` and fail naming that cause instead of hanging.
 
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 use cudarc::driver::CudaStream;
@@ -28,7 +32,14 @@ pub struct GpuMem {
     state: Arc<Mutex<DeviceState>>,
     /// Asynchronous copies may be queued on the stream.
     pending: std::sync::atomic::AtomicBool,
+    /// This PE, and the bound of a wait for the stream (`RSHMEM_TIMEOUT`).
+    me: usize,
+    timeout: Option<Duration>,
 }
+
+/// How long a wait for the stream polls it without yielding the core, then without sleeping.
+const SPIN: Duration = Duration::from_micros(200);
+const YIELD: Duration = Duration::from_millis(20);
 
 impl std::fmt::Debug for GpuMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,7 +56,8 @@ fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> E
 }
 
 impl GpuMem {
-    /// Sets up access to `gpu`'s memory with a new stream. With `atomics`, the atomic kernel
+    /// Sets up access to `gpu`'s memory for PE `me` with a new stream, whose waits are bounded
+    /// by `timeout`. With `atomics`, the atomic kernel
     /// is loaded (and launched once) now, at init: loading a module later installs the device
     /// state on rshmem's stream and may need a context synchronization, and either waits
     /// behind a user kernel or stream wait that is itself waiting for this PE's atomics
@@ -54,6 +66,8 @@ impl GpuMem {
         gpu: Arc<Gpu>,
         state: Arc<Mutex<DeviceState>>,
         atomics: bool,
+        me: usize,
+        timeout: Option<Duration>,
     ) -> Result<Arc<GpuMem>> {
         let call = "init";
         gpu.bind(call)?;
@@ -69,6 +83,8 @@ impl GpuMem {
             kernels: OnceLock::new(),
             state,
             pending: std::sync::atomic::AtomicBool::new(false),
+            me,
+            timeout,
         });
         if atomics {
             let word = {
@@ -88,17 +104,41 @@ impl GpuMem {
         self.stream.cu_stream()
     }
 
-    /// Waits for everything queued on the stream.
+    /// Waits for everything queued on the stream: polls it (spinning, then yielding, then in
+    /// short naps), bounded by `RSHMEM_TIMEOUT`.
     pub fn sync(&self, call: &'static str) -> Result<()> {
         use std::sync::atomic::Ordering;
         self.gpu.bind(call)?;
         self.pending.store(false, Ordering::Release);
-        // SAFETY: the stream is alive (owned by self).
-        check(
-            unsafe { sys::cuStreamSynchronize(self.s()) },
-            call,
-            "synchronizing the proxy's stream",
-        )
+        let start = Instant::now();
+        loop {
+            // SAFETY: the stream is alive (owned by self).
+            let r = unsafe { sys::cuStreamQuery(self.s()) };
+            if r != sys::CUresult::CUDA_ERROR_NOT_READY {
+                return check(r, call, "synchronizing the proxy's stream");
+            }
+            let waited = start.elapsed();
+            if self.timeout.is_some_and(|t| waited > t) {
+                return Err(Error::Timeout {
+                    call,
+                    me: self.me,
+                    pe: None,
+                    what: "a CUDA copy or atomic of rshmem's host threads on this PE's GPU memory \
+                           (queued behind GPU work that waits for it: a kernel waiting for this \
+                           PE's proxy or a peer, with more work queued on its stream, in the \
+                           same hardware work queue; CUDA_DEVICE_MAX_CONNECTIONS, docs/device.md)"
+                        .into(),
+                    waited,
+                });
+            }
+            if waited < SPIN {
+                std::hint::spin_loop();
+            } else if waited < YIELD {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Completes queued copies if there are any.
@@ -219,14 +259,22 @@ impl GpuMem {
 }
 
 /// GPU memory access for the remote transports' targets when the user heap is on a GPU (the TCP
-/// transport's service threads, the UCX transport's atomics applied on the target); None on the
-/// CPU backend.
+/// transport's service threads, the UCX transport's atomics applied on the target) of PE `me`,
+/// its waits bounded by `timeout`; None on the CPU backend.
 pub(crate) fn for_user_heap(
     gpu: &Option<Arc<Gpu>>,
     state: &Arc<Mutex<DeviceState>>,
+    me: usize,
+    timeout: Option<Duration>,
 ) -> Result<Option<Arc<GpuMem>>> {
     match gpu {
-        Some(g) => Ok(Some(GpuMem::new(g.clone(), state.clone(), true)?)),
+        Some(g) => Ok(Some(GpuMem::new(
+            g.clone(),
+            state.clone(),
+            true,
+            me,
+            timeout,
+        )?)),
         None => Ok(None),
     }
 }

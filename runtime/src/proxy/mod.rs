@@ -77,7 +77,7 @@ impl Proxy {
         // the thread (joined in Drop before they are freed); only that thread reads them on
         // the host.
         let ring = unsafe { fifo::Ring::new(slots.ptr(), ctl.ptr(), n_slots) };
-        let mem = GpuMem::new(gpu.clone(), state.clone(), false)?;
+        let mem = GpuMem::new(gpu.clone(), state.clone(), false, me, timeout)?;
         let bounce = Pinned::new(gpu, service::BOUNCE, false, call)?;
         let ex = service::NetExec {
             net: net.cloned(),
