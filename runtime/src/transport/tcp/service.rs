@@ -93,7 +93,8 @@ impl Region {
         match &self.gpu {
             // SAFETY: `Service::target` proved [a, a+len) lies in a live allocation of this PE's
             // GPU heap; the driver stages the pageable source before returning.
-            Some(g) => unsafe { g.write_async("tcp", a as u64, data.as_ptr(), data.len()) }.is_ok(),
+            Some(g) => gpu_ok(unsafe { g.write_async("tcp", a as u64, data.as_ptr(), data.len()) })
+                .is_some(),
             None => {
                 // SAFETY: `Service::target` proved [a, a+len) lies in the mapped part of this
                 // PE's heap (a live allocation, or a runtime flag word).
@@ -106,8 +107,10 @@ impl Region {
     /// Reads `out.len()` bytes at the checked address `a` (after every earlier write).
     fn read(&self, a: usize, out: &mut [u8]) -> bool {
         match &self.gpu {
-            // SAFETY: as in `write`, for reading; out is a live exclusive slice.
-            Some(g) => unsafe { g.read("tcp", out.as_mut_ptr(), a as u64, out.len()) }.is_ok(),
+            Some(g) => {
+                // SAFETY: as in `write`, for reading; out is a live exclusive slice.
+                gpu_ok(unsafe { g.read("tcp", out.as_mut_ptr(), a as u64, out.len()) }).is_some()
+            }
             None => {
                 // SAFETY: as in `write`, for reading.
                 unsafe {
@@ -121,7 +124,7 @@ impl Region {
     /// Applies the atomic `op` to the checked, aligned word at `a`; the old value.
     fn amo(&self, a: usize, op: Amo) -> Option<u64> {
         match &self.gpu {
-            Some(g) => g.amo("tcp", a as u64, op).ok(),
+            Some(g) => gpu_ok(g.amo("tcp", a as u64, op)),
             // SAFETY: an aligned word of `op.size` bytes in the mapped heap (checked).
             None => Some(unsafe { super::super::shm::amo(a, op) }),
         }
@@ -131,7 +134,7 @@ impl Region {
     /// after the writes before it and completed by the next flush. False if it failed.
     fn amo_nf(&self, a: usize, op: Amo) -> bool {
         match &self.gpu {
-            Some(g) => g.amo_async("tcp", a as u64, op).is_ok(),
+            Some(g) => gpu_ok(g.amo_async("tcp", a as u64, op)).is_some(),
             None => {
                 // SAFETY: an aligned word of `op.size` bytes in the mapped heap (checked).
                 unsafe { super::super::shm::amo(a, op) };
@@ -142,8 +145,20 @@ impl Region {
 
     /// Completes the GPU writes queued so far (nothing for host memory).
     fn flush(&self) -> bool {
-        self.gpu.as_ref().is_none_or(|g| g.flush("tcp").is_ok())
+        self.gpu
+            .as_ref()
+            .is_none_or(|g| gpu_ok(g.flush("tcp")).is_some())
     }
+}
+
+/// The result of a GPU access made for a peer's request; a failure is reported here (the peer
+/// only learns that its request was refused: [`Reject::Device`]).
+fn gpu_ok<T>(r: crate::error::Result<T>) -> Option<T> {
+    r.map_err(|e| {
+        tracing::error!(target: "rshmem::tcp", "a peer's request to this PE's GPU memory failed: {e}");
+        eprintln!("rshmem: a peer's request to this PE's GPU memory failed: {e}");
+    })
+    .ok()
 }
 
 /// One incoming connection's service: who sent it and what it may touch.
