@@ -19,8 +19,9 @@
 //!   table) also the loader's sections (`.dynamic`, `.got`, `.got.plt`, from the section
 //!   headers), and ranges are otherwise checked against the segment only.
 //!
-//! Like every symmetric region, the data segment is reachable by load/store only: the copies of
-//! PEs on other hosts are not (calls on them fail naming the call and the PE).
+//! Like every symmetric region, the data segment of a PE of this host is reached by load/store,
+//! that of a PE of another host through the remote transport serving it (TCP or UCX; not
+//! verbs), see `rshmem::region`.
 //!
 //! Set `RSHMEM_CAPI_DATA_SEGMENT=0` to leave the data segment alone (then only the symmetric
 //! heap is symmetric).

@@ -20,11 +20,17 @@
 //! runtime's address resolution (`World::target`, `World::remote`) consults for addresses
 //! inside the registered regions' bounds.
 //!
-//! **Regions are reachable by load/store only**: the copies of PEs on other hosts are not
-//! reachable (no transport registers them), nor are those of PEs that registered no memory or a
-//! different length. A call that needs such a copy fails with an [`Error::Unsupported`] naming
-//! the call and the PE; nothing is written. Regions need the CPU backend (the transports of the
-//! GPU backend copy GPU memory). A region stays registered until the world is dropped.
+//! **The copies of PEs on other hosts** are reached through the remote transport that serves
+//! each such PE: registration also exposes this PE's copy to it (UCX maps it with
+//! `ucp_mem_map` and the PEs exchange its remote key; the TCP transport's targets resolve
+//! region offsets through `transport::RegionTargets`), and an address inside the region
+//! becomes a [`HeapId::Region`](crate::transport::HeapId::Region) offset for that PE: the
+//! region's index and the offset from its start. The verbs transport does not reach regions.
+//! The copies of PEs that registered no memory or a different length, or that only verbs
+//! reaches, are not reachable: a call that needs one fails with an [`Error::Unsupported`]
+//! naming the call and the PE; nothing is written. Regions need the CPU backend (the
+//! transports of the GPU backend copy GPU memory). A region stays registered until the world
+//! is dropped.
 //!
 //! A region may describe its **objects** ([`RegionLayout::objects`]): then every access must
 //! lie inside one object, and a range running past an object's end, or an address inside no
@@ -37,7 +43,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::world::World;
+use crate::transport::select::Via;
+use crate::transport::{RegionTargets, REGION_MAX_LEN};
+use crate::world::{Target, World};
 
 /// This process's memory moved onto a `memfd` by [`RegionMemory::share_in_place`], ready for
 /// [`World::register_region`].
@@ -162,23 +170,35 @@ pub struct RegionLayout {
     pub refused: Vec<RegionObject>,
 }
 
-/// A registered region: my range and where every PE's copy is mapped in this process.
+/// Where a PE's copy of a registered region is, seen from this PE.
+enum PeerCopy {
+    /// Mapped into this process at this address (a PE of this host, or this PE).
+    Mapped(usize),
+    /// On another host, reached through the remote transport that serves the PE.
+    Remote,
+    /// Not reachable, and why.
+    Unreachable(String),
+}
+
+/// A registered region: my range and where every PE's copy is.
 struct SymRegion {
     start: usize,
     len: usize,
+    /// Its place in the order of registrations (the same on every PE).
+    index: usize,
     name: String,
     /// Sorted, overlapping ones merged.
     objects: Option<Vec<RegionObject>>,
     refused: Vec<RegionObject>,
-    /// Per PE: this process's address of its copy, or why it is not reachable.
-    peers: Vec<std::result::Result<usize, String>>,
+    /// Per PE: where its copy is.
+    peers: Vec<PeerCopy>,
     me: usize,
 }
 
 impl Drop for SymRegion {
     fn drop(&mut self) {
         for (pe, p) in self.peers.iter().enumerate() {
-            if let (Ok(base), true) = (p, pe != self.me) {
+            if let (PeerCopy::Mapped(base), true) = (p, pe != self.me) {
                 // SAFETY: `base` is a mapping of `len` bytes that registration created and that
                 // only this region owns.
                 unsafe { libc::munmap(*base as *mut c_void, self.len) };
@@ -261,6 +281,8 @@ fn refused_msg(addr: usize, r: &RegionObject) -> String {
 /// refused ranges) for a two-load test on the hot path.
 pub(crate) struct Regions {
     list: RwLock<Vec<Arc<SymRegion>>>,
+    /// What the remote transports' targets may reach of this PE's regions.
+    targets: Arc<RegionTargets>,
     /// Lowest address covered (0 with no region).
     lo: AtomicUsize,
     /// Bytes from `lo` to the highest address covered (0 with no region).
@@ -268,9 +290,12 @@ pub(crate) struct Regions {
 }
 
 impl Regions {
-    pub(crate) fn new() -> Regions {
+    /// No region yet; `targets` is the table the remote transports' targets resolve region
+    /// offsets through (registrations add to it).
+    pub(crate) fn new(targets: Arc<RegionTargets>) -> Regions {
         Regions {
             list: RwLock::new(Vec::new()),
+            targets,
             lo: AtomicUsize::new(0),
             span: AtomicUsize::new(0),
         }
@@ -290,10 +315,11 @@ impl World {
     /// `layout`. `mem` must stay alive (its memfd open) until this call returns; the mappings
     /// stay valid afterwards. Every PE makes the same registrations in the same order; the k-th region of
     /// one PE corresponds to the k-th of every other. Each PE maps the copies of the PEs of its
-    /// host that registered the same length; afterwards every call that takes a symmetric
+    /// host that registered the same length, and exposes its own copy to the remote transports
+    /// (UCX, TCP) that serve PEs of other hosts; afterwards every call that takes a symmetric
     /// address accepts addresses inside the region (see the [module docs](crate::region)):
-    /// one-sided calls to a PE whose copy is not reachable (another host, no memory, another
-    /// length) fail with [`Error::Unsupported`] naming the call and the PE.
+    /// one-sided calls to a PE whose copy is not reachable (no memory, another length, a PE
+    /// reached through verbs) fail with [`Error::Unsupported`] naming the call and the PE.
     pub fn register_region(&self, mem: Option<&RegionMemory>, layout: RegionLayout) -> Result<()> {
         let call = "register_region";
         let supported = self.xport.cheap_loads();
@@ -324,6 +350,13 @@ impl World {
                 reason: "symmetric regions need the CPU backend (host memory heap)".into(),
             });
         }
+        // Exposed to the remote transports' targets before any peer can address it (the
+        // sync below); the index is the same on every PE (one entry per registration).
+        let range = mem.map(|m| (m.start, m.len));
+        let index = self.regions.targets.add(range);
+        let exposed = self
+            .remotes
+            .region_registered(call, self.boot.as_ref(), index, range);
         let word = |pe: usize, i: usize| -> u64 {
             let b = all.get(pe).and_then(|v| v.get(8 * i..8 * i + 8));
             b.and_then(|b| b.try_into().ok())
@@ -333,23 +366,43 @@ impl World {
         let peers = (0..self.n)
             .map(|pe| {
                 let Some(m) = mem else {
-                    return Err("this PE registered no memory for the region".to_owned());
+                    return PeerCopy::Unreachable(
+                        "this PE registered no memory for the region".to_owned(),
+                    );
                 };
                 if pe == self.me {
-                    return Ok(m.start);
-                }
-                if word(pe, 3) != host {
-                    return Err(format!(
-                        "PE {pe} is on another host (regions are reachable by load/store only)"
-                    ));
+                    return PeerCopy::Mapped(m.start);
                 }
                 match word(pe, 2) as usize {
-                    0 => Err(format!("PE {pe} registered no memory for the region")),
-                    l if l != mine_len => {
-                        Err(format!("PE {pe} registered {l} bytes, this PE {mine_len}"))
+                    0 => {
+                        return PeerCopy::Unreachable(format!(
+                            "PE {pe} registered no memory for the region"
+                        ))
                     }
-                    _ => map_peer(word(pe, 0), word(pe, 1), mine_len)
-                        .map_err(|e| format!("mapping PE {pe}'s copy failed: {e}")),
+                    l if l != mine_len => {
+                        return PeerCopy::Unreachable(format!(
+                            "PE {pe} registered {l} bytes, this PE {mine_len}"
+                        ))
+                    }
+                    _ => {}
+                }
+                if word(pe, 3) == host {
+                    return match map_peer(word(pe, 0), word(pe, 1), mine_len) {
+                        Ok(a) => PeerCopy::Mapped(a),
+                        Err(e) => {
+                            PeerCopy::Unreachable(format!("mapping PE {pe}'s copy failed: {e}"))
+                        }
+                    };
+                }
+                match self.remotes.via(pe) {
+                    Via::Tcp | Via::Ucx => PeerCopy::Remote,
+                    Via::Verbs => PeerCopy::Unreachable(format!(
+                        "PE {pe} is on another host and reached through verbs, which does not \
+                         reach symmetric regions (RSHMEM_REMOTE_TRANSPORT=ucx or tcp does)"
+                    )),
+                    Via::Local => PeerCopy::Unreachable(format!(
+                        "PE {pe} is on another host but no transport reaches it"
+                    )),
                 }
             })
             .collect();
@@ -369,15 +422,18 @@ impl World {
         let region = mem.map(|m| SymRegion {
             start: m.start,
             len: m.len,
+            index,
             name: layout.name,
             objects,
             refused: layout.refused,
             peers,
             me: self.me,
         });
-        // Every PE has opened the others' memfds before anyone may exit.
+        // Every PE has opened the others' memfds, and exposed its copy to the remote
+        // transports, before anyone may exit or address the region.
         self.sync_all_named(call)?;
         placed?;
+        exposed?;
         let Some(region) = region else {
             return Ok(());
         };
@@ -413,6 +469,15 @@ impl World {
         let overlaps = |a: usize, al: usize, b: usize, bl: usize| a < b + bl && b < a + al;
         let heap = self.heap.slice_base(0);
         let heap_len = self.heap.slice() * self.node.len();
+        if m.len >= REGION_MAX_LEN {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "range {:#x}+{} is larger than the {REGION_MAX_LEN} bytes a region may span",
+                    m.start, m.len
+                ),
+            ));
+        }
         if overlaps(m.start, m.len, heap, heap_len) {
             return Err(Error::invalid(
                 call,
@@ -439,10 +504,11 @@ impl World {
         Ok(())
     }
 
-    /// The load/store address of PE `pe`'s copy of `[addr, addr+len)` when `addr` is in a
-    /// registered region (or a refused range: then the error); `None` when it is in none, so
-    /// the symmetric heap's checks apply. The one place where regions are resolved (called by
-    /// `World::target` and `World::remote` for addresses inside [`Regions::may_hold`]).
+    /// Where PE `pe`'s copy of `[addr, addr+len)` is when `addr` is in a registered region (or
+    /// a refused range: then the error): its load/store address, or its region offset on a PE
+    /// of another host; `None` when it is in none, so the symmetric heap's checks apply. The
+    /// one place where regions are resolved (called by `World::target` for addresses inside
+    /// [`Regions::may_hold`]).
     #[cold]
     pub(crate) fn region_target(
         &self,
@@ -450,7 +516,7 @@ impl World {
         addr: usize,
         len: usize,
         pe: usize,
-    ) -> Option<Result<usize>> {
+    ) -> Option<Result<Target>> {
         let list = match self.regions.list.read() {
             Ok(l) => l,
             Err(_) => return Some(Err(region_poisoned(call))),
@@ -469,10 +535,12 @@ impl World {
                 return Some(Err(e));
             }
         }
+        let off = addr - r.start;
         Some(match r.peers.get(pe) {
             None => Err(self.bad_pe(call, pe)),
-            Some(Ok(base)) => Ok(base + (addr - r.start)),
-            Some(Err(why)) => Err(Error::Unsupported {
+            Some(PeerCopy::Mapped(base)) => Ok(Target::Local(base + off)),
+            Some(PeerCopy::Remote) => Ok(Target::region(pe, r.index, off)),
+            Some(PeerCopy::Unreachable(why)) => Err(Error::Unsupported {
                 call,
                 reason: format!(
                     "PE {pe}'s copy of the symmetric region `{}` is not reachable from PE {}: \

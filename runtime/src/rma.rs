@@ -18,7 +18,7 @@
 //! post the transfer.
 
 use crate::error::{Error, Result};
-use crate::transport::{RemoteAddr, TransportOps};
+use crate::transport::TransportOps;
 use crate::types::RmaType;
 use crate::world::{Target, World};
 
@@ -157,7 +157,7 @@ impl World {
                 Deferred::Get => self.xport.get(call, local as *mut u8, a, bytes),
             },
             Target::Remote { pe, off } => {
-                let at = RemoteAddr::user(pe, off);
+                let at = Target::remote_addr(pe, off);
                 let x = self.remote_xport(call, pe)?;
                 // SAFETY: the caller keeps the local buffer until the next quiet, which quiets
                 // this transport.

@@ -21,7 +21,10 @@ use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
 use crate::transport::select::Via;
 use crate::transport::tcp::{self, Net, Region};
-use crate::transport::{p2p::P2p, Amo, AmoOp, RemoteAddr, RemoteRef, Transport, TransportOps as _};
+use crate::transport::{
+    p2p::P2p, Amo, AmoOp, HeapId, RegionTargets, RemoteAddr, RemoteRef, Transport,
+    TransportOps as _,
+};
 use crate::types::Bits;
 use crate::wait::WaitPolicy;
 
@@ -367,6 +370,9 @@ impl World {
             None => Transport::Shm,
         };
         let mut remotes = Remotes::plan(boot.as_ref(), &cfg, &node.local_of, gpu.is_some())?;
+        // This PE's symmetric regions as the remote transports' targets see them (filled in by
+        // `register_region`).
+        let region_targets = Arc::new(RegionTargets::default());
         let net = if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
@@ -375,6 +381,7 @@ impl World {
                     crate::cuda::target::for_user_heap(&gpu, &dstate, me, cfg.timeout)?,
                 ),
                 Region::ctrl(&ctrl),
+                Region::regions(&region_targets),
             ];
             Some(Arc::new(Net::establish(
                 boot.as_ref(),
@@ -395,7 +402,15 @@ impl World {
         } else {
             None
         };
-        remotes.connect(boot.as_ref(), &cfg, &live, &heap, &ctrl, ucx_gpu_mem)?;
+        remotes.connect(
+            boot.as_ref(),
+            &cfg,
+            &live,
+            &heap,
+            &ctrl,
+            ucx_gpu_mem,
+            &region_targets,
+        )?;
         let proxy = match &gpu {
             Some(g) if net.is_some() || remotes.ucx().is_some() => {
                 Some(crate::proxy::Proxy::start(
@@ -445,7 +460,7 @@ impl World {
             barrier_epoch: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
             teams: crate::team::Teams::new(n),
-            regions: crate::region::Regions::new(),
+            regions: crate::region::Regions::new(region_targets),
             finalized: AtomicBool::new(false),
             init_time: Duration::ZERO,
         };
@@ -756,7 +771,7 @@ impl World {
         }
         if self.regions.may_hold(addr) {
             if let Some(r) = self.region_target(call, addr, len, pe) {
-                return r.map(Target::Local);
+                return r;
             }
         }
         if let Some(l) = local {
@@ -808,7 +823,9 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.put(call, a, src, n),
-            Target::Remote { pe, off } => self.put_remote(call, RemoteAddr::user(pe, off), src, n),
+            Target::Remote { pe, off } => {
+                self.put_remote(call, Target::remote_addr(pe, off), src, n)
+            }
         }
     }
 
@@ -834,7 +851,9 @@ impl World {
     ) -> Result<()> {
         match t {
             Target::Local(a) => self.xport.get(call, dst, a, n),
-            Target::Remote { pe, off } => self.get_remote(call, dst, RemoteAddr::user(pe, off), n),
+            Target::Remote { pe, off } => {
+                self.get_remote(call, dst, Target::remote_addr(pe, off), n)
+            }
         }
     }
 
@@ -885,7 +904,10 @@ impl World {
         cond: u64,
         post: bool,
     ) -> Result<u64> {
-        let (at, a) = (RemoteAddr::user(pe, off), Amo::new(op, size, value, cond));
+        let (at, a) = (
+            Target::remote_addr(pe, off),
+            Amo::new(op, size, value, cond),
+        );
         let x = self.remote_xport(call, pe)?;
         if post {
             x.amo_nf(call, at, a).map(|()| 0)
@@ -958,13 +980,41 @@ pub(crate) enum Target {
     /// Reachable by load/store (or the GPU copy engine) at this address.
     Local(usize),
     /// On a PE of another host (reached by a remote transport), at this offset of its user
-    /// heap. (Two words, not a `RemoteAddr`: the enum is moved through every RMA and atomic,
-    /// and the padding of a `RemoteAddr` made those moves partial stack copies that stall
-    /// store forwarding: CPU atomics went from 14 to 22 ns.)
+    /// heap, or, with [`Target::REGION`] set, at this [`HeapId::Region`] offset of its
+    /// symmetric regions ([`Target::remote_addr`] tells them apart). (Two words, not a
+    /// `RemoteAddr`: the enum is moved through every RMA and atomic, and the padding of a
+    /// `RemoteAddr` made those moves partial stack copies that stall store forwarding: CPU
+    /// atomics went from 14 to 22 ns.)
     Remote { pe: usize, off: usize },
 }
 
 impl Target {
+    /// The bit of a [`Target::Remote`] offset that marks a symmetric region's offset (heap
+    /// offsets never reach it).
+    pub(crate) const REGION: usize = 1 << 63;
+
+    /// Offset `off` of PE `pe`'s copy of the region registered `index`-th.
+    pub(crate) fn region(pe: usize, index: usize, off: usize) -> Target {
+        Target::Remote {
+            pe,
+            off: Target::REGION | RemoteAddr::region(pe, index, off).off,
+        }
+    }
+
+    /// The transports' address of a [`Target::Remote`].
+    #[inline]
+    pub(crate) fn remote_addr(pe: usize, off: usize) -> RemoteAddr {
+        if off & Target::REGION == 0 {
+            RemoteAddr::user(pe, off)
+        } else {
+            RemoteAddr {
+                pe,
+                heap: HeapId::Region,
+                off: off & !Target::REGION,
+            }
+        }
+    }
+
     /// The target `d` bytes further.
     #[inline]
     pub(crate) fn offset(self, d: usize) -> Target {
@@ -1066,6 +1116,27 @@ impl Drop for World {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A region's remote target keeps its index and offset through `offset` and comes out as a
+    /// `HeapId::Region` address; a heap offset stays a user-heap address.
+    #[test]
+    fn remote_targets_tell_regions_from_the_heap() {
+        let t = Target::region(3, 2, 0x100).offset(8);
+        let Target::Remote { pe, off } = t else {
+            panic!("a region target on another host must be remote: {t:?}")
+        };
+        let at = Target::remote_addr(pe, off);
+        assert_eq!(at, RemoteAddr::region(3, 2, 0x108));
+        assert_eq!(at.off >> crate::transport::REGION_SHIFT, 2);
+        assert_eq!(
+            Target::remote_addr(1, 0x20_0000),
+            RemoteAddr::user(1, 0x20_0000)
+        );
+        let Target::Remote { pe, off } = Target::region(0, 0, 0) else {
+            unreachable!()
+        };
+        assert_eq!(Target::remote_addr(pe, off).heap, HeapId::Region);
+    }
 
     fn err(b: Builder) -> String {
         let mut b = b;

@@ -29,7 +29,7 @@ impl<R> Key<R> {
             heap: chunk.heap,
             start: chunk.start as u64,
             len: chunk.len as u64,
-            addr: (chunk.base + chunk.start) as u64,
+            addr: chunk.addr() as u64,
             rkey,
         }
     }
@@ -61,6 +61,7 @@ impl<R> Key<R> {
         let heap = match r.u8()? {
             0 => HeapId::User,
             1 => HeapId::Ctrl,
+            2 => HeapId::Region,
             h => return Err(format!("unknown heap {h}")),
         };
         let (start, len, addr) = (r.u64()?, r.u64()?, r.u64()?);

@@ -151,6 +151,56 @@ impl RemoteAddr {
             off,
         }
     }
+
+    /// Offset `off` of PE `pe`'s copy of the symmetric region registered `index`-th
+    /// ([`crate::region`]; `off` below [`REGION_MAX_LEN`]).
+    #[inline]
+    pub const fn region(pe: usize, index: usize, off: usize) -> Self {
+        RemoteAddr {
+            pe,
+            heap: HeapId::Region,
+            off: (index << REGION_SHIFT) | off,
+        }
+    }
+}
+
+/// A [`HeapId::Region`] offset is `index << REGION_SHIFT | offset in the region`: each
+/// region has its own range of offsets, so memory keys and the targets' checks tell regions
+/// apart by offset alone, as they tell heap chunks apart.
+pub const REGION_SHIFT: u32 = 40;
+
+/// The largest symmetric region the remote transports reach (1 TiB).
+pub const REGION_MAX_LEN: usize = 1 << REGION_SHIFT;
+
+/// This PE's symmetric regions as the targets of the remote transports see them: the `k`-th
+/// entry is the range (start, length) this PE registered `k`-th, or None where it took part
+/// in a registration without memory. Shared by `World::register_region` (which adds to it,
+/// every PE in the same order, before any peer may address the region) and the transports'
+/// target sides (TCP service threads, UCX's atomic handler), which resolve a
+/// [`HeapId::Region`] offset through it and refuse anything outside one registered range.
+#[derive(Debug, Default)]
+pub struct RegionTargets {
+    list: std::sync::RwLock<Vec<Option<(usize, usize)>>>,
+}
+
+impl RegionTargets {
+    /// Appends this PE's range for the next registration; its index.
+    pub(crate) fn add(&self, range: Option<(usize, usize)>) -> usize {
+        let mut l = self.list.write().unwrap_or_else(|p| p.into_inner());
+        l.push(range);
+        l.len() - 1
+    }
+
+    /// This PE's address of `[off, off+len)` for a [`HeapId::Region`] offset, if the range lies
+    /// inside one region this PE registered memory for.
+    pub fn resolve(&self, off: u64, len: u64) -> Option<usize> {
+        let index = usize::try_from(off >> REGION_SHIFT).ok()?;
+        let at = usize::try_from(off & (REGION_MAX_LEN as u64 - 1)).ok()?;
+        let len = usize::try_from(len).ok()?;
+        let l = self.list.read().unwrap_or_else(|p| p.into_inner());
+        let (start, size) = (*l.get(index)?)?;
+        (at.checked_add(len)? <= size).then_some(start + at)
+    }
 }
 
 /// A range of a heap that became accessible (at init, or when the heap grew), for the remote
@@ -168,6 +218,14 @@ pub struct Chunk {
     pub len: usize,
     /// The GPU the memory belongs to (None for host memory).
     pub gpu: Option<std::sync::Arc<crate::cuda::Gpu>>,
+}
+
+impl Chunk {
+    /// This PE's address of the new range (for a region: `base` is its start minus the
+    /// region's first offset, so the sum wraps).
+    pub fn addr(&self) -> usize {
+        self.base.wrapping_add(self.start)
+    }
 }
 
 /// The operations every transport offers, exactly what `World` calls through it (set-up and

@@ -14,7 +14,7 @@ use super::ucx;
 #[cfg(feature = "verbs")]
 use super::verbs;
 use super::verbs::wire::{self, ConnInfo};
-use super::{HeapId, RemoteRef};
+use super::{HeapId, RegionTargets, RemoteRef};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::heap::Heap;
@@ -238,6 +238,7 @@ impl Remotes {
     /// **Collective over all PEs** (when some pair uses verbs). Registers this PE's heaps,
     /// exchanges queue pair numbers, port addresses and memory keys, and brings every queue pair
     /// up. Every PE learns whether all succeeded.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn connect(
         &mut self,
         boot: &dyn Bootstrap,
@@ -246,10 +247,11 @@ impl Remotes {
         heap: &Arc<Heap>,
         ctrl: &Heap,
         gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
+        regions: &Arc<RegionTargets>,
     ) -> Result<()> {
         let _ = (cfg, live);
         if self.ucx_job {
-            self.connect_ucx(boot, live, heap, ctrl, gpu_mem)?;
+            self.connect_ucx(boot, live, heap, ctrl, gpu_mem, regions)?;
         }
         if !self.verbs_job {
             return Ok(());
@@ -495,6 +497,7 @@ impl Remotes {
         heap: &Arc<Heap>,
         ctrl: &Heap,
         gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
+        regions: &Arc<RegionTargets>,
     ) -> Result<()> {
         let call = "init";
         let mine: Result<Vec<u8>> = match &self.ucx {
@@ -531,6 +534,7 @@ impl Remotes {
                     ctrl.mapped().min(crate::heap::INTERNAL_SIZE),
                 ),
                 heap: heap.clone(),
+                regions: regions.clone(),
                 mem: match gpu_mem {
                     Some(g) => ucx::amo::TargetMem::Gpu(g),
                     None => ucx::amo::TargetMem::Host,
@@ -604,6 +608,64 @@ impl Remotes {
             }
         }
         *reg = mapped;
+        Ok(())
+    }
+}
+
+impl Remotes {
+    /// **Collective over all PEs** (every PE registers its symmetric regions in the same
+    /// order): maps this PE's copy of the symmetric region registered `index`-th (`range`:
+    /// start and length; None when this PE registered no memory for it) with the remote
+    /// transports that need it, and exchanges the keys. The TCP transport needs nothing: its
+    /// targets resolve region offsets through [`RegionTargets`]. Verbs does not reach regions.
+    pub(crate) fn region_registered(
+        &self,
+        call: &'static str,
+        boot: &dyn Bootstrap,
+        index: usize,
+        range: Option<(usize, usize)>,
+    ) -> Result<()> {
+        if !self.ucx_job {
+            return Ok(());
+        }
+        let mine: Result<Vec<u8>> = match (&self.ucx, range) {
+            (None, _) => Ok(Vec::new()),
+            (Some(_), None) => Ok(ucx::wire::Payload {
+                address: Vec::new(),
+                keys: Vec::new(),
+            }
+            .encode()),
+            (Some(u), Some((start, len))) => {
+                let first = index << super::REGION_SHIFT;
+                u.register(
+                    call,
+                    &super::Chunk {
+                        heap: HeapId::Region,
+                        base: start.wrapping_sub(first),
+                        start: first,
+                        len,
+                        gpu: None,
+                    },
+                )
+                .map(|k| {
+                    ucx::wire::Payload {
+                        address: Vec::new(),
+                        keys: vec![k],
+                    }
+                    .encode()
+                })
+            }
+        };
+        let all = boot.allgather(&status_payload(&mine))?;
+        let infos = decode_all(call, &all, "UCX memory keys of a symmetric region")?;
+        mine?;
+        if let Some(u) = &self.ucx {
+            for (p, info) in infos.iter().enumerate() {
+                if let (Some(Via::Ucx), Some(info)) = (self.via.get(p), info) {
+                    u.add_keys(call, p, &info.keys)?;
+                }
+            }
+        }
         Ok(())
     }
 }

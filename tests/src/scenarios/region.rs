@@ -8,10 +8,11 @@
 //! the PE), and nothing is written.
 //!
 //! With `remote` (run it on several hosts, e.g. the network-namespace job, whose hosts differ in
-//! `RSHMEM_NODE_ID`): the copies of the PEs of other hosts are not reachable: every one-sided
-//! call to such a PE fails with `Unsupported` naming the call and the PE (regions are reachable
-//! by load/store only), while calls to the PEs of this host work. `RSHMEM_DISABLE_P2P=1` does
-//! not split a machine for regions: run without `remote` there, every copy is reachable.
+//! `RSHMEM_NODE_ID`): first, the copies of the PEs of other hosts are accessible but not
+//! load/store addresses (`ptr` is None) while those of this host's PEs are both, and a
+//! put to each PE of another host comes back through a get; then everything above runs with
+//! those PEs reached through the remote transport (TCP or UCX). `RSHMEM_DISABLE_P2P=1` does not
+//! split a machine for regions: run without `remote` there, every copy is mapped.
 
 use std::ffi::c_void;
 
@@ -98,7 +99,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     reg.ctx("register_region")?;
     let at = |off: usize| (base as usize + off) as *mut u64;
     if remote {
-        return unreachable_peers(c, base, &at);
+        remote_peers(c, base, &at)?;
     }
     let (me, n) = (c.me, c.n);
 
@@ -231,10 +232,14 @@ pub fn run(c: &Ctx<'_>) -> R {
         let got = rd(base, DST + 8 * j);
         ensure!(got == val(j, me, 0), "alltoall dst[{j}]: got {got:#x}");
     }
+    // Mapped: every PE of this machine (under RSHMEM_DISABLE_P2P too); with `remote`, PEs of
+    // other hosts are reached through the remote transport instead.
+    let mapped = !remote || w.node_pes().contains(&c.succ());
     ensure!(
-        w.ptr(at(0), c.succ()).is_some(),
-        "ptr of a region address on PE {} is None",
-        c.succ()
+        w.ptr(at(0), c.succ()).is_some() == mapped,
+        "ptr of a region address on PE {} is {:?} (expected a mapping: {mapped})",
+        c.succ(),
+        w.ptr(at(0), c.succ())
     );
 
     errors(c, base, &at)?;
@@ -362,8 +367,10 @@ fn second_region(c: &Ctx<'_>) -> R {
     c.barrier("second region")
 }
 
-/// Every PE its own host: only this PE's copy is reachable.
-fn unreachable_peers(c: &Ctx<'_>, base: *mut u8, at: &dyn Fn(usize) -> *mut u64) -> R {
+/// PEs on more than one host: the copies of the other hosts' PEs are accessible but no
+/// load/store addresses, those of this host's are; a put to each PE of another host comes back through a get, and
+/// the PEs of this host read this PE's `p` by load/store.
+fn remote_peers(c: &Ctx<'_>, base: *mut u8, at: &dyn Fn(usize) -> *mut u64) -> R {
     let w: &World = c.w;
     let mates = w.node_pes();
     ensure!(
@@ -372,29 +379,25 @@ fn unreachable_peers(c: &Ctx<'_>, base: *mut u8, at: &dyn Fn(usize) -> *mut u64)
         c.n
     );
     for pe in (0..c.n).filter(|p| !mates.contains(p)) {
-        let e = expect_err(
-            "put to a PE of another host",
-            w.put(at(0), &[1u64], pe),
-            Kind::Unsupported,
-            "put",
-        )?;
-        expect_contains(
-            "put to a PE of another host",
-            &e.to_string(),
-            &[
-                &format!("PE {pe}'s copy of the symmetric region `test region` is not reachable"),
-                "load/store only",
-            ],
-        )?;
-        expect_err(
-            "atomic on a PE of another host",
-            w.atomic_fetch_add(at(CNT), 1u64, pe),
-            Kind::Unsupported,
-            "atomic_fetch_add",
-        )?;
         ensure!(
-            !w.addr_accessible(at(0) as *const c_void, pe),
-            "addr_accessible of PE {pe}'s copy must be false"
+            w.ptr(at(0), pe).is_none(),
+            "PE {pe}'s copy (another host) must not be a load/store address"
+        );
+        ensure!(
+            w.addr_accessible(at(0) as *const c_void, pe),
+            "addr_accessible of PE {pe}'s copy (another host, reached remotely) must be true"
+        );
+        // a[48 + me]: one word per writer.
+        let (i, v) = (48 + c.me, val(c.me, pe, 63));
+        w.put(at(8 * i), &[v], pe)
+            .ctx("put into the region of a PE of another host")?;
+        w.quiet().ctx("quiet")?;
+        let got = w
+            .g(at(8 * i) as *const u64, pe)
+            .ctx("g from the region of a PE of another host")?;
+        ensure!(
+            got == v,
+            "a[{i}] on PE {pe} (another host): put {v:#x}, read back {got:#x}"
         );
     }
     w.p(at(0), 9, c.me).ctx("p to this PE")?;

@@ -116,10 +116,10 @@ impl std::fmt::Display for Doing {
 }
 
 fn heap_name(h: u8) -> &'static str {
-    if h == HeapId::Ctrl as u8 {
-        "control heap"
-    } else {
-        "symmetric heap"
+    match h {
+        h if h == HeapId::Ctrl as u8 => "control heap",
+        h if h == HeapId::Region as u8 => "symmetric region",
+        _ => "symmetric heap",
     }
 }
 

@@ -61,6 +61,10 @@ pub enum HeapId {
     User = 0,
     /// The host control heap (barrier and team flags).
     Ctrl = 1,
+    /// The PE's symmetric regions (memory outside the heaps, [`crate::region`]): the offset's
+    /// bits from [`REGION_SHIFT`](crate::transport::REGION_SHIFT) up name the region
+    /// ([`RemoteAddr::region`](crate::transport::RemoteAddr::region)).
+    Region = 2,
 }
 
 /// The TCP mesh of one PE.
@@ -218,7 +222,7 @@ impl Net {
         addr: IpAddr,
         timeout: Option<Duration>,
         live: Arc<Liveness>,
-        regions: [Region; 2],
+        regions: [Region; 3],
     ) -> Result<Net> {
         let call = "init";
         let me = boot.rank();

@@ -14,6 +14,9 @@
 //!   the PE the dissemination barrier assigns that round's slot to (in round `r`, PE
 //!   `me − 2^r`), or into the team area, and an 8-byte read of a team-area word. No put, get or
 //!   modifying atomic.
+//! * **Symmetric regions** (the program's static variables, [`crate::region`]): the range must
+//!   lie inside one region this PE registered ([`RegionTargets::resolve`]); atomics must be
+//!   aligned.
 //!
 //! A refused get or fetching atomic is answered with the reason; a refused put, store or
 //! non-fetching atomic is dropped and counted, and the next flush answers the count with the
@@ -36,7 +39,7 @@ use crate::heap::internal::{
 };
 use crate::heap::{Heap, INTERNAL_SIZE};
 use crate::node::Liveness;
-use crate::transport::{Amo, AmoOp};
+use crate::transport::{Amo, AmoOp, RegionTargets};
 
 /// What the requests of one heap may address.
 #[derive(Clone)]
@@ -45,6 +48,8 @@ enum Exposed {
     User(Arc<Heap>),
     /// The control heap: the runtime's flag accesses only.
     Ctrl,
+    /// The symmetric regions (host memory): inside one registered region.
+    Regions(Arc<RegionTargets>),
 }
 
 /// A heap as a service thread sees it.
@@ -84,6 +89,16 @@ impl Region {
             base: ctrl.my_base(),
             exposed: Exposed::Ctrl,
             mapped: ctrl.mapped_handle(),
+            gpu: None,
+        }
+    }
+
+    /// This PE's symmetric regions (offsets resolved through `targets`, addresses absolute).
+    pub(crate) fn regions(targets: &Arc<RegionTargets>) -> Region {
+        Region {
+            base: 0,
+            exposed: Exposed::Regions(targets.clone()),
+            mapped: Arc::new(AtomicUsize::new(0)),
             gpu: None,
         }
     }
@@ -168,7 +183,8 @@ pub(crate) struct Service {
     /// This PE and the job size (for the barrier-slot rule).
     pub me: usize,
     pub n: usize,
-    pub regions: [Region; 2],
+    /// The user heap, the control heap and the symmetric regions, by [`HeapId`](super::HeapId).
+    pub regions: [Region; 3],
     pub spin: Arc<AtomicU64>,
     pub stop: Arc<AtomicBool>,
     pub live: Arc<Liveness>,
@@ -269,7 +285,7 @@ impl Rx<'_> {
 
 /// Completes the GPU writes queued so far in every region (before a host-memory flag or
 /// atomic, so the data it announces is visible first).
-fn flush_gpu(regions: &[Region; 2]) {
+fn flush_gpu(regions: &[Region; 3]) {
     regions.iter().for_each(|r| {
         r.flush();
     });
@@ -364,6 +380,10 @@ impl Service {
                 }
                 Ok((region, region.base + off))
             }
+            Exposed::Regions(t) => t
+                .resolve(r.off, len as u64)
+                .map(|a| (region, a))
+                .ok_or(Reject::Outside),
         }
     }
 

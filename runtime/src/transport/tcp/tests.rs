@@ -26,6 +26,9 @@ struct Fixture {
     ctrl: Heap,
     /// Offset of the allocation in the user heap.
     obj: usize,
+    /// Symmetric regions: index 0 registered without memory, index 1 is `region`.
+    regions: Arc<crate::transport::RegionTargets>,
+    region: Box<[u64; 512]>,
 }
 
 fn fixture() -> Fixture {
@@ -36,6 +39,10 @@ fn fixture() -> Fixture {
     let heap =
         Arc::new(Heap::create(&boot, &node, &live, Backing::Host, 64 << 20, 4 << 20).unwrap());
     let obj = heap.alloc(&node, &live, "malloc", 4096, 64).unwrap();
+    let region = Box::new([0u64; 512]);
+    let regions = Arc::new(crate::transport::RegionTargets::default());
+    assert_eq!(regions.add(None), 0);
+    assert_eq!(regions.add(Some((region.as_ptr() as usize, 4096))), 1);
     Fixture {
         boot,
         _node: node,
@@ -43,6 +50,8 @@ fn fixture() -> Fixture {
         heap,
         ctrl,
         obj,
+        regions,
+        region,
     }
 }
 
@@ -62,7 +71,11 @@ fn serve(
         from,
         me,
         n,
-        regions: [Region::user(&f.heap, None), Region::ctrl(&f.ctrl)],
+        regions: [
+            Region::user(&f.heap, None),
+            Region::ctrl(&f.ctrl),
+            Region::regions(&f.regions),
+        ],
         spin: Arc::new(AtomicU64::new(0)),
         stop: Arc::new(AtomicBool::new(false)),
         live: f.live.clone(),
@@ -97,6 +110,77 @@ fn reply(c: &TcpStream) -> (u32, u64) {
 fn word(base: usize, off: usize) -> u64 {
     // SAFETY: the tests only read mapped words of the fixture's heaps.
     unsafe { std::ptr::read_volatile((base + off) as *const u64) }
+}
+
+/// Requests to the symmetric regions reach the ranges this PE registered and nothing else: a
+/// region registered without memory, a range running past a region's end, an index never
+/// registered are refused; puts, gets and atomics inside one are applied.
+#[test]
+fn service_reaches_registered_regions_only() {
+    let f = fixture();
+    let (mut c, t) = serve(&f, 1, 0, 2, Some(Duration::from_secs(10)));
+    let at = |index: usize, off: usize| crate::transport::RemoteAddr::region(0, index, off).off;
+    let put = |c: &mut TcpStream, off: usize, data: &[u8]| {
+        c.write_all(&req(
+            wire::OP_PUT,
+            HeapId::Region,
+            0,
+            0,
+            3,
+            off,
+            data.len(),
+            0,
+        ))
+        .unwrap();
+        c.write_all(data).unwrap();
+    };
+    put(&mut c, at(1, 8), &[0x22; 8]); // good
+    put(&mut c, at(0, 8), &[0xAA; 8]); // registered without memory
+    put(&mut c, at(1, 4090), &[0xAA; 8]); // runs past the region
+    put(&mut c, at(2, 0), &[0xAA; 8]); // never registered
+    c.write_all(&req(wire::OP_AMO, HeapId::Region, 8, 4, 0, at(1, 16), 8, 3))
+        .unwrap();
+    assert_eq!(reply(&c), (0, 0), "fetch_add in a region");
+    c.write_all(&req(wire::OP_AMO, HeapId::Region, 8, 4, 0, at(1, 4), 8, 3))
+        .unwrap();
+    assert_eq!(reply(&c).0, Reject::Misaligned as u32, "misaligned atomic");
+    c.write_all(&req(wire::OP_GET, HeapId::Region, 0, 0, 0, at(1, 8), 16, 0))
+        .unwrap();
+    assert_eq!(reply(&c).0, 0, "get from a region");
+    let mut got = [0u8; 16];
+    sock::recv_exact(&c, &mut got, Duration::ZERO, None).unwrap();
+    assert_eq!(&got[..8], &[0x22; 8]);
+    assert_eq!(u64::from_le_bytes(got[8..].try_into().unwrap()), 3);
+    c.write_all(&req(
+        wire::OP_GET,
+        HeapId::Region,
+        0,
+        0,
+        0,
+        at(1, 4088),
+        16,
+        0,
+    ))
+    .unwrap();
+    assert_eq!(reply(&c).0, Reject::Outside as u32, "get past the region");
+    c.write_all(&req(wire::OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))
+        .unwrap();
+    assert_eq!(reply(&c), (0, 3), "three puts refused");
+    let mut j = [0u8; REJ];
+    sock::recv_exact(&c, &mut j, Duration::ZERO, None).unwrap();
+    let j = Rejection::decode(&j);
+    assert_eq!(
+        (j.heap, j.why, j.off),
+        (HeapId::Region as u8, Reject::Outside, at(0, 8) as u64)
+    );
+    drop(c);
+    t.join().unwrap();
+    assert_eq!(f.region[1], u64::from_le_bytes([0x22; 8]));
+    assert_eq!(f.region[2], 3);
+    assert!(
+        f.region[3..].iter().all(|&w| w == 0) && f.region[0] == 0,
+        "a refused request wrote the region"
+    );
 }
 
 /// A service thread applies what lies inside a live allocation and refuses (never applies)
@@ -361,7 +445,11 @@ fn listener_binds_the_advertised_address() {
         IpAddr::V4(Ipv4Addr::LOCALHOST),
         Some(Duration::from_secs(5)),
         f.live.clone(),
-        [Region::user(&f.heap, None), Region::ctrl(&f.ctrl)],
+        [
+            Region::user(&f.heap, None),
+            Region::ctrl(&f.ctrl),
+            Region::regions(&f.regions),
+        ],
     )
     .unwrap();
     assert_eq!(net.listened().ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));

@@ -44,7 +44,8 @@ pub const OP_AMO_NF: u8 = 6;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Reject {
-    /// Outside the target's heap (below the user heap or past its mapped end).
+    /// Outside the target's heap (below the user heap or past its mapped end), or outside
+    /// every symmetric region it registered.
     Outside = 1,
     /// Inside the heap but not inside one live allocation of the target.
     Unallocated = 2,
@@ -74,7 +75,7 @@ impl Reject {
     /// What the issuing PE is told.
     pub fn describe(self) -> &'static str {
         match self {
-            Reject::Outside => "the range is outside its symmetric heap",
+            Reject::Outside => "the range lies outside it",
             Reject::Unallocated => "the range is not inside one live allocation there",
             Reject::Misaligned => "the word is misaligned",
             Reject::Control => "the runtime never makes this access to its internal control area",

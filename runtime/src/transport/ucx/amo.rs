@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cuda::target::GpuMem;
 use crate::heap::Heap;
-use crate::transport::{Amo, AmoOp};
+use crate::transport::{Amo, AmoOp, HeapId, RegionTargets};
 
 /// Active message id of a request.
 pub const AM_REQUEST: u32 = 0x5253;
@@ -44,22 +44,23 @@ pub const AM_REQUEST: u32 = 0x5253;
 pub const AM_REPLY: u32 = 0x5254;
 
 /// Version byte of the request format.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// Request flag bits (byte 3): no old value wanted, the control heap, no answer wanted, counted
-/// (posted: the outcome goes into the target's [`Tally`]), settle.
+/// (posted: the outcome goes into the target's [`Tally`]), settle, a symmetric region.
 const NO_FETCH: u8 = 1;
 const CTRL: u8 = 2;
 const NO_ANSWER: u8 = 4;
 const COUNTED: u8 = 8;
 const SETTLE: u8 = 16;
+const REGION: u8 = 32;
 
 /// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 40;
 /// Bytes of an encoded [`Reply`].
 pub const REPLY_LEN: usize = 24;
 
-/// One atomic on the target's user heap.
+/// One atomic on the target's user heap, control heap or symmetric regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     /// The issuing PE (for messages).
@@ -71,8 +72,9 @@ pub struct Request {
     /// The initiator reads the old value (a non-fetching set on a GPU is a plain word write,
     /// no kernel: it completes even while kernels occupy every SM).
     pub fetch: bool,
-    /// On the control heap (barrier and team flags) instead of the user heap.
-    pub ctrl: bool,
+    /// Which of the target's memories `off` is in: the user heap, the control heap (barrier
+    /// and team flags) or the symmetric regions.
+    pub heap: HeapId,
     /// The target answers. False for the runtime's flag stores
     /// ([`TransportOps::store`](crate::transport::TransportOps::store)), which nobody waits on: the target then only
     /// logs a refusal, and the initiator's flush completes the send alone (no round trip); and
@@ -86,7 +88,7 @@ pub struct Request {
     pub settle: bool,
     /// Matches the reply to the request.
     pub seq: u64,
-    /// Offset in the target's user heap.
+    /// Offset in that memory.
     pub off: u64,
     pub value: u64,
     pub cond: u64,
@@ -101,7 +103,7 @@ impl Request {
             op: 0,
             size: 0,
             fetch: false,
-            ctrl: false,
+            heap: HeapId::User,
             answer: true,
             counted: false,
             settle: true,
@@ -121,7 +123,8 @@ impl Request {
         b[2] = self.size;
         let bit = |on: bool, f: u8| if on { f } else { 0 };
         b[3] = bit(!self.fetch, NO_FETCH)
-            | bit(self.ctrl, CTRL)
+            | bit(self.heap == HeapId::Ctrl, CTRL)
+            | bit(self.heap == HeapId::Region, REGION)
             | bit(!self.answer, NO_ANSWER)
             | bit(self.counted, COUNTED)
             | bit(self.settle, SETTLE);
@@ -137,16 +140,22 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] >= SETTLE << 1 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] >= REGION << 1 {
             return None;
         }
+        let heap = match (b[3] & CTRL != 0, b[3] & REGION != 0) {
+            (false, false) => HeapId::User,
+            (true, false) => HeapId::Ctrl,
+            (false, true) => HeapId::Region,
+            (true, true) => return None,
+        };
         let w =
             |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap_or([0; 8]));
         Some(Request {
             op: b[1],
             size: b[2],
             fetch: b[3] & NO_FETCH == 0,
-            ctrl: b[3] & CTRL != 0,
+            heap,
             answer: b[3] & NO_ANSWER == 0,
             counted: b[3] & COUNTED != 0,
             settle: b[3] & SETTLE != 0,
@@ -279,6 +288,8 @@ pub(crate) struct Served {
     pub mem: TargetMem,
     /// Start of this PE's control heap and how many bytes of it take flag atomics.
     pub ctrl: (usize, usize),
+    /// This PE's symmetric regions (host memory).
+    pub regions: Arc<RegionTargets>,
 }
 
 impl Served {
@@ -293,16 +304,30 @@ impl Served {
         if r.off % size as u64 != 0 {
             return Err(Refusal::Misaligned);
         }
-        if r.ctrl {
-            // The runtime's flag words: aligned words inside the control heap's internal area.
-            let (base, len) = self.ctrl;
-            let end = r.off.checked_add(size as u64).ok_or(Refusal::Outside)?;
-            if end > len as u64 {
-                return Err(Refusal::Outside);
+        match r.heap {
+            HeapId::Ctrl => {
+                // The runtime's flag words: aligned words inside the control heap's internal
+                // area.
+                let (base, len) = self.ctrl;
+                let end = r.off.checked_add(size as u64).ok_or(Refusal::Outside)?;
+                if end > len as u64 {
+                    return Err(Refusal::Outside);
+                }
+                // SAFETY: an aligned word of `size` bytes inside the mapped internal area of
+                // this PE's control heap (host memory, mapped while the transport serves
+                // requests).
+                return Ok(unsafe { crate::transport::shm::amo(base + r.off as usize, a) });
             }
-            // SAFETY: an aligned word of `size` bytes inside the mapped internal area of this
-            // PE's control heap (host memory, mapped while the transport serves requests).
-            return Ok(unsafe { crate::transport::shm::amo(base + r.off as usize, a) });
+            HeapId::Region => {
+                let addr = self
+                    .regions
+                    .resolve(r.off, size as u64)
+                    .ok_or(Refusal::Outside)?;
+                // SAFETY: an aligned word (regions start on a page) of `size` bytes inside a
+                // symmetric region this PE registered: host memory mapped for the world's life.
+                return Ok(unsafe { crate::transport::shm::amo(addr, a) });
+            }
+            HeapId::User => {}
         }
         let off = usize::try_from(r.off).map_err(|_| Refusal::Outside)?;
         let addr = self
@@ -418,7 +443,7 @@ mod tests {
             op: AmoOp::CompareSwap as u8,
             size: 8,
             fetch: true,
-            ctrl: false,
+            heap: HeapId::User,
             answer: true,
             counted: false,
             settle: false,
@@ -429,16 +454,18 @@ mod tests {
         };
         let b = r.encode();
         assert_eq!(Request::decode(&b), Some(r));
-        for (fetch, ctrl, answer, counted) in [
-            (false, false, true, false),
-            (true, true, true, false),
-            (false, true, true, false),
-            (false, true, false, false),
-            (false, false, false, true),
+        for (fetch, heap, answer, counted) in [
+            (false, HeapId::User, true, false),
+            (true, HeapId::Ctrl, true, false),
+            (false, HeapId::Ctrl, true, false),
+            (false, HeapId::Ctrl, false, false),
+            (false, HeapId::User, false, true),
+            (true, HeapId::Region, true, false),
+            (false, HeapId::Region, false, true),
         ] {
             let x = Request {
                 fetch,
-                ctrl,
+                heap,
                 answer,
                 counted,
                 ..r
@@ -453,8 +480,11 @@ mod tests {
         bad[0] = 1;
         assert_eq!(Request::decode(&bad), None, "other version");
         let mut bad = b;
-        bad[3] = 32;
+        bad[3] = 64;
         assert_eq!(Request::decode(&bad), None, "unknown flag");
+        let mut bad = b;
+        bad[3] = CTRL | REGION;
+        assert_eq!(Request::decode(&bad), None, "two memories at once");
     }
 
     #[test]

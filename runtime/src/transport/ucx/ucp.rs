@@ -468,7 +468,7 @@ unsafe extern "C" fn am_request(
         }
         if !r.answer {
             if let Err(e) = result {
-                tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of the {} heap: {}", r.from, r.off, if r.ctrl { "control" } else { "symmetric" }, e.reason());
+                tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of its {}: {}", r.from, r.off, match r.heap { HeapId::Ctrl => "control heap", HeapId::Region => "symmetric regions", HeapId::User => "symmetric heap" }, e.reason());
             }
             return ffi::UCS_OK;
         }
@@ -748,7 +748,7 @@ impl Ucx {
                 | ffi::UCP_MEM_MAP_PARAM_FIELD_LENGTH
                 | ffi::UCP_MEM_MAP_PARAM_FIELD_PROT
                 | ffi::UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
-            address: (chunk.base + chunk.start) as *mut c_void,
+            address: chunk.addr() as *mut c_void,
             length: chunk.len,
             flags: 0,
             prot: ffi::UCP_MEM_MAP_PROT_LOCAL_READ
@@ -1227,7 +1227,7 @@ impl Ucx {
             op: a.op as u8,
             size: a.size as u8,
             fetch,
-            ctrl: at.heap == HeapId::Ctrl,
+            heap: at.heap,
             answer: fetch,
             counted: answer == Answer::AtFlush,
             settle: false,
@@ -1257,10 +1257,10 @@ impl Ucx {
                 at.pe,
                 a.size,
                 at.off,
-                if at.heap == HeapId::Ctrl {
-                    "control heap"
-                } else {
-                    "symmetric heap"
+                match at.heap {
+                    HeapId::Ctrl => "control heap",
+                    HeapId::Region => "symmetric regions",
+                    HeapId::User => "symmetric heap",
                 },
                 why.reason()
             );

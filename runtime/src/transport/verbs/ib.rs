@@ -319,7 +319,7 @@ impl Verbs {
 
     /// Registers a heap chunk as a memory region and returns its key.
     pub fn register_chunk(&self, call: &'static str, chunk: &Chunk) -> Result<Key> {
-        let addr = chunk.base + chunk.start;
+        let addr = chunk.addr();
         let mr = match &chunk.gpu {
             None => {
                 // SAFETY: the chunk is mapped for the World's lifetime; the region is
