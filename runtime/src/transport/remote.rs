@@ -327,13 +327,7 @@ impl Remotes {
         if mapped <= *reg {
             return Ok(());
         }
-        let chunk = super::Chunk {
-            heap: HeapId::User,
-            base: heap.my_base(),
-            start: *reg,
-            len: mapped - *reg,
-            gpu: heap.gpu().cloned(),
-        };
+        let chunk = user_chunk(heap, *reg, mapped);
         let _ = &chunk;
         // [status] + keys: 1 = registered (keys follow), 0 = failed, empty = no verbs here.
         #[allow(unused_mut)]
@@ -576,43 +570,12 @@ impl Remotes {
         if mapped <= *reg {
             return Ok(());
         }
-        let mine: Result<Vec<u8>> = match &self.ucx {
-            None => Ok(Vec::new()),
-            Some(u) => u
-                .register(
-                    call,
-                    &super::Chunk {
-                        heap: HeapId::User,
-                        base: heap.my_base(),
-                        start: *reg,
-                        len: mapped - *reg,
-                        gpu: heap.gpu().cloned(),
-                    },
-                )
-                .map(|k| {
-                    ucx::wire::Payload {
-                        address: Vec::new(),
-                        keys: vec![k],
-                    }
-                    .encode()
-                }),
-        };
-        let all = boot.allgather(&status_payload(&mine))?;
-        let infos = decode_all(call, &all, "UCX memory keys")?;
-        mine?;
-        if let Some(u) = &self.ucx {
-            for (p, info) in infos.iter().enumerate() {
-                if let (Some(Via::Ucx), Some(info)) = (self.via.get(p), info) {
-                    u.add_keys(call, p, &info.keys)?;
-                }
-            }
-        }
+        let chunk = user_chunk(heap, *reg, mapped);
+        self.ucx_share_chunk(call, boot, Some(&chunk), "UCX memory keys")?;
         *reg = mapped;
         Ok(())
     }
-}
 
-impl Remotes {
     /// **Collective over all PEs** (every PE registers its symmetric regions in the same
     /// order): maps this PE's copy of the symmetric region registered `index`-th (`range`:
     /// start and length; None when this PE registered no memory for it) with the remote
@@ -628,36 +591,44 @@ impl Remotes {
         if !self.ucx_job {
             return Ok(());
         }
-        let mine: Result<Vec<u8>> = match (&self.ucx, range) {
-            (None, _) => Ok(Vec::new()),
-            (Some(_), None) => Ok(ucx::wire::Payload {
-                address: Vec::new(),
-                keys: Vec::new(),
-            }
-            .encode()),
-            (Some(u), Some((start, len))) => {
-                let first = index << super::REGION_SHIFT;
-                u.register(
-                    call,
-                    &super::Chunk {
-                        heap: HeapId::Region,
-                        base: start.wrapping_sub(first),
-                        start: first,
-                        len,
-                        gpu: None,
-                    },
-                )
-                .map(|k| {
-                    ucx::wire::Payload {
-                        address: Vec::new(),
-                        keys: vec![k],
-                    }
-                    .encode()
-                })
-            }
+        let first = index << super::REGION_SHIFT;
+        let chunk = range.map(|(start, len)| super::Chunk {
+            heap: HeapId::Region,
+            base: start.wrapping_sub(first),
+            start: first,
+            len,
+            gpu: None,
+        });
+        self.ucx_share_chunk(
+            call,
+            boot,
+            chunk.as_ref(),
+            "UCX memory keys of a symmetric region",
+        )
+    }
+
+    /// **Collective over all PEs**: maps `chunk` (None: this PE has nothing to map this time)
+    /// with UCP, allgathers every PE's key and unpacks those of the PEs served by UCX. Every PE
+    /// learns whether all succeeded (`what` names the keys in the error).
+    fn ucx_share_chunk(
+        &self,
+        call: &'static str,
+        boot: &dyn Bootstrap,
+        chunk: Option<&super::Chunk>,
+        what: &str,
+    ) -> Result<()> {
+        let mine: Result<Vec<u8>> = match &self.ucx {
+            None => Ok(Vec::new()),
+            Some(u) => chunk.map(|c| u.register(call, c)).transpose().map(|k| {
+                ucx::wire::Payload {
+                    address: Vec::new(),
+                    keys: k.into_iter().collect(),
+                }
+                .encode()
+            }),
         };
         let all = boot.allgather(&status_payload(&mine))?;
-        let infos = decode_all(call, &all, "UCX memory keys of a symmetric region")?;
+        let infos = decode_all(call, &all, what)?;
         mine?;
         if let Some(u) = &self.ucx {
             for (p, info) in infos.iter().enumerate() {
@@ -667,6 +638,17 @@ impl Remotes {
             }
         }
         Ok(())
+    }
+}
+
+/// Offsets `[start, end)` of the user heap, as a chunk to register.
+fn user_chunk(heap: &Heap, start: usize, end: usize) -> super::Chunk {
+    super::Chunk {
+        heap: HeapId::User,
+        base: heap.my_base(),
+        start,
+        len: end - start,
+        gpu: heap.gpu().cloned(),
     }
 }
 
