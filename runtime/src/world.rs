@@ -258,6 +258,10 @@ pub struct World {
     /// The proxy serving device calls to PEs on other nodes (GPU backend with remote PEs).
     /// Declared first: its thread stops before the transport and heaps it uses go away.
     pub(crate) proxy: Option<crate::proxy::Proxy>,
+    /// How waits spin, yield and nap. Declared before the transports: its progress hook holds
+    /// the UCX transport, whose last reference must go with `remotes`, before the heaps are
+    /// unmapped (its drop completes outstanding operations and may report a peer lost).
+    pub(crate) wait: WaitPolicy,
     /// The TCP transport to PEs on other nodes (None when every PE shares this host's memory).
     /// Declared before the heaps: its service threads stop before the heaps are unmapped.
     pub(crate) net: Option<Arc<Net>>,
@@ -274,7 +278,6 @@ pub struct World {
     /// This PE's GPU side (GPU backend): device, device state and the modules that hold it.
     pub(crate) dev: DeviceSide,
     pub(crate) live: Arc<Liveness>,
-    pub(crate) wait: WaitPolicy,
     pub(crate) cfg: Config,
     pub(crate) barrier_epoch: AtomicU64,
     pub(crate) coll_seq: AtomicU64,
@@ -1106,6 +1109,9 @@ impl Drop for World {
             tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
         }
         self.node.stop_monitor();
+        // A peer found lost while the transports shut down is still recorded, but no longer
+        // announced in the control heap, which is unmapped after them.
+        self.live.set_notice(0);
         if let Some(g) = &self.dev.gpu {
             crate::device::units::retire(g);
         }
