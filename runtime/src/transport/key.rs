@@ -58,12 +58,8 @@ impl<R> Key<R> {
         r: &mut Reader<'a>,
         rkey: impl FnOnce(&mut Reader<'a>) -> Result<R, String>,
     ) -> Result<Key<R>, String> {
-        let heap = match r.u8()? {
-            0 => HeapId::User,
-            1 => HeapId::Ctrl,
-            2 => HeapId::Region,
-            h => return Err(format!("unknown heap {h}")),
-        };
+        let h = r.u8()?;
+        let heap = HeapId::from_code(h).ok_or_else(|| format!("unknown heap {h}"))?;
         let (start, len, addr) = (r.u64()?, r.u64()?, r.u64()?);
         if start.checked_add(len).is_none() || addr.checked_add(len).is_none() {
             return Err(format!("memory key range {start:#x}+{len:#x} overflows"));

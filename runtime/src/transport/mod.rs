@@ -608,6 +608,15 @@ mod tests {
     }
 
     #[test]
+    fn heap_codes_round_trip() {
+        for h in [HeapId::User, HeapId::Ctrl, HeapId::Region] {
+            assert_eq!(HeapId::from_code(h as u8), Some(h));
+        }
+        assert_eq!(HeapId::from_code(3), None);
+        assert_eq!(HeapId::Region.describe(), "symmetric regions");
+    }
+
+    #[test]
     fn amo_apply() {
         assert_eq!(AmoOp::Fetch.apply(5, 9, 0), 5);
         assert_eq!(AmoOp::Set.apply(5, 9, 0), 9);

@@ -116,11 +116,7 @@ impl std::fmt::Display for Doing {
 }
 
 fn heap_name(h: u8) -> &'static str {
-    match h {
-        h if h == HeapId::Ctrl as u8 => "control heap",
-        h if h == HeapId::Region as u8 => "symmetric region",
-        _ => "symmetric heap",
-    }
+    HeapId::from_code(h).unwrap_or(HeapId::User).describe()
 }
 
 impl Net {

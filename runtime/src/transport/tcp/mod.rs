@@ -67,6 +67,24 @@ pub enum HeapId {
     Region = 2,
 }
 
+impl HeapId {
+    /// The heap of wire code `c` (its `as u8`), if there is one.
+    pub fn from_code(c: u8) -> Option<HeapId> {
+        [HeapId::User, HeapId::Ctrl, HeapId::Region]
+            .into_iter()
+            .find(|h| *h as u8 == c)
+    }
+
+    /// What it is, for messages ("symmetric heap", "control heap", "symmetric regions").
+    pub fn describe(self) -> &'static str {
+        match self {
+            HeapId::User => "symmetric heap",
+            HeapId::Ctrl => "control heap",
+            HeapId::Region => "symmetric regions",
+        }
+    }
+}
+
 /// The TCP mesh of one PE.
 pub struct Net {
     me: usize,

@@ -101,6 +101,24 @@ fn req(
     )
 }
 
+/// Sends a put of `data` to offset `off` of `heap`, issued by call number `call`.
+fn send_put(c: &mut TcpStream, heap: HeapId, call: u16, off: usize, data: &[u8]) {
+    c.write_all(&req(wire::OP_PUT, heap, 0, 0, call, off, data.len(), 0))
+        .unwrap();
+    c.write_all(data).unwrap();
+}
+
+/// Gets 16 bytes at offset `off` of `heap`; the get (`what`) must be answered without a
+/// refusal.
+fn get16(c: &mut TcpStream, heap: HeapId, off: usize, what: &str) -> [u8; 16] {
+    c.write_all(&req(wire::OP_GET, heap, 0, 0, 0, off, 16, 0))
+        .unwrap();
+    assert_eq!(reply(c).0, 0, "{what}");
+    let mut got = [0u8; 16];
+    sock::recv_exact(c, &mut got, Duration::ZERO, None).unwrap();
+    got
+}
+
 fn reply(c: &TcpStream) -> (u32, u64) {
     let mut r = [0u8; REP];
     sock::recv_exact(c, &mut r, Duration::ZERO, None).unwrap();
@@ -120,20 +138,8 @@ fn service_reaches_registered_regions_only() {
     let f = fixture();
     let (mut c, t) = serve(&f, 1, 0, 2, Some(Duration::from_secs(10)));
     let at = |index: usize, off: usize| crate::transport::RemoteAddr::region(0, index, off).off;
-    let put = |c: &mut TcpStream, off: usize, data: &[u8]| {
-        c.write_all(&req(
-            wire::OP_PUT,
-            HeapId::Region,
-            0,
-            0,
-            3,
-            off,
-            data.len(),
-            0,
-        ))
-        .unwrap();
-        c.write_all(data).unwrap();
-    };
+    let put =
+        |c: &mut TcpStream, off: usize, data: &[u8]| send_put(c, HeapId::Region, 3, off, data);
     put(&mut c, at(1, 8), &[0x22; 8]); // good
     put(&mut c, at(0, 8), &[0xAA; 8]); // registered without memory
     put(&mut c, at(1, 4090), &[0xAA; 8]); // runs past the region
@@ -144,11 +150,7 @@ fn service_reaches_registered_regions_only() {
     c.write_all(&req(wire::OP_AMO, HeapId::Region, 8, 4, 0, at(1, 4), 8, 3))
         .unwrap();
     assert_eq!(reply(&c).0, Reject::Misaligned as u32, "misaligned atomic");
-    c.write_all(&req(wire::OP_GET, HeapId::Region, 0, 0, 0, at(1, 8), 16, 0))
-        .unwrap();
-    assert_eq!(reply(&c).0, 0, "get from a region");
-    let mut got = [0u8; 16];
-    sock::recv_exact(&c, &mut got, Duration::ZERO, None).unwrap();
+    let got = get16(&mut c, HeapId::Region, at(1, 8), "get from a region");
     assert_eq!(&got[..8], &[0x22; 8]);
     assert_eq!(u64::from_le_bytes(got[8..].try_into().unwrap()), 3);
     c.write_all(&req(
@@ -197,11 +199,7 @@ fn service_checks_every_request() {
     assert!(past + 64 < f.heap.mapped());
     // This PE is PE 0 of 4; the connection is PE 3's (it raises PE 0's round-0 barrier flag).
     let (mut c, t) = serve(&f, 3, 0, 4, Some(Duration::from_secs(10)));
-    let put = |c: &mut TcpStream, heap, call: u16, off: usize, data: &[u8]| {
-        c.write_all(&req(wire::OP_PUT, heap, 0, 0, call, off, data.len(), 0))
-            .unwrap();
-        c.write_all(data).unwrap();
-    };
+    let put = send_put;
     put(&mut c, HeapId::User, 7, 8, &[0xAA; 8]); // the user heap's internal area
     put(&mut c, HeapId::User, 8, past, &[0xAA; 8]); // mapped but unallocated
     put(&mut c, HeapId::User, 8, obj + 4090, &[0xAA; 8]); // runs past the allocation
@@ -273,11 +271,7 @@ fn service_checks_every_request() {
     c.write_all(&req(wire::OP_AMO, HeapId::User, 8, 4, 0, obj + 8, 8, 5))
         .unwrap();
     assert_eq!(reply(&c), (0, 0), "good fetch_add");
-    c.write_all(&req(wire::OP_GET, HeapId::User, 0, 0, 0, obj, 16, 0))
-        .unwrap();
-    assert_eq!(reply(&c).0, 0, "good get");
-    let mut got = [0u8; 16];
-    sock::recv_exact(&c, &mut got, Duration::ZERO, None).unwrap();
+    let got = get16(&mut c, HeapId::User, obj, "good get");
     assert_eq!(&got[..8], &[0x11; 8]);
     assert_eq!(u64::from_le_bytes(got[8..].try_into().unwrap()), 5);
     c.write_all(&req(wire::OP_AMO_NF, HeapId::User, 8, 4, 0, past, 8, 1))

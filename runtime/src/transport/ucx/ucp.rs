@@ -41,7 +41,7 @@ use super::ffi::{self, Lib};
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::{peer_lost, Liveness};
-use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
@@ -468,7 +468,7 @@ unsafe extern "C" fn am_request(
         }
         if !r.answer {
             if let Err(e) = result {
-                tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of its {}: {}", r.from, r.off, match r.heap { HeapId::Ctrl => "control heap", HeapId::Region => "symmetric regions", HeapId::User => "symmetric heap" }, e.reason());
+                tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of its {}: {}", r.from, r.off, r.heap.describe(), e.reason());
             }
             return ffi::UCS_OK;
         }
@@ -1257,11 +1257,7 @@ impl Ucx {
                 at.pe,
                 a.size,
                 at.off,
-                match at.heap {
-                    HeapId::Ctrl => "control heap",
-                    HeapId::Region => "symmetric regions",
-                    HeapId::User => "symmetric heap",
-                },
+                at.heap.describe(),
                 why.reason()
             );
             refusal_error(call, why, reason)
