@@ -28,7 +28,8 @@
 //! waiter holds. Otherwise the progress thread does: it drains the worker, arms it
 //! (`ucp_worker_arm`) and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a
 //! stop eventfd, so it uses no CPU while nothing is in flight. While this PE's threads use or
-//! progress the worker, the progress thread leaves the event fd alone and naps ([`HELPED`]).
+//! progress the worker, the progress thread leaves the event fd alone and naps ([`HELPED`]);
+//! a call that finds it asleep on the event fd wakes it to nap instead ([`Kick`]).
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -332,9 +333,10 @@ struct Shared {
     inner: Mutex<Inner>,
     /// The worker's event fd (owned by the worker).
     efd: c_int,
-    /// Wakes the progress thread: to stop, or because a store is in flight (UCX may need this
-    /// worker's progress to send it while the caller waits elsewhere).
-    kickfd: c_int,
+    /// Wakes the progress thread: to stop, because a store is in flight (UCX may need this
+    /// worker's progress to send it while the caller waits elsewhere), or because this PE
+    /// started using the worker while the thread slept on its events.
+    kick: Kick,
     stop: AtomicBool,
     /// Per PE: UCX reported the endpoint failed (set by the error callback).
     failed: Box<[AtomicBool]>,
@@ -368,16 +370,20 @@ impl Shared {
     /// If a thread of this PE used or progressed the worker in the last [`HELPED`]: how much
     /// of that window is left.
     fn helped_recently(&self) -> Option<Duration> {
-        let h = self.helped.load(Ordering::Relaxed);
+        let h = self.helped.load(Ordering::SeqCst);
         let since = self.now().saturating_sub(h);
         let window = HELPED.as_nanos() as u64;
         (h != 0 && since < window).then(|| Duration::from_nanos(window - since))
     }
 
     /// Records that a thread of this PE is using or progressing the worker (see
-    /// [`Shared::helped_recently`]).
+    /// [`Shared::helped_recently`]). If the progress thread sleeps on the worker's event fd, it
+    /// is woken to nap instead (see [`Kick`]).
     fn mark_in_use(&self) {
-        self.helped.store(self.now(), Ordering::Relaxed);
+        // SeqCst, paired with `Kick::sleep_on_events`: either this store is seen there, or
+        // the progress thread's announcement is seen here.
+        self.helped.store(self.now(), Ordering::SeqCst);
+        self.kick.caller_arrived();
     }
 
     /// Drains the worker (serving what peers sent) and reaps completed posted operations.
@@ -389,7 +395,7 @@ impl Shared {
 }
 
 // SAFETY: the raw UCP handles in `Inner` are only used under the mutex (the worker is
-// SERIALIZED); `efd`/`kickfd` are plain fds; the rest is Sync.
+// SERIALIZED); `efd` is a plain fd; the rest is Sync.
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
@@ -575,12 +581,13 @@ impl Ucx {
             destroy(worker);
             return Err(format!("ucp_worker_get_efd: {}", lib.status_text(st)));
         }
-        // SAFETY: plain eventfd creation.
-        let kickfd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if kickfd < 0 {
-            destroy(worker);
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
+        let kick = match Kick::new() {
+            Ok(k) => k,
+            Err(e) => {
+                destroy(worker);
+                return Err(format!("eventfd: {e}"));
+            }
+        };
         let shared = Arc::new(Shared {
             lib,
             inner: Mutex::new(Inner {
@@ -596,7 +603,7 @@ impl Ucx {
                 settled: vec![0; n],
             }),
             efd,
-            kickfd,
+            kick,
             stop: AtomicBool::new(false),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             live: std::sync::OnceLock::new(),
@@ -627,8 +634,6 @@ impl Ucx {
             let st = unsafe { (lib.worker_set_am_recv_handler)(worker, &p) };
             if st != ffi::UCS_OK {
                 destroy(worker);
-                // SAFETY: our eventfd, closed once on this error path.
-                unsafe { libc::close(kickfd) };
                 return Err(format!(
                     "ucp_worker_set_am_recv_handler: {}",
                     lib.status_text(st)
@@ -1446,9 +1451,7 @@ impl Ucx {
     }
 
     fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { libc::write(self.shared.kickfd, (&one as *const u64).cast(), 8) };
+        self.shared.kick.kick();
     }
 }
 
@@ -1561,14 +1564,14 @@ fn progress_loop(s: &Shared) {
                 s.serve(&mut g);
             }
             let mut fd = libc::pollfd {
-                fd: s.kickfd,
+                fd: s.kick.fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
             let ms = left.as_millis().clamp(1, HELPED.as_millis()) as c_int;
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut fd, 1, ms) };
-            drain(s.kickfd);
+            s.kick.drain();
             continue;
         }
         let (armed, busy) = match s.inner.lock() {
@@ -1589,6 +1592,10 @@ fn progress_loop(s: &Shared) {
             std::thread::yield_now();
             continue;
         }
+        if !s.kick.sleep_on_events(|| s.helped_recently().is_some()) {
+            // A thread of this PE started using the worker since the check above.
+            continue;
+        }
         let mut fds = [
             libc::pollfd {
                 fd: s.efd,
@@ -1596,7 +1603,7 @@ fn progress_loop(s: &Shared) {
                 revents: 0,
             },
             libc::pollfd {
-                fd: s.kickfd,
+                fd: s.kick.fd,
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -1605,23 +1612,89 @@ fn progress_loop(s: &Shared) {
         // the worker every millisecond; otherwise the timeout bounds the delay of work UCX
         // advances in progress callbacks without signalling the fd (10 wake-ups a second).
         unsafe { libc::poll(fds.as_mut_ptr(), 2, if busy { 1 } else { 100 }) };
-        drain(s.kickfd);
+        s.kick.woke();
     }
 }
 
-/// Empties our non-blocking eventfd.
-fn drain(fd: c_int) {
-    let mut v = 0u64;
-    // SAFETY: reading 8 bytes from a non-blocking eventfd into a u64.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+/// The progress thread's wake-up: an eventfd that others write to wake it, and whether it
+/// sleeps on the worker's event fd. While it does, the kernel wakes it on every packet that
+/// reaches the worker, even when a thread of this PE that progresses the worker has already
+/// taken it; on a PE bound to one core each such wake-up preempts that thread (measured
+/// across two network namespaces: a stream of blocking 8-byte puts that began while the
+/// progress thread slept there ran at half rate, one wake-up per put). So a thread of this PE
+/// that starts using the worker wakes it ([`Kick::caller_arrived`]), and it naps instead.
+struct Kick {
+    fd: c_int,
+    /// Set by the progress thread before it sleeps on the worker's events, cleared when that
+    /// sleep ends or by the caller that wakes it.
+    on_events: AtomicBool,
+}
+
+impl Kick {
+    fn new() -> std::io::Result<Kick> {
+        // SAFETY: plain eventfd creation.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Kick {
+            fd,
+            on_events: AtomicBool::new(false),
+        })
+    }
+
+    /// Wakes the progress thread.
+    fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Empties the eventfd.
+    fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes from our non-blocking eventfd into a u64.
+        unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// A thread of this PE starts using the worker (it has recorded that first, SeqCst): wakes
+    /// the progress thread if it sleeps on the worker's events.
+    fn caller_arrived(&self) {
+        if self.on_events.load(Ordering::SeqCst) && self.on_events.swap(false, Ordering::SeqCst) {
+            self.kick();
+        }
+    }
+
+    /// The progress thread is about to sleep on the worker's events: announces it, then checks
+    /// `in_use` (whether a thread of this PE uses the worker, read SeqCst) once more. False: it
+    /// must not sleep there (the announcement is withdrawn).
+    fn sleep_on_events(&self, in_use: impl Fn() -> bool) -> bool {
+        self.on_events.store(true, Ordering::SeqCst);
+        if in_use() {
+            self.on_events.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The progress thread's sleep ended.
+    fn woke(&self) {
+        self.on_events.store(false, Ordering::SeqCst);
+        self.drain();
+    }
+}
+
+impl Drop for Kick {
+    fn drop(&mut self) {
+        // SAFETY: our eventfd, closed once.
+        unsafe { libc::close(self.fd) };
+    }
 }
 
 impl Drop for Ucx {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { libc::write(self.shared.kickfd, (&one as *const u64).cast(), 8) };
+        self.shared.kick.kick();
         if let Some(h) = self.progress.take() {
             let _ = h.join();
         }
@@ -1671,8 +1744,6 @@ impl Drop for Ucx {
             // SAFETY: the worker is live and nothing uses it any more.
             unsafe { (lib.worker_destroy)(g.worker) };
         }
-        // SAFETY: our eventfd, closed once.
-        unsafe { libc::close(self.shared.kickfd) };
     }
 }
 
@@ -1834,6 +1905,43 @@ impl Ucx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether something was written to the eventfd since the last read (and empties it).
+    fn kicked(k: &Kick) -> bool {
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes from the test's non-blocking eventfd into a u64.
+        let n = unsafe { libc::read(k.fd, (&mut v as *mut u64).cast(), 8) };
+        n == 8 && v > 0
+    }
+
+    #[test]
+    fn a_caller_wakes_the_progress_thread_only_from_its_sleep_on_events() {
+        let k = Kick::new().unwrap();
+        // The thread naps (not on the worker's events): a caller writes nothing.
+        k.caller_arrived();
+        assert!(
+            !kicked(&k),
+            "kicked a progress thread that was not on events"
+        );
+        // It sleeps on events: the first caller wakes it, once.
+        assert!(k.sleep_on_events(|| false));
+        k.caller_arrived();
+        assert!(
+            kicked(&k),
+            "a caller did not wake the thread sleeping on events"
+        );
+        k.caller_arrived();
+        assert!(!kicked(&k), "a second caller kicked again");
+        // A caller that arrived just before the announcement keeps it from sleeping there.
+        assert!(!k.sleep_on_events(|| true));
+        k.caller_arrived();
+        assert!(!kicked(&k), "kicked after the sleep was withdrawn");
+        // A sleep that ends by itself (timeout, events) is no longer woken.
+        assert!(k.sleep_on_events(|| false));
+        k.woke();
+        k.caller_arrived();
+        assert!(!kicked(&k), "kicked after the sleep ended");
+    }
 
     #[test]
     fn resources_parse() {
