@@ -99,7 +99,9 @@ impl Remotes {
         if let Some(Err(e)) = &opened {
             tracing::debug!(target: "rshmem::verbs", "no verbs transport on PE {me}: {e}");
         }
-        let ucx = open_ucx(cfg, me, boot.size(), choice, gpu);
+        // Read once: `open_ucx` and the choice of where atomics are applied both need it.
+        let rdma_dev = rdma_device();
+        let ucx = open_ucx(cfg, me, boot.size(), choice, gpu, rdma_dev);
         let (ucx_ok, ucx_rdma, ucx_peer) = match &ucx {
             Some(Ok((u, rdma))) => (
                 true,
@@ -165,7 +167,7 @@ impl Remotes {
                     gpu,
                     cfg.ucx_target_atomics,
                     u.version(),
-                    rdma_device(),
+                    rdma_dev,
                     peer,
                 ));
             }
@@ -445,18 +447,19 @@ fn rdma_device() -> bool {
 }
 
 /// Loads UCX and creates this PE's worker when the setting may use it: always for `ucx`; for
-/// `auto` only on a machine with an RDMA device (`/sys/class/infiniband`), and the result says
-/// whether UCX found an RDMA transport there. `None`: UCX not considered.
+/// `auto` only on a machine with an RDMA device (`rdma_dev`: [`rdma_device`]), and the result
+/// says whether UCX found an RDMA transport there. `None`: UCX not considered.
 fn open_ucx(
     cfg: &Config,
     me: usize,
     n: usize,
     choice: RemoteChoice,
     gpu: bool,
+    rdma_dev: bool,
 ) -> Option<std::result::Result<(Arc<ucx::Ucx>, bool), String>> {
     match choice {
         RemoteChoice::Ucx => {}
-        RemoteChoice::Auto if rdma_device() => {}
+        RemoteChoice::Auto if rdma_dev => {}
         _ => return None,
     }
     Some((|| {
@@ -727,7 +730,7 @@ mod tests {
             eprintln!("SKIPPED: this UCX has CUDA support ({:?})", probe.resources);
             return;
         }
-        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, true).expect("ucx considered");
+        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, true, false).expect("ucx considered");
         let e = r.expect_err("refused");
         assert!(
             e.contains("cannot carry the GPU heap") && e.contains("cuda_copy"),
@@ -735,12 +738,10 @@ mod tests {
         );
         assert!(e.contains("libucx-cu13") || e.contains("UCX_TLS"), "{e}");
         // The same UCX serves the CPU backend.
-        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, false).expect("ucx considered");
+        let r = open_ucx(&cfg, 0, 2, RemoteChoice::Ucx, false, false).expect("ucx considered");
         assert!(r.is_ok(), "{:?}", r.err());
         // auto never opens UCX without an RDMA device, nor tcp.
-        if std::fs::read_dir("/sys/class/infiniband").map_or(true, |mut d| d.next().is_none()) {
-            assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Auto, true).is_none());
-        }
-        assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Tcp, true).is_none());
+        assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Auto, true, false).is_none());
+        assert!(open_ucx(&cfg, 0, 2, RemoteChoice::Tcp, true, true).is_none());
     }
 }
