@@ -1,6 +1,6 @@
 //! Model checking of rshmem's lock-free pieces with loom: the range-check cache's sequence lock
-//! (`seqlock_model`) and the proxy ring's host protocol against a model of the device's side
-//! (`ring_model`). The modules under test are the runtime's own source files, included by path,
+//! (`seqlock_model`), the proxy ring's host protocol against a model of the device's side
+//! (`ring_model`), and the UCX progress thread's wake-up handshake (`wake_model`). The modules under test are the runtime's own source files, included by path,
 //! so the model checks the code that ships.
 //!
 //! ```sh
@@ -19,8 +19,68 @@ pub mod seqlock;
 #[allow(dead_code, unreachable_pub)]
 pub mod ring_protocol;
 
+#[cfg(loom)]
+#[path = "../../runtime/src/transport/ucx/wake.rs"]
+#[allow(dead_code, unreachable_pub)]
+pub mod wake;
+
 #[cfg(all(loom, test))]
 mod ring_model;
+
+#[cfg(all(loom, test))]
+mod wake_model {
+    //! The UCX progress thread's wake-up handshake (runtime/src/transport/ucx/wake.rs) under
+    //! loom: two threads of the PE arrive (each records its arrival, then asks whether to wake
+    //! the progress thread) while the progress thread decides to sleep on the worker's events.
+    //! In every interleaving, a progress thread that sleeps there is woken by one of them, and
+    //! never by both.
+
+    use crate::wake::EventSleep;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn a_sleep_on_events_is_ended_by_exactly_one_arriving_caller() {
+        loom::model(|| {
+            // The handshake, and the callers' record of their arrival (`helped` in ucp.rs).
+            let s = Arc::new((EventSleep::new(), AtomicBool::new(false)));
+            let callers: Vec<_> = (0..2)
+                .map(|_| {
+                    let s = s.clone();
+                    thread::spawn(move || {
+                        s.1.store(true, Ordering::Relaxed);
+                        s.0.caller_arrived()
+                    })
+                })
+                .collect();
+            let slept = s.0.sleep_on_events(|| s.1.load(Ordering::Relaxed));
+            let kicks = callers
+                .into_iter()
+                .map(|c| c.join().unwrap())
+                .filter(|&k| k)
+                .count();
+            assert!(
+                !slept || kicks == 1,
+                "the progress thread sleeps on events: {kicks} callers woke it"
+            );
+            assert!(kicks <= 1, "{kicks} callers woke the progress thread");
+        });
+    }
+
+    #[test]
+    fn a_sleep_that_ended_is_not_woken() {
+        loom::model(|| {
+            let s = EventSleep::new();
+            assert!(s.sleep_on_events(|| false));
+            s.woke();
+            assert!(
+                !s.caller_arrived(),
+                "a caller woke a thread no longer asleep"
+            );
+        });
+    }
+}
 
 #[cfg(all(loom, test))]
 mod seqlock_model {

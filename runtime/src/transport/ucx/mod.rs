@@ -8,12 +8,15 @@
 //!   heaps, where UCX's software atomics cannot touch the memory).
 //! * [`ucp`] — the transport: context, worker, endpoints, memory mapping, the data path and the
 //!   progress thread.
+//! * [`wake`] — when the PE's own calls wake the progress thread from its sleep on the worker's
+//!   events.
 //!
 //! What was tested, and on what, is in docs/transports.md ("UCX transport").
 
 pub mod amo;
 pub mod ffi;
 pub mod ucp;
+pub(crate) mod wake;
 pub mod wire;
 
 #[cfg(test)]

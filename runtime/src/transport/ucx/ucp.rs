@@ -29,7 +29,7 @@
 //! (`ucp_worker_arm`) and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a
 //! stop eventfd, so it uses no CPU while nothing is in flight. While this PE's threads use or
 //! progress the worker, the progress thread leaves the event fd alone and naps ([`HELPED`]);
-//! a call that finds it asleep on the event fd wakes it to nap instead ([`Kick`]).
+//! a call that finds it asleep on the event fd wakes it to nap instead ([`super::wake`]).
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use super::amo::{self, Awaited, Reply, Request, Served, Tally};
 use super::ffi::{self, Lib};
+use super::wake::EventSleep;
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::{peer_lost, Liveness};
@@ -370,7 +371,7 @@ impl Shared {
     /// If a thread of this PE used or progressed the worker in the last [`HELPED`]: how much
     /// of that window is left.
     fn helped_recently(&self) -> Option<Duration> {
-        let h = self.helped.load(Ordering::SeqCst);
+        let h = self.helped.load(Ordering::Relaxed);
         let since = self.now().saturating_sub(h);
         let window = HELPED.as_nanos() as u64;
         (h != 0 && since < window).then(|| Duration::from_nanos(window - since))
@@ -380,9 +381,8 @@ impl Shared {
     /// [`Shared::helped_recently`]). If the progress thread sleeps on the worker's event fd, it
     /// is woken to nap instead (see [`Kick`]).
     fn mark_in_use(&self) {
-        // SeqCst, paired with `Kick::sleep_on_events`: either this store is seen there, or
-        // the progress thread's announcement is seen here.
-        self.helped.store(self.now(), Ordering::SeqCst);
+        // Ordered before the progress thread's check by the fences of `super::wake`.
+        self.helped.store(self.now(), Ordering::Relaxed);
         self.kick.caller_arrived();
     }
 
@@ -1617,17 +1617,11 @@ fn progress_loop(s: &Shared) {
 }
 
 /// The progress thread's wake-up: an eventfd that others write to wake it, and whether it
-/// sleeps on the worker's event fd. While it does, the kernel wakes it on every packet that
-/// reaches the worker, even when a thread of this PE that progresses the worker has already
-/// taken it; on a PE bound to one core each such wake-up preempts that thread (measured
-/// across two network namespaces: a stream of blocking 8-byte puts that began while the
-/// progress thread slept there ran at half rate, one wake-up per put). So a thread of this PE
-/// that starts using the worker wakes it ([`Kick::caller_arrived`]), and it naps instead.
+/// sleeps on the worker's event fd, which a thread of this PE that starts using the worker
+/// ends ([`Kick::caller_arrived`]; why: [`super::wake`]).
 struct Kick {
     fd: c_int,
-    /// Set by the progress thread before it sleeps on the worker's events, cleared when that
-    /// sleep ends or by the caller that wakes it.
-    on_events: AtomicBool,
+    sleep: EventSleep,
 }
 
 impl Kick {
@@ -1639,7 +1633,7 @@ impl Kick {
         }
         Ok(Kick {
             fd,
-            on_events: AtomicBool::new(false),
+            sleep: EventSleep::new(),
         })
     }
 
@@ -1657,29 +1651,22 @@ impl Kick {
         unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
     }
 
-    /// A thread of this PE starts using the worker (it has recorded that first, SeqCst): wakes
-    /// the progress thread if it sleeps on the worker's events.
+    /// A thread of this PE starts using the worker (it has recorded that first): wakes the
+    /// progress thread if it sleeps on the worker's events.
     fn caller_arrived(&self) {
-        if self.on_events.load(Ordering::SeqCst) && self.on_events.swap(false, Ordering::SeqCst) {
+        if self.sleep.caller_arrived() {
             self.kick();
         }
     }
 
-    /// The progress thread is about to sleep on the worker's events: announces it, then checks
-    /// `in_use` (whether a thread of this PE uses the worker, read SeqCst) once more. False: it
-    /// must not sleep there (the announcement is withdrawn).
+    /// See [`EventSleep::sleep_on_events`].
     fn sleep_on_events(&self, in_use: impl Fn() -> bool) -> bool {
-        self.on_events.store(true, Ordering::SeqCst);
-        if in_use() {
-            self.on_events.store(false, Ordering::SeqCst);
-            return false;
-        }
-        true
+        self.sleep.sleep_on_events(in_use)
     }
 
     /// The progress thread's sleep ended.
     fn woke(&self) {
-        self.on_events.store(false, Ordering::SeqCst);
+        self.sleep.woke();
         self.drain();
     }
 }
