@@ -1040,7 +1040,7 @@ impl Ucx {
         g.dirty = true;
         // A blocking put only needs its source buffer back: UCX may copy it and complete at
         // once instead of waiting for the target's acknowledgement (the next flush completes
-        // it remotely), as OSHMEM's blocking put asks.
+        // it remotely), as OSHMEM asks in Open MPI's current sources.
         let flags = if wait {
             ffi::UCP_OP_ATTR_FLAG_FAST_CMPL
         } else {
