@@ -1,7 +1,8 @@
 //! Model checking of rshmem's lock-free pieces with loom: the range-check cache's sequence lock
 //! (`seqlock_model`), the proxy ring's host protocol against a model of the device's side
-//! (`ring_model`), and the UCX progress thread's wake-up handshake (`wake_model`). The modules under test are the runtime's own source files, included by path,
-//! so the model checks the code that ships.
+//! (`ring_model`), and the UCX progress thread's wake-up handshake (`wake_model`). The modules
+//! under test are the runtime's own source files, included by path, so the model checks the
+//! code that ships.
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" cargo test -p rshmem-loom --release --target-dir target/loom

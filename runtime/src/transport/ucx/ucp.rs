@@ -1644,11 +1644,12 @@ impl Kick {
         unsafe { libc::write(self.fd, (&one as *const u64).cast(), 8) };
     }
 
-    /// Empties the eventfd.
-    fn drain(&self) {
+    /// Empties the eventfd. True: something was written to it since it was last emptied.
+    fn drain(&self) -> bool {
         let mut v = 0u64;
         // SAFETY: reading 8 bytes from our non-blocking eventfd into a u64.
-        unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
+        let n = unsafe { libc::read(self.fd, (&mut v as *mut u64).cast(), 8) };
+        n == 8 && v > 0
     }
 
     /// A thread of this PE starts using the worker (it has recorded that first): wakes the
@@ -1893,41 +1894,33 @@ impl Ucx {
 mod tests {
     use super::*;
 
-    /// Whether something was written to the eventfd since the last read (and empties it).
-    fn kicked(k: &Kick) -> bool {
-        let mut v = 0u64;
-        // SAFETY: reading 8 bytes from the test's non-blocking eventfd into a u64.
-        let n = unsafe { libc::read(k.fd, (&mut v as *mut u64).cast(), 8) };
-        n == 8 && v > 0
-    }
-
     #[test]
     fn a_caller_wakes_the_progress_thread_only_from_its_sleep_on_events() {
         let k = Kick::new().unwrap();
         // The thread naps (not on the worker's events): a caller writes nothing.
         k.caller_arrived();
         assert!(
-            !kicked(&k),
+            !k.drain(),
             "kicked a progress thread that was not on events"
         );
         // It sleeps on events: the first caller wakes it, once.
         assert!(k.sleep_on_events(|| false));
         k.caller_arrived();
         assert!(
-            kicked(&k),
+            k.drain(),
             "a caller did not wake the thread sleeping on events"
         );
         k.caller_arrived();
-        assert!(!kicked(&k), "a second caller kicked again");
+        assert!(!k.drain(), "a second caller kicked again");
         // A caller that arrived just before the announcement keeps it from sleeping there.
         assert!(!k.sleep_on_events(|| true));
         k.caller_arrived();
-        assert!(!kicked(&k), "kicked after the sleep was withdrawn");
+        assert!(!k.drain(), "kicked after the sleep was withdrawn");
         // A sleep that ends by itself (timeout, events) is no longer woken.
         assert!(k.sleep_on_events(|| false));
         k.woke();
         k.caller_arrived();
-        assert!(!kicked(&k), "kicked after the sleep ended");
+        assert!(!k.drain(), "kicked after the sleep ended");
     }
 
     #[test]
