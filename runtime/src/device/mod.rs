@@ -70,6 +70,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../../device-include/rshmem/barrier.cuh"),
     ),
     (
+        "rshmem/ep.cuh",
+        include_str!("../../device-include/rshmem/ep.cuh"),
+    ),
+    (
         "rshmem/rshmem.cuh",
         include_str!("../../device-include/rshmem/rshmem.cuh"),
     ),

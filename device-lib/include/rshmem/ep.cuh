@@ -1,0 +1,587 @@
+// rshmem device library: expert-parallel MoE dispatch and combine (normal mode).
+//
+//     #include "rshmem/rshmem.cuh"
+//     #include "rshmem/ep.cuh"
+//
+// Header-only CUDA C++ like the rest of the library (NVRTC or nvcc, no -rdc), built on its
+// primitives: peer pointers (rshmem_ptr) for NVLink loads/stores, rshmem_signal_wait_until for
+// the waits (bounded by the device timeout), system-scope fences and release stores for the
+// signals. The host side (runtime/src/ep/) owns the buffers, fills rshmem_ep_params and launches
+// the kernels below on the caller's stream; docs/moe.md describes the algorithm and the layout.
+//
+// Every PE has T tokens [T, H] (T <= max_tokens, may differ between PEs), top-k expert indices
+// [T, k] (int64, -1 = no expert) and weights [T, k] (float). E experts, L = E / n_pes per PE:
+// expert e lives on PE e / L as local expert e % L.
+//
+// Dispatch (three kernels on one stream; blockDim RSHMEM_EP_THREADS, any grid):
+//   1. rshmem_ep_prologue(dispatch): one block. Advances this PE's dispatch epoch (a word in
+//      device memory, so a captured graph replays correctly), waits until every receiver has
+//      acknowledged the previous epoch (it finished reading what this PE wrote there), zeroes
+//      the counters.
+//   2. rshmem_ep_dispatch_send: one warp per token. Finds the token's destination PEs, takes a
+//      slot in each destination's staging block for this source (an atomic counter per
+//      destination) and a rank in each of its experts (an atomic counter per expert), and
+//      stores the row once per destination PE (not once per expert) plus a small metadata row
+//      (token index; per slot: local expert, rank, weight) straight into the receiver's memory
+//      over NVLink. The last block to finish (a fence + counter, so every block's stores are
+//      ordered before it) stores this PE's per-destination counts (tokens, rows per local
+//      expert) into each receiver and then releases the receiver's per-source signal with the
+//      epoch.
+//   3. rshmem_ep_dispatch_recv: every block waits for the signal of every source (acquire),
+//      computes the expert layout from the counts (expert l's rows are contiguous, sources in
+//      PE order inside it) and copies each staged row into the rows of the local experts it
+//      selected; writes expert_offsets [L+1], expert_src [rows][2] (source PE, source token) and
+//      the metadata combine needs. The last block acknowledges every source.
+// Combine (three kernels): rshmem_ep_prologue(combine); rshmem_ep_combine_send: one warp per
+// staged row sums the outputs of its local experts weighted (fp32, slot order) and stores the
+// partial sum once into the source PE's receive block; the last block signals the sources.
+// rshmem_ep_combine_recv: the source waits for every expert PE, adds the partial sums of each
+// token in PE order (fp32) and writes out[t] in the original token order; the last block
+// acknowledges.
+//
+// No kernel waits for another block of its own grid, so any grid size is correct; the waits in
+// prologue/recv wait for other PEs' send kernels, which never wait for anything, so the exchange
+// progresses whenever each PE's kernels get an SM (with several PEs on one GPU pass num_sms so
+// the PEs' grids fit side by side).
+#pragma once
+
+#include "rshmem/rshmem.cuh"
+
+#define RSHMEM_EP_MAX_PES 32
+#define RSHMEM_EP_MAX_EXPERTS 1024
+#define RSHMEM_EP_MAX_TOPK 32
+#define RSHMEM_EP_THREADS 512
+
+// Element types (rshmem_ep_params::dtype).
+#define RSHMEM_EP_F32 0
+#define RSHMEM_EP_BF16 1
+
+// Error codes in err[0] (first error wins; the host reads and clears them).
+#define RSHMEM_EP_ERR_EXPERT 1  // err[1] = token, err[2] = slot, err[3] = the index (low 32 bits)
+#define RSHMEM_EP_ERR_ROWS 2    // err[1] = rows needed by one expert layout, err[2] = capacity
+
+// Everything a kernel needs, passed by value. Every field is 8 bytes (no padding); mirrored by
+// runtime/src/ep/mod.rs (EpParams), which asserts the size.
+struct rshmem_ep_params {
+    int64_t n_pes;
+    int64_t my_pe;
+    int64_t num_experts;    // E
+    int64_t local_experts;  // L = E / n_pes
+    int64_t topk;           // k
+    int64_t row_bytes;      // H * element size, a multiple of 16
+    int64_t hidden;         // H
+    int64_t num_tokens;     // T of this call (this PE)
+    int64_t max_tokens;     // staging rows per source
+    int64_t max_rows;       // capacity of expert_x in rows
+    int64_t meta_words;     // int32 words per metadata row (1 + 3k rounded up to 4)
+    int64_t which;          // prologue: 0 dispatch, 1 combine
+    // symmetric (same offsets on every PE)
+    uint64_t stage_x;     // [n][max_tokens][row_bytes]: rows from each source
+    uint64_t stage_meta;  // [n][max_tokens][meta_words] int32
+    uint64_t recv_cnt;    // [n][1 + L] int32: per source, tokens then rows per local expert
+    uint64_t sig;         // uint64 [4][n]: dispatch signal, dispatch ack, combine signal, ack
+    uint64_t comb_x;      // [n][max_tokens][row_bytes]: partial sums from each expert PE
+    // local
+    uint64_t epoch;       // uint64 [2]: dispatch, combine
+    uint64_t done;        // uint32 [4]: last-block counters (send, recv, csend, crecv)
+    uint64_t err;         // int32 [4]
+    uint64_t send_ntok;   // int32 [n]: tokens this PE sends to each PE
+    uint64_t ecnt;        // int32 [E]: rows this PE sends to each expert
+    uint64_t recv_ntok;   // int32 [n]: tokens staged from each source (for combine)
+    uint64_t tok_mask;    // uint32 [max_tokens]: destination PEs of each token
+    uint64_t comb_meta;   // [n][max_tokens][meta_words] int32: token; per slot: l, row, weight
+    uint64_t expert_x;    // [max_rows][row_bytes]: dispatch output, experts contiguous
+    uint64_t expert_offsets;  // int64 [L + 1]
+    uint64_t expert_src;  // int32 [max_rows][2]: source PE, source token
+    // the caller's
+    uint64_t x;           // [T][row_bytes]
+    uint64_t topk_idx;    // int64 [T][k]
+    uint64_t topk_w;      // float [T][k]
+    uint64_t y;           // [max_rows][row_bytes]: expert outputs (combine)
+    uint64_t out;         // [T][row_bytes]: combine output
+};
+static_assert(sizeof(rshmem_ep_params) == 33 * 8, "rshmem_ep_params size");
+
+namespace rshmem_ep {
+
+struct alignas(16) vec16 {
+    uint32_t a, b, c, d;
+};
+
+// 16-byte load that does not allocate in L1 (data written by other GPUs).
+static __device__ __forceinline__ vec16 ld16_cg(const void* p) {
+    vec16 v;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
+                 : "l"(p));
+    return v;
+}
+static __device__ __forceinline__ vec16 ld16(const void* p) {
+    return *(const vec16*)p;
+}
+static __device__ __forceinline__ void st16(void* p, vec16 v) {
+    *(vec16*)p = v;
+}
+
+static __device__ __forceinline__ float bf16_to_f32(uint32_t h) {
+    return __uint_as_float(h << 16);
+}
+// Round to nearest even (NaN stays NaN); the host reference does the same.
+static __device__ __forceinline__ uint32_t f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+static __device__ __forceinline__ uint64_t* sig_ptr(const rshmem_ep_params& p, int kind, int pe) {
+    return (uint64_t*)p.sig + kind * p.n_pes + pe;
+}
+
+static __device__ __forceinline__ void record_error(const rshmem_ep_params& p, int code, int a,
+                                                    int b, int c) {
+    int32_t* err = (int32_t*)p.err;
+    if (atomicCAS(err, 0, code) == 0) {
+        err[1] = a;
+        err[2] = b;
+        err[3] = c;
+    }
+}
+
+// The last-block pattern: every block fences its stores and counts itself out; returns true in
+// every thread of the block that counted last, after an acquire fence, so that block observes
+// (and its later release stores publish) every block's earlier stores. Resets the counter.
+static __device__ __forceinline__ bool last_block(uint32_t* counter) {
+    __shared__ int s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        rshmem_detail::fence_acq_rel_sys();
+        uint32_t prev = atomicAdd(counter, 1u);
+        s_last = (prev == gridDim.x - 1);
+        if (s_last) {
+            rshmem_detail::fence_acq_rel_sys();
+            *counter = 0;
+        }
+    }
+    __syncthreads();
+    return s_last != 0;
+}
+
+// Release store of `v` into PE `pe`'s copy of the symmetric word `w` (a peer pointer).
+static __device__ __forceinline__ void signal_pe(uint64_t* w, uint64_t v, int pe) {
+    uint64_t* r = (uint64_t*)rshmem_ptr(w, pe);
+    rshmem_detail::st_release_sys(r, v);
+}
+
+}  // namespace rshmem_ep
+
+// One block. which = 0: dispatch, 1: combine. Advances the epoch, waits until every PE has
+// acknowledged this PE's previous exchange of that kind, zeroes the counters.
+static __device__ void rshmem_ep_prologue_dev(const rshmem_ep_params& p) {
+    uint64_t* epoch = (uint64_t*)p.epoch + p.which;
+    uint64_t e = *epoch + 1;  // previous kernels on this stream wrote it
+    int n = (int)p.n_pes;
+    int ack_kind = p.which == 0 ? 1 : 3;
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, ack_kind, d), RSHMEM_CMP_GE, e - 1);
+    }
+    if (p.which == 0) {
+        int32_t* send_ntok = (int32_t*)p.send_ntok;
+        int32_t* ecnt = (int32_t*)p.ecnt;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) send_ntok[i] = 0;
+        for (int i = threadIdx.x; i < (int)p.num_experts; i += blockDim.x) ecnt[i] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t* done = (uint32_t*)p.done + 2 * p.which;
+        done[0] = done[1] = 0;
+        *epoch = e;
+    }
+}
+
+// Dispatch, sender side. Any grid; blockDim a multiple of 32.
+static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
+    __shared__ uint8_t* s_stage_x[RSHMEM_EP_MAX_PES];
+    __shared__ int32_t* s_stage_meta[RSHMEM_EP_MAX_PES];
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int L = (int)p.local_experts, E = (int)p.num_experts;
+    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+        // This source's block in PE d's staging buffers.
+        s_stage_x[d] = (uint8_t*)rshmem_ptr((void*)p.stage_x, d) +
+                       (uint64_t)me * p.max_tokens * row_bytes;
+        s_stage_meta[d] = (int32_t*)rshmem_ptr((void*)p.stage_meta, d) +
+                          (uint64_t)me * p.max_tokens * mw;
+    }
+    __syncthreads();
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    int32_t* send_ntok = (int32_t*)p.send_ntok;
+    int32_t* ecnt = (int32_t*)p.ecnt;
+    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+         t < p.num_tokens; t += warps) {
+        // Lane j < k: slot j.
+        int dst = -1, l = -1, rank = 0;
+        float w = 0.f;
+        if (lane < k) {
+            int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
+            w = ((const float*)p.topk_w)[t * k + lane];
+            if (e >= 0 && e < E) {
+                dst = (int)(e / L);
+                l = (int)(e % L);
+                rank = atomicAdd(&ecnt[e], 1);
+            } else if (e != -1) {
+                rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
+            }
+        }
+        uint32_t mask = dst >= 0 ? (1u << dst) : 0u;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mask |= __shfl_xor_sync(0xffffffffu, mask, o);
+        // Lane d: this token's slot in PE d's staging block.
+        int pos = 0;
+        if (lane < n && ((mask >> lane) & 1u)) pos = atomicAdd(&send_ntok[lane], 1);
+        if (lane == 0) ((uint32_t*)p.tok_mask)[t] = mask;
+        // Metadata rows (word 0: token; per slot: local expert here or -1, rank, weight).
+        for (uint32_t m = mask; m; m &= m - 1) {
+            int d = __ffs(m) - 1;
+            int pd = __shfl_sync(0xffffffffu, pos, d);
+            int32_t* meta = s_stage_meta[d] + (int64_t)pd * mw;
+            if (lane == 0) meta[0] = (int32_t)t;
+            if (lane < k) {
+                meta[1 + 3 * lane] = dst == d ? l : -1;
+                meta[2 + 3 * lane] = rank;
+                meta[3 + 3 * lane] = __float_as_int(w);
+            }
+        }
+        // The row, read once, stored once per destination PE.
+        const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            rshmem_ep::vec16 buf[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                int64_t v = v0 + u * 32 + lane;
+                if (v < vecs) buf[u] = rshmem_ep::ld16(src + v * 16);
+            }
+            for (uint32_t m = mask; m; m &= m - 1) {
+                int d = __ffs(m) - 1;
+                int pd = __shfl_sync(0xffffffffu, pos, d);
+                uint8_t* dstrow = s_stage_x[d] + (int64_t)pd * row_bytes;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) rshmem_ep::st16(dstrow + v * 16, buf[u]);
+                }
+            }
+        }
+    }
+    if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
+        // Counts into every receiver (this source's row of its recv_cnt), then the signals.
+        for (int i = threadIdx.x; i < n * (1 + L); i += blockDim.x) {
+            int d = i / (1 + L), c = i % (1 + L);
+            int32_t v = c == 0 ? rshmem_detail::ld_relaxed_sys(&send_ntok[d])
+                               : rshmem_detail::ld_relaxed_sys(&ecnt[d * L + c - 1]);
+            int32_t* rc = (int32_t*)rshmem_ptr((void*)p.recv_cnt, d);
+            rc[me * (1 + L) + c] = v;
+        }
+        __syncthreads();
+        for (int d = threadIdx.x; d < n; d += blockDim.x) {
+            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 0, me), e_now, d);
+        }
+    }
+}
+
+// Dispatch, receiver side. Any grid; blockDim a multiple of 32.
+static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
+    __shared__ int32_t s_soff[RSHMEM_EP_MAX_EXPERTS];  // [s][l]: rows of sources before s
+    __shared__ int32_t s_off[RSHMEM_EP_MAX_EXPERTS + 1];
+    __shared__ int32_t s_ntok[RSHMEM_EP_MAX_PES + 1];  // prefix over sources of staged tokens
+    const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
+    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, 0, s), RSHMEM_CMP_GE, e_now);
+    }
+    __syncthreads();
+    const int32_t* rc = (const int32_t*)p.recv_cnt;
+    for (int l = threadIdx.x; l < L; l += blockDim.x) {
+        int run = 0;
+        for (int s = 0; s < n; ++s) {
+            s_soff[s * L + l] = run;
+            run += rshmem_detail::ld_relaxed_sys(&rc[s * (1 + L) + 1 + l]);
+        }
+        s_off[l + 1] = run;  // totals for now
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        s_off[0] = 0;
+        for (int l = 0; l < L; ++l) {
+            run += s_off[l + 1];
+            s_off[l + 1] = run;
+        }
+        int tok = 0;
+        for (int s = 0; s < n; ++s) {
+            s_ntok[s] = tok;
+            tok += rshmem_detail::ld_relaxed_sys(&rc[s * (1 + L)]);
+        }
+        s_ntok[n] = tok;
+        if (blockIdx.x == 0 && run > p.max_rows) {
+            rshmem_ep::record_error(p, RSHMEM_EP_ERR_ROWS, run, (int)p.max_rows, 0);
+        }
+    }
+    __syncthreads();
+    if (blockIdx.x == 0) {
+        int64_t* offs = (int64_t*)p.expert_offsets;
+        for (int l = threadIdx.x; l <= L; l += blockDim.x) {
+            int64_t o = s_off[l];
+            offs[l] = o < p.max_rows ? o : p.max_rows;
+        }
+        for (int s = threadIdx.x; s < n; s += blockDim.x) {
+            ((int32_t*)p.recv_ntok)[s] = s_ntok[s + 1] - s_ntok[s];
+        }
+    }
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    const int total = s_ntok[n];
+    for (int64_t u = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); u < total;
+         u += warps) {
+        int s = 0;
+        while (s + 1 < n && s_ntok[s + 1] <= u) ++s;
+        int64_t j = u - s_ntok[s];
+        const int32_t* meta = (const int32_t*)p.stage_meta + ((int64_t)s * p.max_tokens + j) * mw;
+        int32_t* cmeta = (int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
+        int t = rshmem_detail::ld_relaxed_sys(&meta[0]);
+        int row = -1;
+        if (lane < k) {
+            int l = rshmem_detail::ld_relaxed_sys(&meta[1 + 3 * lane]);
+            int rank = rshmem_detail::ld_relaxed_sys(&meta[2 + 3 * lane]);
+            int wb = rshmem_detail::ld_relaxed_sys(&meta[3 + 3 * lane]);
+            if (l >= 0) {
+                int64_t r = (int64_t)s_off[l] + s_soff[s * L + l] + rank;
+                row = r < p.max_rows ? (int)r : -1;
+            }
+            cmeta[1 + 3 * lane] = l;
+            cmeta[2 + 3 * lane] = row;
+            cmeta[3 + 3 * lane] = wb;
+            if (row >= 0) {
+                int32_t* es = (int32_t*)p.expert_src + (int64_t)row * 2;
+                es[0] = s;
+                es[1] = t;
+            }
+        }
+        if (lane == 0) cmeta[0] = t;
+        uint32_t rows_mask = __ballot_sync(0xffffffffu, row >= 0);
+        const uint8_t* src = (const uint8_t*)p.stage_x + ((int64_t)s * p.max_tokens + j) * row_bytes;
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            rshmem_ep::vec16 buf[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                int64_t v = v0 + q * 32 + lane;
+                if (v < vecs) buf[q] = rshmem_ep::ld16_cg(src + v * 16);
+            }
+            for (uint32_t m = rows_mask; m; m &= m - 1) {
+                int r = __shfl_sync(0xffffffffu, row, __ffs(m) - 1);
+                uint8_t* dstrow = (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    int64_t v = v0 + q * 32 + lane;
+                    if (v < vecs) rshmem_ep::st16(dstrow + v * 16, buf[q]);
+                }
+            }
+        }
+    }
+    if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
+        // Every block finished reading the staging buffers: each source may reuse them.
+        for (int s = threadIdx.x; s < n; s += blockDim.x) {
+            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 1, (int)p.my_pe), e_now, s);
+        }
+    }
+}
+
+namespace rshmem_ep {
+
+// Element traits: 16 bytes as N floats and back.
+template <int DT>
+struct elem;
+template <>
+struct elem<RSHMEM_EP_F32> {
+    static constexpr int N = 4;
+    static __device__ __forceinline__ void load(const vec16& v, float* f) {
+        f[0] = __uint_as_float(v.a);
+        f[1] = __uint_as_float(v.b);
+        f[2] = __uint_as_float(v.c);
+        f[3] = __uint_as_float(v.d);
+    }
+    static __device__ __forceinline__ vec16 store(const float* f) {
+        vec16 v;
+        v.a = __float_as_uint(f[0]);
+        v.b = __float_as_uint(f[1]);
+        v.c = __float_as_uint(f[2]);
+        v.d = __float_as_uint(f[3]);
+        return v;
+    }
+};
+template <>
+struct elem<RSHMEM_EP_BF16> {
+    static constexpr int N = 8;
+    static __device__ __forceinline__ void load(const vec16& v, float* f) {
+        uint32_t w[4] = {v.a, v.b, v.c, v.d};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            f[2 * i] = bf16_to_f32(w[i] & 0xffffu);
+            f[2 * i + 1] = bf16_to_f32(w[i] >> 16);
+        }
+    }
+    static __device__ __forceinline__ vec16 store(const float* f) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = f32_to_bf16(f[2 * i]) | (f32_to_bf16(f[2 * i + 1]) << 16);
+        vec16 v;
+        v.a = w[0];
+        v.b = w[1];
+        v.c = w[2];
+        v.d = w[3];
+        return v;
+    }
+};
+
+// Combine, expert side: for every staged row, sum w * y[row] over its local experts in slot
+// order (fp32, fused multiply-add), round to the element type, store into the source's block.
+template <int DT>
+static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
+    typedef elem<DT> EL;
+    __shared__ uint8_t* s_comb[RSHMEM_EP_MAX_PES];
+    __shared__ int32_t s_ntok[RSHMEM_EP_MAX_PES + 1];
+    __shared__ int32_t s_row[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    __shared__ float s_w[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.comb_x, s) + (uint64_t)me * p.max_tokens * row_bytes;
+    }
+    if (threadIdx.x == 0) {
+        int tok = 0;
+        for (int s = 0; s < n; ++s) {
+            s_ntok[s] = tok;
+            tok += ((const int32_t*)p.recv_ntok)[s];
+        }
+        s_ntok[n] = tok;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    const int total = s_ntok[n];
+    for (int64_t u = (int64_t)blockIdx.x * (blockDim.x >> 5) + wid; u < total; u += warps) {
+        int s = 0;
+        while (s + 1 < n && s_ntok[s + 1] <= u) ++s;
+        int64_t j = u - s_ntok[s];
+        const int32_t* cmeta = (const int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
+        int t = cmeta[0];
+        int row = -1;
+        float w = 0.f;
+        if (lane < k) {
+            row = cmeta[2 + 3 * lane];
+            w = __int_as_float(cmeta[3 + 3 * lane]);
+        }
+        uint32_t m = __ballot_sync(0xffffffffu, row >= 0);
+        int cnt = __popc(m);
+        if (row >= 0) {
+            int slot = __popc(m & ((1u << lane) - 1u));
+            s_row[wid][slot] = row;
+            s_w[wid][slot] = w;
+        }
+        __syncwarp();
+        uint8_t* dst = s_comb[s] + (int64_t)t * row_bytes;
+        for (int64_t v = lane; v < vecs; v += 32) {
+            float acc[EL::N];
+#pragma unroll
+            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (int q = 0; q < cnt; ++q) {
+                float f[EL::N];
+                EL::load(ld16((const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes + v * 16), f);
+                float wq = s_w[wid][q];
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[i] = fmaf(wq, f[i], acc[i]);
+            }
+            st16(dst + v * 16, EL::store(acc));
+        }
+        __syncwarp();
+    }
+    if (last_block((uint32_t*)p.done + 2)) {
+        for (int s = threadIdx.x; s < n; s += blockDim.x) {
+            signal_pe(sig_ptr(p, 2, me), e_now, s);
+        }
+    }
+}
+
+// Combine, source side: out[t] = sum over the token's expert PEs in PE order of their partial
+// sums (fp32), rounded to the element type; zeros for a token with no expert.
+template <int DT>
+static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
+    typedef elem<DT> EL;
+    const int n = (int)p.n_pes, me = (int)p.my_pe;
+    const int64_t row_bytes = p.row_bytes;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+        rshmem_signal_wait_until(sig_ptr(p, 2, d), RSHMEM_CMP_GE, e_now);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    const uint64_t block = (uint64_t)p.max_tokens * row_bytes;
+    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+         t < p.num_tokens; t += warps) {
+        uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
+        const uint8_t* src = (const uint8_t*)p.comb_x + (uint64_t)t * row_bytes;
+        uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
+        for (int64_t v = lane; v < vecs; v += 32) {
+            float acc[EL::N];
+#pragma unroll
+            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (uint32_t m = mask; m; m &= m - 1) {
+                int d = __ffs(m) - 1;
+                float f[EL::N];
+                EL::load(ld16_cg(src + d * block + v * 16), f);
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[i] += f[i];
+            }
+            st16(dst + v * 16, EL::store(acc));
+        }
+    }
+    if (last_block((uint32_t*)p.done + 3)) {
+        // Done reading every expert PE's block: they may write the next combine.
+        for (int d = threadIdx.x; d < n; d += blockDim.x) {
+            signal_pe(sig_ptr(p, 3, me), e_now, d);
+        }
+    }
+}
+
+}  // namespace rshmem_ep
+
+// The kernels, defined in the unit that defines RSHMEM_EP_KERNELS before the include (the
+// runtime's runtime/src/ep/ep.cu; an nvcc program that launches them itself does the same in one
+// .cu file), so that several units can include this header without duplicate kernels.
+#ifdef RSHMEM_EP_KERNELS
+#define RSHMEM_EP_KERNEL extern "C" __global__ void __launch_bounds__(RSHMEM_EP_THREADS)
+RSHMEM_EP_KERNEL rshmem_ep_prologue(rshmem_ep_params p) { rshmem_ep_prologue_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_dispatch_send(rshmem_ep_params p) { rshmem_ep_dispatch_send_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_dispatch_recv(rshmem_ep_params p) { rshmem_ep_dispatch_recv_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_combine_send_f32(rshmem_ep_params p) {
+    rshmem_ep::combine_send<RSHMEM_EP_F32>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_combine_send_bf16(rshmem_ep_params p) {
+    rshmem_ep::combine_send<RSHMEM_EP_BF16>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_combine_recv_f32(rshmem_ep_params p) {
+    rshmem_ep::combine_recv<RSHMEM_EP_F32>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_combine_recv_bf16(rshmem_ep_params p) {
+    rshmem_ep::combine_recv<RSHMEM_EP_BF16>(p);
+}
+#undef RSHMEM_EP_KERNEL
+#endif
