@@ -62,6 +62,7 @@ pub mod contract;
 pub mod cuda;
 mod cuda_interop;
 pub mod device;
+pub mod ep;
 mod error;
 pub mod exit;
 mod hang;

@@ -285,3 +285,39 @@ fn device_contract_catches_a_one_sided_change_or_skip() {
         }
     }
 }
+
+/// The expert-parallel kernels (`rshmem/ep.cuh` through the runtime's `runtime/src/ep/ep.cu`)
+/// compile with NVRTC and define every kernel the host side launches; the header alone (twice,
+/// without `RSHMEM_EP_KERNELS`) defines none, so several units may include it.
+#[test]
+fn ep_kernels_compile_or_skip() {
+    if !nvrtc_or_skip("ep_kernels_compile_or_skip") {
+        return;
+    }
+    let path = repo_root().join("runtime/src/ep/ep.cu");
+    let src =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let cubin = compile_cubin(&src, &opts("ep.cu")).unwrap_or_else(|e| panic!("{e}"));
+    assert_cubin("ep.cu", &cubin);
+    let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
+    for k in [
+        "rshmem_ep_prologue",
+        "rshmem_ep_dispatch_send",
+        "rshmem_ep_dispatch_recv",
+        "rshmem_ep_combine_send_f32",
+        "rshmem_ep_combine_send_bf16",
+        "rshmem_ep_combine_recv_f32",
+        "rshmem_ep_combine_recv_bf16",
+    ] {
+        assert!(has(&cubin, k), "ep.cu: kernel {k} missing from the CUBIN");
+    }
+    let user = "#include \"rshmem/rshmem.cuh\"\n#include \"rshmem/ep.cuh\"\n#include \"rshmem/ep.cuh\"\n\
+                extern \"C\" __global__ void my_prologue(rshmem_ep_params p) { rshmem_ep_prologue_dev(p); }\n";
+    let cubin = compile_cubin(user, &opts("ep_user.cu")).unwrap_or_else(|e| panic!("{e}"));
+    assert_cubin("ep_user.cu", &cubin);
+    assert!(has(&cubin, "my_prologue"));
+    assert!(
+        !has(&cubin, "rshmem_ep_dispatch_send"),
+        "ep.cuh defined its kernels without RSHMEM_EP_KERNELS"
+    );
+}

@@ -1,0 +1,834 @@
+//! Expert-parallel Mixture-of-Experts dispatch and combine on the GPU heap (like DeepEP's
+//! normal-mode intranode kernels), with device-initiated NVLink stores.
+//!
+//! Every PE holds `T` tokens of `H` elements (`f32`, or bf16 as `u16` bit patterns), the top-k
+//! expert indices of each token (`i64`, `-1` = no expert) and their routing weights (`f32`).
+//! `E` experts are spread evenly: expert `e` lives on PE `e / L` as local expert `e % L`,
+//! `L = E / n_pes`.
+//!
+//! * [`Ep::dispatch`] sends every token **once per destination PE** (not once per expert) and
+//!   lays the received tokens out per local expert, contiguously: local expert `l`'s rows are
+//!   `expert_offsets[l] .. expert_offsets[l + 1]` of [`Ep::expert_x`], sources in PE order
+//!   inside it ([`Ep::expert_src`] gives each row's source PE and token).
+//! * [`Ep::combine`] takes the expert outputs in that same layout (`y`, which may be
+//!   [`Ep::expert_x`] itself, overwritten in place), sends each token's weighted partial sum
+//!   back to its source PE once per expert PE, and writes `out[t] = Σ_j w[t][j]·y(e_j, t)` in the
+//!   token's original order.
+//!
+//! Both are **collective over all PEs, stream-ordered**: every PE makes the same sequence of
+//! dispatch/combine calls on its handle, each call enqueues three kernels on the caller's stream
+//! and returns at once (no host synchronization, so both can be captured into a CUDA graph: use
+//! [`Ep::dispatch_raw`] / [`Ep::combine_raw`], which take plain device addresses). The kernels
+//! use `num_sms` blocks, leaving the other SMs to compute. Kernels: `rshmem/ep.cuh`; the
+//! algorithm, buffer sizes and limits: docs/moe.md.
+
+pub mod reference;
+
+use std::cell::Cell;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::cuda::kernels::Kernels;
+use crate::device::module::Module;
+use crate::error::{Error, Result};
+use crate::mem::SymBuf;
+use crate::world::World;
+
+/// Source of the module (`rshmem/ep.cuh` with its kernels defined).
+const EP_SOURCE: &str = include_str!("ep.cu");
+/// The module's kernels.
+const EP_KERNELS: &[&str] = &[
+    "rshmem_ep_prologue",
+    "rshmem_ep_dispatch_send",
+    "rshmem_ep_dispatch_recv",
+    "rshmem_ep_combine_send_f32",
+    "rshmem_ep_combine_send_bf16",
+    "rshmem_ep_combine_recv_f32",
+    "rshmem_ep_combine_recv_bf16",
+];
+/// Threads per block (`RSHMEM_EP_THREADS`).
+const THREADS: u32 = 512;
+/// Limits of the kernels (`RSHMEM_EP_MAX_*` in ep.cuh).
+const MAX_PES: usize = 32;
+const MAX_EXPERTS: usize = 1024;
+const MAX_TOPK: usize = 32;
+/// Alignment of every sub-buffer.
+const ALIGN: usize = 256;
+
+/// Element type of the tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpDtype {
+    /// 32-bit float.
+    F32,
+    /// bfloat16 (passed as `u16` bit patterns; `half::bf16` has the same layout).
+    Bf16,
+}
+
+impl EpDtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            EpDtype::F32 => 4,
+            EpDtype::Bf16 => 2,
+        }
+    }
+}
+
+/// Rust element types of the token buffers: `f32` for [`EpDtype::F32`], `u16` (bf16 bits) for
+/// [`EpDtype::Bf16`].
+pub trait EpElem: Copy + 'static {
+    /// The dtype this element type carries.
+    const DTYPE: EpDtype;
+}
+impl EpElem for f32 {
+    const DTYPE: EpDtype = EpDtype::F32;
+}
+impl EpElem for u16 {
+    const DTYPE: EpDtype = EpDtype::Bf16;
+}
+
+/// What a handle is built for. Every PE must pass the same values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpConfig {
+    /// Experts in all (`E`), a multiple of the number of PEs, at most 1024.
+    pub num_experts: usize,
+    /// Elements per token (`H`); `H × element size` must be a multiple of 16 bytes.
+    pub hidden: usize,
+    /// Experts per token (`k`), 1..=32.
+    pub topk: usize,
+    /// Most tokens a PE passes to one dispatch (`T ≤ max_tokens`).
+    pub max_tokens: usize,
+    /// Element type of the tokens.
+    pub dtype: EpDtype,
+    /// Rows of the dispatch output per PE; `None`: the worst case,
+    /// `n_pes × max_tokens × min(k, L)`. Rows beyond it are dropped and reported by
+    /// [`Ep::check`].
+    pub max_recv_rows: Option<usize>,
+    /// Blocks (one per SM) of each kernel; `None`: the GPU's SMs divided among the PEs that share
+    /// it.
+    pub num_sms: Option<u32>,
+}
+
+impl EpConfig {
+    /// A configuration with the worst-case row capacity and all SMs.
+    pub fn new(
+        num_experts: usize,
+        hidden: usize,
+        topk: usize,
+        max_tokens: usize,
+        dtype: EpDtype,
+    ) -> Self {
+        EpConfig {
+            num_experts,
+            hidden,
+            topk,
+            max_tokens,
+            dtype,
+            max_recv_rows: None,
+            num_sms: None,
+        }
+    }
+
+    /// Checks the configuration for `n_pes` PEs and computes the buffer layout.
+    pub fn sizes(&self, n_pes: usize) -> Result<EpSizes> {
+        let call = "ep_new";
+        let bad = |what: &str, why: String| Err(Error::invalid(call, format!("{what}: {why}")));
+        if n_pes == 0 || n_pes > MAX_PES {
+            return bad("n_pes", format!("{n_pes} PEs; 1..={MAX_PES} are supported"));
+        }
+        let e = self.num_experts;
+        if e == 0 || e > MAX_EXPERTS || e % n_pes != 0 {
+            return bad(
+                "num_experts",
+                format!("{e}; must be 1..={MAX_EXPERTS} and a multiple of the {n_pes} PEs"),
+            );
+        }
+        if self.topk == 0 || self.topk > MAX_TOPK {
+            return bad("topk", format!("{}; must be 1..={MAX_TOPK}", self.topk));
+        }
+        let es = self.dtype.size();
+        let row_bytes = self
+            .hidden
+            .checked_mul(es)
+            .filter(|&b| b > 0 && b % 16 == 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    call,
+                    format!(
+                        "hidden: {} elements of {es} bytes is not a positive multiple of 16 bytes",
+                        self.hidden
+                    ),
+                )
+            })?;
+        if self.max_tokens > i32::MAX as usize / 2 {
+            return bad("max_tokens", format!("{} is too large", self.max_tokens));
+        }
+        let l = e / n_pes;
+        let worst = n_pes
+            .saturating_mul(self.max_tokens)
+            .saturating_mul(self.topk.min(l));
+        let max_rows = self.max_recv_rows.unwrap_or(worst);
+        if max_rows > i32::MAX as usize {
+            return bad("max_recv_rows", format!("{max_rows} rows is too many"));
+        }
+        if self.num_sms == Some(0) {
+            return bad("num_sms", "0; at least one block is needed".into());
+        }
+        let meta_words = (1 + 3 * self.topk).div_ceil(4) * 4;
+        let too_big = || Error::invalid(call, "the buffers would not fit in the address space");
+        let mut at = 0usize;
+        let mut take = |bytes: Option<usize>| -> Result<usize> {
+            let o = at;
+            let b = bytes.ok_or_else(too_big)?;
+            at = o
+                .checked_add(b)
+                .and_then(|x| x.checked_next_multiple_of(ALIGN))
+                .ok_or_else(too_big)?;
+            Ok(o)
+        };
+        let nt = n_pes.checked_mul(self.max_tokens);
+        let sig = take(Some(4 * n_pes * 8))?;
+        let recv_cnt = take(Some(n_pes * (1 + l) * 4))?;
+        let stage_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
+        let stage_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
+        let comb_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
+        let symmetric_bytes = at;
+        at = 0;
+        let mut take = |bytes: Option<usize>| -> Result<usize> {
+            let o = at;
+            let b = bytes.ok_or_else(too_big)?;
+            at = o
+                .checked_add(b)
+                .and_then(|x| x.checked_next_multiple_of(ALIGN))
+                .ok_or_else(too_big)?;
+            Ok(o)
+        };
+        let epoch = take(Some(16))?;
+        let done = take(Some(16))?;
+        let err = take(Some(16))?;
+        let send_ntok = take(Some(n_pes * 4))?;
+        let ecnt = take(Some(e * 4))?;
+        let recv_ntok = take(Some(n_pes * 4))?;
+        let tok_mask = take(Some(self.max_tokens.max(1) * 4))?;
+        let comb_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
+        let scratch_bytes = at;
+        let expert_x_bytes = max_rows.checked_mul(row_bytes).ok_or_else(too_big)?;
+        Ok(EpSizes {
+            n_pes,
+            local_experts: l,
+            row_bytes,
+            meta_words,
+            max_rows,
+            symmetric_bytes,
+            local_bytes: scratch_bytes + expert_x_bytes + max_rows * 8 + (l + 1) * 8,
+            off: Offsets {
+                sig,
+                recv_cnt,
+                stage_meta,
+                stage_x,
+                comb_x,
+                epoch,
+                done,
+                err,
+                send_ntok,
+                ecnt,
+                recv_ntok,
+                tok_mask,
+                comb_meta,
+                scratch_bytes,
+            },
+        })
+    }
+}
+
+/// Buffer sizes of a handle ([`EpConfig::sizes`]).
+#[derive(Debug, Clone)]
+pub struct EpSizes {
+    /// PEs the layout is for.
+    pub n_pes: usize,
+    /// Experts per PE (`L`).
+    pub local_experts: usize,
+    /// Bytes per token row.
+    pub row_bytes: usize,
+    /// 32-bit words of one metadata row.
+    pub meta_words: usize,
+    /// Rows of the dispatch output.
+    pub max_rows: usize,
+    /// Bytes of symmetric heap per PE: signals and counts, the staging buffer
+    /// (`n_pes × max_tokens` rows plus metadata) and the combine receive buffer
+    /// (`n_pes × max_tokens` rows).
+    pub symmetric_bytes: usize,
+    /// Bytes of ordinary GPU memory per PE: the dispatch output (`max_rows` rows, their
+    /// sources, the offsets) and scratch.
+    pub local_bytes: usize,
+    off: Offsets,
+}
+
+#[derive(Debug, Clone)]
+struct Offsets {
+    sig: usize,
+    recv_cnt: usize,
+    stage_meta: usize,
+    stage_x: usize,
+    comb_x: usize,
+    epoch: usize,
+    done: usize,
+    err: usize,
+    send_ntok: usize,
+    ecnt: usize,
+    recv_ntok: usize,
+    tok_mask: usize,
+    comb_meta: usize,
+    scratch_bytes: usize,
+}
+
+/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 33 eight-byte fields).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct EpParams {
+    n_pes: i64,
+    my_pe: i64,
+    num_experts: i64,
+    local_experts: i64,
+    topk: i64,
+    row_bytes: i64,
+    hidden: i64,
+    num_tokens: i64,
+    max_tokens: i64,
+    max_rows: i64,
+    meta_words: i64,
+    which: i64,
+    stage_x: u64,
+    stage_meta: u64,
+    recv_cnt: u64,
+    sig: u64,
+    comb_x: u64,
+    epoch: u64,
+    done: u64,
+    err: u64,
+    send_ntok: u64,
+    ecnt: u64,
+    recv_ntok: u64,
+    tok_mask: u64,
+    comb_meta: u64,
+    expert_x: u64,
+    expert_offsets: u64,
+    expert_src: u64,
+    x: u64,
+    topk_idx: u64,
+    topk_w: u64,
+    y: u64,
+    out: u64,
+}
+const _: () = assert!(std::mem::size_of::<EpParams>() == 33 * 8);
+
+/// An expert-parallel handle: the symmetric buffers, the dispatch output and the compiled
+/// kernels of one MoE layer shape. Made collectively by [`Ep::new`], released by [`Ep::free`].
+///
+/// One stream at a time per handle: the calls of one handle must be ordered (one stream, or
+/// streams ordered by events); different handles are independent.
+pub struct Ep<'w> {
+    world: &'w World,
+    cfg: EpConfig,
+    sizes: EpSizes,
+    sym: SymBuf<'w, u8>,
+    /// Owns the scratch memory the kernels use (by address, through `base`).
+    _scratch: CudaSlice<u8>,
+    expert_x: CudaSlice<u8>,
+    expert_src: CudaSlice<i32>,
+    expert_offsets: CudaSlice<i64>,
+    kernels: Kernels,
+    sms: u32,
+    base: EpParams,
+    last_tokens: Cell<Option<usize>>,
+}
+
+impl std::fmt::Debug for Ep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ep")
+            .field("cfg", &self.cfg)
+            .field("sizes", &self.sizes)
+            .field("sms", &self.sms)
+            .finish()
+    }
+}
+
+fn dev_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _sync) = s.device_ptr(stream);
+    p
+}
+
+impl<'w> Ep<'w> {
+    /// **Collective.** Checks `cfg` (every PE must pass the same), allocates the buffers
+    /// ([`EpConfig::sizes`]) and compiles the kernels (NVRTC, cached on disk). Needs the GPU
+    /// backend with every PE reachable by load/store (one host, NVLink or PCIe peer access).
+    pub fn new(world: &'w World, cfg: EpConfig) -> Result<Ep<'w>> {
+        let call = "ep_new";
+        let p2p = world.p2p(call)?;
+        let gpu = p2p.gpu.clone();
+        let (me, n) = (world.my_pe(), world.n_pes());
+        if let Some(pe) = (0..n).find(|&pe| world.node.local_of[pe].is_none()) {
+            return Err(Error::Unsupported {
+                call,
+                reason: format!(
+                    "PE {pe} is not reachable by load/store (another host, or RSHMEM_DISABLE_P2P); expert-parallel dispatch needs every PE on this host"
+                ),
+            });
+        }
+        let sizes = cfg.sizes(n)?;
+        let sms = match cfg.num_sms {
+            Some(s) => s,
+            None => {
+                let all = gpu.ctx.attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )?;
+                let share = world.gpu_sharing().pes_on_gpu.max(1) as u32;
+                ((all.max(1) as u32) / share).max(1)
+            }
+        };
+        let module = Module::load(&gpu, EP_SOURCE, "rshmem_ep", &world.dev.state)?;
+        world.register(&module)?;
+        let kernels = Kernels::new(module);
+        kernels.preload(call, EP_KERNELS)?;
+        let stream = gpu.stream.clone();
+        let scratch = stream.alloc_zeros::<u8>(sizes.off.scratch_bytes)?;
+        let expert_x = stream.alloc_zeros::<u8>(sizes.max_rows.max(1) * sizes.row_bytes)?;
+        let expert_src = stream.alloc_zeros::<i32>(sizes.max_rows.max(1) * 2)?;
+        let expert_offsets = stream.alloc_zeros::<i64>(sizes.local_experts + 1)?;
+        stream.synchronize()?;
+        // Zero-filled: the signals and acknowledgements start at epoch 0 on every PE.
+        let sym = world.calloc::<u8>(sizes.symmetric_bytes)?;
+        let s = sym.as_ptr() as u64;
+        let o = &sizes.off;
+        let sc = dev_ptr(&scratch, &stream);
+        let base = EpParams {
+            n_pes: n as i64,
+            my_pe: me as i64,
+            num_experts: cfg.num_experts as i64,
+            local_experts: sizes.local_experts as i64,
+            topk: cfg.topk as i64,
+            row_bytes: sizes.row_bytes as i64,
+            hidden: cfg.hidden as i64,
+            max_tokens: cfg.max_tokens as i64,
+            max_rows: sizes.max_rows as i64,
+            meta_words: sizes.meta_words as i64,
+            stage_x: s + o.stage_x as u64,
+            stage_meta: s + o.stage_meta as u64,
+            recv_cnt: s + o.recv_cnt as u64,
+            sig: s + o.sig as u64,
+            comb_x: s + o.comb_x as u64,
+            epoch: sc + o.epoch as u64,
+            done: sc + o.done as u64,
+            err: sc + o.err as u64,
+            send_ntok: sc + o.send_ntok as u64,
+            ecnt: sc + o.ecnt as u64,
+            recv_ntok: sc + o.recv_ntok as u64,
+            tok_mask: sc + o.tok_mask as u64,
+            comb_meta: sc + o.comb_meta as u64,
+            expert_x: dev_ptr(&expert_x, &stream),
+            expert_offsets: dev_ptr(&expert_offsets, &stream),
+            expert_src: dev_ptr(&expert_src, &stream),
+            ..EpParams::default()
+        };
+        // Every PE's buffers are zero before any PE's first dispatch can write into them.
+        world.barrier_all()?;
+        Ok(Ep {
+            world,
+            cfg,
+            sizes,
+            sym,
+            _scratch: scratch,
+            expert_x,
+            expert_src,
+            expert_offsets,
+            kernels,
+            sms,
+            base,
+            last_tokens: Cell::new(None),
+        })
+    }
+
+    /// **Collective.** Releases the symmetric buffers (the local ones go with the handle).
+    /// Complete the handle's stream work first.
+    pub fn free(self) -> Result<()> {
+        self.world.free(self.sym)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EpConfig {
+        &self.cfg
+    }
+
+    /// The buffer layout.
+    pub fn sizes(&self) -> &EpSizes {
+        &self.sizes
+    }
+
+    /// Blocks each kernel uses.
+    pub fn num_sms(&self) -> u32 {
+        self.sms
+    }
+
+    /// The dispatch output: `max_rows` rows of `row_bytes` bytes, local expert `l`'s rows at
+    /// `expert_offsets[l] .. expert_offsets[l + 1]`. Valid after the last dispatch's kernels ran,
+    /// until the next dispatch.
+    pub fn expert_x(&self) -> &CudaSlice<u8> {
+        &self.expert_x
+    }
+
+    /// `L + 1` row offsets of the local experts in [`expert_x`](Ep::expert_x) (the last one is
+    /// the number of rows, at most `max_rows`).
+    pub fn expert_offsets(&self) -> &CudaSlice<i64> {
+        &self.expert_offsets
+    }
+
+    /// Two `i32` per row of [`expert_x`](Ep::expert_x): the source PE and the token's index
+    /// there.
+    pub fn expert_src(&self) -> &CudaSlice<i32> {
+        &self.expert_src
+    }
+
+    /// Device address of [`expert_x`](Ep::expert_x) (for kernels and `combine_raw`).
+    pub fn expert_x_addr(&self) -> u64 {
+        self.base.expert_x
+    }
+
+    fn stream_ok(&self, call: &'static str, stream: &CudaStream) -> Result<()> {
+        self.world.check_stream(call, stream)
+    }
+
+    fn launch(
+        &self,
+        call: &'static str,
+        name: &'static str,
+        blocks: u32,
+        p: &EpParams,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let mut p = *p;
+        let mut args: [*mut std::ffi::c_void; 1] = [(&mut p as *mut EpParams).cast()];
+        // SAFETY: every kernel of ep.cu takes one rshmem_ep_params by value, which EpParams
+        // mirrors (size asserted on both sides); its addresses are this handle's buffers (alive
+        // as long as the handle) and the caller's, checked by the callers of this function.
+        unsafe {
+            self.kernels
+                .launch(call, name, blocks, THREADS, stream, &mut args)
+        }
+    }
+
+    /// **Collective, stream-ordered.** Dispatch with device addresses: `x` holds `num_tokens`
+    /// rows of `hidden` elements (16-byte aligned), `topk_idx` `num_tokens × k` `i64`,
+    /// `topk_weights` `num_tokens × k` `f32`. Expert indices outside `-1 .. E` are skipped and
+    /// reported by [`check`](Ep::check). Graph-capturable (only kernel launches).
+    ///
+    /// # Safety
+    /// The addresses must be device memory of this PE's context holding what is said above,
+    /// unchanged until the kernels ran.
+    pub unsafe fn dispatch_raw(
+        &self,
+        x: u64,
+        topk_idx: u64,
+        topk_weights: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "ep_dispatch";
+        self.stream_ok(call, stream)?;
+        if num_tokens > self.cfg.max_tokens {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "num_tokens: {num_tokens} is more than the handle's max_tokens {}",
+                    self.cfg.max_tokens
+                ),
+            ));
+        }
+        if num_tokens > 0 {
+            for (what, a, align) in [
+                ("x", x, 16),
+                ("topk_idx", topk_idx, 8),
+                ("topk_weights", topk_weights, 4),
+            ] {
+                if a == 0 || a % align != 0 {
+                    return Err(Error::invalid(
+                        call,
+                        format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
+                    ));
+                }
+            }
+        }
+        let p = EpParams {
+            num_tokens: num_tokens as i64,
+            x,
+            topk_idx,
+            topk_w: topk_weights,
+            ..self.base
+        };
+        self.launch(
+            call,
+            "rshmem_ep_prologue",
+            1,
+            &EpParams { which: 0, ..p },
+            stream,
+        )?;
+        self.launch(call, "rshmem_ep_dispatch_send", self.sms, &p, stream)?;
+        self.launch(call, "rshmem_ep_dispatch_recv", self.sms, &p, stream)?;
+        self.last_tokens.set(Some(num_tokens));
+        Ok(())
+    }
+
+    /// **Collective, stream-ordered.** Dispatch: `x` holds at least `num_tokens × hidden`
+    /// elements of the handle's dtype, `topk_idx` and `topk_weights` at least `num_tokens × k`.
+    /// Afterwards (in stream order) [`expert_x`](Ep::expert_x), [`expert_offsets`](Ep::expert_offsets)
+    /// and [`expert_src`](Ep::expert_src) hold the received tokens. Shapes are checked here;
+    /// expert indices on the device ([`check`](Ep::check) reports them).
+    pub fn dispatch<E, X, I, W>(
+        &self,
+        x: &X,
+        topk_idx: &I,
+        topk_weights: &W,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()>
+    where
+        E: EpElem,
+        X: DevicePtr<E>,
+        I: DevicePtr<i64>,
+        W: DevicePtr<f32>,
+    {
+        let call = "ep_dispatch";
+        self.elem_ok::<E>(call, "x")?;
+        let (h, k) = (self.cfg.hidden, self.cfg.topk);
+        Self::len_ok(call, "x", x.len(), num_tokens, h, "hidden")?;
+        Self::len_ok(call, "topk_idx", topk_idx.len(), num_tokens, k, "topk")?;
+        Self::len_ok(
+            call,
+            "topk_weights",
+            topk_weights.len(),
+            num_tokens,
+            k,
+            "topk",
+        )?;
+        let (xa, _a) = x.device_ptr(stream);
+        let (ia, _b) = topk_idx.device_ptr(stream);
+        let (wa, _c) = topk_weights.device_ptr(stream);
+        // SAFETY: the three are device memory of this context (cudarc slices) whose lengths
+        // were checked above; the SyncOnDrop guards keep cudarc's stream ordering.
+        unsafe { self.dispatch_raw(xa, ia, wa, num_tokens, stream) }
+    }
+
+    /// **Collective, stream-ordered.** Combine with device addresses: `y` holds the expert
+    /// outputs in the layout of the last dispatch (`max_rows` rows; may be
+    /// [`expert_x_addr`](Ep::expert_x_addr)), `out` receives the last dispatch's `num_tokens`
+    /// rows. Graph-capturable.
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw): device memory of this context, `y` valid for the
+    /// rows of the last dispatch, `out` for `num_tokens` rows, until the kernels ran.
+    pub unsafe fn combine_raw(&self, y: u64, out: u64, stream: &CudaStream) -> Result<()> {
+        let call = "ep_combine";
+        self.stream_ok(call, stream)?;
+        let t = self.last_tokens.get().ok_or_else(|| {
+            Error::invalid(
+                call,
+                "no dispatch on this handle yet: combine returns the tokens of the last dispatch",
+            )
+        })?;
+        for (what, a) in [("y", y), ("out", out)] {
+            if a % 16 != 0 || (a == 0 && t > 0) {
+                return Err(Error::invalid(
+                    call,
+                    format!("{what}: address {a:#x} is null or not 16-byte aligned"),
+                ));
+            }
+        }
+        let p = EpParams {
+            num_tokens: t as i64,
+            y,
+            out,
+            ..self.base
+        };
+        let (send, recv) = match self.cfg.dtype {
+            EpDtype::F32 => ("rshmem_ep_combine_send_f32", "rshmem_ep_combine_recv_f32"),
+            EpDtype::Bf16 => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
+        };
+        self.launch(
+            call,
+            "rshmem_ep_prologue",
+            1,
+            &EpParams { which: 1, ..p },
+            stream,
+        )?;
+        self.launch(call, send, self.sms, &p, stream)?;
+        self.launch(call, recv, self.sms, &p, stream)
+    }
+
+    /// **Collective, stream-ordered.** Combine: `y` holds the expert outputs in the layout of
+    /// the last dispatch (at least `max_rows × hidden` elements), `out` at least the last
+    /// dispatch's `num_tokens × hidden`. `out[t] = Σ_j topk_weights[t][j] · y(row of token t at
+    /// expert topk_idx[t][j])`, summed in fp32 (per expert PE in slot order, then over PEs in PE
+    /// order) and rounded to the dtype; zeros for a token with no expert.
+    pub fn combine<E, Y, O>(&self, y: &Y, out: &mut O, stream: &CudaStream) -> Result<()>
+    where
+        E: EpElem,
+        Y: DevicePtr<E>,
+        O: DevicePtrMut<E>,
+    {
+        let call = "ep_combine";
+        self.elem_ok::<E>(call, "y")?;
+        let t = self.last_tokens.get().unwrap_or(0);
+        let h = self.cfg.hidden;
+        Self::len_ok(call, "y", y.len(), self.sizes.max_rows, h, "hidden")?;
+        Self::len_ok(call, "out", out.len(), t, h, "hidden")?;
+        let (ya, _a) = y.device_ptr(stream);
+        let (oa, _b) = out.device_ptr_mut(stream);
+        // SAFETY: cudarc device memory of this context with the lengths checked above.
+        unsafe { self.combine_raw(ya, oa, stream) }
+    }
+
+    /// **Collective, stream-ordered.** [`combine`](Ep::combine) with the expert outputs written
+    /// in place into [`expert_x`](Ep::expert_x).
+    pub fn combine_in_place<E, O>(&self, out: &mut O, stream: &CudaStream) -> Result<()>
+    where
+        E: EpElem,
+        O: DevicePtrMut<E>,
+    {
+        let call = "ep_combine";
+        self.elem_ok::<E>(call, "out")?;
+        let t = self.last_tokens.get().unwrap_or(0);
+        Self::len_ok(call, "out", out.len(), t, self.cfg.hidden, "hidden")?;
+        let (oa, _b) = out.device_ptr_mut(stream);
+        // SAFETY: expert_x is this handle's buffer of max_rows rows; out was checked above.
+        unsafe { self.combine_raw(self.base.expert_x, oa, stream) }
+    }
+
+    /// **Local.** Waits for `stream` and reports what the kernels found wrong since the last
+    /// check: an expert index outside `-1 .. E` (`ep_dispatch: topk_idx[t][j] = …`) or more rows
+    /// than `max_recv_rows` (`ep_dispatch: max_recv_rows …`); clears it.
+    pub fn check(&self, stream: &CudaStream) -> Result<()> {
+        let call = "ep_dispatch";
+        self.stream_ok(call, stream)?;
+        let mut e = [0i32; 4];
+        self.world.p2p(call)?.gpu.bind(call)?;
+        stream.synchronize()?;
+        // SAFETY: 16 bytes of this handle's scratch into a 16-byte host array; the stream was
+        // synchronized, so no kernel of the handle writes them meanwhile.
+        let r = unsafe {
+            cudarc::driver::sys::cuMemcpyDtoH_v2(e.as_mut_ptr().cast(), self.base.err, 16)
+        };
+        crate::cuda::check(r, call, "reading the error word")?;
+        if e[0] == 0 {
+            return Ok(());
+        }
+        // SAFETY: the 16 bytes at scratch + err belong to this handle, and no kernel of the
+        // handle runs (its calls are ordered on one stream, which was synchronized above).
+        let r = unsafe {
+            cudarc::driver::sys::cuMemsetD8Async(self.base.err, 0, 16, stream.cu_stream())
+        };
+        crate::cuda::check(r, call, "clearing the error word")?;
+        stream.synchronize()?;
+        Err(match e[0] {
+            1 => Error::invalid(
+                call,
+                format!(
+                    "topk_idx[{}][{}] = {} is out of range: experts are 0..{} (-1 = none); that entry was skipped",
+                    e[1], e[2], e[3], self.cfg.num_experts
+                ),
+            ),
+            2 => Error::invalid(
+                call,
+                format!(
+                    "max_recv_rows: this PE received {} expert rows, more than the {} the handle holds; the rows beyond were dropped",
+                    e[1], e[2]
+                ),
+            ),
+            c => Error::State {
+                call,
+                reason: format!("unknown device error code {c}"),
+            },
+        })
+    }
+
+    fn elem_ok<E: EpElem>(&self, call: &'static str, what: &str) -> Result<()> {
+        if E::DTYPE == self.cfg.dtype {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                call,
+                format!(
+                    "{what}: elements are {:?} but the handle was made for {:?}",
+                    E::DTYPE,
+                    self.cfg.dtype
+                ),
+            ))
+        }
+    }
+
+    fn len_ok(
+        call: &'static str,
+        what: &str,
+        len: usize,
+        rows: usize,
+        cols: usize,
+        cols_name: &str,
+    ) -> Result<()> {
+        let need = rows.saturating_mul(cols);
+        if len < need {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "{what}: holds {len} elements, fewer than {rows} rows × {cols} ({cols_name}) = {need}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// **Local.** Checks expert indices on the host (for callers that have them there): every
+    /// entry of `topk_idx` (`num_tokens × k`) must be in `-1 .. E`. The error names the first
+    /// bad entry.
+    pub fn check_routing(&self, topk_idx: &[i64], num_tokens: usize) -> Result<()> {
+        check_routing(
+            "ep_dispatch",
+            topk_idx,
+            num_tokens,
+            self.cfg.topk,
+            self.cfg.num_experts,
+        )
+    }
+}
+
+/// Host check of routing indices (see [`Ep::check_routing`]).
+pub fn check_routing(
+    call: &'static str,
+    topk_idx: &[i64],
+    num_tokens: usize,
+    k: usize,
+    e: usize,
+) -> Result<()> {
+    if topk_idx.len() != num_tokens.saturating_mul(k) {
+        return Err(Error::invalid(
+            call,
+            format!(
+                "topk_idx: holds {} entries; num_tokens {num_tokens} × topk {k} = {}",
+                topk_idx.len(),
+                num_tokens.saturating_mul(k)
+            ),
+        ));
+    }
+    if let Some((i, &v)) = topk_idx
+        .iter()
+        .enumerate()
+        .find(|&(_, &v)| v < -1 || v >= e as i64)
+    {
+        return Err(Error::invalid(
+            call,
+            format!(
+                "topk_idx[{}][{}] = {v} is out of range: experts are 0..{e} (-1 = none)",
+                i / k,
+                i % k
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Host reference of dispatch and combine: what the GPU kernels of [`super::Ep`] must produce,
+//! computed on the CPU with the same arithmetic (fp32 fused multiply-adds in slot order per
+//! expert PE, partial sums rounded to the dtype, then fp32 adds over the expert PEs in PE order).
+//! The GPU check (`examples/moe_dispatch`) compares every row and every element against it.
+
+use super::EpDtype;
+
+/// bf16 bits → f32 (exact).
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// f32 → bf16 bits, rounding to nearest even (NaN → a quiet NaN), as the kernels do.
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let u = f.to_bits();
+    if u & 0x7fff_ffff > 0x7f80_0000 {
+        return 0x7fc0;
+    }
+    ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
+}
+
+/// `v` rounded to `dtype`'s precision, as an f32.
+pub fn round_to(dtype: EpDtype, v: f32) -> f32 {
+    match dtype {
+        EpDtype::F32 => v,
+        EpDtype::Bf16 => bf16_to_f32(f32_to_bf16(v)),
+    }
+}
+
+/// The routing of one PE: `num_tokens × k` expert indices (`-1` = none) and weights.
+#[derive(Debug, Clone, Default)]
+pub struct Routing {
+    /// Tokens of the PE.
+    pub num_tokens: usize,
+    /// `num_tokens × k` expert indices.
+    pub topk_idx: Vec<i64>,
+    /// `num_tokens × k` weights.
+    pub topk_weights: Vec<f32>,
+}
+
+impl Routing {
+    /// The valid experts of token `t` with their slot and weight, in slot order.
+    pub fn slots(&self, t: usize, k: usize, num_experts: usize) -> Vec<(usize, usize, f32)> {
+        (0..k)
+            .filter_map(|j| {
+                let e = self.topk_idx[t * k + j];
+                (e >= 0 && (e as usize) < num_experts)
+                    .then(|| (j, e as usize, self.topk_weights[t * k + j]))
+            })
+            .collect()
+    }
+}
+
+/// What PE `pe` receives in a dispatch: for each of its local experts, the `(source PE, source
+/// token)` of every row, sources in PE order and tokens in order within a source (a token that
+/// names an expert twice has two rows). The kernels order rows the same way by source; within
+/// one source and expert their order is unspecified, so compare each source's rows as sets.
+pub fn expected_rows(
+    routing: &[Routing],
+    num_experts: usize,
+    k: usize,
+    pe: usize,
+) -> Vec<Vec<(usize, usize)>> {
+    let n = routing.len();
+    let l = num_experts / n;
+    let mut rows = vec![Vec::new(); l];
+    for (s, r) in routing.iter().enumerate() {
+        for t in 0..r.num_tokens {
+            for (_, e, _) in r.slots(t, k, num_experts) {
+                if e / l == pe {
+                    rows[e % l].push((s, t));
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// Tokens PE `s` sends to each PE in a dispatch (each token once per PE that holds one of its
+/// experts) — the NVLink traffic of the dispatch.
+pub fn tokens_sent(routing: &Routing, num_experts: usize, k: usize, n_pes: usize) -> Vec<usize> {
+    let l = num_experts / n_pes;
+    let mut out = vec![0; n_pes];
+    for t in 0..routing.num_tokens {
+        let mut mask = 0u64;
+        for (_, e, _) in routing.slots(t, k, num_experts) {
+            mask |= 1 << (e / l);
+        }
+        for (d, o) in out.iter_mut().enumerate() {
+            *o += ((mask >> d) & 1) as usize;
+        }
+    }
+    out
+}
+
+/// The combine output of PE `src`: `num_tokens × hidden` values (rounded to `dtype`), given the
+/// expert outputs `y(e, t)` (the row expert `e` produced for token `t` of `src`, `hidden` values
+/// already in `dtype` precision).
+pub fn combine(
+    routing: &[Routing],
+    num_experts: usize,
+    k: usize,
+    src: usize,
+    hidden: usize,
+    dtype: EpDtype,
+    y: &dyn Fn(usize, usize) -> Vec<f32>,
+) -> Vec<f32> {
+    let n = routing.len();
+    let l = num_experts / n;
+    let r = &routing[src];
+    let mut out = vec![0f32; r.num_tokens * hidden];
+    for t in 0..r.num_tokens {
+        let slots = r.slots(t, k, num_experts);
+        let rows: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| y(e, t)).collect();
+        let o = &mut out[t * hidden..(t + 1) * hidden];
+        for d in 0..n {
+            let here: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].1 / l == d).collect();
+            if here.is_empty() {
+                continue;
+            }
+            for (h, oh) in o.iter_mut().enumerate() {
+                let mut acc = 0f32;
+                for &i in &here {
+                    acc = slots[i].2.mul_add(rows[i][h], acc);
+                }
+                *oh += round_to(dtype, acc);
+            }
+        }
+        for v in o.iter_mut() {
+            *v = round_to(dtype, *v);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounding() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
+        assert_eq!(f32_to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        // 1 + 3·2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (1 + 2^-6).
+        assert_eq!(f32_to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!(f32_to_bf16(-2.5), 0xc020);
+        assert_eq!(f32_to_bf16(f32::NAN), 0x7fc0);
+        for v in [-8.0f32, -0.125, 0.0, 3.5, 100.0] {
+            assert_eq!(bf16_to_f32(f32_to_bf16(v)), v);
+        }
+    }
+
+    fn routing() -> Vec<Routing> {
+        // 2 PEs, 4 experts (2 per PE), k = 2.
+        vec![
+            Routing {
+                num_tokens: 3,
+                topk_idx: vec![0, 3, 1, 1, -1, 2],
+                topk_weights: vec![0.5, 0.25, 1.0, 2.0, 9.0, 0.75],
+            },
+            Routing {
+                num_tokens: 1,
+                topk_idx: vec![2, 0],
+                topk_weights: vec![1.0, 0.5],
+            },
+        ]
+    }
+
+    #[test]
+    fn rows_per_expert() {
+        let r = routing();
+        assert_eq!(
+            expected_rows(&r, 4, 2, 0),
+            vec![vec![(0, 0), (1, 0)], vec![(0, 1), (0, 1)]]
+        );
+        assert_eq!(
+            expected_rows(&r, 4, 2, 1),
+            vec![vec![(0, 2), (1, 0)], vec![(0, 0)]]
+        );
+        assert_eq!(tokens_sent(&r[0], 4, 2, 2), vec![2, 2]);
+        assert_eq!(tokens_sent(&r[1], 4, 2, 2), vec![1, 1]);
+    }
+
+    #[test]
+    fn combine_weights_in_order() {
+        let r = routing();
+        // Expert e's output for token t: (10·e + t) in every element.
+        let y = |e: usize, t: usize| vec![(10 * e + t) as f32; 2];
+        let out = combine(&r, 4, 2, 0, 2, EpDtype::F32, &y);
+        // t0: 0.5·0 + 0.25·30; t1: 1·11 + 2·11 (expert 1 twice); t2: 0.75·22 (slot 0 is -1).
+        assert_eq!(out, vec![7.5, 7.5, 33.0, 33.0, 16.5, 16.5]);
+        let out1 = combine(&r, 4, 2, 1, 2, EpDtype::Bf16, &y);
+        assert_eq!(out1, vec![20.0, 20.0]);
+    }
+}
