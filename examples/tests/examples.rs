@@ -11,6 +11,7 @@ fn bin(name: &str) -> PathBuf {
         "ring_bcast" => PathBuf::from(env!("CARGO_BIN_EXE_ring_bcast")),
         "device_put" => PathBuf::from(env!("CARGO_BIN_EXE_device_put")),
         "bidir_put_signal" => PathBuf::from(env!("CARGO_BIN_EXE_bidir_put_signal")),
+        "moe_dispatch" => PathBuf::from(env!("CARGO_BIN_EXE_moe_dispatch")),
         other => panic!("unknown example {other}"),
     }
 }
@@ -129,4 +130,33 @@ fn bidir_put_signal_refuses_an_odd_pe_count() {
         stderr.contains("needs an even number of PEs, got 3"),
         "{stderr}"
     );
+}
+
+/// On the CPU backend moe_dispatch runs only its host-side argument checks (every bad
+/// configuration named, the handle refused with the reason) and says that nothing was
+/// dispatched; the GPU checks run in scripts/moe-gpu-check.
+#[test]
+fn moe_dispatch_says_it_needs_the_gpu() {
+    let out = run("moe_dispatch", 2, &[]);
+    for pe in 0..2 {
+        assert!(
+            out.iter().any(|l| l
+                == &format!("PE {pe}: moe_dispatch: no GPU backend: only the host-side argument checks ran (0 failures); nothing was dispatched")),
+            "{out:?}"
+        );
+    }
+    for what in [
+        "num_experts",
+        "topk: 0",
+        "hidden: 7",
+        "num_sms: 0",
+        "topk_idx[1][0]",
+        "needs the GPU backend",
+    ] {
+        assert!(
+            out.iter().any(|l| l.contains(what)),
+            "no line names {what}: {out:?}"
+        );
+    }
+    assert!(!out.iter().any(|l| l.contains("PASSED")), "{out:?}");
 }

@@ -449,8 +449,14 @@ impl<'w> Ep<'w> {
     }
 
     /// **Collective.** Releases the symmetric buffers (the local ones go with the handle).
-    /// Complete the handle's stream work first.
+    /// Waits for all of this PE's GPU work first (the context), so that no kernel of any PE
+    /// still writes a signal into memory that a later allocation reuses (the free itself
+    /// synchronizes the PEs).
     pub fn free(self) -> Result<()> {
+        let call = "ep_free";
+        let gpu = &self.world.p2p(call)?.gpu;
+        gpu.bind(call)?;
+        gpu.ctx.synchronize()?;
         self.world.free(self.sym)
     }
 

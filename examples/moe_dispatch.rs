@@ -1,0 +1,690 @@
+//! moe_dispatch: one MoE layer step with rshmem's expert-parallel dispatch and combine, checked
+//! against the host reference (`rshmem::ep::reference`) for every row and every element.
+//!
+//! Per case and round: every PE routes its tokens (uneven on purpose: one hot expert gets most
+//! tokens, every fourth expert gets none, some tokens name an expert twice or have `-1` slots,
+//! the token count differs between PEs), dispatches, checks that each local expert received
+//! exactly the expected (source PE, token) rows with the source's data bit for bit, runs a
+//! stand-in expert (a per-expert scale, on the host), combines and checks every output element
+//! (fp32: exactly; bf16: within two bf16 ulps of the reference's magnitude, which computes the
+//! same roundings and is normally exact). Cases: fp32 and bf16, k = 8, 4 and 1, T = 0 on every
+//! PE and on some, the benchmark's shape (E = 256, H = 7168, k = 8); then bad arguments (each
+//! must give an error naming the argument, never a hang): short buffers, too many tokens, wrong
+//! element type, combine before dispatch, bad configurations, an expert index out of range
+//! (reported by `Ep::check`, the exchange still completes) and a too-small row capacity.
+//!
+//! Needs the GPU backend with every PE on one host. On the CPU backend only the host-side
+//! argument checks run, and it says so. Prints `moe_dispatch: ALL CHECKS PASSED on N PEs` at
+//! the end when everything passed.
+//!
+//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick]`
+
+// Only common::main is used here.
+#[allow(dead_code)]
+#[path = "common.rs"]
+mod common;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use rshmem::cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use rshmem::ep::reference::{self, Routing};
+use rshmem::ep::{Ep, EpConfig, EpDtype, EpElem};
+use rshmem::World;
+
+/// Element types of the test: conversion to and from f32.
+trait El: EpElem + DeviceRepr + ValidAsZeroBits + Default + PartialEq + std::fmt::Debug {
+    fn from_f32(v: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+impl El for f32 {
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+impl El for u16 {
+    fn from_f32(v: f32) -> Self {
+        reference::f32_to_bf16(v)
+    }
+    fn to_f32(self) -> f32 {
+        reference::bf16_to_f32(self)
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn h4(a: u64, b: u64, c: u64, d: u64) -> u64 {
+    mix(mix(mix(mix(a) ^ b) ^ c) ^ d)
+}
+
+/// Element `h` of token `t` of PE `pe` in round `seed`: m/8 with |m| ≤ 127 (exact in bf16).
+fn x_val(seed: u64, pe: usize, t: usize, h: usize) -> f32 {
+    ((h4(seed, pe as u64, t as u64, h as u64 | 1 << 40) % 255) as f32 - 127.0) / 8.0
+}
+
+/// The stand-in expert: a per-expert scale.
+fn scale(e: usize) -> f32 {
+    [0.5, 1.0, 1.5, 2.0, -1.0][e % 5]
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    name: &'static str,
+    dtype: EpDtype,
+    experts: usize,
+    hidden: usize,
+    k: usize,
+    max_tokens: usize,
+    /// Tokens of PE `pe`: `base + 13·pe` (capped), or 0 on odd PEs with `zero_odd`.
+    base: usize,
+    zero_odd: bool,
+    max_recv_rows: Option<usize>,
+}
+
+impl Case {
+    fn tokens(&self, pe: usize) -> usize {
+        if (self.zero_odd && pe % 2 == 1) || self.base == 0 {
+            0
+        } else {
+            (self.base + 13 * pe).min(self.max_tokens)
+        }
+    }
+
+    /// Uneven routing of PE `pe`: slot 0 is the hot expert for 3 tokens in 4, experts ≡ 3
+    /// (mod 4) are never chosen, token t ≡ 4 (mod 13) names its slot-0 expert twice, t ≡ 5
+    /// (mod 11) has a -1 last slot, t ≡ 7 (mod 37) has no expert at all.
+    fn routing(&self, seed: u64, pe: usize) -> Routing {
+        let (e_all, k) = (self.experts, self.k);
+        let t_n = self.tokens(pe);
+        let hot = (e_all / 2 + 1) % e_all;
+        let allowed: Vec<usize> = (0..e_all).filter(|e| e % 4 != 3 || e_all < 4).collect();
+        let mut idx = Vec::with_capacity(t_n * k);
+        let mut w = Vec::with_capacity(t_n * k);
+        for t in 0..t_n {
+            let mut chosen: Vec<i64> = Vec::with_capacity(k);
+            for j in 0..k {
+                let r = h4(seed ^ 0x5157, pe as u64, t as u64, j as u64);
+                let e = if j == 0 && !r.is_multiple_of(4) {
+                    hot as i64
+                } else {
+                    let mut pick = (r >> 8) as usize % allowed.len();
+                    while chosen.contains(&(allowed[pick] as i64)) {
+                        pick = (pick + 1) % allowed.len();
+                    }
+                    allowed[pick] as i64
+                };
+                chosen.push(e);
+            }
+            if k >= 2 && t % 13 == 4 {
+                chosen[1] = chosen[0];
+            }
+            if k >= 2 && t % 11 == 5 {
+                chosen[k - 1] = -1;
+            }
+            if t % 37 == 7 {
+                chosen.iter_mut().for_each(|c| *c = -1);
+            }
+            for (j, &c) in chosen.iter().enumerate() {
+                idx.push(c);
+                let r = h4(seed ^ 0x3779, pe as u64, t as u64, j as u64);
+                w.push([0.25, 0.5, 0.75, 1.0, 1.5][(r % 5) as usize]);
+            }
+        }
+        Routing {
+            num_tokens: t_n,
+            topk_idx: idx,
+            topk_weights: w,
+        }
+    }
+
+    fn config(&self) -> EpConfig {
+        EpConfig {
+            max_recv_rows: self.max_recv_rows,
+            ..EpConfig::new(
+                self.experts,
+                self.hidden,
+                self.k,
+                self.max_tokens,
+                self.dtype,
+            )
+        }
+    }
+}
+
+/// Host data of PE `pe`'s tokens.
+fn tokens<E: El>(seed: u64, pe: usize, t_n: usize, h: usize) -> Vec<E> {
+    (0..t_n * h)
+        .map(|i| E::from_f32(x_val(seed, pe, i / h, i % h)))
+        .collect()
+}
+
+fn upload<T: DeviceRepr + ValidAsZeroBits + Copy>(
+    s: &Arc<CudaStream>,
+    v: &[T],
+) -> rshmem::Result<CudaSlice<T>> {
+    if v.is_empty() {
+        Ok(s.alloc_zeros::<T>(1)?)
+    } else {
+        Ok(s.clone_htod(v)?)
+    }
+}
+
+fn download<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
+    s: &Arc<CudaStream>,
+    d: &CudaSlice<T>,
+    n: usize,
+) -> rshmem::Result<Vec<T>> {
+    let mut v = vec![T::default(); n];
+    if n > 0 {
+        s.memcpy_dtoh(&d.slice(0..n), &mut v)?;
+    }
+    s.synchronize()?;
+    Ok(v)
+}
+
+struct Checker {
+    me: usize,
+    failures: usize,
+}
+
+impl Checker {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.failures += 1;
+            if self.failures <= 20 {
+                println!("PE {}: FAIL: {}", self.me, what());
+            }
+        }
+    }
+}
+
+/// One round of dispatch → expert → combine, checked. Returns the number of failures.
+fn round<E: El>(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k) = (case.experts, case.hidden, case.k);
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    ep.dispatch(&x, &idx, &w, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || format!("{}: dispatch reported {e}", case.name));
+    }
+    // Dispatch output against the reference.
+    let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
+    let rows = offs[l_n] as usize;
+    let src = download(stream, ep.expert_src(), rows * 2)?;
+    let row_bytes = h * std::mem::size_of::<E>();
+    let xb = download(stream, ep.expert_x(), rows * row_bytes)?;
+    let xe: Vec<E> = xb
+        .chunks_exact(std::mem::size_of::<E>())
+        .map(|b| {
+            let mut v = E::default();
+            // SAFETY: E is f32 or u16, plain bytes of exactly this size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut E).cast::<u8>(), b.len())
+            };
+            v
+        })
+        .collect();
+    let expect = reference::expected_rows(&routing, e_all, k, me);
+    let mut at = 0usize;
+    for (l, exp) in expect.iter().enumerate() {
+        let (lo, hi) = (offs[l] as usize, offs[l + 1] as usize);
+        c.check(lo == at && hi - lo == exp.len(), || {
+            format!(
+                "{}: local expert {l}: rows {lo}..{hi}, expected {at}..{}",
+                case.name,
+                at + exp.len()
+            )
+        });
+        at += exp.len();
+        if hi < lo || hi > rows || hi - lo != exp.len() {
+            continue;
+        }
+        let got: Vec<(usize, usize)> = (lo..hi)
+            .map(|r| (src[2 * r] as usize, src[2 * r + 1] as usize))
+            .collect();
+        // Sources in PE order; the same multiset of tokens per source.
+        c.check(got.windows(2).all(|p| p[0].0 <= p[1].0), || {
+            format!("{}: local expert {l}: sources not in PE order", case.name)
+        });
+        let (mut gs, mut es) = (got.clone(), exp.clone());
+        gs.sort_unstable();
+        es.sort_unstable();
+        c.check(gs == es, || {
+            format!(
+                "{}: local expert {l}: received {} rows, not the expected {} (source, token) pairs",
+                case.name,
+                got.len(),
+                exp.len()
+            )
+        });
+        for (i, &(s, t)) in got.iter().enumerate() {
+            if s >= n || t >= routing[s].num_tokens {
+                c.check(false, || {
+                    format!("{}: row {} names PE {s} token {t}", case.name, lo + i)
+                });
+                continue;
+            }
+            let r = lo + i;
+            let bad = (0..h)
+                .filter(|&j| xe[r * h + j] != E::from_f32(x_val(seed, s, t, j)))
+                .count();
+            c.check(bad == 0, || {
+                format!(
+                    "{}: row {r} (PE {s} token {t}): {bad} of {h} elements differ",
+                    case.name
+                )
+            });
+        }
+    }
+    // Stand-in expert on the host: y[r] = x[r] · scale(expert of r).
+    let mut y = vec![E::default(); ep.sizes().max_rows.max(1) * h];
+    for l in 0..l_n {
+        for r in offs[l] as usize..offs[l + 1] as usize {
+            let s = scale(me * l_n + l);
+            for j in 0..h {
+                y[r * h + j] = E::from_f32(xe[r * h + j].to_f32() * s);
+            }
+        }
+    }
+    let y = upload(stream, &y)?;
+    let mut out = upload(stream, &vec![E::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    ep.combine(&y, &mut out, stream)?;
+    stream.synchronize()?;
+    let got = download(stream, &out, t_n * h)?;
+    let yf = |e: usize, t: usize| -> Vec<f32> {
+        (0..h)
+            .map(|j| E::from_f32(E::from_f32(x_val(seed, me, t, j)).to_f32() * scale(e)).to_f32())
+            .collect()
+    };
+    let want = reference::combine(&routing, e_all, k, me, h, case.dtype, &yf);
+    let (mut worst, mut inexact) = (0f32, 0usize);
+    for t in 0..t_n {
+        let slots = mine.slots(t, k, e_all);
+        let ys: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| yf(e, t)).collect();
+        for j in 0..h {
+            let (g, r) = (got[t * h + j].to_f32(), want[t * h + j]);
+            if g.to_bits() == r.to_bits() {
+                continue;
+            }
+            inexact += 1;
+            let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
+            let tol = match case.dtype {
+                EpDtype::F32 => 0.0,
+                EpDtype::Bf16 => mag / 64.0,
+            };
+            let err = (g - r).abs();
+            worst = worst.max(err);
+            c.check(err <= tol, || {
+                format!(
+                    "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
+                    case.name
+                )
+            });
+        }
+    }
+    let sent = reference::tokens_sent(mine, e_all, k, n);
+    println!(
+        "PE {me}: {} seed {seed}: T {t_n}, sent {:?} tokens per PE, received {rows} expert rows, combine: {} of {} elements not bit-identical (worst {worst}), {} failures",
+        case.name,
+        sent,
+        inexact,
+        t_n * h,
+        c.failures
+    );
+    Ok(c.failures)
+}
+
+fn run_case(world: &World, case: &Case, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
+    let ep = Ep::new(world, case.config())?;
+    let mut fails = 0;
+    for seed in [1u64, 2] {
+        fails += match case.dtype {
+            EpDtype::F32 => round::<f32>(world, &ep, case, seed, stream)?,
+            EpDtype::Bf16 => round::<u16>(world, &ep, case, seed, stream)?,
+        };
+    }
+    world.barrier_all()?;
+    ep.free()?;
+    Ok(fails)
+}
+
+/// `r` must be an error whose message contains every string of `needles`.
+fn expect_err<T>(c: &mut Checker, what: &str, r: rshmem::Result<T>, needles: &[&str]) {
+    match r {
+        Ok(_) => c.check(false, || format!("{what}: no error")),
+        Err(e) => {
+            let m = e.to_string();
+            let ok = needles.iter().all(|s| m.contains(s));
+            c.check(ok, || {
+                format!("{what}: error {m:?} does not name {needles:?}")
+            });
+            if ok && c.me == 0 {
+                println!("PE 0: {what}: {m}");
+            }
+        }
+    }
+}
+
+/// Bad configurations: host checks only (also on the CPU backend).
+fn config_checks(c: &mut Checker, n: usize) {
+    let ok = EpConfig::new(8 * n, 64, 2, 16, EpDtype::Bf16);
+    let cases: [(&str, EpConfig, &[&str]); 5] = [
+        (
+            "experts not a multiple of PEs",
+            EpConfig {
+                num_experts: 8 * n + 1,
+                ..ok.clone()
+            },
+            &["num_experts"],
+        ),
+        (
+            "too many experts",
+            EpConfig {
+                num_experts: 2048,
+                ..ok.clone()
+            },
+            &["num_experts"],
+        ),
+        (
+            "topk 0",
+            EpConfig {
+                topk: 0,
+                ..ok.clone()
+            },
+            &["topk"],
+        ),
+        (
+            "hidden not 16-byte rows",
+            EpConfig {
+                hidden: 7,
+                ..ok.clone()
+            },
+            &["hidden"],
+        ),
+        (
+            "num_sms 0",
+            EpConfig {
+                num_sms: Some(0),
+                ..ok.clone()
+            },
+            &["num_sms"],
+        ),
+    ];
+    for (what, cfg, needles) in cases {
+        expect_err(c, what, cfg.sizes(n), needles);
+    }
+    c.check(ok.sizes(n).is_ok(), || {
+        "a good configuration was refused".into()
+    });
+    let bad = [0i64, 1, 8 * n as i64, -1];
+    expect_err(
+        c,
+        "host routing check",
+        rshmem::ep::check_routing("ep_dispatch", &bad, 2, 2, 8 * n),
+        &["topk_idx[1][0]", "out of range"],
+    );
+}
+
+/// Bad arguments on the GPU: errors that name the argument; nothing hangs.
+fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let mut c = Checker { me, failures: 0 };
+    let case = Case {
+        name: "bad-args",
+        dtype: EpDtype::F32,
+        experts: 8 * n,
+        hidden: 64,
+        k: 4,
+        max_tokens: 64,
+        base: 40,
+        zero_odd: false,
+        max_recv_rows: None,
+    };
+    let ep = Ep::new(world, case.config())?;
+    let (h, k) = (case.hidden, case.k);
+    let mut out = stream.alloc_zeros::<f32>(64 * h)?;
+    expect_err(
+        &mut c,
+        "combine before dispatch",
+        ep.combine_in_place(&mut out, stream),
+        &["no dispatch"],
+    );
+    let x = stream.alloc_zeros::<f32>(40 * h)?;
+    let xs = stream.alloc_zeros::<f32>(40 * h - 1)?;
+    let xb = stream.alloc_zeros::<u16>(40 * h)?;
+    let idx = stream.alloc_zeros::<i64>(40 * k)?;
+    let ids = stream.alloc_zeros::<i64>(40 * k - 1)?;
+    let w = stream.alloc_zeros::<f32>(40 * k)?;
+    let ws = stream.alloc_zeros::<f32>(39 * k)?;
+    expect_err(
+        &mut c,
+        "short x",
+        ep.dispatch(&xs, &idx, &w, 40, stream),
+        &["ep_dispatch", "x:"],
+    );
+    expect_err(
+        &mut c,
+        "short topk_idx",
+        ep.dispatch(&x, &ids, &w, 40, stream),
+        &["topk_idx"],
+    );
+    expect_err(
+        &mut c,
+        "short topk_weights",
+        ep.dispatch(&x, &idx, &ws, 40, stream),
+        &["topk_weights"],
+    );
+    expect_err(
+        &mut c,
+        "bf16 into an fp32 handle",
+        ep.dispatch(&xb, &idx, &w, 40, stream),
+        &["x:", "F32"],
+    );
+    let big = stream.alloc_zeros::<f32>(65 * h)?;
+    let bigi = stream.alloc_zeros::<i64>(65 * k)?;
+    let bigw = stream.alloc_zeros::<f32>(65 * k)?;
+    expect_err(
+        &mut c,
+        "too many tokens",
+        ep.dispatch(&big, &bigi, &bigw, 65, stream),
+        &["num_tokens"],
+    );
+    // An expert index out of range on PE 0 (token 3, slot 2): skipped, reported by check; the
+    // exchange completes on every PE.
+    let mut r = case.routing(7, me);
+    if me == 0 {
+        r.topk_idx[3 * k + 2] = 8 * n as i64 + 5;
+    }
+    let xv = upload(stream, &tokens::<f32>(7, me, r.num_tokens, h))?;
+    let iv = upload(stream, &r.topk_idx)?;
+    let wv = upload(stream, &r.topk_weights)?;
+    ep.dispatch(&xv, &iv, &wv, r.num_tokens, stream)?;
+    ep.combine_in_place(&mut out, stream)?;
+    let res = ep.check(stream);
+    if me == 0 {
+        let want = format!("topk_idx[3][2] = {}", 8 * n + 5);
+        expect_err(&mut c, "expert index out of range", res, &[&want]);
+        c.check(ep.check(stream).is_ok(), || {
+            "check did not clear the error".into()
+        });
+    } else {
+        c.check(res.is_ok(), || format!("check on PE {me}: {res:?}"));
+    }
+    world.barrier_all()?;
+    ep.free()?;
+    // A row capacity too small: reported, rows dropped, nothing hangs; then the good rounds
+    // still pass on a fresh handle.
+    let small = Case {
+        max_recv_rows: Some(10),
+        name: "small-capacity",
+        ..case.clone()
+    };
+    let ep = Ep::new(world, small.config())?;
+    let r2 = case.routing(8, me);
+    let xv = upload(stream, &tokens::<f32>(8, me, r2.num_tokens, h))?;
+    let iv = upload(stream, &r2.topk_idx)?;
+    let wv = upload(stream, &r2.topk_weights)?;
+    ep.dispatch(&xv, &iv, &wv, r2.num_tokens, stream)?;
+    ep.combine_in_place(&mut out, stream)?;
+    let res = ep.check(stream);
+    expect_err(&mut c, "row capacity", res, &["max_recv_rows"]);
+    world.barrier_all()?;
+    ep.free()?;
+    let f = run_case(world, &case, stream)?;
+    Ok(c.failures + f)
+}
+
+fn run() -> rshmem::Result<bool> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let world = rshmem::init()?;
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let mut c = Checker { me, failures: 0 };
+    config_checks(&mut c, n);
+    let Some(gpu) = world.gpu() else {
+        expect_err(
+            &mut c,
+            "CPU backend",
+            Ep::new(&world, EpConfig::new(8 * n, 64, 2, 16, EpDtype::F32)),
+            &["GPU backend"],
+        );
+        println!(
+            "PE {me}: moe_dispatch: no GPU backend: only the host-side argument checks ran ({} failures); nothing was dispatched",
+            c.failures
+        );
+        let ok = c.failures == 0;
+        world.finalize()?;
+        return Ok(ok);
+    };
+    let stream = gpu.ctx.new_stream()?;
+    let e = 32;
+    let mut cases = vec![
+        Case {
+            name: "f32-k8",
+            dtype: EpDtype::F32,
+            experts: e,
+            hidden: 128,
+            k: 8,
+            max_tokens: 256,
+            base: 200,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "bf16-k8",
+            dtype: EpDtype::Bf16,
+            experts: e,
+            hidden: 512,
+            k: 8,
+            max_tokens: 256,
+            base: 150,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "bf16-k1",
+            dtype: EpDtype::Bf16,
+            experts: e,
+            hidden: 256,
+            k: 1,
+            max_tokens: 320,
+            base: 300,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "f32-k4-T0",
+            dtype: EpDtype::F32,
+            experts: e,
+            hidden: 64,
+            k: 4,
+            max_tokens: 64,
+            base: 0,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "bf16-k8-T0-odd",
+            dtype: EpDtype::Bf16,
+            experts: e,
+            hidden: 64,
+            k: 8,
+            max_tokens: 128,
+            base: 100,
+            zero_odd: true,
+            max_recv_rows: None,
+        },
+    ];
+    if !quick {
+        cases.push(Case {
+            name: "bf16-E256-H7168-k8",
+            dtype: EpDtype::Bf16,
+            experts: 256,
+            hidden: 7168,
+            k: 8,
+            max_tokens: 192,
+            base: 128,
+            zero_odd: false,
+            max_recv_rows: None,
+        });
+    }
+    let mut fails = c.failures;
+    for case in &cases {
+        let f = run_case(&world, case, &stream)?;
+        fails += f;
+        println!(
+            "PE {me}: case {}: {}",
+            case.name,
+            if f == 0 { "ok" } else { "FAILED" }
+        );
+    }
+    let f = gpu_bad_args(&world, &stream)?;
+    println!(
+        "PE {me}: bad arguments: {}",
+        if f == 0 { "ok" } else { "FAILED" }
+    );
+    fails += f;
+    // Every PE's verdict, so PE 0's last line speaks for the job.
+    let verdict = world.calloc::<u64>(1)?;
+    world.barrier_all()?;
+    if fails > 0 {
+        world.atomic_add(verdict.as_ptr(), 1u64, 0)?;
+    }
+    world.barrier_all()?;
+    if me == 0 {
+        let bad = verdict.read(0).unwrap_or(u64::MAX);
+        if bad == 0 && fails == 0 {
+            println!("moe_dispatch: ALL CHECKS PASSED on {n} PEs");
+        } else {
+            println!("moe_dispatch: FAILED on {n} PEs ({bad} PEs reported failures)");
+        }
+    }
+    world.barrier_all()?;
+    world.free(verdict)?;
+    world.finalize()?;
+    Ok(fails == 0)
+}
+
+fn main() -> ExitCode {
+    common::main("moe_dispatch", run)
+}
