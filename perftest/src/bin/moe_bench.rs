@@ -1,0 +1,440 @@
+//! `moe_bench`: expert-parallel MoE dispatch and combine (`rshmem::ep`) on every PE: µs per
+//! dispatch and per combine, GB/s of NVLink traffic, tokens/s, at several token counts.
+//!
+//! Routing: every token picks `k` distinct experts uniformly at random out of `E` (seeded),
+//! weights uniform in (0, 1); tokens random bf16 (or fp32). The stand-in expert is the
+//! identity, written in place (`combine_in_place`), so the combine output of every token is
+//! `Σ_j w_j · x_t`; the first warm-up of every size is checked against the host reference
+//! (`rshmem::ep::reference`) for the first 64 tokens of every PE (within 2^-6 of the terms'
+//! magnitude for bf16; the reference computes the same roundings, so normally exactly).
+//!
+//! Timing, the same way as `perftest/moe_nccl.py`: per iteration every PE synchronizes its
+//! stream and meets the others in a host barrier, then times one call from its start to the end
+//! of a stream synchronize (host clock, so launch and synchronization costs are in); the value
+//! of a PE is the median over `--iters` iterations after `--warmup`, and the row reports the
+//! slowest PE's median (`*_us`). `*_event_us` are the same medians measured with CUDA events
+//! around the kernels alone (after a device barrier, so the PEs start together).
+//! `nvlink_gbps` = bytes this PE stores into the other PEs' memory (each token once per remote
+//! destination PE) / time, mean over PEs; `sent_mb` counts the PE's own copy too (what the NCCL
+//! script's all_to_all moves).
+//!
+//! Run: `target/release/rshmemrun -n 4 target/release/moe_bench [--tokens 128,512,4096,8192]
+//! [--hidden 7168] [--topk 8] [--experts 256] [--sms 0] [--json]`
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use rshmem::cudarc::driver::sys::CUevent_flags;
+use rshmem::cudarc::driver::{CudaSlice, CudaStream};
+use rshmem::ep::reference::{self, Routing};
+use rshmem::ep::{Ep, EpConfig, EpDtype};
+use rshmem::World;
+use rshmem_perftest::output::{json_f64, out, RunInfo};
+use serde::Serialize;
+
+#[derive(Parser, Debug, Serialize, Clone)]
+#[command(
+    name = "moe_bench",
+    about = "expert-parallel MoE dispatch + combine (rshmem::ep): us per call, NVLink GB/s, tokens/s"
+)]
+struct Args {
+    /// Tokens per PE, comma-separated.
+    #[arg(long, default_value = "128,512,4096,8192", value_delimiter = ',')]
+    tokens: Vec<usize>,
+    /// Elements per token.
+    #[arg(long, default_value_t = 7168)]
+    hidden: usize,
+    /// Experts per token.
+    #[arg(long, default_value_t = 8)]
+    topk: usize,
+    /// Experts in all.
+    #[arg(long, default_value_t = 256)]
+    experts: usize,
+    /// Element type: bf16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Blocks per kernel, comma-separated (0 = every SM).
+    #[arg(long, default_value = "0", value_delimiter = ',')]
+    sms: Vec<u32>,
+    /// Timed iterations per point.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Untimed iterations first.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Uniform routing of PE `pe`: `k` distinct experts per token, weights in (0, 1).
+fn routing(pe: usize, t_n: usize, k: usize, e: usize) -> Routing {
+    let mut idx = Vec::with_capacity(t_n * k);
+    let mut w = Vec::with_capacity(t_n * k);
+    for t in 0..t_n {
+        let mut chosen: Vec<i64> = Vec::with_capacity(k);
+        let mut j = 0u64;
+        while chosen.len() < k {
+            let c = (mix((pe as u64) << 40 ^ (t as u64) << 8 ^ j) % e as u64) as i64;
+            j += 1;
+            if !chosen.contains(&c) {
+                chosen.push(c);
+            }
+        }
+        for c in chosen {
+            idx.push(c);
+            let r = mix(c as u64 ^ (t as u64) << 20 ^ (pe as u64) << 50 ^ 0x77);
+            w.push(((r % 1000) as f32 + 0.5) / 1000.0);
+        }
+    }
+    Routing {
+        num_tokens: t_n,
+        topk_idx: idx,
+        topk_weights: w,
+    }
+}
+
+fn x_val(pe: usize, t: usize, h: usize) -> f32 {
+    ((mix((pe as u64) << 48 ^ (t as u64) << 20 ^ h as u64) % 2001) as f32 - 1000.0) / 256.0
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Max (or sum) over PEs of one f64 per PE, on PE 0 (other PEs get their own value back).
+fn gather(world: &World, buf: &rshmem::SymBuf<'_, u64>, v: f64) -> rshmem::Result<Vec<f64>> {
+    let me = world.my_pe();
+    world.p(buf.at(me), v.to_bits(), 0)?;
+    world.barrier_all()?;
+    let all = if me == 0 {
+        (0..world.n_pes())
+            .map(|i| f64::from_bits(buf.read(i).unwrap_or(f64::NAN.to_bits())))
+            .collect()
+    } else {
+        vec![v]
+    };
+    world.barrier_all()?;
+    Ok(all)
+}
+
+#[derive(Serialize)]
+struct Row {
+    bench: &'static str,
+    dtype: String,
+    tokens: usize,
+    hidden: usize,
+    topk: usize,
+    experts: usize,
+    pes: usize,
+    sms: u32,
+    iters: usize,
+    warmup: usize,
+    dispatch_us: Option<f64>,
+    combine_us: Option<f64>,
+    total_us: Option<f64>,
+    dispatch_event_us: Option<f64>,
+    combine_event_us: Option<f64>,
+    sent_mb: Option<f64>,
+    nvlink_mb: Option<f64>,
+    dispatch_nvlink_gbps: Option<f64>,
+    combine_nvlink_gbps: Option<f64>,
+    tokens_per_s: Option<f64>,
+    check: &'static str,
+}
+
+struct Bufs {
+    x: CudaSlice<u8>,
+    idx: CudaSlice<i64>,
+    w: CudaSlice<f32>,
+    out: CudaSlice<u8>,
+}
+
+fn run() -> rshmem::Result<bool> {
+    let args = Args::parse();
+    let dtype = match args.dtype.as_str() {
+        "bf16" => EpDtype::Bf16,
+        "f32" => EpDtype::F32,
+        d => {
+            eprintln!("moe_bench: --dtype {d}: expected bf16 or f32");
+            return Ok(false);
+        }
+    };
+    let world = rshmem::init()?;
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let Some(gpu) = world.gpu() else {
+        eprintln!("moe_bench: needs the GPU backend (nothing measured)");
+        world.finalize()?;
+        return Ok(false);
+    };
+    let stream: Arc<CudaStream> = gpu.ctx.new_stream()?;
+    let info = RunInfo::new(&world, &args);
+    let gbuf = world.calloc::<u64>(n)?;
+    let max_t = args.tokens.iter().copied().max().unwrap_or(0);
+    let (h, k, e_all) = (args.hidden, args.topk, args.experts);
+    let es = dtype.size();
+    let row_bytes = h * es;
+    let mut ok = true;
+    if me == 0 && !args.json {
+        out(&format!(
+            "# moe_bench: {n} PEs, E {e_all}, k {k}, H {h} {:?}; µs: slowest PE's median of {} after {} warm-ups (host clock incl. launch + sync; event = kernels only)",
+            dtype, args.iters, args.warmup
+        ));
+        out(&format!(
+            "{:>6} {:>4} {:>11} {:>10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12} {:>6}",
+            "T",
+            "sms",
+            "dispatch_us",
+            "combine_us",
+            "disp_ev",
+            "comb_ev",
+            "nvlinkMB",
+            "disp_GB/s",
+            "comb_GB/s",
+            "tokens/s",
+            "check"
+        ));
+    }
+    for &sms in &args.sms {
+        let cfg = EpConfig {
+            num_sms: (sms > 0).then_some(sms),
+            ..EpConfig::new(e_all, h, k, max_t, dtype)
+        };
+        let ep = Ep::new(&world, cfg)?;
+        for &t_n in &args.tokens {
+            let r = routing(me, t_n, k, e_all);
+            let xs: Vec<u8> = (0..t_n * h)
+                .flat_map(|i| {
+                    let v = x_val(me, i / h, i % h);
+                    match dtype {
+                        EpDtype::Bf16 => reference::f32_to_bf16(v).to_le_bytes().to_vec(),
+                        EpDtype::F32 => v.to_le_bytes().to_vec(),
+                    }
+                })
+                .collect();
+            let nz = |v: usize| v.max(1);
+            let mut b = Bufs {
+                x: stream.alloc_zeros::<u8>(nz(xs.len()))?,
+                idx: stream.alloc_zeros::<i64>(nz(r.topk_idx.len()))?,
+                w: stream.alloc_zeros::<f32>(nz(r.topk_weights.len()))?,
+                out: stream.alloc_zeros::<u8>(nz(t_n * row_bytes))?,
+            };
+            if t_n > 0 {
+                stream.memcpy_htod(&xs, &mut b.x)?;
+                stream.memcpy_htod(&r.topk_idx, &mut b.idx)?;
+                stream.memcpy_htod(&r.topk_weights, &mut b.w)?;
+            }
+            stream.synchronize()?;
+            let (xa, _g1) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.x, &stream);
+            let (ia, _g2) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.idx, &stream);
+            let (wa, _g3) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.w, &stream);
+            let (oa, _g4) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.out, &stream);
+            let (mut d_host, mut c_host, mut d_ev, mut c_ev) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut check = "ok";
+            for it in 0..args.warmup + args.iters {
+                stream.synchronize()?;
+                world.barrier_all()?;
+                let t0 = Instant::now();
+                // SAFETY: x, idx and w hold t_n tokens (uploaded above, alive until the end of
+                // this size's loop); the pointers are of this PE's context.
+                unsafe { ep.dispatch_raw(xa, ia, wa, t_n, &stream)? };
+                stream.synchronize()?;
+                let td = t0.elapsed().as_secs_f64() * 1e6;
+                world.barrier_all()?;
+                let t1 = Instant::now();
+                // SAFETY: the expert outputs are expert_x itself (identity expert, in place);
+                // out holds t_n rows.
+                unsafe { ep.combine_raw(ep.expert_x_addr(), oa, &stream)? };
+                stream.synchronize()?;
+                let tc = t1.elapsed().as_secs_f64() * 1e6;
+                // The same pair timed with events around the kernels only.
+                world.barrier_all_on_stream(&stream)?;
+                let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                // SAFETY: as above.
+                unsafe { ep.dispatch_raw(xa, ia, wa, t_n, &stream)? };
+                let bv = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                world.barrier_all_on_stream(&stream)?;
+                let c = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                // SAFETY: as above.
+                unsafe { ep.combine_raw(ep.expert_x_addr(), oa, &stream)? };
+                let d = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                d.synchronize()?;
+                if it == 0 {
+                    if let Err(e) = ep.check(&stream) {
+                        eprintln!("PE {me}: moe_bench T {t_n}: {e}");
+                        check = "FAIL";
+                    }
+                    // Check the first 64 tokens' combine against the reference.
+                    let tc_n = t_n.min(64);
+                    let mut got = vec![0u8; tc_n * row_bytes];
+                    if tc_n > 0 {
+                        stream.memcpy_dtoh(&b.out.slice(0..tc_n * row_bytes), &mut got)?;
+                    }
+                    stream.synchronize()?;
+                    let cut = |pe: usize| {
+                        let rr = routing(pe, t_n, k, e_all);
+                        Routing {
+                            num_tokens: tc_n,
+                            topk_idx: rr.topk_idx[..tc_n * k].to_vec(),
+                            topk_weights: rr.topk_weights[..tc_n * k].to_vec(),
+                        }
+                    };
+                    let routs: Vec<Routing> = (0..n).map(cut).collect();
+                    let yf = |_e: usize, t: usize| -> Vec<f32> {
+                        (0..h)
+                            .map(|j| reference::round_to(dtype, x_val(me, t, j)))
+                            .collect()
+                    };
+                    let want = reference::combine(&routs, e_all, k, me, h, dtype, &yf);
+                    let bad = (0..tc_n * h)
+                        .filter(|&i| {
+                            let g = match dtype {
+                                EpDtype::Bf16 => reference::bf16_to_f32(u16::from_le_bytes([
+                                    got[2 * i],
+                                    got[2 * i + 1],
+                                ])),
+                                EpDtype::F32 => f32::from_le_bytes([
+                                    got[4 * i],
+                                    got[4 * i + 1],
+                                    got[4 * i + 2],
+                                    got[4 * i + 3],
+                                ]),
+                            };
+                            // Within 2^-6 (bf16) / 2^-20 (fp32) of Σ_j |w_j·x|: the kernels
+                            // compute what the reference computes, so this is normally exact.
+                            let (t, j) = (i / h, i % h);
+                            let wsum: f32 = routs[me].topk_weights[t * k..(t + 1) * k]
+                                .iter()
+                                .map(|w| w.abs())
+                                .sum();
+                            let mag = wsum * reference::round_to(dtype, x_val(me, t, j)).abs();
+                            let rel = match dtype {
+                                EpDtype::Bf16 => 1.0 / 64.0,
+                                EpDtype::F32 => 1.0 / 1048576.0,
+                            };
+                            (g - want[i]).abs() > mag * rel || g.is_nan()
+                        })
+                        .count();
+                    if bad > 0 {
+                        eprintln!(
+                            "PE {me}: moe_bench T {t_n}: {bad} of {} combine elements differ from the reference",
+                            tc_n * h
+                        );
+                        check = "FAIL";
+                    }
+                }
+                if it >= args.warmup {
+                    d_host.push(td);
+                    c_host.push(tc);
+                    d_ev.push(a.elapsed_ms(&bv)? as f64 * 1e3);
+                    c_ev.push(c.elapsed_ms(&d)? as f64 * 1e3);
+                }
+            }
+            let sent = reference::tokens_sent(&r, e_all, k, n);
+            let all_mb = sent.iter().sum::<usize>() as f64 * row_bytes as f64 / 1e6;
+            let remote_mb = sent
+                .iter()
+                .enumerate()
+                .filter(|&(d, _)| d != me)
+                .map(|(_, &s)| s)
+                .sum::<usize>() as f64
+                * row_bytes as f64
+                / 1e6;
+            let vals = [
+                median(&mut d_host),
+                median(&mut c_host),
+                median(&mut d_ev),
+                median(&mut c_ev),
+                all_mb,
+                remote_mb,
+                if check == "ok" { 0.0 } else { 1.0 },
+            ];
+            let mut g = Vec::new();
+            for v in vals {
+                g.push(gather(&world, &gbuf, v)?);
+            }
+            if me == 0 {
+                let maxv = |i: usize| g[i].iter().copied().fold(f64::NAN, f64::max);
+                let mean = |i: usize| g[i].iter().sum::<f64>() / g[i].len() as f64;
+                let (dus, cus, dev, cev) = (maxv(0), maxv(1), maxv(2), maxv(3));
+                let failed = g[6].iter().any(|&v| v != 0.0);
+                if failed {
+                    ok = false;
+                }
+                let row = Row {
+                    bench: "moe_bench",
+                    dtype: args.dtype.clone(),
+                    tokens: t_n,
+                    hidden: h,
+                    topk: k,
+                    experts: e_all,
+                    pes: n,
+                    sms: ep.num_sms(),
+                    iters: args.iters,
+                    warmup: args.warmup,
+                    dispatch_us: json_f64(dus),
+                    combine_us: json_f64(cus),
+                    total_us: json_f64(dus + cus),
+                    dispatch_event_us: json_f64(dev),
+                    combine_event_us: json_f64(cev),
+                    sent_mb: json_f64(mean(4)),
+                    nvlink_mb: json_f64(mean(5)),
+                    dispatch_nvlink_gbps: json_f64(mean(5) * 1e6 / (dus * 1e-6) / 1e9),
+                    combine_nvlink_gbps: json_f64(mean(5) * 1e6 / (cus * 1e-6) / 1e9),
+                    tokens_per_s: json_f64(t_n as f64 / ((dus + cus) * 1e-6)),
+                    check: if failed { "FAIL" } else { "ok" },
+                };
+                if args.json {
+                    out(&info.line(&row));
+                } else {
+                    out(&format!(
+                        "{:>6} {:>4} {:>11.1} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>12.0} {:>6}",
+                        t_n,
+                        row.sms,
+                        dus,
+                        cus,
+                        dev,
+                        cev,
+                        mean(5),
+                        mean(5) * 1e3 / dus,
+                        mean(5) * 1e3 / cus,
+                        t_n as f64 / ((dus + cus) * 1e-6),
+                        row.check
+                    ));
+                }
+            }
+        }
+        world.barrier_all()?;
+        ep.free()?;
+    }
+    world.free(gbuf)?;
+    world.finalize()?;
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    rshmem::init_logging();
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("moe_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
