@@ -17,7 +17,10 @@
 //! argument checks run, and it says so. Prints `moe_dispatch: ALL CHECKS PASSED on N PEs` at
 //! the end when everything passed.
 //!
-//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick]`
+//! `--graph` runs only the CUDA-graph check instead: dispatch + combine captured once and
+//! replayed with new data (see `graph_replay`).
+//!
+//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph]`
 
 // Only common::main is used here.
 #[allow(dead_code)]
@@ -555,6 +558,102 @@ fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     Ok(c.failures + f)
 }
 
+/// `--graph`: dispatch + combine (identity expert, in place) captured once into a CUDA graph and
+/// replayed three times with new routing and tokens uploaded into the same buffers, with an
+/// ordinary dispatch + combine between the replays; every output element is checked.
+fn graph_replay(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
+    use rshmem::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use rshmem::cudarc::driver::DevicePtr;
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let mut c = Checker { me, failures: 0 };
+    let case = Case {
+        name: "graph",
+        dtype: EpDtype::F32,
+        experts: 8 * n,
+        hidden: 128,
+        k: 8,
+        max_tokens: 96,
+        base: 96,
+        zero_odd: false,
+        max_recv_rows: None,
+    };
+    let (h, k, e_all) = (case.hidden, case.k, case.experts);
+    let t_n = case.max_tokens; // the same T every round (fixed in the graph)
+    let ep = Ep::new(world, case.config())?;
+    let mut x = stream.alloc_zeros::<f32>(t_n * h)?;
+    let mut idx = stream.alloc_zeros::<i64>(t_n * k)?;
+    let mut w = stream.alloc_zeros::<f32>(t_n * k)?;
+    let mut out = stream.alloc_zeros::<f32>(t_n * h)?;
+    let fixed = |seed: u64, pe: usize| {
+        let mut r = case.routing(seed, pe);
+        r.num_tokens = t_n;
+        r.topk_idx.resize(t_n * k, -1);
+        r.topk_weights.resize(t_n * k, 0.0);
+        r
+    };
+    let (xa, ia, wa, oa) = {
+        let (xa, _a) = x.device_ptr(stream);
+        let (ia, _b) = idx.device_ptr(stream);
+        let (wa, _c) = w.device_ptr(stream);
+        let (oa, _d) = out.device_ptr(stream);
+        (xa, ia, wa, oa)
+    };
+    stream.synchronize()?;
+    world.barrier_all()?;
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    // SAFETY: the four buffers hold T tokens' worth and live until the end of this function;
+    // the graph replays the kernels with these addresses.
+    let captured = unsafe {
+        ep.dispatch_raw(xa, ia, wa, t_n, stream)
+            .and_then(|()| ep.combine_raw(ep.expert_x_addr(), oa, stream))
+    };
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+    captured?;
+    let Some(graph) = graph else {
+        c.check(false, || "the capture produced no graph".into());
+        return Ok(c.failures);
+    };
+    for seed in [11u64, 12, 13] {
+        let routing: Vec<Routing> = (0..n).map(|pe| fixed(seed, pe)).collect();
+        stream.memcpy_htod(&tokens::<f32>(seed, me, t_n, h), &mut x)?;
+        stream.memcpy_htod(&routing[me].topk_idx, &mut idx)?;
+        stream.memcpy_htod(&routing[me].topk_weights, &mut w)?;
+        stream.synchronize()?;
+        world.barrier_all()?;
+        graph.launch()?;
+        stream.synchronize()?;
+        let got = download(stream, &out, t_n * h)?;
+        let yf =
+            |_e: usize, t: usize| -> Vec<f32> { (0..h).map(|j| x_val(seed, me, t, j)).collect() };
+        let want = reference::combine(&routing, e_all, k, me, h, EpDtype::F32, &yf);
+        let bad = (0..t_n * h)
+            .filter(|&i| got[i].to_bits() != want[i].to_bits())
+            .count();
+        c.check(bad == 0, || {
+            format!(
+                "graph replay seed {seed}: {bad} of {} elements differ",
+                t_n * h
+            )
+        });
+        // An ordinary call between replays (the device epochs stay in step).
+        ep.dispatch(&x, &idx, &w, t_n, stream)?;
+        ep.combine_in_place(&mut out, stream)?;
+        ep.check(stream)?;
+        let got2 = download(stream, &out, t_n * h)?;
+        let bad2 = (0..t_n * h)
+            .filter(|&i| got2[i].to_bits() != want[i].to_bits())
+            .count();
+        c.check(bad2 == 0, || {
+            format!("ordinary call after replay {seed}: {bad2} elements differ")
+        });
+        println!("PE {me}: graph replay seed {seed}: {bad} / {bad2} elements differ");
+    }
+    drop(graph);
+    world.barrier_all()?;
+    ep.free()?;
+    Ok(c.failures)
+}
+
 fn run() -> rshmem::Result<bool> {
     let quick = std::env::args().any(|a| a == "--quick");
     let world = rshmem::init()?;
@@ -577,6 +676,10 @@ fn run() -> rshmem::Result<bool> {
         return Ok(ok);
     };
     let stream = gpu.ctx.new_stream()?;
+    if std::env::args().any(|a| a == "--graph") {
+        let f = graph_replay(&world, &stream)?;
+        return finish(world, c.failures + f, "graph replay");
+    }
     let e = 32;
     let mut cases = vec![
         Case {
@@ -664,7 +767,17 @@ fn run() -> rshmem::Result<bool> {
         if f == 0 { "ok" } else { "FAILED" }
     );
     fails += f;
-    // Every PE's verdict, so PE 0's last line speaks for the job.
+    finish(world, fails, "")
+}
+
+/// Every PE's verdict, so PE 0's last line speaks for the job; finalizes.
+fn finish(world: World, fails: usize, what: &str) -> rshmem::Result<bool> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" ({what})")
+    };
     let verdict = world.calloc::<u64>(1)?;
     world.barrier_all()?;
     if fails > 0 {
@@ -674,9 +787,9 @@ fn run() -> rshmem::Result<bool> {
     if me == 0 {
         let bad = verdict.read(0).unwrap_or(u64::MAX);
         if bad == 0 && fails == 0 {
-            println!("moe_dispatch: ALL CHECKS PASSED on {n} PEs");
+            println!("moe_dispatch: ALL CHECKS PASSED on {n} PEs{what}");
         } else {
-            println!("moe_dispatch: FAILED on {n} PEs ({bad} PEs reported failures)");
+            println!("moe_dispatch: FAILED on {n} PEs{what} ({bad} PEs reported failures)");
         }
     }
     world.barrier_all()?;
