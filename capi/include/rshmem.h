@@ -590,6 +590,41 @@ RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
 #undef RSHMEMI_DECL_REDUCE_ARITH
 #undef RSHMEMI_DECL_REDUCE_BITWISE
 
+/* ------------------------------------------------------------------------------------------ */
+/* Expert-parallel MoE dispatch and combine (GPU backend, every PE on this host; docs/moe.md). */
+/* Tokens: [T, hidden] of dtype; topk_idx: [T, topk] int64 (-1 = none); weights: [T, topk].   */
+#define RSHMEMX_EP_F32 0
+#define RSHMEMX_EP_BF16 1
+typedef struct rshmemx_ep rshmemx_ep_t; /* opaque handle */
+typedef struct {
+    size_t num_experts;   /* E, a multiple of the PEs, at most 1024 */
+    size_t hidden;        /* H; H x element size a multiple of 16 bytes */
+    size_t topk;          /* k, 1..32 */
+    size_t max_tokens;    /* most tokens per dispatch on a PE */
+    int dtype;            /* RSHMEMX_EP_F32 or RSHMEMX_EP_BF16 */
+    int num_sms;          /* blocks per kernel; 0: the GPU's SMs (shared among its PEs) */
+    size_t max_recv_rows; /* rows of the dispatch output; 0: the worst case */
+} rshmemx_ep_config_t;
+/* Collective: allocates the buffers, compiles the kernels; *ep is NULL on error. */
+int rshmemx_ep_create(const rshmemx_ep_config_t *config, rshmemx_ep_t **ep);
+/* Collective: waits for the context's work, frees the handle. */
+int rshmemx_ep_destroy(rshmemx_ep_t *ep);
+/* Collective, stream-ordered: sends every token once per PE holding one of its experts; the
+   output (rshmemx_ep_output) holds each local expert's rows contiguously. */
+int rshmemx_ep_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
+                                  const float *topk_weights, size_t num_tokens,
+                                  cudaStream_t stream);
+/* Collective, stream-ordered: out[t] = sum_j w[t][j] * y(row of t at expert idx[t][j]) for the
+   last dispatch's tokens; y in the dispatch output's layout (NULL: the output itself). */
+int rshmemx_ep_combine_on_stream(rshmemx_ep_t *ep, const void *y, void *out,
+                                 cudaStream_t stream);
+/* Local: synchronizes stream; reports an expert index out of range or too many rows. */
+int rshmemx_ep_check(rshmemx_ep_t *ep, cudaStream_t stream);
+/* Local: device addresses of the dispatch output (rows, L + 1 int64 offsets, (source PE,
+   source token) int32 pairs) and its capacity in rows; any out-pointer may be NULL. */
+int rshmemx_ep_output(rshmemx_ep_t *ep, void **expert_x, const int64_t **expert_offsets,
+                      const int32_t **expert_src, size_t *max_rows);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@ use std::sync::Mutex;
 
 #[macro_use]
 mod types;
+mod ep;
 mod init;
 mod memory;
 mod stream;
@@ -178,7 +179,7 @@ pub fn fatal(call: &str, what: impl Display) -> ! {
 }
 
 /// The running runtime, or the not-initialized error.
-fn current() -> CResult<&'static Rt> {
+pub(crate) fn current() -> CResult<&'static Rt> {
     let p = RT.load(Ordering::Acquire);
     // SAFETY: a non-null pointer is a leaked `Box<Rt>` that stays alive until
     // `rshmem_finalize`, which the program may not run concurrently with other calls.

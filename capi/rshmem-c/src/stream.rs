@@ -19,7 +19,7 @@ use crate::{cmp_of, fail, invalid, sigop_of, status, CResult, Code, Rt};
 pub type CudaStreamT = *mut c_void;
 
 /// Runs `f` with the program's stream wrapped for this PE's GPU; the status code.
-fn on_stream(
+pub(crate) fn on_stream(
     call: &'static str,
     s: CudaStreamT,
     f: impl FnOnce(&Rt, &Arc<CudaStream>) -> CResult<()>,

@@ -30,6 +30,17 @@ int main(void) {
           RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmemx_barrier_all_on_stream(0) == RSHMEM_ERROR_UNSUPPORTED);
 
+    /* Expert-parallel handles: bad configurations, then the CPU backend. */
+    rshmemx_ep_config_t ec = {64, 128, 8, 16, RSHMEMX_EP_BF16, 0, 0};
+    rshmemx_ep_t *ep = (rshmemx_ep_t *)&ec;
+    CHECK(rshmemx_ep_create(NULL, &ep) == RSHMEM_ERROR_INVALID_VALUE && ep == NULL);
+    ec.dtype = 7;
+    CHECK(rshmemx_ep_create(&ec, &ep) == RSHMEM_ERROR_INVALID_VALUE && ep == NULL);
+    ec.dtype = RSHMEMX_EP_BF16;
+    CHECK(rshmemx_ep_create(&ec, &ep) == RSHMEM_ERROR_UNSUPPORTED && ep == NULL);
+    CHECK(rshmemx_ep_dispatch_on_stream(NULL, NULL, NULL, NULL, 0, 0) == RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_ep_output(NULL, NULL, NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+
     /* Bad arguments of status-returning calls. */
     rshmem_team_t t = 5;
     CHECK(rshmem_team_split_strided(RSHMEM_TEAM_WORLD, 0, 1, n + 1, NULL, 0, &t) ==

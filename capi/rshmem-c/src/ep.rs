@@ -1,0 +1,221 @@
+//! Expert-parallel MoE dispatch and combine (`rshmemx_ep_*`): the C face of `rshmem::ep`
+//! (docs/moe.md). A handle is a leaked `Box` of the runtime's `Ep` over the process's world;
+//! every call returns a status code and enqueues nothing on error.
+
+use std::ffi::{c_int, c_void};
+
+use crate::stream::{on_stream, CudaStreamT};
+use crate::{current, fail, guarded_status, invalid, CResult, Code};
+
+/// `rshmemx_ep_config_t` of rshmem.h.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EpConfigC {
+    num_experts: usize,
+    hidden: usize,
+    topk: usize,
+    max_tokens: usize,
+    dtype: c_int,
+    num_sms: c_int,
+    max_recv_rows: usize,
+}
+
+/// The handle behind `rshmemx_ep_t *`.
+pub struct EpHandle {
+    ep: rt::ep::Ep<'static>,
+}
+
+fn config_of(c: *const EpConfigC) -> CResult<rt::ep::EpConfig> {
+    // SAFETY: a non-null config points to the program's rshmemx_ep_config_t.
+    let Some(c) = (unsafe { c.as_ref() }) else {
+        return invalid("config is NULL");
+    };
+    let dtype = match c.dtype {
+        0 => rt::ep::EpDtype::F32,
+        1 => rt::ep::EpDtype::Bf16,
+        d => {
+            return invalid(format!(
+                "config->dtype {d}: use RSHMEMX_EP_F32 or RSHMEMX_EP_BF16"
+            ))
+        }
+    };
+    if c.num_sms < 0 {
+        return invalid(format!("config->num_sms {} is negative", c.num_sms));
+    }
+    Ok(rt::ep::EpConfig {
+        max_recv_rows: (c.max_recv_rows > 0).then_some(c.max_recv_rows),
+        num_sms: (c.num_sms > 0).then_some(c.num_sms as u32),
+        ..rt::ep::EpConfig::new(c.num_experts, c.hidden, c.topk, c.max_tokens, dtype)
+    })
+}
+
+fn handle<'a>(ep: *mut EpHandle) -> CResult<&'a EpHandle> {
+    // SAFETY: a non-null handle is one rshmemx_ep_create returned and rshmemx_ep_destroy has
+    // not released (the program's contract).
+    match unsafe { ep.as_ref() } {
+        Some(h) => Ok(h),
+        None => invalid("ep is NULL"),
+    }
+}
+
+/// `rshmemx_ep_create`: **collective**; a handle in `*ep` (NULL on error).
+///
+/// # Safety
+/// `config` is NULL or a valid config; `ep` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_create(
+    config: *const EpConfigC,
+    ep: *mut *mut EpHandle,
+) -> c_int {
+    let call = "rshmemx_ep_create";
+    guarded_status(call, || {
+        if ep.is_null() {
+            return invalid("ep is NULL");
+        }
+        // SAFETY: checked non-null; the program's out-pointer.
+        unsafe { *ep = std::ptr::null_mut() };
+        let cfg = config_of(config)?;
+        let rt = current()?;
+        if rt.world.gpu().is_none() {
+            return fail(
+                Code::Unsupported,
+                "expert-parallel dispatch needs the GPU backend, and this PE runs on the CPU backend",
+            );
+        }
+        let h = Box::new(EpHandle {
+            ep: rt::ep::Ep::new(&rt.world, cfg)?,
+        });
+        // SAFETY: as above.
+        unsafe { *ep = Box::into_raw(h) };
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_destroy`: **collective**; waits for the context's work, frees the handle.
+///
+/// # Safety
+/// `ep` is NULL or a live handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_destroy(ep: *mut EpHandle) -> c_int {
+    guarded_status("rshmemx_ep_destroy", || {
+        handle(ep)?;
+        // SAFETY: a live handle from rshmemx_ep_create (checked non-null), released once.
+        let h = unsafe { Box::from_raw(ep) };
+        h.ep.free()?;
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_dispatch_on_stream`: **collective, stream-ordered**.
+///
+/// # Safety
+/// The pointers are device memory of this PE's context holding `num_tokens` rows / `k`
+/// entries per token, unchanged until the kernels ran; `ep` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_dispatch_on_stream(
+    ep: *mut EpHandle,
+    x: *const c_void,
+    topk_idx: *const i64,
+    topk_weights: *const f32,
+    num_tokens: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_dispatch_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            h.ep.dispatch_raw(
+                x as u64,
+                topk_idx as u64,
+                topk_weights as u64,
+                num_tokens,
+                st,
+            )?
+        };
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_combine_on_stream`: **collective, stream-ordered**; `y` NULL: the expert
+/// outputs are in the dispatch output itself.
+///
+/// # Safety
+/// `y` (unless NULL) holds `max_rows` rows, `out` the last dispatch's `num_tokens` rows, device
+/// memory of this PE's context; `ep` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_combine_on_stream(
+    ep: *mut EpHandle,
+    y: *const c_void,
+    out: *mut c_void,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_combine_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        let y = if y.is_null() {
+            h.ep.expert_x_addr()
+        } else {
+            y as u64
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { h.ep.combine_raw(y, out as u64, st)? };
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_check`: **local**; synchronizes `stream`, returns what the kernels found wrong.
+///
+/// # Safety
+/// `ep` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_check(ep: *mut EpHandle, stream: CudaStreamT) -> c_int {
+    on_stream("rshmemx_ep_check", stream, |_, st| {
+        handle(ep)?.ep.check(st)?;
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_output`: **local**; the dispatch output's device addresses (any out-pointer may
+/// be NULL).
+///
+/// # Safety
+/// `ep` is NULL or a live handle; each out-pointer NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_output(
+    ep: *mut EpHandle,
+    expert_x: *mut *mut c_void,
+    expert_offsets: *mut *const i64,
+    expert_src: *mut *const i32,
+    max_rows: *mut usize,
+) -> c_int {
+    guarded_status("rshmemx_ep_output", || {
+        let h = handle(ep)?;
+        let g = current()?
+            .world
+            .gpu()
+            .ok_or_else(|| crate::Fail::Msg(Code::Unsupported, "no GPU backend".into()))?;
+        let s = &g.stream;
+        let addr = |p: u64| p as usize;
+        let off = {
+            use rt::cudarc::driver::DevicePtr;
+            let (o, _a) = h.ep.expert_offsets().device_ptr(s);
+            let (r, _b) = h.ep.expert_src().device_ptr(s);
+            (o, r)
+        };
+        // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
+        unsafe {
+            if let Some(p) = expert_x.as_mut() {
+                *p = addr(h.ep.expert_x_addr()) as *mut c_void;
+            }
+            if let Some(p) = expert_offsets.as_mut() {
+                *p = addr(off.0) as *const i64;
+            }
+            if let Some(p) = expert_src.as_mut() {
+                *p = addr(off.1) as *const i32;
+            }
+            if let Some(p) = max_rows.as_mut() {
+                *p = h.ep.sizes().max_rows;
+            }
+        }
+        Ok(())
+    })
+}
