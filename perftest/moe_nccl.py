@@ -100,6 +100,11 @@ def combine(s):
     s.out = out.to(s.x.dtype)
 
 
+def nccl_version():
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+
 def timed(fn, s, iters, warmup):
     vals = []
     for it in range(warmup + iters):
@@ -161,7 +166,7 @@ def main():
                 "combine_nvlink_gbps": round(rmb * 1e6 / (cmax * 1e-6) / 1e9, 3),
                 "tokens_per_s": round(T / ((dmax + cmax) * 1e-6), 1),
                 "check": "ok" if bad == 0 else "FAIL",
-                "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "torch": torch.__version__, "nccl": nccl_version(),
                 "device": torch.cuda.get_device_name(),
             }
             if a.json:
