@@ -18,9 +18,10 @@
 //! the end when everything passed.
 //!
 //! `--graph` runs only the CUDA-graph check instead: dispatch + combine captured once and
-//! replayed with new data (see `graph_replay`).
+//! replayed with new data (see `graph_replay`); `--ll` only the low-latency mode's cases
+//! (see `low_latency`).
 //!
-//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph]`
+//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph | --ll]`
 
 // Only common::main is used here.
 #[allow(dead_code)]
@@ -654,6 +655,272 @@ fn graph_replay(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     Ok(c.failures)
 }
 
+/// One low-latency round: dispatch, every (expert, source) block checked (counts, the (token,
+/// slot) set, every row's data), a stand-in expert (per-expert scale on the host, or the
+/// identity in place with `in_place`), combine, every output element checked.
+fn ll_round<E: El>(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    in_place: bool,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    ep.ll_dispatch(&x, &idx, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || {
+            format!("{}: low-latency dispatch reported {e}", case.name)
+        });
+    }
+    let counts = download(stream, ep.ll_count(), l_n * n)?;
+    let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
+    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
+    let es = std::mem::size_of::<E>();
+    let mut y = if in_place {
+        Vec::new()
+    } else {
+        vec![E::default(); l_n * n * m * h]
+    };
+    let mut rows_total = 0;
+    for (b, exp) in expect.iter().enumerate() {
+        let (l, s) = (b / n, b % n);
+        let cnt = counts[b] as usize;
+        c.check(cnt == exp.len(), || {
+            format!(
+                "{}: block (expert {l}, PE {s}): {cnt} rows, expected {}",
+                case.name,
+                exp.len()
+            )
+        });
+        if cnt != exp.len() || cnt > m {
+            continue;
+        }
+        rows_total += cnt;
+        let mut got: Vec<(usize, usize)> = (0..cnt)
+            .map(|i| {
+                (
+                    src[(b * m + i) * 2] as usize,
+                    src[(b * m + i) * 2 + 1] as usize,
+                )
+            })
+            .collect();
+        let bytes = ep.ll_read_rows(l, s, cnt, stream)?;
+        for (i, &(t, _)) in got.iter().enumerate() {
+            if t >= routing[s].num_tokens {
+                c.check(false, || {
+                    format!("{}: block ({l}, {s}) row {i} names token {t}", case.name)
+                });
+                continue;
+            }
+            let bad = (0..h)
+                .filter(|&j| {
+                    let mut v = E::default();
+                    // SAFETY: E is f32 or u16; the bytes of element j of row i.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            bytes[(i * h + j) * es..].as_ptr(),
+                            (&mut v as *mut E).cast::<u8>(),
+                            es,
+                        )
+                    };
+                    if !in_place {
+                        let sc = scale(me * l_n + l);
+                        y[(b * m + i) * h + j] = E::from_f32(v.to_f32() * sc);
+                    }
+                    v != E::from_f32(x_val(seed, s, t, j))
+                })
+                .count();
+            c.check(bad == 0, || {
+                format!(
+                    "{}: block ({l}, {s}) row {i} (token {t}): {bad} of {h} elements differ",
+                    case.name
+                )
+            });
+        }
+        let mut want = exp.clone();
+        got.sort_unstable();
+        want.sort_unstable();
+        c.check(got == want, || {
+            format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
+        });
+    }
+    let mut out = upload(stream, &vec![E::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    if in_place {
+        ep.ll_combine::<E, CudaSlice<E>, _, _>(None, &w, &mut out, stream)?;
+    } else {
+        let yd = upload(stream, &y)?;
+        ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
+    }
+    stream.synchronize()?;
+    let got = download(stream, &out, t_n * h)?;
+    let yf = |e: usize, t: usize| -> Vec<f32> {
+        (0..h)
+            .map(|j| {
+                let xv = E::from_f32(x_val(seed, me, t, j)).to_f32();
+                if in_place {
+                    xv
+                } else {
+                    E::from_f32(xv * scale(e)).to_f32()
+                }
+            })
+            .collect()
+    };
+    let want = reference::combine_ll(mine, e_all, k, h, case.dtype, &yf);
+    let (mut worst, mut inexact) = (0f32, 0usize);
+    for t in 0..t_n {
+        let slots = mine.slots(t, k, e_all);
+        for j in 0..h {
+            let (g, r) = (got[t * h + j].to_f32(), want[t * h + j]);
+            if g.to_bits() == r.to_bits() {
+                continue;
+            }
+            inexact += 1;
+            let mag: f32 = slots.iter().map(|s| (s.2 * yf(s.1, t)[j]).abs()).sum();
+            let tol = match case.dtype {
+                EpDtype::F32 => 0.0,
+                EpDtype::Bf16 => mag / 64.0,
+            };
+            worst = worst.max((g - r).abs());
+            c.check((g - r).abs() <= tol, || {
+                format!(
+                    "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
+                    case.name
+                )
+            });
+        }
+    }
+    println!(
+        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows, combine: {inexact} of {} elements not bit-identical (worst {worst}), {} failures",
+        case.name,
+        if in_place { ", identity expert in place" } else { "" },
+        t_n * h,
+        c.failures
+    );
+    Ok(c.failures)
+}
+
+/// `--ll`: the low-latency mode's cases.
+fn low_latency(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
+    let me = world.my_pe();
+    let e = 32;
+    let cases = [
+        Case {
+            name: "ll-f32-k8",
+            dtype: EpDtype::F32,
+            experts: e,
+            hidden: 128,
+            k: 8,
+            max_tokens: 160,
+            base: 100,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "ll-bf16-k8",
+            dtype: EpDtype::Bf16,
+            experts: e,
+            hidden: 256,
+            k: 8,
+            max_tokens: 192,
+            base: 120,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "ll-bf16-k1",
+            dtype: EpDtype::Bf16,
+            experts: e,
+            hidden: 256,
+            k: 1,
+            max_tokens: 256,
+            base: 200,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "ll-f32-T0-odd",
+            dtype: EpDtype::F32,
+            experts: e,
+            hidden: 64,
+            k: 4,
+            max_tokens: 96,
+            base: 50,
+            zero_odd: true,
+            max_recv_rows: None,
+        },
+        Case {
+            name: "ll-bf16-E256-H7168-k8",
+            dtype: EpDtype::Bf16,
+            experts: 256,
+            hidden: 7168,
+            k: 8,
+            max_tokens: 160,
+            base: 110,
+            zero_odd: false,
+            max_recv_rows: None,
+        },
+    ];
+    let mut fails = 0;
+    for case in &cases {
+        let cfg = EpConfig {
+            low_latency: true,
+            ..case.config()
+        };
+        let ep = Ep::new(world, cfg)?;
+        let big = case.hidden > 1024;
+        let mut f = 0;
+        for seed in [1u64, 2] {
+            f += match case.dtype {
+                EpDtype::F32 => ll_round::<f32>(world, &ep, case, seed, big, stream)?,
+                EpDtype::Bf16 => ll_round::<u16>(world, &ep, case, seed, big, stream)?,
+            };
+        }
+        world.barrier_all()?;
+        ep.free()?;
+        println!(
+            "PE {me}: case {}: {}",
+            case.name,
+            if f == 0 { "ok" } else { "FAILED" }
+        );
+        fails += f;
+    }
+    // A handle without low_latency refuses the low-latency calls, naming the cause.
+    let mut c = Checker { me, failures: 0 };
+    let ep = Ep::new(world, cases[0].config())?;
+    let x = stream.alloc_zeros::<f32>(128)?;
+    let i = stream.alloc_zeros::<i64>(8)?;
+    expect_err(
+        &mut c,
+        "low-latency call on a normal handle",
+        ep.ll_dispatch(&x, &i, 1, stream),
+        &["low_latency"],
+    );
+    world.barrier_all()?;
+    ep.free()?;
+    expect_err(
+        &mut c,
+        "low latency with too many tokens",
+        EpConfig {
+            low_latency: true,
+            max_tokens: 300,
+            ..cases[0].config()
+        }
+        .sizes(world.n_pes()),
+        &["max_tokens", "256"],
+    );
+    Ok(fails + c.failures)
+}
+
 fn run() -> rshmem::Result<bool> {
     let quick = std::env::args().any(|a| a == "--quick");
     let world = rshmem::init()?;
@@ -676,6 +943,10 @@ fn run() -> rshmem::Result<bool> {
         return Ok(ok);
     };
     let stream = gpu.ctx.new_stream()?;
+    if std::env::args().any(|a| a == "--ll") {
+        let f = low_latency(&world, &stream)?;
+        return finish(world, c.failures + f, "low-latency mode");
+    }
     if std::env::args().any(|a| a == "--graph") {
         let f = graph_replay(&world, &stream)?;
         return finish(world, c.failures + f, "graph replay");

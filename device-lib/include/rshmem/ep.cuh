@@ -74,16 +74,18 @@ struct rshmem_ep_params {
     int64_t max_tokens;     // staging rows per source
     int64_t max_rows;       // capacity of expert_x in rows
     int64_t meta_words;     // int32 words per metadata row (1 + 3k rounded up to 4)
-    int64_t which;          // prologue: 0 dispatch, 1 combine
+    int64_t which;          // prologue: 0 dispatch, 1 combine, 2 / 3 the low-latency ones
     // symmetric (same offsets on every PE)
     uint64_t stage_x;     // [n][max_tokens][row_bytes]: rows from each source
     uint64_t stage_meta;  // [n][max_tokens][meta_words] int32
     uint64_t recv_cnt;    // [n][1 + L] int32: per source, tokens then rows per local expert
-    uint64_t sig;         // uint64 [4][n]: dispatch signal, dispatch ack, combine signal, ack
+    uint64_t sig;         // uint64 [8][n]: dispatch signal, dispatch ack, combine signal, ack;
+                          // the same four of the low-latency mode
     uint64_t comb_x;      // [n][max_tokens][row_bytes]: partial sums from each expert PE
     // local
-    uint64_t epoch;       // uint64 [2]: dispatch, combine
-    uint64_t done;        // uint32 [4]: last-block counters (send, recv, csend, crecv)
+    uint64_t epoch;       // uint64 [4]: dispatch, combine, low-latency dispatch, combine
+    uint64_t done;        // uint32 [8]: last-block counters (send, recv, csend, crecv; the
+                          // same four of the low-latency mode)
     uint64_t err;         // int32 [4]
     uint64_t send_ntok;   // int32 [n]: tokens this PE sends to each PE
     uint64_t ecnt;        // int32 [E]: rows this PE sends to each expert
@@ -99,8 +101,16 @@ struct rshmem_ep_params {
     uint64_t topk_w;      // float [T][k]
     uint64_t y;           // [max_rows][row_bytes]: expert outputs (combine)
     uint64_t out;         // [T][row_bytes]: combine output
+    // low-latency mode (0 unless the handle was made for it)
+    uint64_t ll_x;        // symmetric [L][n][max_tokens][row_bytes]: rows per (expert, source)
+    uint64_t ll_meta;     // symmetric int32 [L][n][max_tokens][2]: source token, slot
+    uint64_t ll_cnt;      // symmetric int32 [L][n]: rows per (expert, source)
+    uint64_t ll_comb;     // symmetric [max_tokens][k][row_bytes]: expert outputs per (token, slot)
+    uint64_t ll_count;    // local int32 [L][n]: the counts of the last dispatch (output)
+    uint64_t ll_src;      // local int32 [L][n][max_tokens][2]: (token, slot) of each row (output)
+    uint64_t ll_slot_ok;  // local int32 [max_tokens][k]: 1 where the slot's row was sent
 };
-static_assert(sizeof(rshmem_ep_params) == 33 * 8, "rshmem_ep_params size");
+static_assert(sizeof(rshmem_ep_params) == 40 * 8, "rshmem_ep_params size");
 
 namespace rshmem_ep {
 
@@ -174,17 +184,18 @@ static __device__ __forceinline__ void signal_pe(uint64_t* w, uint64_t v, int pe
 
 }  // namespace rshmem_ep
 
-// One block. which = 0: dispatch, 1: combine. Advances the epoch, waits until every PE has
+// One block. which = 0: dispatch, 1: combine, 2: low-latency dispatch, 3: low-latency combine.
+// Advances the epoch, waits until every PE has
 // acknowledged this PE's previous exchange of that kind, zeroes the counters.
 static __device__ void rshmem_ep_prologue_dev(const rshmem_ep_params& p) {
     uint64_t* epoch = (uint64_t*)p.epoch + p.which;
     uint64_t e = *epoch + 1;  // previous kernels on this stream wrote it
     int n = (int)p.n_pes;
-    int ack_kind = p.which == 0 ? 1 : 3;
+    int ack_kind = 2 * (int)p.which + 1;
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, ack_kind, d), RSHMEM_CMP_GE, e - 1);
     }
-    if (p.which == 0) {
+    if (p.which == 0 || p.which == 2) {
         int32_t* send_ntok = (int32_t*)p.send_ntok;
         int32_t* ecnt = (int32_t*)p.ecnt;
         for (int i = threadIdx.x; i < n; i += blockDim.x) send_ntok[i] = 0;
@@ -563,6 +574,194 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
 
 }  // namespace rshmem_ep
 
+// ---------------------------------------------------------------------------------------------
+// Low-latency mode (T <= max_tokens <= 256): every (token, expert) pair is stored straight into
+// a fixed region of the expert's PE, [local expert][source][rank], with no count exchange
+// before the data; the counts travel with the completion signal. The receiver's output is that
+// region itself (masked layout: rows 0..count[l][s] of each (l, s) block are valid).
+//   ll_send: one warp per token: a rank per (token, expert) from a counter per expert; the row
+//            read once and stored into each expert's region (once per expert, k copies);
+//            the metadata (token, slot) beside it; the last block stores the counts and
+//            signals every PE.
+//   ll_wait: one block: waits for every source, copies the counts and the metadata into this
+//            PE's own arrays (the outputs), acknowledges.
+//   ll_combine_send: one warp per (expert, source) block: each row of y (same layout as the
+//            dispatch region) goes back to its source's slot (token, slot); the last block
+//            signals.
+//   ll_combine_recv: one warp per token: out[t] = sum over sent slots of w[t][j] * row(t, j)
+//            in slot order (fp32 fused multiply-adds), rounded once.
+
+static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int L = (int)p.local_experts, E = (int)p.num_experts;
+    const int64_t row_bytes = p.row_bytes, M = p.max_tokens;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    int32_t* ecnt = (int32_t*)p.ecnt;
+    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+         t < p.num_tokens; t += warps) {
+        uint8_t* dst = 0;
+        int ok = 0;
+        if (lane < k) {
+            int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
+            if (e >= 0 && e < E) {
+                int d = (int)(e / L), l = (int)(e % L);
+                int rank = atomicAdd(&ecnt[e], 1);
+                if (rank < M) {
+                    int64_t slot = ((int64_t)l * n + me) * M + rank;
+                    dst = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
+                    int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 2;
+                    meta[0] = (int32_t)t;
+                    meta[1] = lane;
+                    ok = 1;
+                } else {
+                    rshmem_ep::record_error(p, RSHMEM_EP_ERR_ROWS, rank + 1, (int)M, 1);
+                }
+            } else if (e != -1) {
+                rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
+            }
+            ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
+        }
+        uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+        const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            rshmem_ep::vec16 buf[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                int64_t v = v0 + u * 32 + lane;
+                if (v < vecs) buf[u] = rshmem_ep::ld16(src + v * 16);
+            }
+            for (uint32_t m = sent; m; m &= m - 1) {
+                uint8_t* row = (uint8_t*)__shfl_sync(0xffffffffu, (unsigned long long)dst,
+                                                     __ffs(m) - 1);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) rshmem_ep::st16(row + v * 16, buf[u]);
+                }
+            }
+        }
+    }
+    if (rshmem_ep::last_block((uint32_t*)p.done + 4)) {
+        for (int i = threadIdx.x; i < E; i += blockDim.x) {
+            int d = i / L, l = i % L;
+            int32_t c = rshmem_detail::ld_relaxed_sys(&ecnt[i]);
+            int32_t* rc = (int32_t*)rshmem_ptr((void*)p.ll_cnt, d);
+            rc[l * n + me] = c < M ? c : (int32_t)M;
+        }
+        __syncthreads();
+        for (int d = threadIdx.x; d < n; d += blockDim.x) {
+            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 4, me), e_now, d);
+        }
+    }
+}
+
+// One block.
+static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
+    const int n = (int)p.n_pes, L = (int)p.local_experts;
+    const int64_t M = p.max_tokens;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, 4, s), RSHMEM_CMP_GE, e_now);
+    }
+    __syncthreads();
+    const int32_t* cnt = (const int32_t*)p.ll_cnt;
+    int32_t* count = (int32_t*)p.ll_count;
+    for (int i = threadIdx.x; i < L * n; i += blockDim.x) {
+        count[i] = rshmem_detail::ld_relaxed_sys(&cnt[i]);
+    }
+    for (int pair = 0; pair < L * n; ++pair) {
+        int c = rshmem_detail::ld_relaxed_sys(&cnt[pair]);
+        const int32_t* meta = (const int32_t*)p.ll_meta + (int64_t)pair * M * 2;
+        int32_t* out = (int32_t*)p.ll_src + (int64_t)pair * M * 2;
+        for (int i = threadIdx.x; i < 2 * c; i += blockDim.x) {
+            out[i] = rshmem_detail::ld_relaxed_sys(&meta[i]);
+        }
+    }
+    __syncthreads();
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 5, (int)p.my_pe), e_now, s);
+    }
+}
+
+static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk, L = (int)p.local_experts;
+    const int64_t row_bytes = p.row_bytes, M = p.max_tokens;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    for (int64_t pair = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+         pair < (int64_t)L * n; pair += warps) {
+        int s = (int)(pair % n);
+        int c = ((const int32_t*)p.ll_count)[pair];
+        uint8_t* comb = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
+        for (int i = 0; i < c; ++i) {
+            const int32_t* src = (const int32_t*)p.ll_src + (pair * M + i) * 2;
+            int t = src[0], j = src[1];
+            const uint8_t* row = (const uint8_t*)p.y + (pair * M + i) * row_bytes;
+            uint8_t* dst = comb + ((int64_t)t * k + j) * row_bytes;
+            for (int64_t v = lane; v < vecs; v += 32) {
+                rshmem_ep::st16(dst + v * 16, rshmem_ep::ld16(row + v * 16));
+            }
+        }
+    }
+    if (rshmem_ep::last_block((uint32_t*)p.done + 6)) {
+        for (int s = threadIdx.x; s < n; s += blockDim.x) {
+            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 6, me), e_now, s);
+        }
+    }
+}
+
+namespace rshmem_ep {
+
+template <int DT>
+static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p) {
+    typedef elem<DT> EL;
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int64_t row_bytes = p.row_bytes;
+    const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+        rshmem_signal_wait_until(sig_ptr(p, 6, d), RSHMEM_CMP_GE, e_now);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t vecs = row_bytes >> 4;
+    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+         t < p.num_tokens; t += warps) {
+        int ok = 0;
+        if (lane < k) ok = ((const int32_t*)p.ll_slot_ok)[t * k + lane];
+        uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+        const float* w = (const float*)p.topk_w + t * k;
+        const uint8_t* base = (const uint8_t*)p.ll_comb + t * k * row_bytes;
+        uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
+        for (int64_t v = lane; v < vecs; v += 32) {
+            float acc[EL::N];
+#pragma unroll
+            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (uint32_t m = sent; m; m &= m - 1) {
+                int j = __ffs(m) - 1;
+                float wj = w[j];
+                float f[EL::N];
+                EL::load(ld16_cg(base + j * row_bytes + v * 16), f);
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[i] = fmaf(wj, f[i], acc[i]);
+            }
+            st16(dst + v * 16, EL::store(acc));
+        }
+    }
+    if (last_block((uint32_t*)p.done + 7)) {
+        for (int d = threadIdx.x; d < n; d += blockDim.x) {
+            signal_pe(sig_ptr(p, 7, me), e_now, d);
+        }
+    }
+}
+
+}  // namespace rshmem_ep
+
 // The kernels, defined in the unit that defines RSHMEM_EP_KERNELS before the include (the
 // runtime's runtime/src/ep/ep.cu; an nvcc program that launches them itself does the same in one
 // .cu file), so that several units can include this header without duplicate kernels.
@@ -582,6 +781,17 @@ RSHMEM_EP_KERNEL rshmem_ep_combine_recv_f32(rshmem_ep_params p) {
 }
 RSHMEM_EP_KERNEL rshmem_ep_combine_recv_bf16(rshmem_ep_params p) {
     rshmem_ep::combine_recv<RSHMEM_EP_BF16>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_ll_send(rshmem_ep_params p) { rshmem_ep_ll_send_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_ll_wait(rshmem_ep_params p) { rshmem_ep_ll_wait_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_ll_combine_send(rshmem_ep_params p) {
+    rshmem_ep_ll_combine_send_dev(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_ll_combine_recv_f32(rshmem_ep_params p) {
+    rshmem_ep::ll_combine_recv<RSHMEM_EP_F32>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_ll_combine_recv_bf16(rshmem_ep_params p) {
+    rshmem_ep::ll_combine_recv<RSHMEM_EP_BF16>(p);
 }
 #undef RSHMEM_EP_KERNEL
 #endif

@@ -64,6 +64,9 @@ struct Args {
     /// Untimed iterations first.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// The low-latency mode (`Ep::ll_dispatch` / `ll_combine`; at most 256 tokens).
+    #[arg(long)]
+    ll: bool,
     /// JSON lines instead of a table.
     #[arg(long)]
     json: bool,
@@ -135,6 +138,7 @@ fn gather(world: &World, buf: &rshmem::SymBuf<'_, u64>, v: f64) -> rshmem::Resul
 #[derive(Serialize)]
 struct Row {
     bench: &'static str,
+    mode: &'static str,
     dtype: String,
     tokens: usize,
     hidden: usize,
@@ -212,6 +216,7 @@ fn run() -> rshmem::Result<bool> {
     for &sms in &args.sms {
         let cfg = EpConfig {
             num_sms: (sms > 0).then_some(sms),
+            low_latency: args.ll,
             ..EpConfig::new(e_all, h, k, max_t, dtype)
         };
         let ep = Ep::new(&world, cfg)?;
@@ -243,6 +248,27 @@ fn run() -> rshmem::Result<bool> {
             let (ia, _g2) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.idx, &stream);
             let (wa, _g3) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.w, &stream);
             let (oa, _g4) = rshmem::cudarc::driver::DevicePtr::device_ptr(&b.out, &stream);
+            // The calls of the mode measured (identity expert, in place). Every address given
+            // to them is one of this size's buffers (x, idx, w: t_n tokens; out: t_n rows),
+            // alive until the end of this size's loop, or the handle's own output.
+            let dispatch = |xa: u64, ia: u64, wa: u64| {
+                if args.ll {
+                    // SAFETY: see above: live device memory of this context of the right sizes.
+                    unsafe { ep.ll_dispatch_raw(xa, ia, t_n, &stream) }
+                } else {
+                    // SAFETY: see above: live device memory of this context of the right sizes.
+                    unsafe { ep.dispatch_raw(xa, ia, wa, t_n, &stream) }
+                }
+            };
+            let combine = |oa: u64, wa: u64| {
+                if args.ll {
+                    // SAFETY: see above: live device memory of this context of the right sizes.
+                    unsafe { ep.ll_combine_raw(ep.ll_recv_x_addr(), wa, oa, &stream) }
+                } else {
+                    // SAFETY: see above: live device memory of this context of the right sizes.
+                    unsafe { ep.combine_raw(ep.expert_x_addr(), oa, &stream) }
+                }
+            };
             let (mut d_host, mut c_host, mut d_ev, mut c_ev) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut check = "ok";
@@ -250,28 +276,22 @@ fn run() -> rshmem::Result<bool> {
                 stream.synchronize()?;
                 world.barrier_all()?;
                 let t0 = Instant::now();
-                // SAFETY: x, idx and w hold t_n tokens (uploaded above, alive until the end of
-                // this size's loop); the pointers are of this PE's context.
-                unsafe { ep.dispatch_raw(xa, ia, wa, t_n, &stream)? };
+                dispatch(xa, ia, wa)?;
                 stream.synchronize()?;
                 let td = t0.elapsed().as_secs_f64() * 1e6;
                 world.barrier_all()?;
                 let t1 = Instant::now();
-                // SAFETY: the expert outputs are expert_x itself (identity expert, in place);
-                // out holds t_n rows.
-                unsafe { ep.combine_raw(ep.expert_x_addr(), oa, &stream)? };
+                combine(oa, wa)?;
                 stream.synchronize()?;
                 let tc = t1.elapsed().as_secs_f64() * 1e6;
                 // The same pair timed with events around the kernels only.
                 world.barrier_all_on_stream(&stream)?;
                 let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-                // SAFETY: as above.
-                unsafe { ep.dispatch_raw(xa, ia, wa, t_n, &stream)? };
+                dispatch(xa, ia, wa)?;
                 let bv = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 world.barrier_all_on_stream(&stream)?;
                 let c = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-                // SAFETY: as above.
-                unsafe { ep.combine_raw(ep.expert_x_addr(), oa, &stream)? };
+                combine(oa, wa)?;
                 let d = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 d.synchronize()?;
                 if it == 0 {
@@ -300,7 +320,11 @@ fn run() -> rshmem::Result<bool> {
                             .map(|j| reference::round_to(dtype, x_val(me, t, j)))
                             .collect()
                     };
-                    let want = reference::combine(&routs, e_all, k, me, h, dtype, &yf);
+                    let want = if args.ll {
+                        reference::combine_ll(&routs[me], e_all, k, h, dtype, &yf)
+                    } else {
+                        reference::combine(&routs, e_all, k, me, h, dtype, &yf)
+                    };
                     let bad = (0..tc_n * h)
                         .filter(|&i| {
                             let g = match dtype {
@@ -345,7 +369,20 @@ fn run() -> rshmem::Result<bool> {
                     c_ev.push(c.elapsed_ms(&d)? as f64 * 1e3);
                 }
             }
-            let sent = reference::tokens_sent(&r, e_all, k, n);
+            // Rows this PE stores into each PE: each token once per destination PE (normal
+            // mode), once per (token, expert) pair (low-latency mode).
+            let sent = if args.ll {
+                let l = e_all / n;
+                let mut v = vec![0usize; n];
+                for t in 0..t_n {
+                    for (_, e, _) in r.slots(t, k, e_all) {
+                        v[e / l] += 1;
+                    }
+                }
+                v
+            } else {
+                reference::tokens_sent(&r, e_all, k, n)
+            };
             let all_mb = sent.iter().sum::<usize>() as f64 * row_bytes as f64 / 1e6;
             let remote_mb = sent
                 .iter()
@@ -378,6 +415,7 @@ fn run() -> rshmem::Result<bool> {
                 }
                 let row = Row {
                     bench: "moe_bench",
+                    mode: if args.ll { "low_latency" } else { "normal" },
                     dtype: args.dtype.clone(),
                     tokens: t_n,
                     hidden: h,

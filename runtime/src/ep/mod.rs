@@ -45,6 +45,11 @@ const EP_KERNELS: &[&str] = &[
     "rshmem_ep_combine_send_bf16",
     "rshmem_ep_combine_recv_f32",
     "rshmem_ep_combine_recv_bf16",
+    "rshmem_ep_ll_send",
+    "rshmem_ep_ll_wait",
+    "rshmem_ep_ll_combine_send",
+    "rshmem_ep_ll_combine_recv_f32",
+    "rshmem_ep_ll_combine_recv_bf16",
 ];
 /// Threads per block (`RSHMEM_EP_THREADS`).
 const THREADS: u32 = 512;
@@ -52,6 +57,8 @@ const THREADS: u32 = 512;
 const MAX_PES: usize = 32;
 const MAX_EXPERTS: usize = 1024;
 const MAX_TOPK: usize = 32;
+/// Most tokens per PE of the low-latency mode.
+pub const LL_MAX_TOKENS: usize = 256;
 /// Alignment of every sub-buffer.
 const ALIGN: usize = 256;
 
@@ -107,6 +114,9 @@ pub struct EpConfig {
     /// Blocks (one per SM) of each kernel; `None`: the GPU's SMs divided among the PEs that share
     /// it.
     pub num_sms: Option<u32>,
+    /// Also allocate the low-latency mode's buffers ([`Ep::ll_dispatch`]); needs
+    /// `max_tokens ≤ 256`.
+    pub low_latency: bool,
 }
 
 impl EpConfig {
@@ -126,6 +136,7 @@ impl EpConfig {
             dtype,
             max_recv_rows: None,
             num_sms: None,
+            low_latency: false,
         }
     }
 
@@ -171,6 +182,15 @@ impl EpConfig {
         if max_rows > i32::MAX as usize {
             return bad("max_recv_rows", format!("{max_rows} rows is too many"));
         }
+        if self.low_latency && self.max_tokens > LL_MAX_TOKENS {
+            return bad(
+                "max_tokens",
+                format!(
+                    "{} with low_latency; the low-latency mode takes at most {LL_MAX_TOKENS} tokens per PE",
+                    self.max_tokens
+                ),
+            );
+        }
         if self.num_sms == Some(0) {
             return bad("num_sms", "0; at least one block is needed".into());
         }
@@ -187,11 +207,22 @@ impl EpConfig {
             Ok(o)
         };
         let nt = n_pes.checked_mul(self.max_tokens);
-        let sig = take(Some(4 * n_pes * 8))?;
+        let sig = take(Some(8 * n_pes * 8))?;
         let recv_cnt = take(Some(n_pes * (1 + l) * 4))?;
         let stage_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
         let stage_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
         let comb_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
+        // Low-latency: [L][n][M] rows and (token, slot) pairs, [L][n] counts, [M][k] rows.
+        let ll = |b: usize| Some(if self.low_latency { b } else { 0 });
+        let em = e.checked_mul(self.max_tokens);
+        let ll_x = take(em.and_then(|x| x.checked_mul(row_bytes)).and_then(ll))?;
+        let ll_meta = take(em.and_then(|x| x.checked_mul(8)).and_then(ll))?;
+        let ll_cnt = take(ll(e * 4))?;
+        let ll_comb = take(
+            self.max_tokens
+                .checked_mul(self.topk * row_bytes)
+                .and_then(ll),
+        )?;
         let symmetric_bytes = at;
         at = 0;
         let mut take = |bytes: Option<usize>| -> Result<usize> {
@@ -203,14 +234,15 @@ impl EpConfig {
                 .ok_or_else(too_big)?;
             Ok(o)
         };
-        let epoch = take(Some(16))?;
-        let done = take(Some(16))?;
+        let epoch = take(Some(32))?;
+        let done = take(Some(32))?;
         let err = take(Some(16))?;
         let send_ntok = take(Some(n_pes * 4))?;
         let ecnt = take(Some(e * 4))?;
         let recv_ntok = take(Some(n_pes * 4))?;
         let tok_mask = take(Some(self.max_tokens.max(1) * 4))?;
         let comb_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
+        let ll_slot_ok = take(Some(self.max_tokens.max(1) * self.topk * 4))?;
         let scratch_bytes = at;
         let expert_x_bytes = max_rows.checked_mul(row_bytes).ok_or_else(too_big)?;
         Ok(EpSizes {
@@ -220,13 +252,26 @@ impl EpConfig {
             meta_words,
             max_rows,
             symmetric_bytes,
-            local_bytes: scratch_bytes + expert_x_bytes + max_rows * 8 + (l + 1) * 8,
+            local_bytes: scratch_bytes
+                + expert_x_bytes
+                + max_rows * 8
+                + (l + 1) * 8
+                + if self.low_latency {
+                    e * 4 + e * self.max_tokens * 8
+                } else {
+                    0
+                },
             off: Offsets {
                 sig,
                 recv_cnt,
                 stage_meta,
                 stage_x,
                 comb_x,
+                ll_x,
+                ll_meta,
+                ll_cnt,
+                ll_comb,
+                ll_slot_ok,
                 epoch,
                 done,
                 err,
@@ -271,6 +316,11 @@ struct Offsets {
     stage_meta: usize,
     stage_x: usize,
     comb_x: usize,
+    ll_x: usize,
+    ll_meta: usize,
+    ll_cnt: usize,
+    ll_comb: usize,
+    ll_slot_ok: usize,
     epoch: usize,
     done: usize,
     err: usize,
@@ -282,7 +332,7 @@ struct Offsets {
     scratch_bytes: usize,
 }
 
-/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 33 eight-byte fields).
+/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 40 eight-byte fields).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct EpParams {
@@ -319,8 +369,15 @@ struct EpParams {
     topk_w: u64,
     y: u64,
     out: u64,
+    ll_x: u64,
+    ll_meta: u64,
+    ll_cnt: u64,
+    ll_comb: u64,
+    ll_count: u64,
+    ll_src: u64,
+    ll_slot_ok: u64,
 }
-const _: () = assert!(std::mem::size_of::<EpParams>() == 33 * 8);
+const _: () = assert!(std::mem::size_of::<EpParams>() == 40 * 8);
 
 /// An expert-parallel handle: the symmetric buffers, the dispatch output and the compiled
 /// kernels of one MoE layer shape. Made collectively by [`Ep::new`], released by [`Ep::free`].
@@ -337,10 +394,13 @@ pub struct Ep<'w> {
     expert_x: CudaSlice<u8>,
     expert_src: CudaSlice<i32>,
     expert_offsets: CudaSlice<i64>,
+    ll_count: CudaSlice<i32>,
+    ll_src: CudaSlice<i32>,
     kernels: Kernels,
     sms: u32,
     base: EpParams,
     last_tokens: Cell<Option<usize>>,
+    last_ll_tokens: Cell<Option<usize>>,
 }
 
 impl std::fmt::Debug for Ep<'_> {
@@ -395,6 +455,9 @@ impl<'w> Ep<'w> {
         let expert_x = stream.alloc_zeros::<u8>(sizes.max_rows.max(1) * sizes.row_bytes)?;
         let expert_src = stream.alloc_zeros::<i32>(sizes.max_rows.max(1) * 2)?;
         let expert_offsets = stream.alloc_zeros::<i64>(sizes.local_experts + 1)?;
+        let ll_elems = if cfg.low_latency { cfg.num_experts } else { 1 };
+        let ll_count = stream.alloc_zeros::<i32>(ll_elems)?;
+        let ll_src = stream.alloc_zeros::<i32>(ll_elems * cfg.max_tokens.max(1) * 2)?;
         stream.synchronize()?;
         // Zero-filled: the signals and acknowledgements start at epoch 0 on every PE.
         let sym = world.calloc::<u8>(sizes.symmetric_bytes)?;
@@ -428,6 +491,13 @@ impl<'w> Ep<'w> {
             expert_x: dev_ptr(&expert_x, &stream),
             expert_offsets: dev_ptr(&expert_offsets, &stream),
             expert_src: dev_ptr(&expert_src, &stream),
+            ll_x: s + o.ll_x as u64,
+            ll_meta: s + o.ll_meta as u64,
+            ll_cnt: s + o.ll_cnt as u64,
+            ll_comb: s + o.ll_comb as u64,
+            ll_count: dev_ptr(&ll_count, &stream),
+            ll_src: dev_ptr(&ll_src, &stream),
+            ll_slot_ok: sc + o.ll_slot_ok as u64,
             ..EpParams::default()
         };
         // Every PE's buffers are zero before any PE's first dispatch can write into them.
@@ -441,10 +511,13 @@ impl<'w> Ep<'w> {
             expert_x,
             expert_src,
             expert_offsets,
+            ll_count,
+            ll_src,
             kernels,
             sms,
             base,
             last_tokens: Cell::new(None),
+            last_ll_tokens: Cell::new(None),
         })
     }
 
@@ -708,6 +781,248 @@ impl<'w> Ep<'w> {
         unsafe { self.combine_raw(self.base.expert_x, oa, stream) }
     }
 
+    fn ll_ok(&self, call: &'static str) -> Result<()> {
+        if self.cfg.low_latency {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                call,
+                "the handle was made without low_latency (EpConfig::low_latency = true allocates the low-latency buffers)",
+            ))
+        }
+    }
+
+    /// **Collective, stream-ordered.** Low-latency dispatch with device addresses (as
+    /// [`dispatch_raw`](Ep::dispatch_raw); `num_tokens ≤ max_tokens ≤ 256`): every (token,
+    /// expert) pair is stored straight into the expert's region on its PE, rows
+    /// `[l][source][0 .. count[l][source]]` of [`ll_recv_x_addr`](Ep::ll_recv_x_addr), no count
+    /// exchange before the data. Counts: [`ll_count`](Ep::ll_count), rows' (token, slot):
+    /// [`ll_src`](Ep::ll_src). The received rows stay valid until any PE's next low-latency
+    /// dispatch, which comes after this PE's low-latency combine when dispatch and combine
+    /// alternate. Graph-capturable.
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw).
+    pub unsafe fn ll_dispatch_raw(
+        &self,
+        x: u64,
+        topk_idx: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "ep_ll_dispatch";
+        self.ll_ok(call)?;
+        self.stream_ok(call, stream)?;
+        if num_tokens > self.cfg.max_tokens {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "num_tokens: {num_tokens} is more than the handle's max_tokens {}",
+                    self.cfg.max_tokens
+                ),
+            ));
+        }
+        if num_tokens > 0 {
+            for (what, a, align) in [("x", x, 16), ("topk_idx", topk_idx, 8)] {
+                if a == 0 || a % align != 0 {
+                    return Err(Error::invalid(
+                        call,
+                        format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
+                    ));
+                }
+            }
+        }
+        let p = EpParams {
+            num_tokens: num_tokens as i64,
+            x,
+            topk_idx,
+            ..self.base
+        };
+        self.launch(
+            call,
+            "rshmem_ep_prologue",
+            1,
+            &EpParams { which: 2, ..p },
+            stream,
+        )?;
+        self.launch(call, "rshmem_ep_ll_send", self.sms, &p, stream)?;
+        self.launch(call, "rshmem_ep_ll_wait", 1, &p, stream)?;
+        self.last_ll_tokens.set(Some(num_tokens));
+        Ok(())
+    }
+
+    /// **Collective, stream-ordered.** Low-latency dispatch; shapes as [`dispatch`](Ep::dispatch)
+    /// (the weights are not sent: [`ll_combine`](Ep::ll_combine) takes them).
+    pub fn ll_dispatch<E, X, I>(
+        &self,
+        x: &X,
+        topk_idx: &I,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()>
+    where
+        E: EpElem,
+        X: DevicePtr<E>,
+        I: DevicePtr<i64>,
+    {
+        let call = "ep_ll_dispatch";
+        self.elem_ok::<E>(call, "x")?;
+        let (h, k) = (self.cfg.hidden, self.cfg.topk);
+        Self::len_ok(call, "x", x.len(), num_tokens, h, "hidden")?;
+        Self::len_ok(call, "topk_idx", topk_idx.len(), num_tokens, k, "topk")?;
+        let (xa, _a) = x.device_ptr(stream);
+        let (ia, _b) = topk_idx.device_ptr(stream);
+        // SAFETY: cudarc device memory of this context with the lengths checked above.
+        unsafe { self.ll_dispatch_raw(xa, ia, num_tokens, stream) }
+    }
+
+    /// **Collective, stream-ordered.** Low-latency combine with device addresses: `y` holds
+    /// the expert outputs in the layout of the low-latency dispatch output (`[L][n][max_tokens]`
+    /// rows; may be [`ll_recv_x_addr`](Ep::ll_recv_x_addr)), `topk_weights` the last
+    /// low-latency dispatch's `num_tokens × k` weights, `out` its `num_tokens` rows:
+    /// `out[t] = Σ_j w[t][j]·y(t, j)` over the slots that were sent, in slot order (fp32 fused
+    /// multiply-adds), rounded once. Graph-capturable.
+    ///
+    /// # Safety
+    /// As [`combine_raw`](Ep::combine_raw).
+    pub unsafe fn ll_combine_raw(
+        &self,
+        y: u64,
+        topk_weights: u64,
+        out: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let call = "ep_ll_combine";
+        self.ll_ok(call)?;
+        self.stream_ok(call, stream)?;
+        let t = self.last_ll_tokens.get().ok_or_else(|| {
+            Error::invalid(call, "no low-latency dispatch on this handle yet: combine returns the tokens of the last one")
+        })?;
+        for (what, a, align) in [
+            ("y", y, 16),
+            ("out", out, 16),
+            ("topk_weights", topk_weights, 4),
+        ] {
+            if a % align != 0 || (a == 0 && t > 0) {
+                return Err(Error::invalid(
+                    call,
+                    format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
+                ));
+            }
+        }
+        let p = EpParams {
+            num_tokens: t as i64,
+            y,
+            topk_w: topk_weights,
+            out,
+            ..self.base
+        };
+        let recv = match self.cfg.dtype {
+            EpDtype::F32 => "rshmem_ep_ll_combine_recv_f32",
+            EpDtype::Bf16 => "rshmem_ep_ll_combine_recv_bf16",
+        };
+        self.launch(
+            call,
+            "rshmem_ep_prologue",
+            1,
+            &EpParams { which: 3, ..p },
+            stream,
+        )?;
+        self.launch(call, "rshmem_ep_ll_combine_send", self.sms, &p, stream)?;
+        self.launch(call, recv, self.sms, &p, stream)
+    }
+
+    /// **Collective, stream-ordered.** Low-latency combine: `y` at least
+    /// `E·max_tokens·hidden` elements in the dispatch output's layout (or `None`: the expert
+    /// outputs were written in place into it), `topk_weights` and `out` for the last
+    /// low-latency dispatch's tokens.
+    pub fn ll_combine<E, Y, W, O>(
+        &self,
+        y: Option<&Y>,
+        topk_weights: &W,
+        out: &mut O,
+        stream: &CudaStream,
+    ) -> Result<()>
+    where
+        E: EpElem,
+        Y: DevicePtr<E>,
+        W: DevicePtr<f32>,
+        O: DevicePtrMut<E>,
+    {
+        let call = "ep_ll_combine";
+        self.elem_ok::<E>(call, "out")?;
+        self.ll_ok(call)?;
+        let t = self.last_ll_tokens.get().unwrap_or(0);
+        let (h, k) = (self.cfg.hidden, self.cfg.topk);
+        let ya = match y {
+            Some(y) => {
+                let rows = self.cfg.num_experts * self.cfg.max_tokens;
+                Self::len_ok(call, "y", y.len(), rows, h, "hidden")?;
+                y.device_ptr(stream).0
+            }
+            None => self.base.ll_x,
+        };
+        Self::len_ok(call, "topk_weights", topk_weights.len(), t, k, "topk")?;
+        Self::len_ok(call, "out", out.len(), t, h, "hidden")?;
+        let (wa, _a) = topk_weights.device_ptr(stream);
+        let (oa, _b) = out.device_ptr_mut(stream);
+        // SAFETY: cudarc device memory of this context (or the handle's buffer) with the
+        // lengths checked above.
+        unsafe { self.ll_combine_raw(ya, wa, oa, stream) }
+    }
+
+    /// Device address of the low-latency dispatch output: `[L][n][max_tokens]` rows (local
+    /// expert, source PE, rank), symmetric memory of this handle.
+    pub fn ll_recv_x_addr(&self) -> u64 {
+        self.base.ll_x
+    }
+
+    /// `L × n` `i32`: rows of each (local expert, source PE) block of the last low-latency
+    /// dispatch.
+    pub fn ll_count(&self) -> &CudaSlice<i32> {
+        &self.ll_count
+    }
+
+    /// `L × n × max_tokens × 2` `i32`: (source token, slot) of each received row.
+    pub fn ll_src(&self) -> &CudaSlice<i32> {
+        &self.ll_src
+    }
+
+    /// **Local.** Synchronizes `stream` and copies `rows` rows of the low-latency output's
+    /// block (local expert `l`, source PE `src`) to the host (for checks).
+    pub fn ll_read_rows(
+        &self,
+        l: usize,
+        src: usize,
+        rows: usize,
+        stream: &CudaStream,
+    ) -> Result<Vec<u8>> {
+        let call = "ep_ll_read_rows";
+        self.ll_ok(call)?;
+        let (n, m) = (self.sizes.n_pes, self.cfg.max_tokens);
+        if l >= self.sizes.local_experts || src >= n || rows > m {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "block ({l}, {src}) of {rows} rows is outside [{}][{n}][{m}]",
+                    self.sizes.local_experts
+                ),
+            ));
+        }
+        let mut v = vec![0u8; rows * self.sizes.row_bytes];
+        self.world.p2p(call)?.gpu.bind(call)?;
+        stream.synchronize()?;
+        if rows > 0 {
+            let a = self.base.ll_x + (((l * n + src) * m) * self.sizes.row_bytes) as u64;
+            // SAFETY: the range lies inside this handle's low-latency output (checked above);
+            // the stream was synchronized.
+            let r =
+                unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), a, v.len()) };
+            crate::cuda::check(r, call, "copying rows to the host")?;
+        }
+        Ok(v)
+    }
+
     /// **Local.** Waits for `stream` and reports what the kernels found wrong since the last
     /// check: an expert index outside `-1 .. E` (`ep_dispatch: topk_idx[t][j] = …`) or more rows
     /// than `max_recv_rows` (`ep_dispatch: max_recv_rows …`); clears it.
@@ -739,6 +1054,13 @@ impl<'w> Ep<'w> {
                 format!(
                     "topk_idx[{}][{}] = {} is out of range: experts are 0..{} (-1 = none); that entry was skipped",
                     e[1], e[2], e[3], self.cfg.num_experts
+                ),
+            ),
+            2 if e[3] == 1 => Error::invalid(
+                "ep_ll_dispatch",
+                format!(
+                    "max_tokens: an expert got {} rows from this PE, more than the {} its low-latency block holds (a token names the expert more than once); the rows beyond were dropped",
+                    e[1], e[2]
                 ),
             ),
             2 => Error::invalid(

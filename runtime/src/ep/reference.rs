@@ -133,6 +133,55 @@ pub fn combine(
     out
 }
 
+/// What PE `pe` receives in a low-latency dispatch: for each (local expert `l`, source PE `s`)
+/// block, at index `l·n + s`, the `(token, slot)` of every row (the kernels' order within a
+/// block is unspecified: compare as sets).
+pub fn expected_ll_rows(
+    routing: &[Routing],
+    num_experts: usize,
+    k: usize,
+    pe: usize,
+) -> Vec<Vec<(usize, usize)>> {
+    let n = routing.len();
+    let l = num_experts / n;
+    let mut blocks = vec![Vec::new(); l * n];
+    for (s, r) in routing.iter().enumerate() {
+        for t in 0..r.num_tokens {
+            for (j, e, _) in r.slots(t, k, num_experts) {
+                if e / l == pe {
+                    blocks[(e % l) * n + s].push((t, j));
+                }
+            }
+        }
+    }
+    blocks
+}
+
+/// The low-latency combine output of a PE with routing `r`: `out[t] = Σ_j w_j·y(e_j, t)` over
+/// its valid slots in slot order (fused multiply-adds from 0), rounded once to `dtype`.
+pub fn combine_ll(
+    r: &Routing,
+    num_experts: usize,
+    k: usize,
+    hidden: usize,
+    dtype: EpDtype,
+    y: &dyn Fn(usize, usize) -> Vec<f32>,
+) -> Vec<f32> {
+    let mut out = vec![0f32; r.num_tokens * hidden];
+    for t in 0..r.num_tokens {
+        let slots = r.slots(t, k, num_experts);
+        let rows: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| y(e, t)).collect();
+        for (h, o) in out[t * hidden..(t + 1) * hidden].iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for (i, s) in slots.iter().enumerate() {
+                acc = s.2.mul_add(rows[i][h], acc);
+            }
+            *o = round_to(dtype, acc);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +242,21 @@ mod tests {
         assert_eq!(out, vec![7.5, 7.5, 33.0, 33.0, 16.5, 16.5]);
         let out1 = combine(&r, 4, 2, 1, 2, EpDtype::Bf16, &y);
         assert_eq!(out1, vec![20.0, 20.0]);
+        // Low latency: one sum over the slots, the same values here.
+        assert_eq!(combine_ll(&r[0], 4, 2, 2, EpDtype::F32, &y), out);
+    }
+
+    #[test]
+    fn low_latency_blocks() {
+        let r = routing();
+        // PE 0 holds experts 0 and 1: blocks (l, s) at l·2 + s.
+        assert_eq!(
+            expected_ll_rows(&r, 4, 2, 0),
+            vec![vec![(0, 0)], vec![(0, 1)], vec![(1, 0), (1, 1)], vec![]]
+        );
+        assert_eq!(
+            expected_ll_rows(&r, 4, 2, 1),
+            vec![vec![(2, 1)], vec![(0, 0)], vec![(0, 1)], vec![]]
+        );
     }
 }
