@@ -507,18 +507,35 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
         }
         __syncwarp();
         uint8_t* dst = s_comb[s] + (int64_t)t * row_bytes;
-        for (int64_t v = lane; v < vecs; v += 32) {
-            float acc[EL::N];
+        // 4 vectors per lane at a time, so that 4 loads per lane are in flight.
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            float acc[4][EL::N];
 #pragma unroll
-            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
             for (int q = 0; q < cnt; ++q) {
-                float f[EL::N];
-                EL::load(ld16((const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes + v * 16), f);
+                const uint8_t* row = (const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes;
                 float wq = s_w[wid][q];
+                vec16 b[4];
 #pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[i] = fmaf(wq, f[i], acc[i]);
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) b[u] = ld16(row + v * 16);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    float f[EL::N];
+                    EL::load(b[u], f);
+#pragma unroll
+                    for (int i = 0; i < EL::N; ++i) acc[u][i] = fmaf(wq, f[i], acc[u][i]);
+                }
             }
-            st16(dst + v * 16, EL::store(acc));
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                int64_t v = v0 + u * 32 + lane;
+                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
+            }
         }
         __syncwarp();
     }
@@ -550,18 +567,33 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
         uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
         const uint8_t* src = (const uint8_t*)p.comb_x + (uint64_t)t * row_bytes;
         uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
-        for (int64_t v = lane; v < vecs; v += 32) {
-            float acc[EL::N];
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            float acc[4][EL::N];
 #pragma unroll
-            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
             for (uint32_t m = mask; m; m &= m - 1) {
-                int d = __ffs(m) - 1;
-                float f[EL::N];
-                EL::load(ld16_cg(src + d * block + v * 16), f);
+                const uint8_t* row = src + (__ffs(m) - 1) * block;
+                vec16 b[4];
 #pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[i] += f[i];
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) b[u] = ld16_cg(row + v * 16);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    float f[EL::N];
+                    EL::load(b[u], f);
+#pragma unroll
+                    for (int i = 0; i < EL::N; ++i) acc[u][i] += f[i];
+                }
             }
-            st16(dst + v * 16, EL::store(acc));
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                int64_t v = v0 + u * 32 + lane;
+                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
+            }
         }
     }
     if (last_block((uint32_t*)p.done + 3)) {
@@ -658,9 +690,10 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     }
 }
 
-// One block.
+// One block (any size, a multiple of 32).
 static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
-    const int n = (int)p.n_pes, L = (int)p.local_experts;
+    __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
+    const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
     const int64_t M = p.max_tokens;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
@@ -669,16 +702,40 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __syncthreads();
     const int32_t* cnt = (const int32_t*)p.ll_cnt;
     int32_t* count = (int32_t*)p.ll_count;
-    for (int i = threadIdx.x; i < L * n; i += blockDim.x) {
-        count[i] = rshmem_detail::ld_relaxed_sys(&cnt[i]);
+    for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        int32_t c = rshmem_detail::ld_relaxed_sys(&cnt[i]);
+        count[i] = c;
+        s_pre[i + 1] = c;
     }
-    for (int pair = 0; pair < L * n; ++pair) {
-        int c = rshmem_detail::ld_relaxed_sys(&cnt[pair]);
-        const int32_t* meta = (const int32_t*)p.ll_meta + (int64_t)pair * M * 2;
-        int32_t* out = (int32_t*)p.ll_src + (int64_t)pair * M * 2;
-        for (int i = threadIdx.x; i < 2 * c; i += blockDim.x) {
-            out[i] = rshmem_detail::ld_relaxed_sys(&meta[i]);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        // Inclusive scan of s_pre[1..E] by warp 0, 32 at a time.
+        const int lane = threadIdx.x;
+        int carry = 0;
+        for (int b = 0; b < E; b += 32) {
+            int v = b + lane < E ? s_pre[b + lane + 1] : 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int u = __shfl_up_sync(0xffffffffu, v, o);
+                if (lane >= o) v += u;
+            }
+            if (b + lane < E) s_pre[b + lane + 1] = carry + v;
+            carry += __shfl_sync(0xffffffffu, v, 31);
         }
+        if (lane == 0) s_pre[0] = 0;
+    }
+    __syncthreads();
+    // Every row's (token, slot) into this PE's own array, all blocks' rows in parallel.
+    const int64_t words = 2 * (int64_t)s_pre[E];
+    for (int64_t u = threadIdx.x; u < words; u += blockDim.x) {
+        int64_t r = u >> 1;
+        int lo = 0, hi = E;  // the block: s_pre[lo] <= r < s_pre[lo + 1]
+        while (hi - lo > 1) {
+            int mid = (lo + hi) >> 1;
+            if (s_pre[mid] <= r) lo = mid; else hi = mid;
+        }
+        int64_t at = ((int64_t)lo * M + (r - s_pre[lo])) * 2 + (u & 1);
+        ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
     }
     __syncthreads();
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
@@ -703,8 +760,18 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
             int t = src[0], j = src[1];
             const uint8_t* row = (const uint8_t*)p.y + (pair * M + i) * row_bytes;
             uint8_t* dst = comb + ((int64_t)t * k + j) * row_bytes;
-            for (int64_t v = lane; v < vecs; v += 32) {
-                rshmem_ep::st16(dst + v * 16, rshmem_ep::ld16(row + v * 16));
+            for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+                rshmem_ep::vec16 b[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) b[u] = rshmem_ep::ld16(row + v * 16);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) rshmem_ep::st16(dst + v * 16, b[u]);
+                }
             }
         }
     }
@@ -738,19 +805,35 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
         const float* w = (const float*)p.topk_w + t * k;
         const uint8_t* base = (const uint8_t*)p.ll_comb + t * k * row_bytes;
         uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
-        for (int64_t v = lane; v < vecs; v += 32) {
-            float acc[EL::N];
+        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+            float acc[4][EL::N];
 #pragma unroll
-            for (int i = 0; i < EL::N; ++i) acc[i] = 0.f;
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
             for (uint32_t m = sent; m; m &= m - 1) {
                 int j = __ffs(m) - 1;
                 float wj = w[j];
-                float f[EL::N];
-                EL::load(ld16_cg(base + j * row_bytes + v * 16), f);
+                const uint8_t* row = base + j * row_bytes;
+                vec16 b[4];
 #pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[i] = fmaf(wj, f[i], acc[i]);
+                for (int u = 0; u < 4; ++u) {
+                    int64_t v = v0 + u * 32 + lane;
+                    if (v < vecs) b[u] = ld16_cg(row + v * 16);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    float f[EL::N];
+                    EL::load(b[u], f);
+#pragma unroll
+                    for (int i = 0; i < EL::N; ++i) acc[u][i] = fmaf(wj, f[i], acc[u][i]);
+                }
             }
-            st16(dst + v * 16, EL::store(acc));
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                int64_t v = v0 + u * 32 + lane;
+                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
+            }
         }
     }
     if (last_block((uint32_t*)p.done + 7)) {
