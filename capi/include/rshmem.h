@@ -604,6 +604,7 @@ typedef struct {
     int dtype;            /* RSHMEMX_EP_F32 or RSHMEMX_EP_BF16 */
     int num_sms;          /* blocks per kernel; 0: the GPU's SMs (shared among its PEs) */
     size_t max_recv_rows; /* rows of the dispatch output; 0: the worst case */
+    int low_latency;      /* nonzero: also the low-latency mode (max_tokens <= 256) */
 } rshmemx_ep_config_t;
 /* Collective: allocates the buffers, compiles the kernels; *ep is NULL on error. */
 int rshmemx_ep_create(const rshmemx_ep_config_t *config, rshmemx_ep_t **ep);
@@ -624,6 +625,15 @@ int rshmemx_ep_check(rshmemx_ep_t *ep, cudaStream_t stream);
    source token) int32 pairs) and its capacity in rows; any out-pointer may be NULL. */
 int rshmemx_ep_output(rshmemx_ep_t *ep, void **expert_x, const int64_t **expert_offsets,
                       const int32_t **expert_src, size_t *max_rows);
+/* The low-latency mode (config->low_latency): every (token, expert) pair stored into fixed
+   per-expert regions [L][n][max_tokens] rows, no count exchange; combine takes the weights. */
+int rshmemx_ep_ll_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
+                                     size_t num_tokens, cudaStream_t stream);
+int rshmemx_ep_ll_combine_on_stream(rshmemx_ep_t *ep, const void *y, const float *topk_weights,
+                                    void *out, cudaStream_t stream);
+/* Local: rows [L][n][max_tokens], counts [L][n] int32, (token, slot) int32 pairs per row. */
+int rshmemx_ep_ll_output(rshmemx_ep_t *ep, void **recv_x, const int32_t **count,
+                         const int32_t **src);
 
 #ifdef __cplusplus
 }

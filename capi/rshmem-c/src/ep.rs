@@ -18,6 +18,7 @@ pub struct EpConfigC {
     dtype: c_int,
     num_sms: c_int,
     max_recv_rows: usize,
+    low_latency: c_int,
 }
 
 /// The handle behind `rshmemx_ep_t *`.
@@ -45,6 +46,7 @@ fn config_of(c: *const EpConfigC) -> CResult<rt::ep::EpConfig> {
     Ok(rt::ep::EpConfig {
         max_recv_rows: (c.max_recv_rows > 0).then_some(c.max_recv_rows),
         num_sms: (c.num_sms > 0).then_some(c.num_sms as u32),
+        low_latency: c.low_latency != 0,
         ..rt::ep::EpConfig::new(c.num_experts, c.hidden, c.topk, c.max_tokens, dtype)
     })
 }
@@ -214,6 +216,100 @@ pub unsafe extern "C" fn rshmemx_ep_output(
             }
             if let Some(p) = max_rows.as_mut() {
                 *p = h.ep.sizes().max_rows;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_ll_dispatch_on_stream`: **collective, stream-ordered**; the low-latency mode.
+///
+/// # Safety
+/// As `rshmemx_ep_dispatch_on_stream`.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_dispatch_on_stream(
+    ep: *mut EpHandle,
+    x: *const c_void,
+    topk_idx: *const i64,
+    num_tokens: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_ll_dispatch_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            h.ep.ll_dispatch_raw(x as u64, topk_idx as u64, num_tokens, st)?
+        };
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_ll_combine_on_stream`: **collective, stream-ordered**; `y` NULL: the expert
+/// outputs are in the low-latency output itself.
+///
+/// # Safety
+/// `y` (unless NULL) holds `E × max_tokens` rows, `topk_weights` and `out` the last low-latency
+/// dispatch's tokens, device memory of this PE's context; `ep` a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_combine_on_stream(
+    ep: *mut EpHandle,
+    y: *const c_void,
+    topk_weights: *const f32,
+    out: *mut c_void,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_ll_combine_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        let y = if y.is_null() {
+            h.ep.ll_recv_x_addr()
+        } else {
+            y as u64
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            h.ep.ll_combine_raw(y, topk_weights as u64, out as u64, st)?
+        };
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_ll_output`: **local**; the low-latency output's device addresses: rows
+/// `[L][n][max_tokens]`, counts `[L][n]`, (token, slot) pairs (any out-pointer may be NULL).
+///
+/// # Safety
+/// `ep` is NULL or a live handle; each out-pointer NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_output(
+    ep: *mut EpHandle,
+    recv_x: *mut *mut c_void,
+    count: *mut *const i32,
+    src: *mut *const i32,
+) -> c_int {
+    guarded_status("rshmemx_ep_ll_output", || {
+        let h = handle(ep)?;
+        if !h.ep.config().low_latency {
+            return invalid("the handle was made without config->low_latency");
+        }
+        let g = current()?
+            .world
+            .gpu()
+            .ok_or_else(|| crate::Fail::Msg(Code::Unsupported, "no GPU backend".into()))?;
+        let (c, s) = {
+            use rt::cudarc::driver::DevicePtr;
+            let (c, _a) = h.ep.ll_count().device_ptr(&g.stream);
+            let (s, _b) = h.ep.ll_src().device_ptr(&g.stream);
+            (c, s)
+        };
+        // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
+        unsafe {
+            if let Some(p) = recv_x.as_mut() {
+                *p = h.ep.ll_recv_x_addr() as usize as *mut c_void;
+            }
+            if let Some(p) = count.as_mut() {
+                *p = c as usize as *const i32;
+            }
+            if let Some(p) = src.as_mut() {
+                *p = s as usize as *const i32;
             }
         }
         Ok(())

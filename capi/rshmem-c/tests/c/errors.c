@@ -31,7 +31,7 @@ int main(void) {
     CHECK(rshmemx_barrier_all_on_stream(0) == RSHMEM_ERROR_UNSUPPORTED);
 
     /* Expert-parallel handles: bad configurations, then the CPU backend. */
-    rshmemx_ep_config_t ec = {64, 128, 8, 16, RSHMEMX_EP_BF16, 0, 0};
+    rshmemx_ep_config_t ec = {64, 128, 8, 16, RSHMEMX_EP_BF16, 0, 0, 0};
     rshmemx_ep_t *ep = (rshmemx_ep_t *)&ec;
     CHECK(rshmemx_ep_create(NULL, &ep) == RSHMEM_ERROR_INVALID_VALUE && ep == NULL);
     ec.dtype = 7;
@@ -40,6 +40,8 @@ int main(void) {
     CHECK(rshmemx_ep_create(&ec, &ep) == RSHMEM_ERROR_UNSUPPORTED && ep == NULL);
     CHECK(rshmemx_ep_dispatch_on_stream(NULL, NULL, NULL, NULL, 0, 0) == RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmemx_ep_output(NULL, NULL, NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_ep_ll_dispatch_on_stream(NULL, NULL, NULL, 0, 0) == RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_ep_ll_output(NULL, NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
 
     /* Bad arguments of status-returning calls. */
     rshmem_team_t t = 5;
