@@ -101,6 +101,11 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
                 "rshmem is already initialized (call rshmem_finalize first)",
             );
         }
+        // RSHMEM_LOG (or NVSHMEM_DEBUG) asks for rshmem's log: install its stderr logger
+        // unless the program installed a subscriber of its own.
+        if rt::config::effective(&|k| std::env::var(k).ok(), "RSHMEM_LOG").is_some() {
+            rt::init_logging();
+        }
         let b = choose_device(b()?)?;
         // Before meeting the other PEs, so that the handler is in place on every PE before any
         // PE can return from init and call rshmem_global_exit.
