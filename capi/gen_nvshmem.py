@@ -256,6 +256,16 @@ def host_calls(m):
     for n in ["collective_launch", "collective_launch_query_gridsize"]:
         m.host_define("nvshmemx_" + n, "rshmemx_" + n)
 
+    # User buffer registration and modules the program loads itself (issue 29: compathost).
+    m.raw("")
+    m.raw("// ---- Host-only: user buffers and CUDA modules the program loads itself")
+    sym_why = ("rshmem does not map user buffers into the symmetric heap yet; allocate with "
+               "nvshmem_malloc instead (docs/nvshmem-porting.md)")
+    for n in ["buffer_register", "buffer_unregister", "buffer_unregister_all",
+              "buffer_register_symmetric", "buffer_unregister_symmetric",
+              "cumodule_init", "cumodule_finalize"]:
+        m.host_define("nvshmemx_" + n, "rshmemx_" + n, sym_why if "symmetric" in n else None)
+
     m.raw("")
     m.raw("// ---- Host-only: stream-ordered calls")
     for n in ["barrier_all", "sync_all", "barrier", "team_sync", "quiet", "putmem", "getmem",
@@ -386,16 +396,9 @@ def unsupported_calls(m):
         m.unsupport(f"{pre}double2_maxloc_reduce{sfx}", "rshmem has no maxloc reductions")
     m.unsupport("nvshmemx_double2_maxloc_reduce_on_stream", "rshmem has no maxloc reductions")
     for n, why in [
-        ("nvshmemx_buffer_register", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister_all", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_register_symmetric", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister_symmetric", "rshmem has no registration of user buffers"),
-        ("nvshmemx_cumodule_init", "kernels are compiled by nvcc against the headers, which "
-         "need no module set-up, or by NVRTC through rshmem's load_module"),
-        ("nvshmemx_cumodule_finalize", "see nvshmemx_cumodule_init"),
-        ("nvshmemx_culibrary_init", "see nvshmemx_cumodule_init"),
-        ("nvshmemx_culibrary_finalize", "see nvshmemx_cumodule_init"),
+        ("nvshmemx_culibrary_init", "use nvshmemx_cumodule_init with a module loaded by "
+         "cuModuleLoad* (rshmem does not reach CUDA 12 library objects)"),
+        ("nvshmemx_culibrary_finalize", "see nvshmemx_culibrary_init"),
         ("nvshmemx_mc_ptr", "rshmem does not use NVLink multicast"),
         ("nvshmemx_hostlib_init_attr", "rshmem has no separate host library"),
         ("nvshmemx_hostlib_finalize", "rshmem has no separate host library"),

@@ -256,6 +256,38 @@ void *rshmem_align(size_t alignment, size_t size);
 void rshmem_free(void *ptr);
 
 /* ========================================================================================== */
+/* Local buffers (NVSHMEM's nvshmemx_buffer_register)                                        */
+/* ========================================================================================== */
+
+/* Local. Registers [addr, addr+length) as a local source or destination of RMA. rshmem's
+   transports need no registration of local buffers, so this checks the range (not NULL, not
+   empty, not symmetric memory, no overlap with a registered buffer) and records it. Returns 0,
+   or RSHMEM_ERROR_INVALID_VALUE after printing the cause. */
+int rshmemx_buffer_register(void *addr, size_t length);
+/* Local. Ends the registration that starts at addr (RSHMEM_ERROR_INVALID_VALUE: none does). */
+int rshmemx_buffer_unregister(void *addr);
+/* Local. Ends every registration of this PE. */
+void rshmemx_buffer_unregister_all(void);
+
+/* ========================================================================================== */
+/* CUDA modules the program loads itself (NVSHMEM's nvshmemx_cumodule_init)                  */
+/* ========================================================================================== */
+
+struct CUmod_st; /* CUmodule is `struct CUmod_st *` (cuda.h) */
+
+/* Local. module: a CUmodule this PE loaded (cuModuleLoad*, in the context rshmem uses) from an
+   image that includes the device library. Installs this PE's device state in the module's
+   rshmem_state and keeps it current (heap growth) until rshmemx_cumodule_finalize or
+   rshmem_finalize. Needs rshmem initialized on a PE with a GPU. Returns 0, or an
+   RSHMEM_ERROR_* code after printing the cause (NULL module, no rshmem_state in it, a state of
+   another size, not initialized). */
+int rshmemx_cumodule_init(struct CUmod_st *module);
+/* Local. Writes a zero state into the module (its kernels then trap with a message instead of
+   using a stale heap) and stops updating it. Call it before unloading the module. Returns 0, or
+   RSHMEM_ERROR_INVALID_VALUE for a module not given to rshmemx_cumodule_init. */
+int rshmemx_cumodule_finalize(struct CUmod_st *module);
+
+/* ========================================================================================== */
 /* One-sided RMA from the host                                                               */
 /* ========================================================================================== */
 /* dest (puts) / src (gets) are symmetric; the local buffer is host memory (use the

@@ -2047,6 +2047,13 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_collective_launch rshmemx_collective_launch
 #define nvshmemx_collective_launch_query_gridsize rshmemx_collective_launch_query_gridsize
 
+// ---- Host-only: user buffers and CUDA modules the program loads itself
+#define nvshmemx_buffer_register rshmemx_buffer_register
+#define nvshmemx_buffer_unregister rshmemx_buffer_unregister
+#define nvshmemx_buffer_unregister_all rshmemx_buffer_unregister_all
+#define nvshmemx_cumodule_init rshmemx_cumodule_init
+#define nvshmemx_cumodule_finalize rshmemx_cumodule_finalize
+
 // ---- Host-only: stream-ordered calls
 #define nvshmemx_barrier_all_on_stream rshmemx_barrier_all_on_stream
 #define nvshmemx_sync_all_on_stream rshmemx_sync_all_on_stream
@@ -2779,6 +2786,8 @@ RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_all_on_stream, "rshmem's host library has no rshmemx_int_wait_until_all_on_stream")
@@ -2848,15 +2857,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmem_double2_maxloc_reduce, "rshmem has no maxloc r
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_warp, "rshmem has no maxloc reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_block, "rshmem has no maxloc reductions")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_all, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register_symmetric, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_symmetric, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_cumodule_init, "kernels are compiled by nvcc against the headers, which need no module set-up, or by NVRTC through rshmem's load_module")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_cumodule_finalize, "see nvshmemx_cumodule_init")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_init, "see nvshmemx_cumodule_init")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_finalize, "see nvshmemx_cumodule_init")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_init, "use nvshmemx_cumodule_init with a module loaded by cuModuleLoad* (rshmem does not reach CUDA 12 library objects)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_finalize, "see nvshmemx_culibrary_init")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_mc_ptr, "rshmem does not use NVLink multicast")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_hostlib_init_attr, "rshmem has no separate host library")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_hostlib_finalize, "rshmem has no separate host library")
@@ -2875,6 +2877,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
+#define nvshmemx_buffer_register_symmetric(...) nvshmemx_buffer_register_symmetric_is_not_supported_by_rshmem
+#define nvshmemx_buffer_unregister_symmetric(...) nvshmemx_buffer_unregister_symmetric_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_all_on_stream(...) nvshmemx_int_wait_until_all_on_stream_is_not_supported_by_rshmem
@@ -2944,13 +2948,6 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #define nvshmemx_double2_maxloc_reduce_warp(...) nvshmemx_double2_maxloc_reduce_warp_is_not_supported_by_rshmem
 #define nvshmemx_double2_maxloc_reduce_block(...) nvshmemx_double2_maxloc_reduce_block_is_not_supported_by_rshmem
 #define nvshmemx_double2_maxloc_reduce_on_stream(...) nvshmemx_double2_maxloc_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_buffer_register(...) nvshmemx_buffer_register_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister(...) nvshmemx_buffer_unregister_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister_all(...) nvshmemx_buffer_unregister_all_is_not_supported_by_rshmem
-#define nvshmemx_buffer_register_symmetric(...) nvshmemx_buffer_register_symmetric_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister_symmetric(...) nvshmemx_buffer_unregister_symmetric_is_not_supported_by_rshmem
-#define nvshmemx_cumodule_init(...) nvshmemx_cumodule_init_is_not_supported_by_rshmem
-#define nvshmemx_cumodule_finalize(...) nvshmemx_cumodule_finalize_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_init(...) nvshmemx_culibrary_init_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_finalize(...) nvshmemx_culibrary_finalize_is_not_supported_by_rshmem
 #define nvshmemx_mc_ptr(...) nvshmemx_mc_ptr_is_not_supported_by_rshmem

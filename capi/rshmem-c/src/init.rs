@@ -119,6 +119,7 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
         let rt = Box::new(Rt {
             world,
             teams: Mutex::new(HashMap::new()),
+            buffers: Mutex::new(Vec::new()),
         });
         RT.store(Box::into_raw(rt), Ordering::Release);
         Ok(())
@@ -430,7 +431,7 @@ pub extern "C" fn rshmem_finalize() -> c_int {
         // SAFETY: a non-null pointer came from `Box::into_raw` in `start` and is taken back
         // exactly once (the swap).
         let rt = unsafe { Box::from_raw(p) };
-        let Rt { world, teams } = *rt;
+        let Rt { world, teams, .. } = *rt;
         drop(teams);
         world.finalize()?;
         Ok(())

@@ -2528,6 +2528,11 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmemx_init_status;
     (void)&nvshmemx_collective_launch;
     (void)&nvshmemx_collective_launch_query_gridsize;
+    (void)&nvshmemx_buffer_register;
+    (void)&nvshmemx_buffer_unregister;
+    (void)&nvshmemx_buffer_unregister_all;
+    (void)&nvshmemx_cumodule_init;
+    (void)&nvshmemx_cumodule_finalize;
     (void)&nvshmemx_barrier_all_on_stream;
     (void)&nvshmemx_sync_all_on_stream;
     (void)&nvshmemx_barrier_on_stream;

@@ -21,8 +21,8 @@ int main(void) {
     void *q = nvshmemx_buffer_register_symmetric(p, 64, 0);
     (void)q;
 #elif CASE == 2
-    CUmodule m = 0;
-    int rc = nvshmemx_cumodule_init(m);
+    CUlibrary l = 0;
+    int rc = nvshmemx_culibrary_init(l);
     (void)rc;
 #elif CASE == 4
     nvshmemx_half_max_reduce_on_stream(NVSHMEM_TEAM_WORLD, (half *)p, (const half *)p, 1, 0);
