@@ -79,6 +79,7 @@ mod sync;
 mod team;
 pub(crate) mod transport;
 mod types;
+mod uid;
 mod wait;
 pub mod wire;
 mod world;
@@ -100,6 +101,7 @@ pub use team::{Team, TeamConfig};
 pub use transport::ucx::{probe as probe_ucx, Probe as UcxProbe};
 pub use transport::{Caps, TransportInfo};
 pub use types::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
+pub use uid::new_unique_id;
 pub use world::{init, Builder, World};
 
 /// Installs rshmem's stderr logger as the process's global `tracing` subscriber: one line per
