@@ -116,6 +116,20 @@ def _uid_from_process_group(pg):
     return rank, n, obj[0]
 
 
+def _store_timeout(env):
+    """The torchrun store's timeout: RSHMEM_TIMEOUT seconds (default 300; 0 waits a year)."""
+    from datetime import timedelta
+    try:
+        seconds = float(env.get("RSHMEM_TIMEOUT", "300"))
+    except ValueError:
+        raise Error("RSHMEM_TIMEOUT={!r}: expected a number of seconds >= 0".format(
+            env.get("RSHMEM_TIMEOUT")))
+    if seconds < 0:
+        raise Error("RSHMEM_TIMEOUT={!r}: expected a number of seconds >= 0".format(
+            env.get("RSHMEM_TIMEOUT")))
+    return timedelta(seconds=seconds if seconds > 0 else 365 * 86400)
+
+
 def _uid_from_torchrun_store():
     """(rank, nranks, uid) through the store of the torchrun agent (no process group yet)."""
     try:
@@ -126,9 +140,8 @@ def _uid_from_torchrun_store():
     if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
         return None
     rank, n = int(env["RANK"]), int(env["WORLD_SIZE"])
-    from datetime import timedelta
     store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), n, is_master=False,
-                          timeout=timedelta(seconds=float(env.get("RSHMEM_TIMEOUT_S", "300"))))
+                          timeout=_store_timeout(env))
     key = "rshmem/uid/{}/{}".format(env.get("TORCHELASTIC_RESTART_COUNT", "0"),
                                     env.get("TORCHELASTIC_RUN_ID", ""))
     if rank == 0:
