@@ -521,6 +521,13 @@ RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_BITWISE)
 RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
+/* 16-bit floats: rshmem_half_OP_reduce (IEEE binary16) and rshmem_bfloat16_OP_reduce (+
+   reducescatter) for OP sum, prod, min, max. Elements are passed as their 16-bit patterns
+   (uint16_t), the layout of CUDA's __half and __nv_bfloat16: cast such pointers. Each combining
+   step is computed in float and rounded to nearest-even to 16 bits, as in the device library
+   and on the stream (identical results everywhere). */
+#define RSHMEMI_FOR_REDUCE_HALF_TYPES(X) X(half, uint16_t) X(bfloat16, uint16_t)
+RSHMEMI_FOR_REDUCE_HALF_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
 
 /* ========================================================================================== */
 /* Stream-ordered calls (GPU backend; RSHMEM_ERROR_UNSUPPORTED on the CPU backend)            */
@@ -615,6 +622,9 @@ RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL_STREAM)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_BITWISE)
 RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+/* 16-bit floats (half, bfloat16) as uint16_t patterns, rounded per step as the blocking forms. */
+RSHMEMI_FOR_REDUCE_HALF_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+#undef RSHMEMI_FOR_REDUCE_HALF_TYPES
 #undef RSHMEMI_DECL_REDUCE_STREAM_OP
 #undef RSHMEMI_DECL_REDUCE_STREAM_ARITH
 #undef RSHMEMI_DECL_REDUCE_STREAM_BITWISE

@@ -2699,28 +2699,36 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_half_fcollect_on_stream, (rshmem_team_t team,
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_broadcast_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
 #define nvshmemx_half_sum_reduce_warp rshmem_half_sum_reduce_warp
 #define nvshmemx_half_sum_reduce_block rshmem_half_sum_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_sum_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_sum_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_sum_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_sum_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_sum_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_sum_reducescatter_warp rshmem_half_sum_reducescatter_warp
 #define nvshmemx_half_sum_reducescatter_block rshmem_half_sum_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_sum_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_sum_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_sum_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_sum_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_sum_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_prod_reduce_warp rshmem_half_prod_reduce_warp
 #define nvshmemx_half_prod_reduce_block rshmem_half_prod_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_prod_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_prod_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_prod_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_prod_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_prod_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_prod_reducescatter_warp rshmem_half_prod_reducescatter_warp
 #define nvshmemx_half_prod_reducescatter_block rshmem_half_prod_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_prod_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_prod_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_prod_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_prod_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_prod_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_min_reduce_warp rshmem_half_min_reduce_warp
 #define nvshmemx_half_min_reduce_block rshmem_half_min_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_min_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_min_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_min_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_min_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_min_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_min_reducescatter_warp rshmem_half_min_reducescatter_warp
 #define nvshmemx_half_min_reducescatter_block rshmem_half_min_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_min_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_min_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_min_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_min_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_min_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_max_reduce_warp rshmem_half_max_reduce_warp
 #define nvshmemx_half_max_reduce_block rshmem_half_max_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_max_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_max_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_max_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_max_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_max_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_max_reducescatter_warp rshmem_half_max_reducescatter_warp
 #define nvshmemx_half_max_reducescatter_block rshmem_half_max_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_max_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_max_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_max_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_max_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_max_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 RSHMEM_COMPAT_TWIN16(void, nvshmem_bfloat16_p, (__nv_bfloat16 *dest, __nv_bfloat16 value, int pe), rshmem_uint16_p((uint16_t *)dest, rshmem_compat_bits(value), pe))
 RSHMEM_COMPAT_TWIN16(__nv_bfloat16, nvshmem_bfloat16_g, (const __nv_bfloat16 *src, int pe), rshmem_compat_from_bits<__nv_bfloat16>(rshmem_uint16_g((const uint16_t *)src, pe)))
 RSHMEM_COMPAT_TWIN16(void, nvshmem_bfloat16_put, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe), rshmem_uint16_put((uint16_t *)dest, (const uint16_t *)src, nelems, pe))
@@ -2759,29 +2767,45 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_fcollect_on_stream, (rshmem_team_t t
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_broadcast_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
 #define nvshmemx_bfloat16_sum_reduce_warp rshmem_bfloat16_sum_reduce_warp
 #define nvshmemx_bfloat16_sum_reduce_block rshmem_bfloat16_sum_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_sum_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_sum_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_sum_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_sum_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_sum_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_sum_reducescatter_warp rshmem_bfloat16_sum_reducescatter_warp
 #define nvshmemx_bfloat16_sum_reducescatter_block rshmem_bfloat16_sum_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_sum_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_sum_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_sum_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_sum_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_sum_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_prod_reduce_warp rshmem_bfloat16_prod_reduce_warp
 #define nvshmemx_bfloat16_prod_reduce_block rshmem_bfloat16_prod_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_prod_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_prod_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_prod_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_prod_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_prod_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_prod_reducescatter_warp rshmem_bfloat16_prod_reducescatter_warp
 #define nvshmemx_bfloat16_prod_reducescatter_block rshmem_bfloat16_prod_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_prod_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_prod_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_prod_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_prod_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_prod_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_min_reduce_warp rshmem_bfloat16_min_reduce_warp
 #define nvshmemx_bfloat16_min_reduce_block rshmem_bfloat16_min_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_min_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_min_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_min_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_min_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_min_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_min_reducescatter_warp rshmem_bfloat16_min_reducescatter_warp
 #define nvshmemx_bfloat16_min_reducescatter_block rshmem_bfloat16_min_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_min_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_min_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_min_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_min_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_min_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_max_reduce_warp rshmem_bfloat16_max_reduce_warp
 #define nvshmemx_bfloat16_max_reduce_block rshmem_bfloat16_max_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_max_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_max_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_max_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_max_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_max_reducescatter_warp rshmem_bfloat16_max_reducescatter_warp
 #define nvshmemx_bfloat16_max_reducescatter_block rshmem_bfloat16_max_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_max_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_max_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_max_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #endif  // RSHMEM_COMPAT_HAVE_FP16
+
+// ---- maxloc (double2 {value, location}), device only
+#define nvshmem_double2_maxloc_reduce rshmem_double2_maxloc_reduce
+#define nvshmem_double2_maxloc_reducescatter rshmem_double2_maxloc_reducescatter
+#define nvshmemx_double2_maxloc_reduce_warp rshmem_double2_maxloc_reduce_warp
+#define nvshmemx_double2_maxloc_reducescatter_warp rshmem_double2_maxloc_reducescatter_warp
+#define nvshmemx_double2_maxloc_reduce_block rshmem_double2_maxloc_reduce_block
+#define nvshmemx_double2_maxloc_reducescatter_block rshmem_double2_maxloc_reducescatter_block
 
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
@@ -2837,26 +2861,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_on_stream, "rshmem's host 
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_all_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_all_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_any_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_any_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_some_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_some_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reduce_on_stream, "rshmem's host library has no rshmemx_half_sum_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_sum_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_prod_reduce_on_stream, "rshmem's host library has no rshmemx_half_prod_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_prod_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_prod_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_min_reduce_on_stream, "rshmem's host library has no rshmemx_half_min_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_min_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_min_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_max_reduce_on_stream, "rshmem's host library has no rshmemx_half_max_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_max_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_max_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_sum_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_sum_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_sum_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_sum_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_prod_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_prod_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_prod_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_prod_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_min_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_min_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_min_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_min_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_max_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_max_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_double2_maxloc_reduce, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_warp, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_block, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "rshmem has no maxloc reductions")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "maxloc exists in kernels only (as in NVSHMEM)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reducescatter_on_stream, "maxloc exists in kernels only (as in NVSHMEM)")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_init, "use nvshmemx_cumodule_init with a module loaded by cuModuleLoad* (rshmem does not reach CUDA 12 library objects)")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_finalize, "see nvshmemx_culibrary_init")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_mc_ptr, "rshmem does not use NVLink multicast")
@@ -2928,26 +2934,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #define nvshmemx_ptrdiff_wait_until_all_on_stream(...) nvshmemx_ptrdiff_wait_until_all_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_any_on_stream(...) nvshmemx_ptrdiff_wait_until_any_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_some_on_stream(...) nvshmemx_ptrdiff_wait_until_some_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_sum_reduce_on_stream(...) nvshmemx_half_sum_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_sum_reducescatter_on_stream(...) nvshmemx_half_sum_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_prod_reduce_on_stream(...) nvshmemx_half_prod_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_prod_reducescatter_on_stream(...) nvshmemx_half_prod_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_min_reduce_on_stream(...) nvshmemx_half_min_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_min_reducescatter_on_stream(...) nvshmemx_half_min_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_max_reduce_on_stream(...) nvshmemx_half_max_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_max_reducescatter_on_stream(...) nvshmemx_half_max_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_sum_reduce_on_stream(...) nvshmemx_bfloat16_sum_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_sum_reducescatter_on_stream(...) nvshmemx_bfloat16_sum_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_prod_reduce_on_stream(...) nvshmemx_bfloat16_prod_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_prod_reducescatter_on_stream(...) nvshmemx_bfloat16_prod_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_min_reduce_on_stream(...) nvshmemx_bfloat16_min_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_min_reducescatter_on_stream(...) nvshmemx_bfloat16_min_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_max_reduce_on_stream(...) nvshmemx_bfloat16_max_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_max_reducescatter_on_stream(...) nvshmemx_bfloat16_max_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmem_double2_maxloc_reduce(...) nvshmem_double2_maxloc_reduce_is_not_supported_by_rshmem
-#define nvshmemx_double2_maxloc_reduce_warp(...) nvshmemx_double2_maxloc_reduce_warp_is_not_supported_by_rshmem
-#define nvshmemx_double2_maxloc_reduce_block(...) nvshmemx_double2_maxloc_reduce_block_is_not_supported_by_rshmem
 #define nvshmemx_double2_maxloc_reduce_on_stream(...) nvshmemx_double2_maxloc_reduce_on_stream_is_not_supported_by_rshmem
+#define nvshmemx_double2_maxloc_reducescatter_on_stream(...) nvshmemx_double2_maxloc_reducescatter_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_init(...) nvshmemx_culibrary_init_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_finalize(...) nvshmemx_culibrary_finalize_is_not_supported_by_rshmem
 #define nvshmemx_mc_ptr(...) nvshmemx_mc_ptr_is_not_supported_by_rshmem
