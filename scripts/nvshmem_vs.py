@@ -380,6 +380,10 @@ def launch(a, libname, prog, args, np_, log):
         if os.getuid() == 0:
             cmd.append("--allow-run-as-root")
         env["NVSHMEMTEST_USE_MPI_LAUNCHER"] = "1"
+        # NVSHMEM opens its bootstrap plugin (nvshmem_bootstrap_mpi.so.3) by name.
+        if a.nv_lib_for_run:
+            env["LD_LIBRARY_PATH"] = a.nv_lib_for_run + (
+                ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         for k in list(RUN_ENV) + ["NVSHMEMTEST_USE_MPI_LAUNCHER", "LD_LIBRARY_PATH",
                                   "OMPI_MCA_btl_vader_single_copy_mechanism"]:
@@ -757,9 +761,12 @@ def main():
     if not shutil.which("mpirun"):
         die("no mpirun on PATH (the NVSHMEM side runs under mpirun)")
     a.lib_for_run = os.path.join(a.lib or os.path.join(ROOT, "target/release"), "librshmem.so")
+    a.nv_lib_for_run = None
     try:
         with open(os.path.join(a.build, "BUILD-INFO.json")) as f:
-            a.lib_for_run = os.path.join(json.load(f)["librshmem"], "librshmem.so")
+            info = json.load(f)
+        a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
+        a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
     except (OSError, ValueError, KeyError):
         pass
     stamp = datetime.datetime.utcnow().strftime("%Y%m%d-%H%M%S")
