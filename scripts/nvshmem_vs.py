@@ -40,6 +40,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+T_START = time.time()  # --deadline counts from here (the build included)
 RUN_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0",
            "NVSHMEM_MACHINE_READABLE_OUTPUT": "1"}
 LIBS = ("nvshmem", "rshmem")
@@ -461,10 +462,10 @@ def run_all(a, progs, built):
     t_start = time.time()
     with open(runs_path, "a") as out:
         for i, (rnd, p, li, args, libname) in enumerate(plan):
-            if a.deadline and time.time() - t_start > a.deadline:
+            if a.deadline and time.time() - T_START > a.deadline:
                 left = len(plan) - i
-                note(f"stopped at --deadline {a.deadline} s with {left} runs left: run the same "
-                     f"command with --resume --out {a.out} to go on")
+                note(f"stopped at --deadline {a.deadline} s (since start) with {left} runs left: run "
+                     f"again with --run-only --resume --out {a.out} to go on")
                 return left
             np_ = 2 if p["p2p"] else a.np
             log = os.path.join(logdir, f"r{rnd}-{p['name']}-{li}-{libname}.log")
@@ -694,7 +695,8 @@ def main():
     ap.add_argument("--np", type=int, default=4, help="PEs for programs outside pt-to-pt (default 4)")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per run (default 60)")
     ap.add_argument("--deadline", type=int, default=0,
-                    help="start no run after S seconds (the rest is left for --resume)")
+                    help="start no run S seconds after this command started (build included); "
+                         "the rest is left for --resume")
     ap.add_argument("--resume", action="store_true",
                     help="skip the runs --out already records (go on after --deadline)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel compiles")
