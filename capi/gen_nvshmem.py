@@ -256,6 +256,16 @@ def host_calls(m):
     for n in ["collective_launch", "collective_launch_query_gridsize"]:
         m.host_define("nvshmemx_" + n, "rshmemx_" + n)
 
+    # User buffer registration and modules the program loads itself (issue 29: compathost).
+    m.raw("")
+    m.raw("// ---- Host-only: user buffers and CUDA modules the program loads itself")
+    sym_why = ("rshmem does not map user buffers into the symmetric heap yet; allocate with "
+               "nvshmem_malloc instead (docs/nvshmem-porting.md)")
+    for n in ["buffer_register", "buffer_unregister", "buffer_unregister_all",
+              "buffer_register_symmetric", "buffer_unregister_symmetric",
+              "cumodule_init", "cumodule_finalize"]:
+        m.host_define("nvshmemx_" + n, "rshmemx_" + n, sym_why if "symmetric" in n else None)
+
     m.raw("")
     m.raw("// ---- Host-only: stream-ordered calls")
     for n in ["barrier_all", "sync_all", "barrier", "team_sync", "quiet", "putmem", "getmem",
@@ -359,7 +369,8 @@ def half_calls(m):
             m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, (rshmem_team_t team, {ct} *dest, const {ct} *source, "
                   f"size_t nelems{extra}, cudaStream_t stream), {rs}(team, (uint16_t *)dest, "
                   f"(const uint16_t *)source, nelems{extra_a}, stream))")
-        # Reductions: the device library's (sum, prod, min, max).
+        # Reductions (sum, prod, min, max): the device library's on the device (on __half /
+        # __nv_bfloat16); the host library's, which take the 16-bit patterns, on the host.
         for op in ARITH_OPS:
             for c in ["reduce", "reducescatter"]:
                 for sfx, pre in SCOPES[1:]:
@@ -368,34 +379,44 @@ def half_calls(m):
                 rs = f"rshmem_{t}_{op}_{c}"
                 params = f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce"
                 args = "team, dest, source, nreduce"
+                bits = "team, (uint16_t *)dest, (const uint16_t *)source, nreduce"
                 m.name(nv)
                 if m.host is None or rs in m.host:
-                    host = f"RSHMEM_COMPAT_HOST_ENTRY({rs})({args})"
+                    host = f"RSHMEM_COMPAT_HOST_ENTRY({rs})({bits})"
                     m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs}({args}), {host})")
                 else:
                     # No host form: device only (a host call is a compile-time error).
                     m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs}({args}))")
-                m.side = "host"
-                m.host_define(f"nvshmemx_{t}_{op}_{c}_on_stream", f"rshmemx_{t}_{op}_{c}_on_stream")
-                m.side = "dev"
+                nv = f"nvshmemx_{t}_{op}_{c}_on_stream"
+                rs = f"rshmemx_{t}_{op}_{c}_on_stream"
+                m.name(nv)
+                if m.host is not None and rs not in m.host:
+                    m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
+                    continue
+                m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({params}, cudaStream_t stream), "
+                      f"{rs}({bits}, stream))")
     m.raw("#endif  // RSHMEM_COMPAT_HAVE_FP16")
 
 
-def unsupported_calls(m):
+def maxloc_calls(m):
+    """maxloc on double2 {value, location}: NVSHMEM has nvshmemx_double2_maxloc_reduce_block in
+    kernels; the device library has it in every scope (and reducescatter). No host form."""
+    m.side = "dev"
+    m.raw("")
+    m.raw("// ---- maxloc (double2 {value, location}), device only")
     for sfx, pre in SCOPES:
-        m.unsupport(f"{pre}double2_maxloc_reduce{sfx}", "rshmem has no maxloc reductions")
-    m.unsupport("nvshmemx_double2_maxloc_reduce_on_stream", "rshmem has no maxloc reductions")
+        for c in ["reduce", "reducescatter"]:
+            m.define(f"{pre}double2_maxloc_{c}{sfx}", f"rshmem_double2_maxloc_{c}{sfx}")
+    for c in ["reduce", "reducescatter"]:
+        m.unsupport(f"nvshmemx_double2_maxloc_{c}_on_stream",
+                    "maxloc exists in kernels only (as in NVSHMEM)")
+
+
+def unsupported_calls(m):
     for n, why in [
-        ("nvshmemx_buffer_register", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister_all", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_register_symmetric", "rshmem has no registration of user buffers"),
-        ("nvshmemx_buffer_unregister_symmetric", "rshmem has no registration of user buffers"),
-        ("nvshmemx_cumodule_init", "kernels are compiled by nvcc against the headers, which "
-         "need no module set-up, or by NVRTC through rshmem's load_module"),
-        ("nvshmemx_cumodule_finalize", "see nvshmemx_cumodule_init"),
-        ("nvshmemx_culibrary_init", "see nvshmemx_cumodule_init"),
-        ("nvshmemx_culibrary_finalize", "see nvshmemx_cumodule_init"),
+        ("nvshmemx_culibrary_init", "use nvshmemx_cumodule_init with a module loaded by "
+         "cuModuleLoad* (rshmem does not reach CUDA 12 library objects)"),
+        ("nvshmemx_culibrary_finalize", "see nvshmemx_culibrary_init"),
         ("nvshmemx_mc_ptr", "rshmem does not use NVLink multicast"),
         ("nvshmemx_hostlib_init_attr", "rshmem has no separate host library"),
         ("nvshmemx_hostlib_finalize", "rshmem has no separate host library"),
@@ -421,6 +442,7 @@ def render(m):
     hd_collectives(m)
     host_calls(m)
     half_calls(m)
+    maxloc_calls(m)
     unsupported_calls(m)
     out = [
         "// Generated by capi/gen_nvshmem.py -- do not edit; run `python3 capi/gen_nvshmem.py`.",

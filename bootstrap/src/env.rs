@@ -880,7 +880,16 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
 /// [`MpiBootstrap`](crate::MpiBootstrap) instead, whose rank and size are `MPI_COMM_WORLD`'s
 /// and which `timeout` does not bound (MPI calls block; MPI's failure handling applies).
 pub fn from_env(timeout: Option<Duration>) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
-    let (info, use_mpi) = LaunchInfo::with_bootstrap_choice(&env_lookup)?;
+    from_env_lookup(&env_lookup, timeout)
+}
+
+/// [`from_env`] with the variables read through `lookup` (the runtime passes one in which
+/// NVSHMEM's `NVSHMEM_BOOTSTRAP` stands in for an unset `RSHMEM_BOOTSTRAP`).
+pub fn from_env_lookup(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    timeout: Option<Duration>,
+) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+    let (info, use_mpi) = LaunchInfo::with_bootstrap_choice(lookup)?;
     tracing::debug!(
         rank = info.rank,
         size = info.size,

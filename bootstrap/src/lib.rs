@@ -27,7 +27,9 @@ mod singleton;
 mod tcp;
 mod uid;
 
-pub use env::{detect_launcher, from_env, launcher_rank, LaunchInfo, Launcher, ENV_VARS};
+pub use env::{
+    detect_launcher, from_env, from_env_lookup, launcher_rank, LaunchInfo, Launcher, ENV_VARS,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "mpi")]
 pub use mpi_bootstrap::MpiBootstrap;

@@ -256,6 +256,38 @@ void *rshmem_align(size_t alignment, size_t size);
 void rshmem_free(void *ptr);
 
 /* ========================================================================================== */
+/* Local buffers (NVSHMEM's nvshmemx_buffer_register)                                        */
+/* ========================================================================================== */
+
+/* Local. Registers [addr, addr+length) as a local source or destination of RMA. rshmem's
+   transports need no registration of local buffers, so this checks the range (not NULL, not
+   empty, not symmetric memory, no overlap with a registered buffer) and records it. Returns 0,
+   or RSHMEM_ERROR_INVALID_VALUE after printing the cause. */
+int rshmemx_buffer_register(void *addr, size_t length);
+/* Local. Ends the registration that starts at addr (RSHMEM_ERROR_INVALID_VALUE: none does). */
+int rshmemx_buffer_unregister(void *addr);
+/* Local. Ends every registration of this PE. */
+void rshmemx_buffer_unregister_all(void);
+
+/* ========================================================================================== */
+/* CUDA modules the program loads itself (NVSHMEM's nvshmemx_cumodule_init)                  */
+/* ========================================================================================== */
+
+struct CUmod_st; /* CUmodule is `struct CUmod_st *` (cuda.h) */
+
+/* Local. module: a CUmodule this PE loaded (cuModuleLoad*, in the context rshmem uses) from an
+   image that includes the device library. Installs this PE's device state in the module's
+   rshmem_state and keeps it current (heap growth) until rshmemx_cumodule_finalize or
+   rshmem_finalize. Needs rshmem initialized on a PE with a GPU. Returns 0, or an
+   RSHMEM_ERROR_* code after printing the cause (NULL module, no rshmem_state in it, a state of
+   another size, not initialized). */
+int rshmemx_cumodule_init(struct CUmod_st *module);
+/* Local. Writes a zero state into the module (its kernels then trap with a message instead of
+   using a stale heap) and stops updating it. Call it before unloading the module. Returns 0, or
+   RSHMEM_ERROR_INVALID_VALUE for a module not given to rshmemx_cumodule_init. */
+int rshmemx_cumodule_finalize(struct CUmod_st *module);
+
+/* ========================================================================================== */
 /* One-sided RMA from the host                                                               */
 /* ========================================================================================== */
 /* dest (puts) / src (gets) are symmetric; the local buffer is host memory (use the
@@ -489,6 +521,13 @@ RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_BITWISE)
 RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
+/* 16-bit floats: rshmem_half_OP_reduce (IEEE binary16) and rshmem_bfloat16_OP_reduce (+
+   reducescatter) for OP sum, prod, min, max. Elements are passed as their 16-bit patterns
+   (uint16_t), the layout of CUDA's __half and __nv_bfloat16: cast such pointers. Each combining
+   step is computed in float and rounded to nearest-even to 16 bits, as in the device library
+   and on the stream (identical results everywhere). */
+#define RSHMEMI_FOR_REDUCE_HALF_TYPES(X) X(half, uint16_t) X(bfloat16, uint16_t)
+RSHMEMI_FOR_REDUCE_HALF_TYPES(RSHMEMI_DECL_REDUCE_ARITH)
 
 /* ========================================================================================== */
 /* Stream-ordered calls (GPU backend; RSHMEM_ERROR_UNSUPPORTED on the CPU backend)            */
@@ -583,6 +622,9 @@ RSHMEM_FOR_RMA_TYPES(RSHMEMI_DECL_COLL_STREAM)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
 RSHMEM_FOR_REDUCE_INT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_BITWISE)
 RSHMEM_FOR_REDUCE_FLOAT_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+/* 16-bit floats (half, bfloat16) as uint16_t patterns, rounded per step as the blocking forms. */
+RSHMEMI_FOR_REDUCE_HALF_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
+#undef RSHMEMI_FOR_REDUCE_HALF_TYPES
 #undef RSHMEMI_DECL_REDUCE_STREAM_OP
 #undef RSHMEMI_DECL_REDUCE_STREAM_ARITH
 #undef RSHMEMI_DECL_REDUCE_STREAM_BITWISE

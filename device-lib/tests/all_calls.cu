@@ -237,4 +237,7 @@ extern "C" __global__ void reductions(rshmem_team_t team, void* dest, const void
     RED_CALLS(ulonglong, unsigned long long, max, _block)
     RED_CALLS(float, float, sum, _warp)
     RED_CALLS(double, double, min, )
+    RED_CALLS(double2, double2, maxloc, )
+    RED_CALLS(double2, double2, maxloc, _warp)
+    RED_CALLS(double2, double2, maxloc, _block)
 }

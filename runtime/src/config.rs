@@ -1,5 +1,17 @@
 //! Runtime configuration: ONE table of environment variables feeds [`Config`], the docs and
 //! `rshmem-info`. Builder settings (see [`crate::Builder`]) override the environment.
+//!
+//! NVSHMEM's variables ([`NVSHMEM_VARS`]) with an rshmem equivalent stand in for the `RSHMEM_*`
+//! variable they map to when that one is unset ([`effective`]); [`EnvReport`] says what init
+//! warns about (unknown `RSHMEM_*` names, ignored `NVSHMEM_*` variables).
+
+mod compat;
+
+pub use compat::{
+    check_nvshmem, closest, edit_distance, effective, info_lines, known_rshmem_names,
+    nvshmem_entries, nvshmem_markdown, nvshmem_size, EnvReport, Mapped, NvshmemUse, NvshmemVar,
+    NVSHMEM_VARS, TOOL_VARS,
+};
 
 use std::time::Duration;
 
@@ -121,10 +133,22 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Pipe to which a PE writes its hang report when rshmemrun asks with SIGUSR1, and the wait that timed out or saw a peer gone; rshmemrun merges the PEs' reports into one table. Unset: a report asked for with SIGUSR1 goes to stderr.",
     },
     EnvVar {
+        name: "RSHMEM_INFO",
+        kind: "bool",
+        default: "0",
+        help: "At init, PE 0 prints rshmem's version and every RSHMEM_/NVSHMEM_ variable that is set, with the value rshmem uses, on stderr.",
+    },
+    EnvVar {
+        name: "RSHMEM_CAPI_DATA_SEGMENT",
+        kind: "bool",
+        default: "1",
+        help: "libshmem (the OpenSHMEM C library) only: 0 leaves the program's global and static variables private (not symmetric) instead of moving the data segment onto shared memory at init.",
+    },
+    EnvVar {
         name: "RSHMEM_LOG",
         kind: "tracing filter",
         default: "warn",
-        help: "tracing filter for programs that call rshmem::init_logging() (examples, perftests), e.g. rshmem=debug,rshmem::heap=trace; a bare level means rshmem=LEVEL.",
+        help: "tracing filter for programs that call rshmem::init_logging() (examples, perftests; librshmem calls it at init when this or NVSHMEM_DEBUG is set), e.g. rshmem=debug,rshmem::heap=trace; a bare level means rshmem=LEVEL.",
     },
 ];
 
@@ -169,6 +193,8 @@ pub struct Config {
     pub ucx_target_atomics: bool,
     /// Whether UCX endpoints use UCX's peer-failure handling (`RSHMEM_UCX_ERROR_MODE`).
     pub ucx_error_mode: crate::transport::select::UcxErrorMode,
+    /// PE 0 prints the version and the variables set at init (`RSHMEM_INFO`).
+    pub info: bool,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -201,6 +227,7 @@ impl Default for Config {
             ucx_lib: None,
             ucx_target_atomics: false,
             ucx_error_mode: crate::transport::select::UcxErrorMode::Auto,
+            info: false,
         }
     }
 }
@@ -211,8 +238,16 @@ impl Config {
         Self::from_lookup(&|k| std::env::var(k).ok())
     }
 
-    /// Reads the variables through `get` (testable without touching the environment).
+    /// Reads the variables through `get` (testable without touching the environment). An
+    /// unset `RSHMEM_*` variable takes the translated value of the NVSHMEM variable that maps
+    /// to it, if any ([`effective`]); a malformed value of such an NVSHMEM variable is an error
+    /// naming it.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        if let Some((name, value, why)) = check_nvshmem(get) {
+            return Err(bad(name, &value, &why));
+        }
+        let raw = get;
+        let get = &|k: &str| effective(raw, k);
         let mut c = Config::default();
         if let Some(v) = get("RSHMEM_TIMEOUT") {
             let secs: f64 = v
@@ -304,6 +339,9 @@ impl Config {
                     .parse()
                     .map_err(|_| bad("RSHMEM_IB_GID_INDEX", &v, "expected a GID table index"))?,
             );
+        }
+        if let Some(on) = flag("RSHMEM_INFO")? {
+            c.info = on;
         }
         if let Some(v) = get("RSHMEM_NODE_ID") {
             if v.is_empty() {

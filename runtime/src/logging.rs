@@ -144,7 +144,9 @@ fn launcher_pe() -> Option<usize> {
 /// Installs the subscriber as the global default unless one is installed already (then it does
 /// nothing and returns false).
 pub(crate) fn init() -> bool {
-    let value = std::env::var("RSHMEM_LOG").unwrap_or_default();
+    // RSHMEM_LOG, or NVSHMEM_DEBUG's level when RSHMEM_LOG is unset.
+    let value =
+        crate::config::effective(&|k| std::env::var(k).ok(), "RSHMEM_LOG").unwrap_or_default();
     let (f, problem) = filter(&value);
     let ok = tracing::subscriber::set_global_default(subscriber(f, launcher_pe(), Stderr)).is_ok();
     if let (true, Some(p)) = (ok, problem) {

@@ -7,9 +7,10 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Types that RMA calls (put, get, p, g, iput, iget) move: every primitive integer and float.
-/// OpenSHMEM's `char`..`long long`, `intN_t`, `uintN_t`, `size_t`, `ptrdiff_t`, `float`,
-/// `double` map to these.
+/// Types that RMA calls (put, get, p, g, iput, iget) move: every primitive integer and float,
+/// and the 16-bit floats [`F16`](crate::F16) and [`BF16`](crate::BF16). OpenSHMEM's
+/// `char`..`long long`, `intN_t`, `uintN_t`, `size_t`, `ptrdiff_t`, `float`, `double` map to
+/// these (NVSHMEM's `half` and `bfloat16` to the 16-bit ones).
 pub trait RmaType: Copy + Send + Sync + 'static + sealed::Sealed + std::fmt::Debug {
     #[doc(hidden)]
     fn default_value() -> Self;
@@ -19,6 +20,12 @@ macro_rules! rma {
     ($($t:ty),*) => {$( impl sealed::Sealed for $t {} impl RmaType for $t { #[inline] fn default_value() -> Self { 0 as $t } } )*};
 }
 rma!(i8, i16, i32, i64, i128, u8, u16, u32, u64, u128, isize, usize, f32, f64);
+
+// The 16-bit floats (crate::float16): their zero pattern is 0.0.
+macro_rules! rma16 {
+    ($($t:ty),*) => {$( impl sealed::Sealed for $t {} impl RmaType for $t { #[inline] fn default_value() -> Self { <$t>::from_bits(0) } } )*};
+}
+rma16!(crate::F16, crate::BF16);
 
 /// Types with fetch, set and swap atomics (OpenSHMEM's extended AMO types): the 32- and 64-bit
 /// integers and `f32`/`f64`.

@@ -289,7 +289,7 @@ impl ReduceCode {
 /// type the device collectives do not take.
 pub fn device_type<T: 'static>() -> Option<&'static str> {
     let t = TypeId::of::<T>();
-    let table: [(TypeId, &str); 14] = [
+    let table: [(TypeId, &str); 16] = [
         (TypeId::of::<i8>(), "int8_t"),
         (TypeId::of::<i16>(), "int16_t"),
         (TypeId::of::<i32>(), "int32_t"),
@@ -304,6 +304,9 @@ pub fn device_type<T: 'static>() -> Option<&'static str> {
         (TypeId::of::<usize>(), "uint64_t"),
         (TypeId::of::<f32>(), "float"),
         (TypeId::of::<f64>(), "double"),
+        // The device library's 16-bit float words (rshmem_detail::f16 / bf16 in coll.cuh).
+        (TypeId::of::<crate::F16>(), "f16"),
+        (TypeId::of::<crate::BF16>(), "bf16"),
     ];
     table.iter().find(|(id, _)| *id == t).map(|&(_, n)| n)
 }
@@ -339,5 +342,7 @@ mod tests {
         assert_eq!(device_type::<f64>(), Some("double"));
         assert_eq!(device_type::<usize>(), Some("uint64_t"));
         assert_eq!(device_type::<bool>(), None);
+        assert_eq!(device_type::<crate::F16>(), Some("f16"));
+        assert_eq!(device_type::<crate::BF16>(), Some("bf16"));
     }
 }

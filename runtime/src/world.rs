@@ -181,7 +181,26 @@ impl Builder {
     /// **Collective.** Starts the runtime: reads the launcher's variables (unless the builder
     /// was given rank, size and rendezvous), meets the other PEs, reserves and maps the
     /// symmetric heap. Every PE of the job must call it.
-    pub fn init(mut self) -> Result<World> {
+    ///
+    /// The environment is checked first ([`crate::config::EnvReport`]): unknown `RSHMEM_*`
+    /// names (with the closest known name) and `NVSHMEM_*` variables without an rshmem
+    /// equivalent are named in warnings on stderr, printed once per job by PE 0 (and by any
+    /// other PE whose warnings differ from PE 0's); when init fails, every PE prints its own.
+    pub fn init(self) -> Result<World> {
+        let report = crate::config::EnvReport::from_process();
+        ENV_REPORTED.store(false, Ordering::Relaxed);
+        let r = self.init_checked(&report);
+        if r.is_err() && !ENV_REPORTED.load(Ordering::Relaxed) {
+            let pe =
+                crate::config::launcher_rank().map_or_else(|| "?".to_string(), |r| r.to_string());
+            for line in report.lines() {
+                eprintln!("rshmem PE {pe}: {line}");
+            }
+        }
+        r
+    }
+
+    fn init_checked(mut self, report: &crate::config::EnvReport) -> Result<World> {
         let job = self.explicit_job()?;
         let mut cfg = Config::from_env()?;
         if let Some(b) = self.backend {
@@ -234,13 +253,47 @@ impl Builder {
                 )?),
                 _ => Box::new(rshmem_bootstrap::SingletonBootstrap::new()),
             };
-            return World::start(cfg, boot, rendezvous);
+            return World::start(cfg, boot, rendezvous, report);
         }
-        let (info, boot) = rshmem_bootstrap::from_env(cfg.timeout)?;
+        let env = |k: &str| crate::config::effective(&env_var, k);
+        let (info, boot) = rshmem_bootstrap::from_env_lookup(&env, cfg.timeout)?;
         tracing::debug!(target: "rshmem::init", rank = info.rank, size = info.size, launcher = %info.launcher, "launch information (detected launcher)");
         let rendezvous = info.uid.as_ref().map(|u| u.addr().to_string());
-        World::start(cfg, boot, rendezvous)
+        World::start(cfg, boot, rendezvous, report)
     }
+}
+
+/// Whether this init printed its environment warnings already (so a failing init does not
+/// print them twice).
+static ENV_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// The process environment as a lookup function.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Prints the environment warnings of `report` once per job (PE 0, and any PE whose report
+/// differs from PE 0's), and the `RSHMEM_INFO` lines on PE 0. Collective (one allgather).
+fn report_environment(
+    boot: &dyn Bootstrap,
+    cfg: &Config,
+    report: &crate::config::EnvReport,
+) -> Result<()> {
+    let me = boot.rank();
+    let digests = boot.allgather(&report.digest().to_le_bytes())?;
+    ENV_REPORTED.store(true, Ordering::Relaxed);
+    let differs = digests.first().map(Vec::as_slice) != Some(&report.digest().to_le_bytes()[..]);
+    if me == 0 || differs {
+        for line in report.lines() {
+            eprintln!("rshmem PE {me}: {line}");
+        }
+    }
+    if cfg.info && me == 0 {
+        for line in crate::config::info_lines(&env_var) {
+            eprintln!("rshmem PE {me}: {line}");
+        }
+    }
+    Ok(())
 }
 
 /// **Collective.** Starts the runtime with settings from the environment; shorthand for
@@ -314,7 +367,12 @@ impl std::fmt::Debug for World {
 }
 
 impl World {
-    fn start(cfg: Config, boot: Box<dyn Bootstrap>, rendezvous: Option<String>) -> Result<World> {
+    fn start(
+        cfg: Config,
+        boot: Box<dyn Bootstrap>,
+        rendezvous: Option<String>,
+        report: &crate::config::EnvReport,
+    ) -> Result<World> {
         let t0 = Instant::now();
         if ACTIVE.swap(true, Ordering::AcqRel) {
             return Err(Error::State {
@@ -323,7 +381,8 @@ impl World {
                     .into(),
             });
         }
-        let r = Self::start_inner(cfg, boot, rendezvous, t0);
+        let r = report_environment(boot.as_ref(), &cfg, report)
+            .and_then(|()| Self::start_inner(cfg, boot, rendezvous, t0));
         if r.is_err() {
             ACTIVE.store(false, Ordering::Release);
         }

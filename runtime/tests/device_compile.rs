@@ -326,3 +326,81 @@ fn ep_kernels_compile_or_skip() {
         "ep.cuh defined its kernels without RSHMEM_EP_KERNELS"
     );
 }
+
+/// The reduction kernel of the stream collectives (`coll_reduce.cu`) compiled the way the
+/// runtime compiles it for the 16-bit floats (`-DRSHMEM_RT=` the type's device name), which
+/// needs no CUDA header.
+#[test]
+fn reduce_kernel_compiles_for_16_bit_floats_or_skip() {
+    if !nvrtc_or_skip("reduce_kernel_compiles_for_16_bit_floats_or_skip") {
+        return;
+    }
+    let path = repo_root().join("runtime/src/device/kernels/coll_reduce.cu");
+    let src =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    for ty in [
+        rshmem::wire::device_type::<rshmem::F16>(),
+        rshmem::wire::device_type::<rshmem::BF16>(),
+    ] {
+        let ty = ty.unwrap_or_else(|| panic!("a 16-bit float has no device type"));
+        let mut o = opts(&format!("coll_reduce_{ty}.cu"));
+        o.options.push(format!("-DRSHMEM_RT={ty}"));
+        let cubin = compile_cubin(&src, &o).unwrap_or_else(|e| panic!("RSHMEM_RT={ty}: {e}"));
+        assert_cubin(&o.name, &cubin);
+    }
+}
+
+/// CUDA's include folder (for <cuda_fp16.h> / <cuda_bf16.h>, which NVRTC does not carry):
+/// `$CUDA_HOME/include`, `/usr/local/cuda/include`, or the folder of the pip-installed nvcc
+/// (`scripts/install-nvcc`).
+fn cuda_include() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(h) = std::env::var_os("CUDA_HOME") {
+        dirs.push(PathBuf::from(h).join("include"));
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/include"));
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".local/share/rshmem/nvcc/nvidia/cu13/include"));
+    }
+    dirs.into_iter().find(|d| d.join("cuda_fp16.h").is_file())
+}
+
+/// Every half and bfloat16 reduction and reducescatter of the device library (sum, prod, min,
+/// max; thread, warp and block scope), which exist when the module includes CUDA's 16-bit float
+/// headers first. Skipped (with a line on stderr) where no CUDA include folder is found.
+#[test]
+fn half_reductions_compile_with_cuda_headers_or_skip() {
+    if !nvrtc_or_skip("half_reductions_compile_with_cuda_headers_or_skip") {
+        return;
+    }
+    let Some(inc) = cuda_include() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: no CUDA include folder with cuda_fp16.h (set CUDA_HOME); \
+             half_reductions_compile_with_cuda_headers_or_skip checked nothing"
+        );
+        return;
+    };
+    let mut src = String::from(
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include \"rshmem/rshmem.cuh\"\n\
+         #include \"rshmem/coll.cuh\"\n\
+         extern \"C\" __global__ void half_reductions(rshmem_team_t team, void* d, const void* s, \
+         size_t n) {\n",
+    );
+    for (name, ty) in [("half", "__half"), ("bfloat16", "__nv_bfloat16")] {
+        for op in ["sum", "prod", "min", "max"] {
+            for c in ["reduce", "reducescatter"] {
+                for sfx in ["", "_warp", "_block"] {
+                    src += &format!(
+                        "    rshmem_{name}_{op}_{c}{sfx}(team, ({ty}*)d, (const {ty}*)s, n);\n"
+                    );
+                }
+            }
+        }
+    }
+    src += "}\n";
+    let mut o = opts("half_reductions.cu");
+    o.options.push(format!("-I{}", inc.display()));
+    let cubin = compile_cubin(&src, &o).unwrap_or_else(|e| panic!("{e}"));
+    assert_cubin("half_reductions.cu", &cubin);
+}

@@ -13,3 +13,13 @@ fn readme_lists_every_environment_variable() {
         "README.md lacks {missing:?}; regenerate its table with `rshmem-info --markdown`"
     );
 }
+
+#[test]
+fn porting_guide_holds_the_nvshmem_variable_table() {
+    let guide = include_str!("../../docs/nvshmem-porting.md");
+    assert!(
+        guide.contains(&rshmem::config::nvshmem_markdown()),
+        "docs/nvshmem-porting.md lacks the current NVSHMEM variable table; regenerate it with \
+         `rshmem-info --markdown --nvshmem`"
+    );
+}

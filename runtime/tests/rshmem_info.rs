@@ -9,6 +9,7 @@ fn info(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
         if k.starts_with("RSHMEM_")
+            || k.starts_with("NVSHMEM_")
             || k.starts_with("OMPI_")
             || k.starts_with("PMIX_")
             || k.starts_with("SLURM_")
@@ -75,7 +76,7 @@ fn unknown_flag_is_rejected_with_exit_2() {
 #[test]
 fn malformed_variable_is_flagged_invalid_with_its_parse_error() {
     let o = info(&[], &[("RSHMEM_TIMEOUT", "abc")]);
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(o.status.code(), Some(1), "a malformed value exits 1: {o:?}");
     let out = stdout(&o);
     let line = out
         .lines()
@@ -91,6 +92,7 @@ fn malformed_variable_is_flagged_invalid_with_its_parse_error() {
 
     // A valid value is shown, not flagged.
     let o = info(&[], &[("RSHMEM_TIMEOUT", "12.5")]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
     let out = stdout(&o);
     assert!(!out.contains("INVALID"), "{out}");
     assert!(out.contains("(set: 12.5)"), "{out}");
@@ -102,7 +104,7 @@ fn malformed_variable_in_json() {
         &["--json"],
         &[("RSHMEM_TIMEOUT", "abc"), ("RSHMEM_HEAP_LIMIT", "8G")],
     );
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
     let v: serde_json::Value = match serde_json::from_slice(&o.stdout) {
         Ok(v) => v,
         Err(e) => panic!("--json is not JSON ({e}): {}", stdout(&o)),
@@ -135,6 +137,68 @@ fn malformed_launcher_variable_is_flagged() {
         .unwrap_or_else(|| panic!("no RSHMEM_RANK line: {out}"));
     assert!(line.contains("INVALID") && line.contains("\"x\""), "{line}");
     assert!(out.contains("launcher: rshmemrun -- INVALID"), "{out}");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+}
+
+#[test]
+fn nvshmem_variables_are_shown_with_what_rshmem_does() {
+    let o = info(
+        &[],
+        &[
+            ("NVSHMEM_SYMMETRIC_SIZE", "1.5G"),
+            ("NVSHMEM_NVTX", "on"),
+            ("NVSHMEM_DISABLE_NVLS", "1"),
+            ("NVSHMEM_DISABLE_P2P", "1"),
+            ("RSHMEM_DISABLE_P2P", "0"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let out = stdout(&o);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line: {out}"))
+            .to_string()
+    };
+    assert!(line("NVSHMEM_SYMMETRIC_SIZE ").contains("RSHMEM_HEAP_INITIAL=1610612736"));
+    assert!(line("NVSHMEM_NVTX ").contains("ignored: no rshmem equivalent"));
+    assert!(line("NVSHMEM_DISABLE_NVLS ").contains("nothing to do"));
+    assert!(line("NVSHMEM_DISABLE_P2P ").contains("overridden by RSHMEM_DISABLE_P2P"));
+    assert!(line("RSHMEM_HEAP_INITIAL ").contains("(from NVSHMEM_SYMMETRIC_SIZE=1.5G"));
+    // Both sets in JSON too.
+    let o = info(&["--json"], &[("NVSHMEM_SYMMETRIC_SIZE", "lots")]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a malformed NVSHMEM value exits 1: {o:?}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let nv = &v["nvshmem"][0];
+    assert_eq!(nv["name"], "NVSHMEM_SYMMETRIC_SIZE");
+    assert_eq!(nv["rshmem"], "RSHMEM_HEAP_INITIAL");
+    assert!(
+        nv["invalid"].as_str().unwrap_or_default().contains("size"),
+        "{nv}"
+    );
+    assert!(stdout(&info(&[], &[])).contains("NVSHMEM variables: none set"));
+}
+
+#[test]
+fn unknown_rshmem_name_is_shown_with_the_closest_known_one() {
+    let o = info(&[], &[("RSHMEM_BAKCEND", "cpu")]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "an unknown name is a warning: {o:?}"
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("RSHMEM_BAKCEND -- did you mean RSHMEM_BACKEND?"),
+        "{out}"
+    );
+    let o = info(&["--json"], &[("RSHMEM_BAKCEND", "cpu")]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["unknown"][0]["did_you_mean"], "RSHMEM_BACKEND", "{v}");
 }
 
 #[test]

@@ -102,6 +102,28 @@ impl Val for f64 {
     }
 }
 
+// The 16-bit floats: a 9-bit (half) or 7-bit (bfloat16) integer plus one half, exact in the
+// type and never the poison (whose magnitude is below 0.5).
+macro_rules! half_val {
+    ($($t:ident, $tag:expr, $mask:expr);*) => {$(
+        impl Val for rshmem::$t {
+            const NAME: &'static str = stringify!($t);
+            const TAG: u64 = $tag;
+            fn from_seed(s: u64) -> Self {
+                let m = ((s >> 20) & $mask) as f32 + 0.5;
+                rshmem::$t::from_f32(if s & 1 == 1 { -m } else { m })
+            }
+            fn poison() -> Self {
+                rshmem::$t::from_bits(0xA5A5)
+            }
+            fn bits(self) -> u128 {
+                self.to_bits() as u128
+            }
+        }
+    )*};
+}
+half_val!(F16, 15, 0x1FF; BF16, 16, 0x7F);
+
 /// The value source PE `src` writes for target PE `dst` at index `idx`.
 pub fn val<T: Val>(src: usize, dst: usize, idx: usize) -> T {
     T::from_seed(seed(T::TAG, src, dst, idx, 0))

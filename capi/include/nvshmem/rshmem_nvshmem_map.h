@@ -2047,6 +2047,13 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_collective_launch rshmemx_collective_launch
 #define nvshmemx_collective_launch_query_gridsize rshmemx_collective_launch_query_gridsize
 
+// ---- Host-only: user buffers and CUDA modules the program loads itself
+#define nvshmemx_buffer_register rshmemx_buffer_register
+#define nvshmemx_buffer_unregister rshmemx_buffer_unregister
+#define nvshmemx_buffer_unregister_all rshmemx_buffer_unregister_all
+#define nvshmemx_cumodule_init rshmemx_cumodule_init
+#define nvshmemx_cumodule_finalize rshmemx_cumodule_finalize
+
 // ---- Host-only: stream-ordered calls
 #define nvshmemx_barrier_all_on_stream rshmemx_barrier_all_on_stream
 #define nvshmemx_sync_all_on_stream rshmemx_sync_all_on_stream
@@ -2692,28 +2699,36 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_half_fcollect_on_stream, (rshmem_team_t team,
 RSHMEM_COMPAT_HOST16(int, nvshmemx_half_broadcast_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
 #define nvshmemx_half_sum_reduce_warp rshmem_half_sum_reduce_warp
 #define nvshmemx_half_sum_reduce_block rshmem_half_sum_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_sum_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_sum_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_sum_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_sum_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_sum_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_sum_reducescatter_warp rshmem_half_sum_reducescatter_warp
 #define nvshmemx_half_sum_reducescatter_block rshmem_half_sum_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_sum_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_sum_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_sum_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_sum_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_sum_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_sum_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_prod_reduce_warp rshmem_half_prod_reduce_warp
 #define nvshmemx_half_prod_reduce_block rshmem_half_prod_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_prod_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_prod_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_prod_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_prod_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_prod_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_prod_reducescatter_warp rshmem_half_prod_reducescatter_warp
 #define nvshmemx_half_prod_reducescatter_block rshmem_half_prod_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_prod_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_prod_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_prod_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_prod_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_prod_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_prod_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_min_reduce_warp rshmem_half_min_reduce_warp
 #define nvshmemx_half_min_reduce_block rshmem_half_min_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_min_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_min_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_min_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_min_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_min_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_min_reducescatter_warp rshmem_half_min_reducescatter_warp
 #define nvshmemx_half_min_reducescatter_block rshmem_half_min_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_min_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_min_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_min_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_min_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_min_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_min_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_max_reduce_warp rshmem_half_max_reduce_warp
 #define nvshmemx_half_max_reduce_block rshmem_half_max_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_max_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_max_reduce, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_max_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_max_reduce_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_max_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_half_max_reducescatter_warp rshmem_half_max_reducescatter_warp
 #define nvshmemx_half_max_reducescatter_block rshmem_half_max_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_half_max_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_half_max_reducescatter, (rshmem_team_t team, half *dest, const half *source, size_t nreduce), rshmem_half_max_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_half_max_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_half_max_reducescatter_on_stream, (rshmem_team_t team, half *dest, const half *source, size_t nreduce, cudaStream_t stream), rshmemx_half_max_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 RSHMEM_COMPAT_TWIN16(void, nvshmem_bfloat16_p, (__nv_bfloat16 *dest, __nv_bfloat16 value, int pe), rshmem_uint16_p((uint16_t *)dest, rshmem_compat_bits(value), pe))
 RSHMEM_COMPAT_TWIN16(__nv_bfloat16, nvshmem_bfloat16_g, (const __nv_bfloat16 *src, int pe), rshmem_compat_from_bits<__nv_bfloat16>(rshmem_uint16_g((const uint16_t *)src, pe)))
 RSHMEM_COMPAT_TWIN16(void, nvshmem_bfloat16_put, (__nv_bfloat16 *dest, const __nv_bfloat16 *src, size_t nelems, int pe), rshmem_uint16_put((uint16_t *)dest, (const uint16_t *)src, nelems, pe))
@@ -2752,33 +2767,51 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_fcollect_on_stream, (rshmem_team_t t
 RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_broadcast_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nelems, int root, cudaStream_t stream), rshmemx_uint16_broadcast_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nelems, root, stream))
 #define nvshmemx_bfloat16_sum_reduce_warp rshmem_bfloat16_sum_reduce_warp
 #define nvshmemx_bfloat16_sum_reduce_block rshmem_bfloat16_sum_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_sum_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_sum_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_sum_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_sum_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_sum_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_sum_reducescatter_warp rshmem_bfloat16_sum_reducescatter_warp
 #define nvshmemx_bfloat16_sum_reducescatter_block rshmem_bfloat16_sum_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_sum_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_sum_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_sum_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_sum_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_sum_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_sum_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_prod_reduce_warp rshmem_bfloat16_prod_reduce_warp
 #define nvshmemx_bfloat16_prod_reduce_block rshmem_bfloat16_prod_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_prod_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_prod_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_prod_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_prod_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_prod_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_prod_reducescatter_warp rshmem_bfloat16_prod_reducescatter_warp
 #define nvshmemx_bfloat16_prod_reducescatter_block rshmem_bfloat16_prod_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_prod_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_prod_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_prod_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_prod_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_prod_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_prod_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_min_reduce_warp rshmem_bfloat16_min_reduce_warp
 #define nvshmemx_bfloat16_min_reduce_block rshmem_bfloat16_min_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_min_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_min_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_min_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_min_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_min_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_min_reducescatter_warp rshmem_bfloat16_min_reducescatter_warp
 #define nvshmemx_bfloat16_min_reducescatter_block rshmem_bfloat16_min_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_min_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_min_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_min_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_min_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_min_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_min_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_max_reduce_warp rshmem_bfloat16_max_reduce_warp
 #define nvshmemx_bfloat16_max_reduce_block rshmem_bfloat16_max_reduce_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reduce(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_max_reduce, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reduce(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_max_reduce)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_max_reduce_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_max_reduce_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #define nvshmemx_bfloat16_max_reducescatter_warp rshmem_bfloat16_max_reducescatter_warp
 #define nvshmemx_bfloat16_max_reducescatter_block rshmem_bfloat16_max_reducescatter_block
-RSHMEM_COMPAT_DEV16(int, nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reducescatter(team, dest, source, nreduce))
+RSHMEM_COMPAT_COLL(nvshmem_bfloat16_max_reducescatter, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce), rshmem_bfloat16_max_reducescatter(team, dest, source, nreduce), RSHMEM_COMPAT_HOST_ENTRY(rshmem_bfloat16_max_reducescatter)(team, (uint16_t *)dest, (const uint16_t *)source, nreduce))
+RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_max_reducescatter_on_stream, (rshmem_team_t team, __nv_bfloat16 *dest, const __nv_bfloat16 *source, size_t nreduce, cudaStream_t stream), rshmemx_bfloat16_max_reducescatter_on_stream(team, (uint16_t *)dest, (const uint16_t *)source, nreduce, stream))
 #endif  // RSHMEM_COMPAT_HAVE_FP16
+
+// ---- maxloc (double2 {value, location}), device only
+#define nvshmem_double2_maxloc_reduce rshmem_double2_maxloc_reduce
+#define nvshmem_double2_maxloc_reducescatter rshmem_double2_maxloc_reducescatter
+#define nvshmemx_double2_maxloc_reduce_warp rshmem_double2_maxloc_reduce_warp
+#define nvshmemx_double2_maxloc_reducescatter_warp rshmem_double2_maxloc_reducescatter_warp
+#define nvshmemx_double2_maxloc_reduce_block rshmem_double2_maxloc_reduce_block
+#define nvshmemx_double2_maxloc_reducescatter_block rshmem_double2_maxloc_reducescatter_block
 
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_all_on_stream, "rshmem's host library has no rshmemx_int_wait_until_all_on_stream")
@@ -2828,35 +2861,10 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_on_stream, "rshmem's host 
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_all_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_all_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_any_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_any_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_ptrdiff_wait_until_some_on_stream, "rshmem's host library has no rshmemx_ptrdiff_wait_until_some_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reduce_on_stream, "rshmem's host library has no rshmemx_half_sum_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_sum_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_sum_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_prod_reduce_on_stream, "rshmem's host library has no rshmemx_half_prod_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_prod_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_prod_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_min_reduce_on_stream, "rshmem's host library has no rshmemx_half_min_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_min_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_min_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_max_reduce_on_stream, "rshmem's host library has no rshmemx_half_max_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_half_max_reducescatter_on_stream, "rshmem's host library has no rshmemx_half_max_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_sum_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_sum_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_sum_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_sum_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_prod_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_prod_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_prod_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_prod_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_min_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_min_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_min_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_min_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reduce_on_stream, "rshmem's host library has no rshmemx_bfloat16_max_reduce_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_bfloat16_max_reducescatter_on_stream, "rshmem's host library has no rshmemx_bfloat16_max_reducescatter_on_stream")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmem_double2_maxloc_reduce, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_warp, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_block, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "rshmem has no maxloc reductions")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_all, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register_symmetric, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_symmetric, "rshmem has no registration of user buffers")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_cumodule_init, "kernels are compiled by nvcc against the headers, which need no module set-up, or by NVRTC through rshmem's load_module")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_cumodule_finalize, "see nvshmemx_cumodule_init")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_init, "see nvshmemx_cumodule_init")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_finalize, "see nvshmemx_cumodule_init")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reduce_on_stream, "maxloc exists in kernels only (as in NVSHMEM)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_double2_maxloc_reducescatter_on_stream, "maxloc exists in kernels only (as in NVSHMEM)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_init, "use nvshmemx_cumodule_init with a module loaded by cuModuleLoad* (rshmem does not reach CUDA 12 library objects)")
+RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_culibrary_finalize, "see nvshmemx_culibrary_init")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_mc_ptr, "rshmem does not use NVLink multicast")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_hostlib_init_attr, "rshmem has no separate host library")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_hostlib_finalize, "rshmem has no separate host library")
@@ -2875,6 +2883,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
+#define nvshmemx_buffer_register_symmetric(...) nvshmemx_buffer_register_symmetric_is_not_supported_by_rshmem
+#define nvshmemx_buffer_unregister_symmetric(...) nvshmemx_buffer_unregister_symmetric_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_all_on_stream(...) nvshmemx_int_wait_until_all_on_stream_is_not_supported_by_rshmem
@@ -2924,33 +2934,8 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #define nvshmemx_ptrdiff_wait_until_all_on_stream(...) nvshmemx_ptrdiff_wait_until_all_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_any_on_stream(...) nvshmemx_ptrdiff_wait_until_any_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_ptrdiff_wait_until_some_on_stream(...) nvshmemx_ptrdiff_wait_until_some_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_sum_reduce_on_stream(...) nvshmemx_half_sum_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_sum_reducescatter_on_stream(...) nvshmemx_half_sum_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_prod_reduce_on_stream(...) nvshmemx_half_prod_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_prod_reducescatter_on_stream(...) nvshmemx_half_prod_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_min_reduce_on_stream(...) nvshmemx_half_min_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_min_reducescatter_on_stream(...) nvshmemx_half_min_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_max_reduce_on_stream(...) nvshmemx_half_max_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_half_max_reducescatter_on_stream(...) nvshmemx_half_max_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_sum_reduce_on_stream(...) nvshmemx_bfloat16_sum_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_sum_reducescatter_on_stream(...) nvshmemx_bfloat16_sum_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_prod_reduce_on_stream(...) nvshmemx_bfloat16_prod_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_prod_reducescatter_on_stream(...) nvshmemx_bfloat16_prod_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_min_reduce_on_stream(...) nvshmemx_bfloat16_min_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_min_reducescatter_on_stream(...) nvshmemx_bfloat16_min_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_max_reduce_on_stream(...) nvshmemx_bfloat16_max_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_bfloat16_max_reducescatter_on_stream(...) nvshmemx_bfloat16_max_reducescatter_on_stream_is_not_supported_by_rshmem
-#define nvshmem_double2_maxloc_reduce(...) nvshmem_double2_maxloc_reduce_is_not_supported_by_rshmem
-#define nvshmemx_double2_maxloc_reduce_warp(...) nvshmemx_double2_maxloc_reduce_warp_is_not_supported_by_rshmem
-#define nvshmemx_double2_maxloc_reduce_block(...) nvshmemx_double2_maxloc_reduce_block_is_not_supported_by_rshmem
 #define nvshmemx_double2_maxloc_reduce_on_stream(...) nvshmemx_double2_maxloc_reduce_on_stream_is_not_supported_by_rshmem
-#define nvshmemx_buffer_register(...) nvshmemx_buffer_register_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister(...) nvshmemx_buffer_unregister_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister_all(...) nvshmemx_buffer_unregister_all_is_not_supported_by_rshmem
-#define nvshmemx_buffer_register_symmetric(...) nvshmemx_buffer_register_symmetric_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister_symmetric(...) nvshmemx_buffer_unregister_symmetric_is_not_supported_by_rshmem
-#define nvshmemx_cumodule_init(...) nvshmemx_cumodule_init_is_not_supported_by_rshmem
-#define nvshmemx_cumodule_finalize(...) nvshmemx_cumodule_finalize_is_not_supported_by_rshmem
+#define nvshmemx_double2_maxloc_reducescatter_on_stream(...) nvshmemx_double2_maxloc_reducescatter_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_init(...) nvshmemx_culibrary_init_is_not_supported_by_rshmem
 #define nvshmemx_culibrary_finalize(...) nvshmemx_culibrary_finalize_is_not_supported_by_rshmem
 #define nvshmemx_mc_ptr(...) nvshmemx_mc_ptr_is_not_supported_by_rshmem

@@ -101,6 +101,11 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
                 "rshmem is already initialized (call rshmem_finalize first)",
             );
         }
+        // RSHMEM_LOG (or NVSHMEM_DEBUG) asks for rshmem's log: install its stderr logger
+        // unless the program installed a subscriber of its own.
+        if rt::config::effective(&|k| std::env::var(k).ok(), "RSHMEM_LOG").is_some() {
+            rt::init_logging();
+        }
         let b = choose_device(b()?)?;
         // Before meeting the other PEs, so that the handler is in place on every PE before any
         // PE can return from init and call rshmem_global_exit.
@@ -114,6 +119,7 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
         let rt = Box::new(Rt {
             world,
             teams: Mutex::new(HashMap::new()),
+            buffers: Mutex::new(Vec::new()),
         });
         RT.store(Box::into_raw(rt), Ordering::Release);
         Ok(())
@@ -262,52 +268,10 @@ fn uid_to_c(id: &rt::UniqueId) -> CResult<UniqueIdC> {
     Ok(u)
 }
 
-/// The rendezvous address of a new unique id: `RSHMEM_TCP_ADDR`, else this host name's
-/// first non-loopback IPv4 address, else loopback; with a port free now.
+/// A new unique id (the runtime's [`rt::new_unique_id`]: `RSHMEM_TCP_ADDR`, else this host
+/// name's first non-loopback IPv4 address, else loopback; with a port free now).
 fn new_uid() -> CResult<rt::UniqueId> {
-    use std::net::{IpAddr, Ipv4Addr, TcpListener, ToSocketAddrs};
-    let configured = std::env::var("RSHMEM_TCP_ADDR").ok();
-    let ip: IpAddr = match configured {
-        Some(a) => a.trim().parse().map_err(|_| {
-            Fail::Msg(
-                Code::InvalidValue,
-                format!("RSHMEM_TCP_ADDR={a:?} is not an IP address"),
-            )
-        })?,
-        None => {
-            let mut buf = [0u8; 256];
-            // SAFETY: gethostname writes at most buf.len() bytes into buf.
-            let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-            let name: String = if ok {
-                buf.iter()
-                    .take_while(|&&c| c != 0)
-                    .map(|&c| c as char)
-                    .collect()
-            } else {
-                String::new()
-            };
-            (name.as_str(), 0)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.find(|s| s.is_ipv4() && !s.ip().is_loopback()))
-                .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |s| s.ip())
-        }
-    };
-    let port = TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .map_err(|e| {
-            Fail::Msg(
-                Code::System,
-                format!("finding a free port on {ip} for the rendezvous: {e}"),
-            )
-        })?
-        .port();
-    let addr = match ip {
-        IpAddr::V4(v4) => format!("{v4}:{port}"),
-        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
-    };
-    rt::UniqueId::new(addr)
-        .map_err(|e| Fail::Msg(Code::System, format!("making the unique id: {e}")))
+    Ok(rt::new_unique_id()?)
 }
 
 /// `rshmem_get_uniqueid`: **local**, allowed before init; makes a fresh unique id.
@@ -425,7 +389,7 @@ pub extern "C" fn rshmem_finalize() -> c_int {
         // SAFETY: a non-null pointer came from `Box::into_raw` in `start` and is taken back
         // exactly once (the swap).
         let rt = unsafe { Box::from_raw(p) };
-        let Rt { world, teams } = *rt;
+        let Rt { world, teams, .. } = *rt;
         drop(teams);
         world.finalize()?;
         Ok(())

@@ -124,6 +124,8 @@ pub struct Rt {
     pub world: rt::World,
     /// Teams made by splits, by device handle (the predefined ones are not here).
     pub teams: Mutex<HashMap<i32, rt::Team>>,
+    /// Local buffers of `rshmemx_buffer_register`: (start, length), sorted by start.
+    pub buffers: Mutex<Vec<(usize, usize)>>,
 }
 
 /// The running runtime: published once by init, taken back by `rshmem_finalize`. Entry points

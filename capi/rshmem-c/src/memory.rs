@@ -102,3 +102,101 @@ pub extern "C" fn rshmem_sync_all() {
 pub fn pe(rt: &crate::Rt, pe: c_int) -> CResult<usize> {
     pe_of(&rt.world, pe)
 }
+
+/// `rshmemx_cumodule_init`: **local**; the device state reaches a module the program loaded
+/// itself (see `rt::device::units::init_module`).
+#[no_mangle]
+pub extern "C" fn rshmemx_cumodule_init(module: *mut c_void) -> c_int {
+    crate::guarded_status("rshmemx_cumodule_init", || {
+        current()?;
+        Ok(rt::device::units::init_module(module as usize)?)
+    })
+}
+
+/// `rshmemx_cumodule_finalize`: **local**; zeroes the module's state and stops updating it.
+#[no_mangle]
+pub extern "C" fn rshmemx_cumodule_finalize(module: *mut c_void) -> c_int {
+    crate::guarded_status("rshmemx_cumodule_finalize", || {
+        current()?;
+        Ok(rt::device::units::finalize_module(module as usize)?)
+    })
+}
+
+/// Adds `[addr, addr+len)` to `list` (sorted by start): refused when empty, NULL, wrapping,
+/// or overlapping a registered range.
+fn add_buffer(list: &mut Vec<(usize, usize)>, addr: usize, len: usize) -> Result<(), String> {
+    if addr == 0 {
+        return Err("addr is NULL".into());
+    }
+    if len == 0 {
+        return Err("length is 0".into());
+    }
+    let Some(end) = addr.checked_add(len) else {
+        return Err(format!(
+            "the range {addr:#x}+{len} wraps around the address space"
+        ));
+    };
+    if let Some(&(s, l)) = list.iter().find(|&&(s, l)| addr < s + l && s < end) {
+        return Err(format!(
+            "the range {addr:#x}+{len} overlaps the registered buffer {s:#x}+{l} \
+             (unregister it first)"
+        ));
+    }
+    let at = list.partition_point(|&(s, _)| s < addr);
+    list.insert(at, (addr, len));
+    Ok(())
+}
+
+/// Removes the registration starting at `addr`.
+fn remove_buffer(list: &mut Vec<(usize, usize)>, addr: usize) -> Result<(), String> {
+    match list.iter().position(|&(s, _)| s == addr) {
+        Some(i) => {
+            list.remove(i);
+            Ok(())
+        }
+        None => Err(format!(
+            "{addr:#x} is not the start of a buffer registered with rshmemx_buffer_register"
+        )),
+    }
+}
+
+/// `rshmemx_buffer_register`: **local**. Registers `[addr, addr+length)` of this process as a
+/// local source or destination of RMA (NVSHMEM's `nvshmemx_buffer_register`). rshmem's
+/// transports need no registration of local buffers (host calls copy from and to them with the
+/// CPU or the copy engine), so this only checks the range (not NULL, not empty, not inside the
+/// symmetric heap, which needs none, no overlap with a registered buffer) and records it for
+/// `rshmemx_buffer_unregister`.
+#[no_mangle]
+pub extern "C" fn rshmemx_buffer_register(addr: *mut c_void, length: usize) -> c_int {
+    crate::status("rshmemx_buffer_register", |rt| {
+        let me = rt.world.my_pe();
+        if !addr.is_null() && rt.world.ptr(addr.cast::<u8>(), me).is_some() {
+            return crate::fail(
+                crate::Code::InvalidValue,
+                "addr is symmetric memory, which needs no registration",
+            );
+        }
+        let mut list = rt.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        add_buffer(&mut list, addr as usize, length)
+            .or_else(|why| crate::fail(crate::Code::InvalidValue, why))
+    })
+}
+
+/// `rshmemx_buffer_unregister`: **local**. Ends the registration that starts at `addr`.
+#[no_mangle]
+pub extern "C" fn rshmemx_buffer_unregister(addr: *mut c_void) -> c_int {
+    crate::status("rshmemx_buffer_unregister", |rt| {
+        let mut list = rt.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        remove_buffer(&mut list, addr as usize)
+            .or_else(|why| crate::fail(crate::Code::InvalidValue, why))
+    })
+}
+
+/// `rshmemx_buffer_unregister_all`: **local**. Ends every registration of this PE.
+#[no_mangle]
+pub extern "C" fn rshmemx_buffer_unregister_all() {
+    let _ = crate::status("rshmemx_buffer_unregister_all", |rt| {
+        rt.buffers.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
+    });
+}

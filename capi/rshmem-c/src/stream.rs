@@ -583,3 +583,4 @@ macro_rules! reduce_stream_bitwise {
 reduce_int_types!(reduce_stream_arith);
 reduce_int_types!(reduce_stream_bitwise);
 reduce_float_types!(reduce_stream_arith);
+reduce_half_types!(reduce_stream_arith);

@@ -743,3 +743,4 @@ macro_rules! reduce_bitwise {
 reduce_int_types!(reduce_arith);
 reduce_int_types!(reduce_bitwise);
 reduce_float_types!(reduce_arith);
+reduce_half_types!(reduce_arith);

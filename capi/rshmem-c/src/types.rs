@@ -32,6 +32,16 @@ macro_rules! rma_types {
     };
 }
 
+/// 16-bit float reduction types (sum, prod, min, max): in C their 16-bit patterns (`uint16_t`,
+/// the layout of CUDA's `__half` / `__nv_bfloat16`), here rshmem's `F16` / `BF16` (the same
+/// 16 bits, `repr(transparent)`).
+macro_rules! reduce_half_types {
+    ($m:ident) => {
+        $m!(half, rt::F16);
+        $m!(bfloat16, rt::BF16);
+    };
+}
+
 /// Integer atomic types (and the wait/test types).
 macro_rules! amo_types {
     ($m:ident) => {

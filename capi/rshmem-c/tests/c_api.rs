@@ -219,6 +219,20 @@ fn errors_return_codes_and_name_the_call() {
         ("rshmem_team_get_config", "unknown bits"),
         ("rshmem_team_get_config", "config is NULL"),
         ("rshmem_align", "not a power of two"),
+        ("rshmemx_cumodule_init", "called before rshmem_init"),
+        ("rshmemx_buffer_register", "overlaps the registered buffer"),
+        ("rshmemx_buffer_register", "addr is NULL"),
+        ("rshmemx_buffer_register", "length is 0"),
+        ("rshmemx_buffer_register", "symmetric memory"),
+        ("rshmemx_buffer_unregister", "is not the start of a buffer"),
+        (
+            "rshmemx_cumodule_init",
+            "not initialized on the GPU backend",
+        ),
+        (
+            "rshmemx_cumodule_finalize",
+            "not initialized on the GPU backend",
+        ),
     ] {
         assert!(
             r.stderr.lines().any(|l| l.starts_with("rshmem: PE ")

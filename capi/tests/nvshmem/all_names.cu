@@ -2123,6 +2123,12 @@ __device__ void rshmem_compat_device_names(void) {
     (void)&nvshmemx_bfloat16_max_reducescatter_warp;
     (void)&nvshmemx_bfloat16_max_reducescatter_block;
     (void)&nvshmem_bfloat16_max_reducescatter;
+    (void)&nvshmem_double2_maxloc_reduce;
+    (void)&nvshmem_double2_maxloc_reducescatter;
+    (void)&nvshmemx_double2_maxloc_reduce_warp;
+    (void)&nvshmemx_double2_maxloc_reducescatter_warp;
+    (void)&nvshmemx_double2_maxloc_reduce_block;
+    (void)&nvshmemx_double2_maxloc_reducescatter_block;
 }
 #endif
 
@@ -2528,6 +2534,11 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmemx_init_status;
     (void)&nvshmemx_collective_launch;
     (void)&nvshmemx_collective_launch_query_gridsize;
+    (void)&nvshmemx_buffer_register;
+    (void)&nvshmemx_buffer_unregister;
+    (void)&nvshmemx_buffer_unregister_all;
+    (void)&nvshmemx_cumodule_init;
+    (void)&nvshmemx_cumodule_finalize;
     (void)&nvshmemx_barrier_all_on_stream;
     (void)&nvshmemx_sync_all_on_stream;
     (void)&nvshmemx_barrier_on_stream;
@@ -3149,6 +3160,22 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmemx_half_alltoall_on_stream;
     (void)&nvshmemx_half_fcollect_on_stream;
     (void)&nvshmemx_half_broadcast_on_stream;
+    (void)&nvshmem_half_sum_reduce;
+    (void)&nvshmemx_half_sum_reduce_on_stream;
+    (void)&nvshmem_half_sum_reducescatter;
+    (void)&nvshmemx_half_sum_reducescatter_on_stream;
+    (void)&nvshmem_half_prod_reduce;
+    (void)&nvshmemx_half_prod_reduce_on_stream;
+    (void)&nvshmem_half_prod_reducescatter;
+    (void)&nvshmemx_half_prod_reducescatter_on_stream;
+    (void)&nvshmem_half_min_reduce;
+    (void)&nvshmemx_half_min_reduce_on_stream;
+    (void)&nvshmem_half_min_reducescatter;
+    (void)&nvshmemx_half_min_reducescatter_on_stream;
+    (void)&nvshmem_half_max_reduce;
+    (void)&nvshmemx_half_max_reduce_on_stream;
+    (void)&nvshmem_half_max_reducescatter;
+    (void)&nvshmemx_half_max_reducescatter_on_stream;
     (void)&nvshmem_bfloat16_p;
     (void)&nvshmem_bfloat16_put;
     (void)&nvshmem_bfloat16_get;
@@ -3166,4 +3193,20 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmemx_bfloat16_alltoall_on_stream;
     (void)&nvshmemx_bfloat16_fcollect_on_stream;
     (void)&nvshmemx_bfloat16_broadcast_on_stream;
+    (void)&nvshmem_bfloat16_sum_reduce;
+    (void)&nvshmemx_bfloat16_sum_reduce_on_stream;
+    (void)&nvshmem_bfloat16_sum_reducescatter;
+    (void)&nvshmemx_bfloat16_sum_reducescatter_on_stream;
+    (void)&nvshmem_bfloat16_prod_reduce;
+    (void)&nvshmemx_bfloat16_prod_reduce_on_stream;
+    (void)&nvshmem_bfloat16_prod_reducescatter;
+    (void)&nvshmemx_bfloat16_prod_reducescatter_on_stream;
+    (void)&nvshmem_bfloat16_min_reduce;
+    (void)&nvshmemx_bfloat16_min_reduce_on_stream;
+    (void)&nvshmem_bfloat16_min_reducescatter;
+    (void)&nvshmemx_bfloat16_min_reducescatter_on_stream;
+    (void)&nvshmem_bfloat16_max_reduce;
+    (void)&nvshmemx_bfloat16_max_reduce_on_stream;
+    (void)&nvshmem_bfloat16_max_reducescatter;
+    (void)&nvshmemx_bfloat16_max_reducescatter_on_stream;
 }

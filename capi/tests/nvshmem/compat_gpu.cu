@@ -9,7 +9,12 @@
 //   6. half: nvshmemx_half_put_on_stream and nvshmem_half_broadcast from the host;
 //   7. nvshmemx_putmem_nbi_on_stream (mapped to the stream-ordered put) + quiet/barrier on stream;
 //   8. half and bfloat16 reductions in a kernel (block scope; sums of small integers and halves,
-//      which 16 bits hold exactly, so the expected values are exact).
+//      which 16 bits hold exactly, so the expected values are exact);
+//   9. half and bfloat16 reductions from the host: nvshmemx_half_sum_reduce_on_stream,
+//      nvshmemx_bfloat16_min_reducescatter_on_stream and the blocking nvshmem_half_max_reduce
+//      (exact values again);
+//  10. nvshmemx_double2_maxloc_reduce_block in a kernel: PE p offers {value, location p}; the
+//      largest value wins, of equal values the smallest location.
 #include <stdio.h>
 #include <stdint.h>
 #include <nvshmem.h>
@@ -43,6 +48,10 @@ __global__ void half_reduce_kernel(half *hd, const half *hs, __nv_bfloat16 *bd,
                                    const __nv_bfloat16 *bs, size_t n) {
     nvshmemx_half_sum_reduce_block(NVSHMEM_TEAM_WORLD, hd, hs, n);
     nvshmemx_bfloat16_max_reduce_block(NVSHMEM_TEAM_WORLD, bd, bs, n);
+}
+
+__global__ void maxloc_kernel(double2 *dest, const double2 *src) {
+    nvshmemx_double2_maxloc_reduce_block(NVSHMEM_TEAM_WORLD, dest, src, 1);
 }
 
 int main(void) {
@@ -170,6 +179,77 @@ int main(void) {
         nvshmem_free(hd);
         nvshmem_free(bs);
         nvshmem_free(bd);
+    }
+
+    // 9. From the host: element i of PE p is (p + 1) + (i % 7) / 2 as in 8.
+    {
+        const size_t m = 1000;
+        half *hs = (half *)nvshmem_malloc(npes * m * sizeof(half));
+        half *hd = (half *)nvshmem_malloc(npes * m * sizeof(half));
+        __nv_bfloat16 *bs = (__nv_bfloat16 *)nvshmem_malloc(npes * m * sizeof(__nv_bfloat16));
+        __nv_bfloat16 *bd = (__nv_bfloat16 *)nvshmem_malloc(m * sizeof(__nv_bfloat16));
+        half *hh = (half *)malloc(npes * m * sizeof(half));
+        __nv_bfloat16 *bh = (__nv_bfloat16 *)malloc(npes * m * sizeof(__nv_bfloat16));
+        for (size_t i = 0; i < npes * m; i++) {
+            hh[i] = __float2half((float)(mype + 1) + (float)(i % 7) / 2.0f);
+            bh[i] = __float2bfloat16((float)(mype + 1) + (float)(i % 7) / 2.0f);
+        }
+        cudaMemcpy(hs, hh, npes * m * sizeof(half), cudaMemcpyHostToDevice);
+        cudaMemcpy(bs, bh, npes * m * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice);
+        nvshmem_barrier_all();
+        check(nvshmemx_half_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, hd, hs, m, s) == 0,
+              "half sum reduce on stream: enqueued");
+        check(cudaStreamSynchronize(s) == cudaSuccess, "half sum reduce on stream: done");
+        cudaMemcpy(hh, hd, m * sizeof(half), cudaMemcpyDeviceToHost);
+        int ok = 1;
+        for (size_t i = 0; i < m; i++) {
+            ok &= __half2float(hh[i]) ==
+                  (float)(npes * (npes + 1) / 2) + (float)npes * (float)(i % 7) / 2.0f;
+        }
+        check(ok, "half sum reduce on stream: values");
+        check(nvshmemx_bfloat16_min_reducescatter_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, m, s) == 0,
+              "bfloat16 min reducescatter on stream: enqueued");
+        check(cudaStreamSynchronize(s) == cudaSuccess, "bfloat16 min reducescatter on stream: done");
+        cudaMemcpy(bh, bd, m * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost);
+        ok = 1;
+        for (size_t i = 0; i < m; i++) {
+            ok &= __bfloat162float(bh[i]) == 1.0f + (float)((mype * m + i) % 7) / 2.0f;
+        }
+        check(ok, "bfloat16 min reducescatter on stream: values (block of this PE)");
+        check(nvshmem_half_max_reduce(NVSHMEM_TEAM_WORLD, hd, hs, m) == 0, "host half max reduce");
+        cudaMemcpy(hh, hd, m * sizeof(half), cudaMemcpyDeviceToHost);
+        ok = 1;
+        for (size_t i = 0; i < m; i++) {
+            ok &= __half2float(hh[i]) == (float)npes + (float)(i % 7) / 2.0f;
+        }
+        check(ok, "host half max reduce: values");
+        free(hh);
+        free(bh);
+        nvshmem_free(hs);
+        nvshmem_free(hd);
+        nvshmem_free(bs);
+        nvshmem_free(bd);
+    }
+
+    // 10. maxloc: PE p offers {value (p + 1) / 2 (integer division), location p}: the largest
+    // value is (npes / 2), offered by PE npes - 1 and, for odd npes, also by PE npes - 2 (the
+    // smaller location wins).
+    {
+        double2 *ms = (double2 *)nvshmem_malloc(sizeof(double2));
+        double2 *md = (double2 *)nvshmem_malloc(sizeof(double2));
+        double2 mine2 = make_double2((double)((mype + 1) / 2), (double)mype);
+        cudaMemcpy(ms, &mine2, sizeof(double2), cudaMemcpyHostToDevice);
+        nvshmem_barrier_all();
+        void *margs[] = {&md, &ms};
+        check(nvshmemx_collective_launch((const void *)maxloc_kernel, 1, 64, margs, 0, 0) == 0,
+              "maxloc launch");
+        check(cudaDeviceSynchronize() == cudaSuccess, "maxloc kernel");
+        double2 got2;
+        cudaMemcpy(&got2, md, sizeof(double2), cudaMemcpyDeviceToHost);
+        const int winner = (npes % 2 == 1 && npes > 1) ? npes - 2 : npes - 1;
+        check(got2.x == (double)(npes / 2) && got2.y == (double)winner, "double2 maxloc reduce (block)");
+        nvshmem_free(ms);
+        nvshmem_free(md);
     }
 
     cudaStreamDestroy(s);

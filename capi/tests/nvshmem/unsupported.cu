@@ -7,8 +7,9 @@
 
 __global__ void kernel(half *d, const half *s) {
 #if CASE == 3
-    // A device call: maxloc reductions.
-    nvshmemx_double2_maxloc_reduce_block(NVSHMEM_TEAM_WORLD, (double2 *)d, (const double2 *)s, 1);
+    // A device call: NVLink multicast addresses.
+    void *mc = nvshmemx_mc_ptr(NVSHMEM_TEAM_WORLD, s);
+    (void)mc;
 #endif
     (void)d;
     (void)s;
@@ -21,11 +22,11 @@ int main(void) {
     void *q = nvshmemx_buffer_register_symmetric(p, 64, 0);
     (void)q;
 #elif CASE == 2
-    CUmodule m = 0;
-    int rc = nvshmemx_cumodule_init(m);
+    CUlibrary l = 0;
+    int rc = nvshmemx_culibrary_init(l);
     (void)rc;
 #elif CASE == 4
-    nvshmemx_half_max_reduce_on_stream(NVSHMEM_TEAM_WORLD, (half *)p, (const half *)p, 1, 0);
+    nvshmemx_double2_maxloc_reduce_on_stream(NVSHMEM_TEAM_WORLD, (double2 *)p, (const double2 *)p, 1, 0);
 #endif
     kernel<<<1, 1>>>((half *)p, (const half *)p);
     nvshmem_free(p);

@@ -45,6 +45,8 @@
 #define RSHMEM_OP_AND 4
 #define RSHMEM_OP_OR 5
 #define RSHMEM_OP_XOR 6
+// maxloc on double2 {value, location} (device only; no host op code).
+#define RSHMEM_OP_MAXLOC 7
 
 // Reduction types: RSHMEM_FOR_REDUCE_INT_TYPES (every operator) and
 // RSHMEM_FOR_REDUCE_FLOAT_TYPES (sum, prod, min, max), from rshmem/type_lists.h (via util.cuh).
@@ -249,6 +251,16 @@ static __device__ __forceinline__ void narrow(float f, bf16& r) {
     }
 }
 
+// maxloc pairs: double2 {x: value, y: location} (NVSHMEM's double2 maxloc).
+template <typename T>
+struct loc_type {
+    static constexpr bool value = false;
+};
+template <>
+struct loc_type<double2> {
+    static constexpr bool value = true;
+};
+
 template <typename T>
 struct is_f16 {
     static constexpr bool value = false;
@@ -270,6 +282,11 @@ static __device__ __forceinline__ T vload(const T* p) {
         T r;
         r.bits = *(const volatile uint16_t*)p;
         return r;
+    } else if constexpr (loc_type<T>::value) {
+        T r;
+        r.x = ((const volatile double*)p)[0];
+        r.y = ((const volatile double*)p)[1];
+        return r;
     } else {
         return *(const volatile T*)p;
     }
@@ -278,15 +295,21 @@ template <typename T>
 static __device__ __forceinline__ void vstore(T* p, T v) {
     if constexpr (is_f16<T>::value) {
         *(volatile uint16_t*)p = v.bits;
+    } else if constexpr (loc_type<T>::value) {
+        ((volatile double*)p)[0] = v.x;
+        ((volatile double*)p)[1] = v.y;
     } else {
         *(volatile T*)p = v;
     }
 }
 
-// Reduction operators.
+// Reduction operators. maxloc: the pair with the larger value; of equal values the one with
+// the smaller location (so the result does not depend on the order of the members).
 template <typename T, int OP>
 static __device__ __forceinline__ T combine(T a, T b) {
-    if constexpr (is_f16<T>::value) {
+    if constexpr (loc_type<T>::value) {
+        return b.x > a.x || (b.x == a.x && b.y < a.y) ? b : a;
+    } else if constexpr (is_f16<T>::value) {
         T r;
         narrow(combine<float, OP>(widen(a), widen(b)), r);
         return r;
@@ -476,19 +499,27 @@ static __device__ __noinline__ void fail_op(const char* call, int op, bool say) 
 // types), so the operator is a compile-time constant inside; traps on any other value.
 template <typename T, class F>
 static __device__ __forceinline__ void with_op(const char* call, int op, bool say, const F& f) {
-    switch (op) {
-        case RSHMEM_OP_SUM: f.template run<RSHMEM_OP_SUM>(); return;
-        case RSHMEM_OP_PROD: f.template run<RSHMEM_OP_PROD>(); return;
-        case RSHMEM_OP_MIN: f.template run<RSHMEM_OP_MIN>(); return;
-        case RSHMEM_OP_MAX: f.template run<RSHMEM_OP_MAX>(); return;
-        default: break;
-    }
-    if constexpr (!float_type<T>::value) {
+    if constexpr (loc_type<T>::value) {
+        // maxloc pairs have maxloc only.
+        if (op == RSHMEM_OP_MAXLOC) {
+            f.template run<RSHMEM_OP_MAXLOC>();
+            return;
+        }
+    } else {
         switch (op) {
-            case RSHMEM_OP_AND: f.template run<RSHMEM_OP_AND>(); return;
-            case RSHMEM_OP_OR: f.template run<RSHMEM_OP_OR>(); return;
-            case RSHMEM_OP_XOR: f.template run<RSHMEM_OP_XOR>(); return;
+            case RSHMEM_OP_SUM: f.template run<RSHMEM_OP_SUM>(); return;
+            case RSHMEM_OP_PROD: f.template run<RSHMEM_OP_PROD>(); return;
+            case RSHMEM_OP_MIN: f.template run<RSHMEM_OP_MIN>(); return;
+            case RSHMEM_OP_MAX: f.template run<RSHMEM_OP_MAX>(); return;
             default: break;
+        }
+        if constexpr (!float_type<T>::value) {
+            switch (op) {
+                case RSHMEM_OP_AND: f.template run<RSHMEM_OP_AND>(); return;
+                case RSHMEM_OP_OR: f.template run<RSHMEM_OP_OR>(); return;
+                case RSHMEM_OP_XOR: f.template run<RSHMEM_OP_XOR>(); return;
+                default: break;
+            }
         }
     }
     fail_op(call, op, say);
@@ -931,6 +962,11 @@ RSHMEM_REDUCE_ARITH(half, __half)
 #if defined(__CUDA_BF16_TYPES_EXIST__)
 RSHMEM_REDUCE_ARITH(bfloat16, __nv_bfloat16)
 #endif
+// maxloc: rshmem_double2_maxloc_reduce (+ reducescatter, _warp, _block) on double2 pairs
+// {x: value, y: location}: element-wise, the pair with the largest value, of equal values the
+// one with the smallest location (NVSHMEM has nvshmemx_double2_maxloc_reduce_block with
+// nreduce 1; here any nreduce and every scope).
+RSHMEM_REDUCE_SCOPES(double2, double2, maxloc, RSHMEM_OP_MAXLOC)
 #undef RSHMEM_REDUCE_ARITH
 #undef RSHMEM_REDUCE_BITWISE
 #undef RSHMEM_REDUCE_SCOPES

@@ -1,10 +1,14 @@
 //! `rshmem-info`: what this build of rshmem and this machine have: the version, the compiled-in
 //! features, the CUDA driver and NVRTC found, the launcher the environment looks like, the
 //! transports that can be used, the UCX found, and every environment variable rshmem reads with
-//! its current value (a malformed value is flagged with the error init would give), and where the
+//! its current value (a malformed value is flagged with the error init would give), the NVSHMEM
+//! variables set and what rshmem does with each, `RSHMEM_*` names it does not know (with the
+//! closest known name), and where the
 //! C headers and libraries are (`--paths` alone): in an installed prefix (`scripts/install-c`),
 //! found from this executable's own location, or in the build tree it was built in.
-//! `--json` prints the same as JSON; `--markdown` prints the variable table for the docs.
+//! `--json` prints the same as JSON; `--markdown` prints the variable table for the docs
+//! (`--markdown --nvshmem`: the table of NVSHMEM's variables). Exits 1 when a variable's value is
+//! malformed (init would fail), 0 otherwise.
 //!
 //! Nothing here initialises rshmem or creates a CUDA context; `--devices` initialises the CUDA
 //! driver to count the GPUs.
@@ -26,6 +30,9 @@ struct Args {
     /// Print only the table of environment variables, as Markdown (for the docs).
     #[arg(long)]
     markdown: bool,
+    /// With --markdown: the table of NVSHMEM's variables and what rshmem does with each.
+    #[arg(long, requires = "markdown")]
+    nvshmem: bool,
     /// Also count the CUDA devices (initialises the CUDA driver; creates no context).
     #[arg(long)]
     devices: bool,
@@ -124,6 +131,35 @@ struct Var {
     value: Option<String>,
     /// The parse error init would report for this value (None: valid or unset).
     invalid: Option<String>,
+    /// Unset itself but given a value by this NVSHMEM variable (`NAME=value`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from_nvshmem: Option<String>,
+}
+
+/// One NVSHMEM variable set in this environment.
+#[derive(Serialize)]
+struct NvVar {
+    name: &'static str,
+    value: String,
+    /// `maps`, `satisfied`, `program` or `no-equivalent`.
+    treatment: &'static str,
+    /// The `RSHMEM_*` variable it stands for (mapped ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rshmem: Option<&'static str>,
+    /// What rshmem uses: the translated value, or why the value is ignored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effect: Option<String>,
+    note: &'static str,
+    /// Why init would fail with this value (None: valid).
+    invalid: Option<String>,
+}
+
+/// An `RSHMEM_*` variable set here that rshmem does not know.
+#[derive(Serialize)]
+struct Unknown {
+    name: String,
+    /// The closest known name, when one is close.
+    did_you_mean: Option<&'static str>,
 }
 
 /// One file of the C installation and whether it is there.
@@ -181,6 +217,8 @@ struct Report {
     transports: Vec<Transport>,
     ucx: Ucx,
     env: Vec<Var>,
+    nvshmem: Vec<NvVar>,
+    unknown: Vec<Unknown>,
 }
 
 fn env_value(name: &str) -> Option<String> {
@@ -194,6 +232,23 @@ fn check_vars(launch_error: Option<&rshmem_bootstrap::Error>) -> Vec<Var> {
     rshmem::config::all_env_vars()
         .map(|v| {
             let value = env_value(v.name);
+            let from_nvshmem = match &value {
+                Some(_) => None,
+                None => rshmem::config::effective(&env_value, v.name).and_then(|_| {
+                    rshmem::config::NVSHMEM_VARS
+                        .iter()
+                        .filter(|nv| nv.what == rshmem::config::NvshmemUse::Maps(v.name))
+                        .find_map(|nv| {
+                            let raw = env_value(nv.name)?;
+                            match nv.map_value(&raw) {
+                                rshmem::config::Mapped::Value(t) => {
+                                    Some(format!("{}={raw} (as {t})", nv.name))
+                                }
+                                _ => None,
+                            }
+                        })
+                }),
+            };
             let invalid = match &value {
                 None => None,
                 Some(_) if rshmem::config::ENV_VARS.iter().any(|r| r.name == v.name) => {
@@ -216,9 +271,65 @@ fn check_vars(launch_error: Option<&rshmem_bootstrap::Error>) -> Vec<Var> {
                 help: v.help,
                 value,
                 invalid,
+                from_nvshmem,
             }
         })
         .collect()
+}
+
+/// The NVSHMEM variables set here, each with what rshmem does with it.
+fn check_nvshmem() -> Vec<NvVar> {
+    use rshmem::config::{Mapped, NvshmemUse};
+    let mut out = Vec::new();
+    for nv in rshmem::config::NVSHMEM_VARS {
+        let Some(value) = env_value(nv.name) else {
+            continue;
+        };
+        let (treatment, rshmem, mut effect, mut invalid) = match nv.what {
+            NvshmemUse::Maps(to) => {
+                let (effect, invalid) = match nv.map_value(&value) {
+                    Mapped::Value(v) => (Some(format!("{to}={v}")), None),
+                    Mapped::Nothing => (None, None),
+                    Mapped::NoEquivalent(why) => (Some(format!("ignored: {why}")), None),
+                    Mapped::Invalid(why) => (None, Some(why)),
+                };
+                ("maps", Some(to), effect, invalid)
+            }
+            NvshmemUse::Satisfied => ("satisfied", None, None, None),
+            NvshmemUse::Program => ("program", None, None, None),
+            NvshmemUse::NoEquivalent => ("no-equivalent", None, Some("ignored".into()), None),
+        };
+        if let Some(to) = rshmem.filter(|to| env_value(to).is_some()) {
+            effect = Some(format!("overridden by {to}, which is set"));
+            invalid = None;
+        }
+        // NVSHMEM_DEBUG has two entries (RSHMEM_LOG and RSHMEM_INFO): one row, the one that
+        // does something.
+        if let Some(prev) = out.iter_mut().find(|o: &&mut NvVar| o.name == nv.name) {
+            if prev.effect.is_none() && (effect.is_some() || invalid.is_some()) {
+                *prev = NvVar {
+                    name: nv.name,
+                    value,
+                    treatment,
+                    rshmem,
+                    effect,
+                    note: nv.note,
+                    invalid,
+                };
+            }
+            continue;
+        }
+        out.push(NvVar {
+            name: nv.name,
+            value,
+            treatment,
+            rshmem,
+            effect,
+            note: nv.note,
+            invalid,
+        });
+    }
+    out
 }
 
 /// The places of a layout, before the files are looked at.
@@ -403,7 +514,10 @@ fn report(args: &Args) -> Report {
         },
     };
 
-    let info = rshmem_bootstrap::LaunchInfo::from_env();
+    // As init reads them: NVSHMEM_BOOTSTRAP stands in for an unset RSHMEM_BOOTSTRAP.
+    let info = rshmem_bootstrap::LaunchInfo::from_lookup(&|k: &str| {
+        rshmem::config::effective(&env_value, k)
+    });
     let launch = match &info {
         Ok(i) => Launch {
             launcher: Some(i.launcher.name().to_string()),
@@ -505,6 +619,12 @@ fn report(args: &Args) -> Report {
         cuda,
         nvrtc,
         env: check_vars(info.as_ref().err()),
+        nvshmem: check_nvshmem(),
+        unknown: rshmem::config::EnvReport::from_process()
+            .unknown_rshmem
+            .into_iter()
+            .map(|(name, did_you_mean)| Unknown { name, did_you_mean })
+            .collect(),
         launch,
         transports,
         ucx,
@@ -602,18 +722,49 @@ fn text(r: &Report) -> String {
     }
     out.push_str(&paths_text(&r.paths));
     out.push('\n');
-    let bad = r.env.iter().filter(|v| v.invalid.is_some()).count();
+    let bad = invalid_count(r);
     if bad > 0 {
         out.push_str(&format!(
             "INVALID: {bad} environment variable(s) are malformed; init would fail (marked below)\n\n"
         ));
     }
+    if !r.unknown.is_empty() {
+        out.push_str("unknown RSHMEM_ variables (ignored):\n");
+        for u in &r.unknown {
+            out.push_str(&match u.did_you_mean {
+                Some(k) => format!("  {} -- did you mean {k}?\n", u.name),
+                None => format!("  {}\n", u.name),
+            });
+        }
+        out.push('\n');
+    }
+    if r.nvshmem.is_empty() {
+        out.push_str("NVSHMEM variables: none set (rshmem-info --markdown --nvshmem lists what each does)\n\n");
+    } else {
+        out.push_str("NVSHMEM variables set:\n");
+        for v in &r.nvshmem {
+            let what = match (v.treatment, &v.effect, &v.invalid) {
+                (_, _, Some(e)) => format!("INVALID: {}={:?} is malformed: {e}", v.name, v.value),
+                ("maps", Some(e), None) => e.clone(),
+                ("maps", None, None) => "no effect with this value".to_string(),
+                ("satisfied", ..) => "nothing to do".to_string(),
+                ("program", ..) => "read by the program, not by rshmem".to_string(),
+                _ => "ignored: no rshmem equivalent".to_string(),
+            };
+            out.push_str(&format!(
+                "  {:<28} (set: {}) {what}\n      {}\n",
+                v.name, v.value, v.note
+            ));
+        }
+        out.push('\n');
+    }
     out.push_str("environment variables:\n");
     for v in &r.env {
-        let now = match (&v.value, &v.invalid) {
-            (Some(s), None) => format!(" (set: {s})"),
-            (Some(s), Some(e)) => format!(" (set: {s}) INVALID: {e}"),
-            (None, _) => String::new(),
+        let now = match (&v.value, &v.invalid, &v.from_nvshmem) {
+            (Some(s), None, _) => format!(" (set: {s})"),
+            (Some(s), Some(e), _) => format!(" (set: {s}) INVALID: {e}"),
+            (None, _, Some(nv)) => format!(" (from {nv})"),
+            (None, _, None) => String::new(),
         };
         out.push_str(&format!(
             "  {:<28} {} [default: {}]{now}\n      {}\n",
@@ -684,6 +835,12 @@ fn markdown() -> String {
     out
 }
 
+/// Values init would reject: malformed RSHMEM_/launcher variables and NVSHMEM variables.
+fn invalid_count(r: &Report) -> usize {
+    r.env.iter().filter(|v| v.invalid.is_some()).count()
+        + r.nvshmem.iter().filter(|v| v.invalid.is_some()).count()
+}
+
 /// `value` as pretty JSON and a newline; exits 1 naming the cause when it cannot be written.
 fn json<T: Serialize>(value: &T) -> String {
     match serde_json::to_string_pretty(value) {
@@ -697,17 +854,27 @@ fn json<T: Serialize>(value: &T) -> String {
 
 fn main() {
     let args = Args::parse();
-    let out = if args.markdown {
+    let mut invalid = 0;
+    let out = if args.markdown && args.nvshmem {
+        rshmem::config::nvshmem_markdown()
+    } else if args.markdown {
         markdown()
     } else if args.paths && args.json {
         json(&paths())
     } else if args.paths {
         paths_text(&paths())
-    } else if args.json {
-        json(&report(&args))
     } else {
-        text(&report(&args))
+        let r = report(&args);
+        invalid = invalid_count(&r);
+        if args.json {
+            json(&r)
+        } else {
+            text(&r)
+        }
     };
     // A closed pipe (`rshmem-info | head`) is not an error worth reporting.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    if invalid > 0 {
+        std::process::exit(1);
+    }
 }

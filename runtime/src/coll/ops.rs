@@ -20,7 +20,9 @@
 use crate::types::RmaType;
 
 /// Types the arithmetic and ordering reductions (sum, prod, min, max) work on: every primitive
-/// integer and float. Integer sums and products wrap on overflow.
+/// integer and float, and the 16-bit floats [`F16`](crate::F16) and [`BF16`](crate::BF16) (each
+/// step computed in `f32` and rounded to nearest-even to 16 bits). Integer sums and products
+/// wrap on overflow.
 pub trait ReduceType: RmaType + PartialOrd {
     #[doc(hidden)]
     fn add(self, b: Self) -> Self;
@@ -62,6 +64,18 @@ macro_rules! float_reduce {
     )*};
 }
 float_reduce!(f32, f64);
+
+// 16-bit floats: each step in f32, rounded to nearest-even to 16 bits (crate::float16), as the
+// device library does it.
+macro_rules! half_reduce {
+    ($($t:ty),*) => {$(
+        impl ReduceType for $t {
+            #[inline] fn add(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() + b.to_f32()) }
+            #[inline] fn mul(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() * b.to_f32()) }
+        }
+    )*};
+}
+half_reduce!(crate::F16, crate::BF16);
 
 /// A reduction operator over `T`: the markers [`Sum`], [`Prod`], [`Min`], [`Max`] (every
 /// [`ReduceType`]) and [`And`], [`Or`], [`Xor`] (integers only).

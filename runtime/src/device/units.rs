@@ -14,6 +14,13 @@
 //! The registration entry point is the C symbol `rshmem_device_register_state_updater`,
 //! exported by this crate, so both the C library (librshmem) and Rust programs that link
 //! nvcc-compiled objects provide it.
+//!
+//! **Modules the program loads itself** (`cuModuleLoad` of a cubin that includes the device
+//! library, NVSHMEM's `nvshmemx_cumodule_init`): [`init_module`] finds the module's
+//! `rshmem_state` with `cuModuleGetGlobal`, copies the current state into it and keeps the
+//! module; every later state change (heap growth) reaches it like the units above, and
+//! [`finalize_module`] (or the world's finalize) writes a zero state into it and forgets it. A
+//! module must be finalized before the program unloads it.
 
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,14 +38,172 @@ pub type StateUpdater =
 
 struct Units {
     updaters: Vec<StateUpdater>,
+    /// Modules the program loaded itself and handed to [`init_module`].
+    modules: Modules,
     /// The live world's GPU and current state (None before init and after finalize).
     live: Option<(Arc<Gpu>, DeviceState)>,
 }
 
 static UNITS: Mutex<Units> = Mutex::new(Units {
     updaters: Vec::new(),
+    modules: Modules { list: Vec::new() },
     live: None,
 });
+
+/// Where a module's state is written: the CUDA driver (or a stand-in in tests).
+trait StateSink {
+    /// Copies `bytes` into `module`'s `rshmem_state`.
+    fn write(&self, call: &'static str, module: usize, bytes: &[u8]) -> Result<()>;
+}
+
+/// The modules of [`init_module`], by `CUmodule` handle value.
+struct Modules {
+    list: Vec<usize>,
+}
+
+impl Modules {
+    /// Installs `st` in `module` and keeps it (once; a second init only reinstalls).
+    fn add(
+        &mut self,
+        call: &'static str,
+        module: usize,
+        st: &DeviceState,
+        sink: &dyn StateSink,
+    ) -> Result<()> {
+        if module == 0 {
+            return Err(Error::invalid(call, "the module is NULL"));
+        }
+        sink.write(call, module, st.as_bytes())?;
+        if !self.list.contains(&module) {
+            self.list.push(module);
+        }
+        Ok(())
+    }
+
+    /// Writes a zero state into `module` and forgets it; an error if it was not added.
+    fn remove(&mut self, call: &'static str, module: usize, sink: &dyn StateSink) -> Result<()> {
+        let Some(i) = self.list.iter().position(|&m| m == module) else {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "module {module:#x} was not initialized with nvshmemx_cumodule_init / \
+                     rshmemx_cumodule_init (or was finalized already)"
+                ),
+            ));
+        };
+        self.list.remove(i);
+        sink.write(call, module, DeviceState::default().as_bytes())
+    }
+
+    /// Installs `st` in every module.
+    fn deliver(&self, call: &'static str, st: &DeviceState, sink: &dyn StateSink) -> Result<()> {
+        for &m in &self.list {
+            sink.write(call, m, st.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Writes a zero state into every module (best effort) and forgets them all.
+    fn retire(&mut self, sink: &dyn StateSink) {
+        for m in std::mem::take(&mut self.list) {
+            if let Err(e) = sink.write("finalize", m, DeviceState::default().as_bytes()) {
+                tracing::warn!(target: "rshmem::device", "clearing a module's device state: {e}");
+            }
+        }
+    }
+}
+
+/// The CUDA driver as a [`StateSink`]: `cuModuleGetGlobal` and a copy on `gpu`'s stream.
+struct Driver<'a>(&'a Gpu);
+
+impl StateSink for Driver<'_> {
+    fn write(&self, call: &'static str, module: usize, bytes: &[u8]) -> Result<()> {
+        use cudarc::driver::sys;
+        self.0.bind(call)?;
+        let mut dptr: sys::CUdeviceptr = 0;
+        let mut size: usize = 0;
+        let name = c"rshmem_state";
+        // SAFETY: `module` is a CUmodule handle the program passed in (documented: loaded in
+        // this PE's context and not unloaded); the out-pointers are live locals; the name is a
+        // NUL-terminated string.
+        let rc = unsafe {
+            sys::cuModuleGetGlobal_v2(&mut dptr, &mut size, module as sys::CUmodule, name.as_ptr())
+        };
+        if rc == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(Error::invalid(
+                call,
+                "the module has no rshmem_state: it does not include the device library \
+                 (rshmem/rshmem.cuh, or nvshmem.h of rshmem's compatibility headers), or was \
+                 compiled with -rdc without a device link",
+            ));
+        }
+        crate::cuda::check(
+            rc,
+            call,
+            "looking up the module's rshmem_state (cuModuleGetGlobal)",
+        )?;
+        if size != bytes.len() {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "the module's rshmem_state is {size} bytes but this runtime's device state \
+                     is {} (device library headers and runtime versions differ): rebuild the \
+                     module with this rshmem's headers",
+                    bytes.len()
+                ),
+            ));
+        }
+        // SAFETY: `dptr` is the module's `size`-byte global (checked equal to bytes.len()); the
+        // source is a live host buffer; the stream belongs to the bound context, and the copy
+        // is waited for below before `bytes` can go away.
+        let rc = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                dptr,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                self.0.stream.cu_stream(),
+            )
+        };
+        crate::cuda::check(rc, call, "copying the device state into the module")?;
+        self.0.sync(call)
+    }
+}
+
+/// **Local.** Makes the device state reach `module`, a `CUmodule` the program loaded itself
+/// in this PE's context from an image that includes the device library (NVSHMEM's
+/// `nvshmemx_cumodule_init`): installs the current state in its `rshmem_state` now and after
+/// every change, until [`finalize_module`] or the world's finalize. Needs a live world on the
+/// GPU backend.
+pub fn init_module(module: usize) -> Result<()> {
+    const CALL: &str = "rshmemx_cumodule_init";
+    let mut u = units();
+    let Some((gpu, st)) = u.live.clone() else {
+        return Err(Error::State {
+            call: CALL,
+            reason: "rshmem is not initialized on the GPU backend (call it after rshmem_init / \
+                     nvshmem_init, on a PE with a GPU)"
+                .into(),
+        });
+    };
+    u.modules.add(CALL, module, &st, &Driver(&gpu))
+}
+
+/// **Local.** Writes a zero state into `module` (kernels launched from it afterwards trap
+/// with a message) and stops updating it (NVSHMEM's `nvshmemx_cumodule_finalize`); an error
+/// when it was not given to [`init_module`].
+pub fn finalize_module(module: usize) -> Result<()> {
+    const CALL: &str = "rshmemx_cumodule_finalize";
+    let mut u = units();
+    let Some((gpu, _)) = u.live.clone() else {
+        return Err(Error::State {
+            call: CALL,
+            reason: "rshmem is not initialized on the GPU backend (its finalize already cleared \
+                     every module)"
+                .into(),
+        });
+    };
+    u.modules.remove(CALL, module, &Driver(&gpu))
+}
 
 fn units() -> MutexGuard<'static, Units> {
     // The lock only guards plain data (no invariant spans a panic), so a poisoned lock is
@@ -88,7 +253,7 @@ pub(crate) fn deliver(call: &'static str, gpu: &Arc<Gpu>, st: &DeviceState) -> R
     for f in u.updaters.clone() {
         update(call, gpu, f, st)?;
     }
-    Ok(())
+    u.modules.deliver(call, st, &Driver(gpu))
 }
 
 /// At finalize: installs a zero state (version 0) in every unit and forgets the live world.
@@ -104,6 +269,7 @@ pub(crate) fn retire(gpu: &Arc<Gpu>) {
             tracing::warn!(target: "rshmem::device", "clearing a unit's device state: {e}");
         }
     }
+    u.modules.retire(&Driver(gpu));
 }
 
 /// Number of registered units (for diagnostics and tests).
@@ -148,6 +314,101 @@ pub extern "C" fn rshmem_device_register_state_updater(f: Option<StateUpdater>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    /// Records every write; modules listed in `missing` have no `rshmem_state`.
+    #[derive(Default)]
+    struct Fake {
+        writes: RefCell<Vec<(usize, Vec<u8>)>>,
+        missing: Vec<usize>,
+    }
+
+    impl StateSink for Fake {
+        fn write(&self, call: &'static str, module: usize, bytes: &[u8]) -> Result<()> {
+            if self.missing.contains(&module) {
+                return Err(Error::invalid(call, "the module has no rshmem_state"));
+            }
+            self.writes.borrow_mut().push((module, bytes.to_vec()));
+            Ok(())
+        }
+    }
+
+    fn state(n: u8) -> DeviceState {
+        let mut st = DeviceState::default();
+        // A recognisable, non-zero state: the first bytes set to n.
+        // SAFETY: DeviceState is plain old data (repr(C), all fields integers/pointers as
+        // integers); any byte pattern is a valid value.
+        let b = unsafe {
+            std::slice::from_raw_parts_mut((&mut st as *mut DeviceState).cast::<u8>(), 8)
+        };
+        b.fill(n);
+        st
+    }
+
+    #[test]
+    fn modules_get_the_state_now_on_every_change_and_zero_at_the_end() {
+        let sink = Fake::default();
+        let mut m = Modules { list: Vec::new() };
+        let zero = DeviceState::default().as_bytes().to_vec();
+        m.add("init", 0x10, &state(1), &sink).unwrap();
+        m.add("init", 0x20, &state(1), &sink).unwrap();
+        m.add("init", 0x10, &state(1), &sink).unwrap();
+        assert_eq!(m.list, [0x10, 0x20], "kept once each");
+        sink.writes.borrow_mut().clear();
+        // Heap growth: every module gets the new state.
+        m.deliver("grow", &state(2), &sink).unwrap();
+        assert_eq!(
+            *sink.writes.borrow(),
+            [
+                (0x10, state(2).as_bytes().to_vec()),
+                (0x20, state(2).as_bytes().to_vec())
+            ]
+        );
+        sink.writes.borrow_mut().clear();
+        // Finalizing one zeroes it and stops its updates.
+        m.remove("fin", 0x10, &sink).unwrap();
+        assert_eq!(*sink.writes.borrow(), [(0x10, zero.clone())]);
+        let e = m.remove("fin", 0x10, &sink).unwrap_err().to_string();
+        assert!(e.contains("fin") && e.contains("not initialized"), "{e}");
+        sink.writes.borrow_mut().clear();
+        m.deliver("grow", &state(3), &sink).unwrap();
+        assert_eq!(sink.writes.borrow().len(), 1, "only 0x20 is left");
+        sink.writes.borrow_mut().clear();
+        // The world's finalize zeroes the rest and forgets them.
+        m.retire(&sink);
+        assert_eq!(*sink.writes.borrow(), [(0x20, zero)]);
+        assert!(m.list.is_empty());
+    }
+
+    #[test]
+    fn bad_modules_are_refused_and_not_kept() {
+        let sink = Fake {
+            missing: vec![0x30],
+            ..Fake::default()
+        };
+        let mut m = Modules { list: Vec::new() };
+        let e = m
+            .add("rshmemx_cumodule_init", 0, &state(1), &sink)
+            .unwrap_err();
+        assert!(e.to_string().contains("NULL"), "{e}");
+        let e = m
+            .add("rshmemx_cumodule_init", 0x30, &state(1), &sink)
+            .unwrap_err();
+        assert!(e.to_string().contains("rshmem_state"), "{e}");
+        assert!(m.list.is_empty());
+    }
+
+    #[test]
+    fn module_calls_need_a_live_gpu_world() {
+        // No world in this test process: a clear state error naming the call.
+        let e = init_module(0x40).unwrap_err().to_string();
+        assert!(
+            e.contains("rshmemx_cumodule_init") && e.contains("not initialized"),
+            "{e}"
+        );
+        let e = finalize_module(0x40).unwrap_err().to_string();
+        assert!(e.contains("rshmemx_cumodule_finalize"), "{e}");
+    }
 
     unsafe extern "C" fn nop(_: *const c_void, _: usize, _: *mut c_void) -> c_int {
         0

@@ -1,7 +1,7 @@
 //! `coll`: teams and host collectives. Team queries, translation and the predefined teams;
 //! strided splits (even PEs, the world reversed, a split of a split) and 2-D splits (rows and
 //! columns); then, for every element type (all integer widths, signed and unsigned, `f32`,
-//! `f64`), every team and sizes 0, 1, 3 and 7, every collective (broadcast from two roots,
+//! `f64`, and the 16-bit floats `F16` and `BF16`), every team and sizes 0, 1, 3 and 7, every collective (broadcast from two roots,
 //! fcollect, collect with uneven counts, alltoall, alltoalls with strides, every reduction
 //! operator, in place too, and reducescatter), checked against results computed here from the
 //! known inputs of every PE, with the bytes past the result still poisoned. Then large blocks
@@ -89,6 +89,51 @@ macro_rules! float_rt {
 }
 float_rt!(f32, f64);
 
+// 16-bit floats: inputs ±0.5, ±1 and ±2, so that every sum (at most 2 per PE) and product (a
+// power of two) of up to 8 PEs is exact in half and bfloat16 and the references, computed in
+// f64, need no rounding.
+macro_rules! half_rt {
+    ($($t:ident),*) => {$(
+        impl RT for rshmem::$t {
+            fn rin(pe: usize, idx: usize, salt: u64) -> Self {
+                let s = seed(78, pe, 0, idx, salt);
+                let m = [0.5f32, 1.0, 2.0][(s % 3) as usize];
+                rshmem::$t::from_f32(if s & 8 == 0 { m } else { -m })
+            }
+            fn r_add(a: Self, b: Self) -> Self { exact::<rshmem::$t>(a.to_f32() as f64 + b.to_f32() as f64) }
+            fn r_mul(a: Self, b: Self) -> Self { exact::<rshmem::$t>(a.to_f32() as f64 * b.to_f32() as f64) }
+            fn r_min(a: Self, b: Self) -> Self { if b.to_f32() < a.to_f32() { b } else { a } }
+            fn r_max(a: Self, b: Self) -> Self { if b.to_f32() > a.to_f32() { b } else { a } }
+        }
+        impl HalfRt for rshmem::$t {
+            fn of_f32(v: f32) -> Self { rshmem::$t::from_f32(v) }
+            fn to_f64(self) -> f64 { self.to_f32() as f64 }
+        }
+        impl BT2 for rshmem::$t {
+            fn bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+                Ok(())
+            }
+            fn big_bitwise(_: &Ctx<'_>, _: &Bufs<'_, Self>, _: &Team, _: usize, _: u64, _: &str) -> R {
+                Ok(())
+            }
+        }
+    )*};
+}
+half_rt!(F16, BF16);
+
+/// Conversions of the 16-bit float references.
+trait HalfRt: Copy {
+    fn of_f32(v: f32) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+/// `v` as a 16-bit float, which must hold it exactly (the inputs above make every result so).
+fn exact<T: HalfRt>(v: f64) -> T {
+    let h = T::of_f32(v as f32);
+    assert_eq!(h.to_f64(), v, "reference value {v} is not exact in 16 bits");
+    h
+}
+
 /// The symmetric buffers of one element type. `win` elements past what a call reads or writes
 /// are filled and checked (`cap` or more: all of them); `dirty` is how far `dst` may hold
 /// results of earlier calls.
@@ -125,6 +170,8 @@ pub fn run(c: &Ctx<'_>) -> R {
     suite::<usize>(c, &teams, salt, true)?;
     suite::<f32>(c, &teams, salt, false)?;
     suite::<f64>(c, &teams, salt, false)?;
+    suite::<rshmem::F16>(c, &teams, salt, false)?;
+    suite::<rshmem::BF16>(c, &teams, salt, false)?;
     big::<i32>(c, &teams, salt, BIG, true)?;
     big::<f64>(c, &teams, salt, BIG, false)?;
     misuse(c, &teams)?;

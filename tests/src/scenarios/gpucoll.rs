@@ -3,7 +3,9 @@
 //! (several blocks; and for alltoall, fcollect and broadcast on the world team, 2.4 MB per PE,
 //! the pipelined broadcast), every `*_on_stream` collective (alltoall,
 //! fcollect, broadcast from the first and last team PE, reduce with every operator on i32 and
-//! sum/min/max on f32 and f64, in place too, and reducescatter); then at 7 and 1000 elements
+//! sum/min/max on f32 and f64, half sum and bfloat16 max (inputs that need rounding, equal to
+//! the host's per-step rounding), in place too, and reducescatter; at up to 1000
+//! elements every other half and bfloat16 operator); then at 7 and 1000 elements
 //! every operator on i8, u16, u32, i64 and u64 and the rest of the float operators, and
 //! alltoalls_on_stream and collect_on_stream (uneven counts) on every team and size is checked against results
 //! computed here from every PE's known inputs; bytes past the result stay poisoned. Then a user
@@ -54,6 +56,29 @@ impl El for f64 {
     fn of(v: i32) -> Self {
         v as f64
     }
+}
+// The 16-bit floats: the small integers times 1 + one unit in the last place at 1 (2^-10 for
+// half, 2^-7 for bfloat16), so that sums and products need rounding: the device's results must
+// equal the host's per-step rounding (`half_op`) exactly.
+impl El for rshmem::F16 {
+    fn of(v: i32) -> Self {
+        rshmem::F16::from_f32(v as f32 * (1.0 + 1.0 / 1024.0))
+    }
+}
+impl El for rshmem::BF16 {
+    fn of(v: i32) -> Self {
+        rshmem::BF16::from_f32(v as f32 * (1.0 + 1.0 / 128.0))
+    }
+}
+
+/// Reference of a 16-bit float reduction step: `f` on the exact f32 values, rounded to
+/// nearest-even to 16 bits (the semantics docs/collectives.md gives).
+fn half_op<T: El>(
+    to: fn(T) -> f32,
+    from: fn(f32) -> T,
+    f: fn(f32, f32) -> f32,
+) -> impl Fn(T, T) -> T {
+    move |a, b| from(f(to(a), to(b)))
 }
 
 /// Integer element types: every operator, with wrapping reference arithmetic.
@@ -209,6 +234,10 @@ pub fn run(c: &Ctx<'_>) -> R {
     let fdst = w.malloc::<f32>(cap + 8).ctx("malloc fdst")?;
     let dsrc = w.malloc::<f64>(cap).ctx("malloc dsrc")?;
     let ddst = w.malloc::<f64>(cap + 8).ctx("malloc ddst")?;
+    let hsrc = w.malloc::<rshmem::F16>(cap).ctx("malloc hsrc")?;
+    let hdst = w.malloc::<rshmem::F16>(cap + 8).ctx("malloc hdst")?;
+    let bsrc = w.malloc::<rshmem::BF16>(cap).ctx("malloc bsrc")?;
+    let bdst = w.malloc::<rshmem::BF16>(cap + 8).ctx("malloc bdst")?;
     let ts = teams(w).ctx("team splits")?;
     for (name, t) in &ts {
         for &m in SIZES {
@@ -231,6 +260,7 @@ pub fn run(c: &Ctx<'_>) -> R {
                 ctx.reduce_one::<f64, Sum>(&dsrc, &ddst, 4, |a, b| a + b)?;
                 ctx.reduce_one::<f64, Prod>(&dsrc, &ddst, 4, |a, b| a * b)?;
             }
+            ctx.halves(&hsrc, &hdst, &bsrc, &bdst, m <= 1000)?;
         }
     }
     strided_and_collect(c, &stream, &ts)?;
@@ -253,6 +283,10 @@ pub fn run(c: &Ctx<'_>) -> R {
         w.team_destroy(t).ctx("team_destroy")?;
     }
     c.barrier("gpucoll end")?;
+    w.free(bdst).ctx("free")?;
+    w.free(bsrc).ctx("free")?;
+    w.free(hdst).ctx("free")?;
+    w.free(hsrc).ctx("free")?;
     w.free(ddst).ctx("free")?;
     w.free(dsrc).ctx("free")?;
     w.free(fdst).ctx("free")?;
@@ -345,6 +379,42 @@ impl Bufs<'_, '_> {
         self.reduce_one::<T, And>(src, dst, salt, |a, b| a.band(b))?;
         self.reduce_one::<T, Or>(src, dst, salt, |a, b| a.bor(b))?;
         self.reduce_one::<T, Xor>(src, dst, salt, |a, b| a.bxor(b))
+    }
+
+    /// The 16-bit float reductions: half sum and bfloat16 max at every size; with `all`, every
+    /// other operator of both types too.
+    fn halves(
+        &self,
+        hsrc: &SymBuf<'_, rshmem::F16>,
+        hdst: &SymBuf<'_, rshmem::F16>,
+        bsrc: &SymBuf<'_, rshmem::BF16>,
+        bdst: &SymBuf<'_, rshmem::BF16>,
+        all: bool,
+    ) -> R {
+        use rshmem::{BF16, F16};
+        let (hto, hfrom) = (
+            F16::to_f32 as fn(F16) -> f32,
+            F16::from_f32 as fn(f32) -> F16,
+        );
+        let (bto, bfrom) = (
+            BF16::to_f32 as fn(BF16) -> f32,
+            BF16::from_f32 as fn(f32) -> BF16,
+        );
+        let add: fn(f32, f32) -> f32 = |a, b| a + b;
+        let mul: fn(f32, f32) -> f32 = |a, b| a * b;
+        let min: fn(f32, f32) -> f32 = |a, b| if b < a { b } else { a };
+        let max: fn(f32, f32) -> f32 = |a, b| if b > a { b } else { a };
+        self.reduce_one::<F16, Sum>(hsrc, hdst, 5, half_op(hto, hfrom, add))?;
+        self.reduce_one::<BF16, Max>(bsrc, bdst, 6, half_op(bto, bfrom, max))?;
+        if all {
+            self.reduce_one::<F16, Prod>(hsrc, hdst, 7, half_op(hto, hfrom, mul))?;
+            self.reduce_one::<F16, Min>(hsrc, hdst, 8, half_op(hto, hfrom, min))?;
+            self.reduce_one::<F16, Max>(hsrc, hdst, 9, half_op(hto, hfrom, max))?;
+            self.reduce_one::<BF16, Sum>(bsrc, bdst, 10, half_op(bto, bfrom, add))?;
+            self.reduce_one::<BF16, Prod>(bsrc, bdst, 11, half_op(bto, bfrom, mul))?;
+            self.reduce_one::<BF16, Min>(bsrc, bdst, 12, half_op(bto, bfrom, min))?;
+        }
+        Ok(())
     }
 
     /// reduce (separate and in place) and reducescatter with `O`, against `f` in team order.

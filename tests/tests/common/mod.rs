@@ -137,6 +137,15 @@ fn clean_env(cmd: &mut Command) {
             cmd.env_remove(v.name);
         }
     }
+    // NVSHMEM's variables stand in for rshmem's, and other RSHMEM_ names draw a warning.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("NVSHMEM_")
+            || (k.starts_with("RSHMEM_") && !PASS_THROUGH.contains(&k.as_ref()))
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
 }
 
 /// Runs `cmd` to completion, killing it after `limit`.

@@ -16,6 +16,7 @@ int main(void) {
     attr.mpi_comm = &not_a_comm; /* this program has no MPI */
     CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmem_init_status() == RSHMEM_STATUS_NOT_INITIALIZED);
+    CHECK(rshmemx_cumodule_init(NULL) == RSHMEM_ERROR_NOT_INITIALIZED);
 
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     check_pe = rshmem_my_pe();
@@ -53,6 +54,23 @@ int main(void) {
     CHECK(rshmem_team_get_config(RSHMEM_TEAM_WORLD, 0x80, &cfg) == RSHMEM_ERROR_INVALID_VALUE);
     CHECK(rshmem_team_get_config(RSHMEM_TEAM_WORLD, 0, NULL) == RSHMEM_ERROR_INVALID_VALUE);
     CHECK(rshmem_align(3, 64) == NULL); /* not a power of two: NULL on every PE */
+
+    /* Local buffer registration: checked and matched. */
+    static char buf[64], buf2[16];
+    CHECK(rshmemx_buffer_register(buf, sizeof buf) == RSHMEM_SUCCESS);
+    CHECK(rshmemx_buffer_register(buf + 8, 8) == RSHMEM_ERROR_INVALID_VALUE); /* overlaps */
+    CHECK(rshmemx_buffer_register(NULL, 8) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_buffer_register(buf2, 0) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_buffer_register(x, sizeof(int)) == RSHMEM_ERROR_INVALID_VALUE); /* symmetric */
+    CHECK(rshmemx_buffer_unregister(buf + 1) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_buffer_unregister(buf) == RSHMEM_SUCCESS);
+    CHECK(rshmemx_buffer_unregister(buf) == RSHMEM_ERROR_INVALID_VALUE); /* once */
+    CHECK(rshmemx_buffer_register(buf2, sizeof buf2) == RSHMEM_SUCCESS);
+    rshmemx_buffer_unregister_all();
+    CHECK(rshmemx_buffer_unregister(buf2) == RSHMEM_ERROR_INVALID_VALUE);
+    /* CUDA modules need the GPU backend. */
+    CHECK(rshmemx_cumodule_init(NULL) == RSHMEM_ERROR_STATE);
+    CHECK(rshmemx_cumodule_finalize(NULL) == RSHMEM_ERROR_STATE);
     (void)me;
     rshmem_barrier_all();
     rshmem_free(x);

@@ -2,6 +2,23 @@
    get_config, destroy; host collectives on the world and on a split team. */
 #include "check.h"
 
+#include <string.h>
+
+/* The half pattern of an integer 1..2048. */
+static uint16_t half_bits(int v) {
+    int e = 0;
+    while ((v >> (e + 1)) != 0) e++;
+    return (uint16_t)(((e + 15) << 10) | ((v << (10 - e)) & 0x3ff));
+}
+
+/* The bfloat16 pattern of an integer 1..256 (the upper half of the float). */
+static uint16_t bf16_bits(int v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
 int main(void) {
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     int me = rshmem_my_pe(), n = rshmem_n_pes();
@@ -68,6 +85,33 @@ int main(void) {
         rshmem_team_destroy(even);
         CHECK(rshmem_team_n_pes(even) == -1);
     }
+    /* 16-bit floats, passed as their bit patterns: half sum and bfloat16 max and reducescatter
+       of small integers (exact in 16 bits). */
+    uint16_t *s16 = rshmem_malloc(4 * (size_t)n * sizeof(uint16_t));
+    uint16_t *d16 = rshmem_malloc(4 * (size_t)n * sizeof(uint16_t));
+    CHECK(s16 && d16);
+    uint16_t h[64], b[64], got16[64];
+    for (int i = 0; i < 4 * n; i++) {
+        h[i] = half_bits(me + 1 + i % 3);
+        b[i] = bf16_bits(me + 1 + i % 3);
+    }
+    rshmem_uint16_put(s16, h, 4, me);
+    rshmem_barrier_all();
+    CHECK(rshmem_half_sum_reduce(RSHMEM_TEAM_WORLD, d16, s16, 4) == 0);
+    rshmem_uint16_get(got16, d16, 4, me);
+    for (int i = 0; i < 4; i++) CHECK(got16[i] == half_bits(n * (n + 1) / 2 + n * (i % 3)));
+    rshmem_uint16_put(s16, b, 4 * (size_t)n, me);
+    rshmem_barrier_all();
+    CHECK(rshmem_bfloat16_max_reduce(RSHMEM_TEAM_WORLD, d16, s16, 4) == 0);
+    rshmem_uint16_get(got16, d16, 4, me);
+    for (int i = 0; i < 4; i++) CHECK(got16[i] == bf16_bits(n + i % 3));
+    CHECK(rshmem_bfloat16_min_reducescatter(RSHMEM_TEAM_WORLD, d16, s16, 4) == 0);
+    rshmem_uint16_get(got16, d16, 4, me);
+    for (int i = 0; i < 4; i++) CHECK(got16[i] == bf16_bits(1 + (me * 4 + i) % 3));
+    rshmem_barrier_all();
+    rshmem_free(d16);
+    rshmem_free(s16);
+
     rshmem_team_destroy(y);
     rshmem_team_destroy(x);
     rshmem_barrier_all();

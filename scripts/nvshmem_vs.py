@@ -1,0 +1,807 @@
+#!/usr/bin/env python3
+"""NVSHMEM's perftests side by side: NVSHMEM itself against rshmem, from the same source.
+
+Called by `scripts/nvshmem-compat-check --vs-nvshmem NVSHMEM_PREFIX NVSHMEM_SRC [options]`
+(see --help there, or `python3 scripts/nvshmem_vs.py --help`).
+
+Every perftest that NVSHMEM's perftest/ CMake lists name (nvshmem_add_perftest) is built twice
+with nvcc: once against NVSHMEM (NVSHMEM_PREFIX/include, -rdc=true, -lnvshmem_device
+-l:libnvshmem_host.so.3; `auto` takes the nvidia-nvshmem wheel of this Python) and once against
+rshmem's compatibility headers and librshmem.so. Both are built with -DNVSHMEMTEST_MPI_SUPPORT:
+the NVSHMEM build runs under `mpirun -np N -x NVSHMEMTEST_USE_MPI_LAUNCHER=1` (NVSHMEM's MPI
+start-up in perftest/common/utils.cu; there is no nvshmrun), the rshmem build under `rshmemrun -n
+N`. Every line of each program's .args file (one run with no arguments when the file is missing
+or empty) runs with both libraries in two rounds: NVSHMEM first in round 1, rshmem first in round
+2. Point-to-point programs (a pt-to-pt folder) run on 2 PEs, the others on --np (default 4).
+
+Every run has NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 (no NVLink multicast) and
+NVSHMEM_MACHINE_READABLE_OUTPUT=1, which makes the perftests print each result as
+`&&&& PERF <job>___<subjob>___size__<bytes>___<metric> <value> <+|-><units>` (perftest/common/
+utils.cu, print_table_*; `+`: higher is better, `-`: lower is better). The ratio of a row is
+NVSHMEM time / rshmem time, or rshmem bandwidth / NVSHMEM bandwidth: above 1 rshmem is faster.
+A run that fails (exit status, timeout, no result) is a FAIL line with its log, never dropped.
+
+Outputs (--out DIR): runs.jsonl (one line per run), results.jsonl (one line per row and round),
+side-by-side.md (the ratio table: per program, args line, table and size, both rounds, and the
+geometric mean per table), logs/ (every run's output).
+"""
+import argparse
+import concurrent.futures
+import datetime
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+T_START = time.time()  # --deadline counts from here (the build included)
+RUN_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0",
+           "NVSHMEM_MACHINE_READABLE_OUTPUT": "1"}
+LIBS = ("nvshmem", "rshmem")
+
+
+def die(msg):
+    print(f"nvshmem-compat-check --vs-nvshmem: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def note(msg):
+    print(f"nvshmem-compat-check --vs-nvshmem: {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# NVSHMEM's perftest output (perftest/common/utils.cu, print_table_basic/_v1/_v2 with
+# NVSHMEM_MACHINE_READABLE_OUTPUT=1):
+#   printf("&&&& PERF %s___%s___size__%lu___%s %lf %c%s\n", job_name, subjob_name, size,
+#          output_var, value, plus_minus, units);
+# Each table starts with a line holding the job name alone.
+PERF_RE = re.compile(r"^&&&& PERF (?P<key>\S.*?) (?P<value>[-+0-9.eEinfa]+) (?P<dir>[-+])(?P<units>\S*)\s*$")
+
+
+def parse_perf(text):
+    """Rows of one run's output: [(job, subjob, size, metric, value, better, units)].
+
+    better is "lower" or "higher". A row printed again in the same output (several PEs that
+    print, or a table printed twice) is kept once: the first.
+    """
+    rows, seen = [], set()
+    for line in text.splitlines():
+        m = PERF_RE.match(line.rstrip("\r"))
+        if not m:
+            continue
+        parts = m.group("key").split("___")
+        # job ___ subjob ___ size__N ___ metric; a job or subjob may hold single underscores.
+        if len(parts) < 4 or not parts[-2].startswith("size__"):
+            continue
+        try:
+            size = int(parts[-2][len("size__"):])
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        job, subjob, metric = parts[0], "___".join(parts[1:-2]), parts[-1]
+        key = (job, subjob, size, metric)
+        if key in seen:
+            continue
+        seen.add(key)
+        better = "higher" if m.group("dir") == "+" else "lower"
+        rows.append((job, subjob, size, metric, value, better, m.group("units")))
+    return rows
+
+
+def ratio(nv, rs, better):
+    """NVSHMEM time / rshmem time, or rshmem bandwidth / NVSHMEM bandwidth (None: undefined)."""
+    if not (nv > 0 and rs > 0) or math.isinf(nv) or math.isinf(rs):
+        return None
+    return nv / rs if better == "lower" else rs / nv
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+# ------------------------------------------------------------------------------------------
+# The perftests: what NVSHMEM's perftest CMake lists name.
+ADD_RE = re.compile(r"^\s*nvshmem_add_perftest\(\s*([A-Za-z0-9_.\-]+)\s*\)", re.M)
+
+
+def discover(src):
+    progs = []
+    top = os.path.join(src, "perftest")
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        if "CMakeLists.txt" not in filenames or dirpath == top:
+            continue
+        with open(os.path.join(dirpath, "CMakeLists.txt")) as f:
+            for name in ADD_RE.findall(f.read()):
+                path = os.path.join(dirpath, name)
+                if not os.path.isfile(path):
+                    continue
+                rel = os.path.relpath(path, top)
+                base = os.path.splitext(name)[0]
+                args_path = os.path.splitext(path)[0] + ".args"
+                lines = []
+                if os.path.isfile(args_path):
+                    with open(args_path) as a:
+                        lines = [ln.strip() for ln in a.read().splitlines() if ln.strip()]
+                progs.append({"name": base, "src": path, "rel": rel,
+                              "p2p": "pt-to-pt" in rel.split(os.sep),
+                              "args": lines or [""], "has_args_file": os.path.isfile(args_path)})
+    names = [p["name"] for p in progs]
+    dups = {n for n in names if names.count(n) > 1}
+    for p in progs:  # perf_device_X / perf_host_X, as NVSHMEM's CMake names its targets
+        if p["name"] in dups:
+            p["name"] = ("host_" if p["rel"].startswith("host") else "device_") + p["name"]
+    return progs
+
+
+# ------------------------------------------------------------------------------------------
+# Build
+def find_nvcc(explicit):
+    for c in [explicit, os.environ.get("NVCC"), "/usr/local/cuda/bin/nvcc", shutil.which("nvcc")]:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    try:
+        d = subprocess.run([os.path.join(ROOT, "scripts/install-nvcc")], capture_output=True,
+                           text=True, check=True).stdout.strip().splitlines()[-1]
+        if os.path.isfile(os.path.join(d, "nvcc")):
+            return os.path.join(d, "nvcc")
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        pass
+    die("no nvcc (pass --nvcc, set NVCC, or put nvcc on PATH)")
+
+
+def find_nvml_include(nvcc, build):
+    inc = os.path.join(os.path.dirname(os.path.dirname(nvcc)), "include")
+    for d in [inc, os.environ.get("CUDA_HOME", "") + "/include", "/usr/local/cuda/include",
+              os.path.join(build, "pip/nvidia/cu13/include")]:
+        if os.path.isfile(os.path.join(d, "nvml.h")):
+            return d
+    note(f"installing nvml.h (pip: nvidia-nvml-dev) into {build}/pip")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--target", os.path.join(build, "pip"), "nvidia-nvml-dev==13.*"], check=False)
+    for dirpath, _, files in os.walk(os.path.join(build, "pip")):
+        if "nvml.h" in files:
+            return dirpath
+    die("no nvml.h (the perftests include it): CUDA toolkit without it and pip failed")
+
+
+def find_mpi_include(explicit):
+    cands = [explicit] if explicit else []
+    if shutil.which("mpicxx"):
+        try:
+            out = subprocess.run(["mpicxx", "--showme:incdirs"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+            cands += out
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    cands += ["/usr/lib/x86_64-linux-gnu/openmpi/include", "/usr/include/openmpi",
+              "/usr/local/ompi/include", "/usr/include/x86_64-linux-gnu/openmpi/include"]
+    for d in cands:
+        if d and os.path.isfile(os.path.join(d, "mpi.h")):
+            return d
+    die("no mpi.h (the perftests' MPI start-up, -DNVSHMEMTEST_MPI_SUPPORT, needs Open MPI's "
+        "header: install libopenmpi-dev, or pass --mpi-include DIR with a copy of Open MPI's "
+        "include folder)")
+
+
+def cuda_stub_dir(nvcc, build):
+    """-L folder with libcuda.so for linking (the programs load the driver's at run time)."""
+    top = os.path.dirname(os.path.dirname(nvcc))
+    for d in [os.path.join(top, "lib64/stubs"), os.path.join(top, "lib/stubs"),
+              "/usr/local/cuda/lib64/stubs"]:
+        if os.path.isfile(os.path.join(d, "libcuda.so")):
+            return d
+    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]:
+        if os.path.isfile(os.path.join(d, "libcuda.so")):
+            return d
+    # No driver and no toolkit stub (a build-only machine): a stub made from cuda.h.
+    stub = os.path.join(build, "stub")
+    os.makedirs(stub, exist_ok=True)
+    pre = subprocess.run(["cc", "-E", "-I" + os.path.join(top, "include"), "-x", "c", "-"],
+                         input="#include <cuda.h>\n", capture_output=True, text=True)
+    names = sorted(set(re.findall(r"\b(cu[A-Z][A-Za-z0-9_]*)\s*\(", pre.stdout)))
+    if not names:
+        die("cannot make a libcuda stub (no cuda.h?)")
+    with open(os.path.join(stub, "libcuda_stub.c"), "w") as f:
+        f.writelines(f"void {n}(void) {{}}\n" for n in names)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    os.path.join(stub, "libcuda.so"), os.path.join(stub, "libcuda_stub.c")], check=True)
+    return stub
+
+
+def nvshmem_prefix(arg):
+    if arg != "auto":
+        return os.path.abspath(arg)
+    try:
+        import nvidia.nvshmem  # noqa: F401 (the nvidia-nvshmem-cu13 wheel)
+        return os.path.abspath(list(nvidia.nvshmem.__path__)[0])
+    except ImportError:
+        die("--vs-nvshmem auto: this Python has no nvidia.nvshmem (pip install nvidia-nvshmem-cu13)")
+
+
+def run_cmd(cmd, log):
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        f.flush()
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode == 0
+
+
+def build(a, progs):
+    nvcc = find_nvcc(a.nvcc)
+    os.makedirs(a.build, exist_ok=True)
+    blog = os.path.join(a.build, "build-logs")
+    os.makedirs(blog, exist_ok=True)
+    nvml = find_nvml_include(nvcc, a.build)
+    mpi = find_mpi_include(a.mpi_include)
+    stub = cuda_stub_dir(nvcc, a.build)
+    nv = nvshmem_prefix(a.vs_nvshmem)
+    nv_lib = os.path.join(nv, "lib")
+    for need in [os.path.join(nv, "include/nvshmem.h"), os.path.join(nv_lib, "libnvshmem_device.a")]:
+        if not os.path.isfile(need):
+            die(f"NVSHMEM at {nv} has no {os.path.relpath(need, nv)}")
+    host_so = "libnvshmem_host.so" if os.path.isfile(os.path.join(nv_lib, "libnvshmem_host.so")) \
+        else "libnvshmem_host.so.3"
+    lib = a.lib or next((os.path.join(ROOT, "target", p) for p in ("release", "debug")
+                         if os.path.isfile(os.path.join(ROOT, "target", p, "librshmem.so"))), None)
+    if not lib or not os.path.isfile(os.path.join(lib, "librshmem.so")):
+        die("no librshmem.so (cargo build --release -p rshmem-c, or pass --lib DIR)")
+    lib = os.path.abspath(lib)
+    # The perftests reach MPI through dlopen (utils.cu) and need only mpi.h's C declarations:
+    # no C++ bindings (Open MPI's would need libmpi_cxx at link time).
+    common = [f"-arch={a.arch}", "-std=c++17", "-O3", "-DNVSHMEMTEST_MPI_SUPPORT",
+              "-DOMPI_SKIP_MPICXX", "-DMPICH_SKIP_MPICXX",
+              "-I" + nvml, "-I" + mpi, "-I" + os.path.join(a.src, "perftest/common")]
+    flags = {
+        "nvshmem": (common + ["-rdc=true", "-I" + os.path.join(nv, "include")],
+                    ["-rdc=true", "-L" + nv_lib, "-lnvshmem_device", "-l:" + host_so,
+                     "-Xlinker", "-rpath=" + nv_lib]),
+        "rshmem": (common + ["-I" + os.path.join(ROOT, "capi/include/nvshmem"),
+                             "-I" + os.path.join(ROOT, "capi/include"),
+                             "-I" + os.path.join(ROOT, "device-lib/include"),
+                             # Calls rshmem lacks, on paths the .args lines do not take (--mmap,
+                             # cubin mode) compile and, if reached, end the run with a message.
+                             "-DRSHMEM_NVSHMEM_UNSUPPORTED_ABORTS"],
+                   ["-L" + lib, "-lrshmem", "-Xlinker", "-rpath=" + lib]),
+    }
+    if a.rshmem_rdc:
+        flags["rshmem"][0].append("-rdc=true")
+        flags["rshmem"][1][:0] = ["-rdc=true", os.path.abspath(a.rshmem_rdc)]
+    with open(os.path.join(a.build, "BUILD-INFO.json"), "w") as f:
+        json.dump({"nvcc": nvcc, "nvshmem": nv, "librshmem": lib, "src": a.src, "arch": a.arch,
+                   "rshmem_commit": git_describe(), "flags": flags,
+                   "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")}, f, indent=1)
+
+    def compile_one(libname, src, obj, log):
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        return run_cmd([nvcc] + flags[libname][0] + ["-c", src, "-o", obj], log)
+
+    def one(libname, p):
+        log = os.path.join(blog, f"{libname}-{p['name']}.log")
+        open(log, "w").close()
+        obj = os.path.join(a.build, "obj", libname, p["name"] + ".o")
+        ok = compile_one(libname, p["src"], obj, log)
+        if ok:
+            util = os.path.join(a.build, "obj", libname, "utils.o")
+            exe = os.path.join(a.build, "bin", libname, p["name"])
+            os.makedirs(os.path.dirname(exe), exist_ok=True)
+            ok = run_cmd([nvcc, f"-arch={a.arch}", obj, util, "-o", exe] + flags[libname][1] +
+                         ["-L" + stub, "-lcuda", "-ldl"], log)
+        return libname, p["name"], ok, log
+
+    t0 = time.time()
+    util_ok = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
+        futs = {}
+        for libname in LIBS:
+            log = os.path.join(blog, f"{libname}-utils.log")
+            open(log, "w").close()
+            futs[ex.submit(compile_one, libname, os.path.join(a.src, "perftest/common/utils.cu"),
+                           os.path.join(a.build, "obj", libname, "utils.o"), log)] = libname
+        for fut in concurrent.futures.as_completed(futs):
+            util_ok[futs[fut]] = fut.result()
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        futs = [ex.submit(one, libname, p) for p in progs for libname in LIBS if util_ok[libname]]
+        for fut in concurrent.futures.as_completed(futs):
+            results.append(fut.result())
+    for libname in LIBS:
+        if not util_ok[libname]:
+            for p in progs:
+                results.append((libname, p["name"], False, os.path.join(blog, f"{libname}-utils.log")))
+    built = {(l, n) for l, n, ok, _ in results if ok}
+    # What earlier builds into this folder made (other --only sets) stays listed.
+    done = {p["name"] for p in progs}
+    built_all = set(built) | {b for b in load_built(a.build) if b[1] not in done}
+    os.makedirs(os.path.join(a.build, "bin"), exist_ok=True)
+    with open(os.path.join(a.build, "bin", "BUILT.json"), "w") as f:
+        json.dump({"built": sorted(f"{l}/{n}" for l, n in built_all)}, f)
+    for l, n, ok, log in sorted(results):
+        if not ok:
+            print(f"BUILD FAIL {l} {n}: {first_error(log)} (log: {log})")
+    note(f"built {len(built)} of {2 * len(progs)} programs in {time.time() - t0:.0f} s "
+         f"({a.jobs} at a time) into {a.build}/bin/{{nvshmem,rshmem}}")
+    return built
+
+
+def load_built(build):
+    try:
+        with open(os.path.join(build, "bin", "BUILT.json")) as f:
+            return {tuple(x.split("/", 1)) for x in json.load(f)["built"]}
+    except (OSError, ValueError, KeyError):
+        return set()
+
+
+def first_error(log):
+    try:
+        with open(log, errors="replace") as f:
+            for line in f:
+                if re.search(r"error|undefined reference|not supported", line, re.I):
+                    return line.strip()[:200]
+    except OSError:
+        pass
+    return "see log"
+
+
+def git_describe():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                              capture_output=True, text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------------
+# Run
+def kill_group(proc):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(a, libname, prog, args, np_, log):
+    exe = os.path.join(a.build, "bin", libname, prog["name"])
+    argv = shlex.split(args)
+    env = dict(os.environ, **RUN_ENV)
+    if libname == "nvshmem":
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe"]
+        if os.getuid() == 0:
+            cmd.append("--allow-run-as-root")
+        env["NVSHMEMTEST_USE_MPI_LAUNCHER"] = "1"
+        # NVSHMEM opens its bootstrap plugin (nvshmem_bootstrap_mpi.so.3) by name.
+        if a.nv_lib_for_run:
+            env["LD_LIBRARY_PATH"] = a.nv_lib_for_run + (
+                ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        for k in list(RUN_ENV) + ["NVSHMEMTEST_USE_MPI_LAUNCHER", "LD_LIBRARY_PATH",
+                                  "OMPI_MCA_btl_vader_single_copy_mechanism"]:
+            if k in env:
+                cmd += ["-x", k]
+        cmd += [exe] + argv
+    else:
+        run = a.rshmemrun or os.path.join(os.path.dirname(a.lib_for_run), "rshmemrun")
+        env.setdefault("RSHMEM_TIMEOUT", str(max(10, a.timeout - 5)))
+        cmd = [run, "-n", str(np_), exe] + argv
+    t0 = time.time()
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        f.flush()
+        try:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        except OSError as e:
+            f.write(f"cannot start: {e}\n")
+            return "FAIL", f"cannot start {cmd[0]}: {e}", 0.0
+        try:
+            rc = proc.wait(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            return "FAIL", f"timed out after {a.timeout} s", time.time() - t0
+    secs = time.time() - t0
+    with open(log, errors="replace") as f:
+        rows = parse_perf(f.read())
+    if rc != 0:
+        return "FAIL", f"exit status {rc}", secs
+    if not rows:
+        return "FAIL", "no result rows (&&&& PERF lines) in the output", secs
+    return "PASS", f"{len(rows)} rows", secs
+
+
+def run_key(r):
+    return (r["round"], r["program"], r["line"], r["lib"])
+
+
+def read_jsonl(path):
+    out = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            out = [json.loads(line) for line in f if line.strip()]
+    return out
+
+
+def run_all(a, progs, built):
+    """Runs the plan; returns the number of planned runs left (past --deadline)."""
+    logdir = os.path.join(a.out, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    runs_path = os.path.join(a.out, "runs.jsonl")
+    rounds = [1, 2] if a.round == "both" else [int(a.round)]
+    plan = []
+    for rnd in rounds:
+        for p in progs:
+            for li, args in enumerate(p["args"]):
+                order = LIBS if rnd == 1 else tuple(reversed(LIBS))
+                for libname in order:
+                    plan.append((rnd, p, li, args, libname))
+    # Every planned run is listed in plan.jsonl, so that a summary names those never run.
+    planned = {run_key(r) for r in read_jsonl(os.path.join(a.out, "plan.jsonl"))}
+    with open(os.path.join(a.out, "plan.jsonl"), "a") as f:
+        for rnd, p, li, args, libname in plan:
+            rec = {"round": rnd, "program": p["name"], "line": li, "args": args, "lib": libname,
+                   "np": 2 if p["p2p"] else a.np}
+            if run_key(rec) not in planned:
+                f.write(json.dumps(rec) + "\n")
+    if a.resume:
+        done = {run_key(r) for r in read_jsonl(runs_path)}
+        plan = [x for x in plan if (x[0], x[1]["name"], x[2], x[4]) not in done]
+        note(f"--resume: {len(done)} runs already recorded in {runs_path}")
+    note(f"{len(plan)} runs ({len(progs)} programs, rounds {rounds}), timeout {a.timeout} s each"
+         + (f", no new run after {a.deadline} s" if a.deadline else ""))
+    t_start = time.time()
+    with open(runs_path, "a") as out:
+        for i, (rnd, p, li, args, libname) in enumerate(plan):
+            if a.deadline and time.time() - T_START > a.deadline:
+                left = len(plan) - i
+                note(f"stopped at --deadline {a.deadline} s (since start) with {left} runs left: run "
+                     f"again with --run-only --resume --out {a.out} to go on")
+                return left
+            np_ = 2 if p["p2p"] else a.np
+            log = os.path.join(logdir, f"r{rnd}-{p['name']}-{li}-{libname}.log")
+            if (libname, p["name"]) not in built:
+                status, why, secs = "FAIL", "not built (see the build log)", 0.0
+                with open(log, "w") as f:
+                    f.write("not built\n")
+            else:
+                status, why, secs = launch(a, libname, p, args, np_, log)
+            rec = {"round": rnd, "program": p["name"], "rel": p["rel"], "line": li, "args": args,
+                   "lib": libname, "np": np_, "status": status, "why": why,
+                   "secs": round(secs, 2), "log": os.path.relpath(log, a.out)}
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            print(f"[{i + 1}/{len(plan)} {time.time() - t_start:5.0f}s] {status} r{rnd} "
+                  f"{p['name']} #{li} '{args}' {libname} np={np_} ({secs:.1f} s): {why}", flush=True)
+    note(f"runs took {time.time() - t_start:.0f} s")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Summarize
+def summarize(dirs, out_dir, title_info=""):
+    runs = []
+    for d in dirs:
+        path = os.path.join(d, "runs.jsonl")
+        if not os.path.isfile(path):
+            die(f"{d} has no runs.jsonl")
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    r["_dir"] = d
+                    runs.append(r)
+    # The last record of each (round, program, line, lib) wins (a run repeated later).
+    last = {}
+    for r in runs:
+        last[(r["round"], r["program"], r["line"], r["lib"])] = r
+    parsed = {}
+    for k, r in last.items():
+        rows = []
+        if r["status"] == "PASS":
+            try:
+                with open(os.path.join(r["_dir"], r["log"]), errors="replace") as f:
+                    rows = parse_perf(f.read())
+            except OSError:
+                pass
+        parsed[k] = rows
+    results, fails = [], []
+    for k, r in sorted(last.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0], kv[0][3])):
+        if r["status"] != "PASS":
+            fails.append(r)
+    not_run = set()
+    for d in dirs:
+        for p in read_jsonl(os.path.join(d, "plan.jsonl")):
+            if run_key(p) not in last and run_key(p) not in not_run:
+                not_run.add(run_key(p))
+                fails.append(dict(p, status="NOT RUN", why="planned, not run (--deadline; go on with --resume)",
+                                  log="-"))
+    pairs = sorted({(k[0], k[1], k[2]) for k in last})
+    for rnd, prog, li in pairs:
+        nv = {(j, s, z, m): (v, b, u) for j, s, z, m, v, b, u in parsed.get((rnd, prog, li, "nvshmem"), [])}
+        rs = {(j, s, z, m): (v, b, u) for j, s, z, m, v, b, u in parsed.get((rnd, prog, li, "rshmem"), [])}
+        args = (last.get((rnd, prog, li, "nvshmem")) or last.get((rnd, prog, li, "rshmem")))["args"]
+        for key in sorted(set(nv) | set(rs), key=lambda t: (t[0], t[1], t[3], t[2])):
+            j, s, z, m = key
+            a_, b_ = nv.get(key), rs.get(key)
+            better = (a_ or b_)[1]
+            units = (a_ or b_)[2]
+            results.append({"round": rnd, "program": prog, "line": li, "args": args, "job": j,
+                            "subjob": s, "size": z, "metric": m, "units": units, "better": better,
+                            "nvshmem": a_[0] if a_ else None, "rshmem": b_[0] if b_ else None,
+                            "ratio": ratio(a_[0], b_[0], better) if a_ and b_ else None})
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.jsonl"), "w") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+    md = render_md(results, fails, title_info)
+    with open(os.path.join(out_dir, "side-by-side.md"), "w") as f:
+        f.write(md)
+    return results, fails, md
+
+
+def fmt(x, nd=3):
+    if x is None:
+        return "–"
+    return f"{x:.{nd}f}" if abs(x) < 1e4 else f"{x:.4g}"
+
+
+def render_md(results, fails, title_info=""):
+    tables = {}
+    for r in results:
+        tables.setdefault((r["program"], r["line"], r["args"], r["job"], r["subjob"], r["metric"],
+                           r["units"], r["better"]), {}).setdefault(r["size"], {})[r["round"]] = r
+    head = ["# NVSHMEM perftests: NVSHMEM against rshmem, side by side", ""]
+    if title_info:
+        head += [title_info, ""]
+    head += ["ratio = NVSHMEM time / rshmem time, or rshmem bandwidth / NVSHMEM bandwidth (above 1: "
+             "rshmem faster). r1: NVSHMEM ran first, r2: rshmem ran first. gmean: geometric mean "
+             "of the table's ratios over both rounds; lowest: its lowest ratio.", ""]
+    body, summary = [], []
+    for (prog, li, args, job, subjob, metric, units, better), sizes in sorted(tables.items()):
+        body += [f"### {prog} #{li} `{args or '(no arguments)'}`: {job} / {subjob} "
+                 f"({metric}, {units}, {better} is better)", "",
+                 "| size (B) | NVSHMEM r1 | rshmem r1 | ratio r1 | NVSHMEM r2 | rshmem r2 | ratio r2 |",
+                 "|---:|---:|---:|---:|---:|---:|---:|"]
+        all_ratios = []
+        for size in sorted(sizes):
+            cells = [str(size)]
+            for rnd in (1, 2):
+                r = sizes[size].get(rnd)
+                cells += [fmt(r and r["nvshmem"]), fmt(r and r["rshmem"]), fmt(r and r["ratio"], 2)]
+                if r and r["ratio"]:
+                    all_ratios.append(r["ratio"])
+            body.append("| " + " | ".join(cells) + " |")
+        g = geomean(all_ratios)
+        lo = min(all_ratios) if all_ratios else None
+        body += ["", f"gmean {fmt(g, 2)}, lowest {fmt(lo, 2)} ({len(all_ratios)} ratios)", ""]
+        summary.append((prog, li, args, job, subjob, g, lo, len(all_ratios)))
+    head += ["## Geometric mean per table", "",
+             "| program | args | table | gmean | lowest | ratios |", "|---|---|---|---:|---:|---:|"]
+    for prog, li, args, job, subjob, g, lo, n in summary:
+        head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | {fmt(g, 2)} | {fmt(lo, 2)} | {n} |")
+    head.append("")
+    if fails:
+        head += ["## Failed runs", "", "| round | program | args | library | why | log |",
+                 "|---|---|---|---|---|---|"]
+        for r in fails:
+            head.append(f"| {r['round']} | {r['program']} | #{r['line']} `{r['args'] or '-'}` | "
+                        f"{r['lib']} | {r['why']} | {r['log']} |")
+        head.append("")
+    return "\n".join(head + ["## Tables", ""] + body) + "\n"
+
+
+# ------------------------------------------------------------------------------------------
+# Self-test of the parser and the table (no GPU): lines as perftest/common/utils.cu prints them.
+SELF_TEST_NV = """\
+mype: 0 mype_node: 0 device name: NVIDIA H100 80GB HBM3 bus id: 24
+shmem_p_latency
+&&&& PERF shmem_p_latency___None___size__4___latency 1.050000 -us
+&&&& PERF shmem_p_latency___None___size__8___latency 2.000000 -us
+Bandwidth
+&&&& PERF Bandwidth___None___size__4___Bandwidth 10.000000 +GB
+&&&& PERF Bandwidth___None___size__8___Bandwidth 20.000000 +GB
+Stream_Latency
+&&&& PERF Stream_Latency___with _on_stream___size__4___latency 4.000000 -us
+&&&& PERF Stream_Latency___without _on_stream___size__4___latency 5.000000 -us
+shmem_at_int_inc_ping_lat
+&&&& PERF shmem_at_int_inc_ping_lat___None___size__4___latency 3.000000 -us
+&&&& PERF shmem_p_latency___None___size__4___latency 9.000000 -us
+"""
+SELF_TEST_RS = """\
+shmem_p_latency
+&&&& PERF shmem_p_latency___None___size__4___latency 0.525000 -us
+&&&& PERF shmem_p_latency___None___size__8___latency 4.000000 -us
+Bandwidth
+&&&& PERF Bandwidth___None___size__4___Bandwidth 15.000000 +GB
+&&&& PERF Bandwidth___None___size__8___Bandwidth 10.000000 +GB
+Stream_Latency
+&&&& PERF Stream_Latency___with _on_stream___size__4___latency 2.000000 -us
+"""
+
+
+def self_test():
+    import tempfile
+    rows = parse_perf(SELF_TEST_NV)
+    keys = [(j, s, z, m) for j, s, z, m, *_ in rows]
+    assert ("shmem_p_latency", "None", 4, "latency") in keys, keys
+    assert ("Stream_Latency", "with _on_stream", 4, "latency") in keys, keys
+    assert ("shmem_at_int_inc_ping_lat", "None", 4, "latency") in keys, keys
+    assert keys.count(("shmem_p_latency", "None", 4, "latency")) == 1, "a repeated row is kept once"
+    first = [r for r in rows if r[:4] == ("shmem_p_latency", "None", 4, "latency")][0]
+    assert first[4] == 1.05 and first[5] == "lower" and first[6] == "us", first
+    bw = [r for r in rows if r[0] == "Bandwidth"][0]
+    assert bw[5] == "higher" and bw[6] == "GB", bw
+    assert parse_perf("size(B)  scope  latency (us)\n4  None  1.0\n") == [], "only &&&& PERF lines"
+    assert abs(ratio(1.05, 0.525, "lower") - 2.0) < 1e-12
+    assert abs(ratio(10.0, 15.0, "higher") - 1.5) < 1e-12
+    assert ratio(0.0, 1.0, "lower") is None
+    assert abs(geomean([2.0, 0.5]) - 1.0) < 1e-12
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "logs"))
+        recs = []
+        for rnd in (1, 2):
+            for lib, text in (("nvshmem", SELF_TEST_NV), ("rshmem", SELF_TEST_RS)):
+                log = f"logs/r{rnd}-x-0-{lib}.log"
+                with open(os.path.join(d, log), "w") as f:
+                    f.write(text)
+                recs.append({"round": rnd, "program": "x", "rel": "x.cu", "line": 0, "args": "-n 5",
+                             "lib": lib, "np": 2, "status": "PASS", "why": "", "secs": 1.0, "log": log})
+        recs.append({"round": 1, "program": "y", "rel": "y.cu", "line": 0, "args": "", "lib": "rshmem",
+                     "np": 4, "status": "FAIL", "why": "exit status 1", "secs": 1.0, "log": "logs/y"})
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+        results, fails, md = summarize([d], d)
+        by = {(r["round"], r["job"], r["subjob"], r["size"]): r for r in results}
+        assert abs(by[(1, "shmem_p_latency", "None", 4)]["ratio"] - 2.0) < 1e-12
+        assert abs(by[(2, "shmem_p_latency", "None", 8)]["ratio"] - 0.5) < 1e-12
+        assert abs(by[(1, "Bandwidth", "None", 8)]["ratio"] - 0.5) < 1e-12
+        assert by[(1, "Stream_Latency", "without _on_stream", 4)]["ratio"] is None
+        assert by[(1, "Stream_Latency", "without _on_stream", 4)]["rshmem"] is None
+        assert len(fails) == 1 and fails[0]["program"] == "y"
+        # shmem_p_latency: ratios 2.0 and 0.5 in both rounds: gmean 1.00, lowest 0.50.
+        assert re.search(r"\| x \| #0 `-n 5` \| shmem_p_latency / None \| 1\.00 \| 0\.50 \| 4 \|", md), md
+        assert "| 1 | y | #0 `-` | rshmem | exit status 1 | logs/y |" in md, md
+        assert os.path.isfile(os.path.join(d, "results.jsonl"))
+    print("nvshmem_vs.py self-test: all passed")
+
+
+# ------------------------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser(
+        prog="scripts/nvshmem-compat-check --vs-nvshmem",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--vs-nvshmem", metavar="NVSHMEM_PREFIX",
+                    help="NVSHMEM's install (include/, lib/), or auto: the nvidia-nvshmem wheel of this Python")
+    ap.add_argument("src", nargs="?", help="unpacked NVSHMEM source (its perftest/ folder is read)")
+    ap.add_argument("--build", default="./nvshmem-vs-build", help="build folder (bin/nvshmem, bin/rshmem, obj/, build-logs/)")
+    ap.add_argument("--build-only", action="store_true", help="build, do not run (no GPU needed)")
+    ap.add_argument("--run-only", action="store_true", help="do not build: run what --build holds")
+    ap.add_argument("--out", default=None, help="results folder (default BUILD/results-<date>)")
+    ap.add_argument("--only", default="", help="comma-separated program names (as in the table)")
+    ap.add_argument("--skip", default="", help="comma-separated program names to leave out")
+    ap.add_argument("--part", default="", help="K/N: the K-th of N parts of the program list (split a run)")
+    ap.add_argument("--round", default="both", choices=["1", "2", "both"], help="which round(s) to run")
+    ap.add_argument("--np", type=int, default=4, help="PEs for programs outside pt-to-pt (default 4)")
+    ap.add_argument("--timeout", type=int, default=60, help="seconds per run (default 60)")
+    ap.add_argument("--deadline", type=int, default=0,
+                    help="start no run S seconds after this command started (build included); "
+                         "the rest is left for --resume")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip the runs --out already records (go on after --deadline)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel compiles")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--nvcc", default=None)
+    ap.add_argument("--lib", default=None, help="folder of librshmem.so and rshmemrun (default target/release)")
+    ap.add_argument("--rshmemrun", default=None)
+    ap.add_argument("--mpi-include", default=None, help="folder with Open MPI's mpi.h")
+    ap.add_argument("--rshmem-rdc", default=None, metavar="LIB.a",
+                    help="build the rshmem side with -rdc=true and this device library")
+    ap.add_argument("--plan", action="store_true", help="print the programs and .args lines, run nothing")
+    ap.add_argument("--summarize", nargs="+", metavar="DIR", help="only make the table from the runs.jsonl of these folders")
+    ap.add_argument("--self-test", action="store_true", help="test the output parser and the table")
+    a = ap.parse_args()
+
+    if a.self_test:
+        self_test()
+        return 0
+    if a.summarize:
+        out = a.out or a.summarize[0]
+        results, fails, md = summarize(a.summarize, out, info_line(a.summarize[0]))
+        print(md)
+        note(f"wrote {out}/side-by-side.md and {out}/results.jsonl")
+        return 0
+    if not a.src or not os.path.isfile(os.path.join(a.src, "perftest/common/utils.cu")):
+        die("give the unpacked NVSHMEM source folder (with perftest/common/utils.cu)")
+    a.src = os.path.abspath(a.src)
+    a.build = os.path.abspath(a.build)
+    progs = discover(a.src)
+    names = {p["name"] for p in progs}
+    for opt in (a.only, a.skip):
+        bad = [n for n in opt.split(",") if n and n not in names]
+        if bad:
+            die(f"unknown program(s) {','.join(bad)}; known: {','.join(sorted(names))}")
+    if a.only:
+        progs = [p for p in progs if p["name"] in a.only.split(",")]
+    if a.skip:
+        progs = [p for p in progs if p["name"] not in a.skip.split(",")]
+    if a.part:
+        m = re.fullmatch(r"(\d+)/(\d+)", a.part)
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            die(f"--part takes K/N with 1 <= K <= N, got '{a.part}'")
+        k, n = int(m.group(1)), int(m.group(2))
+        progs = [p for i, p in enumerate(progs) if i % n == k - 1]
+    if a.plan:
+        total = 0
+        for p in progs:
+            for li, args in enumerate(p["args"]):
+                print(f"{p['name']:40s} np={2 if p['p2p'] else a.np} #{li} {args or '(no arguments)'}")
+                total += 1
+        rounds = 2 if a.round == "both" else 1
+        print(f"{len(progs)} programs, {total} .args lines: {total * 2 * rounds} runs")
+        return 0
+    if not a.vs_nvshmem:
+        die("--vs-nvshmem NVSHMEM_PREFIX (or auto) is needed")
+    if a.run_only:
+        built = load_built(a.build)
+        if not built:
+            die(f"--run-only: {a.build}/bin/BUILT.json is missing (build first)")
+    else:
+        built = build(a, progs)
+    if a.build_only:
+        return 0 if len(built) == 2 * len(progs) else 1
+    if not shutil.which("mpirun"):
+        die("no mpirun on PATH (the NVSHMEM side runs under mpirun)")
+    a.lib_for_run = os.path.join(a.lib or os.path.join(ROOT, "target/release"), "librshmem.so")
+    a.nv_lib_for_run = None
+    try:
+        with open(os.path.join(a.build, "BUILD-INFO.json")) as f:
+            info = json.load(f)
+        a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
+        a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
+    except (OSError, ValueError, KeyError):
+        pass
+    stamp = datetime.datetime.utcnow().strftime("%Y%m%d-%H%M%S")
+    if a.resume and not a.out:
+        die("--resume needs the --out folder of the run to go on with")
+    a.out = os.path.abspath(a.out or os.path.join(a.build, f"results-{stamp}"))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "INFO.txt"), "a") as f:
+        f.write(info_text(a))
+    left = run_all(a, progs, built)
+    results, fails, md = summarize([a.out], a.out, info_line(a.out))
+    print(md)
+    note(f"wrote {a.out}/side-by-side.md, results.jsonl, runs.jsonl; logs in {a.out}/logs")
+    return 3 if left else 0
+
+
+def info_text(a):
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip() \
+        if shutil.which("nvidia-smi") else "(no nvidia-smi)"
+    return (f"date: {datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')}\n"
+            f"host: {os.uname().nodename}\nrshmem: {git_describe()}\n"
+            f"command: {' '.join(shlex.quote(x) for x in sys.argv)}\n"
+            f"build: {a.build}/BUILD-INFO.json\ngpus:\n{gpus}\n")
+
+
+def info_line(d):
+    try:
+        with open(os.path.join(d, "INFO.txt")) as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        return "  \n".join(lines)
+    except OSError:
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
