@@ -79,6 +79,7 @@ mod sync;
 mod team;
 pub(crate) mod transport;
 mod types;
+mod userbuf;
 mod wait;
 pub mod wire;
 mod world;
