@@ -470,8 +470,9 @@ pub(crate) fn retain_user_allocation(
         let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr as u64) };
         if r == CUresult::CUDA_SUCCESS && base as usize != addr {
             return Err(bad(format!(
-                "buffer {addr:#x} is not the start of its mapping (which starts at {base:#x}): \
-                 pass the address the allocation is mapped at"
+                "buffer {addr:#x} is not the start of the mapped range that holds it (which \
+                 starts at {base:#x}): pass the address the allocation is mapped at, in an \
+                 address reservation of its own"
             )));
         }
         if r == CUresult::CUDA_SUCCESS && len > size {

@@ -560,29 +560,20 @@ impl Heap {
         len: usize,
         align: usize,
     ) -> Result<usize> {
-        let align = align.max(GRANULE);
         let user = self.user.lock().map_err(|_| poisoned(call))?;
         let low = self.mapped().max(self.internal);
-        let mut hi = self.slice;
-        let fits = |hi: usize, lo: usize| -> Option<usize> {
-            let start = hi.checked_sub(len)? & !(align - 1);
-            (start >= lo).then_some(start)
-        };
-        for r in user.iter().rev() {
-            if let Some(start) = fits(hi, r.off + r.len) {
-                return Ok(start);
-            }
-            hi = r.off;
-        }
-        fits(hi, low).ok_or_else(|| Error::OutOfMemory {
-            call,
-            requested: len,
-            reason: format!(
-                "the free address space between the mapped heap ({} bytes) and the registered \
+        let taken: Vec<(usize, usize)> = user.iter().map(|r| (r.off, r.len)).collect();
+        place_user(&taken, self.slice, low, len, align.max(GRANULE)).ok_or_else(|| {
+            Error::OutOfMemory {
+                call,
+                requested: len,
+                reason: format!(
+                    "the free address space between the mapped heap ({} bytes) and the registered \
                  buffers at the top of the slice ({} bytes per PE in all) is too small; raise \
                  RSHMEM_HEAP_LIMIT, or register before the heap grows",
-                low, self.slice
-            ),
+                    low, self.slice
+                ),
+            }
         })
     }
 
@@ -607,11 +598,14 @@ impl Heap {
         };
         let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
         let mut maps = Vec::with_capacity(self.n_local);
-        let r = (|| {
-            crate::cuda::map_user_allocation(call, g, a, self.my_base + off, len)?;
+        let own = crate::cuda::map_user_allocation(call, g, a, self.my_base + off, len);
+        if own.is_ok() {
             maps.push((self.my_base + off, len));
-            let peers = node.exchange_fds(call, USER_TAG | *chunk_no, &a.fd, live)?;
-            for (j, pfd) in peers.iter().enumerate() {
+        }
+        // The exchange happens even when the own mapping failed: the local peers wait for it.
+        let peers = node.exchange_fds(call, USER_TAG | *chunk_no, &a.fd, live);
+        let r = own.and_then(|()| {
+            for (j, pfd) in peers?.iter().enumerate() {
                 if let Some(pfd) = pfd {
                     let at = self.res.base + j * self.slice + off;
                     crate::cuda::import_user_allocation(call, g, pfd, at, len)?;
@@ -619,7 +613,7 @@ impl Heap {
                 }
             }
             Ok(())
-        })();
+        });
         *chunk_no += 1;
         if let Err(e) = r {
             for &(at, l) in &maps {
@@ -723,6 +717,30 @@ impl Drop for Heap {
     }
 }
 
+/// Where a user buffer of `len` bytes goes in a slice of `slice` bytes whose heap is mapped up
+/// to `low`, given the buffers already there (`taken`: (offset, length), sorted by offset): the
+/// highest `align`-aligned place at or above `low` that overlaps none of them. None: no room.
+fn place_user(
+    taken: &[(usize, usize)],
+    slice: usize,
+    low: usize,
+    len: usize,
+    align: usize,
+) -> Option<usize> {
+    let fits = |hi: usize, lo: usize| -> Option<usize> {
+        let start = hi.checked_sub(len)? & !(align - 1);
+        (start >= lo).then_some(start)
+    };
+    let mut hi = slice;
+    for &(off, l) in taken.iter().rev() {
+        if let Some(start) = fits(hi, (off + l).max(low)) {
+            return Some(start);
+        }
+        hi = off;
+    }
+    fits(hi, low)
+}
+
 /// Tags of the fds that carry registered user buffers (heap chunks have tags below it).
 pub(crate) const USER_TAG: u64 = 1 << 63;
 
@@ -745,6 +763,43 @@ fn poisoned(call: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::HitCache;
+
+    #[test]
+    fn user_buffers_stack_down_from_the_top_and_reuse_holes() {
+        use super::place_user;
+        const M: usize = 1 << 20;
+        let slice = 1024 * M;
+        // Empty: at the top, aligned.
+        assert_eq!(
+            place_user(&[], slice, 64 * M, 4 * M, 2 * M),
+            Some(slice - 4 * M)
+        );
+        assert_eq!(
+            place_user(&[], slice, 64 * M, 3 * M, 2 * M),
+            Some(slice - 4 * M)
+        );
+        // Below the lowest one.
+        let taken = [(slice - 4 * M, 4 * M)];
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 2 * M, 2 * M),
+            Some(slice - 6 * M)
+        );
+        // A hole left by an unregistered buffer is reused when it fits, from the top.
+        let taken = [(slice - 10 * M, 2 * M), (slice - 2 * M, 2 * M)];
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 4 * M, 2 * M),
+            Some(slice - 6 * M)
+        );
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 8 * M, 2 * M),
+            Some(slice - 18 * M)
+        );
+        // Never into the mapped heap.
+        assert_eq!(place_user(&[], slice, slice - 2 * M, 4 * M, 2 * M), None);
+        assert_eq!(place_user(&[], 4 * M, 0, 8 * M, 2 * M), None);
+        let taken = [(slice - 4 * M, 4 * M)];
+        assert_eq!(place_user(&taken, slice, slice - 6 * M, 4 * M, 2 * M), None);
+    }
 
     #[test]
     fn hit_cache_remembers_and_forgets() {
