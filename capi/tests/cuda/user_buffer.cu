@@ -1,22 +1,16 @@
 // Symmetric registration of user buffers (rshmemx_buffer_register_symmetric, NVSHMEM's
-// nvshmemx_buffer_register_symmetric) on the GPU: every PE makes a CUDA VMM buffer with
-// cuMemCreate (POSIX fd handle type), registers it, and
-//   1. a kernel puts this PE's pattern through the returned address into the right neighbour's
-//      buffer (device rshmem_putmem + rshmem_p of a flag, then barrier_all_on_stream); every PE
-//      checks through its own mapping (buf) that the left neighbour's pattern arrived;
-//   2. a host rshmem_putmem and rshmem_ptr work on the registered range;
-//   3. a second buffer registers below the first (offsets equal on every PE), the heap still
-//      grows (rshmem_malloc of 256 MiB) and both buffers unregister;
-//   4. refusals, each NULL on every PE with a message naming the call: a cudaMalloc buffer, a
-//      VMM buffer without the POSIX fd handle type, sizes that differ between PEs, flags 1;
-//      unregistering an address twice is an error.
-// Prints "user_buffer: PE <me> passed" on success, exits 1 otherwise. Run with 2 or more PEs,
-// with RSHMEM_DEVICE_CHECKS=1 (the device checks must accept the registered range):
-//
-//   rshmemrun -n 2 ./user_buffer
-//
-// The driver calls are reached through cudaGetDriverEntryPointByVersion, so the program links
-// without libcuda (scripts/cuda-examples builds it on machines without a GPU driver).
+// nvshmemx_buffer_register_symmetric) on the GPU. Every PE makes a cuMemCreate buffer (POSIX fd
+// handle type) and registers it; then (1) a kernel puts this PE's pattern through the returned
+// address into the right neighbour's buffer (device rshmem_putmem, a flag, barrier_all_on_stream)
+// and every PE checks, through its own mapping, that the left neighbour's pattern arrived; (2)
+// host rshmem_putmem and rshmem_ptr work on the range; (3) a second buffer registers below the
+// first, the heap still grows (256 MiB), both unregister and the space is reused; (4) refusals,
+// NULL on every PE with a message naming the call: cudaMalloc memory, no POSIX fd handle type,
+// sizes that differ between PEs, flags 1; unregistering twice is an error. Prints
+// "user_buffer: PE <me> passed", else exits 1. Run with 2+ PEs and RSHMEM_DEVICE_CHECKS=1 (the
+// device checks must accept the registered range): rshmemrun -n 2 ./user_buffer
+// Driver calls go through cudaGetDriverEntryPointByVersion: it links without libcuda.
+// A whole program for nvcc; the NVRTC sweep of the repository's .cu files leaves it out:
 // rshmem: nvrtc-skip
 #include <cuda.h>
 #include <rshmem.h>
