@@ -259,12 +259,10 @@ def host_calls(m):
     # User buffer registration and modules the program loads itself (issue 29: compathost).
     m.raw("")
     m.raw("// ---- Host-only: user buffers and CUDA modules the program loads itself")
-    sym_why = ("rshmem does not map user buffers into the symmetric heap yet; allocate with "
-               "nvshmem_malloc instead (docs/nvshmem-porting.md)")
     for n in ["buffer_register", "buffer_unregister", "buffer_unregister_all",
               "buffer_register_symmetric", "buffer_unregister_symmetric",
               "cumodule_init", "cumodule_finalize"]:
-        m.host_define("nvshmemx_" + n, "rshmemx_" + n, sym_why if "symmetric" in n else None)
+        m.host_define("nvshmemx_" + n, "rshmemx_" + n)
 
     m.raw("")
     m.raw("// ---- Host-only: stream-ordered calls")

@@ -256,7 +256,7 @@ void *rshmem_align(size_t alignment, size_t size);
 void rshmem_free(void *ptr);
 
 /* ========================================================================================== */
-/* Local buffers (NVSHMEM's nvshmemx_buffer_register)                                        */
+/* User buffers (NVSHMEM's nvshmemx_buffer_register and _register_symmetric)                 */
 /* ========================================================================================== */
 
 /* Local. Registers [addr, addr+length) as a local source or destination of RMA. rshmem's
@@ -268,6 +268,24 @@ int rshmemx_buffer_register(void *addr, size_t length);
 int rshmemx_buffer_unregister(void *addr);
 /* Local. Ends every registration of this PE. */
 void rshmemx_buffer_unregister_all(void);
+
+/* Collective (every PE, the same size; NVSHMEM's nvshmemx_buffer_register_symmetric). Makes
+   buf, this PE's buffer of CUDA VMM memory, symmetric: returns an address at which every PE's
+   calls (host, stream and device) reach the matching buffer of the target PE, like memory of
+   rshmem_malloc. buf must be the address a cuMemCreate allocation of this PE's GPU is mapped
+   at (cuMemMap), created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes;
+   size a multiple of its allocation granularity; flags 0. The returned address and buf show
+   the same memory. It is placed near the top of the PE's slice of the symmetric address range
+   and the heap stops growing below it. Needs the GPU backend and every PE on one host.
+   Returns NULL on every PE, after printing the cause, when any PE's buffer or size is refused
+   (NULL, 0, cudaMalloc or host memory, no POSIX fd handle type, another GPU, sizes that differ
+   between PEs), on the CPU backend, or when the PEs span hosts. */
+void *rshmemx_buffer_register_symmetric(void *buf, size_t size, int flags);
+/* Collective. Ends a registration: mmap_ptr is what rshmemx_buffer_register_symmetric
+   returned, size the size it was given. Completes this PE's operations, waits for its GPU
+   (cuCtxSynchronize) and for every PE, then unmaps; buf stays mapped and the program's to
+   free. Returns 0, or an RSHMEM_ERROR_* code after printing the cause. */
+int rshmemx_buffer_unregister_symmetric(void *mmap_ptr, size_t size);
 
 /* ========================================================================================== */
 /* CUDA modules the program loads itself (NVSHMEM's nvshmemx_cumodule_init)                  */

@@ -70,6 +70,7 @@ pub fn device_contract() -> String {
     field!("rshmem_device_state", DeviceState, proxy_slots);
     field!("rshmem_device_state", DeviceState, team_table);
     field!("rshmem_device_state", DeviceState, team_count);
+    field!("rshmem_device_state", DeviceState, heap_reg_start);
     field!("rshmem_device_state", DeviceState, reserved);
     eq("RSHMEM_STATE_FLAG_DEBUG", crate::device::state::FLAG_DEBUG);
     eq(

@@ -82,6 +82,7 @@ mod team;
 pub(crate) mod transport;
 mod types;
 mod uid;
+mod userbuf;
 mod wait;
 pub mod wire;
 mod world;

@@ -391,12 +391,20 @@ impl Node {
                 return Err(self.lost(call, j, "its socket closed"));
             }
             if bytes != 8 || u64::from_le_bytes(hdr) != tag {
+                let what = |t: u64| {
+                    if t & crate::heap::USER_TAG != 0 {
+                        format!("a registered buffer (share {})", t & !crate::heap::USER_TAG)
+                    } else {
+                        format!("heap chunk {t}")
+                    }
+                };
                 return Err(Error::AsymmetricCall {
                     call,
                     details: format!(
-                        "PE {} grew its heap for chunk {} while PE {my_pe} grew it for chunk {tag}",
+                        "PE {} shared {} while PE {my_pe} shared {}",
                         self.pes[j],
-                        u64::from_le_bytes(hdr)
+                        what(u64::from_le_bytes(hdr)),
+                        what(tag)
                     ),
                 });
             }

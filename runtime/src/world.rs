@@ -598,6 +598,7 @@ impl World {
             }),
             team_table: (self.heap.my_base() + dev_internal::TEAM_TABLE) as u64,
             team_count: dev_internal::MAX_TEAMS as u64,
+            heap_reg_start: self.heap.user_start() as u64,
             ..Default::default()
         };
         if let Some(p) = &self.proxy {

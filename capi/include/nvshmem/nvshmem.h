@@ -11,8 +11,8 @@
 // (host, device, or both).
 // What rshmem does not support is a compile-time error naming the call:
 //
-//     error: static assertion failed with "rshmem: nvshmemx_buffer_register_symmetric is not
-//     supported (rshmem has no registration of user buffers)"
+//     error: static assertion failed with "rshmem: nvshmemx_culibrary_init is not supported
+//     (use nvshmemx_cumodule_init with a module loaded by cuModuleLoad* ...)"
 //
 // never a silent no-op. A program that only contains such calls on paths it does not take may
 // be built with -DRSHMEM_NVSHMEM_UNSUPPORTED_ABORTS: each such call then compiles, and when it is

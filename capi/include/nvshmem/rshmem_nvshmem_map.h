@@ -2051,6 +2051,8 @@ RSHMEM_COMPAT_COLL(nvshmem_double_max_reducescatter, (rshmem_team_t team, double
 #define nvshmemx_buffer_register rshmemx_buffer_register
 #define nvshmemx_buffer_unregister rshmemx_buffer_unregister
 #define nvshmemx_buffer_unregister_all rshmemx_buffer_unregister_all
+#define nvshmemx_buffer_register_symmetric rshmemx_buffer_register_symmetric
+#define nvshmemx_buffer_unregister_symmetric rshmemx_buffer_unregister_symmetric
 #define nvshmemx_cumodule_init rshmemx_cumodule_init
 #define nvshmemx_cumodule_finalize rshmemx_cumodule_finalize
 
@@ -2810,8 +2812,6 @@ RSHMEM_COMPAT_HOST16(int, nvshmemx_bfloat16_max_reducescatter_on_stream, (rshmem
 // ---- Not supported: each is a compile-time error naming the call (nvshmem.h)
 #if defined(__cplusplus)
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_vendor_get_version_info, "rshmem's host library has no rshmem_vendor_get_version_info")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_register_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
-RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_buffer_unregister_symmetric, "rshmem does not map user buffers into the symmetric heap yet; allocate with nvshmem_malloc instead (docs/nvshmem-porting.md)")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_collectmem_on_stream, "rshmem's host library has no rshmemx_collectmem_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_on_stream, "rshmem's host library has no rshmemx_int_wait_until_on_stream")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_int_wait_until_all_on_stream, "rshmem's host library has no rshmemx_int_wait_until_all_on_stream")
@@ -2883,8 +2883,6 @@ RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_quiet_block, "rshmem has no queue pairs")
 RSHMEM_COMPAT_UNSUPPORTED(nvshmemx_qp_signal_op, "rshmem has no queue pairs")
 #else
 #define nvshmemx_vendor_get_version_info(...) nvshmemx_vendor_get_version_info_is_not_supported_by_rshmem
-#define nvshmemx_buffer_register_symmetric(...) nvshmemx_buffer_register_symmetric_is_not_supported_by_rshmem
-#define nvshmemx_buffer_unregister_symmetric(...) nvshmemx_buffer_unregister_symmetric_is_not_supported_by_rshmem
 #define nvshmemx_collectmem_on_stream(...) nvshmemx_collectmem_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_on_stream(...) nvshmemx_int_wait_until_on_stream_is_not_supported_by_rshmem
 #define nvshmemx_int_wait_until_all_on_stream(...) nvshmemx_int_wait_until_all_on_stream_is_not_supported_by_rshmem

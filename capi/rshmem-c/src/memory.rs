@@ -200,3 +200,36 @@ pub extern "C" fn rshmemx_buffer_unregister_all() {
         Ok(())
     });
 }
+
+/// `rshmemx_buffer_register_symmetric`: **collective**. Maps every PE's CUDA VMM buffer `buf`
+/// of `size` bytes (the same size on every PE) at one symmetric address and returns it, or
+/// NULL after printing the cause (NVSHMEM's `nvshmemx_buffer_register_symmetric`; see
+/// `World::register_buffer_symmetric`). `flags` must be 0, as in NVSHMEM.
+#[no_mangle]
+pub extern "C" fn rshmemx_buffer_register_symmetric(
+    buf: *mut c_void,
+    size: usize,
+    flags: c_int,
+) -> *mut c_void {
+    alloc("rshmemx_buffer_register_symmetric", |w| {
+        if flags != 0 {
+            // Refused before the collective part: every PE passes the same flags in a correct
+            // program, and a PE that does not would leave the others waiting, so say so.
+            return crate::invalid(format!(
+                "flags is {flags}; only 0 is supported (as in NVSHMEM); the other PEs of a job \
+                 that passes 0 there wait for this one"
+            ));
+        }
+        Ok(w.register_buffer_symmetric(buf, size)?.cast())
+    })
+}
+
+/// `rshmemx_buffer_unregister_symmetric`: **collective**. Ends the registration of
+/// `rshmemx_buffer_register_symmetric` that returned `mmap_ptr` for `size` bytes. Returns 0, or
+/// an error code after printing the cause.
+#[no_mangle]
+pub extern "C" fn rshmemx_buffer_unregister_symmetric(mmap_ptr: *mut c_void, size: usize) -> c_int {
+    crate::status("rshmemx_buffer_unregister_symmetric", |rt| {
+        Ok(rt.world.unregister_buffer_symmetric(mmap_ptr, size)?)
+    })
+}

@@ -226,6 +226,19 @@ fn errors_return_codes_and_name_the_call() {
         ("rshmemx_buffer_register", "symmetric memory"),
         ("rshmemx_buffer_unregister", "is not the start of a buffer"),
         (
+            "rshmemx_buffer_register_symmetric",
+            "called before rshmem_init",
+        ),
+        (
+            "rshmemx_buffer_register_symmetric",
+            "needs the GPU backend (this job runs on the CPU backend",
+        ),
+        ("rshmemx_buffer_register_symmetric", "flags is 1; only 0"),
+        (
+            "rshmemx_buffer_unregister_symmetric",
+            "needs the GPU backend",
+        ),
+        (
             "rshmemx_cumodule_init",
             "not initialized on the GPU backend",
         ),

@@ -2537,6 +2537,8 @@ void rshmem_compat_host_names(void) {
     (void)&nvshmemx_buffer_register;
     (void)&nvshmemx_buffer_unregister;
     (void)&nvshmemx_buffer_unregister_all;
+    (void)&nvshmemx_buffer_register_symmetric;
+    (void)&nvshmemx_buffer_unregister_symmetric;
     (void)&nvshmemx_cumodule_init;
     (void)&nvshmemx_cumodule_finalize;
     (void)&nvshmemx_barrier_all_on_stream;

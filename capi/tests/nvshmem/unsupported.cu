@@ -19,8 +19,8 @@ int main(void) {
     nvshmem_init();
     void *p = nvshmem_malloc(64);
 #if CASE == 1
-    void *q = nvshmemx_buffer_register_symmetric(p, 64, 0);
-    (void)q;
+    int major = 0, minor = 0, patch = 0;
+    nvshmemx_vendor_get_version_info(&major, &minor, &patch);
 #elif CASE == 2
     CUlibrary l = 0;
     int rc = nvshmemx_culibrary_init(l);

@@ -47,7 +47,8 @@ typedef struct rshmem_device_state {
     uint64_t proxy_slots;      // requests in the ring (a power of two; 0: no proxy)
     uint64_t team_table;       // device address of the team descriptors (0: none yet)
     uint64_t team_count;       // descriptors in the table
-    uint64_t reserved[2];
+    uint64_t heap_reg_start;   // lowest slice offset of a registered user buffer (0: none)
+    uint64_t reserved[1];
 } rshmem_device_state;
 
 static_assert(sizeof(rshmem_device_state) == 136, "rshmem_device_state size");
@@ -65,7 +66,8 @@ static_assert(offsetof(rshmem_device_state, proxy_ctrl) == 88, "proxy_ctrl offse
 static_assert(offsetof(rshmem_device_state, proxy_slots) == 96, "proxy_slots offset");
 static_assert(offsetof(rshmem_device_state, team_table) == 104, "team_table offset");
 static_assert(offsetof(rshmem_device_state, team_count) == 112, "team_count offset");
-static_assert(offsetof(rshmem_device_state, reserved) == 120, "reserved offset");
+static_assert(offsetof(rshmem_device_state, heap_reg_start) == 120, "heap_reg_start offset");
+static_assert(offsetof(rshmem_device_state, reserved) == 128, "reserved offset");
 
 // One copy per module (header-only, no -rdc needed); filled in by the host runtime before any
 // kernel of the module runs. The name is not mangled (global namespace variable). Before init it

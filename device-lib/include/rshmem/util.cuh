@@ -11,7 +11,8 @@
 //
 // Checks: with RSHMEM_STATE_FLAG_DEBUG set in rshmem_state.flags, every call checks its PE
 // argument (0 <= pe < n_pes) and that each symmetric range lies in this PE's user heap
-// [my slice + heap_user_start, my slice + heap_mapped); on failure it prints
+// [my slice + heap_user_start, my slice + heap_mapped) or in the registered user buffers at the
+// top of the slice [my slice + heap_reg_start, next slice); on failure it prints
 //     rshmem: <call> on PE <me>: <cause>
 // and executes __trap(), which aborts the kernel (the host sees an error on its next
 // synchronization). In cooperative (warp/block) calls every thread checks, one thread prints.
@@ -148,8 +149,12 @@ static __device__ __forceinline__ void check_pe(const char* call, int pe, bool s
     if (pe < 0 || pe >= rshmem_state.n_pes) fail_pe(call, pe, say);
 }
 
+// Out of line (costs the fast path nothing): a range outside the heap may still lie in the
+// user buffers registered at the top of the slice, [heap_reg_start, slice); then it passes.
 static __device__ __noinline__ void fail_range(const char* call, const char* what, const void* p,
                                                size_t nbytes, bool say) {
+    uint64_t reg = rshmem_state.heap_reg_start, a = (uint64_t)p - my_slice();
+    if (reg != 0 && a >= reg && a < rshmem_state.slice && nbytes <= rshmem_state.slice - a) return;
     if (say) {
         uint64_t lo = my_slice() + rshmem_state.heap_user_start;
         uint64_t hi = my_slice() + rshmem_state.heap_mapped;

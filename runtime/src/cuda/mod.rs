@@ -337,8 +337,18 @@ pub(crate) fn create_and_map(gpu: &Gpu, addr: usize, len: usize) -> Result<Owned
 
 /// Imports a peer's exported GPU memory and maps it at `addr` with access for our GPU.
 pub(crate) fn import_and_map(gpu: &Gpu, fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    import_and_map_as("malloc", "a peer's heap chunk", gpu, fd, addr, len)
+}
+
+fn import_and_map_as(
+    call: &'static str,
+    what: &str,
+    gpu: &Gpu,
+    fd: &OwnedFd,
+    addr: usize,
+    len: usize,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
-    let call = "malloc";
     gpu.bind(call)?;
     let mut h: sys::CUmemGenericAllocationHandle = 0;
     // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
@@ -352,21 +362,193 @@ pub(crate) fn import_and_map(gpu: &Gpu, fd: &OwnedFd, addr: usize, len: usize) -
             )
         },
         call,
-        "cuMemImportFromShareableHandle (a peer's heap chunk)",
+        &format!("cuMemImportFromShareableHandle ({what})"),
     )?;
     // SAFETY: addr..addr+len is an unmapped part of our reservation.
     let r = check(
         unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
         call,
-        "cuMemMap of a peer's chunk",
+        &format!("cuMemMap of {what}"),
     )
-    .and_then(|_| set_access(gpu, addr, len));
+    .and_then(|_| set_access_as(call, gpu, addr, len).inspect_err(|_| unmap(addr, len)));
     // SAFETY: h is the handle we imported; the mapping keeps the memory alive.
     unsafe { sys::cuMemRelease(h) };
     r
 }
 
+/// A user's CUDA VMM allocation retained for symmetric registration: the allocation handle
+/// (one reference, released on drop) and a POSIX fd that other processes can import.
+pub(crate) struct UserAllocation {
+    handle: sys::CUmemGenericAllocationHandle,
+    /// The allocation exported as a POSIX file descriptor.
+    pub(crate) fd: OwnedFd,
+    /// Its minimum mapping granularity (addresses it is mapped at must be aligned to it).
+    pub(crate) granularity: usize,
+}
+
+impl Drop for UserAllocation {
+    fn drop(&mut self) {
+        // SAFETY: `handle` holds the one reference `cuMemRetainAllocationHandle` gave us;
+        // mappings made from it keep the memory alive on their own.
+        unsafe { sys::cuMemRelease(self.handle) };
+    }
+}
+
+/// Checks that `[addr, addr+len)` is the start of a CUDA VMM allocation (`cuMemCreate`) of
+/// this PE's GPU that can be exported as a POSIX file descriptor, `len` a multiple of the
+/// allocation granularity, and retains its handle. The error says which condition failed.
+pub(crate) fn retain_user_allocation(
+    call: &'static str,
+    gpu: &Gpu,
+    addr: usize,
+    len: usize,
+) -> Result<UserAllocation> {
+    gpu.bind(call)?;
+    let bad = |reason: String| Error::invalid(call, reason);
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: valid out-pointer; the driver only looks `addr` up in its tables.
+    let r = unsafe { sys::cuMemRetainAllocationHandle(&mut h, addr as *mut std::ffi::c_void) };
+    if r != CUresult::CUDA_SUCCESS {
+        return Err(bad(format!(
+            "buffer {addr:#x} is not CUDA VMM memory (cuMemRetainAllocationHandle: {r:?}): only \
+             memory made with cuMemCreate and mapped with cuMemMap can be registered \
+             symmetrically, not cudaMalloc, cudaMallocManaged or host memory"
+        )));
+    }
+    // From here on `handle` holds one reference: kept by the result, released on errors.
+    let handle = h;
+    let check_props = || -> Result<usize> {
+        // SAFETY: plain C struct; all-zero is valid.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        check(
+            // SAFETY: valid out-pointer, live handle.
+            unsafe { sys::cuMemGetAllocationPropertiesFromHandle(&mut prop, handle) },
+            call,
+            "cuMemGetAllocationPropertiesFromHandle of the buffer",
+        )?;
+        // A bit mask; the location type may hold a value newer than these bindings: read it as
+        // a plain integer.
+        let handle_types = prop.requestedHandleTypes.0;
+        // SAFETY: `location.type_` is a 32-bit C enum inside `prop`, which is initialized.
+        let loc_type = unsafe { std::ptr::addr_of!(prop.location.type_).cast::<u32>().read() };
+        let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0;
+        if handle_types & posix == 0 {
+            return Err(bad(format!(
+                "buffer {addr:#x} was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR \
+                 in CUmemAllocationProp::requestedHandleTypes (handle types {handle_types:#x}), \
+                 so it cannot be shared with the other PEs of this host"
+            )));
+        }
+        let device = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32;
+        if loc_type != device || prop.location.id != gpu.ordinal as i32 {
+            return Err(bad(format!(
+                "buffer {addr:#x} is not memory of this PE's GPU {} (location type {loc_type}, \
+                 id {})",
+                gpu.ordinal, prop.location.id
+            )));
+        }
+        let mut gran = 0usize;
+        check(
+            // SAFETY: valid out-pointer and property struct.
+            unsafe {
+                sys::cuMemGetAllocationGranularity(
+                    &mut gran,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+                )
+            },
+            call,
+            "cuMemGetAllocationGranularity of the buffer",
+        )?;
+        if gran == 0 || len % gran != 0 {
+            return Err(bad(format!(
+                "size {len} is not a multiple of the buffer's allocation granularity ({gran} bytes)"
+            )));
+        }
+        let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: valid out-pointers; the driver only looks `addr` up.
+        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, addr as u64) };
+        if r == CUresult::CUDA_SUCCESS && base as usize != addr {
+            return Err(bad(format!(
+                "buffer {addr:#x} is not the start of the mapped range that holds it (which \
+                 starts at {base:#x}): pass the address the allocation is mapped at, in an \
+                 address reservation of its own"
+            )));
+        }
+        if r == CUresult::CUDA_SUCCESS && len > size {
+            return Err(bad(format!(
+                "size {len} is larger than the buffer's mapping of {size} bytes at {addr:#x}"
+            )));
+        }
+        Ok(gran)
+    };
+    let fd = check_props().and_then(|gran| {
+        let mut fd: i32 = -1;
+        check(
+            // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
+            unsafe {
+                sys::cuMemExportToShareableHandle(
+                    (&mut fd as *mut i32).cast(),
+                    handle,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            },
+            call,
+            "cuMemExportToShareableHandle of the buffer",
+        )?;
+        // SAFETY: the driver returned a fresh fd that we now own.
+        Ok((unsafe { OwnedFd::from_raw_fd(fd) }, gran))
+    });
+    match fd {
+        Ok((fd, granularity)) => Ok(UserAllocation {
+            handle,
+            fd,
+            granularity,
+        }),
+        Err(e) => {
+            // SAFETY: the reference retained above; nothing else uses it.
+            unsafe { sys::cuMemRelease(handle) };
+            Err(e)
+        }
+    }
+}
+
+/// Maps the first `len` bytes of a retained user allocation at `addr` (an unmapped part of our
+/// reservation) with access for our GPU.
+pub(crate) fn map_user_allocation(
+    call: &'static str,
+    gpu: &Gpu,
+    a: &UserAllocation,
+    addr: usize,
+    len: usize,
+) -> Result<()> {
+    gpu.bind(call)?;
+    check(
+        // SAFETY: addr..addr+len is an unmapped part of our reservation; the handle is live.
+        unsafe { sys::cuMemMap(addr as u64, len, 0, a.handle, 0) },
+        call,
+        "cuMemMap of the registered buffer into the symmetric heap",
+    )?;
+    set_access_as(call, gpu, addr, len).inspect_err(|_| unmap(addr, len))
+}
+
+/// Imports a peer's exported user allocation and maps its first `len` bytes at `addr`.
+pub(crate) fn import_user_allocation(
+    call: &'static str,
+    gpu: &Gpu,
+    fd: &OwnedFd,
+    addr: usize,
+    len: usize,
+) -> Result<()> {
+    import_and_map_as(call, "a peer's registered buffer", gpu, fd, addr, len)
+}
+
 fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
+    set_access_as("malloc", gpu, addr, len)
+}
+
+fn set_access_as(call: &'static str, gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
     // SAFETY: plain C struct; zero is valid.
     let mut desc: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
@@ -375,7 +557,7 @@ fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
     // SAFETY: addr..addr+len is mapped; desc is valid for one entry.
     check(
         unsafe { sys::cuMemSetAccess(addr as u64, len, &desc, 1) },
-        "malloc",
+        call,
         "cuMemSetAccess",
     )
 }

@@ -77,8 +77,12 @@ pub struct DeviceState {
     pub team_table: u64,
     /// Descriptors in the team table.
     pub team_count: u64,
+    /// Lowest offset in a slice of a user buffer registered with
+    /// `World::register_buffer_symmetric` (0: none); the device library's debug checks accept
+    /// `[heap_reg_start, slice)` besides the heap.
+    pub heap_reg_start: u64,
     /// Room for growth without changing the size.
-    pub reserved: [u64; 2],
+    pub reserved: [u64; 1],
 }
 
 const _: () = {
@@ -98,7 +102,8 @@ const _: () = {
     assert!(offset_of!(DeviceState, proxy_slots) == 96);
     assert!(offset_of!(DeviceState, team_table) == 104);
     assert!(offset_of!(DeviceState, team_count) == 112);
-    assert!(offset_of!(DeviceState, reserved) == 120);
+    assert!(offset_of!(DeviceState, heap_reg_start) == 120);
+    assert!(offset_of!(DeviceState, reserved) == 128);
     assert!(internal::BARRIER_FLAGS + 8 * internal::MAX_LOCAL_PES <= internal::TEAM_TABLE);
     assert!(internal::TEAM_TABLE + internal::TEAM_DESC * internal::MAX_TEAMS <= internal::PE_TABLE);
     assert!(internal::USER_START == 0x220_0000);

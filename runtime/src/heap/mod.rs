@@ -88,6 +88,11 @@ pub struct Heap {
     /// Bytes mapped in every slice (equal on all PEs).
     mapped: std::sync::Arc<AtomicUsize>,
     alloc: RwLock<Allocator>,
+    /// The heap's growth limit: `end`, or the lowest registered buffer's offset when lower.
+    floor: AtomicUsize,
+    /// Users' buffers mapped at the top of every slice (`World::register_buffer_symmetric`),
+    /// sorted by offset.
+    user: Mutex<Vec<UserRegion>>,
     /// Allocations that range checks hit recently (cleared when one disappears or shrinks).
     hits: HitCache,
     grow_lock: Mutex<u64>,
@@ -227,6 +232,8 @@ impl Heap {
             me_local: node.me,
             mapped: std::sync::Arc::new(AtomicUsize::new(0)),
             alloc: RwLock::new(Allocator::new(internal, internal)),
+            floor: AtomicUsize::new(end),
+            user: Mutex::new(Vec::new()),
             internal,
             hits: HitCache::new(),
             grow_lock: Mutex::new(0),
@@ -332,18 +339,28 @@ impl Heap {
                 }
             };
             let cur = self.mapped.load(Ordering::Acquire);
-            if need > self.end {
+            let limit = self.floor.load(Ordering::Acquire);
+            if need > limit {
+                let user = if limit < self.end {
+                    format!(
+                        "; buffers registered with register_buffer_symmetric hold the top {} \
+                         bytes of the slice (unregister them to give the heap room)",
+                        self.slice - limit
+                    )
+                } else {
+                    String::new()
+                };
                 return Err(Error::OutOfMemory {
                     call,
                     requested: size,
                     reason: format!(
-                        "the heap limit is {} bytes per PE ({} in use); raise RSHMEM_HEAP_LIMIT",
-                        self.end - self.internal,
+                        "the heap limit is {} bytes per PE ({} in use{user}); raise RSHMEM_HEAP_LIMIT",
+                        limit - self.internal,
                         self.in_use()
                     ),
                 });
             }
-            let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(self.end);
+            let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(limit);
             self.grow_to(node, live, call, target)?;
         }
     }
@@ -468,6 +485,11 @@ impl Heap {
     #[cold]
     fn check_range_slow(&self, call: &'static str, addr: usize, len: usize) -> Result<usize> {
         let mapped = self.mapped();
+        if addr >= self.my_base + mapped && addr < self.my_base + self.slice {
+            if let Some(off) = self.check_user_range(call, addr, len)? {
+                return Ok(off);
+            }
+        }
         if addr < self.my_base + self.internal || addr >= self.my_base + mapped {
             return Err(Error::NotSymmetric {
                 call,
@@ -500,6 +522,155 @@ impl Heap {
         self.hits.insert(self.my_base + o, self.my_base + o + l);
         drop(a);
         Ok(off)
+    }
+
+    /// The offset of `[addr, addr+len)` when `addr` lies in a registered user buffer (None:
+    /// in none); an error when the range runs past the buffer's end.
+    fn check_user_range(
+        &self,
+        call: &'static str,
+        addr: usize,
+        len: usize,
+    ) -> Result<Option<usize>> {
+        let off = addr - self.my_base;
+        let user = self.user.lock().map_err(|_| poisoned(call))?;
+        let Some(r) = user.iter().find(|r| off >= r.off && off < r.off + r.len) else {
+            return Ok(None);
+        };
+        if len > r.off + r.len - off {
+            return Err(Error::NotSymmetric {
+                call,
+                reason: format!(
+                    "range of {len} bytes at {addr:#x} runs {} bytes past the end of its registered buffer ({} bytes at {:#x})",
+                    off + len - (r.off + r.len),
+                    r.len,
+                    self.my_base + r.off
+                ),
+            });
+        }
+        Ok(Some(off))
+    }
+
+    /// Where a user buffer of `len` bytes mapped at `align` goes: the highest free place at
+    /// the top of the slice, above the mapped heap. Deterministic (the same on every PE that
+    /// registered and unregistered the same buffers).
+    pub(crate) fn user_offset(
+        &self,
+        call: &'static str,
+        len: usize,
+        align: usize,
+    ) -> Result<usize> {
+        let user = self.user.lock().map_err(|_| poisoned(call))?;
+        let low = self.mapped().max(self.internal);
+        let taken: Vec<(usize, usize)> = user.iter().map(|r| (r.off, r.len)).collect();
+        place_user(&taken, self.slice, low, len, align.max(GRANULE)).ok_or_else(|| {
+            Error::OutOfMemory {
+                call,
+                requested: len,
+                reason: format!(
+                    "the free address space between the mapped heap ({} bytes) and the registered \
+                 buffers at the top of the slice ({} bytes per PE in all) is too small; raise \
+                 RSHMEM_HEAP_LIMIT, or register before the heap grows",
+                    low, self.slice
+                ),
+            }
+        })
+    }
+
+    /// Maps a user's buffer (retained as `a`) at offset `off` of my slice and every local
+    /// peer's buffer at `off` of theirs (their fds come over the host's sockets). Collective
+    /// over the host's PEs, which agreed on `off` and `len` beforehand. On failure nothing stays
+    /// mapped here.
+    pub(crate) fn map_user(
+        &self,
+        node: &Node,
+        live: &Liveness,
+        call: &'static str,
+        a: &crate::cuda::UserAllocation,
+        off: usize,
+        len: usize,
+    ) -> Result<()> {
+        let Backing::Cuda(g) = &self.backing else {
+            return Err(Error::Unsupported {
+                call,
+                reason: "symmetric registration of user buffers needs the GPU backend".into(),
+            });
+        };
+        let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
+        let mut maps = Vec::with_capacity(self.n_local);
+        let own = crate::cuda::map_user_allocation(call, g, a, self.my_base + off, len);
+        if own.is_ok() {
+            maps.push((self.my_base + off, len));
+        }
+        // The exchange happens even when the own mapping failed: the local peers wait for it.
+        let peers = node.exchange_fds(call, USER_TAG | *chunk_no, &a.fd, live);
+        let r = own.and_then(|()| {
+            for (j, pfd) in peers?.iter().enumerate() {
+                if let Some(pfd) = pfd {
+                    let at = self.res.base + j * self.slice + off;
+                    crate::cuda::import_user_allocation(call, g, pfd, at, len)?;
+                    maps.push((at, len));
+                }
+            }
+            Ok(())
+        });
+        *chunk_no += 1;
+        if let Err(e) = r {
+            for &(at, l) in &maps {
+                crate::cuda::unmap(at, l);
+            }
+            return Err(e);
+        }
+        let mut user = self.user.lock().map_err(|_| poisoned(call))?;
+        let at = user.partition_point(|r| r.off < off);
+        user.insert(at, UserRegion { off, len, maps });
+        self.floor
+            .store(self.end.min(user[0].off), Ordering::Release);
+        tracing::debug!(target: "rshmem::heap", call, off, len, "user buffer mapped");
+        Ok(())
+    }
+
+    /// Unmaps the user buffer at offset `off` (every local PE's copy) and gives its address
+    /// space back. Call only when no PE accesses it any more.
+    pub(crate) fn unmap_user(&self, call: &'static str, off: usize) -> Result<()> {
+        let mut user = self.user.lock().map_err(|_| poisoned(call))?;
+        let Some(i) = user.iter().position(|r| r.off == off) else {
+            return Err(Error::invalid(
+                call,
+                format!("no registered buffer at offset {off:#x}"),
+            ));
+        };
+        let r = user.remove(i);
+        if let Backing::Cuda(g) = &self.backing {
+            let _ = g.sync(call);
+        }
+        for &(at, l) in &r.maps {
+            crate::cuda::unmap(at, l);
+        }
+        self.floor.store(
+            user.first().map_or(self.end, |r| self.end.min(r.off)),
+            Ordering::Release,
+        );
+        Ok(())
+    }
+
+    /// The registered user buffer containing my address `addr`: (offset, length).
+    pub(crate) fn user_region(&self, addr: usize) -> Option<(usize, usize)> {
+        let off = addr.checked_sub(self.my_base)?;
+        let user = self.user.lock().ok()?;
+        user.iter()
+            .find(|r| off >= r.off && off < r.off + r.len)
+            .map(|r| (r.off, r.len))
+    }
+
+    /// Lowest offset of a registered user buffer in a slice, 0 when there is none (the device
+    /// state's `heap_reg_start`).
+    pub(crate) fn user_start(&self) -> usize {
+        self.user
+            .lock()
+            .ok()
+            .and_then(|u| u.first().map(|r| r.off))
+            .unwrap_or(0)
     }
 
     /// The GPU of a GPU heap.
@@ -535,8 +706,51 @@ impl Drop for Heap {
                     crate::cuda::unmap(a, l);
                 }
             }
+            if let Ok(user) = self.user.lock() {
+                for r in user.iter() {
+                    for &(a, l) in &r.maps {
+                        crate::cuda::unmap(a, l);
+                    }
+                }
+            }
         }
     }
+}
+
+/// Where a user buffer of `len` bytes goes in a slice of `slice` bytes whose heap is mapped up
+/// to `low`, given the buffers already there (`taken`: (offset, length), sorted by offset): the
+/// highest `align`-aligned place at or above `low` that overlaps none of them. None: no room.
+fn place_user(
+    taken: &[(usize, usize)],
+    slice: usize,
+    low: usize,
+    len: usize,
+    align: usize,
+) -> Option<usize> {
+    let fits = |hi: usize, lo: usize| -> Option<usize> {
+        let start = hi.checked_sub(len)? & !(align - 1);
+        (start >= lo).then_some(start)
+    };
+    let mut hi = slice;
+    for &(off, l) in taken.iter().rev() {
+        if let Some(start) = fits(hi, (off + l).max(low)) {
+            return Some(start);
+        }
+        hi = off;
+    }
+    fits(hi, low)
+}
+
+/// Tags of the fds that carry registered user buffers (heap chunks have tags below it).
+pub(crate) const USER_TAG: u64 = 1 << 63;
+
+/// A user's buffer mapped at the top of every local slice.
+struct UserRegion {
+    /// Offset in every slice.
+    off: usize,
+    len: usize,
+    /// The mappings in this process (mine and the local peers'), unmapped when it goes.
+    maps: Vec<(usize, usize)>,
 }
 
 fn poisoned(call: &'static str) -> Error {
@@ -549,6 +763,43 @@ fn poisoned(call: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::HitCache;
+
+    #[test]
+    fn user_buffers_stack_down_from_the_top_and_reuse_holes() {
+        use super::place_user;
+        const M: usize = 1 << 20;
+        let slice = 1024 * M;
+        // Empty: at the top, aligned.
+        assert_eq!(
+            place_user(&[], slice, 64 * M, 4 * M, 2 * M),
+            Some(slice - 4 * M)
+        );
+        assert_eq!(
+            place_user(&[], slice, 64 * M, 3 * M, 2 * M),
+            Some(slice - 4 * M)
+        );
+        // Below the lowest one.
+        let taken = [(slice - 4 * M, 4 * M)];
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 2 * M, 2 * M),
+            Some(slice - 6 * M)
+        );
+        // A hole left by an unregistered buffer is reused when it fits, from the top.
+        let taken = [(slice - 10 * M, 2 * M), (slice - 2 * M, 2 * M)];
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 4 * M, 2 * M),
+            Some(slice - 6 * M)
+        );
+        assert_eq!(
+            place_user(&taken, slice, 64 * M, 8 * M, 2 * M),
+            Some(slice - 18 * M)
+        );
+        // Never into the mapped heap.
+        assert_eq!(place_user(&[], slice, slice - 2 * M, 4 * M, 2 * M), None);
+        assert_eq!(place_user(&[], 4 * M, 0, 8 * M, 2 * M), None);
+        let taken = [(slice - 4 * M, 4 * M)];
+        assert_eq!(place_user(&taken, slice, slice - 6 * M, 4 * M, 2 * M), None);
+    }
 
     #[test]
     fn hit_cache_remembers_and_forgets() {

@@ -17,6 +17,7 @@ int main(void) {
     CHECK(rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM, &attr) == RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmem_init_status() == RSHMEM_STATUS_NOT_INITIALIZED);
     CHECK(rshmemx_cumodule_init(NULL) == RSHMEM_ERROR_NOT_INITIALIZED);
+    CHECK(rshmemx_buffer_register_symmetric(NULL, 0, 0) == NULL);
 
     CHECK(rshmem_init() == RSHMEM_SUCCESS);
     check_pe = rshmem_my_pe();
@@ -71,6 +72,10 @@ int main(void) {
     /* CUDA modules need the GPU backend. */
     CHECK(rshmemx_cumodule_init(NULL) == RSHMEM_ERROR_STATE);
     CHECK(rshmemx_cumodule_finalize(NULL) == RSHMEM_ERROR_STATE);
+    /* Symmetric registration of user buffers needs the GPU backend (CUDA VMM memory). */
+    CHECK(rshmemx_buffer_register_symmetric(buf, sizeof buf, 0) == NULL);
+    CHECK(rshmemx_buffer_register_symmetric(buf, sizeof buf, 1) == NULL); /* flags */
+    CHECK(rshmemx_buffer_unregister_symmetric(buf, sizeof buf) == RSHMEM_ERROR_UNSUPPORTED);
     (void)me;
     rshmem_barrier_all();
     rshmem_free(x);
