@@ -141,6 +141,32 @@ fn collectives() {
 }
 
 #[test]
+fn blocked_strided_rma() {
+    passes("blocked");
+}
+
+#[test]
+fn blocked_stride_below_the_block_size_aborts_naming_the_call() {
+    aborts(
+        "blocked_bad_stride",
+        "shmem_int_ibput",
+        "dst 2 is less than bsize 3",
+    );
+}
+
+#[test]
+fn scans() {
+    passes("scan");
+}
+
+/// The small 1.6 routines and the ones that were inline in `shmem.h` (long double p/g, long
+/// double and complex reductions, `shmem_pcontrol`), called through the library's symbols.
+#[test]
+fn openshmem_1_6_routines_and_former_inline_ones() {
+    passes("v16");
+}
+
+#[test]
 fn locks() {
     passes("lock");
 }
