@@ -1,4 +1,5 @@
-//! Link options of `libshmem.so`.
+//! Link options of `libshmem.so`, and the C part of the library (`src/combine.c`: the
+//! arithmetic of `long double` and complex reductions, which Rust does not have).
 
 fn main() {
     // The profiling interface (src/profiling.rs): `pshmem_NAME` of a hand-written routine calls
@@ -7,4 +8,10 @@ fn main() {
     // which calls `pshmem_NAME` and would recurse.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/combine.c");
+    cc::Build::new()
+        .file("src/combine.c")
+        .flag_if_supported("-std=c11")
+        .opt_level(2)
+        .compile("rshmem_capi_combine");
 }

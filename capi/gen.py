@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes capi/include/shmem.h and capi/include/pshmem.h from capi/include/shmem_head.h.in and
-OpenSHMEM 1.5's type tables below.
+OpenSHMEM 1.6's type tables below.
 
 The library's typed entry points are not generated here: capi/src/typed.rs builds them at
 compile time from the same tables (keep the two in step; the `c_programs` test
@@ -63,13 +63,17 @@ def rma(pfx, ct, doc_t):
         fn(f"{P}_{op}",
            [f"{ct} *dest", f"const {ct} *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems", "int pe"],
            None, f"strided {op} of {doc_t}")
+    for op in ["ibput", "ibget"]:
+        fn(f"{P}_{op}",
+           [f"{ct} *dest", f"const {ct} *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t bsize", "size_t nblocks", "int pe"],
+           None, f"blocked strided {op[1:]} of {doc_t} (1.6)")
 
 
 for n, ct in RMA:
     rma(n, ct, ct)
-    if n != "longdouble":
-        fn(f"shmem_{n}_p", [f"{ct} *dest", f"{ct} value", "int pe"], None, f"put one {ct}")
-        fn(f"shmem_{n}_g", [f"const {ct} *source", "int pe"], ct, f"get one {ct}")
+    # longdouble's p/g too: the library defines them with ABI shims (capi/src/longdouble.rs).
+    fn(f"shmem_{n}_p", [f"{ct} *dest", f"{ct} value", "int pe"], None, f"put one {ct}")
+    fn(f"shmem_{n}_g", [f"const {ct} *source", "int pe"], ct, f"get one {ct}")
     for op in ["put_signal", "put_signal_nbi"]:
         fn(f"shmem_{n}_{op}",
            [f"{ct} *dest", f"const {ct} *source", "size_t nelems", "uint64_t *sig_addr", "uint64_t signal", "int sig_op", "int pe"],
@@ -83,6 +87,10 @@ for bits in SIZES:
     for op in ["iput", "iget"]:
         fn(f"shmem_{op}{bits}", ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t nelems", "int pe"],
            None, f"strided {op} of {bits}-bit elements")
+    for op in ["ibput", "ibget"]:
+        fn(f"shmem_{op}{bits}",
+           ["void *dest", "const void *source", "ptrdiff_t dst", "ptrdiff_t sst", "size_t bsize", "size_t nblocks", "int pe"],
+           None, f"blocked strided {op[1:]} of {bits}-bit elements (1.6)")
     for op in ["put_signal", "put_signal_nbi"]:
         fn(f"shmem_put{bits}_{op[4:]}",
            ["void *dest", "const void *source", "size_t nelems", "uint64_t *sig_addr", "uint64_t signal", "int sig_op", "int pe"],
@@ -186,8 +194,17 @@ def colls(P, ct, doc_t, mem=""):
 for n, ct in RMA:
     colls(f"shmem_{n}_", ct, ct)
 colls("shmem_", "void", "bytes", "mem")
-for o, types in RED_OPS:
-    for n in types:
+# long double and complex elements: the library does their arithmetic in C
+# (capi/src/combine.c), their reductions are ordinary symbols.
+RT.update({"complexf": "float _Complex", "complexd": "double _Complex"})
+for o in ["max", "min", "sum", "prod"]:
+    TO_ALL[o] = TO_ALL[o] + ["longdouble"]
+for o in ["sum", "prod"]:
+    TO_ALL[o] = TO_ALL[o] + ["complexd", "complexf"]
+RED_TYPES = {o: types + (["longdouble"] if o in ("max", "min", "sum", "prod") else [])
+             + (["complexd", "complexf"] if o in ("sum", "prod") else []) for o, types in RED_OPS}
+for o, _ in RED_OPS:
+    for n in RED_TYPES[o]:
         ct = RT[n]
         fn(f"shmem_{n}_{o}_reduce", [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nreduce"], "int",
            f"{o} reduction of {ct}", ctx=False)
@@ -196,6 +213,12 @@ for o, types in RED_OPS:
         fn(f"shmem_{n}_{o}_to_all",
            [f"{ct} *dest", f"const {ct} *source", "int nreduce"] + SET_C[:3] + [f"{ct} *pWrk", "long *pSync"], None,
            f"deprecated active-set {o} reduction of {ct}", ctx=False)
+# Scans (1.6): inclusive and exclusive prefix sums over a team, for the SUM reduction types.
+for n in RED_TYPES["sum"]:
+    ct = RT[n]
+    for kind in ["inscan", "exscan"]:
+        fn(f"shmem_{n}_sum_{kind}", [TEAM_C, f"{ct} *dest", f"const {ct} *source", "size_t nelems"], "int",
+           f"{kind[:2]}clusive prefix sum of {ct}", ctx=False)
 for bits in [32, 64]:
     fn(f"shmem_broadcast{bits}", ["void *dest", "const void *source", "size_t nelems", "int PE_root"] + SET_C,
        None, f"deprecated active-set broadcast of {bits}-bit elements", ctx=False)
@@ -229,9 +252,10 @@ def generic(macro, cases, pick, nargs, ctx=True, first=1):
 
 
 G = []
-for op in ["put", "get", "put_nbi", "get_nbi", "p", "g", "iput", "iget", "put_signal", "put_signal_nbi"]:
+for op in ["put", "get", "put_nbi", "get_nbi", "p", "g", "iput", "iget", "ibput", "ibget", "put_signal",
+           "put_signal_nbi"]:
     nargs = {"put": 4, "get": 4, "put_nbi": 4, "get_nbi": 4, "p": 3, "g": 2, "iput": 6, "iget": 6,
-             "put_signal": 7, "put_signal_nbi": 7}[op]
+             "ibput": 7, "ibget": 7, "put_signal": 7, "put_signal_nbi": 7}[op]
     G.append(generic(op, GENERIC_RMA, lambda p, n, op=op: f"{p}{n}_{op}", nargs))
 for op, cases, nargs in [("atomic_fetch", GENERIC_AMO_EXT, 2), ("atomic_set", GENERIC_AMO_EXT, 3),
                          ("atomic_swap", GENERIC_AMO_EXT, 3), ("atomic_compare_swap", GENERIC_AMO_STD, 4),
@@ -270,53 +294,12 @@ for o, _ in RED_OPS:
     if o in ("sum", "prod"):
         cases = cases + ["complexf", "complexd"]
     G.append(generic(f"{o}_reduce", cases, lambda p, n, o=o: f"{p}{n}_{o}_reduce", 4, ctx=False, first=2))
+for kind in ["inscan", "exscan"]:
+    G.append(generic(f"sum_{kind}", GENERIC_RED_ARITH + ["complexf", "complexd"],
+                     lambda p, n, kind=kind: f"{p}{n}_sum_{kind}", 4, ctx=False, first=2))
 
-LD = """/* long double cannot cross the Rust ABI by value: p/g are inline over putmem/getmem. */
-static inline void shmem_longdouble_p(long double *dest, long double value, int pe) {
-    shmem_putmem(dest, &value, sizeof value, pe);
-}
-static inline long double shmem_longdouble_g(const long double *source, int pe) {
-    long double v;
-    shmem_getmem(&v, source, sizeof v, pe);
-    return v;
-}
-static inline void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value, int pe) {
-    shmem_ctx_putmem(ctx, dest, &value, sizeof value, pe);
-}
-static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source, int pe) {
-    long double v;
-    shmem_ctx_getmem(ctx, &v, source, sizeof v, pe);
-    return v;
-}
-"""
-
-# long double and complex reductions: inline in the header, arithmetic in C.
-CB = """/* long double and complex reductions: the arithmetic is done by these inline combine
- * functions; the library runs the collective. */
-typedef void (*shmemi_combine_t)(void *acc, const void *b, size_t n);
-int shmemi_reduce_cb(const char *name, shmem_team_t team, void *dest, const void *source,
-                     size_t nreduce, size_t size, shmemi_combine_t combine);
-void shmemi_reduce_cb_set(const char *name, void *dest, const void *source, int nreduce,
-                          size_t size, shmemi_combine_t combine, int PE_start, int logPE_stride,
-                          int PE_size, long *pSync);
-"""
-CB_TYPES = [("longdouble", "long double", ["max", "min", "sum", "prod"]),
-            ("complexf", "float _Complex", ["sum", "prod"]),
-            ("complexd", "double _Complex", ["sum", "prod"])]
-CB_EXPR = {"max": "b[i] > a[i] ? b[i] : a[i]", "min": "b[i] < a[i] ? b[i] : a[i]",
-           "sum": "a[i] + b[i]", "prod": "a[i] * b[i]"}
-CB += "#ifndef __cplusplus\n"
-for n, ct, ops_ in CB_TYPES:
-    for o in ops_:
-        CB += (f"static inline void shmemi_{n}_{o}(void *acc, const void *bv, size_t n) {{\n"
-               f"    {ct} *a = ({ct} *) acc;\n    const {ct} *b = (const {ct} *) bv;\n"
-               f"    for (size_t i = 0; i < n; i++) a[i] = {CB_EXPR[o]};\n}}\n"
-               f"static inline int shmem_{n}_{o}_reduce(shmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce) {{\n"
-               f"    return shmemi_reduce_cb(\"shmem_{n}_{o}_reduce\", team, dest, source, nreduce, sizeof({ct}), shmemi_{n}_{o});\n}}\n"
-               f"static inline void shmem_{n}_{o}_to_all({ct} *dest, const {ct} *source, int nreduce, int PE_start, int logPE_stride, int PE_size, {ct} *pWrk, long *pSync) {{\n"
-               f"    (void) pWrk;\n"
-               f"    shmemi_reduce_cb_set(\"shmem_{n}_{o}_to_all\", dest, source, nreduce, sizeof({ct}), shmemi_{n}_{o}, PE_start, logPE_stride, PE_size, pSync);\n}}\n")
-CB += "#endif\n"
+# shmem_sync(team) (1.5) and the deprecated active-set form by argument count.
+CB = ""
 CB += """/* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE_stride, PE_size, pSync)
  * by argument count. */
 #define shmemi_sync_sel(_1, _2, _3, _4, NAME, ...) NAME
@@ -325,7 +308,7 @@ CB += """/* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE
 
 with open(os.path.join(HERE, "include", "shmem_head.h.in")) as f:
     head = f.read()
-shmem_h = (head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + LD + "\n" + CB)
+shmem_h = (head.replace("@PROTOTYPES@", "\n".join(h) + "\n\n" + CB)
            .replace("@GENERICS@", "\n\n".join(G)))
 
 # ---------------------------------------------------------------- profiling header
@@ -341,8 +324,7 @@ pshmem_h = """/*
  *
  * Every routine of shmem.h that libshmem exports is also exported as pshmem_NAME. A tool
  * (profiler, tracer) defines shmem_NAME itself, does its work and calls pshmem_NAME; see
- * docs/capi.md. The inline routines of shmem.h (long double p/g and reductions, complex
- * reductions, shmem_pcontrol) and the C11 generic macros have no pshmem_ form.
+ * docs/capi.md. The C11 generic macros have no pshmem_ form.
  */
 #ifndef RSHMEM_PSHMEM_H
 #define RSHMEM_PSHMEM_H

@@ -35,7 +35,7 @@ fn run() -> rshmem::Result<()> {
         world.p(message.as_ptr(), me as i32, (me + 1) % n)?;
         world.barrier_all()?;
     }
-    let got = message.read(0).unwrap_or(-1);
+    let got = message.read(0)?;
     println!("{me}: received message {got}");
     let expected = ((me + n - 1) % n) as i32;
     world.free(message)?;

@@ -86,7 +86,13 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_BOOTSTRAP",
         kind: "auto|mpi|tcp",
         default: "auto",
-        help: "Bootstrap of a multi-PE job: mpi (collectives over MPI_COMM_WORLD; needs the mpi feature) or tcp (the RSHMEM_BOOTSTRAP_ADDR rendezvous). auto: mpi when built with the mpi feature, started by mpirun/srun/PMI and RSHMEM_BOOTSTRAP_ADDR is unset; else tcp.",
+        help: "Bootstrap of a multi-PE job: mpi (through MPI_COMM_WORLD: built with the mpi feature, its collectives; else the MPI library found at run time hands rank 0's rendezvous address and a fresh secret to every rank, then the ranks meet over TCP) or tcp (the RSHMEM_BOOTSTRAP_ADDR rendezvous). auto: mpi when started by mpirun/srun/PMI and RSHMEM_BOOTSTRAP_ADDR is unset; else tcp.",
+    },
+    EnvVar {
+        name: "RSHMEM_MPI_LIB",
+        kind: "path or soname",
+        default: "",
+        help: "The MPI library to open for the MPI bootstrap of a build without the mpi feature, when the program does not link MPI itself (default: the first of libmpi.so.40, libmpi.so.12, libmpich.so.12, libmpi.so, libmpich.so that opens). Use the library of the mpirun that starts the job.",
     },
     EnvVar {
         name: "RSHMEM_RUN_TIMEOUT",
@@ -457,20 +463,15 @@ fn env_lookup(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
-/// Whether the MPI bootstrap is used (`RSHMEM_BOOTSTRAP`, else automatic: built with the `mpi`
-/// feature, started by Open MPI, Slurm or PMI, and no `RSHMEM_BOOTSTRAP_ADDR`).
+/// Whether the MPI bootstrap is used (`RSHMEM_BOOTSTRAP`, else automatic: started by Open MPI,
+/// Slurm or PMI, and no `RSHMEM_BOOTSTRAP_ADDR`). Built with the `mpi` feature it is
+/// [`crate::MpiBootstrap`]; else MPI found at run time (`mpi_rt`) carries the TCP rendezvous id.
 fn wants_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> Result<bool> {
     match get("RSHMEM_BOOTSTRAP") {
         Some(v) => match v.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(auto_mpi(get, launcher)),
             "tcp" => Ok(false),
-            "mpi" if cfg!(feature = "mpi") => Ok(true),
-            "mpi" => Err(Error::Config(
-                "RSHMEM_BOOTSTRAP=mpi, but rshmem was built without MPI support: build with \
-                 `--features mpi` (needs an MPI library, e.g. libopenmpi-dev), or unset \
-                 RSHMEM_BOOTSTRAP and export RSHMEM_BOOTSTRAP_ADDR for the TCP bootstrap"
-                    .into(),
-            )),
+            "mpi" => Ok(true),
             _ => Err(Error::env(
                 "RSHMEM_BOOTSTRAP",
                 &v,
@@ -482,12 +483,10 @@ fn wants_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> Result
 }
 
 fn auto_mpi(get: &dyn Fn(&str) -> Option<String>, launcher: Launcher) -> bool {
-    cfg!(feature = "mpi")
-        && matches!(
-            launcher,
-            Launcher::OpenMpi | Launcher::Slurm | Launcher::Pmi
-        )
-        && get("RSHMEM_BOOTSTRAP_ADDR").is_none()
+    matches!(
+        launcher,
+        Launcher::OpenMpi | Launcher::Slurm | Launcher::Pmi
+    ) && get("RSHMEM_BOOTSTRAP_ADDR").is_none()
 }
 
 /// Which launcher's variables are present. torchrun comes before the MPI launchers and Slurm
@@ -629,13 +628,8 @@ fn rendezvous_id(
         Some(a) => a,
         None if launcher == Launcher::Torchrun => torchrun_addr(get)?,
         None => {
-            let mpi_hint = if cfg!(feature = "mpi") {
-                "; or set RSHMEM_BOOTSTRAP=mpi (or unset RSHMEM_BOOTSTRAP) under mpirun/srun to \
-                 bootstrap through MPI"
-            } else {
-                "; or build rshmem with `--features mpi` to bootstrap through MPI under \
-                 mpirun/srun without an address"
-            };
+            let mpi_hint = "; or set RSHMEM_BOOTSTRAP=mpi (or unset RSHMEM_BOOTSTRAP) under \
+                            mpirun/srun to bootstrap through MPI";
             return Err(Error::Config(format!(
                 "this is rank {rank} of {size} (from the {launcher} launcher's variables) but \
                  RSHMEM_BOOTSTRAP_ADDR is not set: export RSHMEM_BOOTSTRAP_ADDR=<host of rank 0>:<port> \
@@ -875,10 +869,13 @@ fn inherit_listener(fd: i32, uid: &UniqueId) -> Result<TcpListener> {
 /// through `RSHMEM_BOOTSTRAP_LISTEN_FD` when there is one). `timeout` bounds each step
 /// (`None`: wait forever).
 ///
-/// With the `mpi` feature, a job started by Open MPI, Slurm or PMI without
-/// `RSHMEM_BOOTSTRAP_ADDR` (or any job with `RSHMEM_BOOTSTRAP=mpi`) gets an
-/// [`MpiBootstrap`](crate::MpiBootstrap) instead, whose rank and size are `MPI_COMM_WORLD`'s
-/// and which `timeout` does not bound (MPI calls block; MPI's failure handling applies).
+/// A job started by Open MPI, Slurm or PMI without `RSHMEM_BOOTSTRAP_ADDR` (or any job with
+/// `RSHMEM_BOOTSTRAP=mpi`) bootstraps through MPI: with the `mpi` feature it gets an
+/// `MpiBootstrap` (the crate's, with that feature), whose rank and size are `MPI_COMM_WORLD`'s
+/// and which `timeout` does not bound (MPI calls block; MPI's failure handling applies);
+/// without it, the MPI library found at run time (the program's, else `RSHMEM_MPI_LIB` or a
+/// usual soname) carries rank 0's rendezvous id to every rank, MPI is finalized again if rshmem
+/// initialized it, and the ranks meet through the [`TcpBootstrap`].
 pub fn from_env(timeout: Option<Duration>) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
     from_env_lookup(&env_lookup, timeout)
 }
@@ -898,7 +895,7 @@ pub fn from_env_lookup(
         "bootstrap: launch information"
     );
     if use_mpi {
-        return mpi_from_env(info);
+        return mpi_from_env(info, timeout);
     }
     if info.size == 1 {
         return Ok((info, Box::new(SingletonBootstrap::new())));
@@ -917,7 +914,10 @@ pub fn from_env_lookup(
 /// Joins `MPI_COMM_WORLD`; MPI's rank and size must match the launcher's variables (when there
 /// were any) and fill in what they lacked.
 #[cfg(feature = "mpi")]
-fn mpi_from_env(mut info: LaunchInfo) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+fn mpi_from_env(
+    mut info: LaunchInfo,
+    _timeout: Option<Duration>,
+) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
     let boot = crate::MpiBootstrap::new()?;
     let (rank, size) = (boot.rank(), boot.size());
     if info.launcher == Launcher::Singleton {
@@ -939,10 +939,11 @@ fn mpi_from_env(mut info: LaunchInfo) -> Result<(LaunchInfo, Box<dyn Bootstrap>)
 }
 
 #[cfg(not(feature = "mpi"))]
-fn mpi_from_env(_info: LaunchInfo) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
-    Err(Error::Config(
-        "the MPI bootstrap needs rshmem built with `--features mpi`".into(),
-    ))
+fn mpi_from_env(
+    info: LaunchInfo,
+    timeout: Option<Duration>,
+) -> Result<(LaunchInfo, Box<dyn Bootstrap>)> {
+    crate::mpi_rt::bootstrap(info, timeout)
 }
 
 #[cfg(test)]
@@ -1697,9 +1698,10 @@ mod tests {
         // A single PE needs nothing.
         let (i, mpi) = choice(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]).unwrap();
         assert_eq!((i.size, i.uid), (1, None));
-        assert_eq!(mpi, cfg!(feature = "mpi"));
-        if cfg!(feature = "mpi") {
-            // Under mpirun without an address: MPI, no rendezvous id.
+        assert!(mpi);
+        {
+            // Under mpirun without an address: MPI (linked with the `mpi` feature, else found
+            // at run time), no rendezvous id.
             let (i, mpi) = with(&[]).unwrap();
             assert!(mpi && i.uid.is_none());
             assert_eq!((i.rank, i.size), (1, 4));
@@ -1714,23 +1716,6 @@ mod tests {
             assert!(mpi && i.uid.is_none());
             let (_, mpi) = choice(&[("RSHMEM_BOOTSTRAP", "mpi")]).unwrap();
             assert!(mpi);
-        } else {
-            // Without the feature: today's error, which now names the feature.
-            for extra in [&[][..], &[("RSHMEM_BOOTSTRAP", "mpi")][..]] {
-                match with(extra) {
-                    Err(Error::Config(m)) => assert!(m.contains("--features mpi"), "{m}"),
-                    other => panic!("{extra:?}: {other:?}"),
-                }
-            }
-            match with(&[]) {
-                Err(Error::Config(m)) => {
-                    assert!(
-                        m.contains("RSHMEM_BOOTSTRAP_ADDR") && m.contains("mpirun -x"),
-                        "{m}"
-                    )
-                }
-                other => panic!("{other:?}"),
-            }
         }
     }
 
@@ -1747,6 +1732,7 @@ mod tests {
             "RSHMEM_BOOTSTRAP_LISTEN_FD",
             "RSHMEM_LAUNCHER",
             "RSHMEM_BOOTSTRAP",
+            "RSHMEM_MPI_LIB",
             "OMPI_COMM_WORLD_RANK",
             "OMPI_COMM_WORLD_SIZE",
             "OMPI_COMM_WORLD_LOCAL_RANK",

@@ -12,9 +12,12 @@
 //!   alltoall, barrier, broadcast). [`TcpBootstrap`] implements it with a unique-id TCP rendezvous
 //!   (rank 0 listens, the others connect; each side proves it knows the job's secret without
 //!   sending it); [`SingletonBootstrap`]
-//!   is the one-PE case. With the `mpi` feature, [`MpiBootstrap`] runs them over
-//!   `MPI_COMM_WORLD` instead (chosen by [`from_env`] under mpirun/srun when no
-//!   `RSHMEM_BOOTSTRAP_ADDR` is set, or with `RSHMEM_BOOTSTRAP=mpi`).
+//!   is the one-PE case. Under mpirun/srun/mpiexec with no `RSHMEM_BOOTSTRAP_ADDR` set (or with
+//!   `RSHMEM_BOOTSTRAP=mpi`), [`from_env`] bootstraps through MPI: with the `mpi` feature,
+//!   `MpiBootstrap` runs the collectives over `MPI_COMM_WORLD`; without it, the MPI library
+//!   found at run time (`dlopen`/`dlsym`, no link) hands rank 0's rendezvous id to every rank
+//!   and the TCP bootstrap runs ([`uid_over_comm`] does the same over a program's own
+//!   communicator).
 //! * The `rshmemrun` binary starts N PEs on this host.
 //!
 //! Every bootstrap operation is **collective**: all ranks must call it, in the same order.
@@ -23,6 +26,7 @@ mod env;
 mod error;
 #[cfg(feature = "mpi")]
 mod mpi_bootstrap;
+mod mpi_rt;
 mod singleton;
 mod tcp;
 mod uid;
@@ -33,6 +37,7 @@ pub use env::{
 pub use error::{Error, Result};
 #[cfg(feature = "mpi")]
 pub use mpi_bootstrap::MpiBootstrap;
+pub use mpi_rt::uid_over_comm;
 pub use singleton::SingletonBootstrap;
 pub use tcp::TcpBootstrap;
 pub use uid::UniqueId;

@@ -1,5 +1,5 @@
 /*
- * shmem.h — OpenSHMEM 1.5 C API of rshmem (libshmem). Generated from shmem_head.h.in by
+ * shmem.h — OpenSHMEM 1.6 C API of rshmem (libshmem). Generated from shmem_head.h.in by
  * capi/gen.py; edit those, not this file.
  *
  * What is implemented and what is not: docs/capi.md.
@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define SHMEM_MAJOR_VERSION 1
-#define SHMEM_MINOR_VERSION 5
+#define SHMEM_MINOR_VERSION 6
 #define _SHMEM_MAJOR_VERSION SHMEM_MAJOR_VERSION
 #define _SHMEM_MINOR_VERSION SHMEM_MINOR_VERSION
 #define SHMEM_MAX_NAME_LEN 256
@@ -85,6 +85,13 @@ typedef struct {
 } shmem_team_config_t;
 #define SHMEM_TEAM_NUM_CONTEXTS 1L
 
+/* Communication sessions (1.6): hints only; rshmem accepts and ignores them. */
+typedef struct {
+    size_t total_ops;
+} shmem_ctx_session_config_t;
+#define SHMEM_CTX_SESSION_BATCH 1L
+#define SHMEM_CTX_SESSION_TOTAL_OPS 1L
+
 /* Setup, exit, query */
 void shmem_init(void);
 int shmem_init_thread(int requested, int *provided);
@@ -99,9 +106,8 @@ void *shmem_ptr(const void *dest, int pe);
 void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe);
 void shmem_info_get_version(int *major, int *minor);
 void shmem_info_get_name(char *name);
-void shmemi_pcontrol(int level);
-/* Variadic in the specification; defined here so the library exports a fixed-argument form. */
-static inline void shmem_pcontrol(const int level, ...) { shmemi_pcontrol(level); }
+void shmem_query_initialized(int *initialized);
+void shmem_pcontrol(const int level, ...);
 void start_pes(int npes);
 int _my_pe(void);
 int _num_pes(void);
@@ -142,6 +148,11 @@ void shmem_team_destroy(shmem_team_t team);
 int shmem_team_sync(shmem_team_t team);
 int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
 
+/* Point-to-point synchronization on a long: the deprecated untyped C forms (C11 programs get
+ * the type-generic macros of the same names, defined below) */
+void shmem_wait_until(long *ivar, int cmp, long cmp_value);
+void shmem_wait(long *ivar, long cmp_value);
+
 /* Distributed locks (a lock is a symmetric long, initially 0) */
 void shmem_set_lock(long *lock);
 void shmem_clear_lock(long *lock);
@@ -153,6 +164,11 @@ int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
 void shmem_ctx_destroy(shmem_ctx_t ctx);
 void shmem_ctx_fence(shmem_ctx_t ctx);
 void shmem_ctx_quiet(shmem_ctx_t ctx);
+void shmem_pe_quiet(const int *target_pes, size_t npes);
+void shmem_ctx_pe_quiet(shmem_ctx_t ctx, const int *target_pes, size_t npes);
+void shmem_ctx_session_start(shmem_ctx_t ctx, long options, const shmem_ctx_session_config_t *config,
+                             long config_mask);
+void shmem_ctx_session_stop(shmem_ctx_t ctx);
 
 /* Signals */
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
@@ -163,7 +179,8 @@ void shmem_ctx_signal_set(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, 
 void shmem_ctx_signal_add(shmem_ctx_t ctx, uint64_t *sig_addr, uint64_t signal, int pe);
 
 /* Typed RMA, sized RMA, put-with-signal, atomics, point-to-point synchronization,
- * collectives */
+ * collectives, scans. The complex types are C99's float _Complex and double _Complex (C++
+ * compilers that accept _Complex, such as g++ and clang++, see the same declarations). */
 void shmem_float_put(float *dest, const float *source, size_t nelems, int pe);
 void shmem_ctx_float_put(shmem_ctx_t ctx, float *dest, const float *source, size_t nelems, int pe);
 void shmem_float_get(float *dest, const float *source, size_t nelems, int pe);
@@ -176,6 +193,10 @@ void shmem_float_iput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t
 void shmem_ctx_float_iput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_float_iget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_float_iget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_float_ibput(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_float_ibput(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_float_ibget(float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_float_ibget(shmem_ctx_t ctx, float *dest, const float *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_float_p(float *dest, float value, int pe);
 void shmem_ctx_float_p(shmem_ctx_t ctx, float *dest, float value, int pe);
 float shmem_float_g(const float *source, int pe);
@@ -196,6 +217,10 @@ void shmem_double_iput(double *dest, const double *source, ptrdiff_t dst, ptrdif
 void shmem_ctx_double_iput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_double_iget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_double_iget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_double_ibput(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_double_ibput(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_double_ibget(double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_double_ibget(shmem_ctx_t ctx, double *dest, const double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_double_p(double *dest, double value, int pe);
 void shmem_ctx_double_p(shmem_ctx_t ctx, double *dest, double value, int pe);
 double shmem_double_g(const double *source, int pe);
@@ -216,6 +241,14 @@ void shmem_longdouble_iput(long double *dest, const long double *source, ptrdiff
 void shmem_ctx_longdouble_iput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_longdouble_iget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_longdouble_iget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_longdouble_ibput(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_longdouble_ibput(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_longdouble_ibget(long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_longdouble_ibget(shmem_ctx_t ctx, long double *dest, const long double *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_longdouble_p(long double *dest, long double value, int pe);
+void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value, int pe);
+long double shmem_longdouble_g(const long double *source, int pe);
+long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source, int pe);
 void shmem_longdouble_put_signal(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_longdouble_put_signal(shmem_ctx_t ctx, long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_longdouble_put_signal_nbi(long double *dest, const long double *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -232,6 +265,10 @@ void shmem_char_iput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t ss
 void shmem_ctx_char_iput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_char_iget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_char_iget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_char_ibput(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_char_ibput(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_char_ibget(char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_char_ibget(shmem_ctx_t ctx, char *dest, const char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_char_p(char *dest, char value, int pe);
 void shmem_ctx_char_p(shmem_ctx_t ctx, char *dest, char value, int pe);
 char shmem_char_g(const char *source, int pe);
@@ -252,6 +289,10 @@ void shmem_schar_iput(signed char *dest, const signed char *source, ptrdiff_t ds
 void shmem_ctx_schar_iput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_schar_iget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_schar_iget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_schar_ibput(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_schar_ibput(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_schar_ibget(signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_schar_ibget(shmem_ctx_t ctx, signed char *dest, const signed char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_schar_p(signed char *dest, signed char value, int pe);
 void shmem_ctx_schar_p(shmem_ctx_t ctx, signed char *dest, signed char value, int pe);
 signed char shmem_schar_g(const signed char *source, int pe);
@@ -272,6 +313,10 @@ void shmem_short_iput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t
 void shmem_ctx_short_iput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_short_iget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_short_iget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_short_ibput(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_short_ibput(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_short_ibget(short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_short_ibget(shmem_ctx_t ctx, short *dest, const short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_short_p(short *dest, short value, int pe);
 void shmem_ctx_short_p(shmem_ctx_t ctx, short *dest, short value, int pe);
 short shmem_short_g(const short *source, int pe);
@@ -292,6 +337,10 @@ void shmem_int_iput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, 
 void shmem_ctx_int_iput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_int_iget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_int_iget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_int_ibput(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int_ibput(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_int_ibget(int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int_ibget(shmem_ctx_t ctx, int *dest, const int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_int_p(int *dest, int value, int pe);
 void shmem_ctx_int_p(shmem_ctx_t ctx, int *dest, int value, int pe);
 int shmem_int_g(const int *source, int pe);
@@ -312,6 +361,10 @@ void shmem_long_iput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t ss
 void shmem_ctx_long_iput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_long_iget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_long_iget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_long_ibput(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_long_ibput(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_long_ibget(long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_long_ibget(shmem_ctx_t ctx, long *dest, const long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_long_p(long *dest, long value, int pe);
 void shmem_ctx_long_p(shmem_ctx_t ctx, long *dest, long value, int pe);
 long shmem_long_g(const long *source, int pe);
@@ -332,6 +385,10 @@ void shmem_longlong_iput(long long *dest, const long long *source, ptrdiff_t dst
 void shmem_ctx_longlong_iput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_longlong_iget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_longlong_iget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_longlong_ibput(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_longlong_ibput(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_longlong_ibget(long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_longlong_ibget(shmem_ctx_t ctx, long long *dest, const long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_longlong_p(long long *dest, long long value, int pe);
 void shmem_ctx_longlong_p(shmem_ctx_t ctx, long long *dest, long long value, int pe);
 long long shmem_longlong_g(const long long *source, int pe);
@@ -352,6 +409,10 @@ void shmem_uchar_iput(unsigned char *dest, const unsigned char *source, ptrdiff_
 void shmem_ctx_uchar_iput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uchar_iget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uchar_iget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uchar_ibput(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uchar_ibput(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uchar_ibget(unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uchar_ibget(shmem_ctx_t ctx, unsigned char *dest, const unsigned char *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uchar_p(unsigned char *dest, unsigned char value, int pe);
 void shmem_ctx_uchar_p(shmem_ctx_t ctx, unsigned char *dest, unsigned char value, int pe);
 unsigned char shmem_uchar_g(const unsigned char *source, int pe);
@@ -372,6 +433,10 @@ void shmem_ushort_iput(unsigned short *dest, const unsigned short *source, ptrdi
 void shmem_ctx_ushort_iput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ushort_iget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_ushort_iget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ushort_ibput(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ushort_ibput(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ushort_ibget(unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ushort_ibget(shmem_ctx_t ctx, unsigned short *dest, const unsigned short *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_ushort_p(unsigned short *dest, unsigned short value, int pe);
 void shmem_ctx_ushort_p(shmem_ctx_t ctx, unsigned short *dest, unsigned short value, int pe);
 unsigned short shmem_ushort_g(const unsigned short *source, int pe);
@@ -392,6 +457,10 @@ void shmem_uint_iput(unsigned int *dest, const unsigned int *source, ptrdiff_t d
 void shmem_ctx_uint_iput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uint_iget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uint_iget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uint_ibput(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint_ibput(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uint_ibget(unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint_ibget(shmem_ctx_t ctx, unsigned int *dest, const unsigned int *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uint_p(unsigned int *dest, unsigned int value, int pe);
 void shmem_ctx_uint_p(shmem_ctx_t ctx, unsigned int *dest, unsigned int value, int pe);
 unsigned int shmem_uint_g(const unsigned int *source, int pe);
@@ -412,6 +481,10 @@ void shmem_ulong_iput(unsigned long *dest, const unsigned long *source, ptrdiff_
 void shmem_ctx_ulong_iput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ulong_iget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_ulong_iget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ulong_ibput(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ulong_ibput(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ulong_ibget(unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ulong_ibget(shmem_ctx_t ctx, unsigned long *dest, const unsigned long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_ulong_p(unsigned long *dest, unsigned long value, int pe);
 void shmem_ctx_ulong_p(shmem_ctx_t ctx, unsigned long *dest, unsigned long value, int pe);
 unsigned long shmem_ulong_g(const unsigned long *source, int pe);
@@ -432,6 +505,10 @@ void shmem_ulonglong_iput(unsigned long long *dest, const unsigned long long *so
 void shmem_ctx_ulonglong_iput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ulonglong_iget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_ulonglong_iget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ulonglong_ibput(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ulonglong_ibput(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ulonglong_ibget(unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ulonglong_ibget(shmem_ctx_t ctx, unsigned long long *dest, const unsigned long long *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_ulonglong_p(unsigned long long *dest, unsigned long long value, int pe);
 void shmem_ctx_ulonglong_p(shmem_ctx_t ctx, unsigned long long *dest, unsigned long long value, int pe);
 unsigned long long shmem_ulonglong_g(const unsigned long long *source, int pe);
@@ -452,6 +529,10 @@ void shmem_int8_iput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_
 void shmem_ctx_int8_iput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_int8_iget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_int8_iget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_int8_ibput(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int8_ibput(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_int8_ibget(int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int8_ibget(shmem_ctx_t ctx, int8_t *dest, const int8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_int8_p(int8_t *dest, int8_t value, int pe);
 void shmem_ctx_int8_p(shmem_ctx_t ctx, int8_t *dest, int8_t value, int pe);
 int8_t shmem_int8_g(const int8_t *source, int pe);
@@ -472,6 +553,10 @@ void shmem_int16_iput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdi
 void shmem_ctx_int16_iput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_int16_iget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_int16_iget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_int16_ibput(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int16_ibput(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_int16_ibget(int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int16_ibget(shmem_ctx_t ctx, int16_t *dest, const int16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_int16_p(int16_t *dest, int16_t value, int pe);
 void shmem_ctx_int16_p(shmem_ctx_t ctx, int16_t *dest, int16_t value, int pe);
 int16_t shmem_int16_g(const int16_t *source, int pe);
@@ -492,6 +577,10 @@ void shmem_int32_iput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdi
 void shmem_ctx_int32_iput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_int32_iget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_int32_iget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_int32_ibput(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int32_ibput(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_int32_ibget(int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int32_ibget(shmem_ctx_t ctx, int32_t *dest, const int32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_int32_p(int32_t *dest, int32_t value, int pe);
 void shmem_ctx_int32_p(shmem_ctx_t ctx, int32_t *dest, int32_t value, int pe);
 int32_t shmem_int32_g(const int32_t *source, int pe);
@@ -512,6 +601,10 @@ void shmem_int64_iput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdi
 void shmem_ctx_int64_iput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_int64_iget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_int64_iget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_int64_ibput(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int64_ibput(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_int64_ibget(int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_int64_ibget(shmem_ctx_t ctx, int64_t *dest, const int64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_int64_p(int64_t *dest, int64_t value, int pe);
 void shmem_ctx_int64_p(shmem_ctx_t ctx, int64_t *dest, int64_t value, int pe);
 int64_t shmem_int64_g(const int64_t *source, int pe);
@@ -532,6 +625,10 @@ void shmem_uint8_iput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdi
 void shmem_ctx_uint8_iput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uint8_iget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uint8_iget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uint8_ibput(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint8_ibput(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uint8_ibget(uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint8_ibget(shmem_ctx_t ctx, uint8_t *dest, const uint8_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uint8_p(uint8_t *dest, uint8_t value, int pe);
 void shmem_ctx_uint8_p(shmem_ctx_t ctx, uint8_t *dest, uint8_t value, int pe);
 uint8_t shmem_uint8_g(const uint8_t *source, int pe);
@@ -552,6 +649,10 @@ void shmem_uint16_iput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, pt
 void shmem_ctx_uint16_iput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uint16_iget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uint16_iget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uint16_ibput(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint16_ibput(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uint16_ibget(uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint16_ibget(shmem_ctx_t ctx, uint16_t *dest, const uint16_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uint16_p(uint16_t *dest, uint16_t value, int pe);
 void shmem_ctx_uint16_p(shmem_ctx_t ctx, uint16_t *dest, uint16_t value, int pe);
 uint16_t shmem_uint16_g(const uint16_t *source, int pe);
@@ -572,6 +673,10 @@ void shmem_uint32_iput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, pt
 void shmem_ctx_uint32_iput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uint32_iget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uint32_iget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uint32_ibput(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint32_ibput(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uint32_ibget(uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint32_ibget(shmem_ctx_t ctx, uint32_t *dest, const uint32_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uint32_p(uint32_t *dest, uint32_t value, int pe);
 void shmem_ctx_uint32_p(shmem_ctx_t ctx, uint32_t *dest, uint32_t value, int pe);
 uint32_t shmem_uint32_g(const uint32_t *source, int pe);
@@ -592,6 +697,10 @@ void shmem_uint64_iput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, pt
 void shmem_ctx_uint64_iput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_uint64_iget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_uint64_iget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_uint64_ibput(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint64_ibput(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_uint64_ibget(uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_uint64_ibget(shmem_ctx_t ctx, uint64_t *dest, const uint64_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_uint64_p(uint64_t *dest, uint64_t value, int pe);
 void shmem_ctx_uint64_p(shmem_ctx_t ctx, uint64_t *dest, uint64_t value, int pe);
 uint64_t shmem_uint64_g(const uint64_t *source, int pe);
@@ -612,6 +721,10 @@ void shmem_size_iput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_
 void shmem_ctx_size_iput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_size_iget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_size_iget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_size_ibput(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_size_ibput(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_size_ibget(size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_size_ibget(shmem_ctx_t ctx, size_t *dest, const size_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_size_p(size_t *dest, size_t value, int pe);
 void shmem_ctx_size_p(shmem_ctx_t ctx, size_t *dest, size_t value, int pe);
 size_t shmem_size_g(const size_t *source, int pe);
@@ -632,6 +745,10 @@ void shmem_ptrdiff_iput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst,
 void shmem_ctx_ptrdiff_iput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ptrdiff_iget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_ptrdiff_iget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ptrdiff_ibput(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ptrdiff_ibput(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ptrdiff_ibget(ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ptrdiff_ibget(shmem_ctx_t ctx, ptrdiff_t *dest, const ptrdiff_t *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_ptrdiff_p(ptrdiff_t *dest, ptrdiff_t value, int pe);
 void shmem_ctx_ptrdiff_p(shmem_ctx_t ctx, ptrdiff_t *dest, ptrdiff_t value, int pe);
 ptrdiff_t shmem_ptrdiff_g(const ptrdiff_t *source, int pe);
@@ -652,6 +769,10 @@ void shmem_iput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, s
 void shmem_ctx_iput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_iget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_iget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ibput8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibput8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ibget8(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibget8(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_put8_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_put8_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_put8_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -668,6 +789,10 @@ void shmem_iput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, 
 void shmem_ctx_iput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_iget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_iget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ibput16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibput16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ibget16(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibget16(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_put16_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_put16_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_put16_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -684,6 +809,10 @@ void shmem_iput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, 
 void shmem_ctx_iput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_iget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_iget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ibput32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibput32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ibget32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibget32(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_put32_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_put32_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_put32_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -700,6 +829,10 @@ void shmem_iput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, 
 void shmem_ctx_iput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_iget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_iget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ibput64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibput64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ibget64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibget64(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_put64_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_put64_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_put64_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -716,6 +849,10 @@ void shmem_iput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
 void shmem_ctx_iput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_iget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 void shmem_ctx_iget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+void shmem_ibput128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibput128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ibget128(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
+void shmem_ctx_ibget128(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t bsize, size_t nblocks, int pe);
 void shmem_put128_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_ctx_put128_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
 void shmem_put128_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
@@ -1632,12 +1769,14 @@ int shmem_uint64_max_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *s
 int shmem_size_max_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
 int shmem_float_max_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
 int shmem_double_max_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+int shmem_longdouble_max_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce);
 void shmem_short_max_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
 void shmem_int_max_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
 void shmem_long_max_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
 void shmem_longlong_max_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
 void shmem_float_max_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
 void shmem_double_max_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+void shmem_longdouble_max_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync);
 int shmem_char_min_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
 int shmem_schar_min_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
 int shmem_short_min_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
@@ -1661,12 +1800,14 @@ int shmem_uint64_min_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *s
 int shmem_size_min_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
 int shmem_float_min_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
 int shmem_double_min_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+int shmem_longdouble_min_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce);
 void shmem_short_min_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
 void shmem_int_min_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
 void shmem_long_min_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
 void shmem_longlong_min_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
 void shmem_float_min_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
 void shmem_double_min_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+void shmem_longdouble_min_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync);
 int shmem_char_sum_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
 int shmem_schar_sum_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
 int shmem_short_sum_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
@@ -1690,12 +1831,18 @@ int shmem_uint64_sum_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *s
 int shmem_size_sum_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
 int shmem_float_sum_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
 int shmem_double_sum_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+int shmem_longdouble_sum_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce);
+int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
+int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
 void shmem_short_sum_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
 void shmem_int_sum_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
 void shmem_long_sum_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
 void shmem_longlong_sum_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
 void shmem_float_sum_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
 void shmem_double_sum_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+void shmem_longdouble_sum_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync);
+void shmem_complexd_sum_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync);
+void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
 int shmem_char_prod_reduce(shmem_team_t team, char *dest, const char *source, size_t nreduce);
 int shmem_schar_prod_reduce(shmem_team_t team, signed char *dest, const signed char *source, size_t nreduce);
 int shmem_short_prod_reduce(shmem_team_t team, short *dest, const short *source, size_t nreduce);
@@ -1719,12 +1866,70 @@ int shmem_uint64_prod_reduce(shmem_team_t team, uint64_t *dest, const uint64_t *
 int shmem_size_prod_reduce(shmem_team_t team, size_t *dest, const size_t *source, size_t nreduce);
 int shmem_float_prod_reduce(shmem_team_t team, float *dest, const float *source, size_t nreduce);
 int shmem_double_prod_reduce(shmem_team_t team, double *dest, const double *source, size_t nreduce);
+int shmem_longdouble_prod_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce);
+int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
+int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
 void shmem_short_prod_to_all(short *dest, const short *source, int nreduce, int PE_start, int logPE_stride, int PE_size, short *pWrk, long *pSync);
 void shmem_int_prod_to_all(int *dest, const int *source, int nreduce, int PE_start, int logPE_stride, int PE_size, int *pWrk, long *pSync);
 void shmem_long_prod_to_all(long *dest, const long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long *pWrk, long *pSync);
 void shmem_longlong_prod_to_all(long long *dest, const long long *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long long *pWrk, long *pSync);
 void shmem_float_prod_to_all(float *dest, const float *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float *pWrk, long *pSync);
 void shmem_double_prod_to_all(double *dest, const double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double *pWrk, long *pSync);
+void shmem_longdouble_prod_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync);
+void shmem_complexd_prod_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync);
+void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
+int shmem_char_sum_inscan(shmem_team_t team, char *dest, const char *source, size_t nelems);
+int shmem_char_sum_exscan(shmem_team_t team, char *dest, const char *source, size_t nelems);
+int shmem_schar_sum_inscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems);
+int shmem_schar_sum_exscan(shmem_team_t team, signed char *dest, const signed char *source, size_t nelems);
+int shmem_short_sum_inscan(shmem_team_t team, short *dest, const short *source, size_t nelems);
+int shmem_short_sum_exscan(shmem_team_t team, short *dest, const short *source, size_t nelems);
+int shmem_int_sum_inscan(shmem_team_t team, int *dest, const int *source, size_t nelems);
+int shmem_int_sum_exscan(shmem_team_t team, int *dest, const int *source, size_t nelems);
+int shmem_long_sum_inscan(shmem_team_t team, long *dest, const long *source, size_t nelems);
+int shmem_long_sum_exscan(shmem_team_t team, long *dest, const long *source, size_t nelems);
+int shmem_longlong_sum_inscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems);
+int shmem_longlong_sum_exscan(shmem_team_t team, long long *dest, const long long *source, size_t nelems);
+int shmem_ptrdiff_sum_inscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems);
+int shmem_ptrdiff_sum_exscan(shmem_team_t team, ptrdiff_t *dest, const ptrdiff_t *source, size_t nelems);
+int shmem_uchar_sum_inscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems);
+int shmem_uchar_sum_exscan(shmem_team_t team, unsigned char *dest, const unsigned char *source, size_t nelems);
+int shmem_ushort_sum_inscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems);
+int shmem_ushort_sum_exscan(shmem_team_t team, unsigned short *dest, const unsigned short *source, size_t nelems);
+int shmem_uint_sum_inscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems);
+int shmem_uint_sum_exscan(shmem_team_t team, unsigned int *dest, const unsigned int *source, size_t nelems);
+int shmem_ulong_sum_inscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems);
+int shmem_ulong_sum_exscan(shmem_team_t team, unsigned long *dest, const unsigned long *source, size_t nelems);
+int shmem_ulonglong_sum_inscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems);
+int shmem_ulonglong_sum_exscan(shmem_team_t team, unsigned long long *dest, const unsigned long long *source, size_t nelems);
+int shmem_int8_sum_inscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems);
+int shmem_int8_sum_exscan(shmem_team_t team, int8_t *dest, const int8_t *source, size_t nelems);
+int shmem_int16_sum_inscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems);
+int shmem_int16_sum_exscan(shmem_team_t team, int16_t *dest, const int16_t *source, size_t nelems);
+int shmem_int32_sum_inscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems);
+int shmem_int32_sum_exscan(shmem_team_t team, int32_t *dest, const int32_t *source, size_t nelems);
+int shmem_int64_sum_inscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems);
+int shmem_int64_sum_exscan(shmem_team_t team, int64_t *dest, const int64_t *source, size_t nelems);
+int shmem_uint8_sum_inscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems);
+int shmem_uint8_sum_exscan(shmem_team_t team, uint8_t *dest, const uint8_t *source, size_t nelems);
+int shmem_uint16_sum_inscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems);
+int shmem_uint16_sum_exscan(shmem_team_t team, uint16_t *dest, const uint16_t *source, size_t nelems);
+int shmem_uint32_sum_inscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems);
+int shmem_uint32_sum_exscan(shmem_team_t team, uint32_t *dest, const uint32_t *source, size_t nelems);
+int shmem_uint64_sum_inscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems);
+int shmem_uint64_sum_exscan(shmem_team_t team, uint64_t *dest, const uint64_t *source, size_t nelems);
+int shmem_size_sum_inscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems);
+int shmem_size_sum_exscan(shmem_team_t team, size_t *dest, const size_t *source, size_t nelems);
+int shmem_float_sum_inscan(shmem_team_t team, float *dest, const float *source, size_t nelems);
+int shmem_float_sum_exscan(shmem_team_t team, float *dest, const float *source, size_t nelems);
+int shmem_double_sum_inscan(shmem_team_t team, double *dest, const double *source, size_t nelems);
+int shmem_double_sum_exscan(shmem_team_t team, double *dest, const double *source, size_t nelems);
+int shmem_longdouble_sum_inscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems);
+int shmem_longdouble_sum_exscan(shmem_team_t team, long double *dest, const long double *source, size_t nelems);
+int shmem_complexd_sum_inscan(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nelems);
+int shmem_complexd_sum_exscan(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nelems);
+int shmem_complexf_sum_inscan(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nelems);
+int shmem_complexf_sum_exscan(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nelems);
 void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_collect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_fcollect32(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
@@ -1736,130 +1941,6 @@ void shmem_fcollect64(void *dest, const void *source, size_t nelems, int PE_star
 void shmem_alltoall64(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int PE_start, int logPE_stride, int PE_size, long *pSync);
 
-/* long double cannot cross the Rust ABI by value: p/g are inline over putmem/getmem. */
-static inline void shmem_longdouble_p(long double *dest, long double value, int pe) {
-    shmem_putmem(dest, &value, sizeof value, pe);
-}
-static inline long double shmem_longdouble_g(const long double *source, int pe) {
-    long double v;
-    shmem_getmem(&v, source, sizeof v, pe);
-    return v;
-}
-static inline void shmem_ctx_longdouble_p(shmem_ctx_t ctx, long double *dest, long double value, int pe) {
-    shmem_ctx_putmem(ctx, dest, &value, sizeof value, pe);
-}
-static inline long double shmem_ctx_longdouble_g(shmem_ctx_t ctx, const long double *source, int pe) {
-    long double v;
-    shmem_ctx_getmem(ctx, &v, source, sizeof v, pe);
-    return v;
-}
-
-/* long double and complex reductions: the arithmetic is done by these inline combine
- * functions; the library runs the collective. */
-typedef void (*shmemi_combine_t)(void *acc, const void *b, size_t n);
-int shmemi_reduce_cb(const char *name, shmem_team_t team, void *dest, const void *source,
-                     size_t nreduce, size_t size, shmemi_combine_t combine);
-void shmemi_reduce_cb_set(const char *name, void *dest, const void *source, int nreduce,
-                          size_t size, shmemi_combine_t combine, int PE_start, int logPE_stride,
-                          int PE_size, long *pSync);
-#ifndef __cplusplus
-static inline void shmemi_longdouble_max(void *acc, const void *bv, size_t n) {
-    long double *a = (long double *) acc;
-    const long double *b = (const long double *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = b[i] > a[i] ? b[i] : a[i];
-}
-static inline int shmem_longdouble_max_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_longdouble_max_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_max);
-}
-static inline void shmem_longdouble_max_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_longdouble_max_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_max, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_longdouble_min(void *acc, const void *bv, size_t n) {
-    long double *a = (long double *) acc;
-    const long double *b = (const long double *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = b[i] < a[i] ? b[i] : a[i];
-}
-static inline int shmem_longdouble_min_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_longdouble_min_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_min);
-}
-static inline void shmem_longdouble_min_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_longdouble_min_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_min, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_longdouble_sum(void *acc, const void *bv, size_t n) {
-    long double *a = (long double *) acc;
-    const long double *b = (const long double *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
-}
-static inline int shmem_longdouble_sum_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_longdouble_sum_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_sum);
-}
-static inline void shmem_longdouble_sum_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_longdouble_sum_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_sum, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_longdouble_prod(void *acc, const void *bv, size_t n) {
-    long double *a = (long double *) acc;
-    const long double *b = (const long double *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
-}
-static inline int shmem_longdouble_prod_reduce(shmem_team_t team, long double *dest, const long double *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_longdouble_prod_reduce", team, dest, source, nreduce, sizeof(long double), shmemi_longdouble_prod);
-}
-static inline void shmem_longdouble_prod_to_all(long double *dest, const long double *source, int nreduce, int PE_start, int logPE_stride, int PE_size, long double *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_longdouble_prod_to_all", dest, source, nreduce, sizeof(long double), shmemi_longdouble_prod, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_complexf_sum(void *acc, const void *bv, size_t n) {
-    float _Complex *a = (float _Complex *) acc;
-    const float _Complex *b = (const float _Complex *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
-}
-static inline int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_complexf_sum_reduce", team, dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_sum);
-}
-static inline void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_complexf_sum_to_all", dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_sum, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_complexf_prod(void *acc, const void *bv, size_t n) {
-    float _Complex *a = (float _Complex *) acc;
-    const float _Complex *b = (const float _Complex *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
-}
-static inline int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_complexf_prod_reduce", team, dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_prod);
-}
-static inline void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_complexf_prod_to_all", dest, source, nreduce, sizeof(float _Complex), shmemi_complexf_prod, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_complexd_sum(void *acc, const void *bv, size_t n) {
-    double _Complex *a = (double _Complex *) acc;
-    const double _Complex *b = (const double _Complex *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
-}
-static inline int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_complexd_sum_reduce", team, dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_sum);
-}
-static inline void shmem_complexd_sum_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_complexd_sum_to_all", dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_sum, PE_start, logPE_stride, PE_size, pSync);
-}
-static inline void shmemi_complexd_prod(void *acc, const void *bv, size_t n) {
-    double _Complex *a = (double _Complex *) acc;
-    const double _Complex *b = (const double _Complex *) bv;
-    for (size_t i = 0; i < n; i++) a[i] = a[i] * b[i];
-}
-static inline int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce) {
-    return shmemi_reduce_cb("shmem_complexd_prod_reduce", team, dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_prod);
-}
-static inline void shmem_complexd_prod_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start, int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync) {
-    (void) pWrk;
-    shmemi_reduce_cb_set("shmem_complexd_prod_to_all", dest, source, nreduce, sizeof(double _Complex), shmemi_complexd_prod, PE_start, logPE_stride, PE_size, pSync);
-}
-#endif
 /* shmem_sync(team) (1.5) and the deprecated shmem_sync(PE_start, logPE_stride, PE_size, pSync)
  * by argument count. */
 #define shmemi_sync_sel(_1, _2, _3, _4, NAME, ...) NAME
@@ -2136,6 +2217,72 @@ static inline void shmem_complexd_prod_to_all(double _Complex *dest, const doubl
     unsigned long long: shmem_ctx_ulonglong_iget)(c, a1, a2, a3, a4, a5, a6)
 #define shmemi_iget_sel(_1, _2, _3, _4, _5, _6, _7, NAME, ...) NAME
 #define shmem_iget(...) shmemi_iget_sel(__VA_ARGS__, shmemi_iget_c, shmemi_iget_n, 0)(__VA_ARGS__)
+
+#define shmemi_ibput_n(a1, a2, a3, a4, a5, a6, a7) _Generic(*(a1), \
+    float: shmem_float_ibput, \
+    double: shmem_double_ibput, \
+    long double: shmem_longdouble_ibput, \
+    char: shmem_char_ibput, \
+    signed char: shmem_schar_ibput, \
+    short: shmem_short_ibput, \
+    int: shmem_int_ibput, \
+    long: shmem_long_ibput, \
+    long long: shmem_longlong_ibput, \
+    unsigned char: shmem_uchar_ibput, \
+    unsigned short: shmem_ushort_ibput, \
+    unsigned int: shmem_uint_ibput, \
+    unsigned long: shmem_ulong_ibput, \
+    unsigned long long: shmem_ulonglong_ibput)(a1, a2, a3, a4, a5, a6, a7)
+#define shmemi_ibput_c(c, a1, a2, a3, a4, a5, a6, a7) _Generic(*(a1), \
+    float: shmem_ctx_float_ibput, \
+    double: shmem_ctx_double_ibput, \
+    long double: shmem_ctx_longdouble_ibput, \
+    char: shmem_ctx_char_ibput, \
+    signed char: shmem_ctx_schar_ibput, \
+    short: shmem_ctx_short_ibput, \
+    int: shmem_ctx_int_ibput, \
+    long: shmem_ctx_long_ibput, \
+    long long: shmem_ctx_longlong_ibput, \
+    unsigned char: shmem_ctx_uchar_ibput, \
+    unsigned short: shmem_ctx_ushort_ibput, \
+    unsigned int: shmem_ctx_uint_ibput, \
+    unsigned long: shmem_ctx_ulong_ibput, \
+    unsigned long long: shmem_ctx_ulonglong_ibput)(c, a1, a2, a3, a4, a5, a6, a7)
+#define shmemi_ibput_sel(_1, _2, _3, _4, _5, _6, _7, _8, NAME, ...) NAME
+#define shmem_ibput(...) shmemi_ibput_sel(__VA_ARGS__, shmemi_ibput_c, shmemi_ibput_n, 0)(__VA_ARGS__)
+
+#define shmemi_ibget_n(a1, a2, a3, a4, a5, a6, a7) _Generic(*(a1), \
+    float: shmem_float_ibget, \
+    double: shmem_double_ibget, \
+    long double: shmem_longdouble_ibget, \
+    char: shmem_char_ibget, \
+    signed char: shmem_schar_ibget, \
+    short: shmem_short_ibget, \
+    int: shmem_int_ibget, \
+    long: shmem_long_ibget, \
+    long long: shmem_longlong_ibget, \
+    unsigned char: shmem_uchar_ibget, \
+    unsigned short: shmem_ushort_ibget, \
+    unsigned int: shmem_uint_ibget, \
+    unsigned long: shmem_ulong_ibget, \
+    unsigned long long: shmem_ulonglong_ibget)(a1, a2, a3, a4, a5, a6, a7)
+#define shmemi_ibget_c(c, a1, a2, a3, a4, a5, a6, a7) _Generic(*(a1), \
+    float: shmem_ctx_float_ibget, \
+    double: shmem_ctx_double_ibget, \
+    long double: shmem_ctx_longdouble_ibget, \
+    char: shmem_ctx_char_ibget, \
+    signed char: shmem_ctx_schar_ibget, \
+    short: shmem_ctx_short_ibget, \
+    int: shmem_ctx_int_ibget, \
+    long: shmem_ctx_long_ibget, \
+    long long: shmem_ctx_longlong_ibget, \
+    unsigned char: shmem_ctx_uchar_ibget, \
+    unsigned short: shmem_ctx_ushort_ibget, \
+    unsigned int: shmem_ctx_uint_ibget, \
+    unsigned long: shmem_ctx_ulong_ibget, \
+    unsigned long long: shmem_ctx_ulonglong_ibget)(c, a1, a2, a3, a4, a5, a6, a7)
+#define shmemi_ibget_sel(_1, _2, _3, _4, _5, _6, _7, _8, NAME, ...) NAME
+#define shmem_ibget(...) shmemi_ibget_sel(__VA_ARGS__, shmemi_ibget_c, shmemi_ibget_n, 0)(__VA_ARGS__)
 
 #define shmemi_put_signal_n(a1, a2, a3, a4, a5, a6, a7) _Generic(*(a1), \
     float: shmem_float_put_signal, \
@@ -2990,6 +3137,44 @@ static inline void shmem_complexd_prod_to_all(double _Complex *dest, const doubl
     float _Complex: shmem_complexf_prod_reduce, \
     double _Complex: shmem_complexd_prod_reduce)(a1, a2, a3, a4)
 #define shmem_prod_reduce(...) shmemi_prod_reduce_n(__VA_ARGS__)
+
+#define shmemi_sum_inscan_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_sum_inscan, \
+    signed char: shmem_schar_sum_inscan, \
+    short: shmem_short_sum_inscan, \
+    int: shmem_int_sum_inscan, \
+    long: shmem_long_sum_inscan, \
+    long long: shmem_longlong_sum_inscan, \
+    unsigned char: shmem_uchar_sum_inscan, \
+    unsigned short: shmem_ushort_sum_inscan, \
+    unsigned int: shmem_uint_sum_inscan, \
+    unsigned long: shmem_ulong_sum_inscan, \
+    unsigned long long: shmem_ulonglong_sum_inscan, \
+    float: shmem_float_sum_inscan, \
+    double: shmem_double_sum_inscan, \
+    long double: shmem_longdouble_sum_inscan, \
+    float _Complex: shmem_complexf_sum_inscan, \
+    double _Complex: shmem_complexd_sum_inscan)(a1, a2, a3, a4)
+#define shmem_sum_inscan(...) shmemi_sum_inscan_n(__VA_ARGS__)
+
+#define shmemi_sum_exscan_n(a1, a2, a3, a4) _Generic(*(a2), \
+    char: shmem_char_sum_exscan, \
+    signed char: shmem_schar_sum_exscan, \
+    short: shmem_short_sum_exscan, \
+    int: shmem_int_sum_exscan, \
+    long: shmem_long_sum_exscan, \
+    long long: shmem_longlong_sum_exscan, \
+    unsigned char: shmem_uchar_sum_exscan, \
+    unsigned short: shmem_ushort_sum_exscan, \
+    unsigned int: shmem_uint_sum_exscan, \
+    unsigned long: shmem_ulong_sum_exscan, \
+    unsigned long long: shmem_ulonglong_sum_exscan, \
+    float: shmem_float_sum_exscan, \
+    double: shmem_double_sum_exscan, \
+    long double: shmem_longdouble_sum_exscan, \
+    float _Complex: shmem_complexf_sum_exscan, \
+    double _Complex: shmem_complexd_sum_exscan)(a1, a2, a3, a4)
+#define shmem_sum_exscan(...) shmemi_sum_exscan_n(__VA_ARGS__)
 #endif /* C11 */
 
 #endif /* RSHMEM_SHMEM_H */

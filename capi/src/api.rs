@@ -149,7 +149,7 @@ pub extern "C" fn shmem_team_ptr(team: *mut c_void, dest: *const c_void, pe: c_i
     }
 }
 
-/// `shmem_info_get_version`.
+/// `shmem_info_get_version`: 1.6.
 ///
 /// # Safety
 /// Both pointers valid for one write.
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn shmem_info_get_version(major: *mut c_int, minor: *mut c
     // SAFETY: the caller's contract.
     unsafe {
         ops::store_fetch("shmem_info_get_version", major, 1);
-        ops::store_fetch("shmem_info_get_version", minor, 5);
+        ops::store_fetch("shmem_info_get_version", minor, 6);
     }
 }
 
@@ -310,10 +310,26 @@ pub extern "C" fn shmem_sync_all() {
     with("shmem_sync_all", |rt| Ok(rt.world.sync_all()?))
 }
 
-/// `shmem_pcontrol` (the header's inline variadic `shmem_pcontrol` calls it): accepted, no
-/// effect (a profiling hint).
+/// `shmem_pcontrol(level, ...)`: accepted, no effect (a hint for profiling tools, which
+/// interpose it). Variadic in C; the arguments after `level` are not read, so this
+/// fixed-argument definition is what a variadic call reaches (on x86-64 and AArch64 Linux a
+/// variadic call passes `level` where a fixed-argument one does).
 #[no_mangle]
-pub extern "C" fn shmemi_pcontrol(_level: c_int) {}
+pub extern "C" fn shmem_pcontrol(_level: c_int) {}
+
+/// `shmem_query_initialized` (1.6): writes non-zero to `*initialized` between `shmem_init`
+/// and `shmem_finalize`, else 0. Callable at any time.
+///
+/// # Safety
+/// `initialized` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_query_initialized(initialized: *mut c_int) {
+    if initialized.is_null() {
+        crate::fatal("shmem_query_initialized", "initialized is NULL");
+    }
+    // SAFETY: non-null, valid for one write by the caller's contract.
+    unsafe { initialized.write(c_int::from(crate::initialized())) };
+}
 
 // ---- distributed locks: the lock word on PE 0 holds 0 (free) or 1 + the owner's PE ----
 

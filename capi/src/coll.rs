@@ -11,14 +11,15 @@
 //! active-set forms (OpenSHMEM 1.4's `PE_start`/`logPE_stride`/`PE_size` with `pSync`) call the
 //! runtime's active-set collectives ([`rshmem::World::active_set`], `set_barrier`,
 //! `set_broadcast`, …), whose synchronization lives in the caller's `pSync`; the `long double`
-//! and complex reductions hand the header's C combine function to
-//! [`rshmem::World::reduce_with`]. This module only converts arguments.
+//! and complex reductions hand a C combine function (`combine.c`) to
+//! [`rshmem::World::reduce_with`]; the scans (1.6) call [`rshmem::World::scan_with`]. This
+//! module only converts arguments.
 
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use rshmem::{ActiveSet, Group, ReduceOp, ReduceType, RmaType, Team, TeamConfig};
+use rshmem::{ActiveSet, Group, ReduceOp, ReduceType, RmaType, Sum, Team, TeamConfig};
 
 use crate::{fatal, msg, with, CResult, Rt};
 
@@ -533,8 +534,9 @@ pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T> + Default>(
     })
 }
 
-// ---- reductions of types Rust cannot compute (long double, complex): the header's inline
-// combine function does the arithmetic, the runtime's `reduce_with` the communication ----
+// ---- reductions and scans of types Rust cannot compute (long double, complex): the C
+// combine functions of combine.c do the arithmetic, the runtime's `reduce_with` / `scan_with`
+// the communication ----
 
 /// Combines `n` elements of `b` into `acc` (both arrays of the reduced C type).
 pub type Combine = unsafe extern "C" fn(acc: *mut c_void, b: *const c_void, n: usize);
@@ -551,7 +553,7 @@ fn reduce_cb(
 ) -> CResult<()> {
     let mut combine = |acc: &mut [u8], b: &[u8]| {
         // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
-        // elements of the reduced type, which the header's combine reads and writes.
+        // elements of the reduced type, which `f` reads and writes.
         unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
     };
     Ok(rt
@@ -559,53 +561,42 @@ fn reduce_cb(
         .reduce_with(group, dest.cast(), src.cast(), n, size, &mut combine)?)
 }
 
-/// Team reduction of `long double` / complex elements (called by the header's inline
-/// `shmem_longdouble_max_reduce`, `shmem_complexd_sum_reduce`, …). 0, or non-zero for an
-/// invalid team.
+/// `shmem_{longdouble,complexf,complexd}_OP_reduce`: team reduction of `n` elements of
+/// `size` bytes combined by `f`. 0, or -1 for an invalid team.
 ///
 /// # Safety
 /// Buffers valid as OpenSHMEM requires; `f` combines `n` elements of `size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn shmemi_reduce_cb(
-    name: *const std::ffi::c_char,
+pub unsafe fn reduce_c(
+    call: &'static str,
     team_h: *mut c_void,
     dest: *mut c_void,
     src: *const c_void,
     n: usize,
     size: usize,
-    f: Option<Combine>,
+    f: Combine,
 ) -> c_int {
-    let call = call_name(name);
-    let Some(f) = f else {
-        fatal(call, "no combine function")
-    };
     on_team(call, team_h, |rt, t| {
         reduce_cb(rt, Group::Team(t), dest, src, n, size, f)
     })
 }
 
-/// Active-set (`_to_all`) reduction of `long double` / complex elements.
+/// `shmem_{longdouble,complexf,complexd}_OP_to_all` (deprecated active-set form).
 ///
 /// # Safety
-/// As [`shmemi_reduce_cb`]; `psync` a valid pSync.
-#[no_mangle]
+/// As [`reduce_c`]; `psync` a valid pSync.
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn shmemi_reduce_cb_set(
-    name: *const std::ffi::c_char,
+pub unsafe fn reduce_c_set(
+    call: &'static str,
     dest: *mut c_void,
     src: *const c_void,
     n: c_int,
     size: usize,
-    f: Option<Combine>,
+    f: Combine,
     start: c_int,
     log_stride: c_int,
     set_size: c_int,
     psync: *mut c_long,
 ) {
-    let call = call_name(name);
-    let Some(f) = f else {
-        fatal(call, "no combine function")
-    };
     if n < 0 {
         fatal(call, format!("nreduce {n} is negative"));
     }
@@ -614,12 +605,78 @@ pub unsafe extern "C" fn shmemi_reduce_cb_set(
     })
 }
 
-/// The C routine's name for messages (the header passes a string literal).
-fn call_name(name: *const std::ffi::c_char) -> &'static str {
-    if name.is_null() {
-        return "shmem reduction";
-    }
-    // SAFETY: the header passes a NUL-terminated string literal, which lives forever.
-    let s: &'static std::ffi::CStr = unsafe { std::ffi::CStr::from_ptr(name) };
-    s.to_str().unwrap_or("shmem reduction")
+// ---- scans (1.6): prefix sums over a team ----
+
+/// `shmem_TYPE_sum_inscan` (`exclusive` false) and `shmem_TYPE_sum_exscan`: on team PE `i`,
+/// `dest[j]` is the sum of `source[j]` of team PEs `0..=i` (inscan) or `0..i` (exscan; 0 on
+/// team PE 0). 0, or -1 for an invalid team.
+///
+/// # Safety
+/// Buffers valid as OpenSHMEM requires.
+pub unsafe fn scan<T: ReduceType>(
+    call: &'static str,
+    h: *mut c_void,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    exclusive: bool,
+) -> c_int {
+    let size = std::mem::size_of::<T>();
+    on_team(call, h, |rt, t| {
+        let mut combine = |acc: &mut [u8], b: &[u8]| {
+            for (a, b) in acc.chunks_exact_mut(size).zip(b.chunks_exact(size)) {
+                // SAFETY: each chunk holds the bytes of one `T` (the runtime stages `n`
+                // elements of `size` bytes); every bit pattern is a valid integer or float.
+                unsafe {
+                    let x = a.as_ptr().cast::<T>().read_unaligned();
+                    let y = b.as_ptr().cast::<T>().read_unaligned();
+                    a.as_mut_ptr()
+                        .cast::<T>()
+                        .write_unaligned(<Sum as ReduceOp<T>>::combine(x, y));
+                }
+            }
+        };
+        Ok(rt.world.scan_with(
+            Group::Team(t),
+            dest.cast(),
+            src.cast(),
+            n,
+            size,
+            exclusive,
+            &mut combine,
+        )?)
+    })
+}
+
+/// [`scan`] of `long double` and complex elements (`size` bytes each) summed by the C
+/// combine function `f`.
+///
+/// # Safety
+/// Buffers valid as OpenSHMEM requires; `f` combines `n` elements of `size` bytes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scan_c(
+    call: &'static str,
+    h: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    f: Combine,
+    exclusive: bool,
+) -> c_int {
+    on_team(call, h, |rt, t| {
+        let mut combine = |acc: &mut [u8], b: &[u8]| {
+            // SAFETY: as in `reduce_cb`.
+            unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+        };
+        Ok(rt.world.scan_with(
+            Group::Team(t),
+            dest.cast(),
+            src.cast(),
+            n,
+            size,
+            exclusive,
+            &mut combine,
+        )?)
+    })
 }

@@ -243,6 +243,115 @@ pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
     with("shmem_ctx_quiet", |rt| Ok(rt.world.quiet()?))
 }
 
+/// The PEs of `shmem_pe_quiet` / `shmem_ctx_pe_quiet`, each checked against the selected
+/// context's team; then the PE's quiet (rshmem completes operations per PE, not per target,
+/// which OpenSHMEM 1.6 allows: "the performance might be equivalent to shmem_quiet").
+///
+/// # Safety
+/// `pes` valid for reads of `npes` ints.
+unsafe fn pe_quiet(call: &'static str, pes: *const c_int, npes: usize) {
+    if npes == 0 {
+        return;
+    }
+    if pes.is_null() {
+        fatal(call, format!("target_pes is NULL with npes {npes}"));
+    }
+    // SAFETY: non-null, valid for `npes` reads by the caller's contract.
+    let pes = unsafe { std::slice::from_raw_parts(pes, npes) };
+    with(call, |rt| {
+        for &pe in pes {
+            world_pe(rt, pe)?;
+        }
+        Ok(rt.world.quiet()?)
+    })
+}
+
+/// `shmem_pe_quiet` (1.6): completes the PE's operations to the world PEs `target_pes`
+/// (`npes` of them; none: returns at once).
+///
+/// # Safety
+/// `target_pes` valid for reads of `npes` ints.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_pe_quiet(target_pes: *const c_int, npes: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { pe_quiet("shmem_pe_quiet", target_pes, npes) }
+}
+
+/// `shmem_ctx_pe_quiet` (1.6): as `shmem_pe_quiet` on `ctx`, whose team numbers the PEs; no
+/// operation for `SHMEM_CTX_INVALID` (like `shmem_ctx_quiet`).
+///
+/// # Safety
+/// `target_pes` valid for reads of `npes` ints.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ctx_pe_quiet(
+    ctx: *mut c_void,
+    target_pes: *const c_int,
+    npes: usize,
+) {
+    let call = "shmem_ctx_pe_quiet";
+    if ctx.is_null() {
+        return;
+    }
+    select(call, ctx);
+    // SAFETY: the caller's contract.
+    unsafe { pe_quiet(call, target_pes, npes) }
+}
+
+/// `SHMEM_CTX_SESSION_TOTAL_OPS`, the only field mask of `shmem_ctx_session_config_t`.
+const SESSION_TOTAL_OPS: c_long = 1;
+
+/// `shmem_ctx_session_config_t` (1.6).
+#[repr(C)]
+pub struct SessionConfig {
+    /// Expected number of RMA calls in the session (a hint).
+    pub total_ops: usize,
+}
+
+/// `shmem_ctx_session_start` (1.6): sessions are performance hints; rshmem checks the
+/// arguments and applies no optimization (which OpenSHMEM allows). No operation for
+/// `SHMEM_CTX_INVALID`. Any `options` are accepted (the specification says no combination is
+/// an error); a `config_mask` with bits other than `SHMEM_CTX_SESSION_TOTAL_OPS`, or one that
+/// selects a field of a NULL `config`, aborts naming the call.
+///
+/// # Safety
+/// `config` NULL or valid for one read.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_ctx_session_start(
+    ctx: *mut c_void,
+    _options: c_long,
+    config: *const SessionConfig,
+    config_mask: c_long,
+) {
+    let call = "shmem_ctx_session_start";
+    if ctx.is_null() {
+        return;
+    }
+    check(call, ctx);
+    with(call, |_| {
+        if config_mask & !SESSION_TOTAL_OPS != 0 {
+            return msg(format!(
+                "config_mask {config_mask:#x} has bits other than SHMEM_CTX_SESSION_TOTAL_OPS"
+            ));
+        }
+        if config_mask != 0 && config.is_null() {
+            return msg("config is NULL but config_mask selects its total_ops");
+        }
+        Ok(())
+    })
+}
+
+/// `shmem_ctx_session_stop` (1.6): ends a session (no operation, like stopping one that is
+/// not started; also for `SHMEM_CTX_INVALID`).
+#[no_mangle]
+pub extern "C" fn shmem_ctx_session_stop(ctx: *mut c_void) {
+    let call = "shmem_ctx_session_stop";
+    if ctx.is_null() {
+        return;
+    }
+    check(call, ctx);
+    with(call, |_| Ok(()))
+}
+
 /// `shmem_ctx_get_team`: the team of `ctx` (`SHMEM_TEAM_WORLD` for `SHMEM_CTX_DEFAULT` and
 /// `shmem_ctx_create` contexts). Non-zero (and `SHMEM_TEAM_INVALID`) for `SHMEM_CTX_INVALID`
 /// or an unknown or destroyed context.

@@ -1,6 +1,6 @@
 //! # rshmem-capi
 //!
-//! The OpenSHMEM 1.5 C ABI of rshmem: `libshmem.so` / `libshmem.a` with `include/shmem.h`.
+//! The OpenSHMEM 1.6 C ABI of rshmem: `libshmem.so` / `libshmem.a` with `include/shmem.h`.
 //!
 //! One runtime instance per process lives in a global `AtomicPtr` (set by `shmem_init`, cleared
 //! by `shmem_finalize` under a lifecycle mutex); every C entry point loads it, converts its C arguments and calls the rshmem [`rshmem::World`]. No
@@ -24,7 +24,10 @@ use std::sync::Mutex;
 
 mod api;
 mod coll;
+mod combine;
 mod ctx;
+#[cfg(target_arch = "x86_64")]
+mod longdouble;
 pub mod ops;
 mod profiling;
 pub mod seg;
@@ -80,6 +83,11 @@ const _: fn() = || {
     fn shared<T: Send + Sync>() {}
     shared::<Rt>();
 };
+
+/// Whether the runtime is running (between `shmem_init` and `shmem_finalize`).
+pub(crate) fn initialized() -> bool {
+    !RT.load(Ordering::Acquire).is_null()
+}
 
 /// Serializes `shmem_init` and `shmem_finalize`.
 static LIFECYCLE: Mutex<()> = Mutex::new(());

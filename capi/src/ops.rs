@@ -221,6 +221,104 @@ pub unsafe fn iget<T: RmaType>(
     })
 }
 
+/// The extent, in elements, of `nblocks` blocks of `bsize` elements `stride` apart
+/// (`(nblocks - 1)·stride + bsize`), after checking the stride against the block size; `what`
+/// names the stride (`dst`, `sst`) in errors. `nblocks` and `bsize` are not zero.
+fn blocked_span<T>(what: &str, stride: usize, bsize: usize, nblocks: usize) -> CResult<usize> {
+    if stride < bsize {
+        return msg(format!(
+            "{what} {stride} is less than bsize {bsize}: the blocks would overlap"
+        ));
+    }
+    (nblocks - 1)
+        .checked_mul(stride)
+        .and_then(|x| x.checked_add(bsize))
+        .filter(|&x| x.checked_mul(std::mem::size_of::<T>()).is_some())
+        .map_or_else(
+            || {
+                msg(format!(
+                    "{what} {stride} × nblocks {nblocks} overflows the address space"
+                ))
+            },
+            Ok,
+        )
+}
+
+/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6): block `b` (`bsize` elements) of the target
+/// starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`; strides count
+/// elements and are at least `bsize`. Each block is one contiguous put; returns when the
+/// source may be reused (like `shmem_put`).
+///
+/// # Safety
+/// `src` valid for reads of `(nblocks-1)·sst+bsize` elements.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn ibput<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    bsize: usize,
+    nblocks: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        let (dst, sst) = (stride(dst)?, stride(sst)?);
+        if bsize == 0 || nblocks == 0 {
+            return Ok(());
+        }
+        blocked_span::<T>("dst", dst, bsize, nblocks)?;
+        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
+        // SAFETY: the caller's contract (checked for NULL and alignment here).
+        let s = unsafe { src_slice(src, sspan) }?;
+        for b in 0..nblocks {
+            // `b·dst` lies inside the extent checked above; the runtime checks the target.
+            rt.world
+                .put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
+        }
+        Ok(())
+    })
+}
+
+/// `shmem_TYPE_ibget`, `shmem_ibgetSIZE` (1.6): as [`ibput`], from PE `pe`'s `src` into the
+/// local `dest`; returns when the data is in `dest`.
+///
+/// # Safety
+/// `dest` valid for writes of `(nblocks-1)·dst+bsize` elements.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn ibget<T: RmaType>(
+    call: &'static str,
+    dest: *mut T,
+    src: *const T,
+    dst: isize,
+    sst: isize,
+    bsize: usize,
+    nblocks: usize,
+    pe: c_int,
+) {
+    with(call, |rt| {
+        let pe = pe_of(rt, pe)?;
+        let (dst, sst) = (stride(dst)?, stride(sst)?);
+        if bsize == 0 || nblocks == 0 {
+            return Ok(());
+        }
+        let dspan = blocked_span::<T>("dst", dst, bsize, nblocks)?;
+        blocked_span::<T>("sst", sst, bsize, nblocks)?;
+        // SAFETY: the caller's contract (checked for NULL and alignment here).
+        let d = unsafe { dst_slice(dest, dspan) }?;
+        for b in 0..nblocks {
+            // `b·sst` lies inside the extent checked above; the runtime checks the source.
+            rt.world.get(
+                &mut d[b * dst..b * dst + bsize],
+                src.wrapping_add(b * sst),
+                pe,
+            )?;
+        }
+        Ok(())
+    })
+}
+
 /// Element types of the atomics, as bits (the data-segment path).
 pub trait Amo: AmoType + Default {
     /// Zero-extended bits.

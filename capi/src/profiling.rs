@@ -53,6 +53,8 @@ pshmem! {
     api::shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void;
     api::shmem_info_get_version(major: *mut c_int, minor: *mut c_int);
     api::shmem_info_get_name(name: *mut c_char);
+    api::shmem_query_initialized(initialized: *mut c_int);
+    api::shmem_pcontrol(level: c_int);
     // Memory management
     api::shmem_malloc(size: usize) -> *mut c_void;
     api::shmem_malloc_with_hints(size: usize, hints: c_long) -> *mut c_void;
@@ -91,6 +93,11 @@ pshmem! {
     ctx::shmem_ctx_destroy(ctx: *mut c_void);
     ctx::shmem_ctx_fence(ctx: *mut c_void);
     ctx::shmem_ctx_quiet(ctx: *mut c_void);
+    ctx::shmem_pe_quiet(target_pes: *const c_int, npes: usize);
+    ctx::shmem_ctx_pe_quiet(ctx: *mut c_void, target_pes: *const c_int, npes: usize);
+    ctx::shmem_ctx_session_start(ctx: *mut c_void, options: c_long,
+        config: *const crate::ctx::SessionConfig, config_mask: c_long);
+    ctx::shmem_ctx_session_stop(ctx: *mut c_void);
     // Signals
     api::shmem_signal_fetch(sig: *const u64) -> u64;
     api::shmem_signal_wait_until(sig: *mut u64, cmp: c_int, value: u64) -> u64;

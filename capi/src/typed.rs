@@ -216,7 +216,8 @@ macro_rules! red_bit_types {
 }
 
 /// `$m!($args TYPENAME)` for the arithmetic reduction types (Table 10, max/min/sum/prod;
-/// `longdouble` and the complex types are inline functions in `shmem.h`).
+/// `longdouble` and the complex types, whose arithmetic Rust does not have, are in
+/// `reduce_c!` below).
 macro_rules! red_arith_types {
     ($m:ident $args:tt) => {
         each!($m $args: char schar short int long longlong ptrdiff uchar ushort uint ulong
@@ -228,8 +229,9 @@ macro_rules! red_arith_types {
 // RMA: typed, sized and mem forms, each with its shmem_ctx_ form
 // ------------------------------------------------------------------------------------------
 
-/// `shmem_TYPENAME_{put,get,put_nbi,get_nbi,iput,iget,p,g,put_signal,put_signal_nbi}` and
-/// their `shmem_ctx_` forms (no `p`/`g` for `longdouble`: those are inline in `shmem.h`).
+/// `shmem_TYPENAME_{put,get,put_nbi,get_nbi,iput,iget,ibput,ibget,p,g,put_signal,put_signal_nbi}`
+/// and their `shmem_ctx_` forms (`longdouble`'s `p`/`g` pass a `long double` by value, which
+/// Rust cannot: they are in `longdouble.rs`).
 macro_rules! rma {
     (() $t:ident) => {
         paste::paste! {
@@ -239,6 +241,8 @@ macro_rules! rma {
             rma!(@block [<$t _get_nbi>], $t, get, true);
             rma!(@strided [<$t _iput>], $t, iput);
             rma!(@strided [<$t _iget>], $t, iget);
+            rma!(@blocked [<$t _ibput>], $t, ibput);
+            rma!(@blocked [<$t _ibget>], $t, ibget);
             rma!(@pg $t);
             rma!(@signal [<$t _put_signal>], $t);
             rma!(@signal [<$t _put_signal_nbi>], $t);
@@ -254,6 +258,12 @@ macro_rules! rma {
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              nelems: usize, pe: c_int),
             call => ops::$f(call, dest, source, dst, sst, nelems, pe));
+    };
+    (@blocked $s:ident, $t:ident, $f:ident) => {
+        entry_and_ctx!($s, concat!("blocked strided ", stringify!($f), " of ", stringify!($t)),
+            (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
+             bsize: usize, nblocks: usize, pe: c_int),
+            call => ops::$f(call, dest, source, dst, sst, bsize, nblocks, pe));
     };
     (@pg longdouble) => {};
     (@pg $t:ident) => {
@@ -303,15 +313,24 @@ macro_rules! untyped_rma {
     };
 }
 
-/// `shmem_{put,get}BITS{,_nbi}`, `shmem_{iput,iget}BITS`, `shmem_putBITS_signal{,_nbi}` and
-/// their `shmem_ctx_` forms.
+/// `shmem_{put,get}BITS{,_nbi}`, `shmem_{iput,iget,ibput,ibget}BITS`,
+/// `shmem_putBITS_signal{,_nbi}` and their `shmem_ctx_` forms.
 macro_rules! sized {
     ($bits:tt, $e:ty) => {
         untyped_rma!($bits, $e);
         paste::paste! {
             sized!(@strided [<iput $bits>], $e, iput);
             sized!(@strided [<iget $bits>], $e, iget);
+            sized!(@blocked [<ibput $bits>], $e, ibput);
+            sized!(@blocked [<ibget $bits>], $e, ibget);
         }
+    };
+    (@blocked $s:ident, $e:ty, $f:ident) => {
+        entry_and_ctx!($s,
+            concat!("blocked strided ", stringify!($f), " of ", stringify!($e), " elements"),
+            (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, bsize: usize,
+             nblocks: usize, pe: c_int),
+            call => ops::$f::<$e>(call, dest.cast(), source.cast(), dst, sst, bsize, nblocks, pe));
     };
     (@strided $s:ident, $e:ty, $f:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($e), " elements"),
@@ -557,6 +576,20 @@ macro_rules! wait {
 }
 wait_types!(wait());
 
+// The deprecated untyped C forms on a `long` (C11 programs get the generic macros of the same
+// names; C99 and C++ programs these functions).
+entry!(shmem_wait_until, "deprecated wait on a long",
+(ivar: *mut c_long, cmp: c_int, value: c_long),
+call => {
+    ops::wait_set(call, wait!(@one ivar, cmp, value), ops::Set::All, true);
+});
+entry!(shmem_wait, "deprecated wait for a long to change",
+(ivar: *mut c_long, value: c_long),
+call => {
+    let cmp = 1;
+    ops::wait_set(call, wait!(@one ivar, cmp, value), ops::Set::All, true);
+});
+
 // ------------------------------------------------------------------------------------------
 // Collectives over a team (1.5) and the deprecated active-set forms (1.4); no ctx forms
 // ------------------------------------------------------------------------------------------
@@ -668,3 +701,80 @@ macro_rules! active_set {
 }
 active_set!(32, u32);
 active_set!(64, u64);
+
+// ------------------------------------------------------------------------------------------
+// Scans (1.6): shmem_TYPENAME_sum_inscan / _exscan over a team; no ctx forms
+// ------------------------------------------------------------------------------------------
+
+/// `shmem_TYPENAME_sum_inscan` and `shmem_TYPENAME_sum_exscan` for the arithmetic reduction
+/// types (`longdouble` and complex: `reduce_c!`).
+macro_rules! scan {
+    (() $t:ident) => {
+        paste::paste! {
+            entry!([<shmem_ $t _sum_inscan>],
+                concat!("inclusive prefix sum of ", stringify!($t)),
+                (team: *mut c_void, dest: *mut elem!($t), source: *const elem!($t),
+                 nelems: usize) -> c_int,
+                call => coll::scan::<elem!($t)>(call, team, dest, source, nelems, false));
+            entry!([<shmem_ $t _sum_exscan>],
+                concat!("exclusive prefix sum of ", stringify!($t)),
+                (team: *mut c_void, dest: *mut elem!($t), source: *const elem!($t),
+                 nelems: usize) -> c_int,
+                call => coll::scan::<elem!($t)>(call, team, dest, source, nelems, true));
+        }
+    };
+}
+red_arith_types!(scan());
+
+// ------------------------------------------------------------------------------------------
+// long double and complex reductions and scans: the arithmetic is C's (src/combine.c)
+// ------------------------------------------------------------------------------------------
+
+/// `shmem_TYPENAME_OP_reduce`, `shmem_TYPENAME_OP_to_all` and, for `sum`,
+/// `shmem_TYPENAME_sum_{in,ex}scan` of `long double` (`longdouble`) and the complex types
+/// (`complexf`, `complexd`): element size `$size`, combined by `rshmemi_TYPENAME_OP` of
+/// `combine.c`.
+macro_rules! reduce_c {
+    (($size:expr) $t:ident $o:ident) => {
+        paste::paste! {
+            entry!([<shmem_ $t _ $o _reduce>],
+                concat!(stringify!($o), " reduction of ", stringify!($t)),
+                (team: *mut c_void, dest: *mut c_void, source: *const c_void, nreduce: usize)
+                    -> c_int,
+                call => coll::reduce_c(call, team, dest, source, nreduce, $size,
+                    crate::combine::[<rshmemi_ $t _ $o>]));
+            entry!([<shmem_ $t _ $o _to_all>],
+                concat!("deprecated active-set ", stringify!($o), " reduction of ", stringify!($t)),
+                (dest: *mut c_void, source: *const c_void, nreduce: c_int, start: c_int,
+                 log_stride: c_int, size: c_int, _pwrk: *mut c_void, psync: *mut c_long),
+                call => coll::reduce_c_set(call, dest, source, nreduce, $size,
+                    crate::combine::[<rshmemi_ $t _ $o>], start, log_stride, size, psync));
+        }
+        reduce_c!(@scan $size, $t, $o);
+    };
+    (@scan $size:expr, $t:ident, sum) => {
+        paste::paste! {
+            entry!([<shmem_ $t _sum_inscan>],
+                concat!("inclusive prefix sum of ", stringify!($t)),
+                (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
+                    -> c_int,
+                call => coll::scan_c(call, team, dest, source, nelems, $size,
+                    crate::combine::[<rshmemi_ $t _sum>], false));
+            entry!([<shmem_ $t _sum_exscan>],
+                concat!("exclusive prefix sum of ", stringify!($t)),
+                (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
+                    -> c_int,
+                call => coll::scan_c(call, team, dest, source, nelems, $size,
+                    crate::combine::[<rshmemi_ $t _sum>], true));
+        }
+    };
+    (@scan $size:expr, $t:ident, $o:ident) => {};
+}
+reduce_c!((16) longdouble max);
+reduce_c!((16) longdouble min);
+reduce_c!((16) longdouble sum);
+reduce_c!((16) longdouble prod);
+reduce_c!((8) complexf sum);
+reduce_c!((8) complexf prod);
+reduce_c!((16) complexd sum);
+reduce_c!((16) complexd prod);

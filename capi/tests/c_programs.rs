@@ -141,6 +141,32 @@ fn collectives() {
 }
 
 #[test]
+fn blocked_strided_rma() {
+    passes("blocked");
+}
+
+#[test]
+fn blocked_stride_below_the_block_size_aborts_naming_the_call() {
+    aborts(
+        "blocked_bad_stride",
+        "shmem_int_ibput",
+        "dst 2 is less than bsize 3",
+    );
+}
+
+#[test]
+fn scans() {
+    passes("scan");
+}
+
+/// The small 1.6 routines and the ones that were inline in `shmem.h` (long double p/g, long
+/// double and complex reductions, `shmem_pcontrol`), called through the library's symbols.
+#[test]
+fn openshmem_1_6_routines_and_former_inline_ones() {
+    passes("v16");
+}
+
+#[test]
 fn locks() {
     passes("lock");
 }
@@ -397,9 +423,10 @@ fn mpicc_flags(what: &str) -> Option<Vec<String>> {
 
 /// A hybrid MPI + OpenSHMEM program (`MPI_Init`, then `shmem_init`) under `mpirun` with 2 and
 /// 4 ranks: PE numbers are MPI ranks and both libraries work. libshmem built with the `mpi`
-/// feature bootstraps through `MPI_COMM_WORLD`; the default build through TCP, with the
-/// address and secret passed by `mpirun -x`. Needs Open MPI (`mpicc`, `mpirun`): without it the
-/// test says so on stderr and does nothing.
+/// feature bootstraps through `MPI_COMM_WORLD`; the default build through the program's MPI
+/// found at run time with nothing set (which must leave MPI initialized for the program), and
+/// through TCP with the address and secret passed by `mpirun -x`. Needs Open MPI (`mpicc`,
+/// `mpirun`): without it the test says so on stderr and does nothing.
 #[test]
 fn hybrid_mpi_program_under_mpirun() {
     let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
@@ -407,14 +434,22 @@ fn hybrid_mpi_program_under_mpirun() {
         return;
     };
     let bin = compile_with("hybrid_mpi", &cflags, &ldflags);
-    for n in [2, 4] {
+    let explicit = if cfg!(feature = "mpi") {
+        vec![false]
+    } else {
+        vec![false, true]
+    };
+    for (n, explicit) in [2, 4]
+        .into_iter()
+        .flat_map(|n| explicit.iter().map(move |&e| (n, e)))
+    {
         let mut cmd = Command::new("timeout");
         cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
         // SAFETY: getuid has no preconditions.
         if unsafe { libc::getuid() } == 0 {
             cmd.arg("--allow-run-as-root");
         }
-        if !cfg!(feature = "mpi") {
+        if explicit {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .expect("a free port")
@@ -433,13 +468,16 @@ fn hybrid_mpi_program_under_mpirun() {
             .arg(&bin)
             .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
             .env_remove("RSHMEM_BOOTSTRAP_ADDR")
+            .env_remove("RSHMEM_BOOTSTRAP_SECRET")
+            .env_remove("RSHMEM_BOOTSTRAP")
             .env("RSHMEM_TIMEOUT", "60")
             .output()
             .expect("running mpirun");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "hybrid_mpi under mpirun -np {n} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            "hybrid_mpi under mpirun -np {n} (explicit address: {explicit}) exited with \
+             {:?}\nstdout:\n{stdout}\nstderr:\n{}",
             out.status.code(),
             String::from_utf8_lossy(&out.stderr)
         );

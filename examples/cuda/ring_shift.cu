@@ -7,8 +7,10 @@
 //        $(pkg-config --cflags --libs rshmem)
 //   rshmemrun -n 4 ./ring_shift        # 0: received message 3, 1: received message 0, ...
 //
-// Needs one GPU per PE (or several PEs per GPU under CUDA MPS). scripts/cuda-examples builds and
-// runs it.
+// With GPUs it needs one GPU per PE (or several PEs per GPU under CUDA MPS). Without a CUDA
+// device it takes its host path: rshmem runs on the CPU backend and the same int_p (a host twin
+// of the device call) runs in host code, with the same output; CI runs that path under
+// `mpirun -np 4` with nothing set. scripts/cuda-examples builds and runs it.
 //
 // A whole program (host code included) for nvcc, not an NVRTC module: CI compiles it with nvcc
 // (scripts/check-install, scripts/cuda-examples), so the NVRTC sweep of the repository's .cu
@@ -34,18 +36,30 @@ __global__ void ring_shift(int *message) {
         }                                                                                       \
     } while (0)
 
+// The host path (no CUDA device: rshmem's CPU backend): the same put from host code.
+static int host_path(int *message, int me, int n, int *got) {
+    rshmem_int_p(message, me, (me + 1) % n);
+    rshmem_barrier_all();
+    *got = rshmem_int_g(message, me);
+    return 0;
+}
+
 int main() {
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        fprintf(stderr, "ring_shift: no CUDA device; this example runs kernels (the Rust "
-                        "examples/ring_shift.rs also runs without one)\n");
-        return 1;
-    }
+    bool gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
     if (rshmem_init() != RSHMEM_SUCCESS) return 1;  // rshmem printed why
     int me = rshmem_my_pe();
     int n = rshmem_n_pes();
     int *message = static_cast<int *>(rshmem_calloc(1, sizeof(int)));
     if (message == nullptr) return 1;
+    if (!gpu) {
+        int got = -1;
+        host_path(message, me, n, &got);
+        printf("%d: received message %d\n", me, got);
+        rshmem_free(message);
+        if (rshmem_finalize() != RSHMEM_SUCCESS) return 1;
+        return got == (me + n - 1) % n ? 0 : 1;
+    }
 
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));

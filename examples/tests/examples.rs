@@ -12,6 +12,7 @@ fn bin(name: &str) -> PathBuf {
         "device_put" => PathBuf::from(env!("CARGO_BIN_EXE_device_put")),
         "bidir_put_signal" => PathBuf::from(env!("CARGO_BIN_EXE_bidir_put_signal")),
         "moe_dispatch" => PathBuf::from(env!("CARGO_BIN_EXE_moe_dispatch")),
+        "hello_pgas" => PathBuf::from(env!("CARGO_BIN_EXE_hello_pgas")),
         other => panic!("unknown example {other}"),
     }
 }
@@ -58,6 +59,51 @@ fn run(example: &str, n: usize, args: &[&str]) -> Vec<String> {
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v
+}
+
+/// The README's "Use rshmem in your own Rust project": its program is `hello_pgas.rs`, byte
+/// for byte, which runs and prints what the README says; the crate and the tools are where it
+/// says they are.
+#[test]
+fn readme_project_section_is_hello_pgas_and_runs() {
+    let readme = include_str!("../../README.md");
+    let marker = "<!-- hello_pgas.rs: keep identical to examples/hello_pgas.rs -->\n```rust\n";
+    let start = readme.find(marker).expect("the README's hello_pgas block") + marker.len();
+    let len = readme[start..].find("```\n").expect("the end of the block");
+    assert_eq!(
+        &readme[start..start + len],
+        include_str!("../hello_pgas.rs"),
+        "README.md's program differs from examples/hello_pgas.rs: copy one into the other"
+    );
+    assert!(readme.contains("rshmem = { path = \"/path/to/rshmem/runtime\" }"));
+    let manifest = |dir: &str| {
+        std::fs::read_to_string(format!(
+            "{}/../{dir}/Cargo.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("reading a crate manifest")
+    };
+    assert!(manifest("runtime").contains("name = \"rshmem\""));
+    assert!(
+        manifest("runtime").contains("name = \"rshmem-info\"") || {
+            let bins = format!(
+                "{}/../runtime/src/bin/rshmem-info.rs",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            std::path::Path::new(&bins).is_file()
+        }
+    );
+    assert!(manifest("bootstrap").contains("name = \"rshmem-bootstrap\""));
+    assert!(manifest("bootstrap").contains("name = \"rshmemrun\""));
+    for n in [1, 2, 4] {
+        let got = sorted(run("hello_pgas", n, &[]));
+        let want = sorted(
+            (0..n)
+                .map(|pe| format!("PE {pe} of {n} got {}", (pe + n - 1) % n))
+                .collect(),
+        );
+        assert_eq!(got, want, "hello_pgas on {n} PEs");
+    }
 }
 
 #[test]

@@ -474,13 +474,13 @@ impl Bench<'_> {
     /// gets the same answer, so they all leave the sweep at the same point and finalize
     /// cleanly instead of measuring rows nobody reads.
     pub fn keep_going(&self) -> Result<bool> {
-        if self.me() == 0 && stdout_closed() && self.stop.read(0) != Some(1) {
+        if self.me() == 0 && stdout_closed() && self.stop.read(0).ok() != Some(1) {
             for pe in 0..self.world.n_pes() {
                 self.world.p(self.stop.as_ptr(), 1u64, pe)?;
             }
         }
         self.world.barrier_all()?;
-        let stop = self.stop.read(0) == Some(1);
+        let stop = self.stop.read(0).ok() == Some(1);
         if stop {
             if let Ok(mut p) = self.progress.try_borrow_mut() {
                 p.clear();

@@ -23,7 +23,7 @@
 //! let inbox = world.calloc::<i32>(1)?;              // collective, symmetric
 //! world.p(inbox.as_ptr(), me as i32, (me + 1) % n)?; // one-sided put of one element
 //! world.barrier_all()?;                             // collective: puts complete, all arrive
-//! assert_eq!(inbox.read(0), Some(((me + n - 1) % n) as i32));
+//! assert_eq!(inbox.read(0)?, ((me + n - 1) % n) as i32);
 //! world.free(inbox)?;
 //! world.finalize()
 //! # }

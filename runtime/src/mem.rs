@@ -98,21 +98,24 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
     }
 
     /// Reads element `i` of this PE's copy (a volatile load on the CPU heap, a copy from the
-    /// GPU heap). None when `i >= len` or the GPU copy fails.
-    pub fn read(&self, i: usize) -> Option<T> {
+    /// GPU heap). An error when `i >= len` (naming `SymBuf::read`, the index and the length) or
+    /// when the copy from the GPU fails; like [`write`](SymBuf::write) and
+    /// [`to_vec`](SymBuf::to_vec).
+    pub fn read(&self, i: usize) -> Result<T> {
         if i >= self.len {
-            return None;
+            return Err(Error::invalid(
+                "SymBuf::read",
+                format!("index {i} out of range for length {}", self.len),
+            ));
         }
         if self.world.xport.cheap_loads() {
             // SAFETY: i < len, so the element is inside this live host allocation, which is
             // mapped for 'w; volatile because peers may write it concurrently.
-            return Some(unsafe { self.ptr.add(i).read_volatile() });
+            return Ok(unsafe { self.ptr.add(i).read_volatile() });
         }
         let mut v = [T::default_value()];
-        self.world
-            .get(&mut v, self.at(i), self.world.my_pe())
-            .ok()
-            .map(|_| v[0])
+        self.world.get(&mut v, self.at(i), self.world.my_pe())?;
+        Ok(v[0])
     }
 
     /// Writes element `i` of this PE's copy.
@@ -196,14 +199,16 @@ impl World {
     /// returns an empty handle. Like `shmem_malloc`.
     pub fn malloc<T: RmaType>(&self, count: usize) -> Result<SymBuf<'_, T>> {
         let bytes = elem_bytes::<T>("malloc", count)?;
-        let p = self.alloc_impl("malloc", bytes, align_of_elem::<T>(), false)?;
+        let shown = format!("malloc::<{}>({count})", type_name::<T>());
+        let p = self.alloc_impl("malloc", &shown, bytes, align_of_elem::<T>(), false)?;
         Ok(self.wrap(p, count))
     }
 
     /// **Collective.** Like [`malloc`](World::malloc) but zero-filled. Like `shmem_calloc`.
     pub fn calloc<T: RmaType>(&self, count: usize) -> Result<SymBuf<'_, T>> {
         let bytes = elem_bytes::<T>("calloc", count)?;
-        let p = self.alloc_impl("calloc", bytes, align_of_elem::<T>(), true)?;
+        let shown = format!("calloc::<{}>({count})", type_name::<T>());
+        let p = self.alloc_impl("calloc", &shown, bytes, align_of_elem::<T>(), true)?;
         Ok(self.wrap(p, count))
     }
 
@@ -217,7 +222,12 @@ impl World {
             ));
         }
         let bytes = elem_bytes::<T>("align", count)?;
-        let p = self.alloc_impl("align", bytes, alignment.max(align_of_elem::<T>()), false)?;
+        let shown = format!(
+            "align::<{}>(alignment {alignment}, {count})",
+            type_name::<T>()
+        );
+        let align = alignment.max(align_of_elem::<T>());
+        let p = self.alloc_impl("align", &shown, bytes, align, false)?;
         Ok(self.wrap(p, count))
     }
 
@@ -226,7 +236,8 @@ impl World {
     /// an empty handle. On error `buf` is unchanged and still valid. Like `shmem_realloc`.
     pub fn realloc<'w, T: RmaType>(&'w self, buf: &mut SymBuf<'w, T>, count: usize) -> Result<()> {
         let bytes = elem_bytes::<T>("realloc", count)?;
-        let p = self.realloc_bytes(buf.ptr.cast(), bytes)?;
+        let shown = format!("realloc::<{}>({count})", type_name::<T>());
+        let p = self.realloc_impl(buf.ptr.cast(), bytes, &shown)?;
         *buf = self.wrap(p, count);
         Ok(())
     }
@@ -238,7 +249,13 @@ impl World {
 
     /// **Collective.** Byte-level `shmem_malloc`: `size == 0` returns null.
     pub fn malloc_bytes(&self, size: usize) -> Result<*mut u8> {
-        self.alloc_impl("malloc", size, MIN_ALIGN, false)
+        self.alloc_impl(
+            "malloc",
+            &format!("malloc({size} bytes)"),
+            size,
+            MIN_ALIGN,
+            false,
+        )
     }
 
     /// **Collective.** Byte-level `shmem_calloc(count, size)`: zero-filled; a zero product
@@ -247,7 +264,8 @@ impl World {
         let bytes = count
             .checked_mul(size)
             .ok_or_else(|| Error::invalid("calloc", format!("{count} × {size} bytes overflows")))?;
-        self.alloc_impl("calloc", bytes, MIN_ALIGN, true)
+        let shown = format!("calloc({count} × {size} bytes)");
+        self.alloc_impl("calloc", &shown, bytes, MIN_ALIGN, true)
     }
 
     /// **Collective.** Byte-level `shmem_align(alignment, size)`.
@@ -258,15 +276,21 @@ impl World {
                 format!("alignment {alignment} is not a power of two"),
             ));
         }
-        self.alloc_impl("align", size, alignment, false)
+        let shown = format!("align(alignment {alignment}, {size} bytes)");
+        self.alloc_impl("align", &shown, size, alignment, false)
     }
 
     /// **Collective.** Byte-level `shmem_realloc(ptr, size)`: a null `ptr` allocates, `size == 0`
     /// frees and returns null.
     pub fn realloc_bytes(&self, ptr: *mut u8, size: usize) -> Result<*mut u8> {
+        self.realloc_impl(ptr, size, &format!("realloc({size} bytes)"))
+    }
+
+    /// [`World::realloc_bytes`]; `shown` is the call as the user made it, for messages.
+    fn realloc_impl(&self, ptr: *mut u8, size: usize, shown: &str) -> Result<*mut u8> {
         let call = "realloc";
         if ptr.is_null() {
-            return self.alloc_impl(call, size, MIN_ALIGN, false);
+            return self.alloc_impl(call, shown, size, MIN_ALIGN, false);
         }
         if size == 0 {
             self.free_impl(call, ptr)?;
@@ -274,9 +298,10 @@ impl World {
         }
         let off = self.start_offset(call, ptr)?;
         let args = [off as u64, size as u64];
-        let seq = self.check_symmetric(call, &args)?;
+        let shown = format!("{shown} of the allocation at heap offset {off}");
+        let seq = self.check_symmetric(call, &args, &shown)?;
         self.quiet_net(call)?;
-        self.sync_all_symmetric(call, seq, &args)?;
+        self.sync_all_symmetric(call, seq, &args, &shown)?;
         let old = self.heap.size_of(off).unwrap_or(0);
         let out = if self.heap.resize_in_place(call, off, size)? {
             ptr
@@ -313,10 +338,15 @@ impl World {
         } else {
             self.start_offset(call, ptr)?
         };
-        let seq = self.check_symmetric(call, &[off as u64])?;
+        let shown = if ptr.is_null() {
+            format!("{call}(NULL)")
+        } else {
+            format!("{call}(the allocation at heap offset {off})")
+        };
+        let seq = self.check_symmetric(call, &[off as u64], &shown)?;
         self.quiet_net(call)?;
         // A mismatch (PEs freeing different objects) frees nothing.
-        self.sync_all_symmetric(call, seq, &[off as u64])?;
+        self.sync_all_symmetric(call, seq, &[off as u64], &shown)?;
         if !ptr.is_null() {
             self.heap.free(call, off)?;
         }
@@ -337,18 +367,22 @@ impl World {
         }
     }
 
+    /// Allocates `size` bytes aligned to `align`; `shown` is the call in the user's units
+    /// (`calloc::<u64>(8)`, `malloc(64 bytes)`) for messages. PEs are compared on the bytes and
+    /// alignment, so `calloc::<u64>(8)` on one PE matches `calloc::<u32>(16)` on another.
     fn alloc_impl(
         &self,
         call: &'static str,
+        shown: &str,
         size: usize,
         align: usize,
         zero: bool,
     ) -> Result<*mut u8> {
         let args = [size as u64, align as u64];
-        let seq = self.check_symmetric(call, &args)?;
+        let seq = self.check_symmetric(call, &args, shown)?;
         if size == 0 {
             self.quiet_net(call)?;
-            self.sync_all_symmetric(call, seq, &args)?;
+            self.sync_all_symmetric(call, seq, &args, shown)?;
             return Ok(std::ptr::null_mut());
         }
         let grown = self.heap.mapped();
@@ -362,7 +396,7 @@ impl World {
             self.xport.zero(call, p as usize, size)?;
         }
         self.quiet_net(call)?;
-        if let Err(e) = self.sync_all_symmetric(call, seq, &args) {
+        if let Err(e) = self.sync_all_symmetric(call, seq, &args, shown) {
             if matches!(e, Error::AsymmetricCall { .. }) {
                 // Every PE saw the mismatch: undo this PE's part so its heap stays in step.
                 self.heap.free(call, off)?;
@@ -387,8 +421,15 @@ impl World {
 
     /// The barrier of a heap call, which also compares the call (its sequence number, name and
     /// `args`) across PEs at no extra round trip (see `World::sync_all_checked`): a mismatch is
-    /// an [`Error::AsymmetricCall`] naming two PEs that differ, on every PE.
-    fn sync_all_symmetric(&self, call: &'static str, seq: u64, args: &[u64]) -> Result<()> {
+    /// an [`Error::AsymmetricCall`] naming two PEs that differ, on every PE, and this PE's call
+    /// as `shown`.
+    fn sync_all_symmetric(
+        &self,
+        call: &'static str,
+        seq: u64,
+        args: &[u64],
+        shown: &str,
+    ) -> Result<()> {
         let mut all = Vec::with_capacity(args.len() + 1);
         all.push(seq);
         all.extend_from_slice(args);
@@ -399,7 +440,7 @@ impl World {
                 call,
                 details: asymmetry_details(
                     m,
-                    &format!("#{seq} {call}{}", show_args(args)),
+                    &format!("#{seq} {shown}"),
                     "set RSHMEM_DEBUG_SYMMETRY=1 to list every PE's heap call",
                 ),
             }),
@@ -407,35 +448,42 @@ impl World {
     }
 
     /// Numbers this collective heap call and, with `RSHMEM_DEBUG_SYMMETRY`, compares it across
-    /// PEs (every PE's call, through the bootstrap). Returns its sequence number.
-    pub(crate) fn check_symmetric(&self, call: &'static str, args: &[u64]) -> Result<u64> {
+    /// PEs (every PE's call name and `args`, through the bootstrap; a mismatch shows each
+    /// group's call as `shown`, in the user's units). Returns its sequence number.
+    pub(crate) fn check_symmetric(
+        &self,
+        call: &'static str,
+        args: &[u64],
+        shown: &str,
+    ) -> Result<u64> {
         let seq = self.coll_seq.fetch_add(1, Ordering::AcqRel);
         if !self.cfg.debug_symmetry {
             return Ok(seq);
         }
-        let desc = format!(
-            "#{seq} {call}({})",
-            args.iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        // What is compared, then a NUL, then what is shown.
+        let key = format!("#{seq} {call}{}", show_args(args));
+        let desc = format!("{key}\0#{seq} {shown}");
         let all = self.boot.allgather(desc.as_bytes())?;
-        let mine = desc.as_bytes();
-        if all.iter().all(|d| d == mine) {
+        let key_of = |d: &[u8]| -> Vec<u8> { d.split(|&b| b == 0).next().unwrap_or(d).to_vec() };
+        if all.iter().all(|d| key_of(d) == key.as_bytes()) {
             return Ok(seq);
         }
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Vec<u8>, String, Vec<usize>)> = Vec::new();
         for (pe, d) in all.iter().enumerate() {
-            let s = String::from_utf8_lossy(d).into_owned();
-            match groups.iter_mut().find(|(g, _)| *g == s) {
-                Some((_, v)) => v.push(pe),
-                None => groups.push((s, vec![pe])),
+            let k = key_of(d);
+            let s = d
+                .iter()
+                .position(|&b| b == 0)
+                .map_or_else(|| d.as_slice(), |i| &d[i + 1..]);
+            let s = String::from_utf8_lossy(s).into_owned();
+            match groups.iter_mut().find(|(g, _, _)| *g == k) {
+                Some((_, _, v)) => v.push(pe),
+                None => groups.push((k, s, vec![pe])),
             }
         }
         let details = groups
             .iter()
-            .map(|(d, pes)| {
+            .map(|(_, d, pes)| {
                 format!(
                     "PE {} called {d}",
                     pes.iter()
@@ -468,11 +516,22 @@ fn elem_bytes<T>(call: &'static str, count: usize) -> Result<usize> {
         Error::invalid(
             call,
             format!(
-                "{count} elements of {} bytes overflows",
+                "{count} elements of {} ({} bytes each) overflows",
+                type_name::<T>(),
                 std::mem::size_of::<T>()
             ),
         )
     })
+}
+
+/// The name of `T` as a user writes it (`u64`, `f32`; other types by their last path
+/// segment).
+fn type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    if full.contains('<') {
+        return full;
+    }
+    full.rsplit("::").next().unwrap_or(full)
 }
 
 fn align_of_elem<T>() -> usize {

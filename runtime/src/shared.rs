@@ -138,7 +138,7 @@ impl<T: RmaType> SharedSymBuf<T> {
     }
 
     /// Reads element `i` of this PE's copy, as [`SymBuf::read`].
-    pub fn read(&self, i: usize) -> Option<T> {
+    pub fn read(&self, i: usize) -> Result<T> {
         self.view().read(i)
     }
 

@@ -101,7 +101,7 @@ fn symmetry_message_names_pes_and_calls() {
     let lines = r.stderr_lines("PE 0: malloc of 64 vs 128 bytes: ");
     r.check(
         lines.len() == 1
-            && lines[0].ends_with("malloc: collective calls differ between PEs: PE 0 called #0 malloc(64, 64); PE 1,2 called #0 malloc(128, 64)"),
+            && lines[0].ends_with("malloc: collective calls differ between PEs: PE 0 called #0 malloc(64 bytes); PE 1,2 called #0 malloc(128 bytes)"),
         "expected PE 0 to print the malloc mismatch naming PE 0, PEs 1,2 and both calls",
     );
 }

@@ -396,40 +396,12 @@ pub extern "C" fn rshmem_finalize() -> c_int {
     })
 }
 
-/// The MPI bootstrap: MPI found in the process at run time with `dlsym`.
+/// The MPI bootstrap: MPI found in the process at run time with `dlsym` (the broadcast of the
+/// unique id is the bootstrap crate's [`rshmem_bootstrap::uid_over_comm`]).
 mod mpi {
-    use std::ffi::{c_int, c_void, CStr};
+    use std::ffi::c_void;
 
     use crate::{fail, invalid, CResult, Code};
-
-    /// Bytes of the unique id's text sent from rank 0.
-    const LEN: usize = 128;
-    /// MPICH's `MPI_BYTE` (MPICH, Intel MPI, MVAPICH and Cray MPICH share this ABI).
-    const MPICH_MPI_BYTE: c_int = 0x4c00010d;
-
-    fn sym(name: &CStr) -> CResult<*mut c_void> {
-        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-        if p.is_null() {
-            return fail(
-                Code::Unsupported,
-                format!(
-                    "RSHMEM_INIT_WITH_MPI_COMM: {} is not in the process: link the program with \
-                     its MPI library and call MPI_Init first",
-                    name.to_string_lossy()
-                ),
-            );
-        }
-        Ok(p)
-    }
-
-    fn check(what: &str, r: c_int) -> CResult<()> {
-        if r == 0 {
-            Ok(())
-        } else {
-            fail(Code::Bootstrap, format!("{what} returned MPI error {r}"))
-        }
-    }
 
     /// (rank, size, unique id) of the communicator `*comm`: rank 0 makes the id and
     /// broadcasts its text.
@@ -440,103 +412,18 @@ mod mpi {
         if comm.is_null() {
             return invalid("attr->mpi_comm is NULL: point it at the program's MPI_Comm");
         }
-        let rank_f = sym(c"MPI_Comm_rank")?;
-        let size_f = sym(c"MPI_Comm_size")?;
-        let bcast_f = sym(c"MPI_Bcast")?;
-        let mut buf = [0u8; LEN];
-        let (mut rank, mut size) = (0 as c_int, 0 as c_int);
-        // Open MPI: handles are pointers (MPI_BYTE is &ompi_mpi_byte); MPICH ABI: ints.
         // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
-        let ompi_byte = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ompi_mpi_byte".as_ptr()) };
-        // Rank 0's result of making the id; it broadcasts an empty text when that failed, so
-        // that no rank is left waiting in MPI_Bcast.
-        let mut made: CResult<()> = Ok(());
-        if !ompi_byte.is_null() {
-            type Rank = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
-            type Bcast =
-                unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, c_int, *mut c_void) -> c_int;
-            // SAFETY: Open MPI's MPI_Comm is a pointer; the caller's contract gives a valid one.
-            let c = unsafe { *(comm as *const *mut c_void) };
-            // SAFETY: the symbols have these C signatures in Open MPI's ABI.
-            let (rf, sf, bf) = unsafe {
-                (
-                    std::mem::transmute::<*mut c_void, Rank>(rank_f),
-                    std::mem::transmute::<*mut c_void, Rank>(size_f),
-                    std::mem::transmute::<*mut c_void, Bcast>(bcast_f),
-                )
-            };
-            // SAFETY: valid communicator and out-pointers.
-            unsafe {
-                check("MPI_Comm_rank", rf(c, &mut rank))?;
-                check("MPI_Comm_size", sf(c, &mut size))?;
-            }
-            if rank == 0 {
-                made = fill(&mut buf);
-            }
-            // SAFETY: buf holds LEN bytes on every rank; MPI_BYTE and the communicator are valid.
-            check("MPI_Bcast", unsafe {
-                bf(buf.as_mut_ptr().cast(), LEN as c_int, ompi_byte, 0, c)
-            })?;
-        } else {
-            type Rank = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
-            type Bcast = unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, c_int) -> c_int;
-            // SAFETY: in the MPICH ABI MPI_Comm is an int; the caller's contract gives one.
-            let c = unsafe { *(comm as *const c_int) };
-            // SAFETY: the symbols have these C signatures in the MPICH ABI.
-            let (rf, sf, bf) = unsafe {
-                (
-                    std::mem::transmute::<*mut c_void, Rank>(rank_f),
-                    std::mem::transmute::<*mut c_void, Rank>(size_f),
-                    std::mem::transmute::<*mut c_void, Bcast>(bcast_f),
-                )
-            };
-            // SAFETY: valid communicator and out-pointers.
-            unsafe {
-                check("MPI_Comm_rank", rf(c, &mut rank))?;
-                check("MPI_Comm_size", sf(c, &mut size))?;
-            }
-            if rank == 0 {
-                made = fill(&mut buf);
-            }
-            // SAFETY: buf holds LEN bytes on every rank; MPI_BYTE and the communicator are valid.
-            check("MPI_Bcast", unsafe {
-                bf(buf.as_mut_ptr().cast(), LEN as c_int, MPICH_MPI_BYTE, 0, c)
-            })?;
-        }
-        made?;
-        if buf[0] == 0 {
+        if unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"MPI_Comm_rank".as_ptr()) }.is_null() {
             return fail(
-                Code::Bootstrap,
-                "MPI rank 0 could not make a unique id (see its message)",
+                Code::Unsupported,
+                "RSHMEM_INIT_WITH_MPI_COMM: MPI_Comm_rank is not in the process: link the \
+                 program with its MPI library and call MPI_Init first",
             );
         }
-        let text: String = buf
-            .iter()
-            .take_while(|&&b| b != 0)
-            .map(|&b| b as char)
-            .collect();
-        let id = text.parse().map_err(|e| {
-            crate::Fail::Msg(
-                Code::Bootstrap,
-                format!("the unique id received from MPI rank 0: {e}"),
-            )
-        })?;
-        if size < 1 || rank < 0 || rank >= size {
-            return fail(
-                Code::Bootstrap,
-                format!("MPI reports rank {rank} of {size}"),
-            );
-        }
-        Ok((rank as usize, size as usize, id))
-    }
-
-    /// Makes a unique id and writes its text into `buf` (NUL-terminated).
-    fn fill(buf: &mut [u8; LEN]) -> CResult<()> {
-        let text = super::new_uid()?.to_string();
-        if text.len() >= LEN {
-            return fail(Code::Internal, "the unique id is too long");
-        }
-        buf[..text.len()].copy_from_slice(text.as_bytes());
-        Ok(())
+        let mut make =
+            || super::new_uid().map_err(|e| rshmem_bootstrap::Error::Config(e.to_string()));
+        // SAFETY: the caller's contract.
+        unsafe { rshmem_bootstrap::uid_over_comm(comm.cast_const(), &mut make) }
+            .map_err(|e| crate::Fail::Msg(Code::Bootstrap, e.to_string()))
     }
 }

@@ -35,7 +35,7 @@ int main(void) {
     CHECK(self == NULL || self == h);
     int major = 0, minor = 0;
     shmem_info_get_version(&major, &minor);
-    CHECK(major == SHMEM_MAJOR_VERSION && minor == SHMEM_MINOR_VERSION && major == 1 && minor == 5);
+    CHECK(major == SHMEM_MAJOR_VERSION && minor == SHMEM_MINOR_VERSION && major == 1 && minor == 6);
     char name[SHMEM_MAX_NAME_LEN];
     shmem_info_get_name(name);
     CHECK(strcmp(name, SHMEM_VENDOR_STRING) == 0);

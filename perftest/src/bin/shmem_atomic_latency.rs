@@ -89,7 +89,7 @@ fn atomics<T: Word>(b: &Bench<'_>, report: &Report) -> Result<()> {
         if b.me() == 1 {
             let ops = b.fixed_counts().total() as u64;
             let want = T::from_u64(if op == "fetch" { FETCH_VALUE } else { ops });
-            let got = counter.read(0);
+            let got = counter.read(0).ok();
             check(got == Some(want), || {
                 format!(
                     "{} counter after {ops} {op}: {got:?}, expected {want:?}",

@@ -436,6 +436,55 @@ impl World {
             |mut v| self.write_mine(call, dest, staging(&mut v, bytes)),
         )
     }
+
+    /// **Collective over the team or set.** Prefix reduction (scan) of `nelems` elements of
+    /// `elem_size` bytes whose arithmetic is `combine(acc, other)` (called in member order,
+    /// as for [`World::reduce_with`]): member `i`'s `dest` gets the combination of the
+    /// `source` of members `0..=i` (inclusive scan) or `0..i` (`exclusive`; member 0 gets zero
+    /// bytes, the value 0 of every integer, float and complex type). `dest` and `source` may
+    /// be the very same range but must not overlap otherwise. Like OpenSHMEM 1.6's
+    /// `shmem_TYPE_sum_inscan` / `_exscan`; errors name `inscan` or `exscan`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan_with(
+        &self,
+        group: Group<'_>,
+        dest: *mut u8,
+        source: *const u8,
+        nelems: usize,
+        elem_size: usize,
+        exclusive: bool,
+        combine: &mut dyn FnMut(&mut [u8], &[u8]),
+    ) -> Result<()> {
+        let call = if exclusive { "exscan" } else { "inscan" };
+        if let Group::Team(t) = group {
+            self.team_check(call, t)?;
+        }
+        let bytes = nelems
+            .checked_mul(elem_size)
+            .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))?;
+        self.coll_bufs(call, dest, bytes, source, bytes, true)?;
+        let words = bytes.div_ceil(16);
+        // Members whose source enters my result.
+        let upto = group.me() + usize::from(!exclusive);
+        self.pull_protocol(
+            call,
+            group,
+            || {
+                let mut acc = vec![0u128; words];
+                if bytes == 0 || upto == 0 {
+                    return Ok(acc);
+                }
+                let mut tmp = vec![0u128; words];
+                self.get_impl(call, staging(&mut acc, bytes), source, group.pe(0))?;
+                for j in 1..upto {
+                    self.get_impl(call, staging(&mut tmp, bytes), source, group.pe(j))?;
+                    combine(staging(&mut acc, bytes), staging(&mut tmp, bytes));
+                }
+                Ok(acc)
+            },
+            |mut v| self.write_mine(call, dest, staging(&mut v, bytes)),
+        )
+    }
 }
 
 /// The first `bytes` bytes of `v` (all of them if it holds fewer; callers size it to hold

@@ -794,7 +794,7 @@ fn recycle(c: &Ctx<'_>) -> R {
         expect_eq(
             "sum of ones = team size",
             Some(t.n_pes() as i64),
-            out.read(0),
+            out.read(0).ok(),
         )?;
     }
     for t in alive.into_iter().flatten() {

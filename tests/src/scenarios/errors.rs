@@ -810,7 +810,7 @@ fn collectives(c: &Ctx<'_>, t: &Targets<'_>) -> R {
     w.p(ok.at(1), 3u64, c.succ()).ctx("p")?;
     c.barrier("calloc after errors")?;
     ensure!(
-        ok.read(1) == Some(3),
+        ok.read(1).ok() == Some(3),
         "allocation after bad collective calls: got {:?}",
         ok.to_vec().ctx("SymBuf::to_vec")?
     );
@@ -857,9 +857,16 @@ fn local(c: &Ctx<'_>, t: &Targets<'_>) -> R {
         Kind::Invalid,
         "SymBuf::copy_from_slice",
     )?;
-    ensure!(
-        t.tgt.read(LEN).is_none(),
-        "SymBuf::read past the end returned a value"
-    );
+    let e = expect_err(
+        "SymBuf::read past the end",
+        t.tgt.read(LEN),
+        Kind::Invalid,
+        "SymBuf::read",
+    )?;
+    expect_contains(
+        "SymBuf::read past the end",
+        &e.to_string(),
+        &[&format!("index {LEN} out of range for length {LEN}")],
+    )?;
     Ok(())
 }

@@ -83,7 +83,7 @@ fn pointers(c: &Ctx<'_>) -> R {
             crate::check::expect_eq(
                 "value stored through ptr by pred",
                 Some(0x5EED_0000 + c.pred() as u64),
-                buf.read(1),
+                buf.read(1).ok(),
             )?;
         }
     }
@@ -421,7 +421,7 @@ fn fence_order(c: &Ctx<'_>) -> R {
                 let f = w.atomic_fetch(flag.as_ptr(), me).ctx("atomic_fetch")? as usize;
                 ensure!(f <= K && f >= seen, "fence: flag went from {seen} to {f}");
                 for k in seen..f {
-                    let got = data.read(k).ok_or_else(|| Fail("unreadable".into()))?;
+                    let got = data.read(k).map_err(|e| Fail(format!("unreadable: {e}")))?;
                     expect_val(
                         format_args!("fence: element {k} from PE {pred} once the flag said {f}"),
                         val(pred, me, k),

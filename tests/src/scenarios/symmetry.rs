@@ -66,8 +66,19 @@ pub fn run(c: &Ctx<'_>) -> R {
         "malloc of 64 vs 128 bytes",
         r,
         "malloc",
-        "malloc(64, 64)",
-        "malloc(128, 64)",
+        "malloc(64 bytes)",
+        "malloc(128 bytes)",
+    )?;
+    // Typed allocations are shown in elements of the type, not bytes and alignment.
+    let r = w
+        .calloc::<u64>(if me == 0 { 8 } else { 16 })
+        .map(|b| b.as_ptr().cast::<u8>());
+    check(
+        "calloc::<u64> of 8 vs 16",
+        r,
+        "calloc",
+        "calloc::<u64>(8)",
+        "calloc::<u64>(16)",
     )?;
     let r = if me == 0 {
         w.calloc_bytes(1, 256)
@@ -78,16 +89,16 @@ pub fn run(c: &Ctx<'_>) -> R {
         "calloc vs malloc",
         r,
         &pick("calloc", "malloc"),
-        "calloc(256, 64)",
-        "malloc(256, 64)",
+        "calloc(1 × 256 bytes)",
+        "malloc(256 bytes)",
     )?;
     let r = w.align_bytes(if me == 0 { 128 } else { 4096 }, 100);
     check(
         "align 128 vs 4096",
         r,
         "align",
-        "align(100, 128)",
-        "align(100, 4096)",
+        "align(alignment 128, 100 bytes)",
+        "align(alignment 4096, 100 bytes)",
     )?;
     // free of different allocations.
     let a = w.malloc_bytes(64).ctx("malloc_bytes")?;

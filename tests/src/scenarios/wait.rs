@@ -62,7 +62,7 @@ fn single<T: Int>(c: &Ctx<'_>) -> R {
             || w.atomic_set(v.as_ptr(), new, succ).ctx("atomic_set"),
             || {
                 w.wait_until(v.as_ptr(), cmp, value).ctx(&what)?;
-                let got = v.read(0);
+                let got = v.read(0).ok();
                 ensure!(
                     got == Some(new),
                     "{what}: returned with the variable at {got:?}, expected {new:?}"
