@@ -21,23 +21,9 @@
 
 namespace rshmem_detail {
 
-// One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value.
+// The atomic OP on the (translated, load/store reachable) word p.
 template <int OP, bool FETCH, typename T>
-static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T cond, int pe) {
-    if (debug()) {
-        check_pe(call, pe, true);
-        check_sym(call, "destination", dest, sizeof(T), true);
-        check_align(call, "destination", dest, sizeof(T), true);
-    }
-    check_init(call, true);
-    const int local = local_index(pe);
-    if (__builtin_expect(local < 0, 0)) {
-        typedef typename uint_of<sizeof(T)>::type U;
-        uint64_t old = proxy_amo(call, OP, dest, sizeof(T), (uint64_t)bit_cast<U>(value),
-                                 (uint64_t)bit_cast<U>(cond), pe, FETCH);
-        return bit_cast<T>((U)old);
-    }
-    T* p = at_local(dest, local);
+static __device__ __forceinline__ T amo_at(T* p, T value, T cond) {
     if constexpr (OP == RSHMEM_PROXY_AMO_FETCH) {
         return ld_relaxed_sys((const T*)p);
     } else if constexpr (OP == RSHMEM_PROXY_AMO_SET || OP == RSHMEM_PROXY_AMO_SWAP) {
@@ -62,6 +48,33 @@ static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T co
         red_xor(p, value);
         return T();
     }
+}
+
+// The atomics' cold path (checks, uninitialized state, PE table, proxy), on the bits of 4- and
+// 8-byte words: one instance per operation and word size serves every type.
+template <int OP, bool FETCH, typename U>
+static __device__ __noinline__ U amo_slow(const char* call, U* dest, U value, U cond, int pe) {
+    if (debug()) check_elem(call, "destination", dest, sizeof(U), pe);
+    check_init(call, true);
+    const int local = local_index(pe);
+    if (local < 0) {
+        return (U)proxy_amo(call, OP, dest, sizeof(U), (uint64_t)value, (uint64_t)cond, pe,
+                            FETCH);
+    }
+    return amo_at<OP, FETCH, U>(at_local(dest, local), value, cond);
+}
+
+// One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value. The
+// fast path is the one instruction; everything else is amo_slow.
+template <int OP, bool FETCH, typename T>
+static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T cond, int pe) {
+    int local;
+    if (__builtin_expect(fast_pe(pe, local), 1)) {
+        return amo_at<OP, FETCH, T>(at_local(dest, local), value, cond);
+    }
+    typedef typename uint_of<sizeof(T)>::type U;
+    return bit_cast<T>(
+        cold(&amo_slow<OP, FETCH, U>)(call, (U*)dest, bit_cast<U>(value), bit_cast<U>(cond), pe));
 }
 
 }  // namespace rshmem_detail

@@ -67,7 +67,7 @@ static __device__ __forceinline__ coll_group grid_group() {
                       gridDim.x * block_threads()};
 }
 
-static __device__ __noinline__ void fail_root(const char* call, int root, int n, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_root(const char* call, int root, int n, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: root %d is out of range (the team has PEs 0..%d)\n", call,
                rshmem_state.my_pe, root, n - 1);
@@ -75,7 +75,7 @@ static __device__ __noinline__ void fail_root(const char* call, int root, int n,
     __trap();
 }
 
-static __device__ __noinline__ void fail_overlap(const char* call, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_overlap(const char* call, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: dest and source overlap\n", call, rshmem_state.my_pe);
     }
@@ -152,7 +152,7 @@ static __device__ __forceinline__ void alltoalls_push_t(const rshmem_team_desc& 
     }
 }
 
-static __device__ __noinline__ void fail_esize(const char* call, size_t esize, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_esize(const char* call, size_t esize, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: element size %llu is not 1, 2, 4, 8 or 16\n", call,
                rshmem_state.my_pe, (unsigned long long)esize);
@@ -175,7 +175,7 @@ static __device__ __forceinline__ void alltoalls_push(const char* call, const rs
     }
 }
 
-static __device__ __noinline__ void fail_collect(const char* call, int n, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_collect(const char* call, int n, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: device collect takes teams of at most %d PEs, this one has "
                "%d\n",
@@ -397,7 +397,7 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 
 // alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
-static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t team,
+static __device__ __noinline__ void gather_group_body(const char* call, rshmem_team_t team,
                                                  void* dest, const void* src, size_t nbytes,
                                                  size_t src_stride) {
     const coll_group g = group_of<S>();
@@ -414,7 +414,14 @@ static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t
 }
 
 template <class S>
-static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
+static __device__ __forceinline__ void gather_group(const char* call, rshmem_team_t team,
+                                                 void* dest, const void* src, size_t nbytes,
+                                                 size_t src_stride) {
+    cold(&gather_group_body<S>)(call, team, dest, src, nbytes, src_stride);
+}
+
+template <class S>
+static __device__ __noinline__ void bcast_group_body(const char* call, rshmem_team_t team, void* dest,
                                                 const void* src, size_t nbytes, int root) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
@@ -429,7 +436,13 @@ static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t 
 }
 
 template <class S>
-static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_team_t team,
+static __device__ __forceinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
+                                                const void* src, size_t nbytes, int root) {
+    cold(&bcast_group_body<S>)(call, team, dest, src, nbytes, root);
+}
+
+template <class S>
+static __device__ __noinline__ void alltoalls_group_body(const char* call, rshmem_team_t team,
                                                     void* dest, const void* src, size_t dst,
                                                     size_t sst, size_t nelems, size_t esize) {
     const coll_group g = group_of<S>();
@@ -444,7 +457,14 @@ static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_tea
 }
 
 template <class S>
-static __device__ __noinline__ void collect_group(const char* call, rshmem_team_t team,
+static __device__ __forceinline__ void alltoalls_group(const char* call, rshmem_team_t team,
+                                                    void* dest, const void* src, size_t dst,
+                                                    size_t sst, size_t nelems, size_t esize) {
+    cold(&alltoalls_group_body<S>)(call, team, dest, src, dst, sst, nelems, esize);
+}
+
+template <class S>
+static __device__ __noinline__ void collect_group_body(const char* call, rshmem_team_t team,
                                                   void* dest, const void* src, size_t nbytes_el,
                                                   size_t nelems) {
     const coll_group g = group_of<S>();
@@ -464,7 +484,14 @@ static __device__ __noinline__ void collect_group(const char* call, rshmem_team_
     team_sync<S>(call, team);
 }
 
-static __device__ __noinline__ void fail_op(const char* call, int op, bool say) {
+template <class S>
+static __device__ __forceinline__ void collect_group(const char* call, rshmem_team_t team,
+                                                  void* dest, const void* src, size_t nbytes_el,
+                                                  size_t nelems) {
+    cold(&collect_group_body<S>)(call, team, dest, src, nbytes_el, nelems);
+}
+
+static __device__ __noinline__ RSHMEM_NORETURN void fail_op(const char* call, int op, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: %d is not a reduction operator for this type\n", call,
                rshmem_state.my_pe, op);
@@ -576,7 +603,7 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
 }
 
 template <class S, typename T>
-static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
+static __device__ __noinline__ void reduce_group_body(const char* call, rshmem_team_t team, T* dest,
                                                  const T* src, size_t nelems, int op,
                                                  bool scatter) {
     const coll_group g = group_of<S>();
@@ -595,6 +622,13 @@ static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t
     team_sync<S>(call, team);  // every member's source is ready
     reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
     team_sync<S>(call, team);
+}
+
+template <class S, typename T>
+static __device__ __forceinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
+                                                 const T* src, size_t nelems, int op,
+                                                 bool scatter) {
+    cold(&reduce_group_body<S, T>)(call, team, dest, src, nelems, op, scatter);
 }
 
 // Hides a constant from the optimizer, so a call site does not get its own specialized copy of
