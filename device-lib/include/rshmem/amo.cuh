@@ -50,18 +50,36 @@ static __device__ __forceinline__ T amo_at(T* p, T value, T cond) {
     }
 }
 
+// The atomic `op` (fetching; a non-fetching one discards the result) on a translated word of `size` (4 or 8) bytes, on bits.
+template <typename U>
+static __device__ __forceinline__ U amo_bits(int op, U* p, U value, U cond) {
+    switch (op) {
+        case RSHMEM_PROXY_AMO_FETCH: return ld_relaxed_sys((const U*)p);
+        case RSHMEM_PROXY_AMO_SET:
+        case RSHMEM_PROXY_AMO_SWAP: return atom_exch(p, value);
+        case RSHMEM_PROXY_AMO_CSWAP: return atom_cas(p, cond, value);
+        case RSHMEM_PROXY_AMO_ADD: return atom_add(p, value);
+        case RSHMEM_PROXY_AMO_AND: return atom_and(p, value);
+        case RSHMEM_PROXY_AMO_OR: return atom_or(p, value);
+        default: return atom_xor(p, value);
+    }
+}
+
 // The atomics' cold path (checks, uninitialized state, PE table, proxy), on the bits of 4- and
-// 8-byte words: one instance per operation and word size serves every type.
-template <int OP, bool FETCH, typename U>
-static __device__ __noinline__ U amo_slow(const char* call, U* dest, U value, U cond, int pe) {
-    if (debug()) check_elem(call, "destination", dest, sizeof(U), pe);
+// 8-byte words: one function serves every operation, type and size (fewer functions whose
+// address a module takes keep ptxas fast).
+static __device__ __noinline__ uint64_t amo_slow(const char* call, int op, bool fetch, void* dest,
+                                                 uint32_t size, uint64_t value, uint64_t cond,
+                                                 int pe) {
+    if (debug()) check_elem(call, "destination", dest, size, pe);
     check_init(call, true);
     const int local = local_index(pe);
-    if (local < 0) {
-        return (U)proxy_amo(call, OP, dest, sizeof(U), (uint64_t)value, (uint64_t)cond, pe,
-                            FETCH);
+    if (local < 0) return proxy_amo(call, (uint32_t)op, dest, size, value, cond, pe, fetch);
+    void* p = at_local(dest, local);
+    if (size == 4) {
+        return amo_bits<uint32_t>(op, (uint32_t*)p, (uint32_t)value, (uint32_t)cond);
     }
-    return amo_at<OP, FETCH, U>(at_local(dest, local), value, cond);
+    return amo_bits<uint64_t>(op, (uint64_t*)p, value, cond);
 }
 
 // One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value. The
@@ -73,8 +91,9 @@ static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T co
         return amo_at<OP, FETCH, T>(at_local(dest, local), value, cond);
     }
     typedef typename uint_of<sizeof(T)>::type U;
-    return bit_cast<T>(
-        cold(&amo_slow<OP, FETCH, U>)(call, (U*)dest, bit_cast<U>(value), bit_cast<U>(cond), pe));
+    return bit_cast<T>((U)cold(&amo_slow)(call, OP, FETCH, dest, sizeof(T),
+                                          (uint64_t)bit_cast<U>(value),
+                                          (uint64_t)bit_cast<U>(cond), pe));
 }
 
 }  // namespace rshmem_detail

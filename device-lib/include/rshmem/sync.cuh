@@ -84,44 +84,64 @@ static __device__ __forceinline__ uint64_t as_u64(T v) {
     return (uint64_t)v;
 }
 
-// The timed poll loop of a wait (cold: a kernel's fast path holds one poll, see wait_until).
-// An invalid comparison traps here.
-template <typename T>
-static __device__ __noinline__ T wait_until_slow(const char* call, const T* ivar, int cmp,
-                                                 T value) {
+// Loads the `size`-byte integer at p with acquire, widened to 64 bits (sign-extended when
+// is_signed).
+static __device__ __forceinline__ uint64_t ld_acquire_bits(const void* p, uint32_t size,
+                                                           bool is_signed) {
+    switch (size) {
+        case 1: {
+            uint8_t v = ld_acquire_sys((const uint8_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int8_t)v : v;
+        }
+        case 2: {
+            uint16_t v = ld_acquire_sys((const uint16_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int16_t)v : v;
+        }
+        case 4: {
+            uint32_t v = ld_acquire_sys((const uint32_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int32_t)v : v;
+        }
+        default: return ld_acquire_sys((const uint64_t*)p);
+    }
+}
+
+// The timed poll loop of a wait (cold: a kernel's fast path holds one poll, see wait_until), on
+// integers widened to 64 bits, so one function serves every element type (fewer functions
+// whose address a module takes keep ptxas fast). An invalid comparison traps here.
+static __device__ __noinline__ uint64_t wait_until_slow(const char* call, const void* ivar,
+                                                        uint32_t size, bool is_signed, int cmp,
+                                                        uint64_t value) {
     if (cmp < RSHMEM_CMP_EQ || cmp > RSHMEM_CMP_LE) fail_cmp(call, cmp, true);
     wait_timer timer;
     for (;;) {
-        T v = ld_acquire_sys(ivar);
-        if (holds(v, cmp, value)) return v;
+        uint64_t v = ld_acquire_bits(ivar, size, is_signed);
+        if (is_signed ? holds((int64_t)v, cmp, (int64_t)value) : holds(v, cmp, value)) return v;
         if (timer.expired()) {
-            fail_wait(call, ivar, 0, 1, cmp, as_u64(value), as_u64(v), is_signed_type<T>(),
-                      timer.waited());
+            fail_wait(call, ivar, 0, 1, cmp, value, v, is_signed, timer.waited());
         }
     }
 }
 
-// Waits until *ivar cmp value; returns the value seen. The fast path is one acquire load and
-// the comparison (a constant cmp folds the switch); when that does not hold yet, the timed loop
-// (wait_until_slow) polls. Debug checks are the caller's.
 template <typename T>
 static __device__ __forceinline__ T wait_until(const char* call, const T* ivar, int cmp, T value) {
     T v = ld_acquire_sys(ivar);
     if (__builtin_expect(holds(v, cmp, value), 1)) return v;
-    return cold(&wait_until_slow<T>)(call, ivar, cmp, value);
+    typedef typename uint_of<sizeof(T)>::type U;
+    return bit_cast<T>((U)cold(&wait_until_slow)(call, ivar, sizeof(T), is_signed_type<T>(), cmp,
+                                                 as_u64(value)));
 }
 
-template <typename T>
-static __device__ __noinline__ void check_ivars_slow(const char* call, const T* ivars, size_t n) {
-    check_sym(call, "ivars", ivars, check_bytes(call, n, sizeof(T), true), true);
-    check_align(call, "ivars", ivars, sizeof(T), true);
+static __device__ __noinline__ void check_ivars_slow(const char* call, const void* ivars, size_t n,
+                                                     size_t size) {
+    check_sym(call, "ivars", ivars, check_bytes(call, n, size, true), true);
+    check_align(call, "ivars", ivars, size, true);
 }
 
 template <typename T>
 static __device__ __forceinline__ void check_ivars(const char* call, const T* ivars, size_t n,
                                                    int cmp) {
     check_cmp(call, cmp);
-    if (__builtin_expect(debug(), 0)) cold(&check_ivars_slow<T>)(call, ivars, n);
+    if (__builtin_expect(debug(), 0)) cold(&check_ivars_slow)(call, ivars, n, sizeof(T));
 }
 
 static __device__ __forceinline__ bool skipped(const int* status, size_t i) {
@@ -250,14 +270,14 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
     /* Waits until every selected ivars[i] cmp cmp_value. Local, blocking, acquire. */             \
     static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all(                         \
         const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
-        rshmem_detail::cold(&rshmem_detail::wait_all<T>)("rshmem_" #NAME "_wait_until_all", ivars, nelems, status, cmp, \
+        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all", ivars, nelems, status, cmp,     \
                                 (const T*)0, cmp_value);                                           \
     }                                                                                              \
     /* Waits until some selected ivars[i] cmp cmp_value; returns its index (RSHMEM_SIZE_MAX if     \
        no element is selected). Local, blocking, acquire. */                                       \
     static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any(                       \
         const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
-        return rshmem_detail::cold(&rshmem_detail::wait_any<T>)("rshmem_" #NAME "_wait_until_any", ivars, nelems, status, \
+        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any", ivars, nelems, status,   \
                                        cmp, (const T*)0, cmp_value);                               \
     }                                                                                              \
     /* Waits until at least one selected element satisfies the comparison; stores the indices      \
@@ -265,26 +285,26 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
     static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some(                      \
         const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
         T cmp_value) {                                                                             \
-        return rshmem_detail::cold(&rshmem_detail::wait_some<T>)("rshmem_" #NAME "_wait_until_some", ivars, nelems, \
+        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some", ivars, nelems,         \
                                         indices, status, cmp, (const T*)0, cmp_value);             \
     }                                                                                              \
     /* wait_until_all with one comparison value per element. */                                    \
     static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all_vector(                  \
         const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
-        rshmem_detail::cold(&rshmem_detail::wait_all<T>)("rshmem_" #NAME "_wait_until_all_vector", ivars, nelems, status, \
+        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all_vector", ivars, nelems, status,   \
                                 cmp, cmp_values, (T)0);                                            \
     }                                                                                              \
     /* wait_until_any with one comparison value per element. */                                    \
     static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any_vector(                \
         const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
-        return rshmem_detail::cold(&rshmem_detail::wait_any<T>)("rshmem_" #NAME "_wait_until_any_vector", ivars, nelems, \
+        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any_vector", ivars, nelems,    \
                                        status, cmp, cmp_values, (T)0);                             \
     }                                                                                              \
     /* wait_until_some with one comparison value per element. */                                   \
     static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some_vector(               \
         const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
         const T* cmp_values) {                                                                     \
-        return rshmem_detail::cold(&rshmem_detail::wait_some<T>)("rshmem_" #NAME "_wait_until_some_vector", ivars, \
+        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some_vector", ivars,          \
                                         nelems, indices, status, cmp, cmp_values, (T)0);           \
     }                                                                                              \
     /* 1 if *ivar cmp cmp_value, else 0. Local, non-blocking, acquire. */                          \
@@ -298,14 +318,14 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
     static __device__ __forceinline__ int rshmem_##NAME##_test_all(                                \
         const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_all", ivars, nelems, cmp);               \
-        return rshmem_detail::cold(&rshmem_detail::test_all<T>)(ivars, nelems, status, cmp, (const T*)0, cmp_value); \
+        return rshmem_detail::test_all(ivars, nelems, status, cmp, (const T*)0, cmp_value);        \
     }                                                                                              \
     /* Index of a selected element that satisfies the comparison, or RSHMEM_SIZE_MAX. */           \
     static __device__ __forceinline__ size_t rshmem_##NAME##_test_any(                             \
         const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_any", ivars, nelems, cmp);               \
         bool eligible;                                                                             \
-        return rshmem_detail::cold(&rshmem_detail::test_any<T>)(ivars, nelems, status, cmp, (const T*)0, cmp_value, \
+        return rshmem_detail::test_any(ivars, nelems, status, cmp, (const T*)0, cmp_value,         \
                                        &eligible);                                                 \
     }                                                                                              \
     /* Stores the indices of the selected elements that satisfy the comparison; returns their      \
@@ -315,21 +335,21 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
         T cmp_value) {                                                                             \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_some", ivars, nelems, cmp);              \
         bool eligible;                                                                             \
-        return rshmem_detail::cold(&rshmem_detail::test_some<T>)(ivars, nelems, indices, status, cmp, (const T*)0, \
+        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, (const T*)0,          \
                                         cmp_value, &eligible);                                     \
     }                                                                                              \
     /* test_all with one comparison value per element. */                                          \
     static __device__ __forceinline__ int rshmem_##NAME##_test_all_vector(                         \
         const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_all_vector", ivars, nelems, cmp);        \
-        return rshmem_detail::cold(&rshmem_detail::test_all<T>)(ivars, nelems, status, cmp, cmp_values, (T)0); \
+        return rshmem_detail::test_all(ivars, nelems, status, cmp, cmp_values, (T)0);              \
     }                                                                                              \
     /* test_any with one comparison value per element. */                                          \
     static __device__ __forceinline__ size_t rshmem_##NAME##_test_any_vector(                      \
         const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_any_vector", ivars, nelems, cmp);        \
         bool eligible;                                                                             \
-        return rshmem_detail::cold(&rshmem_detail::test_any<T>)(ivars, nelems, status, cmp, cmp_values, (T)0, &eligible); \
+        return rshmem_detail::test_any(ivars, nelems, status, cmp, cmp_values, (T)0, &eligible);   \
     }                                                                                              \
     /* test_some with one comparison value per element. */                                         \
     static __device__ __forceinline__ size_t rshmem_##NAME##_test_some_vector(                     \
@@ -337,7 +357,7 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
         const T* cmp_values) {                                                                     \
         rshmem_detail::check_ivars("rshmem_" #NAME "_test_some_vector", ivars, nelems, cmp);       \
         bool eligible;                                                                             \
-        return rshmem_detail::cold(&rshmem_detail::test_some<T>)(ivars, nelems, indices, status, cmp, cmp_values, (T)0, \
+        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, cmp_values, (T)0,     \
                                         &eligible);                                                \
     }
 
