@@ -397,7 +397,7 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 
 // alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
-static __device__ __noinline__ void gather_group_body(const char* call, rshmem_team_t team,
+static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t team,
                                                  void* dest, const void* src, size_t nbytes,
                                                  size_t src_stride) {
     const coll_group g = group_of<S>();
@@ -414,14 +414,7 @@ static __device__ __noinline__ void gather_group_body(const char* call, rshmem_t
 }
 
 template <class S>
-static __device__ __forceinline__ void gather_group(const char* call, rshmem_team_t team,
-                                                 void* dest, const void* src, size_t nbytes,
-                                                 size_t src_stride) {
-    cold(&gather_group_body<S>)(call, team, dest, src, nbytes, src_stride);
-}
-
-template <class S>
-static __device__ __noinline__ void bcast_group_body(const char* call, rshmem_team_t team, void* dest,
+static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
                                                 const void* src, size_t nbytes, int root) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
@@ -436,13 +429,7 @@ static __device__ __noinline__ void bcast_group_body(const char* call, rshmem_te
 }
 
 template <class S>
-static __device__ __forceinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
-                                                const void* src, size_t nbytes, int root) {
-    cold(&bcast_group_body<S>)(call, team, dest, src, nbytes, root);
-}
-
-template <class S>
-static __device__ __noinline__ void alltoalls_group_body(const char* call, rshmem_team_t team,
+static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_team_t team,
                                                     void* dest, const void* src, size_t dst,
                                                     size_t sst, size_t nelems, size_t esize) {
     const coll_group g = group_of<S>();
@@ -457,14 +444,7 @@ static __device__ __noinline__ void alltoalls_group_body(const char* call, rshme
 }
 
 template <class S>
-static __device__ __forceinline__ void alltoalls_group(const char* call, rshmem_team_t team,
-                                                    void* dest, const void* src, size_t dst,
-                                                    size_t sst, size_t nelems, size_t esize) {
-    cold(&alltoalls_group_body<S>)(call, team, dest, src, dst, sst, nelems, esize);
-}
-
-template <class S>
-static __device__ __noinline__ void collect_group_body(const char* call, rshmem_team_t team,
+static __device__ __noinline__ void collect_group(const char* call, rshmem_team_t team,
                                                   void* dest, const void* src, size_t nbytes_el,
                                                   size_t nelems) {
     const coll_group g = group_of<S>();
@@ -482,13 +462,6 @@ static __device__ __noinline__ void collect_group_body(const char* call, rshmem_
                    g.rank, g.size);
     }
     team_sync<S>(call, team);
-}
-
-template <class S>
-static __device__ __forceinline__ void collect_group(const char* call, rshmem_team_t team,
-                                                  void* dest, const void* src, size_t nbytes_el,
-                                                  size_t nelems) {
-    cold(&collect_group_body<S>)(call, team, dest, src, nbytes_el, nelems);
 }
 
 static __device__ __noinline__ RSHMEM_NORETURN void fail_op(const char* call, int op, bool say) {
@@ -603,7 +576,7 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
 }
 
 template <class S, typename T>
-static __device__ __noinline__ void reduce_group_body(const char* call, rshmem_team_t team, T* dest,
+static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
                                                  const T* src, size_t nelems, int op,
                                                  bool scatter) {
     const coll_group g = group_of<S>();
@@ -622,13 +595,6 @@ static __device__ __noinline__ void reduce_group_body(const char* call, rshmem_t
     team_sync<S>(call, team);  // every member's source is ready
     reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
     team_sync<S>(call, team);
-}
-
-template <class S, typename T>
-static __device__ __forceinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
-                                                 const T* src, size_t nelems, int op,
-                                                 bool scatter) {
-    cold(&reduce_group_body<S, T>)(call, team, dest, src, nelems, op, scatter);
 }
 
 // Hides a constant from the optimizer, so a call site does not get its own specialized copy of

@@ -181,7 +181,7 @@ static __device__ __noinline__ RSHMEM_NORETURN void fail_team_wait(const char* c
 // group did before (see barrier.cuh) and acquires what every member did before its sync.
 // Not inlined (one instance per scope; see barrier.cuh).
 template <class S>
-static __device__ __noinline__ void team_sync_body(const char* call, rshmem_team_t team) {
+static __device__ __noinline__ void team_sync(const char* call, rshmem_team_t team) {
     S::sync();
     const uint32_t rank = S::rank();
     const uint32_t size = S::size();
@@ -214,9 +214,12 @@ static __device__ __noinline__ void team_sync_body(const char* call, rshmem_team
     if (rank == 0) *(volatile uint64_t*)ew = epoch;
 }
 
+// What the public team sync calls use: team_sync through an opaque call (util.cuh, cold), so a
+// kernel's registers and the sync's do not add up. (The collectives, which are not inlined
+// themselves, call team_sync directly.)
 template <class S>
-static __device__ __forceinline__ void team_sync(const char* call, rshmem_team_t team) {
-    cold(&team_sync_body<S>)(call, team);
+static __device__ __forceinline__ void team_sync_call(const char* call, rshmem_team_t team) {
+    cold(&team_sync<S>)(call, team);
 }
 
 }  // namespace rshmem_detail
@@ -262,13 +265,13 @@ RSHMEM_TWIN int rshmem_team_translate_pe(rshmem_team_t src, int pe, rshmem_team_
 // same guarantees as rshmem_barrier). Collective over the team, one thread per PE.
 RSHMEM_TWIN void rshmem_team_sync(rshmem_team_t team) {
     RSHMEM_TWIN_CALL(rshmemi_host_rshmem_team_sync(team),
-                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_team_sync", team));
+                     rshmem_detail::team_sync_call<rshmem_detail::thread_scope>("rshmem_team_sync", team));
 }
 static __device__ __forceinline__ void rshmem_team_sync_warp(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_team_sync_warp", team);
+    rshmem_detail::team_sync_call<rshmem_detail::warp_scope>("rshmem_team_sync_warp", team);
 }
 static __device__ __forceinline__ void rshmem_team_sync_block(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::block_scope>("rshmem_team_sync_block", team);
+    rshmem_detail::team_sync_call<rshmem_detail::block_scope>("rshmem_team_sync_block", team);
 }
 
 // Team barrier: completes the caller's earlier puts and AMOs (like rshmem_quiet) and syncs the
@@ -276,11 +279,11 @@ static __device__ __forceinline__ void rshmem_team_sync_block(rshmem_team_t team
 // PE.
 RSHMEM_TWIN void rshmem_barrier(rshmem_team_t team) {
     RSHMEM_TWIN_CALL(rshmemi_host_rshmem_barrier(team),
-                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_barrier", team));
+                     rshmem_detail::team_sync_call<rshmem_detail::thread_scope>("rshmem_barrier", team));
 }
 static __device__ __forceinline__ void rshmem_barrier_warp(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_barrier_warp", team);
+    rshmem_detail::team_sync_call<rshmem_detail::warp_scope>("rshmem_barrier_warp", team);
 }
 static __device__ __forceinline__ void rshmem_barrier_block(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::block_scope>("rshmem_barrier_block", team);
+    rshmem_detail::team_sync_call<rshmem_detail::block_scope>("rshmem_barrier_block", team);
 }
