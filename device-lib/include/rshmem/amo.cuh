@@ -21,23 +21,9 @@
 
 namespace rshmem_detail {
 
-// One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value.
+// The atomic OP on the (translated, load/store reachable) word p.
 template <int OP, bool FETCH, typename T>
-static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T cond, int pe) {
-    if (debug()) {
-        check_pe(call, pe, true);
-        check_sym(call, "destination", dest, sizeof(T), true);
-        check_align(call, "destination", dest, sizeof(T), true);
-    }
-    check_init(call, true);
-    const int local = local_index(pe);
-    if (__builtin_expect(local < 0, 0)) {
-        typedef typename uint_of<sizeof(T)>::type U;
-        uint64_t old = proxy_amo(call, OP, dest, sizeof(T), (uint64_t)bit_cast<U>(value),
-                                 (uint64_t)bit_cast<U>(cond), pe, FETCH);
-        return bit_cast<T>((U)old);
-    }
-    T* p = at_local(dest, local);
+static __device__ __forceinline__ T amo_at(T* p, T value, T cond) {
     if constexpr (OP == RSHMEM_PROXY_AMO_FETCH) {
         return ld_relaxed_sys((const T*)p);
     } else if constexpr (OP == RSHMEM_PROXY_AMO_SET || OP == RSHMEM_PROXY_AMO_SWAP) {
@@ -62,6 +48,52 @@ static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T co
         red_xor(p, value);
         return T();
     }
+}
+
+// The atomic `op` (fetching; a non-fetching one discards the result) on a translated word of `size` (4 or 8) bytes, on bits.
+template <typename U>
+static __device__ __forceinline__ U amo_bits(int op, U* p, U value, U cond) {
+    switch (op) {
+        case RSHMEM_PROXY_AMO_FETCH: return ld_relaxed_sys((const U*)p);
+        case RSHMEM_PROXY_AMO_SET:
+        case RSHMEM_PROXY_AMO_SWAP: return atom_exch(p, value);
+        case RSHMEM_PROXY_AMO_CSWAP: return atom_cas(p, cond, value);
+        case RSHMEM_PROXY_AMO_ADD: return atom_add(p, value);
+        case RSHMEM_PROXY_AMO_AND: return atom_and(p, value);
+        case RSHMEM_PROXY_AMO_OR: return atom_or(p, value);
+        default: return atom_xor(p, value);
+    }
+}
+
+// The atomics' cold path (checks, uninitialized state, PE table, proxy), on the bits of 4- and
+// 8-byte words: one function serves every operation, type and size (fewer functions whose
+// address a module takes keep ptxas fast).
+static __device__ __noinline__ uint64_t amo_slow(const char* call, int op, bool fetch, void* dest,
+                                                 uint32_t size, uint64_t value, uint64_t cond,
+                                                 int pe) {
+    if (debug()) check_elem(call, "destination", dest, size, pe);
+    check_init(call, true);
+    const int local = local_index(pe);
+    if (local < 0) return proxy_amo(call, (uint32_t)op, dest, size, value, cond, pe, fetch);
+    void* p = at_local(dest, local);
+    if (size == 4) {
+        return amo_bits<uint32_t>(op, (uint32_t*)p, (uint32_t)value, (uint32_t)cond);
+    }
+    return amo_bits<uint64_t>(op, (uint64_t*)p, value, cond);
+}
+
+// One atomic: OP is an RSHMEM_PROXY_AMO_* code; FETCH: the caller wants the old value. The
+// fast path is the one instruction; everything else is amo_slow.
+template <int OP, bool FETCH, typename T>
+static __device__ __forceinline__ T amo(const char* call, T* dest, T value, T cond, int pe) {
+    int local;
+    if (__builtin_expect(fast_pe(pe, local), 1)) {
+        return amo_at<OP, FETCH, T>(at_local(dest, local), value, cond);
+    }
+    typedef typename uint_of<sizeof(T)>::type U;
+    return bit_cast<T>((U)cold(&amo_slow)(call, OP, FETCH, dest, sizeof(T),
+                                          (uint64_t)bit_cast<U>(value),
+                                          (uint64_t)bit_cast<U>(cond), pe));
 }
 
 }  // namespace rshmem_detail

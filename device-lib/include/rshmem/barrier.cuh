@@ -44,7 +44,7 @@ static __device__ __forceinline__ uint64_t* barrier_flag(int j, int slot) {
     return (uint64_t*)(slice_of(j) + RSHMEM_INTERNAL_BARRIER_FLAGS) + slot;
 }
 
-static __device__ __noinline__ void fail_barrier_pes(const char* call, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_barrier_pes(const char* call, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: the job has %d PEs but only %d on this host; device "
                "barriers across hosts are not supported yet (at most %d PEs per host)\n",
@@ -54,7 +54,7 @@ static __device__ __noinline__ void fail_barrier_pes(const char* call, bool say)
     __trap();
 }
 
-static __device__ __noinline__ void fail_barrier_wait(const char* call, int j, uint64_t epoch,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_barrier_wait(const char* call, int j, uint64_t epoch,
                                                       const uint64_t* flag, uint64_t seen,
                                                       unsigned long long waited) {
     printf("rshmem: %s on PE %d: timed out after %llu ns waiting for PE %d (local PE %d) to "
@@ -80,7 +80,7 @@ static __device__ __forceinline__ void barrier_epoch_write(uint64_t epoch) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(w) : "memory");
 }
 
-static __device__ __noinline__ void fail_barrier_slots(const char* call, int first, int stride,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_barrier_slots(const char* call, int first, int stride,
                                                        uint64_t epoch,
                                                        unsigned long long waited) {
     const int n = rshmem_state.n_local, me = rshmem_state.my_local;
@@ -124,8 +124,10 @@ static __device__ __forceinline__ void barrier_wait(const char* call, int first,
     }
 }
 
+// Not inlined: one instance per scope serves barrier_all and sync_all, and a kernel that calls
+// it keeps its own registers (the barrier's are its own).
 template <class S>
-static __device__ __forceinline__ void barrier(const char* call) {
+static __device__ __noinline__ void barrier_body(const char* call) {
     // Orders every thread's earlier accesses before the release below (release is cumulative).
     S::sync();
     const uint32_t rank = S::rank();
@@ -137,7 +139,7 @@ static __device__ __forceinline__ void barrier(const char* call) {
         if (!has_proxy()) fail_barrier_pes(call, rank == 0);
         if (rank == 0) {
             fence_sc_sys();
-            proxy_sync_op(call, RSHMEM_PROXY_OP_BARRIER);
+            cold(&proxy_sync_op)(call, RSHMEM_PROXY_OP_BARRIER);
         }
         S::sync();
         return;
@@ -156,6 +158,11 @@ static __device__ __forceinline__ void barrier(const char* call) {
     // Every thread of the group is ordered after every acquire above.
     S::sync();
     if (rank == 0) barrier_epoch_write(epoch);
+}
+
+template <class S>
+static __device__ __forceinline__ void barrier(const char* call) {
+    cold(&barrier_body<S>)(call);
 }
 
 }  // namespace rshmem_detail

@@ -69,7 +69,7 @@ static __device__ __forceinline__ coll_group grid_group() {
                       gridDim.x * block_threads()};
 }
 
-static __device__ __noinline__ void fail_root(const char* call, int root, int n, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_root(const char* call, int root, int n, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: root %d is out of range (the team has PEs 0..%d)\n", call,
                rshmem_state.my_pe, root, n - 1);
@@ -77,7 +77,7 @@ static __device__ __noinline__ void fail_root(const char* call, int root, int n,
     __trap();
 }
 
-static __device__ __noinline__ void fail_overlap(const char* call, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_overlap(const char* call, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: dest and source overlap\n", call, rshmem_state.my_pe);
     }
@@ -154,7 +154,7 @@ static __device__ __forceinline__ void alltoalls_push_t(const rshmem_team_desc& 
     }
 }
 
-static __device__ __noinline__ void fail_esize(const char* call, size_t esize, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_esize(const char* call, size_t esize, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: element size %llu is not 1, 2, 4, 8 or 16\n", call,
                rshmem_state.my_pe, (unsigned long long)esize);
@@ -177,7 +177,7 @@ static __device__ __forceinline__ void alltoalls_push(const char* call, const rs
     }
 }
 
-static __device__ __noinline__ void fail_collect(const char* call, int n, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_collect(const char* call, int n, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: device collect takes teams of at most %d PEs, this one has "
                "%d\n",
@@ -487,7 +487,7 @@ static __device__ __noinline__ void collect_group(const char* call, rshmem_team_
     team_sync<S>(call, team);
 }
 
-static __device__ __noinline__ void fail_op(const char* call, int op, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_op(const char* call, int op, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: %d is not a reduction operator for this type\n", call,
                rshmem_state.my_pe, op);

@@ -117,7 +117,7 @@ static __device__ __forceinline__ rshmem_proxy_req* proxy_slot(uint64_t t) {
     return (rshmem_proxy_req*)rshmem_state.proxy_fifo + (t & (rshmem_state.proxy_slots - 1));
 }
 
-static __device__ __noinline__ void proxy_fail(const char* call, const char* what, uint64_t t,
+static __device__ __noinline__ RSHMEM_NORETURN void proxy_fail(const char* call, const char* what, uint64_t t,
                                                unsigned long long waited) {
     // Acquire: the host stores the failed request's PE and ticket before the error word.
     uint64_t err = ld_acquire_sys(proxy_word(RSHMEM_PROXY_ERROR));
@@ -197,7 +197,7 @@ static __device__ __forceinline__ uint64_t proxy_opword(uint32_t op, uint32_t am
 // Pushes one request; returns its ticket.
 static __device__ __noinline__ uint64_t proxy_push_args(const char* call, const proxy_args* a) {
     uint64_t t;
-    rshmem_proxy_req* r = proxy_reserve(call, &t);
+    rshmem_proxy_req* r = cold(&proxy_reserve)(call, &t);
     r->opword = a->opword;
     r->remote = a->remote;
     r->local = a->local;
@@ -230,7 +230,7 @@ static __device__ __forceinline__ uint64_t proxy_push(const char* call, uint32_t
     a.cond = cond;
     a.inl = inl;
     a.n_inline = n_inline;
-    return proxy_push_args(call, &a);
+    return cold(&proxy_push_args)(call, &a);
 }
 
 // Waits until the host has executed every request up to ticket t.
@@ -269,7 +269,7 @@ static __device__ __noinline__ uint64_t proxy_fetch(const char* call, uint64_t t
     return v;
 }
 
-static __device__ __noinline__ void proxy_missing(const char* call, int pe, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void proxy_missing(const char* call, int pe, bool say) {
     fail_unreachable(call, pe, say);
 }
 
@@ -282,7 +282,7 @@ static __device__ __noinline__ uint64_t proxy_putmem(const char* call, void* des
     if (nbytes > RSHMEM_PROXY_INLINE && __isGlobal(src)) {
         t = proxy_push(call, RSHMEM_PROXY_OP_PUT, 0, 0, 0, pe, (uint64_t)dest, (uint64_t)src,
                        nbytes, 0, 0, nullptr, 0);
-        if (wait) proxy_wait(call, t);
+        if (wait) cold(&proxy_wait)(call, t);
         return t;
     }
     for (size_t done = 0; done < nbytes; done += RSHMEM_PROXY_INLINE) {
@@ -308,7 +308,7 @@ static __device__ __noinline__ void proxy_getmem(const char* call, void* dest, c
     if (nbytes > RSHMEM_PROXY_INLINE && __isGlobal(dest)) {
         uint64_t t = proxy_push(call, RSHMEM_PROXY_OP_GET, 0, 0, 0, pe, (uint64_t)src,
                                 (uint64_t)dest, nbytes, 0, 0, nullptr, 0);
-        proxy_wait(call, t);
+        cold(&proxy_wait)(call, t);
         return;
     }
     for (size_t done = 0; done < nbytes; done += RSHMEM_PROXY_INLINE) {
@@ -316,7 +316,7 @@ static __device__ __noinline__ void proxy_getmem(const char* call, void* dest, c
         uint64_t t = proxy_push(call, RSHMEM_PROXY_OP_GET, 0, 0,
                                 RSHMEM_PROXY_FLAG_INLINE | RSHMEM_PROXY_FLAG_FETCH, pe,
                                 (uint64_t)src + done, 0, k, 0, 0, nullptr, 0);
-        proxy_fetch(call, t, (char*)dest + done, (uint32_t)k);
+        cold(&proxy_fetch)(call, t, (char*)dest + done, (uint32_t)k);
     }
 }
 
@@ -336,7 +336,7 @@ static __device__ __noinline__ uint64_t proxy_amo(const char* call, uint32_t op,
     uint64_t t = proxy_push(call, RSHMEM_PROXY_OP_AMO, op, size,
                             fetch ? RSHMEM_PROXY_FLAG_FETCH : 0, pe, (uint64_t)dest, 0, size,
                             value, cond, nullptr, 0);
-    return fetch ? proxy_fetch(call, t, nullptr, 0) : 0;
+    return fetch ? cold(&proxy_fetch)(call, t, nullptr, 0) : 0;
 }
 
 // A signal update (RSHMEM_SIGNAL_SET / _ADD) through the proxy; returns its ticket.
@@ -358,9 +358,9 @@ struct proxy_signal_args {
 
 static __device__ __noinline__ void proxy_putmem_signal_args(const char* call,
                                                              const proxy_signal_args* a) {
-    proxy_putmem(call, a->dest, a->src, a->nbytes, a->pe, false);
-    uint64_t t = proxy_signal(call, a->sig, a->value, a->sig_op, a->pe);
-    proxy_wait(call, t);
+    cold(&proxy_putmem)(call, a->dest, a->src, a->nbytes, a->pe, false);
+    uint64_t t = cold(&proxy_signal)(call, a->sig, a->value, a->sig_op, a->pe);
+    cold(&proxy_wait)(call, t);
 }
 
 // put_signal through the proxy: the data, then the signal (applied in that order at the
@@ -376,12 +376,12 @@ static __device__ __forceinline__ void proxy_putmem_signal(const char* call, voi
 // Pushes `op` (QUIET, BARRIER, NOP) and waits until the host has completed it.
 static __device__ __noinline__ void proxy_sync_op(const char* call, uint32_t op) {
     uint64_t t = proxy_push(call, op, 0, 0, 0, rshmem_state.my_pe, 0, 0, 0, 0, 0, nullptr, 0);
-    proxy_wait(call, t);
+    cold(&proxy_wait)(call, t);
 }
 
 // rshmem_quiet's proxy part: every request pushed before it is complete at its target.
 static __device__ __noinline__ void proxy_quiet(const char* call) {
-    proxy_sync_op(call, RSHMEM_PROXY_OP_QUIET);
+    cold(&proxy_sync_op)(call, RSHMEM_PROXY_OP_QUIET);
 }
 
 // One ring round trip with nothing to do (benchmarks).

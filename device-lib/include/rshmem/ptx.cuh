@@ -7,7 +7,8 @@
 //   * %globaltimer and %laneid.
 // All accesses use generic addresses, so they work on global memory (local or a peer GPU's
 // memory mapped over NVLink) and on shared memory alike. Every asm statement is `volatile` with
-// a "memory" clobber, so the compiler neither drops nor moves memory accesses across it.
+// a "memory" clobber, so the compiler neither drops nor moves memory accesses across it (except
+// st_relaxed_sys_nc, which has no clobber).
 //
 // Scopes: `.sys` is required for anything another GPU (or the CPU) observes; `.gpu` would only
 // order accesses among the threads of this GPU.
@@ -114,6 +115,29 @@ RSHMEM_PTX_STORE(st_relaxed_sys, "relaxed")
 // st.release.sys: as relaxed, after every earlier access of this thread (and everything that
 // happens before it, e.g. other threads' stores ordered by __syncthreads) is visible.
 RSHMEM_PTX_STORE(st_release_sys, "release")
+
+// st.relaxed.sys without a "memory" clobber (for rshmem_TYPE_p, which orders nothing): still
+// `volatile`, so it is neither dropped nor moved across other volatile asm (fences, acquires,
+// releases), but the compiler may schedule the caller's ordinary loads and stores around it,
+// e.g. issue the next element's load before this store.
+template <typename T>
+static __device__ __forceinline__ void st_relaxed_sys_nc(T* p, T v) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+                  "st_relaxed_sys_nc: unsupported size");
+    if constexpr (sizeof(T) == 1) {
+        uint32_t r = bit_cast<uint8_t>(v);
+        asm volatile("st.relaxed.sys.u8 [%0], %1;" ::"l"(p), "r"(r));
+    } else if constexpr (sizeof(T) == 2) {
+        uint16_t r = bit_cast<uint16_t>(v);
+        asm volatile("st.relaxed.sys.u16 [%0], %1;" ::"l"(p), "h"(r));
+    } else if constexpr (sizeof(T) == 4) {
+        uint32_t r = bit_cast<uint32_t>(v);
+        asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(r));
+    } else {
+        uint64_t r = bit_cast<uint64_t>(v);
+        asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(r));
+    }
+}
 
 #undef RSHMEM_PTX_LOAD
 #undef RSHMEM_PTX_STORE

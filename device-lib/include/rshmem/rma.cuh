@@ -12,8 +12,13 @@
 //   * get / getmem return with the data in the destination.
 //   * _nbi forms behave the same on this transport (they may not on later ones: complete them
 //     with rshmem_quiet before reusing the source or reading the destination).
-//   * p is a single strong (relaxed, system-scope) store, g a single strong load: never torn,
-//     never cached, so polling with g sees new values; neither orders other accesses.
+//   * p is a single strong (relaxed, system-scope) store: never torn, never merged; it orders
+//     nothing. g is a single ordinary load, as in NVSHMEM: never torn, but it may be served
+//     from this SM's L1 cache and scheduled together with other loads. It sees every value
+//     stored before the last synchronization of the calling thread with the writer (barrier,
+//     a wait that observed the writer's release, kernel boundary); a repeated g of the same
+//     element without such synchronization may return the value it returned before, so never
+//     poll with g: use rshmem_TYPE_wait_until / rshmem_signal_wait_until.
 //   * No ordering between separate puts to the same PE without rshmem_fence.
 //
 // Scopes: the plain names are thread scope. _warp / _block: every thread of the warp / block
@@ -94,10 +99,12 @@ static __device__ __forceinline__ void store16(char* p, const vec16& r) {
 }
 
 // Chunks in flight per thread (each thread issues this many 16-byte loads before it stores
-// them) when both sides allow 4-byte or wider accesses; 4 by default (16 registers of data). The
-// whole engine then fits in 56 registers, so kernels of 1024 threads can call the block-scope
-// copies. 2- and 1-byte pieces need 8 and 16 registers per chunk, so those paths use at most 4
-// and 2. A module may define RSHMEM_COPY_UNROLL (1..8) before including rshmem.cuh.
+// them) when both sides allow 4-byte or wider accesses; 4 by default (16 registers of data). 2-
+// and 1-byte pieces need 8 and 16 registers per chunk, so those paths keep at most 2 and 1
+// chunks in flight: every path holds at most 16 registers of data, and the whole engine fits
+// the register budget of a 1024-thread kernel with room for the caller's own (see
+// device-lib/tests/regbudget). A module may define RSHMEM_COPY_UNROLL (1..8) before including
+// rshmem.cuh.
 #ifndef RSHMEM_COPY_UNROLL
 #define RSHMEM_COPY_UNROLL 4
 #endif
@@ -106,9 +113,7 @@ static_assert(RSHMEM_COPY_UNROLL >= 1 && RSHMEM_COPY_UNROLL <= 8, "RSHMEM_COPY_U
 template <int G>
 struct copy_unroll {
     static constexpr int value =
-        G >= 4 ? RSHMEM_COPY_UNROLL
-               : (G == 2 ? (RSHMEM_COPY_UNROLL < 4 ? RSHMEM_COPY_UNROLL : 4)
-                         : (RSHMEM_COPY_UNROLL < 2 ? RSHMEM_COPY_UNROLL : 2));
+        G >= 4 ? RSHMEM_COPY_UNROLL : (G == 2 ? (RSHMEM_COPY_UNROLL < 2 ? RSHMEM_COPY_UNROLL : 2) : 1);
 };
 
 // Copies nvec 16-byte chunks; dst is aligned to GD bytes, src to GS bytes; REMOTE_SRC: src is
@@ -172,6 +177,13 @@ static __device__ __forceinline__ void copy_bytes(char* dst, const char* src, si
     for (size_t i = done + rank; i < n; i += size) dst[i] = src[i];
 }
 
+// The checks of a bulk call (debug flag), cold.
+static __device__ __noinline__ void check_bulk(const char* call, const char* what, const void* p,
+                                               size_t nbytes, int pe, bool say) {
+    check_pe(call, pe, say);
+    check_sym(call, what, p, nbytes, say);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Calls. The bulk calls are not inlined: every typed put / get of a scope shares one instance
 // of putmem<S> / getmem<S> (a call costs nanoseconds; kernels stay small and NVRTC fast).
@@ -181,15 +193,12 @@ static __device__ __noinline__ void putmem(const char* call, void* dest, const v
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
-    if (debug()) {
-        check_pe(call, pe, say);
-        check_sym(call, "destination", dest, nbytes, say);
-    }
+    if (__builtin_expect(debug(), 0)) cold(&check_bulk)(call, "destination", dest, nbytes, pe, say);
     if (nbytes != 0) {
         check_init(call, say);
         const int local = local_index(pe);
         if (__builtin_expect(local < 0, 0)) {
-            if (S::rank() == 0) proxy_putmem(call, dest, src, nbytes, pe, true);
+            if (S::rank() == 0) cold(&proxy_putmem)(call, dest, src, nbytes, pe, true);
         } else {
             copy_bytes(at_local((char*)dest, local), (const char*)src, nbytes, true, S::rank(),
                        S::size());
@@ -203,15 +212,12 @@ static __device__ __noinline__ void getmem(const char* call, void* dest, const v
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
-    if (debug()) {
-        check_pe(call, pe, say);
-        check_sym(call, "source", src, nbytes, say);
-    }
+    if (__builtin_expect(debug(), 0)) cold(&check_bulk)(call, "source", src, nbytes, pe, say);
     if (nbytes != 0) {
         check_init(call, say);
         const int local = local_index(pe);
         if (__builtin_expect(local < 0, 0)) {
-            if (S::rank() == 0) proxy_getmem(call, dest, src, nbytes, pe);
+            if (S::rank() == 0) cold(&proxy_getmem)(call, dest, src, nbytes, pe);
         } else {
             copy_bytes((char*)dest, at_local((const char*)src, local), nbytes, false, S::rank(),
                        S::size());
@@ -225,7 +231,7 @@ static __device__ __forceinline__ void put(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    putmem<S>(call, dest, src, nbytes, pe);
+    cold(&putmem<S>)(call, dest, src, nbytes, pe);
 }
 
 template <class S, typename T>
@@ -233,37 +239,75 @@ static __device__ __forceinline__ void get(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    getmem<S>(call, dest, src, nbytes, pe);
+    cold(&getmem<S>)(call, dest, src, nbytes, pe);
 }
 
-template <typename T>
-static __device__ __forceinline__ void p(const char* call, T* dest, T value, int pe) {
-    if (debug()) {
-        check_pe(call, pe, true);
-        check_sym(call, "destination", dest, sizeof(T), true);
-        check_align(call, "destination", dest, sizeof(T), true);
-    }
+// p's cold path: checks, the uninitialized-state trap, the PE table, the proxy. `bits` holds the
+// element in its low `size` bytes.
+static __device__ __noinline__ void p_slow(const char* call, void* dest, uint64_t bits,
+                                           uint32_t size, int pe) {
+    if (debug()) check_elem(call, "destination", dest, size, pe);
     check_init(call, true);
     const int local = local_index(pe);
-    if (__builtin_expect(local < 0, 0)) {
-        proxy_p(call, dest, (uint64_t)bit_cast<typename uint_of<sizeof(T)>::type>(value),
-                sizeof(T), pe);
+    if (local < 0) {
+        proxy_p(call, dest, bits, size, pe);
         return;
     }
-    st_relaxed_sys(at_local(dest, local), value);
+    void* d = at_local(dest, local);
+    switch (size) {
+        case 1: st_relaxed_sys_nc((uint8_t*)d, (uint8_t)bits); break;
+        case 2: st_relaxed_sys_nc((uint16_t*)d, (uint16_t)bits); break;
+        case 4: st_relaxed_sys_nc((uint32_t*)d, (uint32_t)bits); break;
+        default: st_relaxed_sys_nc((uint64_t*)d, bits); break;
+    }
 }
 
-template <typename T>
-static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
-    if (debug()) {
-        check_pe(call, pe, true);
-        check_sym(call, "source", src, sizeof(T), true);
-        check_align(call, "source", src, sizeof(T), true);
-    }
+// g's cold path (see p_slow); returns the element in the low `size` bytes.
+static __device__ __noinline__ uint64_t g_slow(const char* call, const void* src, uint32_t size,
+                                               int pe) {
+    if (debug()) check_elem(call, "source", src, size, pe);
     check_init(call, true);
     const int local = local_index(pe);
-    if (__builtin_expect(local < 0, 0)) return proxy_g(call, src, pe);
-    return ld_relaxed_sys(at_local(src, local));
+    if (local < 0) {
+        uint64_t v = 0;
+        cold(&proxy_getmem)(call, &v, src, size, pe);
+        return v;
+    }
+    const void* s = at_local(src, local);
+    switch (size) {
+        case 1: return *(const uint8_t*)s;
+        case 2: return *(const uint16_t*)s;
+        case 4: return *(const uint32_t*)s;
+        default: return *(const uint64_t*)s;
+    }
+}
+
+// p: one strong relaxed store at system scope (never torn, never merged; no "memory" clobber,
+// so the compiler may move the caller's other memory accesses across it, which p's semantics
+// allow: it orders nothing).
+template <typename T>
+static __device__ __forceinline__ void p(const char* call, T* dest, T value, int pe) {
+    typedef typename uint_of<sizeof(T)>::type U;
+    int local;
+    if (__builtin_expect(fast_pe(pe, local), 1)) {
+        st_relaxed_sys_nc((U*)at_local(dest, local), bit_cast<U>(value));
+        return;
+    }
+    cold(&p_slow)(call, dest, (uint64_t)bit_cast<U>(value), sizeof(T), pe);
+}
+
+// g: one ordinary (weak) load of the peer's memory, as NVSHMEM's g: the compiler may schedule it
+// with other loads and the SM may serve it from its L1 cache. It returns a value the element had
+// no earlier than the last synchronization of this thread with the writer (a barrier, a
+// wait_until / signal_wait_until that observed the writer's release, a kernel boundary);
+// repeated g's of the same element without such synchronization may return the same old value
+// (poll with rshmem_TYPE_wait_until, which loads with acquire at system scope).
+template <typename T>
+static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
+    typedef typename uint_of<sizeof(T)>::type U;
+    int local;
+    if (__builtin_expect(fast_pe(pe, local), 1)) return *at_local(src, local);
+    return bit_cast<T>((U)cold(&g_slow)(call, src, sizeof(T), pe));
 }
 
 }  // namespace rshmem_detail
@@ -277,28 +321,28 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
     RSHMEM_QUAL_##TW void rshmem_putmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
+                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
                              "rshmem_putmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking putmem: complete with rshmem_quiet. */                                       \
     RSHMEM_QUAL_##TW void rshmem_putmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
+                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
                              "rshmem_putmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }                                                                                            \
     /* Copies nbytes from src on PE pe to local dest; returns with the data in dest. */          \
     RSHMEM_QUAL_##TW void rshmem_getmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
+                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
                              "rshmem_getmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking getmem: dest is valid after rshmem_quiet. */                                 \
     RSHMEM_QUAL_##TW void rshmem_getmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
+                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
                              "rshmem_getmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }
 
@@ -345,7 +389,7 @@ RSHMEM_DEFINE_MEM_SCOPE(_block, block_scope, DEV)
         RSHMEM_TWIN_CALL(rshmemi_host_rshmem_##NAME##_p(dest, value, pe),                        \
                          rshmem_detail::p<T>("rshmem_" #NAME "_p", dest, value, pe));            \
     }                                                                                            \
-    /* Loads one element from src on PE pe (strong relaxed load at system scope). */             \
+    /* Loads one element from src on PE pe (ordinary load; see the top of rma.cuh). */          \
     RSHMEM_TWIN T rshmem_##NAME##_g(const T* src, int pe) {                                      \
         return RSHMEM_TWIN_CALL(rshmemi_host_rshmem_##NAME##_g(src, pe),                         \
                                 rshmem_detail::g<T>("rshmem_" #NAME "_g", src, pe));             \

@@ -41,6 +41,37 @@ static __device__ __forceinline__ void signal_release(const char* call, uint64_t
     }
 }
 
+// The signal checks (debug flag), cold.
+static __device__ __noinline__ void check_signal_slow(const char* call, const uint64_t* sig,
+                                                      int pe) {
+    check_signal(call, sig, pe, true);
+}
+
+// signal_op's cold path: the checks, an invalid operation, uninitialized state, PE table, proxy.
+static __device__ __noinline__ void signal_op_slow(const char* call, uint64_t* sig,
+                                                   uint64_t signal, int sig_op, int pe) {
+    if (debug()) check_signal(call, sig, pe, true);
+    if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) fail_sig_op(call, sig_op, true);
+    check_init(call, true);
+    const int local = local_index(pe);
+    if (local < 0) {
+        proxy_signal(call, sig, signal, sig_op, pe);
+        return;
+    }
+    uint64_t* s = at_local(sig, local);
+    if (sig_op == RSHMEM_SIGNAL_SET) st_relaxed_sys(s, signal);
+    else red_add(s, signal);
+}
+
+// The checks of putmem_signal (debug flag), cold.
+static __device__ __noinline__ void check_put_signal(const char* call, const void* dest,
+                                                     size_t nbytes, const uint64_t* sig, int pe,
+                                                     bool say) {
+    check_pe(call, pe, say);
+    check_sym(call, "destination", dest, nbytes, say);
+    check_signal(call, sig, pe, say);
+}
+
 // Not inlined: every typed put_signal of a scope shares one instance.
 template <class S>
 static __device__ __noinline__ void putmem_signal(const char* call, void* dest, const void* src,
@@ -48,18 +79,17 @@ static __device__ __noinline__ void putmem_signal(const char* call, void* dest, 
                                                      uint64_t signal, int sig_op, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
-    if (debug()) {
-        check_pe(call, pe, say);
-        check_sym(call, "destination", dest, nbytes, say);
-        check_signal(call, sig, pe, say);
-    }
+    if (__builtin_expect(debug(), 0)) cold(&check_put_signal)(call, dest, nbytes, sig, pe, say);
     if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) fail_sig_op(call, sig_op, say);
     check_init(call, say);
     const int local = local_index(pe);
     if (__builtin_expect(local < 0, 0)) {
         // Through the proxy: one thread pushes data then signal; the group waits for it so
         // the source may be reused by any thread after the call.
-        if (S::rank() == 0) proxy_putmem_signal(call, dest, src, nbytes, sig, signal, sig_op, pe);
+        if (S::rank() == 0) {
+            proxy_signal_args a = {dest, src, nbytes, sig, signal, sig_op, pe};
+            cold(&proxy_putmem_signal_args)(call, &a);
+        }
         S::sync();
         return;
     }
@@ -78,7 +108,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                   int sig_op, int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    putmem_signal<S>(call, dest, src, nbytes, sig, signal, sig_op, pe);
+    cold(&putmem_signal<S>)(call, dest, src, nbytes, sig, signal, sig_op, pe);
 }
 
 }  // namespace rshmem_detail
@@ -91,7 +121,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                        uint64_t signal, int sig_op, int pe) {    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal##SUFFIX(dest, src, nbytes, sig_addr,  \
                                                                    signal, sig_op, pe),          \
-                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
+                         rshmem_detail::cold(&rshmem_detail::putmem_signal<rshmem_detail::SCOPE>)(                     \
                              "rshmem_putmem_signal" #SUFFIX, dest, src, nbytes, sig_addr,        \
                              signal, sig_op, pe));                                               \
     }                                                                                            \
@@ -101,7 +131,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                            uint64_t signal, int sig_op, int pe) { \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal_nbi##SUFFIX(                          \
                              dest, src, nbytes, sig_addr, signal, sig_op, pe),                   \
-                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
+                         rshmem_detail::cold(&rshmem_detail::putmem_signal<rshmem_detail::SCOPE>)(                     \
                              "rshmem_putmem_signal_nbi" #SUFFIX, dest, src, nbytes, sig_addr,    \
                              signal, sig_op, pe));                                               \
     }
@@ -150,25 +180,19 @@ RSHMEM_TWIN void rshmem_signal_op(uint64_t* sig_addr, uint64_t signal, int sig_o
 #if RSHMEM_TWIN_HOST_PASS
     rshmemi_host_rshmem_signal_op(sig_addr, signal, sig_op, pe);
 #else
-    const char* call = "rshmem_signal_op";
-    if (rshmem_detail::debug()) rshmem_detail::check_signal(call, sig_addr, pe, true);
-    rshmem_detail::check_init(call, true);
-    const int local = rshmem_detail::local_index(pe);
-    if (__builtin_expect(local < 0, 0)) {
-        if (sig_op != RSHMEM_SIGNAL_SET && sig_op != RSHMEM_SIGNAL_ADD) {
-            rshmem_detail::fail_sig_op(call, sig_op, true);
+    int local;
+    if (__builtin_expect(rshmem_detail::fast_pe(pe, local), 1)) {
+        uint64_t* s = rshmem_detail::at_local(sig_addr, local);
+        if (sig_op == RSHMEM_SIGNAL_SET) {
+            rshmem_detail::st_relaxed_sys(s, signal);
+            return;
         }
-        rshmem_detail::proxy_signal(call, sig_addr, signal, sig_op, pe);
-        return;
+        if (sig_op == RSHMEM_SIGNAL_ADD) {
+            rshmem_detail::red_add(s, signal);
+            return;
+        }
     }
-    uint64_t* s = rshmem_detail::at_local(sig_addr, local);
-    if (sig_op == RSHMEM_SIGNAL_SET) {
-        rshmem_detail::st_relaxed_sys(s, signal);
-    } else if (sig_op == RSHMEM_SIGNAL_ADD) {
-        rshmem_detail::red_add(s, signal);
-    } else {
-        rshmem_detail::fail_sig_op(call, sig_op, true);
-    }
+    rshmem_detail::cold(&rshmem_detail::signal_op_slow)("rshmem_signal_op", sig_addr, signal, sig_op, pe);
 #endif
 }
 
@@ -177,8 +201,9 @@ RSHMEM_TWIN uint64_t rshmem_signal_fetch(const uint64_t* sig_addr) {
 #if RSHMEM_TWIN_HOST_PASS
     return rshmemi_host_rshmem_signal_fetch(sig_addr);
 #else
-    if (rshmem_detail::debug()) {
-        rshmem_detail::check_signal("rshmem_signal_fetch", sig_addr, rshmem_state.my_pe, true);
+    if (__builtin_expect(rshmem_detail::debug(), 0)) {
+        rshmem_detail::cold(&rshmem_detail::check_signal_slow)("rshmem_signal_fetch", sig_addr,
+                                                              rshmem_state.my_pe);
     }
     return rshmem_detail::ld_acquire_sys(sig_addr);
 #endif
@@ -190,8 +215,8 @@ RSHMEM_TWIN uint64_t rshmem_signal_fetch(const uint64_t* sig_addr) {
 static __device__ __forceinline__ uint64_t rshmem_signal_wait_until(const uint64_t* sig_addr,
                                                                     int cmp, uint64_t cmp_value) {
     const char* call = "rshmem_signal_wait_until";
-    if (rshmem_detail::debug()) {
-        rshmem_detail::check_signal(call, sig_addr, rshmem_state.my_pe, true);
+    if (__builtin_expect(rshmem_detail::debug(), 0)) {
+        rshmem_detail::cold(&rshmem_detail::check_signal_slow)(call, sig_addr, rshmem_state.my_pe);
     }
     return rshmem_detail::wait_until(call, sig_addr, cmp, cmp_value);
 }

@@ -69,10 +69,33 @@ static_assert(offsetof(rshmem_device_state, team_count) == 112, "team_count offs
 static_assert(offsetof(rshmem_device_state, heap_reg_start) == 120, "heap_reg_start offset");
 static_assert(offsetof(rshmem_device_state, reserved) == 128, "reserved offset");
 
-// One copy per module (header-only, no -rdc needed); filled in by the host runtime before any
-// kernel of the module runs. The name is not mangled (global namespace variable). Before init it
-// is all zero (version 0), and device calls that would touch memory trap with a message.
+// Without separable compilation (nvcc without -rdc, and NVRTC) every module has its own copy;
+// the host runtime fills each before the module's kernels run. The name is not mangled (global
+// namespace variable), so the runtime also finds it in a module it loads itself
+// (cuModuleGetGlobal). Before init it is all zero (version 0), and device calls that would touch
+// memory trap with a message.
+//
+// With separable compilation (nvcc -rdc=true / -dc, __CUDACC_RDC__) the device link makes one
+// program-wide module, so the state must exist exactly once: the header only declares it, and
+// the static device library librshmem_device.a (device-lib/src/rshmem_device.cu, built by
+// scripts/install-c) defines it together with the one state updater of the program. Such
+// programs link it at their device link: nvcc -rdc=true a.o b.o -lrshmem_device -lrshmem
+// (NVSHMEM's name, -lnvshmem_device, is the same archive in PREFIX/lib/nvshmem).
+#if defined(__CUDACC_RDC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_DEVICE_LIBRARY_BUILD)
+#define RSHMEM_STATE_IN_DEVICE_LIBRARY 1
+extern __constant__ rshmem_device_state rshmem_state;
+// Every -rdc unit refers to this host symbol of librshmem_device.a, so the linker takes the
+// library's host half (the registration of the state and its updater) into the program, and a
+// program that forgot the library fails to link with this name in the message.
+extern "C" int rshmem_rdc_program_needs_librshmem_device;
+namespace {
+__attribute__((used)) int* const rshmemi_device_library_ref =
+    &rshmem_rdc_program_needs_librshmem_device;
+}  // namespace
+#else
+#define RSHMEM_STATE_IN_DEVICE_LIBRARY 0
 __constant__ rshmem_device_state rshmem_state;
+#endif
 
 // nvcc translation units (not NVRTC): each one registers, when the program starts, a function
 // that copies a device state into its own rshmem_state with the program's CUDA runtime. The
@@ -82,8 +105,10 @@ __constant__ rshmem_device_state rshmem_state;
 // loaded after init). So no call per module is needed. The registration function is a weak
 // reference unless the C host API is included (RSHMEM_HOST_API): a program that drives the state
 // itself without linking rshmem (device-lib/tests/gpu_selftest.cu) still links. Define
-// RSHMEM_NO_STATE_REGISTRAR to leave a unit out.
-#if defined(__CUDACC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_NO_STATE_REGISTRAR)
+// RSHMEM_NO_STATE_REGISTRAR to leave a unit out. Under -rdc the units have no updater of their
+// own: librshmem_device.a registers the program's one state, once.
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_NO_STATE_REGISTRAR) && \
+    !RSHMEM_STATE_IN_DEVICE_LIBRARY
 // Copies `size` bytes of device state into this unit's rshmem_state on `stream` (a cudaStream_t
 // of the runtime's context, current on the calling thread) and waits for it. Returns a
 // cudaError_t value, or -1 when `size` is not this unit's state size (device library and

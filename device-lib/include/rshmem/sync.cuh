@@ -39,7 +39,7 @@ RSHMEM_TWIN void rshmem_quiet(void) {
     rshmemi_host_rshmem_quiet();
 #else
     rshmem_detail::fence_sc_sys();
-    if (rshmem_detail::has_proxy()) rshmem_detail::proxy_quiet("rshmem_quiet");
+    if (rshmem_detail::has_proxy()) rshmem_detail::cold(&rshmem_detail::proxy_quiet)("rshmem_quiet");
 #endif
 }
 
@@ -62,7 +62,7 @@ static __device__ __forceinline__ void check_cmp(const char* call, int cmp) {
     if (cmp < RSHMEM_CMP_EQ || cmp > RSHMEM_CMP_LE) fail_cmp(call, cmp, true);
 }
 
-static __device__ __noinline__ void fail_wait(const char* call, const void* addr, size_t index,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_wait(const char* call, const void* addr, size_t index,
                                               size_t nelems, int cmp, uint64_t value,
                                               uint64_t seen, bool is_signed,
                                               unsigned long long waited) {
@@ -84,52 +84,64 @@ static __device__ __forceinline__ uint64_t as_u64(T v) {
     return (uint64_t)v;
 }
 
-template <typename T, int CMP>
-static __device__ __forceinline__ bool holds_c(T v, T x) {
-    if constexpr (CMP == RSHMEM_CMP_EQ) return v == x;
-    else if constexpr (CMP == RSHMEM_CMP_NE) return v != x;
-    else if constexpr (CMP == RSHMEM_CMP_GT) return v > x;
-    else if constexpr (CMP == RSHMEM_CMP_GE) return v >= x;
-    else if constexpr (CMP == RSHMEM_CMP_LT) return v < x;
-    else return v <= x;
+// Loads the `size`-byte integer at p with acquire, widened to 64 bits (sign-extended when
+// is_signed).
+static __device__ __forceinline__ uint64_t ld_acquire_bits(const void* p, uint32_t size,
+                                                           bool is_signed) {
+    switch (size) {
+        case 1: {
+            uint8_t v = ld_acquire_sys((const uint8_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int8_t)v : v;
+        }
+        case 2: {
+            uint16_t v = ld_acquire_sys((const uint16_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int16_t)v : v;
+        }
+        case 4: {
+            uint32_t v = ld_acquire_sys((const uint32_t*)p);
+            return is_signed ? (uint64_t)(int64_t)(int32_t)v : v;
+        }
+        default: return ld_acquire_sys((const uint64_t*)p);
+    }
 }
 
-// One poll loop per comparison, so the loop holds only the load, the compare and the timer.
-template <typename T, int CMP>
-static __device__ __forceinline__ T wait_until_c(const char* call, const T* ivar, T value) {
+// The timed poll loop of a wait (cold: a kernel's fast path holds one poll, see wait_until), on
+// integers widened to 64 bits, so one function serves every element type (fewer functions
+// whose address a module takes keep ptxas fast). An invalid comparison traps here.
+static __device__ __noinline__ uint64_t wait_until_slow(const char* call, const void* ivar,
+                                                        uint32_t size, bool is_signed, int cmp,
+                                                        uint64_t value) {
+    if (cmp < RSHMEM_CMP_EQ || cmp > RSHMEM_CMP_LE) fail_cmp(call, cmp, true);
     wait_timer timer;
     for (;;) {
-        T v = ld_acquire_sys(ivar);
-        if (holds_c<T, CMP>(v, value)) return v;
+        uint64_t v = ld_acquire_bits(ivar, size, is_signed);
+        if (is_signed ? holds((int64_t)v, cmp, (int64_t)value) : holds(v, cmp, value)) return v;
         if (timer.expired()) {
-            fail_wait(call, ivar, 0, 1, CMP, as_u64(value), as_u64(v), is_signed_type<T>(),
-                      timer.waited());
+            fail_wait(call, ivar, 0, 1, cmp, value, v, is_signed, timer.waited());
         }
     }
 }
 
-// Waits until *ivar cmp value; returns the value seen. (A constant cmp folds the switch.)
 template <typename T>
 static __device__ __forceinline__ T wait_until(const char* call, const T* ivar, int cmp, T value) {
-    switch (cmp) {
-        case RSHMEM_CMP_EQ: return wait_until_c<T, RSHMEM_CMP_EQ>(call, ivar, value);
-        case RSHMEM_CMP_NE: return wait_until_c<T, RSHMEM_CMP_NE>(call, ivar, value);
-        case RSHMEM_CMP_GT: return wait_until_c<T, RSHMEM_CMP_GT>(call, ivar, value);
-        case RSHMEM_CMP_GE: return wait_until_c<T, RSHMEM_CMP_GE>(call, ivar, value);
-        case RSHMEM_CMP_LT: return wait_until_c<T, RSHMEM_CMP_LT>(call, ivar, value);
-        case RSHMEM_CMP_LE: return wait_until_c<T, RSHMEM_CMP_LE>(call, ivar, value);
-        default: fail_cmp(call, cmp, true); return value;
-    }
+    T v = ld_acquire_sys(ivar);
+    if (__builtin_expect(holds(v, cmp, value), 1)) return v;
+    typedef typename uint_of<sizeof(T)>::type U;
+    return bit_cast<T>((U)cold(&wait_until_slow)(call, ivar, sizeof(T), is_signed_type<T>(), cmp,
+                                                 as_u64(value)));
+}
+
+static __device__ __noinline__ void check_ivars_slow(const char* call, const void* ivars, size_t n,
+                                                     size_t size) {
+    check_sym(call, "ivars", ivars, check_bytes(call, n, size, true), true);
+    check_align(call, "ivars", ivars, size, true);
 }
 
 template <typename T>
 static __device__ __forceinline__ void check_ivars(const char* call, const T* ivars, size_t n,
                                                    int cmp) {
     check_cmp(call, cmp);
-    if (debug()) {
-        check_sym(call, "ivars", ivars, check_bytes(call, n, sizeof(T), true), true);
-        check_align(call, "ivars", ivars, sizeof(T), true);
-    }
+    if (__builtin_expect(debug(), 0)) cold(&check_ivars_slow)(call, ivars, n, sizeof(T));
 }
 
 static __device__ __forceinline__ bool skipped(const int* status, size_t i) {
@@ -202,7 +214,7 @@ static __device__ __noinline__ int test_all(const T* ivars, size_t n, const int*
 
 // The first eligible element, for timeout messages.
 template <typename T>
-static __device__ __noinline__ void fail_wait_any(const char* call, const T* ivars, size_t n,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_wait_any(const char* call, const T* ivars, size_t n,
                                                   const int* status, int cmp, const T* values,
                                                   T value, unsigned long long waited) {
     size_t i = 0;
@@ -247,106 +259,106 @@ static __device__ __noinline__ size_t wait_some(const char* call, const T* ivars
 
 }  // namespace rshmem_detail
 
-#define RSHMEM_DEFINE_WAIT(NAME, T)                                                              \
-    /* Waits until *ivar cmp cmp_value. Local, blocking, acquire, bounded by the timeout. */     \
-    static __device__ __forceinline__ void rshmem_##NAME##_wait_until(const T* ivar, int cmp,    \
-                                                                      T cmp_value) {             \
-        const char* call = "rshmem_" #NAME "_wait_until";                                        \
-        rshmem_detail::check_ivars(call, ivar, 1, cmp);                                          \
-        (void)rshmem_detail::wait_until(call, ivar, cmp, cmp_value);                             \
-    }                                                                                            \
-    /* Waits until every selected ivars[i] cmp cmp_value. Local, blocking, acquire. */           \
-    static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all(                       \
-        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
-        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all", ivars, nelems, status, cmp,   \
-                                (const T*)0, cmp_value);                                         \
-    }                                                                                            \
-    /* Waits until some selected ivars[i] cmp cmp_value; returns its index (RSHMEM_SIZE_MAX if   \
-       no element is selected). Local, blocking, acquire. */                                     \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any(                     \
-        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
-        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any", ivars, nelems, status, \
-                                       cmp, (const T*)0, cmp_value);                             \
-    }                                                                                            \
-    /* Waits until at least one selected element satisfies the comparison; stores the indices  \
-       of all that do in indices and returns their count (0 if none is selected). */             \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some(                    \
-        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,              \
-        T cmp_value) {                                                                           \
-        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some", ivars, nelems,       \
-                                        indices, status, cmp, (const T*)0, cmp_value);           \
-    }                                                                                            \
-    /* wait_until_all with one comparison value per element. */                                  \
-    static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all_vector(                \
-        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {        \
-        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all_vector", ivars, nelems, status, \
-                                cmp, cmp_values, (T)0);                                          \
-    }                                                                                            \
-    /* wait_until_any with one comparison value per element. */                                  \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any_vector(              \
-        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {        \
-        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any_vector", ivars, nelems,  \
-                                       status, cmp, cmp_values, (T)0);                           \
-    }                                                                                            \
-    /* wait_until_some with one comparison value per element. */                                 \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some_vector(             \
-        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,              \
-        const T* cmp_values) {                                                                   \
-        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some_vector", ivars,        \
-                                        nelems, indices, status, cmp, cmp_values, (T)0);         \
-    }                                                                                            \
-    /* 1 if *ivar cmp cmp_value, else 0. Local, non-blocking, acquire. */                        \
-    static __device__ __forceinline__ int rshmem_##NAME##_test(const T* ivar, int cmp,           \
-                                                               T cmp_value) {                    \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test", ivar, 1, cmp);                       \
-        return rshmem_detail::holds(rshmem_detail::ld_acquire_sys(ivar), cmp, cmp_value) ? 1     \
-                                                                                         : 0;    \
-    }                                                                                            \
-    /* 1 if every selected element satisfies the comparison, else 0. Local, acquire. */          \
-    static __device__ __forceinline__ int rshmem_##NAME##_test_all(                              \
-        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_all", ivars, nelems, cmp);             \
-        return rshmem_detail::test_all(ivars, nelems, status, cmp, (const T*)0, cmp_value);      \
-    }                                                                                            \
-    /* Index of a selected element that satisfies the comparison, or RSHMEM_SIZE_MAX. */         \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_test_any(                          \
-        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_any", ivars, nelems, cmp);             \
-        bool eligible;                                                                           \
-        return rshmem_detail::test_any(ivars, nelems, status, cmp, (const T*)0, cmp_value,       \
-                                       &eligible);                                               \
-    }                                                                                            \
-    /* Stores the indices of the selected elements that satisfy the comparison; returns their  \
-       count. Local, non-blocking, acquire. */                                                   \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_test_some(                         \
-        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,              \
-        T cmp_value) {                                                                           \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_some", ivars, nelems, cmp);            \
-        bool eligible;                                                                           \
-        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, (const T*)0,        \
-                                        cmp_value, &eligible);                                   \
-    }                                                                                            \
-    /* test_all with one comparison value per element. */                                        \
-    static __device__ __forceinline__ int rshmem_##NAME##_test_all_vector(                       \
-        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {        \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_all_vector", ivars, nelems, cmp);      \
-        return rshmem_detail::test_all(ivars, nelems, status, cmp, cmp_values, (T)0);            \
-    }                                                                                            \
-    /* test_any with one comparison value per element. */                                        \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_test_any_vector(                   \
-        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {        \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_any_vector", ivars, nelems, cmp);      \
-        bool eligible;                                                                           \
-        return rshmem_detail::test_any(ivars, nelems, status, cmp, cmp_values, (T)0, &eligible); \
-    }                                                                                            \
-    /* test_some with one comparison value per element. */                                       \
-    static __device__ __forceinline__ size_t rshmem_##NAME##_test_some_vector(                  \
-        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,              \
-        const T* cmp_values) {                                                                   \
-        rshmem_detail::check_ivars("rshmem_" #NAME "_test_some_vector", ivars, nelems, cmp);     \
-        bool eligible;                                                                           \
-        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, cmp_values, (T)0,   \
-                                        &eligible);                                              \
+#define RSHMEM_DEFINE_WAIT(NAME, T)                                                                \
+    /* Waits until *ivar cmp cmp_value. Local, blocking, acquire, bounded by the timeout. */       \
+    static __device__ __forceinline__ void rshmem_##NAME##_wait_until(const T* ivar, int cmp,      \
+                                                                      T cmp_value) {               \
+        const char* call = "rshmem_" #NAME "_wait_until";                                          \
+        rshmem_detail::check_ivars(call, ivar, 1, cmp);                                            \
+        (void)rshmem_detail::wait_until(call, ivar, cmp, cmp_value);                               \
+    }                                                                                              \
+    /* Waits until every selected ivars[i] cmp cmp_value. Local, blocking, acquire. */             \
+    static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all(                         \
+        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
+        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all", ivars, nelems, status, cmp,     \
+                                (const T*)0, cmp_value);                                           \
+    }                                                                                              \
+    /* Waits until some selected ivars[i] cmp cmp_value; returns its index (RSHMEM_SIZE_MAX if     \
+       no element is selected). Local, blocking, acquire. */                                       \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any(                       \
+        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
+        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any", ivars, nelems, status,   \
+                                       cmp, (const T*)0, cmp_value);                               \
+    }                                                                                              \
+    /* Waits until at least one selected element satisfies the comparison; stores the indices      \
+       of all that do in indices and returns their count (0 if none is selected). */               \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some(                      \
+        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
+        T cmp_value) {                                                                             \
+        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some", ivars, nelems,         \
+                                        indices, status, cmp, (const T*)0, cmp_value);             \
+    }                                                                                              \
+    /* wait_until_all with one comparison value per element. */                                    \
+    static __device__ __forceinline__ void rshmem_##NAME##_wait_until_all_vector(                  \
+        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
+        rshmem_detail::wait_all("rshmem_" #NAME "_wait_until_all_vector", ivars, nelems, status,   \
+                                cmp, cmp_values, (T)0);                                            \
+    }                                                                                              \
+    /* wait_until_any with one comparison value per element. */                                    \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_any_vector(                \
+        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
+        return rshmem_detail::wait_any("rshmem_" #NAME "_wait_until_any_vector", ivars, nelems,    \
+                                       status, cmp, cmp_values, (T)0);                             \
+    }                                                                                              \
+    /* wait_until_some with one comparison value per element. */                                   \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_wait_until_some_vector(               \
+        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
+        const T* cmp_values) {                                                                     \
+        return rshmem_detail::wait_some("rshmem_" #NAME "_wait_until_some_vector", ivars,          \
+                                        nelems, indices, status, cmp, cmp_values, (T)0);           \
+    }                                                                                              \
+    /* 1 if *ivar cmp cmp_value, else 0. Local, non-blocking, acquire. */                          \
+    static __device__ __forceinline__ int rshmem_##NAME##_test(const T* ivar, int cmp,             \
+                                                               T cmp_value) {                      \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test", ivar, 1, cmp);                         \
+        return rshmem_detail::holds(rshmem_detail::ld_acquire_sys(ivar), cmp, cmp_value) ? 1       \
+                                                                                         : 0;      \
+    }                                                                                              \
+    /* 1 if every selected element satisfies the comparison, else 0. Local, acquire. */            \
+    static __device__ __forceinline__ int rshmem_##NAME##_test_all(                                \
+        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_all", ivars, nelems, cmp);               \
+        return rshmem_detail::test_all(ivars, nelems, status, cmp, (const T*)0, cmp_value);        \
+    }                                                                                              \
+    /* Index of a selected element that satisfies the comparison, or RSHMEM_SIZE_MAX. */           \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_test_any(                             \
+        const T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                  \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_any", ivars, nelems, cmp);               \
+        bool eligible;                                                                             \
+        return rshmem_detail::test_any(ivars, nelems, status, cmp, (const T*)0, cmp_value,         \
+                                       &eligible);                                                 \
+    }                                                                                              \
+    /* Stores the indices of the selected elements that satisfy the comparison; returns their      \
+       count. Local, non-blocking, acquire. */                                                     \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_test_some(                            \
+        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
+        T cmp_value) {                                                                             \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_some", ivars, nelems, cmp);              \
+        bool eligible;                                                                             \
+        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, (const T*)0,          \
+                                        cmp_value, &eligible);                                     \
+    }                                                                                              \
+    /* test_all with one comparison value per element. */                                          \
+    static __device__ __forceinline__ int rshmem_##NAME##_test_all_vector(                         \
+        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_all_vector", ivars, nelems, cmp);        \
+        return rshmem_detail::test_all(ivars, nelems, status, cmp, cmp_values, (T)0);              \
+    }                                                                                              \
+    /* test_any with one comparison value per element. */                                          \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_test_any_vector(                      \
+        const T* ivars, size_t nelems, const int* status, int cmp, const T* cmp_values) {          \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_any_vector", ivars, nelems, cmp);        \
+        bool eligible;                                                                             \
+        return rshmem_detail::test_any(ivars, nelems, status, cmp, cmp_values, (T)0, &eligible);   \
+    }                                                                                              \
+    /* test_some with one comparison value per element. */                                         \
+    static __device__ __forceinline__ size_t rshmem_##NAME##_test_some_vector(                     \
+        const T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,                \
+        const T* cmp_values) {                                                                     \
+        rshmem_detail::check_ivars("rshmem_" #NAME "_test_some_vector", ivars, nelems, cmp);       \
+        bool eligible;                                                                             \
+        return rshmem_detail::test_some(ivars, nelems, indices, status, cmp, cmp_values, (T)0,     \
+                                        &eligible);                                                \
     }
 
 RSHMEM_FOR_WAIT_TYPES(RSHMEM_DEFINE_WAIT)

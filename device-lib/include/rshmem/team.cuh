@@ -61,7 +61,7 @@ static_assert(RSHMEM_TEAM_SYNC_EPOCH >= RSHMEM_MAX_LOCAL_PES, "team sync flags")
 
 namespace rshmem_detail {
 
-static __device__ __noinline__ void fail_team(const char* call, rshmem_team_t team, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_team(const char* call, rshmem_team_t team, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: team handle %d names no team on this PE (not made, "
                "destroyed, or not a team handle)\n",
@@ -70,7 +70,7 @@ static __device__ __noinline__ void fail_team(const char* call, rshmem_team_t te
     __trap();
 }
 
-static __device__ __noinline__ void fail_not_member(const char* call, rshmem_team_t team,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_not_member(const char* call, rshmem_team_t team,
                                                     bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: this PE is not a member of team %d\n", call,
@@ -79,7 +79,7 @@ static __device__ __noinline__ void fail_not_member(const char* call, rshmem_tea
     __trap();
 }
 
-static __device__ __noinline__ void fail_team_pe(const char* call, int pe, int n, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_team_pe(const char* call, int pe, int n, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: team PE %d is out of range (the team has PEs 0..%d)\n", call,
                rshmem_state.my_pe, pe, n - 1);
@@ -158,7 +158,7 @@ static __device__ __forceinline__ T* team_peer_nc(const rshmem_team_desc& d, T* 
     return (T*)((char*)p + delta);
 }
 
-static __device__ __noinline__ void fail_team_wait(const char* call, rshmem_team_t team,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_team_wait(const char* call, rshmem_team_t team,
                                                    const rshmem_team_desc& d, uint64_t epoch,
                                                    unsigned long long waited) {
     for (int j = 0; j < d.size; ++j) {
@@ -179,8 +179,9 @@ static __device__ __noinline__ void fail_team_wait(const char* call, rshmem_team
 
 // Team sync by the group S (every thread of it calls, same arguments). Releases everything the
 // group did before (see barrier.cuh) and acquires what every member did before its sync.
+// Not inlined (one instance per scope; see barrier.cuh).
 template <class S>
-static __device__ __forceinline__ void team_sync(const char* call, rshmem_team_t team) {
+static __device__ __noinline__ void team_sync(const char* call, rshmem_team_t team) {
     S::sync();
     const uint32_t rank = S::rank();
     const uint32_t size = S::size();
@@ -211,6 +212,14 @@ static __device__ __forceinline__ void team_sync(const char* call, rshmem_team_t
     }
     S::sync();
     if (rank == 0) *(volatile uint64_t*)ew = epoch;
+}
+
+// What the public team sync calls use: team_sync through an opaque call (util.cuh, cold), so a
+// kernel's registers and the sync's do not add up. (The collectives, which are not inlined
+// themselves, call team_sync directly.)
+template <class S>
+static __device__ __forceinline__ void team_sync_call(const char* call, rshmem_team_t team) {
+    cold(&team_sync<S>)(call, team);
 }
 
 }  // namespace rshmem_detail
@@ -256,13 +265,13 @@ RSHMEM_TWIN int rshmem_team_translate_pe(rshmem_team_t src, int pe, rshmem_team_
 // same guarantees as rshmem_barrier). Collective over the team, one thread per PE.
 RSHMEM_TWIN void rshmem_team_sync(rshmem_team_t team) {
     RSHMEM_TWIN_CALL(rshmemi_host_rshmem_team_sync(team),
-                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_team_sync", team));
+                     rshmem_detail::team_sync_call<rshmem_detail::thread_scope>("rshmem_team_sync", team));
 }
 static __device__ __forceinline__ void rshmem_team_sync_warp(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_team_sync_warp", team);
+    rshmem_detail::team_sync_call<rshmem_detail::warp_scope>("rshmem_team_sync_warp", team);
 }
 static __device__ __forceinline__ void rshmem_team_sync_block(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::block_scope>("rshmem_team_sync_block", team);
+    rshmem_detail::team_sync_call<rshmem_detail::block_scope>("rshmem_team_sync_block", team);
 }
 
 // Team barrier: completes the caller's earlier puts and AMOs (like rshmem_quiet) and syncs the
@@ -270,11 +279,11 @@ static __device__ __forceinline__ void rshmem_team_sync_block(rshmem_team_t team
 // PE.
 RSHMEM_TWIN void rshmem_barrier(rshmem_team_t team) {
     RSHMEM_TWIN_CALL(rshmemi_host_rshmem_barrier(team),
-                     rshmem_detail::team_sync<rshmem_detail::thread_scope>("rshmem_barrier", team));
+                     rshmem_detail::team_sync_call<rshmem_detail::thread_scope>("rshmem_barrier", team));
 }
 static __device__ __forceinline__ void rshmem_barrier_warp(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::warp_scope>("rshmem_barrier_warp", team);
+    rshmem_detail::team_sync_call<rshmem_detail::warp_scope>("rshmem_barrier_warp", team);
 }
 static __device__ __forceinline__ void rshmem_barrier_block(rshmem_team_t team) {
-    rshmem_detail::team_sync<rshmem_detail::block_scope>("rshmem_barrier_block", team);
+    rshmem_detail::team_sync_call<rshmem_detail::block_scope>("rshmem_barrier_block", team);
 }

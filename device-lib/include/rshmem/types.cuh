@@ -21,3 +21,7 @@ typedef long ptrdiff_t;
 #include <stddef.h>
 #include <stdint.h>
 #endif
+
+// A cold function that never returns (it prints and traps): its callers keep nothing alive
+// across the call, so it costs them no registers.
+#define RSHMEM_NORETURN __attribute__((noreturn))

@@ -137,7 +137,7 @@ static __device__ __forceinline__ const char* cmp_name(int cmp) {
 // ---------------------------------------------------------------------------------------------
 // Checks. `say` selects the thread that prints (all threads trap).
 
-static __device__ __noinline__ void fail_pe(const char* call, int pe, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_pe(const char* call, int pe, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: PE %d is out of range (the job has PEs 0..%d)\n", call,
                rshmem_state.my_pe, pe, rshmem_state.n_pes - 1);
@@ -177,7 +177,7 @@ static __device__ __forceinline__ void check_sym(const char* call, const char* w
     if (a < lo || a >= hi || nbytes > hi - a) fail_range(call, what, p, nbytes, say);
 }
 
-static __device__ __noinline__ void fail_align(const char* call, const char* what, const void* p,
+static __device__ __noinline__ RSHMEM_NORETURN void fail_align(const char* call, const char* what, const void* p,
                                                size_t align, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: %s %p is not %llu-byte aligned\n", call, rshmem_state.my_pe,
@@ -191,20 +191,23 @@ static __device__ __forceinline__ void check_align(const char* call, const char*
     if (((uint64_t)p & (align - 1)) != 0) fail_align(call, what, p, align, say);
 }
 
+static __device__ __noinline__ RSHMEM_NORETURN void fail_bytes(const char* call, size_t nelems,
+                                                                size_t size, bool say) {
+    if (say) {
+        printf("rshmem: %s on PE %d: %llu elements of %llu bytes overflow the address space\n",
+               call, rshmem_state.my_pe, (unsigned long long)nelems, (unsigned long long)size);
+    }
+    __trap();
+}
+
 // Checks that nelems * size does not overflow; returns the byte count.
 static __device__ __forceinline__ size_t check_bytes(const char* call, size_t nelems, size_t size,
                                                      bool say) {
-    if (size > 1 && nelems > RSHMEM_SIZE_MAX / size) {
-        if (say) {
-            printf("rshmem: %s on PE %d: %llu elements of %llu bytes overflow the address space\n",
-                   call, rshmem_state.my_pe, (unsigned long long)nelems, (unsigned long long)size);
-        }
-        __trap();
-    }
+    if (size > 1 && nelems > RSHMEM_SIZE_MAX / size) fail_bytes(call, nelems, size, say);
     return nelems * size;
 }
 
-static __device__ __noinline__ void fail_cmp(const char* call, int cmp, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_cmp(const char* call, int cmp, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: %d is not a comparison (use RSHMEM_CMP_EQ/NE/GT/GE/LT/LE)\n",
                call, rshmem_state.my_pe, cmp);
@@ -212,7 +215,7 @@ static __device__ __noinline__ void fail_cmp(const char* call, int cmp, bool say
     __trap();
 }
 
-static __device__ __noinline__ void fail_sig_op(const char* call, int op, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_sig_op(const char* call, int op, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: %d is not a signal operation (use RSHMEM_SIGNAL_SET or "
                "RSHMEM_SIGNAL_ADD)\n",
@@ -221,7 +224,7 @@ static __device__ __noinline__ void fail_sig_op(const char* call, int op, bool s
     __trap();
 }
 
-static __device__ __noinline__ void fail_unreachable(const char* call, int pe, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_unreachable(const char* call, int pe, bool say) {
     if (say) {
         printf("rshmem: %s on PE %d: PE %d is on another host and cannot be reached by "
                "load/store from the GPU, and no proxy serves this module (its device state "
@@ -234,7 +237,7 @@ static __device__ __noinline__ void fail_unreachable(const char* call, int pe, b
 // A kernel launched before the runtime delivered the device state (before init, after
 // finalize, or in a unit the runtime never reached) sees version 0: calls that would touch
 // memory stop here instead of writing through a zero heap base.
-static __device__ __noinline__ void fail_uninit(const char* call, bool say) {
+static __device__ __noinline__ RSHMEM_NORETURN void fail_uninit(const char* call, bool say) {
     if (say) {
         printf("rshmem: %s: called in a kernel before rshmem was initialized (or after finalize): "
                "this module has no device state (launch kernels between init and finalize)\n",
@@ -245,6 +248,46 @@ static __device__ __noinline__ void fail_uninit(const char* call, bool say) {
 
 static __device__ __forceinline__ void check_init(const char* call, bool say) {
     if (__builtin_expect(rshmem_state.version == 0, 0)) fail_uninit(call, say);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fast paths. Every call is split in two: an inlined fast path that holds only the operation
+// itself, and one cold function (__noinline__) that does everything else -- the debug checks,
+// the uninitialized-state trap, the PE table of non-contiguous hosts, the proxy, the messages.
+// A kernel then spends registers on the operation alone; the cold function's own registers
+// count too (a kernel needs the most any function it calls uses), so the cold functions are
+// kept small as well (device-lib/tests/regbudget checks every call against its budget).
+//
+// Cold calls go through cold(&fn)(args...): a call through a function pointer the compiler
+// cannot see through. ptxas then compiles it with the ABI's callee-saved registers, so the
+// caller's live values and the callee's registers share the register file (the kernel needs the
+// larger of the two) instead of being stacked (their sum), which is what a direct call of a
+// function it can see costs. The extra cost (the pointer in a register, an indirect branch) is
+// paid on the cold path only, and on calls that are already real calls (the bulk copies).
+template <typename F>
+static __device__ __forceinline__ F cold(F f) {
+    asm("" : "+l"(f));
+    return f;
+}
+
+// The fast path applies when the state is delivered, checks are off, this host's PEs are
+// contiguous (RSHMEM_STATE_FLAG_CONTIGUOUS) and pe is one of them: then `local` is pe's local
+// index. A state of version 0 (before init, after finalize) has flags 0, so it always takes the
+// cold path, which traps.
+static __device__ __forceinline__ bool fast_pe(int pe, int& local) {
+    local = pe - (rshmem_state.my_pe - rshmem_state.my_local);
+    return ((rshmem_state.flags & (RSHMEM_STATE_FLAG_DEBUG | RSHMEM_STATE_FLAG_CONTIGUOUS)) ==
+            RSHMEM_STATE_FLAG_CONTIGUOUS) &
+           ((unsigned)local < (unsigned)rshmem_state.n_local);
+}
+
+// The checks of a thread-scope call on one element of `size` bytes at symmetric address p of PE
+// pe (debug flag only): pe in range, p in this PE's heap, p aligned. Cold.
+static __device__ __noinline__ void check_elem(const char* call, const char* what, const void* p,
+                                               size_t size, int pe) {
+    check_pe(call, pe, true);
+    check_sym(call, what, p, size, true);
+    check_align(call, what, p, size, true);
 }
 
 // ---------------------------------------------------------------------------------------------
