@@ -381,6 +381,49 @@ fn put_past_the_end_of_a_global_aborts_naming_the_call() {
     );
 }
 
+/// A typed put/get whose `count × element size` wraps (or exceeds `isize::MAX` bytes) ends the
+/// job naming the call and the overflow, in every form: the blocking ones used to return
+/// normally after moving 8 bytes or none.
+#[test]
+fn typed_transfer_whose_extent_overflows_aborts_naming_the_call() {
+    let bin = compile("extent");
+    let bin = bin.to_str().expect("UTF-8 path");
+    for (arg, call, elems, size) in [
+        ("long_put", "shmem_long_put", "2305843009213693953", 8),
+        ("long_put_huge", "shmem_long_put", "1152921504606846976", 8),
+        ("int_put", "shmem_int_put", "4611686018427387904", 4),
+        ("long_get", "shmem_long_get", "2305843009213693953", 8),
+        (
+            "long_put_signal",
+            "shmem_long_put_signal",
+            "2305843009213693953",
+            8,
+        ),
+        (
+            "ctx_long_put",
+            "shmem_ctx_long_put",
+            "2305843009213693953",
+            8,
+        ),
+        ("put64", "shmem_put64", "2305843009213693953", 8),
+        (
+            "long_put_nbi",
+            "shmem_long_put_nbi",
+            "2305843009213693953",
+            8,
+        ),
+    ] {
+        let r = run_cmd(&[bin, arg], 2);
+        cprog::expect_abort(
+            &format!("extent {arg}"),
+            &r,
+            2,
+            call,
+            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
+        );
+    }
+}
+
 /// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
 fn mpicc_flags(what: &str) -> Option<Vec<String>> {
     let out = Command::new("mpicc")

@@ -92,6 +92,7 @@ pub use device::module::Module;
 pub use error::{Error, Result};
 pub use mem::SymBuf;
 pub use region::{RegionLayout, RegionMemory, RegionObject};
+pub use rma::transfer_bytes;
 pub use rshmem_bootstrap::UniqueId;
 pub use shared::SharedSymBuf;
 pub use stream::cmp_code;

@@ -228,6 +228,34 @@ fn bad_pe_ends_the_job_naming_the_call() {
     aborts("bad_pe", "rshmem_int_p", "PE 2 is out of range");
 }
 
+/// A typed put/get whose `count × element size` wraps ends the job naming the call and the
+/// overflow; the blocking forms used to return normally after moving 8 bytes or none.
+#[test]
+fn typed_transfer_whose_extent_overflows_ends_the_job_naming_the_call() {
+    let bin = compile("extent");
+    let bin = bin.to_str().expect("UTF-8 path");
+    for (arg, call, elems, size) in [
+        ("long_put", "rshmem_long_put", "2305843009213693953", 8),
+        ("long_get", "rshmem_long_get", "2305843009213693953", 8),
+        ("int_put", "rshmem_int_put", "4611686018427387904", 4),
+        (
+            "long_put_nbi",
+            "rshmem_long_put_nbi",
+            "2305843009213693953",
+            8,
+        ),
+    ] {
+        let r = run(&[bin, arg], 2, &[]);
+        cprog::expect_abort(
+            &format!("extent {arg}"),
+            &r,
+            2,
+            call,
+            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
+        );
+    }
+}
+
 #[test]
 fn call_before_init_ends_the_job_naming_it() {
     aborts(
