@@ -56,6 +56,7 @@ macro_rules! calls {
 }
 
 mod amo;
+mod cloexec;
 mod coll;
 pub mod config;
 pub mod contract;

@@ -482,7 +482,10 @@ impl Node {
         if watched.is_empty() {
             return Ok(());
         }
-        let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        // Close-on-exec: a program that starts others (`system()`) must not hand them this pipe, one
+        // byte of which would stop the watch.
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::os("init", "pipe", e))?;
         let keep_r = stop_r
             .try_clone()
             .map_err(|e| Error::os("init", "dup", e))?;

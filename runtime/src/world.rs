@@ -323,7 +323,13 @@ impl World {
                     .into(),
             });
         }
+        let fds = crate::cloexec::open_fds();
         let r = Self::start_inner(cfg, boot, rendezvous, t0);
+        // Whatever init and its libraries opened stays out of programs this PE starts.
+        let marked = crate::cloexec::mark_new(&fds);
+        if marked > 0 {
+            tracing::debug!(target: "rshmem::init", "set close-on-exec on {marked} descriptors opened by libraries during init");
+        }
         if r.is_err() {
             ACTIVE.store(false, Ordering::Release);
         }

@@ -37,11 +37,14 @@
 //! * `idle` — one-sided operations on a PE that sleeps outside rshmem complete, and the
 //!   sleeping PE uses (almost) no CPU (2+ PEs).
 //! * `errors` — bad arguments give the right error and write nothing.
+//! * `fds` — every descriptor init opened is close-on-exec (none leaks into child processes).
 //! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
 //! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `kill-stream DELAY_MS` — the last PE streams puts to the others and kills itself; the
+//!   survivors' barrier fails with `PeerLost` naming it (2+ PEs; no abort inside UCX).
 //! * `hang [DELAY_MS]` — PE 1 blocks in `signal_wait_until` (after DELAY_MS), the others in a
 //!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
@@ -84,6 +87,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
+    ("fds", false),
     ("symmetry", false),
     ("stream", false),
     ("gpucoll", false),
@@ -92,6 +96,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("die", true),
     ("die-finalize", true),
     ("crash", true),
+    ("kill-stream", true),
     ("idle", true),
     ("hang", true),
 ];
@@ -118,10 +123,12 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "transports" => transports::run,
         "idle" => idle::run,
         "errors" => errors::run,
+        "fds" => fds::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "kill-stream" => return kill::stream(c).map(|()| End::NoFinalize),
         "hang" => return hang::run(c).map(|()| End::NoFinalize),
         "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
@@ -170,6 +177,9 @@ fn main() -> ExitCode {
     }
     if scenario == "tcp-idle" {
         scenarios::tcpnet::crowd_listeners();
+    }
+    if scenario == "fds" {
+        scenarios::fds::before_init();
     }
     let world = match rshmem::init() {
         Ok(w) => w,

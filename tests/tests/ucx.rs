@@ -436,3 +436,13 @@ fn timeout_ucx() {
         "the timeout scenario took too long",
     );
 }
+
+/// Every descriptor init opened is close-on-exec over UCX too: UCX 1.13 opens its epoll sets,
+/// pipes, timerfd and sockets inheritable, and init marks them.
+#[test]
+fn init_opens_only_close_on_exec_descriptors_ucx() {
+    if skip() {
+        return;
+    }
+    run(3, "fds", NONE, 60);
+}
