@@ -135,6 +135,13 @@ fn teams() {
     passes("team");
 }
 
+/// A split that cannot make its team (no free team slot) returns non-zero with
+/// `SHMEM_TEAM_INVALID` instead of ending the job; destroying teams frees slots again.
+#[test]
+fn failed_split_returns_team_invalid() {
+    passes("team_full");
+}
+
 #[test]
 fn collectives() {
     passes("coll");

@@ -162,6 +162,13 @@ fn teams_and_host_collectives() {
     passes("team");
 }
 
+/// A failed split leaves `RSHMEM_TEAM_INVALID` in every output given: before init, with the
+/// other 2-D output NULL, and once the team slots run out.
+#[test]
+fn failed_split_sets_team_invalid() {
+    passes("team_full");
+}
+
 /// Rank 0 makes the id and writes it to a file the others read.
 #[test]
 fn init_with_a_unique_id_passed_through_a_file() {
