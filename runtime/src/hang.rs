@@ -164,6 +164,13 @@ fn send(text: &str) {
     }
 }
 
+/// Tells the launcher (rshmemrun, through its report pipe) that this PE found PE `pe` gone, so
+/// that if this PE fails next, the launcher knows it only reacted and blames `pe`. One line,
+/// `pe<me>\tlost <pe>`; nothing without a launcher pipe.
+pub(crate) fn tell_launcher_lost(pe: usize) {
+    send(&format!("lost {pe}\n"));
+}
+
 fn line(state: &str, call: &str, pe: Option<usize>, waited: Duration, what: &str) -> String {
     let pe = pe.map_or_else(|| "-".to_string(), |p| p.to_string());
     let what = what.replace(['\t', '\n'], " ");

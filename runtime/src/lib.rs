@@ -118,3 +118,13 @@ pub fn init_logging() -> bool {
 }
 
 mod logging;
+
+/// `eprintln!` with one `write(2)` per line: formats the whole line first, so that the lines of
+/// PEs sharing a pipe never interleave (`eprintln!` writes each piece of its format separately
+/// on the unbuffered stderr).
+macro_rules! say {
+    ($($arg:tt)+) => {
+        $crate::logging::say_line(format!($($arg)+))
+    };
+}
+pub(crate) use say;

@@ -85,6 +85,7 @@ impl Liveness {
             if self.failed.load(Ordering::Acquire) == NO_FAILURE {
                 *r = reason;
                 self.failed.store(pe, Ordering::Release);
+                crate::hang::tell_launcher_lost(pe);
                 let at = self.notice.load(Ordering::Acquire);
                 if at != 0 {
                     // SAFETY: `at` is the aligned notice word in this PE's control heap, set by

@@ -43,6 +43,8 @@
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `panic` — PE 1 panics (status 101) while the others wait in a barrier and exit 1 as soon
+//!   as it is gone (2+ PEs): the launcher must blame PE 1 all the same.
 //! * `kill-stream DELAY_MS` — the last PE streams puts to the others and kills itself; the
 //!   survivors' barrier fails with `PeerLost` naming it (2+ PEs; no abort inside UCX).
 //! * `hang [DELAY_MS]` — PE 1 blocks in `signal_wait_until` (after DELAY_MS), the others in a
@@ -96,6 +98,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("die", true),
     ("die-finalize", true),
     ("crash", true),
+    ("panic", true),
     ("kill-stream", true),
     ("idle", true),
     ("hang", true),
@@ -128,6 +131,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "panic" => return crash::panic(c).map(|()| End::NoFinalize),
         "kill-stream" => return kill::stream(c).map(|()| End::NoFinalize),
         "hang" => return hang::run(c).map(|()| End::NoFinalize),
         "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
