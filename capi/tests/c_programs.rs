@@ -431,6 +431,49 @@ fn typed_transfer_whose_extent_overflows_aborts_naming_the_call() {
     }
 }
 
+/// A fatal message is one `write(2)`: two PEs failing at once never interleave their lines
+/// (libshmem wrote each line in 7 pieces). Checked with `strace` (skipped without it): the
+/// failing PE writes the whole line `rshmem: PE 0: shmem_long_put: …; aborting the job\n` in
+/// one call.
+#[test]
+fn fatal_message_is_one_write() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: no strace here");
+        return;
+    }
+    let bin = compile("extent");
+    let dir = built().join("capi-c-tests");
+    let prefix = dir.join(format!("strace-{}", std::process::id()));
+    let prefix_s = prefix.to_str().expect("UTF-8 path");
+    let r = run_cmd(
+        &[
+            "strace",
+            "-f",
+            "-qq",
+            "-s",
+            "1024",
+            "-e",
+            "trace=write",
+            "-o",
+            prefix_s,
+            bin.to_str().expect("UTF-8 path"),
+            "long_put",
+        ],
+        1,
+    );
+    let trace = std::fs::read_to_string(&prefix).unwrap_or_default();
+    let _ = std::fs::remove_file(&prefix);
+    assert!(!r.ok, "the program must fail:\n{}", r.stderr);
+    let pieces: Vec<&str> = trace.lines().filter(|l| l.contains("write(2, ")).collect();
+    assert!(
+        pieces.iter().any(|l| l.contains(
+            "rshmem: PE 0: shmem_long_put: transfer extent of 2305843009213693953 elements of 8 bytes overflows; aborting the job\\n\""
+        )),
+        "the fatal line was not written in one piece; writes to stderr:\n{}",
+        pieces.join("\n")
+    );
+}
+
 /// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
 fn mpicc_flags(what: &str) -> Option<Vec<String>> {
     let out = Command::new("mpicc")
