@@ -498,6 +498,23 @@ impl Node {
         Ok(())
     }
 
+    /// For a world dropped without finalize: keeps the connections to the local PEs open for
+    /// `for_how_long` more (or until the process exits, if sooner), so that the peers' reports
+    /// of this PE's departure come after what the program prints as it ends (the error its
+    /// `main` returns), not before it.
+    pub(crate) fn close_links_later(&mut self, for_how_long: Duration) {
+        let links: Vec<UnixStream> = self.links.iter_mut().filter_map(Option::take).collect();
+        if links.is_empty() {
+            return;
+        }
+        let _ = std::thread::Builder::new()
+            .name("rshmem-linger".into())
+            .spawn(move || {
+                std::thread::sleep(for_how_long);
+                drop(links);
+            });
+    }
+
     /// Stops the liveness thread (it may have returned already, once every peer was gone).
     pub(crate) fn stop_monitor(&mut self) {
         if let Some((h, w, keep_r)) = self.monitor.take() {

@@ -1109,10 +1109,58 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
     Gpu::open(ordinal).map(Some)
 }
 
+/// How long a world dropped without finalize keeps its local connections (and its warning)
+/// before the peers see it gone, unless the process exits first.
+const LINGER: Duration = Duration::from_millis(300);
+
+static DROP_WARNED: AtomicBool = AtomicBool::new(false);
+static DROP_PE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Prints the "dropped without finalize" warning once, if the `rshmem::init` target logs
+/// warnings (written directly, in the logger's format: at exit the subscriber's thread-local
+/// buffers may already be gone).
+fn print_dropped_warning() {
+    if DROP_WARNED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let pe = DROP_PE.load(Ordering::Relaxed);
+    crate::say!("rshmem PE {pe} WARN rshmem::init: World dropped without finalize; peers will see this PE as gone");
+}
+
+extern "C" fn dropped_warning_at_exit() {
+    print_dropped_warning();
+}
+
+/// Arranges for the warning of a world dropped without finalize to be printed at the
+/// process's exit or after [`LINGER`], whichever comes first.
+fn dropped_warning_later(me: usize) {
+    if !tracing::event_enabled!(target: "rshmem::init", tracing::Level::WARN) {
+        return;
+    }
+    DROP_PE.store(me, Ordering::Relaxed);
+    DROP_WARNED.store(false, Ordering::Release);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a plain extern "C" function that takes nothing and only writes to
+        // stderr; atexit has no other effect.
+        unsafe { libc::atexit(dropped_warning_at_exit) };
+    });
+    let _ = std::thread::Builder::new()
+        .name("rshmem-linger".into())
+        .spawn(|| {
+            std::thread::sleep(LINGER);
+            print_dropped_warning();
+        });
+}
+
 impl Drop for World {
     fn drop(&mut self) {
         if !self.finalized.load(Ordering::Acquire) {
-            tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
+            // Usually `main` returning an error: the error is printed after this drop. So the
+            // warning waits for the process's exit (or LINGER) and the local peers see this PE
+            // leave only then, and the real error comes first.
+            dropped_warning_later(self.me);
+            self.node.close_links_later(LINGER);
         }
         self.node.stop_monitor();
         // A peer found lost while the transports shut down is still recorded, but no longer

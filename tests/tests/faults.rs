@@ -281,6 +281,37 @@ fn panic_blames_the_panicking_pe_tcp_3pes() {
     panic_blames(3, TCP);
 }
 
+/// A `main` that returns rshmem's error: PE 1's `Error: PE 1: InvalidArgument: p: …` line
+/// comes before its own "World dropped without finalize" warning and before PE 0's report of
+/// PE 1 closing its connection (the warning and the peers' reports used to come first, and
+/// the error named no PE).
+#[test]
+fn main_error_is_printed_first_with_its_pe() {
+    let prog = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rshmem-mainerr"));
+    for _ in 0..3 {
+        let r = common::job(2, "-").program(&prog).timeout(30).run();
+        r.check(!r.status.success(), "PE 1's error must fail the job");
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        let at = |pat: &str| lines.iter().position(|l| l.contains(pat));
+        let err = at("Error: PE 1: InvalidArgument: p");
+        r.check(
+            err.is_some(),
+            "PE 1's main must print its error with its PE",
+        );
+        for later in [
+            "rshmem PE 1 WARN rshmem::init: World dropped without finalize",
+            "PE 1 closed its connection",
+        ] {
+            if let Some(i) = at(later) {
+                r.check(
+                    i > err.unwrap_or(usize::MAX),
+                    &format!("{later:?} came before PE 1's error"),
+                );
+            }
+        }
+    }
+}
+
 /// Every PE its own node: barriers, waits and PeerLost over the TCP transport.
 const TCP: &[(&str, &str)] = &[("RSHMEM_DISABLE_P2P", "1"), ("RSHMEM_BACKEND", "cpu")];
 
