@@ -42,6 +42,8 @@
 //! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
+//! * `finalize-mismatch` — PE 0 calls finalize while the others call barrier_all: every PE
+//!   gets `AsymmetricCall` (2+ PEs).
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
 //! * `panic` — PE 1 panics (status 101) while the others wait in a barrier and exit 1 as soon
 //!   as it is gone (2+ PEs): the launcher must blame PE 1 all the same.
@@ -97,6 +99,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("timeout", false),
     ("die", true),
     ("die-finalize", true),
+    ("finalize-mismatch", true),
     ("crash", true),
     ("panic", true),
     ("kill-stream", true),
@@ -205,6 +208,9 @@ fn main() -> ExitCode {
 fn run(world: World, scenario: &str) -> R {
     if scenario == "die-finalize" {
         return scenarios::die::finalize(world);
+    }
+    if scenario == "finalize-mismatch" {
+        return scenarios::symmetry::finalize_mismatch(world);
     }
     let args = std::env::args().skip(2).collect();
     let end = dispatch(scenario, &Ctx::new(&world, args))?;

@@ -182,3 +182,13 @@ fn init_opens_only_close_on_exec_descriptors() {
     common::scenario(3, "fds", NONE);
     common::scenario(2, "fds", &[("RSHMEM_DISABLE_P2P", "1")]);
 }
+
+/// PE 0 in finalize while the others are in barrier_all: every PE's call fails with
+/// `AsymmetricCall` (the barriers paired up and returned success), over shared memory and TCP.
+#[test]
+fn finalize_against_barrier_fails_on_every_pe() {
+    for n in [2, 3, 4] {
+        common::scenario(n, "finalize-mismatch", NONE);
+    }
+    common::scenario(3, "finalize-mismatch", &[("RSHMEM_DISABLE_P2P", "1")]);
+}
