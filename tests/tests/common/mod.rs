@@ -131,7 +131,7 @@ const PASS_THROUGH: &[&str] = &[
 
 /// Removes the variables rshmem or its bootstrap read (except [`PASS_THROUGH`]), so that the
 /// caller's environment (say, tests started under a launcher) cannot leak into a job.
-fn clean_env(cmd: &mut Command) {
+pub fn clean_env(cmd: &mut Command) {
     for v in rshmem::config::all_env_vars() {
         if !PASS_THROUGH.contains(&v.name) {
             cmd.env_remove(v.name);
