@@ -551,3 +551,35 @@ fn ucx_survivors_of_a_killed_peer_never_abort() {
         }
     }
 }
+
+/// A stopped peer over UCX: PE 1 stops itself (SIGSTOP) while PE 0 puts 1 MiB blocks to it;
+/// PE 0's put times out after `RSHMEM_TIMEOUT=5` naming PE 1 ("waiting for PE 1 to complete a
+/// put over UCX": UCX's waits named no PE), and the job ends within the timeout plus the
+/// launcher's grace (no wait of one operation takes the limit twice).
+#[test]
+fn stopped_peer_ucx() {
+    if skip() {
+        return;
+    }
+    let mut j = common::job(2, "tcp-stop")
+        .env("RSHMEM_TIMEOUT", "5")
+        .timeout(60);
+    for (k, v) in UCX {
+        j = j.env(k, v);
+    }
+    let r = j.run();
+    r.check(
+        r.status.code() == Some(3),
+        "rshmemrun must exit with PE 0's status 3 (its put to the stopped PE failed)",
+    );
+    let lines = r.stderr_lines("PE 0: putmem to the stopped PE 1 failed as expected after ");
+    r.check(
+        lines.len() == 1
+            && lines[0].contains("timed out after 5s waiting for PE 1 to complete a put over UCX"),
+        "PE 0 must report putmem timing out on PE 1",
+    );
+    r.check(
+        r.elapsed < Duration::from_secs(16),
+        "the job must end within RSHMEM_TIMEOUT + a few seconds",
+    );
+}
