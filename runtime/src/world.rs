@@ -356,7 +356,7 @@ impl World {
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
-        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
         let sharing = match &gpu {
             Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
             None => Default::default(),
@@ -439,7 +439,9 @@ impl World {
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
-        let mut wait = WaitPolicy::new(me, cfg.timeout, node.len(), net.is_some());
+        // The PEs of the host share its cores, also when RSHMEM_DISABLE_P2P makes every PE
+        // its own node (then node.len() is 1, and 32 PEs on 2 cores each spun as if alone).
+        let mut wait = WaitPolicy::new(me, cfg.timeout, host_pes.max(node.len()), net.is_some());
         if let Some(net) = &net {
             if wait.serving_threads_share_core() {
                 net.spin_at_least(tcp::SHARED_CORE_SPIN);
@@ -1062,8 +1064,13 @@ fn poisoned(call: &'static str) -> Error {
     }
 }
 
-/// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend.
-fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<Arc<Gpu>>> {
+/// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend; also returns
+/// how many PEs run on this host.
+fn choose_gpu(
+    boot: &dyn Bootstrap,
+    cfg: &Config,
+    node: &Node,
+) -> Result<(Option<Arc<Gpu>>, usize)> {
     let call = "init";
     let (host_rank, host_pes) = crate::node::host_place(boot, cfg, node)?;
     let count = match cfg.backend {
@@ -1105,7 +1112,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
         });
     }
     if !want_gpu {
-        return Ok(None);
+        return Ok((None, host_pes));
     }
     let ordinal = cfg.device.unwrap_or(host_rank % count);
     if ordinal >= count {
@@ -1114,7 +1121,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
             format!("RSHMEM_DEVICE={ordinal} but only {count} CUDA device(s) are visible"),
         ));
     }
-    Gpu::open(ordinal).map(Some)
+    Gpu::open(ordinal).map(|g| (Some(g), host_pes))
 }
 
 /// How long a world dropped without finalize keeps its local connections (and its warning)
