@@ -46,3 +46,74 @@ pub(crate) fn mark_new(before: &BTreeSet<i32>) -> usize {
     }
     marked
 }
+
+/// Makes every TCP listening socket that appeared since `before` refuse new connections: the
+/// listeners that libraries opened during init (UCX's TCP transport listens on every interface
+/// for the whole job, without the job's secret) are needed only while the PEs connect, which
+/// init has finished. Each gets a socket filter that drops every packet, so a connection
+/// attempt to it never completes (closing it behind the library's back could reuse its number
+/// under the library's feet). Returns how many were closed to newcomers.
+pub(crate) fn shut_new_listeners(before: &BTreeSet<i32>) -> usize {
+    let mut shut = 0;
+    for fd in open_fds() {
+        if fd <= 2 || before.contains(&fd) {
+            continue;
+        }
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes one int into `v`; a descriptor that is not a socket fails.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ACCEPTCONN,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 || v == 0 {
+            continue;
+        }
+        let mut dom: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: as above.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_DOMAIN,
+                (&mut dom as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 || (dom != libc::AF_INET && dom != libc::AF_INET6) {
+            continue;
+        }
+        // One classic BPF instruction: return 0 (drop the packet).
+        let mut drop_all = [libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: drop_all.as_mut_ptr(),
+        };
+        // SAFETY: attaches a valid one-instruction filter program to a listening socket; the
+        // kernel copies the program.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&prog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            shut += 1;
+        }
+    }
+    shut
+}

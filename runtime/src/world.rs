@@ -330,6 +330,13 @@ impl World {
         if marked > 0 {
             tracing::debug!(target: "rshmem::init", "set close-on-exec on {marked} descriptors opened by libraries during init");
         }
+        if r.is_ok() {
+            // The PEs are connected: libraries' listeners (UCX's TCP transport) take no one new.
+            let shut = crate::cloexec::shut_new_listeners(&fds);
+            if shut > 0 {
+                tracing::debug!(target: "rshmem::init", "closed {shut} listening sockets opened by libraries during init to new connections");
+            }
+        }
         if r.is_err() {
             ACTIVE.store(false, Ordering::Release);
         }

@@ -66,7 +66,94 @@ pub fn run(c: &Ctx<'_>) -> R {
         "descriptors opened by init without FD_CLOEXEC (a child process would inherit them): {}",
         leaks.join(", ")
     );
+    // Listeners opened during init (UCX's TCP transport listens on every interface) take no
+    // new connection once init is done.
+    let open: Vec<String> = listeners()
+        .into_iter()
+        .filter(|(fd, _)| !before.contains(fd))
+        .filter(|(_, addr)| {
+            std::net::TcpStream::connect_timeout(addr, std::time::Duration::from_millis(300))
+                .is_ok()
+        })
+        .map(|(fd, addr)| format!("{fd} ({addr})"))
+        .collect();
+    ensure!(
+        open.is_empty(),
+        "listening sockets opened by init still accept connections: {}",
+        open.join(", ")
+    );
     w.free(buf)?;
     w.barrier_all()?;
     Ok(())
+}
+
+/// This process's listening TCP sockets and the address to reach each.
+fn listeners() -> Vec<(i32, std::net::SocketAddr)> {
+    use std::os::fd::BorrowedFd;
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return out;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    for fd in fds {
+        // SAFETY: F_GETFD only checks that the descriptor is open.
+        if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            continue;
+        }
+        // SAFETY: the descriptor is open (checked above) and stays open during this loop
+        // (only borrowed for two queries).
+        let b = unsafe { BorrowedFd::borrow_raw(fd) };
+        let listening = nix::sys::socket::getsockopt(&b, nix::sys::socket::sockopt::AcceptConn)
+            .unwrap_or(false);
+        if !listening {
+            continue;
+        }
+        // SAFETY: all-zero is a valid sockaddr_storage; getsockname writes at most `len` bytes.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: a valid buffer of `len` bytes for the socket's address.
+        let r = unsafe {
+            libc::getsockname(
+                fd,
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            continue;
+        }
+        let addr = match i32::from(ss.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let a =
+                    unsafe { &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                let ip = if ip.is_unspecified() {
+                    std::net::Ipv4Addr::LOCALHOST
+                } else {
+                    ip
+                };
+                std::net::SocketAddr::from((ip, u16::from_be(a.sin_port)))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let a = unsafe {
+                    &*(&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+                };
+                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+                let ip = if ip.is_unspecified() {
+                    std::net::Ipv6Addr::LOCALHOST
+                } else {
+                    ip
+                };
+                std::net::SocketAddr::from((ip, u16::from_be(a.sin6_port)))
+            }
+            _ => continue,
+        };
+        out.push((fd, addr));
+    }
+    out
 }
