@@ -145,8 +145,9 @@ pub extern "C" fn shmem_team_translate_pe(
 }
 
 /// `shmem_team_split_strided`: **collective over the parent**. 0 on success (the new team, or
-/// `SHMEM_TEAM_INVALID` on parent PEs not in it); non-zero for an invalid parent or an invalid
-/// start/stride/size triplet (then `*new_team` is `SHMEM_TEAM_INVALID` on every parent PE).
+/// `SHMEM_TEAM_INVALID` on parent PEs not in it); non-zero for an invalid parent, an invalid
+/// start/stride/size triplet or no free team slot (then `*new_team` is `SHMEM_TEAM_INVALID` on
+/// every parent PE).
 ///
 /// # Safety
 /// `new_team` valid for one write; `config` NULL or valid.
@@ -184,8 +185,7 @@ pub unsafe extern "C" fn shmem_team_split_strided(
             cfg,
         ) {
             Ok(t) => Ok(Some(t.map_or(std::ptr::null_mut(), register))),
-            Err(rshmem::Error::InvalidArgument { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => split_failed(call, e).map(|()| None),
         }
     });
     match r {
@@ -198,8 +198,22 @@ pub unsafe extern "C" fn shmem_team_split_strided(
     }
 }
 
+/// A split that could not make its team (an invalid triplet, no free team slot on some PE)
+/// returns non-zero with `SHMEM_TEAM_INVALID`, as OpenSHMEM says, after printing why; any other
+/// error (a peer lost, a timeout) stays fatal.
+fn split_failed(call: &'static str, e: rshmem::Error) -> CResult<()> {
+    match e {
+        rshmem::Error::InvalidArgument { .. } => Ok(()),
+        rshmem::Error::Unsupported { .. } => {
+            crate::report(call, &e);
+            Ok(())
+        }
+        e => Err(e.into()),
+    }
+}
+
 /// `shmem_team_split_2d`: **collective over the parent**. 0 on success, non-zero for an invalid
-/// parent or `xrange` < 1 (both outputs `SHMEM_TEAM_INVALID`).
+/// parent, `xrange` < 1 or no free team slot (both outputs `SHMEM_TEAM_INVALID`).
 ///
 /// # Safety
 /// `xaxis_team`, `yaxis_team` valid for one write; configs NULL or valid.
@@ -235,8 +249,10 @@ pub unsafe extern "C" fn shmem_team_split_2d(
             config_of(call, xconfig, xmask)?,
             config_of(call, yconfig, ymask)?,
         );
-        let (x, y) = rt.world.team_split_2d_with(&p, xrange as usize, xc, yc)?;
-        Ok(Some((register(x), register(y))))
+        match rt.world.team_split_2d_with(&p, xrange as usize, xc, yc) {
+            Ok((x, y)) => Ok(Some((register(x), register(y)))),
+            Err(e) => split_failed(call, e).map(|()| None),
+        }
     });
     match r {
         None => -1,

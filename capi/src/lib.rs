@@ -92,15 +92,35 @@ pub(crate) fn initialized() -> bool {
 /// Serializes `shmem_init` and `shmem_finalize`.
 static LIFECYCLE: Mutex<()> = Mutex::new(());
 
+/// This PE's number for messages: the running world's, else the launcher's, else `?`.
+fn pe_label() -> String {
+    let p = RT.load(Ordering::Acquire);
+    // SAFETY: as in `with`: a non-null pointer is a live leaked `Box<Rt>`.
+    if let Some(rt) = unsafe { p.as_ref() } {
+        return rt.world.my_pe().to_string();
+    }
+    rshmem::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string())
+}
+
+/// Writes `line` to stderr with one `write` (the lines of several PEs sharing a pipe never
+/// interleave: `writeln!` on the unbuffered stderr made one `write` per piece).
+fn say(line: String) {
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Prints `rshmem: PE <pe>: <call>: <what>` on stderr (a failure that is not fatal).
+pub fn report(call: &str, what: impl Display) {
+    say(format!("rshmem: PE {}: {call}: {what}\n", pe_label()));
+}
+
 /// Prints `call: what` to stderr, flushes C stdio and ends the process with status 1; the
 /// launcher then stops the other PEs (like `shmem_global_exit(1)`).
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
-    let pe = rshmem::config::launcher_rank().map_or_else(|| "?".into(), |r| r.to_string());
-    let _ = writeln!(
-        std::io::stderr(),
-        "rshmem: PE {pe}: {call}: {what}; aborting the job"
-    );
+    say(format!(
+        "rshmem: PE {}: {call}: {what}; aborting the job\n",
+        pe_label()
+    ));
     exit_now(1)
 }
 

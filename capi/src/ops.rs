@@ -63,7 +63,12 @@ unsafe fn src_slice<'a, T>(p: *const T, n: usize) -> CResult<&'a [T]> {
     if (p as usize) % std::mem::align_of::<T>() != 0 {
         return msg(format!("the source buffer {p:p} is misaligned"));
     }
-    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
+    // silently moved 8 bytes or none): refuse it as every other transfer does.
+    if let Err(why) = rshmem::transfer_bytes::<T>(n) {
+        return msg(why);
+    }
+    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
@@ -81,7 +86,12 @@ unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
     if (p as usize) % std::mem::align_of::<T>() != 0 {
         return msg(format!("the destination buffer {p:p} is misaligned"));
     }
-    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
+    // silently moved 8 bytes or none): refuse it as every other transfer does.
+    if let Err(why) = rshmem::transfer_bytes::<T>(n) {
+        return msg(why);
+    }
+    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }
 

@@ -94,7 +94,10 @@ pub fn prepare(call: &str) -> Option<&'static Local> {
             match find() {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    eprintln!("rshmem: {call}: global/static variables are not symmetric: {e}");
+                    crate::report(
+                        call,
+                        format_args!("global/static variables are not symmetric: {e}"),
+                    );
                     None
                 }
             }

@@ -135,6 +135,13 @@ fn teams() {
     passes("team");
 }
 
+/// A split that cannot make its team (no free team slot) returns non-zero with
+/// `SHMEM_TEAM_INVALID` instead of ending the job; destroying teams frees slots again.
+#[test]
+fn failed_split_returns_team_invalid() {
+    passes("team_full");
+}
+
 #[test]
 fn collectives() {
     passes("coll");
@@ -404,6 +411,92 @@ fn put_past_the_end_of_a_global_aborts_naming_the_call() {
         "overrun",
         "shmem_int_put",
         "runs past the end of the symmetric variable `a`",
+    );
+}
+
+/// A typed put/get whose `count × element size` wraps (or exceeds `isize::MAX` bytes) ends the
+/// job naming the call and the overflow, in every form: the blocking ones used to return
+/// normally after moving 8 bytes or none.
+#[test]
+fn typed_transfer_whose_extent_overflows_aborts_naming_the_call() {
+    let bin = compile("extent");
+    let bin = bin.to_str().expect("UTF-8 path");
+    for (arg, call, elems, size) in [
+        ("long_put", "shmem_long_put", "2305843009213693953", 8),
+        ("long_put_huge", "shmem_long_put", "1152921504606846976", 8),
+        ("int_put", "shmem_int_put", "4611686018427387904", 4),
+        ("long_get", "shmem_long_get", "2305843009213693953", 8),
+        (
+            "long_put_signal",
+            "shmem_long_put_signal",
+            "2305843009213693953",
+            8,
+        ),
+        (
+            "ctx_long_put",
+            "shmem_ctx_long_put",
+            "2305843009213693953",
+            8,
+        ),
+        ("put64", "shmem_put64", "2305843009213693953", 8),
+        (
+            "long_put_nbi",
+            "shmem_long_put_nbi",
+            "2305843009213693953",
+            8,
+        ),
+    ] {
+        let r = run_cmd(&[bin, arg], 2);
+        cprog::expect_abort(
+            &format!("extent {arg}"),
+            &r,
+            2,
+            call,
+            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
+        );
+    }
+}
+
+/// A fatal message is one `write(2)`: two PEs failing at once never interleave their lines
+/// (libshmem wrote each line in 7 pieces). Checked with `strace` (skipped without it): the
+/// failing PE writes the whole line `rshmem: PE 0: shmem_long_put: …; aborting the job\n` in
+/// one call.
+#[test]
+fn fatal_message_is_one_write() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: no strace here");
+        return;
+    }
+    let bin = compile("extent");
+    let dir = built().join("capi-c-tests");
+    let prefix = dir.join(format!("strace-{}", std::process::id()));
+    let prefix_s = prefix.to_str().expect("UTF-8 path");
+    let r = run_cmd(
+        &[
+            "strace",
+            "-f",
+            "-qq",
+            "-s",
+            "1024",
+            "-e",
+            "trace=write",
+            "-o",
+            prefix_s,
+            bin.to_str().expect("UTF-8 path"),
+            "long_put",
+        ],
+        1,
+    );
+    let trace = std::fs::read_to_string(&prefix).unwrap_or_default();
+    let _ = std::fs::remove_file(&prefix);
+    assert!(!r.ok, "the program must fail:\n{}", r.stderr);
+    let pieces: Vec<&str> = trace.lines().filter(|l| l.contains("write(2, ")).collect();
+    assert!(
+        pieces.iter().any(|l| l.contains(
+            "rshmem: PE 0: shmem_long_put: transfer extent of 2305843009213693953 elements of 8 bytes overflows; aborting the job\\n\""
+        )),
+        "the fatal line was not written in one piece; writes to stderr:\n{}",
+        pieces.join("\n")
     );
 }
 

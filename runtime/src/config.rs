@@ -105,8 +105,14 @@ pub static ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "RSHMEM_UCX_TARGET_ATOMICS",
         kind: "bool",
-        default: "0 (1 on the GPU backend, and with UCX > 1.13 without an RDMA device when the job uses peer-failure handling)",
-        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message; fetching ones are answered, posted ones counted and settled by the next quiet) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory, and with a UCX newer than 1.13 on a host without an RDMA device when the job's UCX endpoints use peer-failure handling (RSHMEM_UCX_ERROR_MODE; UCX's software fetching atomics over TCP then fail); set it to 1 to run that path elsewhere (testing).",
+        default: "0 (1 on the GPU backend, and on a host without an RDMA device)",
+        help: "Atomics and signals on the user heap of PEs reached through UCX are applied by rshmem on the target PE (a UCX active message; fetching ones are answered, posted ones counted and settled by the next quiet) instead of by UCX's own atomics. Always so on the GPU backend, where UCX's software atomics cannot touch GPU memory, and on a host without an RDMA device, where UCX would emulate them in software (its emulation aborts the target PE when the initiator dies with an atomic in flight, and UCX 1.22 with peer-failure handling finds no protocol for software fetching atomics over TCP); set it to 1 to run that path elsewhere (testing).",
+    },
+    EnvVar {
+        name: "RSHMEM_UCX_EMULATED_RMA",
+        kind: "bool",
+        default: "0",
+        help: "Use a UCX that would carry puts and gets over TCP by its software emulation (UCX 1.13 and older; 1.14-1.19 with peer-failure handling; 1.20 and newer with UCX_RNDV_THRESH set by the user), which init otherwise refuses: such a UCX aborts a PE (ucs_fatal 'unexpected error: Endpoint timeout' in its put handler) when a peer dies with puts to it in flight, instead of reporting the peer lost. Set it to 1 to accept that (tests, benchmarks).",
     },
     EnvVar {
         name: "RSHMEM_UCX_ERROR_MODE",
@@ -195,6 +201,8 @@ pub struct Config {
     pub ucx_error_mode: crate::transport::select::UcxErrorMode,
     /// PE 0 prints the version and the variables set at init (`RSHMEM_INFO`).
     pub info: bool,
+    /// Accept a UCX that emulates RMA over TCP in software (`RSHMEM_UCX_EMULATED_RMA`).
+    pub ucx_emulated_rma: bool,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -226,6 +234,7 @@ impl Default for Config {
             ib_gid_index: None,
             ucx_lib: None,
             ucx_target_atomics: false,
+            ucx_emulated_rma: false,
             ucx_error_mode: crate::transport::select::UcxErrorMode::Auto,
             info: false,
         }
@@ -312,6 +321,10 @@ impl Config {
         if let Some(v) = get("RSHMEM_UCX_TARGET_ATOMICS") {
             c.ucx_target_atomics = parse_bool(&v)
                 .ok_or_else(|| bad("RSHMEM_UCX_TARGET_ATOMICS", &v, "expected 0/1/true/false"))?;
+        }
+        if let Some(v) = get("RSHMEM_UCX_EMULATED_RMA") {
+            c.ucx_emulated_rma = parse_bool(&v)
+                .ok_or_else(|| bad("RSHMEM_UCX_EMULATED_RMA", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_UCX_ERROR_MODE") {
             c.ucx_error_mode = crate::transport::select::UcxErrorMode::parse(&v)

@@ -192,8 +192,13 @@ impl Error {
 }
 
 impl std::fmt::Debug for Error {
-    /// `Variant: <the Display text>`; with `{:#?}`, the chain of causes follows, one per line.
+    /// `PE <me>: Variant: <the Display text>` (`PE <me>: ` once this process initialized a
+    /// world, so the `Error: …` line of a `main` that returns the error names its PE); with
+    /// `{:#?}`, the chain of causes follows, one per line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(me) = crate::hang::my_pe() {
+            write!(f, "PE {me}: ")?;
+        }
         write!(f, "{}: {self}", self.variant())?;
         // A driver error's text is already in the message (and formatting it through cudarc
         // needs libcuda), so its chain is not repeated.

@@ -164,6 +164,20 @@ fn send(text: &str) {
     }
 }
 
+/// This process's PE number once a world was initialized (kept after it is dropped, for the
+/// messages of errors printed later), or None.
+pub(crate) fn my_pe() -> Option<usize> {
+    let me = ME.load(Ordering::Relaxed);
+    (me != usize::MAX).then_some(me)
+}
+
+/// Tells the launcher (rshmemrun, through its report pipe) that this PE found PE `pe` gone, so
+/// that if this PE fails next, the launcher knows it only reacted and blames `pe`. One line,
+/// `pe<me>\tlost <pe>`; nothing without a launcher pipe.
+pub(crate) fn tell_launcher_lost(pe: usize) {
+    send(&format!("lost {pe}\n"));
+}
+
 fn line(state: &str, call: &str, pe: Option<usize>, waited: Duration, what: &str) -> String {
     let pe = pe.map_or_else(|| "-".to_string(), |p| p.to_string());
     let what = what.replace(['\t', '\n'], " ");

@@ -56,6 +56,7 @@ macro_rules! calls {
 }
 
 mod amo;
+mod cloexec;
 mod coll;
 pub mod config;
 pub mod contract;
@@ -97,6 +98,7 @@ pub use error::{Error, Result};
 pub use float16::{BF16, F16};
 pub use mem::SymBuf;
 pub use region::{RegionLayout, RegionMemory, RegionObject};
+pub use rma::transfer_bytes;
 pub use rshmem_bootstrap::UniqueId;
 pub use shared::SharedSymBuf;
 pub use stream::cmp_code;
@@ -122,3 +124,13 @@ pub fn init_logging() -> bool {
 }
 
 mod logging;
+
+/// `eprintln!` with one `write(2)` per line: formats the whole line first, so that the lines of
+/// PEs sharing a pipe never interleave (`eprintln!` writes each piece of its format separately
+/// on the unbuffered stderr).
+macro_rules! say {
+    ($($arg:tt)+) => {
+        $crate::logging::say_line(format!($($arg)+))
+    };
+}
+pub(crate) use say;

@@ -104,6 +104,12 @@ impl<S: LineSink> Drop for OneWrite<S> {
     }
 }
 
+/// Writes `line` and a newline to stderr with one `write` (see [`crate::say`]).
+pub(crate) fn say_line(mut line: String) {
+    line.push('\n');
+    Stderr.line(line.as_bytes());
+}
+
 #[derive(Clone, Copy)]
 struct Stderr;
 

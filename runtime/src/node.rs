@@ -85,6 +85,7 @@ impl Liveness {
             if self.failed.load(Ordering::Acquire) == NO_FAILURE {
                 *r = reason;
                 self.failed.store(pe, Ordering::Release);
+                crate::hang::tell_launcher_lost(pe);
                 let at = self.notice.load(Ordering::Acquire);
                 if at != 0 {
                     // SAFETY: `at` is the aligned notice word in this PE's control heap, set by
@@ -490,7 +491,10 @@ impl Node {
         if watched.is_empty() {
             return Ok(());
         }
-        let (stop_r, stop_w) = nix::unistd::pipe().map_err(|e| Error::os("init", "pipe", e))?;
+        // Close-on-exec: a program that starts others (`system()`) must not hand them this pipe, one
+        // byte of which would stop the watch.
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::os("init", "pipe", e))?;
         let keep_r = stop_r
             .try_clone()
             .map_err(|e| Error::os("init", "dup", e))?;
@@ -500,6 +504,23 @@ impl Node {
             .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
         self.monitor = Some((h, stop_w, keep_r));
         Ok(())
+    }
+
+    /// For a world dropped without finalize: keeps the connections to the local PEs open for
+    /// `for_how_long` more (or until the process exits, if sooner), so that the peers' reports
+    /// of this PE's departure come after what the program prints as it ends (the error its
+    /// `main` returns), not before it.
+    pub(crate) fn close_links_later(&mut self, for_how_long: Duration) {
+        let links: Vec<UnixStream> = self.links.iter_mut().filter_map(Option::take).collect();
+        if links.is_empty() {
+            return;
+        }
+        let _ = std::thread::Builder::new()
+            .name("rshmem-linger".into())
+            .spawn(move || {
+                std::thread::sleep(for_how_long);
+                drop(links);
+            });
     }
 
     /// Stops the liveness thread (it may have returned already, once every peer was gone).

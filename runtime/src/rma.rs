@@ -339,14 +339,25 @@ enum Deferred {
 }
 
 /// Bytes of a strided extent of `span` elements of `size` bytes, checked: a wrapped product
-/// would pass the range check and let the element loop write outside the allocation.
+/// would pass the range check and let the element loop write outside the allocation, and an
+/// extent past `isize::MAX` bytes can be no object's (a slice of it is undefined behaviour).
 fn span_bytes(call: &'static str, what: &str, span: usize, size: usize) -> Result<usize> {
-    span.checked_mul(size).ok_or_else(|| {
-        Error::invalid(
-            call,
-            format!("{what} extent of {span} elements of {size} bytes overflows"),
-        )
-    })
+    extent_bytes(what, span, size).map_err(|reason| Error::invalid(call, reason))
+}
+
+fn extent_bytes(what: &str, span: usize, size: usize) -> std::result::Result<usize, String> {
+    span.checked_mul(size)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| format!("{what} extent of {span} elements of {size} bytes overflows"))
+}
+
+/// The byte length of a transfer of `nelems` elements of `T`, checked: `nelems × size_of::<T>()`
+/// must neither wrap nor exceed `isize::MAX` (no object is larger). The error is the reason
+/// every transfer of the runtime gives for such a count (`transfer extent of N elements of S
+/// bytes overflows`); the C libraries check each `(pointer, count)` pair with it before they
+/// make a slice of it.
+pub fn transfer_bytes<T>(nelems: usize) -> std::result::Result<usize, String> {
+    extent_bytes("transfer", nelems, std::mem::size_of::<T>())
 }
 
 /// Rejects a local buffer (`what`, `len` elements) too short for `nelems` elements `stride`

@@ -151,7 +151,37 @@ impl World {
             return Ok(None);
         }
         let epoch = self.barrier_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        self.dissemination(call, &WorldMembers(self), epoch, check, last)
+        let kind = if call == "finalize" {
+            KIND_FINALIZE
+        } else {
+            KIND_BARRIER
+        };
+        let mut kinds = kind;
+        let r = self.dissemination_kinds(
+            call,
+            &WorldMembers(self),
+            epoch,
+            check,
+            last,
+            Some(&mut kinds),
+        );
+        if r.is_ok() && kinds != kind {
+            // Every PE saw every PE's kind (the flags carry what each saw so far): all fail.
+            let (mine, other) = if kind == KIND_FINALIZE {
+                ("finalize", "barrier_all, sync_all or a heap call")
+            } else {
+                ("barrier_all, sync_all or a heap call", "finalize")
+            };
+            return Err(Error::AsymmetricCall {
+                call,
+                details: format!(
+                    "this PE called {mine} while another PE called {other} at the same point \
+                     (barrier #{epoch}); every PE must make the same collective calls in the same \
+                     order"
+                ),
+            });
+        }
+        r
     }
 
     /// One dissemination barrier over the members `m` (all PEs, or a team) through flags in
@@ -178,6 +208,24 @@ impl World {
         check: Option<u64>,
         last: bool,
     ) -> Result<Option<Mismatch>> {
+        self.dissemination_kinds(call, m, epoch, check, last, None)
+    }
+
+    /// [`dissemination`](World::dissemination) whose flags also carry, above the epoch
+    /// ([`EPOCH_MASK`]), the kinds of call (`KIND_*` bits) the storing PE saw so far, its own
+    /// included: `kinds` starts as this PE's and ends as every member's (each member hears from
+    /// every other through the rounds), so a finalize that meets a barrier_all is found by
+    /// every member. A flag of a member already one barrier ahead tells nothing (its kinds are
+    /// of the next barrier).
+    pub(crate) fn dissemination_kinds<M: Members>(
+        &self,
+        call: &'static str,
+        m: &M,
+        epoch: u64,
+        check: Option<u64>,
+        last: bool,
+        mut kinds: Option<&mut u64>,
+    ) -> Result<Option<Mismatch>> {
         let n = m.n();
         let me = m.me();
         let my_local = self.ctrl.me_local();
@@ -203,12 +251,14 @@ impl World {
                 self.ctrl_store(call, to, words, lo)?;
                 self.ctrl_store(call, to, words + 8, hi)?;
             }
-            self.ctrl_store(call, to, slot, epoch)?;
+            let tag = kinds.as_deref().copied().unwrap_or(0);
+            self.ctrl_store(call, to, slot, epoch | tag)?;
             let remote = self.node.local_of[from_pe].is_none();
             let mut seen_gone: Option<std::time::Instant> = None;
             // SAFETY: flag slots are aligned u64s inside my control heap's internal area,
             // mapped for the World's lifetime.
-            let up = || (unsafe { u64::load(mine, Ordering::Acquire) } >= epoch);
+            let flag = || unsafe { u64::load(mine, Ordering::Acquire) };
+            let up = || (flag() & EPOCH_MASK) >= epoch;
             self.wait
                 .wait(
                     &self.live,
@@ -248,6 +298,12 @@ impl World {
                     || m.describe(from_pe, epoch, round),
                 )
                 .and_then(|r| r)?;
+            if let Some(k) = kinds.as_deref_mut() {
+                let v = flag();
+                if v & EPOCH_MASK == epoch {
+                    *k |= v & !EPOCH_MASK;
+                }
+            }
             if let Some((words, _, _)) = words {
                 let at = self.ctrl.internal_addr(my_local, words);
                 // SAFETY: the check words are aligned u64s inside my control heap's internal
@@ -544,6 +600,13 @@ impl Members for WorldMembers<'_> {
         )
     }
 }
+
+/// The epoch bits of a world barrier's flag; the bits above carry the kinds of call seen.
+const EPOCH_MASK: u64 = (1 << 56) - 1;
+/// Kind bit of barrier_all, sync_all and the heap calls' barriers.
+const KIND_BARRIER: u64 = 1 << 56;
+/// Kind bit of finalize's barriers.
+const KIND_FINALIZE: u64 = 1 << 57;
 
 /// How long finalize's last barrier keeps waiting on a gone PE on another host whose flag is
 /// still down (its stores may still be in the socket being read).

@@ -84,7 +84,13 @@ impl WaitPolicy {
             spins: if shared { SPINS_SHARED } else { SPINS_OWN_CORE },
             serving_threads_share_core: serving,
             progress: None,
-            nap_after: NAP_AFTER,
+            // PEs outnumbering the cores: a waiter that yields for 20 ms keeps the CPU from the
+            // PEs (and their transport threads) it waits for; it naps after its spins instead.
+            nap_after: if local_pes > cores {
+                Duration::ZERO
+            } else {
+                NAP_AFTER
+            },
         }
     }
 
@@ -97,11 +103,9 @@ impl WaitPolicy {
     /// Makes every wait call `p` between its checks until it naps (see the module docs).
     pub fn set_progress(&mut self, p: Option<Progress>) {
         let own_core = self.spins == SPINS_OWN_CORE;
-        self.nap_after = if p.is_some() && own_core {
-            NAP_AFTER_PROGRESSING
-        } else {
-            NAP_AFTER
-        };
+        if p.is_some() && own_core {
+            self.nap_after = NAP_AFTER_PROGRESSING;
+        }
         self.progress = p;
     }
 

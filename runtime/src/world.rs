@@ -381,8 +381,21 @@ impl World {
                     .into(),
             });
         }
+        let fds = crate::cloexec::open_fds();
         let r = report_environment(boot.as_ref(), &cfg, report)
             .and_then(|()| Self::start_inner(cfg, boot, rendezvous, t0));
+        // Whatever init and its libraries opened stays out of programs this PE starts.
+        let marked = crate::cloexec::mark_new(&fds);
+        if marked > 0 {
+            tracing::debug!(target: "rshmem::init", "set close-on-exec on {marked} descriptors opened by libraries during init");
+        }
+        if r.is_ok() {
+            // The PEs are connected: libraries' listeners (UCX's TCP transport) take no one new.
+            let shut = crate::cloexec::shut_new_listeners(&fds);
+            if shut > 0 {
+                tracing::debug!(target: "rshmem::init", "closed {shut} listening sockets opened by libraries during init to new connections");
+            }
+        }
         if r.is_err() {
             ACTIVE.store(false, Ordering::Release);
         }
@@ -409,7 +422,7 @@ impl World {
         // The host control heap first: before a CUDA context fills the address space.
         let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
-        let gpu = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
         let sharing = match &gpu {
             Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
             None => Default::default(),
@@ -492,7 +505,9 @@ impl World {
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
-        let mut wait = WaitPolicy::new(me, cfg.timeout, node.len(), net.is_some());
+        // The PEs of the host share its cores, also when RSHMEM_DISABLE_P2P makes every PE
+        // its own node (then node.len() is 1, and 32 PEs on 2 cores each spun as if alone).
+        let mut wait = WaitPolicy::new(me, cfg.timeout, host_pes.max(node.len()), net.is_some());
         if let Some(net) = &net {
             if wait.serving_threads_share_core() {
                 net.spin_at_least(tcp::SHARED_CORE_SPIN);
@@ -729,6 +744,14 @@ impl World {
     /// True once [`World::finalize`] or [`World::finalize_shared`] ran.
     pub(crate) fn is_finalized(&self) -> bool {
         self.finalized.load(Ordering::Acquire)
+    }
+
+    /// Test support, not part of the API: makes only the first of finalize's two barriers
+    /// (which a barrier_all no longer pairs with: their kinds differ), for tests of a PE that
+    /// leaves between them. The world stays usable only for exiting.
+    #[doc(hidden)]
+    pub fn finalize_first_barrier_for_tests(&self) -> Result<()> {
+        self.barrier_all_named("finalize")
     }
 
     /// The collective part of finalize: the two barriers (the monitor of peers goes on until
@@ -1108,8 +1131,13 @@ fn poisoned(call: &'static str) -> Error {
     }
 }
 
-/// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend.
-fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<Arc<Gpu>>> {
+/// Picks this PE's GPU (or none) and makes sure every PE agrees on the backend; also returns
+/// how many PEs run on this host.
+fn choose_gpu(
+    boot: &dyn Bootstrap,
+    cfg: &Config,
+    node: &Node,
+) -> Result<(Option<Arc<Gpu>>, usize)> {
     let call = "init";
     let (host_rank, host_pes) = crate::node::host_place(boot, cfg, node)?;
     let count = match cfg.backend {
@@ -1151,7 +1179,7 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
         });
     }
     if !want_gpu {
-        return Ok(None);
+        return Ok((None, host_pes));
     }
     let ordinal = cfg.device.unwrap_or(host_rank % count);
     if ordinal >= count {
@@ -1160,13 +1188,61 @@ fn choose_gpu(boot: &dyn Bootstrap, cfg: &Config, node: &Node) -> Result<Option<
             format!("RSHMEM_DEVICE={ordinal} but only {count} CUDA device(s) are visible"),
         ));
     }
-    Gpu::open(ordinal).map(Some)
+    Gpu::open(ordinal).map(|g| (Some(g), host_pes))
+}
+
+/// How long a world dropped without finalize keeps its local connections (and its warning)
+/// before the peers see it gone, unless the process exits first.
+const LINGER: Duration = Duration::from_millis(300);
+
+static DROP_WARNED: AtomicBool = AtomicBool::new(false);
+static DROP_PE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Prints the "dropped without finalize" warning once, if the `rshmem::init` target logs
+/// warnings (written directly, in the logger's format: at exit the subscriber's thread-local
+/// buffers may already be gone).
+fn print_dropped_warning() {
+    if DROP_WARNED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let pe = DROP_PE.load(Ordering::Relaxed);
+    crate::say!("rshmem PE {pe} WARN rshmem::init: World dropped without finalize; peers will see this PE as gone");
+}
+
+extern "C" fn dropped_warning_at_exit() {
+    print_dropped_warning();
+}
+
+/// Arranges for the warning of a world dropped without finalize to be printed at the
+/// process's exit or after [`LINGER`], whichever comes first.
+fn dropped_warning_later(me: usize) {
+    if !tracing::event_enabled!(target: "rshmem::init", tracing::Level::WARN) {
+        return;
+    }
+    DROP_PE.store(me, Ordering::Relaxed);
+    DROP_WARNED.store(false, Ordering::Release);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a plain extern "C" function that takes nothing and only writes to
+        // stderr; atexit has no other effect.
+        unsafe { libc::atexit(dropped_warning_at_exit) };
+    });
+    let _ = std::thread::Builder::new()
+        .name("rshmem-linger".into())
+        .spawn(|| {
+            std::thread::sleep(LINGER);
+            print_dropped_warning();
+        });
 }
 
 impl Drop for World {
     fn drop(&mut self) {
         if !self.finalized.load(Ordering::Acquire) {
-            tracing::warn!(target: "rshmem::init", pe = self.me, "World dropped without finalize; peers will see this PE as gone");
+            // Usually `main` returning an error: the error is printed after this drop. So the
+            // warning waits for the process's exit (or LINGER) and the local peers see this PE
+            // leave only then, and the real error comes first.
+            dropped_warning_later(self.me);
+            self.node.close_links_later(LINGER);
         }
         self.node.stop_monitor();
         // A peer found lost while the transports shut down is still recorded, but no longer

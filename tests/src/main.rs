@@ -37,11 +37,18 @@
 //! * `idle` — one-sided operations on a PE that sleeps outside rshmem complete, and the
 //!   sleeping PE uses (almost) no CPU (2+ PEs).
 //! * `errors` — bad arguments give the right error and write nothing.
+//! * `fds` — every descriptor init opened is close-on-exec (none leaks into child processes).
 //! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
 //! * `die [DIR]` — the last PE exits right after init; the others see `PeerLost` (2+ PEs),
 //!   then meet through marker files in DIR before they exit.
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
+//! * `finalize-mismatch` — PE 0 calls finalize while the others call barrier_all: every PE
+//!   gets `AsymmetricCall` (2+ PEs).
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
+//! * `panic` — PE 1 panics (status 101) while the others wait in a barrier and exit 1 as soon
+//!   as it is gone (2+ PEs): the launcher must blame PE 1 all the same.
+//! * `kill-stream DELAY_MS` — the last PE streams puts to the others and kills itself; the
+//!   survivors' barrier fails with `PeerLost` naming it (2+ PEs; no abort inside UCX).
 //! * `hang [DELAY_MS]` — PE 1 blocks in `signal_wait_until` (after DELAY_MS), the others in a
 //!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
@@ -84,6 +91,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
+    ("fds", false),
     ("symmetry", false),
     ("stream", false),
     ("gpucoll", false),
@@ -91,7 +99,10 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("timeout", false),
     ("die", true),
     ("die-finalize", true),
+    ("finalize-mismatch", true),
     ("crash", true),
+    ("panic", true),
+    ("kill-stream", true),
     ("idle", true),
     ("hang", true),
 ];
@@ -118,10 +129,13 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "transports" => transports::run,
         "idle" => idle::run,
         "errors" => errors::run,
+        "fds" => fds::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
+        "panic" => return crash::panic(c).map(|()| End::NoFinalize),
+        "kill-stream" => return kill::stream(c).map(|()| End::NoFinalize),
         "hang" => return hang::run(c).map(|()| End::NoFinalize),
         "tcp-stop" => return tcpnet::stop(c).map(|()| End::NoFinalize),
         _ => return Err(Fail(format!("unknown scenario {name:?}"))),
@@ -171,6 +185,9 @@ fn main() -> ExitCode {
     if scenario == "tcp-idle" {
         scenarios::tcpnet::crowd_listeners();
     }
+    if scenario == "fds" {
+        scenarios::fds::before_init();
+    }
     let world = match rshmem::init() {
         Ok(w) => w,
         Err(e) => return fail(&rank, &scenario, &format!("rshmem::init failed: {e}")),
@@ -191,6 +208,9 @@ fn main() -> ExitCode {
 fn run(world: World, scenario: &str) -> R {
     if scenario == "die-finalize" {
         return scenarios::die::finalize(world);
+    }
+    if scenario == "finalize-mismatch" {
+        return scenarios::symmetry::finalize_mismatch(world);
     }
     let args = std::env::args().skip(2).collect();
     let end = dispatch(scenario, &Ctx::new(&world, args))?;

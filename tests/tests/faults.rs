@@ -224,6 +224,94 @@ fn crash_8pes() {
     crash(8);
 }
 
+/// `panic`: PE 1 panics (status 101); the others exit 1 as soon as their barrier reports it
+/// gone, usually before PE 1's process ends. rshmemrun must name PE 1 as the PE that failed
+/// first, with its status and time, and exit 101 (it used to name PE 0 and exit 1: the first
+/// exit it saw). Over shared memory and over TCP.
+fn panic_blames(n: usize, env: &[(&str, &str)]) {
+    let mut j = common::job(n, "panic").timeout(30);
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    let r = j.run();
+    r.check(
+        r.status.code() == Some(101),
+        "rshmemrun must exit with the panicking PE's status 101",
+    );
+    let first = r.stderr_lines("rshmemrun: PE ");
+    r.check(
+        first
+            .iter()
+            .any(|l| l.starts_with("rshmemrun: PE 1 failed first (status 101 at ")),
+        "rshmemrun must name PE 1 as the PE that failed first, with status and time",
+    );
+    r.check(
+        !first
+            .iter()
+            .any(|l| l.contains("failed first") && !l.starts_with("rshmemrun: PE 1 ")),
+        "no other PE may be named first",
+    );
+    for pe in (0..n).filter(|&p| p != 1) {
+        r.check(
+            r.stderr_lines(&format!("PE {pe}: barrier_all failed as expected"))
+                .len()
+                == 1
+                || r.stderr.contains(&format!("PE {pe} (pid ")),
+            &format!("PE {pe} must have seen PE 1 gone or been stopped"),
+        );
+    }
+    r.check(
+        r.elapsed < Duration::from_secs(10),
+        "the job must end within a few seconds of the panic",
+    );
+}
+
+#[test]
+fn panic_blames_the_panicking_pe_2pes() {
+    panic_blames(2, &[]);
+}
+
+#[test]
+fn panic_blames_the_panicking_pe_4pes() {
+    panic_blames(4, &[]);
+}
+
+#[test]
+fn panic_blames_the_panicking_pe_tcp_3pes() {
+    panic_blames(3, TCP);
+}
+
+/// A `main` that returns rshmem's error: PE 1's `Error: PE 1: InvalidArgument: p: …` line
+/// comes before its own "World dropped without finalize" warning and before PE 0's report of
+/// PE 1 closing its connection (the warning and the peers' reports used to come first, and
+/// the error named no PE).
+#[test]
+fn main_error_is_printed_first_with_its_pe() {
+    let prog = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rshmem-mainerr"));
+    for _ in 0..3 {
+        let r = common::job(2, "-").program(&prog).timeout(30).run();
+        r.check(!r.status.success(), "PE 1's error must fail the job");
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        let at = |pat: &str| lines.iter().position(|l| l.contains(pat));
+        let err = at("Error: PE 1: InvalidArgument: p");
+        r.check(
+            err.is_some(),
+            "PE 1's main must print its error with its PE",
+        );
+        for later in [
+            "rshmem PE 1 WARN rshmem::init: World dropped without finalize",
+            "PE 1 closed its connection",
+        ] {
+            if let Some(i) = at(later) {
+                r.check(
+                    i > err.unwrap_or(usize::MAX),
+                    &format!("{later:?} came before PE 1's error"),
+                );
+            }
+        }
+    }
+}
+
 /// Every PE its own node: barriers, waits and PeerLost over the TCP transport.
 const TCP: &[(&str, &str)] = &[("RSHMEM_DISABLE_P2P", "1"), ("RSHMEM_BACKEND", "cpu")];
 

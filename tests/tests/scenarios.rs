@@ -174,3 +174,21 @@ per_n!(
     active_set_4pes = 4,
     active_set_5pes = 5
 );
+
+/// No descriptor opened by init lacks close-on-exec (the liveness watch's stop pipe did):
+/// over shared memory with the liveness watch (3 PEs on this host) and over the TCP transport.
+#[test]
+fn init_opens_only_close_on_exec_descriptors() {
+    common::scenario(3, "fds", NONE);
+    common::scenario(2, "fds", &[("RSHMEM_DISABLE_P2P", "1")]);
+}
+
+/// PE 0 in finalize while the others are in barrier_all: every PE's call fails with
+/// `AsymmetricCall` (the barriers paired up and returned success), over shared memory and TCP.
+#[test]
+fn finalize_against_barrier_fails_on_every_pe() {
+    for n in [2, 3, 4] {
+        common::scenario(n, "finalize-mismatch", NONE);
+    }
+    common::scenario(3, "finalize-mismatch", &[("RSHMEM_DISABLE_P2P", "1")]);
+}

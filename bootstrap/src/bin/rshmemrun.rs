@@ -28,6 +28,16 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// `eprintln!` with one `write(2)` per line (the line is formatted first), so that the
+/// launcher's lines never interleave with the PEs' output on the same terminal or pipe.
+macro_rules! say {
+    ($($arg:tt)+) => {{
+        let mut line = format!($($arg)+);
+        line.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 use clap::Parser;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -41,6 +51,9 @@ const EXIT_TIMEOUT: i32 = 124;
 /// How long rshmemrun waits, after the first PE failed, for others to fail too before it
 /// decides which failure was first (see `supervise`).
 const SETTLE: Duration = Duration::from_millis(200);
+/// How long rshmemrun waits, after the first failure, for a PE that the failed PEs reported
+/// gone (they only reacted to it) to end by itself before it names one of them.
+const SETTLE_MAX: Duration = Duration::from_secs(3);
 /// How long rshmemrun waits for the PEs' hang reports after asking for them.
 const REPORT_WAIT: Duration = Duration::from_millis(1500);
 /// Exit status for usage errors.
@@ -158,7 +171,7 @@ fn main() {
     let code = match run(Cli::parse_from(mpirun_style_args(std::env::args_os()))) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("rshmemrun: {}", f.msg);
+            say!("rshmemrun: {}", f.msg);
             f.code
         }
     };
@@ -242,6 +255,8 @@ struct Pe {
     child: Child,
     pid: i32,
     status: Option<ExitStatus>,
+    /// When it was found failed (from the launch), if it failed.
+    failed_at: Option<Duration>,
 }
 
 fn signal_name(sig: i32) -> String {
@@ -505,7 +520,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     let mut reports = match Reports::new(cli.n) {
         Ok(r) => Some(r),
         Err(e) => {
-            eprintln!("rshmemrun: no hang reports: cannot create their pipe: {e}");
+            say!("rshmemrun: no hang reports: cannot create their pipe: {e}");
             None
         }
     };
@@ -534,7 +549,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                     for h in spawned.into_iter().flatten() {
                         match h {
                             Ok(h) => taggers.push(h),
-                            Err(e) => eprintln!("rshmemrun: cannot start output thread: {e}"),
+                            Err(e) => say!("rshmemrun: cannot start output thread: {e}"),
                         }
                     }
                 }
@@ -544,6 +559,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                     child,
                     pid,
                     status: None,
+                    failed_at: None,
                 });
             }
             Err(e) => {
@@ -603,6 +619,7 @@ fn supervise(
     // Failed PEs (rank, pid, status) not yet reported, and until when to wait for more.
     let mut failures: Vec<(usize, i32, ExitStatus)> = Vec::new();
     let mut settle_until: Option<Instant> = None;
+    let mut first_failure: Option<Instant> = None;
 
     let stop = |pes: &[Pe], sig: Signal| {
         // Every group, including those of PEs that already exited: their children may linger.
@@ -634,7 +651,7 @@ fn supervise(
                 kill_at = None;
                 continue;
             }
-            eprintln!("rshmemrun: received {}, stopping the PEs", sig.as_str());
+            say!("rshmemrun: received {}, stopping the PEs", sig.as_str());
             exit_code = Some(128 + signo);
             stopping = true;
             stop(pes, sig);
@@ -648,21 +665,48 @@ fn supervise(
                     pe.status = Some(st);
                     if !st.success() && !stopping {
                         failures.push((pe.rank, pe.pid, st));
+                        pe.failed_at = Some(start.elapsed());
                     }
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    eprintln!("rshmemrun: waiting for PE {}: {e}", pe.rank);
+                    say!("rshmemrun: waiting for PE {}: {e}", pe.rank);
                     pe.status = Some(ExitStatus::from_raw(1 << 8));
                 }
             }
         }
         let all_ended = pes.iter().all(|p| p.status.is_some());
         if !failures.is_empty() && !stopping {
-            let settle = *settle_until.get_or_insert_with(|| Instant::now() + SETTLE);
+            let first_at = *first_failure.get_or_insert_with(Instant::now);
+            let mut settle = *settle_until.get_or_insert_with(|| first_at + SETTLE);
+            // PEs that reported a peer gone before they failed reacted to it: while every
+            // failure so far is such a reaction and a PE they name still runs, wait (up to
+            // SETTLE_MAX) for that PE's own end, so that it is the one blamed.
+            if let Some(r) = reports.as_deref_mut() {
+                r.drain();
+            }
+            let lost: Vec<Option<usize>> = reports
+                .as_deref()
+                .map_or_else(Vec::new, |r| r.saw_lost.clone());
+            let saw_lost = |rank: usize| lost.get(rank).copied().flatten();
+            let only_reactions = failures
+                .iter()
+                .all(|&(rank, _, _)| saw_lost(rank).is_some());
+            let named_running = failures.iter().any(|&(rank, _, _)| {
+                saw_lost(rank)
+                    .and_then(|x| pes.iter().find(|p| p.rank == x))
+                    .is_some_and(|p| p.status.is_none())
+            });
+            if only_reactions && named_running {
+                settle = settle.max(first_at + SETTLE_MAX);
+                settle_until = Some(settle);
+            }
             if all_ended || Instant::now() >= settle {
+                // The PE that failed of its own accord first: not one that saw another gone
+                // before it failed; then deaths by signal; then by the order of the exits.
                 failures.sort_by_key(|&(rank, pid, st)| {
                     (
+                        saw_lost(rank).is_some(),
                         st.signal().is_none(),
                         exit_order
                             .iter()
@@ -673,25 +717,39 @@ fn supervise(
                 });
                 for &(rank, _, st) in &failures {
                     if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
-                        eprintln!("rshmemrun: {}", describe_failure(pe, st));
+                        let seen = saw_lost(rank)
+                            .map(|x| format!(" after it saw PE {x} gone"))
+                            .unwrap_or_default();
+                        say!("rshmemrun: {}{seen}", describe_failure(pe, st));
                     }
                 }
                 exit_code = Some(status_code(failures[0].2));
                 let left = pes.iter().filter(|p| p.status.is_none()).count();
                 if let Some(r) = reports.as_deref_mut() {
-                    r.drain();
                     // Ask the PEs still running; show what the ended ones recorded.
                     if left > 0 || r.lines.iter().any(|l| !l.is_empty()) {
                         hang_report(pes, r, &format!("PE {} failed", failures[0].0));
                     }
                 }
+                let first = failures[0];
+                let when = pes
+                    .iter()
+                    .find(|p| p.rank == first.0)
+                    .and_then(|p| p.failed_at)
+                    .map(|t| format!(" at {:.2} s", t.as_secs_f64()))
+                    .unwrap_or_default();
+                let how = match (first.2.code(), first.2.signal()) {
+                    (Some(c), _) => format!("status {c}"),
+                    (None, Some(sig)) => format!("signal {}", signal_name(sig)),
+                    _ => format!("{}", first.2),
+                };
                 if left > 0 {
-                    eprintln!(
-                        "rshmemrun: PE {} failed first; stopping the remaining {left} PE(s)",
-                        failures[0].0
+                    say!(
+                        "rshmemrun: PE {} failed first ({how}{when}); stopping the remaining {left} PE(s)",
+                        first.0
                     );
                 } else if failures.len() > 1 {
-                    eprintln!("rshmemrun: PE {} failed first", failures[0].0);
+                    say!("rshmemrun: PE {} failed first ({how}{when})", first.0);
                 }
                 failures.clear();
                 stopping = true;
@@ -702,7 +760,7 @@ fn supervise(
             // Stopping for another reason (a signal, --timeout) while settling: report them.
             for (rank, _, st) in failures.drain(..) {
                 if let Some(pe) = pes.iter().find(|p| p.rank == rank) {
-                    eprintln!("rshmemrun: {}", describe_failure(pe, st));
+                    say!("rshmemrun: {}", describe_failure(pe, st));
                 }
             }
         }
@@ -722,7 +780,7 @@ fn supervise(
                 .iter()
                 .map(|p| format!("{} (pid {})", p.rank, p.pid))
                 .collect();
-            eprintln!(
+            say!(
                 "rshmemrun: timed out after {}s; PE(s) still running: {}",
                 timeout.map_or(0.0, |t| t.as_secs_f64()),
                 list.join(", ")
@@ -776,7 +834,7 @@ fn supervise(
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
                 // Cannot wait for signals: fall back to polling.
-                eprintln!("rshmemrun: poll: {e}");
+                say!("rshmemrun: poll: {e}");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -801,6 +859,9 @@ struct Reports {
     lines: Vec<Vec<String>>,
     /// Per PE: its last report ended.
     done: Vec<bool>,
+    /// Per PE: the first PE it reported gone (`lost <pe>`), if any: its own failure, if it
+    /// fails, only reacts to that one.
+    saw_lost: Vec<Option<usize>>,
 }
 
 impl Reports {
@@ -819,6 +880,7 @@ impl Reports {
             armed: vec![false; n],
             lines: vec![Vec::new(); n],
             done: vec![false; n],
+            saw_lost: vec![None; n],
         })
     }
 
@@ -844,6 +906,14 @@ impl Reports {
             else {
                 continue;
             };
+            if let Some(x) = rest.strip_prefix("lost ") {
+                if let Ok(x) = x.trim().parse::<usize>() {
+                    if x < self.saw_lost.len() && x != rank {
+                        self.saw_lost[rank].get_or_insert(x);
+                    }
+                }
+                continue;
+            }
             match rest {
                 "armed" => self.armed[rank] = true,
                 "end" => self.done[rank] = true,

@@ -274,7 +274,12 @@ pub unsafe fn src_slice<'a, T>(what: &str, p: *const T, n: usize) -> CResult<&'a
     if (p as usize) % std::mem::align_of::<T>() != 0 {
         return invalid(format!("{what} {p:p} is misaligned"));
     }
-    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
+    // silently moved 8 bytes or none): refuse it as every other transfer does.
+    if let Err(why) = rt::transfer_bytes::<T>(n) {
+        return invalid(why);
+    }
+    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
@@ -292,6 +297,11 @@ pub unsafe fn dst_slice<'a, T>(what: &str, p: *mut T, n: usize) -> CResult<&'a m
     if (p as usize) % std::mem::align_of::<T>() != 0 {
         return invalid(format!("{what} {p:p} is misaligned"));
     }
-    // SAFETY: non-null, aligned, and valid for n elements by the caller's contract.
+    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
+    // silently moved 8 bytes or none): refuse it as every other transfer does.
+    if let Err(why) = rt::transfer_bytes::<T>(n) {
+        return invalid(why);
+    }
+    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }

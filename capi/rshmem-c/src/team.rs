@@ -141,12 +141,15 @@ pub unsafe extern "C" fn rshmem_team_split_strided(
     config_mask: c_long,
     new_team: *mut i32,
 ) -> c_int {
+    // RSHMEM_TEAM_INVALID first, whatever fails next (also a call before init).
+    if !new_team.is_null() {
+        // SAFETY: non-null, by the caller's contract.
+        unsafe { *new_team = TEAM_INVALID };
+    }
     status("rshmem_team_split_strided", |rt| {
         if new_team.is_null() {
             return invalid("new_team is NULL");
         }
-        // SAFETY: non-null, by the caller's contract.
-        unsafe { *new_team = TEAM_INVALID };
         if start < 0 || size < 1 {
             return invalid(format!(
                 "start {start} must be at least 0 and size {size} at least 1"
@@ -185,14 +188,17 @@ pub unsafe extern "C" fn rshmem_team_split_2d(
     yaxis_mask: c_long,
     yaxis_team: *mut i32,
 ) -> c_int {
+    // RSHMEM_TEAM_INVALID first in each output given, whatever fails next (also a call before
+    // init, or the other output NULL).
+    for out in [xaxis_team, yaxis_team] {
+        if !out.is_null() {
+            // SAFETY: non-null, by the caller's contract.
+            unsafe { *out = TEAM_INVALID };
+        }
+    }
     status("rshmem_team_split_2d", |rt| {
         if xaxis_team.is_null() || yaxis_team.is_null() {
             return invalid("xaxis_team and yaxis_team must not be NULL");
-        }
-        // SAFETY: non-null, by the caller's contract.
-        unsafe {
-            *xaxis_team = TEAM_INVALID;
-            *yaxis_team = TEAM_INVALID;
         }
         if xrange < 1 {
             return invalid(format!("xrange {xrange} must be at least 1"));

@@ -162,6 +162,13 @@ fn teams_and_host_collectives() {
     passes("team");
 }
 
+/// A failed split leaves `RSHMEM_TEAM_INVALID` in every output given: before init, with the
+/// other 2-D output NULL, and once the team slots run out.
+#[test]
+fn failed_split_sets_team_invalid() {
+    passes("team_full");
+}
+
 /// Rank 0 makes the id and writes it to a file the others read.
 #[test]
 fn init_with_a_unique_id_passed_through_a_file() {
@@ -260,6 +267,34 @@ fn errors_return_codes_and_name_the_call() {
 #[test]
 fn bad_pe_ends_the_job_naming_the_call() {
     aborts("bad_pe", "rshmem_int_p", "PE 2 is out of range");
+}
+
+/// A typed put/get whose `count × element size` wraps ends the job naming the call and the
+/// overflow; the blocking forms used to return normally after moving 8 bytes or none.
+#[test]
+fn typed_transfer_whose_extent_overflows_ends_the_job_naming_the_call() {
+    let bin = compile("extent");
+    let bin = bin.to_str().expect("UTF-8 path");
+    for (arg, call, elems, size) in [
+        ("long_put", "rshmem_long_put", "2305843009213693953", 8),
+        ("long_get", "rshmem_long_get", "2305843009213693953", 8),
+        ("int_put", "rshmem_int_put", "4611686018427387904", 4),
+        (
+            "long_put_nbi",
+            "rshmem_long_put_nbi",
+            "2305843009213693953",
+            8,
+        ),
+    ] {
+        let r = run(&[bin, arg], 2, &[]);
+        cprog::expect_abort(
+            &format!("extent {arg}"),
+            &r,
+            2,
+            call,
+            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
+        );
+    }
 }
 
 #[test]

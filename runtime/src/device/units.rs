@@ -285,7 +285,7 @@ pub fn registered() -> usize {
 pub extern "C" fn rshmem_device_register_state_updater(f: Option<StateUpdater>) -> c_int {
     const CALL: &str = "rshmem_device_register_state_updater";
     let Some(f) = f else {
-        eprintln!("rshmem: {CALL}: the updater function is NULL");
+        crate::say!("rshmem: {CALL}: the updater function is NULL");
         return -1;
     };
     let result = std::panic::catch_unwind(|| {
@@ -301,11 +301,11 @@ pub extern "C" fn rshmem_device_register_state_updater(f: Option<StateUpdater>) 
     match result {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            eprintln!("rshmem: {CALL}: {e}");
+            crate::say!("rshmem: {CALL}: {e}");
             -1
         }
         Err(_) => {
-            eprintln!("rshmem: {CALL}: internal error (panic)");
+            crate::say!("rshmem: {CALL}: internal error (panic)");
             -1
         }
     }

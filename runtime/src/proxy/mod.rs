@@ -110,7 +110,7 @@ impl Proxy {
             .name(format!("rshmem-proxy-{me}"))
             .spawn(move || {
                 if let Err(e) = g.bind("proxy") {
-                    eprintln!("rshmem: proxy of PE {me}: {e}");
+                    crate::say!("rshmem: proxy of PE {me}: {e}");
                 }
                 service::run(ring, ex, s, me)
             })

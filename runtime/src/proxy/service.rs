@@ -71,7 +71,7 @@ pub(crate) fn run(mut ring: Ring, mut ex: impl Exec, stop: Arc<AtomicBool>, me: 
                             failed = true;
                             ring.fail(failure_of(&e), r.pe, r.ticket);
                             tracing::error!(target: "rshmem::proxy", pe = me, ticket = r.ticket, "device {} to PE {} failed: {e}", op_name(r.op), r.pe);
-                            eprintln!(
+                            crate::say!(
                                 "rshmem: proxy of PE {me}: device {} request #{} to PE {} failed: {e}",
                                 op_name(r.op),
                                 r.ticket,

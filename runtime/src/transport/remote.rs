@@ -162,13 +162,25 @@ impl Remotes {
             let peer = select::ucx_peer_errors_in_job(&all)
                 .map_err(|e| Error::Unsupported { call, reason: e.0 })?;
             if let Some(u) = &ucx {
+                let user_rndv = std::env::var_os("UCX_RNDV_THRESH").is_some();
+                if let Some(why) = select::ucx_emulated_rma(u.version(), ucx_rdma, peer, user_rndv)
+                {
+                    let (a, b, c) = u.version();
+                    if !cfg.ucx_emulated_rma {
+                        return Err(Error::Unsupported {
+                            call,
+                            reason: format!(
+                                "UCX {a}.{b}.{c} would carry puts and gets to PEs on other hosts by its software emulation over TCP ({why}), and that emulation aborts a PE inside UCX when a peer dies with puts to it in flight, instead of reporting the peer lost; use RSHMEM_REMOTE_TRANSPORT=tcp (or auto), a UCX of 1.20 or newer, or an RDMA transport, or set RSHMEM_UCX_EMULATED_RMA=1 to accept it"
+                            ),
+                        });
+                    }
+                    tracing::warn!(target: "rshmem::ucx", "UCX {a}.{b}.{c} emulates RMA over TCP ({why}); RSHMEM_UCX_EMULATED_RMA=1 accepts it: a peer's death during puts may abort this PE inside UCX");
+                }
                 u.set_peer_errors(peer);
                 u.set_target_atomics(select::ucx_target_atomics(
                     gpu,
                     cfg.ucx_target_atomics,
-                    u.version(),
                     rdma_dev,
-                    peer,
                 ));
             }
             r.ucx = ucx;

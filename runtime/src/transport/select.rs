@@ -234,18 +234,45 @@ pub fn ucx_in_job(all: &[Announce]) -> bool {
 /// Whether atomics over UCX are applied by rshmem on the target (UCX active messages, see
 /// `transport/ucx/amo.rs`) instead of by UCX's own atomics: always on the GPU backend (UCX's
 /// software atomics dereference the target address on the CPU, which GPU memory is not); when
-/// asked for (`RSHMEM_UCX_TARGET_ATOMICS=1`); and with a UCX newer than 1.13 on a host without
-/// an RDMA device when its endpoints use peer-failure handling (`peer_errors`): UCX 1.22
-/// (measured) then finds no protocol for software fetching atomics over TCP ("cannot find
-/// remote protocol ... amo_fetch"), while without it they work (as Open MPI's OSHMEM runs UCX).
-pub fn ucx_target_atomics(
-    gpu: bool,
-    forced: bool,
+/// asked for (`RSHMEM_UCX_TARGET_ATOMICS=1`); and on a host without an RDMA device, where UCX
+/// would emulate them (UCX 1.22 with peer-failure handling also finds no protocol for software
+/// fetching atomics over TCP: "cannot find remote protocol ... amo_fetch").
+pub fn ucx_target_atomics(gpu: bool, forced: bool, rdma: bool) -> bool {
+    // Without RDMA, UCX emulates atomics in software, and its target answers the initiator from
+    // inside its handler, which aborts the process when the initiator died (as for puts, see
+    // `ucx_emulated_rma`): rshmem's own handlers answer through `ucp_am_send_nbx`, whose
+    // failure is only a status.
+    gpu || forced || !rdma
+}
+
+/// Why a UCX would carry puts and gets over TCP by its software emulation (active messages
+/// applied by the target's UCX, which answers each from inside its handler); None when it
+/// would not. That answer is sent with `ucp_request_send`, which calls `ucs_fatal` on any
+/// error but "no resource": when the initiator dies with puts to this PE in flight, the target
+/// aborts (`ucp_request.inl: Fatal: unexpected error: Endpoint timeout` in `ucp_put_handler`;
+/// measured with UCX 1.13.1 in 2 of 3 kill runs, the code unchanged in 1.22). UCX emulates
+/// RMA without an RDMA transport (`rdma`) when it opens no TCP RMA lane: always up to 1.13;
+/// 1.14-1.19 when the endpoints use peer-failure handling (`peer_errors`); 1.20 and newer with
+/// peer-failure handling when the user set `UCX_RNDV_THRESH` (`user_rndv`: rshmem sets it to
+/// `inf`, which opens the lane).
+pub fn ucx_emulated_rma(
     version: (u32, u32, u32),
     rdma: bool,
     peer_errors: bool,
-) -> bool {
-    gpu || forced || ((version.0, version.1) > (1, 13) && !rdma && peer_errors)
+    user_rndv: bool,
+) -> Option<&'static str> {
+    let v = (version.0, version.1);
+    if rdma {
+        None
+    } else if v < (1, 14) {
+        Some("UCX 1.13 and older have no RMA lane over TCP")
+    } else if v <= (1, 19) && peer_errors {
+        Some("UCX 1.14 to 1.19 open no RMA lane over TCP for endpoints with peer-failure handling (RSHMEM_UCX_ERROR_MODE=peer)")
+    } else if v >= (1, 20) && peer_errors && user_rndv {
+        Some("with the UCX_RNDV_THRESH you set, UCX opens no RMA lane over TCP for endpoints with peer-failure handling")
+    } else {
+        None
+    }
 }
 
 /// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
@@ -533,37 +560,29 @@ mod tests {
 
     #[test]
     fn ucx_target_atomics_rule() {
-        let v13 = (1, 13, 1);
-        let v16 = (1, 16, 0);
-        let v22 = (1, 22, 0);
         assert!(
-            !ucx_target_atomics(false, false, v13, false, true),
-            "1.13 over TCP: UCX's own"
+            ucx_target_atomics(false, false, false),
+            "no RDMA: rshmem's (UCX's emulation aborts the target of a dead initiator)"
         );
+        assert!(ucx_target_atomics(true, false, true), "GPU: always");
+        assert!(ucx_target_atomics(false, true, true), "asked for");
         assert!(
-            ucx_target_atomics(true, false, v13, true, false),
-            "GPU: always"
+            !ucx_target_atomics(false, false, true),
+            "with RDMA: UCX's own"
         );
+    }
+
+    #[test]
+    fn ucx_emulated_rma_rule() {
+        assert!(ucx_emulated_rma((1, 13, 1), false, false, false).is_some());
         assert!(
-            ucx_target_atomics(false, true, v13, true, false),
-            "asked for"
+            ucx_emulated_rma((1, 13, 1), true, true, false).is_none(),
+            "RDMA"
         );
-        assert!(
-            ucx_target_atomics(false, false, v22, false, true),
-            "1.22 without RDMA, with peer-failure handling"
-        );
-        assert!(
-            !ucx_target_atomics(false, false, v22, false, false),
-            "1.22 without RDMA or peer-failure handling: UCX's own"
-        );
-        assert!(
-            !ucx_target_atomics(false, false, v16, false, false),
-            "1.16 over TCP (auto: no peer-failure handling): UCX's own"
-        );
-        assert!(
-            !ucx_target_atomics(false, false, v22, true, true),
-            "1.22 with RDMA: UCX's own"
-        );
+        assert!(ucx_emulated_rma((1, 16, 0), false, true, false).is_some());
+        assert!(ucx_emulated_rma((1, 16, 0), false, false, false).is_none());
+        assert!(ucx_emulated_rma((1, 22, 0), false, true, false).is_none());
+        assert!(ucx_emulated_rma((1, 22, 0), false, true, true).is_some());
     }
 
     fn res(v: &[&str]) -> Vec<String> {

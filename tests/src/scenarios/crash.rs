@@ -27,3 +27,23 @@ pub fn run(c: &Ctx<'_>) -> R {
         ))),
     }
 }
+
+/// `panic` (2+ PEs): PE 1 panics (exit status 101) while the others wait in barrier_all; each
+/// of them exits with status 1 as soon as its barrier reports PE 1 gone, as a program that
+/// propagates the error would, which is usually before PE 1's process has finished exiting.
+/// The launcher must still name PE 1 as the PE that failed first and exit with its 101.
+pub fn panic(c: &Ctx<'_>) -> R {
+    if c.me == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        panic!("PE 1 panics on purpose");
+    }
+    match c.w.barrier_all() {
+        Err(e @ Error::PeerLost { pe: 1, .. }) => {
+            crate::note!("PE {}: barrier_all failed as expected: {e}", c.me);
+            std::process::exit(1)
+        }
+        other => Err(Fail(format!(
+            "barrier_all with PE 1 panicked: expected PeerLost naming PE 1, got {other:?}"
+        ))),
+    }
+}

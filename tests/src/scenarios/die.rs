@@ -1,5 +1,5 @@
 //! `die-finalize` (2+ PEs, `RSHMEM_TIMEOUT=60`): the last PE takes part in finalize's first
-//! barrier (through a barrier_all, which pairs with it) and exits with status 0 before the
+//! barrier (through `World::finalize_first_barrier_for_tests`) and exits with status 0 before the
 //! second. Every other PE's finalize must fail with [`rshmem::Error::PeerLost`] naming it
 //! within seconds, not wait out the timeout (finalize once stopped watching its peers between
 //! its two barriers).
@@ -138,9 +138,9 @@ pub fn finalize(world: World) -> R {
         "run the die-finalize scenario with RSHMEM_TIMEOUT=60 (timeout is {timeout:?})"
     );
     if me == dead {
-        // Pairs with the survivors' first finalize barrier (barriers are told apart by their
-        // epoch only), then leaves before the second.
-        let code = i32::from(world.barrier_all().is_err());
+        // Makes the survivors' first finalize barrier with them (a barrier_all would not pair
+        // with it: the barriers' flags carry the kind of call), then leaves before the second.
+        let code = i32::from(world.finalize_first_barrier_for_tests().is_err());
         std::process::exit(code);
     }
     let start = Instant::now();

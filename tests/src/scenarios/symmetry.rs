@@ -175,3 +175,33 @@ pub fn run(c: &Ctx<'_>) -> R {
     w.free(buf).ctx("free")?;
     Ok(())
 }
+
+/// `finalize-mismatch` (2+ PEs): PE 0 calls finalize while every other PE calls barrier_all
+/// (twice, as finalize has two barriers). Their barriers pair up, but the calls differ: every
+/// PE must get `AsymmetricCall` naming both calls, none a success (barrier_all used to return
+/// Ok, and finalize too).
+pub fn finalize_mismatch(world: rshmem::World) -> R {
+    let me = world.my_pe();
+    let (r, call) = if me == 0 {
+        (world.finalize(), "finalize")
+    } else {
+        let r = world.barrier_all();
+        // Leave the world unfinalized: the job cannot go on.
+        std::mem::forget(world);
+        (r, "barrier_all")
+    };
+    match r {
+        Err(e @ rshmem::Error::AsymmetricCall { .. }) => {
+            let msg = e.to_string();
+            crate::ensure!(
+                msg.starts_with(&format!("{call}: ")) && msg.contains("finalize") && msg.contains("barrier_all"),
+                "the error must name this PE's call and the other: {msg}"
+            );
+            crate::note!("PE {me}: {call} failed as expected: {msg}");
+            Ok(())
+        }
+        other => Err(crate::check::Fail(format!(
+            "{call} with PE 0 in finalize and the others in barrier_all: expected AsymmetricCall, got {other:?}"
+        ))),
+    }
+}

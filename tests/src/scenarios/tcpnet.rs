@@ -2,7 +2,7 @@
 //! other PE is reached over TCP):
 //!
 //! * `tcp-stop` (2+ PEs, `RSHMEM_TIMEOUT=5`): PE 1 stops itself with SIGSTOP; PE 0 keeps
-//!   putting 1 MiB to it. The put that can no longer move must fail with `Timeout` naming PE 1
+//!   putting 1 MiB to it (over TCP, or over UCX in `tests/tests/ucx.rs`). The put that can no longer move must fail with `Timeout` naming PE 1
 //!   and `putmem` within about `RSHMEM_TIMEOUT`; PE 0 prints it and exits 3 (the job cannot go
 //!   on), so that the launcher stops the others (PE 1 stays stopped until it is killed).
 //! * `tcp-idle` (`RSHMEM_TIMEOUT=20`): every TCP listener the PE opens gets [`IDLE`] connections
@@ -174,7 +174,8 @@ pub fn stop(c: &Ctx<'_>) -> R {
     let msg = e.to_string();
     ensure!(
         msg.starts_with("putmem on PE 0")
-            && msg.contains("PE 1 to complete a put of 1048576 bytes over TCP"),
+            && (msg.contains("PE 1 to complete a put of 1048576 bytes over TCP")
+                || msg.contains("PE 1 to complete a put over UCX")),
         "the error must name putmem, PE 1 and the put: {msg}"
     );
     ensure!(

@@ -131,7 +131,7 @@ const PASS_THROUGH: &[&str] = &[
 
 /// Removes the variables rshmem or its bootstrap read (except [`PASS_THROUGH`]), so that the
 /// caller's environment (say, tests started under a launcher) cannot leak into a job.
-fn clean_env(cmd: &mut Command) {
+pub fn clean_env(cmd: &mut Command) {
     for v in rshmem::config::all_env_vars() {
         if !PASS_THROUGH.contains(&v.name) {
             cmd.env_remove(v.name);
@@ -200,6 +200,8 @@ pub fn run_cmd(mut cmd: Command, limit: Duration) -> Run {
 /// A job of `rshmem-testpe` under `rshmemrun`.
 pub struct Job {
     n: usize,
+    /// The PE program (None: `rshmem-testpe`).
+    program: Option<PathBuf>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     timeout: u32,
@@ -210,6 +212,7 @@ pub struct Job {
 pub fn job(n: usize, scenario: &str) -> Job {
     Job {
         n,
+        program: None,
         args: vec![scenario.to_string()],
         env: vec![("RSHMEM_TIMEOUT".into(), "30".into())],
         timeout: 60,
@@ -228,6 +231,13 @@ impl Job {
     /// Appends an argument of the scenario.
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
+        self
+    }
+
+    /// Runs `program` (without arguments) instead of `rshmem-testpe SCENARIO`.
+    pub fn program(mut self, program: &Path) -> Self {
+        self.program = Some(program.to_path_buf());
+        self.args.clear();
         self
     }
 
@@ -257,7 +267,8 @@ impl Job {
             .arg(self.n.to_string())
             .arg("--timeout")
             .arg(self.timeout.to_string());
-        cmd.arg(testpe()).args(&self.args);
+        cmd.arg(self.program.unwrap_or_else(testpe))
+            .args(&self.args);
         clean_env(&mut cmd);
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         run_cmd(cmd, Duration::from_secs(u64::from(self.timeout) + 30))

@@ -171,7 +171,7 @@ impl Region {
 fn gpu_ok<T>(r: crate::error::Result<T>) -> Option<T> {
     r.map_err(|e| {
         tracing::error!(target: "rshmem::tcp", "a peer's request to this PE's GPU memory failed: {e}");
-        eprintln!("rshmem: a peer's request to this PE's GPU memory failed: {e}");
+        crate::say!("rshmem: a peer's request to this PE's GPU memory failed: {e}");
     })
     .ok()
 }

@@ -318,6 +318,9 @@ struct Inner {
     /// A put, store or posted atomic went out since the last flush (fetching atomics are
     /// complete when they return).
     dirty: bool,
+    /// Per PE: a put, store or posted operation went to it since the last flush (the PEs a
+    /// flush waits on, named when it times out).
+    dirty_pes: Vec<bool>,
     /// Posted stores and atomics in flight: request and the buffers it reads and writes.
     pending: Vec<(*mut c_void, Box<[u64]>)>,
     /// Per PE: counted requests (posted atomics applied by the target) sent there in all, and
@@ -598,6 +601,7 @@ impl Ucx {
                 unfenced: false,
                 data_unfenced: false,
                 dirty: false,
+                dirty_pes: vec![false; n],
                 pending: Vec::new(),
                 counted: vec![0; n],
                 settled: vec![0; n],
@@ -1038,6 +1042,9 @@ impl Ucx {
         g.unfenced = true;
         g.data_unfenced = true;
         g.dirty = true;
+        if let Some(d) = g.dirty_pes.get_mut(dst.pe) {
+            *d = true;
+        }
         // A blocking put only needs its source buffer back: UCX may copy it and complete at
         // once instead of waiting for the target's acknowledgement (the next flush completes
         // it remotely), as OSHMEM asks in Open MPI's current sources.
@@ -1079,6 +1086,9 @@ impl Ucx {
         self.order(call, &mut g)?;
         if !wait {
             g.dirty = true;
+            if let Some(d) = g.dirty_pes.get_mut(src.pe) {
+                *d = true;
+            }
         }
         self.rma(
             call,
@@ -1104,6 +1114,20 @@ impl Ucx {
         what: &str,
         req: ffi::StatusPtr,
     ) -> Result<()> {
+        self.wait_since(call, g, pe, what, req, Instant::now())
+    }
+
+    /// [`wait`](Ucx::wait) bounded by `RSHMEM_TIMEOUT` from `t0` (several requests of one
+    /// operation share one limit).
+    fn wait_since(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        pe: Option<usize>,
+        what: &str,
+        req: ffi::StatusPtr,
+        t0: Instant,
+    ) -> Result<()> {
         if req.is_null() {
             return Ok(());
         }
@@ -1111,11 +1135,12 @@ impl Ucx {
         if ffi::ptr_is_err(req) {
             return Err(self.fail(call, pe, what, ffi::ptr_status(req)));
         }
-        let st = self.wait_for(
+        let st = self.wait_for_since(
             call,
             g,
             pe,
             what,
+            t0,
             || {
                 // SAFETY: req is a live request of this worker (freed once, here or below).
                 let st = unsafe { (lib.request_check_status)(req) };
@@ -1147,11 +1172,25 @@ impl Ucx {
         g: &Inner,
         pe: Option<usize>,
         what: &str,
+        done: impl FnMut() -> Option<T>,
+        abandon: impl FnOnce(),
+    ) -> Result<T> {
+        self.wait_for_since(call, g, pe, what, Instant::now(), done, abandon)
+    }
+
+    /// [`wait_for`](Ucx::wait_for) bounded from `t0`.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_for_since<T>(
+        &self,
+        call: &'static str,
+        g: &Inner,
+        pe: Option<usize>,
+        what: &str,
+        t0: Instant,
         mut done: impl FnMut() -> Option<T>,
         abandon: impl FnOnce(),
     ) -> Result<T> {
         let lib = self.shared.lib;
-        let t0 = Instant::now();
         let mut spins = 0u32;
         loop {
             // SAFETY: live worker under the lock.
@@ -1200,7 +1239,10 @@ impl Ucx {
                         call,
                         me: self.me,
                         pe,
-                        what: format!("UCX to complete a {what}"),
+                        what: match pe {
+                            Some(p) => format!("PE {p} to complete a {what} over UCX"),
+                            None => format!("UCX to complete a {what}"),
+                        },
                         waited: self.timeout.unwrap_or_default(),
                     });
                 }
@@ -1430,15 +1472,36 @@ impl Ucx {
             return Ok(());
         }
         g.dirty = false;
+        // The PEs this flush waits on: one is named as the PE waited on, several in the text.
+        let pes: Vec<usize> = (0..g.dirty_pes.len()).filter(|&p| g.dirty_pes[p]).collect();
+        g.dirty_pes.iter_mut().for_each(|d| *d = false);
+        let (pe, on) = match pes[..] {
+            [p] => (Some(p), String::new()),
+            [] => (None, String::new()),
+            _ => (
+                None,
+                format!(
+                    " of operations to PEs {}",
+                    pes.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+        };
+        let (flush_what, store_what) = (format!("flush{on}"), format!("store{on}"));
         let lib = self.shared.lib;
         let p = ffi::UcpRequestParam::empty();
+        // One limit for the whole flush: the worker flush and the stores after it (each waited
+        // with its own limit, a flush could take twice RSHMEM_TIMEOUT).
+        let t0 = Instant::now();
         // SAFETY: live worker under the lock.
         let req = unsafe { (lib.worker_flush_nbx)(g.worker, &p) };
-        let r = self.wait(call, g, None, "flush", req);
+        let r = self.wait_since(call, g, pe, &flush_what, req, t0);
         let pending = std::mem::take(&mut g.pending);
         let mut out = r;
         for (req, buf) in pending {
-            let r = self.wait(call, g, None, "store", req);
+            let r = self.wait_since(call, g, pe, &store_what, req, t0);
             if r.is_err() {
                 // The request may still complete later and write its reply: keep the buffer.
                 std::mem::forget(buf);
@@ -1879,6 +1942,9 @@ impl Ucx {
         };
         g.unfenced = true;
         g.dirty = true;
+        if let Some(d) = g.dirty_pes.get_mut(at.pe) {
+            *d = true;
+        }
         if ffi::ptr_is_err(req) {
             return Err(self.fail(call, Some(at.pe), "atomic", ffi::ptr_status(req)));
         }
