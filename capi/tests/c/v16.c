@@ -71,6 +71,8 @@ int main(void) {
     shmem_ctx_quiet(tctx);
     shmem_barrier_all();
     CHECK(flag == 8);
+    /* Every PE has read its flag before PE 0 writes it again below. */
+    shmem_barrier_all();
 
     /* The deprecated untyped wait_until on a long (C11 gives the generic macro, the
      * parenthesized name the function). */

@@ -107,13 +107,16 @@ __constant__ rshmem_device_state rshmem_state;
 // itself without linking rshmem (device-lib/tests/gpu_selftest.cu) still links. Define
 // RSHMEM_NO_STATE_REGISTRAR to leave a unit out. Under -rdc the units have no updater of their
 // own: librshmem_device.a registers the program's one state, once.
-#if defined(__CUDACC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_NO_STATE_REGISTRAR) && \
-    !RSHMEM_STATE_IN_DEVICE_LIBRARY
-// Copies `size` bytes of device state into this unit's rshmem_state on `stream` (a cudaStream_t
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+// Copies `size` bytes of device state into a unit's rshmem_state on `stream` (a cudaStream_t
 // of the runtime's context, current on the calling thread) and waits for it. Returns a
 // cudaError_t value, or -1 when `size` is not this unit's state size (device library and
-// runtime versions differ).
+// runtime versions differ). Declared in every nvcc unit (librshmem_device.a's registrar under
+// -rdc uses the same type).
 typedef int (*rshmem_state_updater_fn)(const void* state, size_t size, void* stream);
+#endif
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__) && !defined(RSHMEM_NO_STATE_REGISTRAR) && \
+    !RSHMEM_STATE_IN_DEVICE_LIBRARY
 #if defined(RSHMEM_HOST_API)
 extern "C" int rshmem_device_register_state_updater(rshmem_state_updater_fn fn);
 #else

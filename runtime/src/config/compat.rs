@@ -231,6 +231,7 @@ pub static TOOL_VARS: &[EnvVar] = &[
     tool("RSHMEM_LIB_DIR", "path", "Scripts (rshmemcc, cuda-examples, sos-check): the folder holding librshmem/libshmem (default target/release)."),
     tool("RSHMEM_STATIC", "bool", "scripts/rshmemcc: 1 links libshmem.a instead of libshmem.so."),
     tool("RSHMEM_CC", "command", "Scripts: the C compiler."),
+    tool("RSHMEM_CXX", "command", "install-c's oshc++ wrapper: the C++ compiler."),
     tool("RSHMEM_NVCC_DIR", "path", "scripts/install-nvcc: where nvcc is installed."),
     tool("RSHMEM_NVCC_PIP", "command", "scripts/install-nvcc: the pip used to install nvcc."),
     tool("RSHMEM_NVRTC_DIR", "path", "scripts/install-nvrtc: where NVRTC is installed."),
