@@ -184,7 +184,8 @@ fn init_opens_only_close_on_exec_descriptors() {
 }
 
 /// PE 0 in finalize while the others are in barrier_all: every PE's call fails with
-/// `AsymmetricCall` (the barriers paired up and returned success), over shared memory and TCP.
+/// `AsymmetricCall` (the barriers paired up and returned success), or `PeerLost` naming a PE that
+/// already failed that way; over shared memory and TCP.
 #[test]
 fn finalize_against_barrier_fails_on_every_pe() {
     for n in [2, 3, 4] {

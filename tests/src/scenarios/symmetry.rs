@@ -178,11 +178,12 @@ pub fn run(c: &Ctx<'_>) -> R {
 
 /// `finalize-mismatch` (2+ PEs): PE 0 calls finalize while every other PE calls barrier_all
 /// (twice, as finalize has two barriers). Their barriers pair up, but the calls differ: every
-/// PE must get `AsymmetricCall` naming both calls, or (a PE other than 0, over a remote
-/// transport, still in an earlier barrier round) `PeerLost` naming PE 0, which left after it
-/// found the mismatch; none a success (barrier_all used to return Ok, and finalize too).
+/// PE must get `AsymmetricCall` naming both calls, or (a PE still in an earlier barrier round)
+/// `PeerLost` naming another PE, which left after it found the mismatch; none a success
+/// (barrier_all used to return Ok, and finalize too).
 pub fn finalize_mismatch(world: rshmem::World) -> R {
     let me = world.my_pe();
+    let world_size = world.n_pes();
     let (r, call) = if me == 0 {
         (world.finalize(), "finalize")
     } else {
@@ -201,11 +202,14 @@ pub fn finalize_mismatch(world: rshmem::World) -> R {
             crate::note!("PE {me}: {call} failed as expected: {msg}");
             Ok(())
         }
-        // Over a remote transport a PE still waiting in its own barrier round may see PE 0 exit
-        // (after PE 0 found the mismatch and failed) before the round that would show it the
-        // mismatch: the job still fails on this PE, naming the PE that left; never a success.
-        Err(e @ rshmem::Error::PeerLost { .. }) if me != 0 && e.to_string().contains("PE 0 is gone") => {
-            crate::note!("PE {me}: {call} failed when PE 0 left after the mismatch: {e}");
+        // A PE still waiting in its own barrier round may see another PE exit (after that PE
+        // found the mismatch and failed) before the round that would show it the mismatch: PE 2
+        // of 4 waits for PE 0 in round 1 while PE 3 has already failed and left. The job still
+        // fails on this PE, naming the PE that left (never itself); never a success.
+        Err(e @ rshmem::Error::PeerLost { .. })
+            if (0..world_size).any(|p| p != me && e.to_string().contains(&format!("PE {p} is gone"))) =>
+        {
+            crate::note!("PE {me}: {call} failed when another PE left after the mismatch: {e}");
             Ok(())
         }
         other => Err(crate::check::Fail(format!(
