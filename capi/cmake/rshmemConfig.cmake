@@ -7,7 +7,7 @@
 #   rshmem::rshmem          librshmem.so: rshmem.h (host API; under nvcc also the device library)
 #   rshmem::rshmem_static   librshmem.a with the system libraries it needs
 #   rshmem::nvshmem_compat  rshmem::rshmem plus the include folder of nvshmem.h / nvshmemx.h
-#   rshmem::shmem           libshmem.so: the OpenSHMEM 1.5 C ABI (shmem.h), CPU backend
+#   rshmem::shmem           libshmem.so: the OpenSHMEM 1.6 C ABI (shmem.h), CPU backend
 #   rshmem::shmem_static    libshmem.a with the system libraries it needs
 #   rshmem::rshmemrun       the launcher (an imported executable)
 # Variables: rshmem_VERSION, rshmem_PREFIX, rshmem_INCLUDE_DIR, rshmem_NVSHMEM_INCLUDE_DIR,
@@ -48,7 +48,7 @@ if(NOT TARGET rshmem::rshmem)
   add_library(rshmem::rshmem SHARED IMPORTED)
   set_target_properties(rshmem::rshmem PROPERTIES
     IMPORTED_LOCATION "${rshmem_LIBRARY_DIR}/librshmem.so"
-    IMPORTED_SONAME "librshmem.so"
+    IMPORTED_SONAME "librshmem.so.0"
     INTERFACE_INCLUDE_DIRECTORIES "${rshmem_INCLUDE_DIR}")
 
   add_library(rshmem::rshmem_static STATIC IMPORTED)

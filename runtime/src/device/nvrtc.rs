@@ -7,7 +7,8 @@
 //! `extern "C"` to look them up by their plain names.
 //!
 //! NVRTC is loaded at run time (`libnvrtc.so`, found through `LD_LIBRARY_PATH`); without it the
-//! calls return [`Error::Unsupported`] saying how to install it (`scripts/install-nvrtc`, the pip
+//! calls return [`Error::Unsupported`] saying how to install it (`rshmem-install-nvrtc` of an
+//! installed prefix or `scripts/install-nvrtc` of a checkout, the pip
 //! package `nvidia-cuda-nvrtc==13.0.*`). Nothing here needs a GPU.
 //!
 //! CUBINs are cached on disk, keyed by the source, the options, the architecture, the NVRTC
@@ -186,10 +187,36 @@ fn load() -> Result<()> {
         call: CALL,
         reason: format!(
             "NVRTC (libnvrtc.so.13) was not found in LD_LIBRARY_PATH (\"{path}\") or the system \
-             library path; install it with `scripts/install-nvrtc` (pip package \
-             nvidia-cuda-nvrtc==13.0.*) and run `export LD_LIBRARY_PATH=$(scripts/install-nvrtc):$LD_LIBRARY_PATH`"
+             library path; run `export LD_LIBRARY_PATH=$({tool}):$LD_LIBRARY_PATH` ({tool} \
+             installs the pip package nvidia-cuda-nvrtc==13.0.* once and prints its folder)",
+            tool = install_nvrtc_command()
         ),
     })
+}
+
+/// The command that installs NVRTC, as this program can run it: `rshmem-install-nvrtc` beside the
+/// running program (the bin/ folder of a prefix scripts/install-c installed, with rshmemrun and
+/// rshmem-info), else `rshmem-install-nvrtc` when it is on PATH, else the checkout's
+/// `scripts/install-nvrtc`.
+fn install_nvrtc_command() -> String {
+    const TOOL: &str = "rshmem-install-nvrtc";
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.to_path_buf()))
+    {
+        let beside = dir.join(TOOL);
+        if beside.is_file() {
+            return beside.display().to_string();
+        }
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(TOOL).is_file()))
+        .unwrap_or(false);
+    if on_path {
+        TOOL.to_string()
+    } else {
+        "scripts/install-nvrtc".to_string()
+    }
 }
 
 fn error_string(r: sys::nvrtcResult) -> String {
