@@ -41,6 +41,7 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::Liveness;
+pub use client::BatchGet;
 use client::{Conn, Link};
 pub(crate) use service::Region;
 
@@ -101,6 +102,10 @@ pub struct Net {
     spin: Arc<AtomicU64>,
     /// Where this PE's listener was bound (it is closed once every peer connected).
     listened: SocketAddr,
+    /// Requests this PE sent that wait for a reply (gets, fetching atomics, flushes).
+    round_trips: AtomicU64,
+    /// Requests this PE sent that are not answered (put frames, flag stores, posted atomics).
+    one_way: AtomicU64,
 }
 
 impl std::fmt::Debug for Net {
@@ -347,6 +352,8 @@ impl Net {
             timeout,
             spin: spin.clone(),
             listened,
+            round_trips: AtomicU64::new(0),
+            one_way: AtomicU64::new(0),
         };
         for (p, s) in accepted {
             let prep = s.set_nonblocking(false).and_then(|()| s.set_nodelay(true));
@@ -379,6 +386,14 @@ impl Net {
         }
         tracing::debug!(target: "rshmem::tcp", pe = me, peers = targets.len(), %mine, "TCP transport up");
         Ok(net)
+    }
+
+    /// Requests sent so far: (answered ones, one-way ones); see [`crate::CommCounters`].
+    pub fn counters(&self) -> (u64, u64) {
+        (
+            self.round_trips.load(Ordering::Relaxed),
+            self.one_way.load(Ordering::Relaxed),
+        )
     }
 
     /// The address this PE's listener was bound to during init.
