@@ -172,3 +172,25 @@ fn big_transfer_tcp() {
         .collect();
     common::scenario(2, "tcp-big", &env);
 }
+
+/// Barriers, team syncs and splits over TCP cost O(log n) rounds and messages, counted, not
+/// timed (`sync-cost remote`: ⌈log2 n⌉ rounds and one-way flags per barrier and no round trip,
+/// a split with no round trip, an fcollect with one per remote member). 32 PEs start and run it
+/// in about 4 s on a loaded 2-core machine.
+fn sync_cost_tcp(n: usize) {
+    let mut j = common::job(n, "sync-cost").arg("remote").timeout(120);
+    for (k, v) in TCP {
+        j = j.env(k, v);
+    }
+    j.run().assert_ok(0..n, "sync-cost");
+}
+
+#[test]
+fn sync_cost_tcp_5pes() {
+    sync_cost_tcp(5);
+}
+
+#[test]
+fn sync_cost_tcp_32pes() {
+    sync_cost_tcp(32);
+}

@@ -165,6 +165,12 @@ impl Net {
         } else {
             format!("its TCP connection failed during {doing}: {e}")
         };
+        // A peer that left because it saw another PE gone sent a notice on its own
+        // connection to this PE before it closed: name the PE it names.
+        if let (c, Some(why)) = self.live.blame(pe) {
+            self.live.report(pe, reason);
+            return peer_lost(Some(&self.live), call, self.me, c, why);
+        }
         peer_lost(Some(&self.live), call, self.me, pe, reason)
     }
 

@@ -403,8 +403,43 @@ impl Net {
     }
 }
 
+impl Net {
+    /// Leaving because a PE is gone (the job's first failure): tells every peer still
+    /// connected which PE that was ([`wire::OP_GONE`]), before the connections close, so that
+    /// a survivor that sees this PE's connection end blames that PE, not this one. Each
+    /// notice waits at most a second for room in its socket.
+    fn tell_departure(&self) {
+        let Some((cause, _)) = self.live.failed() else {
+            return;
+        };
+        // (A failure is only recorded before finalize: a PE that called finalize after it
+        // still tells.)
+        if cause == self.me {
+            return;
+        }
+        let h = wire::req(wire::OP_GONE, 0, 0, 0, 0, 0, 0, cause as u64, 0);
+        for (pe, l) in self.links.iter().enumerate() {
+            let Some(l) = l else { continue };
+            if pe == cause || self.live.is_lost(pe) {
+                continue;
+            }
+            let Ok(mut c) = l.conn.try_lock() else {
+                continue;
+            };
+            if c.broken {
+                continue;
+            }
+            c.out.extend_from_slice(&h);
+            let out = std::mem::take(&mut c.out);
+            let deadline = Some(Instant::now() + Duration::from_secs(1));
+            let _ = sock::send_all(&c.s, &out, deadline);
+        }
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
+        self.tell_departure();
         self.stop.store(true, Ordering::Release);
         for s in &self.incoming {
             let _ = s.shutdown(Shutdown::Both);
