@@ -102,7 +102,7 @@ pub use rma::transfer_bytes;
 pub use rshmem_bootstrap::UniqueId;
 pub use shared::SharedSymBuf;
 pub use stream::cmp_code;
-pub use sync::pick_any;
+pub use sync::{pick_any, CommCounters};
 pub use team::{Team, TeamConfig};
 pub use transport::ucx::{probe as probe_ucx, Probe as UcxProbe};
 pub use transport::{Caps, TransportInfo};

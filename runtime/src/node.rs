@@ -34,7 +34,18 @@ pub struct Liveness {
     /// failure is written there (PE + 1), so that local peers that see this PE leave in
     /// reaction can blame the PE that died first.
     notice: AtomicUsize,
+    /// Per PE, how its connection to this PE ended, as the target side of a remote transport
+    /// saw it: 0 not (yet), [`LEFT_SILENTLY`] without a notice, else 1 + the PE it said it
+    /// left because of (a wire notice sent before it closed).
+    departed: Box<[AtomicUsize]>,
 }
+
+/// [`Liveness::note_departure`]: the connection ended with no notice.
+const LEFT_SILENTLY: usize = usize::MAX;
+
+/// How long a PE whose connection to a peer failed waits for that peer's departure notice
+/// (or the end of its other connection) before naming the peer itself.
+pub(crate) const DEPARTURE_GRACE: Duration = Duration::from_secs(1);
 
 impl Liveness {
     pub(crate) fn new(n_pes: usize) -> Self {
@@ -44,6 +55,50 @@ impl Liveness {
             finalizing: AtomicBool::new(false),
             lost: (0..n_pes).map(|_| AtomicBool::new(false)).collect(),
             notice: AtomicUsize::new(0),
+            departed: (0..n_pes).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// Records how PE `from`'s connection to this PE ended: with a notice that it left
+    /// because PE `cause` was gone, or (None) without one. The first record stays.
+    pub(crate) fn note_departure(&self, from: usize, cause: Option<usize>) {
+        if let Some(d) = self.departed.get(from) {
+            let v = cause.map_or(LEFT_SILENTLY, |c| c + 1);
+            let _ = d.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// How PE `from`'s connection ended, once it did: `Some(Some(cause))` if it said it left
+    /// because PE `cause` was gone, `Some(None)` if it ended silently.
+    pub(crate) fn departure(&self, from: usize) -> Option<Option<usize>> {
+        match self.departed.get(from)?.load(Ordering::Acquire) {
+            0 => None,
+            LEFT_SILENTLY => Some(None),
+            v => Some(Some(v - 1)),
+        }
+    }
+
+    /// The PE to blame for PE `pe`'s failed connection: waits up to [`DEPARTURE_GRACE`] for
+    /// its departure to be recorded, and names the PE its notice names, if any (with the
+    /// reason to give), else `pe`.
+    pub(crate) fn blame(&self, pe: usize) -> (usize, Option<String>) {
+        let until = std::time::Instant::now() + DEPARTURE_GRACE;
+        loop {
+            match self.departure(pe) {
+                Some(Some(c)) if c != pe => {
+                    return (
+                        c,
+                        Some(format!(
+                            "PE {pe} left because it saw PE {c} gone (its notice to this PE)"
+                        )),
+                    )
+                }
+                Some(_) => return (pe, None),
+                None if self.is_finalizing() || std::time::Instant::now() >= until => {
+                    return (pe, None)
+                }
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
         }
     }
 

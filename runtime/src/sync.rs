@@ -80,6 +80,19 @@ impl World {
         self.remotes.fence(call)
     }
 
+    /// **Local.** What this PE's barriers and remote traffic cost so far: the dissemination
+    /// rounds it ran (every barrier, sync and team sync, those inside collectives and heap
+    /// calls included: ⌈log2 n⌉ for each over n PEs) and the requests it sent over rshmem's
+    /// TCP transport. For diagnostics and tests (e.g. that a barrier sends O(log n) messages).
+    pub fn comm_counters(&self) -> CommCounters {
+        let (tcp_round_trips, tcp_one_way) = self.net.as_ref().map_or((0, 0), |n| n.counters());
+        CommCounters {
+            sync_rounds: self.sync_rounds.load(Ordering::Relaxed),
+            tcp_round_trips,
+            tcp_one_way,
+        }
+    }
+
     #[cold]
     fn fence_after_loss(&self) {
         if let Some((pe, reason)) = self.live.failed() {
@@ -164,6 +177,7 @@ impl World {
             check,
             last,
             Some(&mut kinds),
+            None,
         );
         if r.is_ok() && kinds != kind {
             // Every PE saw every PE's kind (the flags carry what each saw so far): all fail.
@@ -208,7 +222,7 @@ impl World {
         check: Option<u64>,
         last: bool,
     ) -> Result<Option<Mismatch>> {
-        self.dissemination_kinds(call, m, epoch, check, last, None)
+        self.dissemination_kinds(call, m, epoch, check, last, None, None)
     }
 
     /// [`dissemination`](World::dissemination) whose flags also carry, above the epoch
@@ -217,6 +231,12 @@ impl World {
     /// every other through the rounds), so a finalize that meets a barrier_all is found by
     /// every member. A flag of a member already one barrier ahead tells nothing (its kinds are
     /// of the next barrier).
+    ///
+    /// `and`: a word every member passes in; each round's flag is preceded by the AND of the
+    /// words seen so far (at [`Members::and_off`]), so it ends as the AND of every member's
+    /// word, identical on every member, in the same rounds (an all-reduce for free: AND is
+    /// idempotent, so the PEs a dissemination barrier hears from twice do no harm).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dissemination_kinds<M: Members>(
         &self,
         call: &'static str,
@@ -225,6 +245,7 @@ impl World {
         check: Option<u64>,
         last: bool,
         mut kinds: Option<&mut u64>,
+        mut and: Option<&mut u64>,
     ) -> Result<Option<Mismatch>> {
         let n = m.n();
         let me = m.me();
@@ -240,6 +261,7 @@ impl World {
                     reason: format!("{n} members need more than {round} barrier rounds"),
                 });
             }
+            self.sync_rounds.fetch_add(1, Ordering::Relaxed);
             let to = m.pe((me + dist) % n);
             let from_pe = m.pe((me + n - dist) % n);
             let slot = m.flag_off(round);
@@ -251,6 +273,19 @@ impl World {
                 self.ctrl_store(call, to, words, lo)?;
                 self.ctrl_store(call, to, words + 8, hi)?;
             }
+            let and_at = match and.as_deref() {
+                Some(&v) => {
+                    let Some(at) = m.and_off(round, parity) else {
+                        return Err(Error::State {
+                            call,
+                            reason: "this barrier has no room for an AND word".into(),
+                        });
+                    };
+                    self.ctrl_store(call, to, at, v)?;
+                    Some(at)
+                }
+                None => None,
+            };
             let tag = kinds.as_deref().copied().unwrap_or(0);
             self.ctrl_store(call, to, slot, epoch | tag)?;
             let remote = self.node.local_of[from_pe].is_none();
@@ -303,6 +338,12 @@ impl World {
                 if v & EPOCH_MASK == epoch {
                     *k |= v & !EPOCH_MASK;
                 }
+            }
+            if let (Some(at), Some(v)) = (and_at, and.as_deref_mut()) {
+                let at = self.ctrl.internal_addr(my_local, at);
+                // SAFETY: as for the check words below: an aligned u64 of my control heap's
+                // internal area, stored before the flag seen above.
+                *v &= unsafe { u64::load(at, Ordering::Relaxed) };
             }
             if let Some((words, _, _)) = words {
                 let at = self.ctrl.internal_addr(my_local, words);
@@ -553,6 +594,21 @@ impl World {
     }
 }
 
+/// Counters of one PE's synchronization and remote traffic since init
+/// ([`World::comm_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CommCounters {
+    /// Dissemination rounds run (one flag sent and one awaited per round).
+    pub sync_rounds: u64,
+    /// Requests sent over rshmem's TCP transport that wait for a reply (gets, fetching
+    /// atomics, the flushes of `quiet`).
+    pub tcp_round_trips: u64,
+    /// Requests sent over rshmem's TCP transport that are not answered (put frames, flag
+    /// stores, non-fetching atomics).
+    pub tcp_one_way: u64,
+}
+
 /// The members of one dissemination barrier and where their flags live (all PEs: the
 /// world's barrier area; a team: its slot).
 pub(crate) trait Members {
@@ -568,6 +624,11 @@ pub(crate) trait Members {
     fn flag_off(&self, round: usize) -> usize;
     /// Control-heap internal offset of round `round`'s two check words (buffer `parity`).
     fn check_off(&self, round: usize, parity: usize) -> usize;
+    /// Control-heap internal offset of round `round`'s AND word (buffer `parity`), where the
+    /// members' area has one.
+    fn and_off(&self, _round: usize, _parity: usize) -> Option<usize> {
+        None
+    }
     /// What a wait on `from_pe` in `round` of barrier `epoch` is for (timeout messages).
     fn describe(&self, from_pe: usize, epoch: u64, round: usize) -> String;
 }

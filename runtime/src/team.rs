@@ -34,6 +34,9 @@ const MAX_SLOTS: usize = 4096;
 const BITMAP_WORDS: usize = MAX_SLOTS / 64;
 /// Bytes at the start of every slot for exchanges (the split bitmap, collect counts).
 pub(crate) const SCRATCH: usize = BITMAP_WORDS * 8;
+/// Bytes of one round's exchange words in a team slot, per epoch parity: the two check words
+/// of `team_sync_checked`, then the AND word of `pick_slots`.
+const CHECK_SET: usize = 24;
 /// Slots of the predefined teams.
 const SLOT_WORLD: usize = 0;
 const SLOT_SHARED: usize = 1;
@@ -153,9 +156,9 @@ impl Teams {
     /// Bookkeeping for a job of `n` PEs.
     pub(crate) fn new(n: usize) -> Teams {
         let rounds = (usize::BITS - n.max(2).saturating_sub(1).leading_zeros()) as usize;
-        // Scratch, the flags, then per round the check words of `team_sync_checked` (two
-        // sets of two, by epoch parity).
-        let slot_bytes = (SCRATCH + 8 * rounds + 32 * rounds).div_ceil(64) * 64;
+        // Scratch, the flags, then per round the check words of `team_sync_checked` and the
+        // AND word of `pick_slots` (two sets of three, by epoch parity).
+        let slot_bytes = (SCRATCH + 8 * rounds + CHECK_SET * 2 * rounds).div_ceil(64) * 64;
         let n_slots = ((INTERNAL_SIZE - TEAM_AREA) / slot_bytes).min(MAX_SLOTS);
         let mut free = vec![0u64; BITMAP_WORDS];
         for s in SLOT_NODE + 1..n_slots {
@@ -188,7 +191,10 @@ impl Teams {
     /// Offset of the check words of `round` (epoch parity `parity`) of slot `slot`.
     #[inline]
     fn check_off(&self, slot: usize, round: usize, parity: usize) -> usize {
-        self.slot_off(slot, SCRATCH + 8 * self.rounds + 32 * round + 16 * parity)
+        self.slot_off(
+            slot,
+            SCRATCH + 8 * self.rounds + CHECK_SET * (2 * round + parity),
+        )
     }
 }
 
@@ -217,6 +223,9 @@ impl crate::sync::Members for TeamMembers<'_> {
     }
     fn check_off(&self, round: usize, parity: usize) -> usize {
         self.w.teams.check_off(self.t.slot, round, parity)
+    }
+    fn and_off(&self, round: usize, parity: usize) -> Option<usize> {
+        Some(self.w.teams.check_off(self.t.slot, round, parity) + 16)
     }
     fn describe(&self, from_pe: usize, epoch: u64, round: usize) -> String {
         format!(
@@ -436,36 +445,26 @@ impl World {
     ) -> Result<Vec<usize>> {
         let k = new.len();
         let t = &self.teams;
-        let pslot = parent.inner.slot;
         let mine = {
             let free = t.free.lock().map_err(|_| poisoned(call))?;
             free.clone()
         };
-        let me_local = self.ctrl.me_local();
-        for (i, w) in mine.iter().enumerate() {
-            let a = self.ctrl.internal_addr(me_local, t.slot_off(pslot, 8 * i));
-            // SAFETY: the slot area lies inside every local PE's control-heap internal region
-            // (checked by `Teams::new`), 8-byte aligned and mapped for the World's lifetime.
-            unsafe { u64::store(a, *w, Ordering::Release) };
-        }
-        self.team_sync_named(call, parent)?;
-        let mut all = mine;
-        for p in 0..parent.n_pes() {
-            let pe = parent.world_pe(p);
-            for (i, w) in all.iter_mut().enumerate() {
-                *w &= self.ctrl_load(call, pe, t.slot_off(pslot, 8 * i))?;
-            }
-        }
+        // The AND of the members' bitmaps, one 64-slot word at a time, each through one
+        // dissemination sync of the parent (O(log n) rounds, a word riding with each flag):
+        // every member gets the same word, so all stop at the same one. The first word
+        // usually has the free slots: one sync, where reading every member's whole bitmap
+        // cost n × words round trips over remote transports.
         let mut got = Vec::with_capacity(k);
-        'outer: for (i, w) in all.iter().enumerate() {
-            let mut w = *w;
-            while w != 0 {
+        for (i, &w) in mine.iter().enumerate().take(t.n_slots.div_ceil(64)) {
+            let mut w = w;
+            self.team_and(call, parent, &mut w)?;
+            while w != 0 && got.len() < k {
                 let b = w.trailing_zeros() as usize;
                 w &= w - 1;
                 got.push(i * 64 + b);
-                if got.len() == k {
-                    break 'outer;
-                }
+            }
+            if got.len() == k {
+                break;
             }
         }
         let claimed = if got.len() == k {
@@ -479,8 +478,7 @@ impl World {
         } else {
             Ok(())
         };
-        // Everybody has read the bitmaps before any PE reuses the scratch, and has zeroed the
-        // new teams' flags before any member raises them.
+        // Everybody has zeroed the new teams' flags before any member raises them.
         let r = self.team_sync_named(call, parent);
         claimed?;
         if got.len() < k {
@@ -611,6 +609,20 @@ impl World {
     /// while the team lives.
     pub(crate) fn team_sync_named(&self, call: &'static str, team: &Team) -> Result<()> {
         self.team_sync_checked(call, team, None).map(drop)
+    }
+
+    /// A team sync whose flags also carry `w`: it returns holding the AND of every member's
+    /// `w` (see [`World::dissemination_kinds`]).
+    fn team_and(&self, call: &'static str, team: &Team, w: &mut u64) -> Result<()> {
+        let t = &team.inner;
+        if t.members.len() == 1 {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
+        let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let m = TeamMembers { w: self, t };
+        self.dissemination_kinds(call, &m, epoch, None, false, None, Some(w))
+            .map(drop)
     }
 
     /// A team sync that also compares `check` (a digest of the call's arguments) across the

@@ -333,6 +333,8 @@ pub struct World {
     pub(crate) live: Arc<Liveness>,
     pub(crate) cfg: Config,
     pub(crate) barrier_epoch: AtomicU64,
+    /// Dissemination rounds run so far (every barrier and team sync; [`CommCounters`]).
+    pub(crate) sync_rounds: AtomicU64,
     pub(crate) coll_seq: AtomicU64,
     /// Teams: free synchronization slots and the predefined teams.
     pub(crate) teams: crate::team::Teams,
@@ -535,6 +537,7 @@ impl World {
             wait,
             cfg,
             barrier_epoch: AtomicU64::new(0),
+            sync_rounds: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
             teams: crate::team::Teams::new(n),
             regions: crate::region::Regions::new(region_targets),
@@ -940,6 +943,34 @@ impl World {
             Target::Remote { pe, off } => {
                 self.get_remote(call, dst, Target::remote_addr(pe, off), n)
             }
+        }
+    }
+
+    /// [`get_from`](World::get_from) for several `(dst, target, bytes)`, with the round trips
+    /// of those that go over TCP overlapped ([`Net::get_batch`]): a collective that pulls a
+    /// block from each of n − 1 remote members waits about one round trip, not n − 1.
+    pub(crate) fn get_batched(
+        &self,
+        call: &'static str,
+        gets: &[(*mut u8, Target, usize)],
+    ) -> Result<()> {
+        let mut tcp = Vec::new();
+        for &(dst, t, n) in gets {
+            match t {
+                Target::Remote { pe, off } if n > 0 && self.remotes.via(pe) == Via::Tcp => {
+                    tcp.push(crate::transport::tcp::BatchGet {
+                        dst,
+                        at: Target::remote_addr(pe, off),
+                        n,
+                    });
+                }
+                _ => self.get_from(call, dst, t, n)?,
+            }
+        }
+        match tcp.len() {
+            0 => Ok(()),
+            1 => self.net(call)?.get(call, tcp[0].dst, tcp[0].at, tcp[0].n),
+            _ => self.net(call)?.get_batch(call, &tcp),
         }
     }
 

@@ -36,6 +36,8 @@
 //!   every PE (load/store on this host, the given remote transport for the others).
 //! * `idle` — one-sided operations on a PE that sleeps outside rshmem complete, and the
 //!   sleeping PE uses (almost) no CPU (2+ PEs).
+//! * `sync-cost [remote]` — barriers, team syncs and splits in O(log n) rounds and messages,
+//!   counted (`remote`: every other PE over TCP; see `scenarios/synccost.rs`).
 //! * `errors` — bad arguments give the right error and write nothing.
 //! * `fds` — every descriptor init opened is close-on-exec (none leaks into child processes).
 //! * `timeout` — waits and a barrier run past `RSHMEM_TIMEOUT=1` (no finalize).
@@ -104,6 +106,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("panic", true),
     ("kill-stream", true),
     ("idle", true),
+    ("sync-cost", false),
     ("hang", true),
 ];
 
@@ -128,6 +131,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "tcp-idle" => tcpnet::idle,
         "transports" => transports::run,
         "idle" => idle::run,
+        "sync-cost" => synccost::run,
         "errors" => errors::run,
         "fds" => fds::run,
         "symmetry" => symmetry::run,

@@ -408,3 +408,70 @@ fn init_leaves_no_files() {
         );
     }
 }
+
+/// One `kill-stream` job of `n` PEs over TCP started without a launcher (nothing stops the
+/// survivors, which leave as soon as their barrier fails): the last PE streams puts to the
+/// others and kills itself after `delay_ms`; returns each PE's run.
+fn kill_job_tcp(n: usize, delay_ms: u64) -> Vec<common::Run> {
+    use std::process::Command;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let id = rshmem::UniqueId::new(format!("127.0.0.1:{port}")).expect("a unique id");
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let mut cmd = Command::new(common::testpe());
+            cmd.arg("kill-stream").arg(delay_ms.to_string());
+            common::clean_env(&mut cmd);
+            cmd.env("RSHMEM_RANK", rank.to_string())
+                .env("RSHMEM_SIZE", n.to_string())
+                .env("RSHMEM_BOOTSTRAP_ADDR", id.addr())
+                .env("RSHMEM_BOOTSTRAP_SECRET", id.secret_hex())
+                .env("RSHMEM_TIMEOUT", "10");
+            for (k, v) in TCP {
+                cmd.env(k, v);
+            }
+            std::thread::spawn(move || common::run_cmd(cmd, Duration::from_secs(60)))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a PE thread panicked"))
+        .collect()
+}
+
+/// Survivors name the PE that died, not one that left because of it (issue 30, item 3b): over
+/// TCP without a launcher, the last PE is killed while the others wait in a barrier; each
+/// survivor leaves as soon as its barrier fails, so the others see its connections end too.
+/// Every survivor must name the killed PE. Before the departure notice (a PE leaving because
+/// PE X is gone tells its peers so before it closes), 17 of 45 survivors (15 runs of 4 PEs)
+/// and 25 of 50 (10 runs of 6 PEs) named a PE that was alive; these 10 runs (36 survivors)
+/// would all have passed with odds far below 1 in 1000.
+#[test]
+fn survivors_name_the_killed_pe_tcp() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let runs = [(4, 100), (4, 150), (4, 60), (4, 200), (4, 120), (4, 90)]
+        .into_iter()
+        .chain([(6, 150), (6, 100), (6, 200), (6, 130)]);
+    for (n, delay) in runs {
+        let job = kill_job_tcp(n, delay);
+        let dead = n - 1;
+        for (pe, r) in job.iter().enumerate() {
+            if pe == dead {
+                r.check(
+                    r.status.signal() == Some(9),
+                    "the streaming PE must have killed itself",
+                );
+                continue;
+            }
+            r.check(
+                r.status.success()
+                    && r.stderr
+                        .contains(&format!("PE {pe}: barrier_all failed as expected after"))
+                    && r.stderr.contains(&format!("PE {dead} is gone")),
+                &format!("survivor PE {pe} of {n} must name PE {dead}, the killed one"),
+            );
+        }
+    }
+}

@@ -42,6 +42,10 @@ const BAD_COUNT: u64 = u64::MAX;
 /// Bytes a partitioned reduction combines per step (its accumulator stays in the L1/L2 cache).
 const CHUNK_BYTES: usize = 16 << 10;
 
+/// Most bytes a staged reduction pulls into one private buffer to fetch every member's block
+/// at once (larger ones go member by member).
+const BATCH_BYTES: usize = 16 << 20;
+
 /// Granularity of the slices a partitioned reduction deals out, in bytes: a cache line, so no
 /// two members store into the same line of a `dest` at the same time.
 const LINE_BYTES: usize = 64;
@@ -322,6 +326,23 @@ impl World {
     ) -> Result<()> {
         let n = team.n_pes();
         let me = team.my_pe();
+        if matches!(self.xport, Transport::Shm) {
+            // Host memory: every block straight into my dest, the remote ones' round trips
+            // overlapped.
+            let bytes = bytes_of::<T>(call, "block", nelems)?;
+            if bytes == 0 {
+                return Ok(());
+            }
+            let mut gets = Vec::with_capacity(n);
+            for i in 0..n {
+                let j = (me + i) % n;
+                let at = dest.wrapping_add(j * nelems);
+                let t = self.target(call, src as usize, bytes, team.world_pe(j))?;
+                let d = self.remote(call, at as usize, bytes, self.me)?;
+                gets.push((d as *mut u8, t, bytes));
+            }
+            return self.get_batched(call, &gets);
+        }
         for i in 0..n {
             let j = (me + i) % n;
             let at = dest.wrapping_add(j * nelems);
@@ -574,6 +595,23 @@ impl World {
         if nelems == 0 {
             return Ok(v);
         }
+        let bbytes = bytes_of::<T>(call, "block", bspan)?;
+        if self.net.is_some() && bbytes.saturating_mul(g.n()) <= BATCH_BYTES {
+            // Every member's block at once (remote round trips overlapped).
+            let mut blocks = vec![T::default_value(); g.n() * bspan];
+            let mut gets = Vec::with_capacity(g.n());
+            for (j, out) in blocks.chunks_mut(bspan).enumerate() {
+                let t = self.target(call, start as usize, bbytes, g.pe(j))?;
+                gets.push((out.as_mut_ptr().cast::<u8>(), t, bbytes));
+            }
+            self.get_batched(call, &gets)?;
+            for (out, block) in v.chunks_mut(nelems).zip(blocks.chunks(bspan)) {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = block[k * sst];
+                }
+            }
+            return Ok(v);
+        }
         let mut block = vec![T::default_value(); bspan];
         for (j, out) in v.chunks_mut(nelems).enumerate() {
             if sst == 1 {
@@ -707,6 +745,25 @@ impl World {
     ) -> Result<Vec<T>> {
         let mut acc = vec![T::default_value(); nelems];
         if nelems == 0 {
+            return Ok(acc);
+        }
+        let bytes = bytes_of::<T>(call, "block", nelems)?;
+        if self.net.is_some() && bytes.saturating_mul(g.n()) <= BATCH_BYTES {
+            // Every member's block at once (remote round trips overlapped), then combined in
+            // member order as below.
+            let mut all = vec![T::default_value(); nelems * g.n()];
+            let mut gets = Vec::with_capacity(g.n());
+            for (j, out) in all.chunks_mut(nelems).enumerate() {
+                let t = self.target(call, src as usize, bytes, g.pe(j))?;
+                gets.push((out.as_mut_ptr().cast::<u8>(), t, bytes));
+            }
+            self.get_batched(call, &gets)?;
+            acc.copy_from_slice(&all[..nelems]);
+            for b in all.chunks(nelems).skip(1) {
+                for (a, &x) in acc.iter_mut().zip(b) {
+                    *a = O::combine(*a, x);
+                }
+            }
             return Ok(acc);
         }
         self.get_impl(call, &mut acc, src, g.pe(0))?;

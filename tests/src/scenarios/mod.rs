@@ -19,6 +19,7 @@ pub mod rma;
 pub mod signal;
 pub mod stream;
 pub mod symmetry;
+pub mod synccost;
 pub mod tcpnet;
 pub mod timeout;
 pub mod transports;

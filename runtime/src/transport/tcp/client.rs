@@ -91,6 +91,17 @@ pub(super) struct Link {
     pub deferred: AtomicBool,
 }
 
+/// One get of [`Net::get_batch`]: `n` bytes at `at` into `dst` (live and writable).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchGet {
+    /// Where the bytes go (this PE's memory).
+    pub dst: *mut u8,
+    /// What is read.
+    pub at: RemoteAddr,
+    /// How many bytes.
+    pub n: usize,
+}
+
 /// What a call was doing on a connection, for messages.
 #[derive(Debug, Clone, Copy)]
 enum Doing {
@@ -154,6 +165,12 @@ impl Net {
         } else {
             format!("its TCP connection failed during {doing}: {e}")
         };
+        // A peer that left because it saw another PE gone sent a notice on its own
+        // connection to this PE before it closed: name the PE it names.
+        if let (c, Some(why)) = self.live.blame(pe) {
+            self.live.report(pe, reason);
+            return peer_lost(Some(&self.live), call, self.me, c, why);
+        }
         peer_lost(Some(&self.live), call, self.me, pe, reason)
     }
 
@@ -258,6 +275,8 @@ impl Net {
         defer: bool,
     ) -> Result<()> {
         let link = self.link(call, at.pe)?;
+        self.one_way
+            .fetch_add(n.div_ceil(FRAME).max(1) as u64, Ordering::Relaxed);
         let r = self.with(call, at.pe, Doing::Put(n), |c| {
             Self::put_frames(c, call, at.heap, at.off, src, n, defer)?;
             link.deferred.store(!c.out.is_empty(), Ordering::Release);
@@ -294,9 +313,14 @@ impl Net {
         Ok(())
     }
 
-    /// Stores `value` (8 bytes, release) at `at` (not acknowledged).
+    /// Stores `value` (8 bytes, release) at `at` (not acknowledged). A store into the control
+    /// heap (a barrier or team flag, which the runtime's own waits complete) leaves the link
+    /// clean: the next [`quiet`](Net::quiet) sends no flush for it (one round trip per
+    /// barrier round and collective saved; nothing there can be refused, and the target
+    /// applies it before anything sent after it).
     pub fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        self.post(call, at.pe, Doing::Store, |id| {
+        let dirty = at.heap != HeapId::Ctrl;
+        self.post(call, at.pe, Doing::Store, dirty, |id| {
             wire::req(
                 wire::OP_STORE,
                 at.heap as u8,
@@ -313,22 +337,26 @@ impl Net {
 
     /// Sends the request `req(call id)` to `pe` at once, with whatever output is deferred
     /// before it; not acknowledged (a rejection is reported by the next
-    /// [`quiet`](Net::quiet)).
+    /// [`quiet`](Net::quiet), which flushes the link when `dirty`).
     fn post(
         &self,
         call: &'static str,
         pe: usize,
         doing: Doing,
+        dirty: bool,
         req: impl FnOnce(u16) -> [u8; REQ],
     ) -> Result<()> {
         let link = self.link(call, pe)?;
+        self.one_way.fetch_add(1, Ordering::Relaxed);
         let r = self.with(call, pe, doing, |c| {
             let id = c.call_id(call);
             c.out.extend_from_slice(&req(id));
             link.deferred.store(false, Ordering::Release);
             c.send()
         });
-        link.dirty.store(true, Ordering::Release);
+        if dirty {
+            link.dirty.store(true, Ordering::Release);
+        }
         self.tolerate(r)
     }
 
@@ -342,6 +370,7 @@ impl Net {
 
     /// Sends `h` (with whatever output is pending) on `c` and reads the reply header.
     fn round_trip(&self, c: &mut Conn, h: &[u8; REQ]) -> std::io::Result<(u32, u64)> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         c.out.extend_from_slice(h);
         c.send()?;
         let mut r = [0u8; REP];
@@ -386,6 +415,120 @@ impl Net {
         Ok(())
     }
 
+    /// Reads several ranges, as [`get`](Net::get) would one after the other, with their round
+    /// trips overlapped: a get of at most one frame to each of several PEs is sent to all of
+    /// them before the first reply is awaited (a collective pulling from n − 1 members waits
+    /// about one round trip instead of n − 1). Others (larger, or a second one to the same
+    /// PE in the same wave) go in later waves. Every request is answered (or its connection
+    /// broken) before this returns; the first error is returned.
+    pub fn get_batch(&self, call: &'static str, gets: &[BatchGet]) -> Result<()> {
+        self.push_all(call)?;
+        let mut left: Vec<usize> = Vec::new();
+        let mut wave: Vec<usize> = Vec::new();
+        let mut result = Ok(());
+        for (i, g) in gets.iter().enumerate() {
+            if g.n == 0 {
+                continue;
+            }
+            if g.n > FRAME || wave.iter().any(|&w| gets[w].at.pe == g.at.pe) {
+                left.push(i);
+            } else {
+                wave.push(i);
+            }
+        }
+        // Locks in PE order, as `quiet` takes them.
+        wave.sort_by_key(|&i| gets[i].at.pe);
+        let mut sent = Vec::with_capacity(wave.len());
+        for &i in &wave {
+            let RemoteAddr { pe, heap, off } = gets[i].at;
+            let link = match self.link(call, pe) {
+                Ok(l) => l,
+                Err(e) => {
+                    result = result.and(Err(e));
+                    continue;
+                }
+            };
+            let mut c = match link.conn.lock() {
+                Ok(c) => c,
+                Err(_) => {
+                    result = result.and(Err(Error::State {
+                        call,
+                        reason: "a TCP connection lock is poisoned".into(),
+                    }));
+                    continue;
+                }
+            };
+            if c.broken {
+                result = result.and(Err(Error::PeerLost {
+                    call,
+                    me: self.me,
+                    pe,
+                    reason: "its TCP connection failed earlier".into(),
+                }));
+                continue;
+            }
+            link.deferred.store(false, Ordering::Release);
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            let n = gets[i].n;
+            let h = wire::req(
+                wire::OP_GET,
+                heap as u8,
+                0,
+                0,
+                0,
+                off as u64,
+                n as u64,
+                0,
+                0,
+            );
+            c.out.extend_from_slice(&h);
+            if let Err(e) = c.send() {
+                c.broken = true;
+                result = result.and(Err(self.lost(call, pe, Doing::Get(n), &e)));
+                continue;
+            }
+            sent.push((i, c));
+        }
+        let spin = self.spin();
+        for (i, mut c) in sent {
+            let BatchGet { dst, at, n } = gets[i];
+            let r = (|| {
+                let mut h = [0u8; REP];
+                sock::recv_exact(&c.s, &mut h, spin, sock::deadline(c.timeout))?;
+                let (status, _) = wire::decode_rep(&h);
+                if status == 0 {
+                    // SAFETY: the caller passes a live writable range of n bytes at dst.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst, n) };
+                    sock::recv_exact(&c.s, out, spin, sock::deadline(c.timeout))?;
+                }
+                Ok::<_, std::io::Error>(status)
+            })();
+            match r {
+                Ok(0) => {}
+                Ok(status) => {
+                    let e = refused(call, at.pe, wire::OP_GET, at.heap, status, at.off, n);
+                    result = result.and(Err(e));
+                }
+                Err(e) => {
+                    c.broken = true;
+                    result = result.and(Err(self.lost(call, at.pe, Doing::Get(n), &e)));
+                }
+            }
+        }
+        result?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        let rest: Vec<BatchGet> = left.iter().map(|&i| gets[i]).collect();
+        if rest.len() == gets.len() {
+            // Nothing fit in a wave (all larger than a frame): one at a time.
+            return rest
+                .iter()
+                .try_for_each(|g| self.get(call, g.dst, g.at, g.n));
+        }
+        self.get_batch(call, &rest)
+    }
+
     /// Applies `a` to the word at `at`; returns the old value.
     pub fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
         let RemoteAddr { pe, heap, off } = at;
@@ -405,7 +548,7 @@ impl Net {
     /// reported by the next [`quiet`](Net::quiet)), applied in order after everything sent
     /// to the PE before it.
     pub fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
-        self.post(call, at.pe, Doing::Amo, |id| {
+        self.post(call, at.pe, Doing::Amo, true, |id| {
             wire::amo_req(wire::OP_AMO_NF, at, a, id)
         })
     }
@@ -449,6 +592,7 @@ impl Net {
                 continue;
             }
             link.deferred.store(false, Ordering::Release);
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
             c.out.extend_from_slice(&wire::req(
                 wire::OP_FLUSH,
                 HeapId::User as u8,

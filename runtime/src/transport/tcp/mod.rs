@@ -41,6 +41,7 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::Liveness;
+pub use client::BatchGet;
 use client::{Conn, Link};
 pub(crate) use service::Region;
 
@@ -101,6 +102,10 @@ pub struct Net {
     spin: Arc<AtomicU64>,
     /// Where this PE's listener was bound (it is closed once every peer connected).
     listened: SocketAddr,
+    /// Requests this PE sent that wait for a reply (gets, fetching atomics, flushes).
+    round_trips: AtomicU64,
+    /// Requests this PE sent that are not answered (put frames, flag stores, posted atomics).
+    one_way: AtomicU64,
 }
 
 impl std::fmt::Debug for Net {
@@ -347,6 +352,8 @@ impl Net {
             timeout,
             spin: spin.clone(),
             listened,
+            round_trips: AtomicU64::new(0),
+            one_way: AtomicU64::new(0),
         };
         for (p, s) in accepted {
             let prep = s.set_nonblocking(false).and_then(|()| s.set_nodelay(true));
@@ -381,6 +388,14 @@ impl Net {
         Ok(net)
     }
 
+    /// Requests sent so far: (answered ones, one-way ones); see [`crate::CommCounters`].
+    pub fn counters(&self) -> (u64, u64) {
+        (
+            self.round_trips.load(Ordering::Relaxed),
+            self.one_way.load(Ordering::Relaxed),
+        )
+    }
+
     /// The address this PE's listener was bound to during init.
     #[cfg(test)]
     pub fn listened(&self) -> SocketAddr {
@@ -388,8 +403,43 @@ impl Net {
     }
 }
 
+impl Net {
+    /// Leaving because a PE is gone (the job's first failure): tells every peer still
+    /// connected which PE that was ([`wire::OP_GONE`]), before the connections close, so that
+    /// a survivor that sees this PE's connection end blames that PE, not this one. Each
+    /// notice waits at most a second for room in its socket.
+    fn tell_departure(&self) {
+        let Some((cause, _)) = self.live.failed() else {
+            return;
+        };
+        // (A failure is only recorded before finalize: a PE that called finalize after it
+        // still tells.)
+        if cause == self.me {
+            return;
+        }
+        let h = wire::req(wire::OP_GONE, 0, 0, 0, 0, 0, 0, cause as u64, 0);
+        for (pe, l) in self.links.iter().enumerate() {
+            let Some(l) = l else { continue };
+            if pe == cause || self.live.is_lost(pe) {
+                continue;
+            }
+            let Ok(mut c) = l.conn.try_lock() else {
+                continue;
+            };
+            if c.broken {
+                continue;
+            }
+            c.out.extend_from_slice(&h);
+            let out = std::mem::take(&mut c.out);
+            let deadline = Some(Instant::now() + Duration::from_secs(1));
+            let _ = sock::send_all(&c.s, &out, deadline);
+        }
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
+        self.tell_departure();
         self.stop.store(true, Ordering::Release);
         for s in &self.incoming {
             let _ = s.shutdown(Shutdown::Both);

@@ -334,7 +334,21 @@ impl Service {
             Err(e) => format!("its TCP connection failed: {e}"),
         };
         let _ = s.shutdown(std::net::Shutdown::Both);
+        self.live.note_departure(self.from, None);
         if !self.stop.load(Ordering::Acquire) {
+            // A PE that left because another was gone said so first: blame that one.
+            if let Some(Some(c)) = self.live.departure(self.from) {
+                if c != self.from {
+                    let reason = format!(
+                        "PE {} left because it saw PE {c} gone (its notice to this PE)",
+                        self.from
+                    );
+                    if !self.live.is_finalizing() {
+                        tracing::error!(target: "rshmem::tcp", "PE {c}: {reason}");
+                    }
+                    self.live.report(c, reason);
+                }
+            }
             if !self.live.is_finalizing() {
                 tracing::error!(target: "rshmem::tcp", "PE {}: {why}", self.from);
             }
@@ -547,6 +561,13 @@ impl Service {
                         }
                     }
                     sock::send_all(s, &rejects.take_reply(), sock::deadline(self.timeout))?;
+                }
+                wire::OP_GONE => {
+                    let c = r.value as usize;
+                    if r.value >= self.n as u64 || c == self.from {
+                        return Err(proto("a departure notice naming no other PE"));
+                    }
+                    self.live.note_departure(self.from, Some(c));
                 }
                 _ => return Err(proto("unknown request")),
             }

@@ -9,7 +9,7 @@
 use super::super::{Amo, AmoOp, RemoteAddr};
 
 /// Version of this protocol, checked in the handshake (PEs of one job must speak the same).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Largest payload of one request or reply.
 pub const FRAME: usize = 1 << 20;
 /// Bytes of a request header.
@@ -39,6 +39,10 @@ pub const OP_STORE: u8 = 5;
 /// An atomic whose old value nobody wants (signals, non-fetching device atomics): no reply,
 /// rejections counted like a bad put.
 pub const OP_AMO_NF: u8 = 6;
+/// The sender is leaving because it saw PE `value` gone (sent on each of its connections
+/// before it closes them): the target blames that PE, not the sender, when the connection
+/// then ends. No reply.
+pub const OP_GONE: u8 = 7;
 
 /// Why a target rejected a request (the status of a reply, the reason of a rejection record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
