@@ -53,6 +53,8 @@
 //!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
 //!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
+//! * `scale [BARRIERS]` — one `SCALE ...` line per PE: init time, mean barrier time, resident
+//!   memory and the sockets held after init (for `scripts/scale-test` and `tests/tests/scale.rs`).
 //! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
 //!   connections at init (see `scenarios/tcpnet.rs`).
 
@@ -105,6 +107,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("kill-stream", true),
     ("idle", true),
     ("hang", true),
+    ("scale", false),
 ];
 
 /// Runs scenario `name` (one of [`SCENARIOS`]).
@@ -130,6 +133,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "idle" => idle::run,
         "errors" => errors::run,
         "fds" => fds::run,
+        "scale" => scale::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
