@@ -1,12 +1,15 @@
 //! `scale [BARRIERS]` — what one PE of a large job costs: prints one line per PE,
 //!
 //! ```text
-//! SCALE pe=<me> n=<n> init_ms=<init time> barrier_us=<mean barrier_all> rss_kib=<VmRSS>
+//! SCALE pe=<me> n=<n> init_ms=<World::init_time> up_ms=<process age when init returned>
+//!       barrier_us=<mean barrier_all> rss_kib=<VmRSS>
 //!       sockets=<sockets held after init> tcp=<TCP sockets> unix=<Unix sockets> fds=<all fds>
 //!       at_s=<wall-clock time of the line, seconds since the epoch>
 //! ```
 //!
-//! (on one line), for `scripts/scale-test` and the scale suite to collect. The sockets are
+//! (on one line), for `scripts/scale-test` and the scale suite to collect. `init_ms` is what
+//! `World::init_time` reports (from after the bootstrap has joined the job); `up_ms` counts from
+//! the process's start (exec, the bootstrap's rendezvous and links, init), 10 ms resolution. The sockets are
 //! counted from `/proc/self/fd` right after init (before any one-sided operation could open a
 //! connection lazily), the barrier is the mean of BARRIERS (default 20) `barrier_all` calls
 //! after one warm-up call, and the resident memory is read after them. Then every PE puts one
@@ -75,9 +78,29 @@ pub fn rss_kib() -> R<u64> {
         .ok_or_else(|| Fail("no VmRSS line in /proc/self/status".into()))
 }
 
+/// How long this process has existed, from `/proc/self/stat` (start time, in clock ticks after
+/// boot) and `/proc/uptime`: 10 ms resolution.
+pub fn process_age() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let start: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let age = up - start / hz.max(1) as f64;
+    (age >= 0.0).then(|| std::time::Duration::from_secs_f64(age))
+}
+
 /// Runs the measurement.
 pub fn run(c: &Ctx<'_>) -> R {
     let w = c.w;
+    // Right after init: the process's age covers its start, the bootstrap and init.
+    let age = process_age().unwrap_or_default();
     let (fds, sockets, tcp, unix) = count_fds()?;
     let init = w.init_time();
     let rounds: u32 = match c.args.first() {
@@ -106,10 +129,11 @@ pub fn run(c: &Ctx<'_>) -> R {
     crate::check::say(
         false,
         &format!(
-            "SCALE pe={} n={} init_ms={:.3} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} at_s={:.3}",
+            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} at_s={:.3}",
             c.me,
             c.n,
             init.as_secs_f64() * 1e3,
+            age.as_secs_f64() * 1e3,
             per.as_secs_f64() * 1e6,
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
