@@ -2,7 +2,8 @@
 //! bootstrap reads) and each prints one line
 //!
 //! ```text
-//! BOOT rank=<r> n=<N> rounds=<ceil(log2 N)> connect_ms=<joining the job> barrier_us=<mean>
+//! BOOT rank=<r> n=<N> rounds=<ceil(log2 N)> connect_ms=<joining the job>
+//!      connect_cpu_ms=<CPU time of the process when joined, 10 ms ticks> barrier_us=<mean>
 //!      allgather8_us=<mean allgather of 8 bytes> rss_kib=<VmRSS>
 //! ```
 //!
@@ -28,6 +29,21 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// User plus system CPU time of this process so far.
+fn cpu_time() -> Duration {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let mut f = rest.split_whitespace().skip(11);
+            let utime: u64 = f.next()?.parse().ok()?;
+            let stime: u64 = f.next()?.parse().ok()?;
+            // Clock ticks: 100 per second on Linux (USER_HZ).
+            Some(Duration::from_millis((utime + stime) * 10))
+        })
+        .unwrap_or_default()
+}
+
 fn main() -> ExitCode {
     let iters: u32 = match std::env::args().nth(1).map(|a| a.parse()) {
         None => 20,
@@ -46,6 +62,7 @@ fn main() -> ExitCode {
         }
     };
     let connect = t0.elapsed();
+    let connect_cpu = cpu_time();
     let run = || -> rshmem_bootstrap::Result<(Duration, Duration)> {
         boot.barrier()?;
         let t = Instant::now();
@@ -73,9 +90,10 @@ fn main() -> ExitCode {
                 usize::BITS - (n - 1).leading_zeros()
             };
             println!(
-                "BOOT rank={} n={n} rounds={rounds} connect_ms={:.3} barrier_us={:.1} allgather8_us={:.1} rss_kib={}",
+                "BOOT rank={} n={n} rounds={rounds} connect_ms={:.3} connect_cpu_ms={} barrier_us={:.1} allgather8_us={:.1} rss_kib={}",
                 boot.rank(),
                 connect.as_secs_f64() * 1e3,
+                connect_cpu.as_millis(),
                 barrier.as_secs_f64() * 1e6,
                 allgather.as_secs_f64() * 1e6,
                 rss_kib()
