@@ -476,7 +476,7 @@ fn secret_never_crosses_the_network_and_a_squatter_cannot_pass_for_rank_0() {
     let (mut s, _) = squatter.accept().unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut challenge = b"RSHMEMBS".to_vec();
-    challenge.extend_from_slice(&2u32.to_le_bytes());
+    challenge.extend_from_slice(&3u32.to_le_bytes()); // the protocol version
     challenge.extend_from_slice(&[7u8; 16]);
     s.write_all(&challenge).unwrap();
     let mut hello = [0u8; 76];
@@ -489,12 +489,75 @@ fn secret_never_crosses_the_network_and_a_squatter_cannot_pass_for_rank_0() {
     assert_eq!(u64::from_le_bytes(hello[12..20].try_into().unwrap()), 1);
     // "Accepted", with a proof it cannot compute.
     let mut ack = b"RSHMEMBS".to_vec();
-    ack.extend_from_slice(&2u32.to_le_bytes());
+    ack.extend_from_slice(&3u32.to_le_bytes());
     ack.extend_from_slice(&0u32.to_le_bytes());
     ack.extend_from_slice(&[0u8; 32]);
     s.write_all(&ack).unwrap();
     match leaf.join().unwrap() {
         Err(Error::Refused(m)) => assert!(m.contains("did not prove"), "{m}"),
         other => panic!("a rank 0 without the secret was believed: {other:?}"),
+    }
+}
+
+#[test]
+fn links_are_logarithmic_and_collectives_agree_at_odd_and_larger_sizes() {
+    // Sizes around powers of two exercise the last, partial round of every algorithm.
+    for size in [6usize, 13, 33] {
+        let all: Vec<usize> = (0..size).collect();
+        let results = run_ranks(size, &all, Some(Duration::from_secs(60)), move |rank, b| {
+            let b = b?;
+            let rounds = (usize::BITS - (size - 1).leading_zeros()) as usize;
+            // Rank 0 holds no more connections than any other rank: the rendezvous ones are
+            // closed once the links are up.
+            assert_eq!(b.connections(), 2 * rounds, "size {size} rank {rank}");
+            let got = b.allgather(&payload(rank, 1))?;
+            let want: Vec<Vec<u8>> = (0..size).map(|r| payload(r, 1)).collect();
+            assert_eq!(got, want, "allgather size {size} rank {rank}");
+            let send: Vec<Vec<u8>> = (0..size).map(|d| to_each(rank, d, size)).collect();
+            let got = b.alltoall(&send)?;
+            let want: Vec<Vec<u8>> = (0..size).map(|s| to_each(s, rank, size)).collect();
+            assert_eq!(got, want, "alltoall size {size} rank {rank}");
+            for root in [0, size / 2, size - 1] {
+                let data = if rank == root {
+                    payload(root + 3, 2)
+                } else {
+                    Vec::new()
+                };
+                assert_eq!(b.broadcast(root, &data)?, payload(root + 3, 2));
+            }
+            b.barrier()?;
+            rshmem_bootstrap::Result::Ok(())
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                panic!("size {size} rank {rank}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failure_reaches_ranks_that_never_talk_to_the_failed_rank() {
+    // 9 ranks, links to rank ± 1, 2, 4, 8 (mod 9): rank 5 leaves after joining; rank 5 + 3 = 8
+    // and 5 - 3 = 2 have no link to it and can only learn of the loss through the abort that
+    // its partners pass along the links.
+    let size = 9;
+    let all: Vec<usize> = (0..size).collect();
+    let results = run_ranks(size, &all, Some(Duration::from_secs(20)), |rank, b| {
+        let b = b?;
+        if rank == 5 {
+            drop(b);
+            return Ok(());
+        }
+        b.barrier()
+    });
+    for (rank, r) in results.iter().enumerate() {
+        if rank == 5 {
+            continue;
+        }
+        assert!(
+            matches!(r, Err(Error::PeerLost { rank: 5, .. })),
+            "rank {rank}: {r:?}"
+        );
     }
 }

@@ -1,5 +1,11 @@
-//! The PEs that share this host: who they are, the Unix-socket mesh between them (used to pass
+//! The PEs that share this host: who they are, the Unix-socket links between them (used to pass
 //! heap file descriptors with SCM_RIGHTS) and the liveness monitor that notices a local PE dying.
+//!
+//! With `n` PEs on the host, local PE `i` links only to local PEs `i ± 2^k` (mod `n`,
+//! `k < ceil(log2 n)`): descriptors travel in `ceil(log2 n)` dissemination rounds (each PE
+//! passes on what it holds so far), so a PE holds `2·ceil(log2 n)` sockets instead of `n - 1`.
+//! The liveness monitor watches every local PE's process through a pidfd (no connection), or
+//! its link socket where a pidfd cannot be had.
 //!
 //! Sockets are named in Linux's abstract namespace (no file that a killed PE could leave
 //! behind), under a random name per job; every connection must present the job token and come
@@ -209,8 +215,12 @@ pub struct Node {
     pub local_of: Vec<Option<usize>>,
     /// The job token (from PE 0), presented by every connection between PEs.
     pub token: Vec<u8>,
-    /// Connected stream to each local PE (None for myself).
-    links: Vec<Option<UnixStream>>,
+    /// `out[k]`: the stream this PE opened to local PE `me + 2^k`; `inn[k]`: the one local PE
+    /// `me - 2^k` opened to this PE (local indices, mod the number of local PEs).
+    out: Vec<UnixStream>,
+    inn: Vec<UnixStream>,
+    /// Process id and start time (clock ticks after boot) of each local PE, as it reported them.
+    procs: Vec<(u32, u64)>,
     timeout: Option<Duration>,
     /// The liveness thread, the write end of its stop pipe, and a second read end kept open
     /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
@@ -250,8 +260,28 @@ impl Node {
         let call = "init";
         let n = boot.size();
         let my_pe = boot.rank();
-        let ids = boot.allgather(node_id.as_bytes())?;
-        let pes: Vec<usize> = (0..n).filter(|&p| ids[p] == node_id.as_bytes()).collect();
+        // Host identity, with this process's id and start time (for the liveness watch).
+        let mut mine = Vec::with_capacity(12 + node_id.len());
+        mine.extend_from_slice(&std::process::id().to_le_bytes());
+        mine.extend_from_slice(
+            &proc_start_time(std::process::id())
+                .unwrap_or(0)
+                .to_le_bytes(),
+        );
+        mine.extend_from_slice(node_id.as_bytes());
+        let all = boot.allgather(&mine)?;
+        let same_host = |b: &[u8]| b.get(12..) == Some(node_id.as_bytes());
+        let pes: Vec<usize> = (0..n).filter(|&p| same_host(&all[p])).collect();
+        let procs: Vec<(u32, u64)> = pes
+            .iter()
+            .map(|&p| {
+                let b = &all[p];
+                let pid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let mut t = [0u8; 8];
+                t.copy_from_slice(&b[4..12]);
+                (pid, u64::from_le_bytes(t))
+            })
+            .collect();
         let mut local_of = vec![None; n];
         for (i, &p) in pes.iter().enumerate() {
             local_of[p] = Some(i);
@@ -290,18 +320,23 @@ impl Node {
                 .map_err(|e| Error::os(call, format!("socket name {name}"), e))
         };
 
-        let mut links: Vec<Option<UnixStream>> = (0..pes.len()).map(|_| None).collect();
+        let n_local = pes.len();
+        let rounds = log2_ceil(n_local);
+        let mut out: Vec<UnixStream> = Vec::with_capacity(rounds);
+        let mut inn: Vec<Option<UnixStream>> = (0..rounds).map(|_| None).collect();
         let mut listener = None;
         let result = (|| -> Result<()> {
-            if pes.len() > 1 {
+            if n_local > 1 {
                 let l = UnixListener::bind_addr(&addr_of(me)?).map_err(|e| {
                     Error::os(call, format!("binding the local socket of PE {my_pe}"), e)
                 })?;
                 listener = Some(l);
             }
             boot.barrier()?;
-            // Connect to every lower local index, then accept every higher one.
-            for j in 0..me {
+            // Connect to local PEs me + 2^k (the connections wait in their listeners' backlog),
+            // then accept local PEs me - 2^k.
+            for k in 0..rounds {
+                let j = (me + (1 << k)) % n_local;
                 let mut s = UnixStream::connect_addr(&addr_of(j)?).map_err(|e| {
                     Error::os(call, format!("connecting to local PE {}", pes[j]), e)
                 })?;
@@ -319,11 +354,14 @@ impl Node {
                 hello.extend_from_slice(&(me as u32).to_le_bytes());
                 s.write_all(&hello)
                     .map_err(|e| Error::os(call, "local hello", e))?;
-                links[j] = Some(s);
+                out.push(s);
             }
             if let Some(l) = &listener {
                 let deadline = timeout.map(|t| Instant::now() + t);
-                let mut waiting: Vec<usize> = (me + 1..pes.len()).collect();
+                let from_round = |j: usize| (0..rounds).find(|&k| (j + (1 << k)) % n_local == me);
+                let mut waiting: Vec<usize> = (0..rounds)
+                    .map(|k| (me + n_local - (1 << k)) % n_local)
+                    .collect();
                 l.set_nonblocking(true)
                     .map_err(|e| Error::os(call, "listener", e))?;
                 while !waiting.is_empty() {
@@ -344,13 +382,14 @@ impl Node {
                                 && hello[..16] == token[..];
                             let j = u32::from_le_bytes([hello[16], hello[17], hello[18], hello[19]])
                                 as usize;
-                            if !ok || !waiting.contains(&j) {
-                                tracing::warn!(target: "rshmem::node", "refused a local connection without the job token");
+                            let round = from_round(j).filter(|_| j < n_local);
+                            let Some(k) = round.filter(|_| ok && waiting.contains(&j)) else {
+                                tracing::warn!(target: "rshmem::node", "refused a local connection without the job token (or from a PE that links elsewhere)");
                                 continue;
-                            }
+                            };
                             s.set_read_timeout(None).ok();
                             waiting.retain(|&w| w != j);
-                            links[j] = Some(s);
+                            inn[k] = Some(s);
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             if deadline.is_some_and(|d| Instant::now() > d) {
@@ -377,12 +416,29 @@ impl Node {
         drop(listener);
         result?;
         sync?;
+        let inn = inn
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| {
+                s.ok_or_else(|| {
+                    Error::invalid(
+                        call,
+                        format!(
+                            "no link from local PE {}",
+                            pes[(me + n_local - (1 << k)) % n_local]
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Node {
             pes,
             me,
             local_of,
             token,
-            links,
+            out,
+            inn,
+            procs,
             timeout,
             monitor: None,
         })
@@ -393,8 +449,10 @@ impl Node {
         self.pes.len()
     }
 
-    /// Sends `fd` (tagged with `tag`) to every other local PE, then receives one fd from each.
-    /// Returns the received fds indexed by local index (None for myself). Collective over the node.
+    /// Shares `fd` (tagged with `tag`) with every other local PE and returns theirs, indexed by
+    /// local index (None for myself). Collective over the node: in round `k` this PE passes the
+    /// descriptors of local PEs `me - j` (`j < min(2^k, n - 2^k)`, its own first) to local PE
+    /// `me + 2^k` and receives as many from local PE `me - 2^k`.
     pub fn exchange_fds(
         &self,
         call: &'static str,
@@ -402,73 +460,120 @@ impl Node {
         fd: &OwnedFd,
         live: &Liveness,
     ) -> Result<Vec<Option<OwnedFd>>> {
-        let my_pe = self.pes[self.me];
-        for (j, link) in self.links.iter().enumerate() {
-            let Some(s) = link else { continue };
-            let hdr = tag.to_le_bytes();
-            let iov = [IoSlice::new(&hdr)];
-            let fds = [fd.as_raw_fd()];
-            let cmsg = [ControlMessage::ScmRights(&fds)];
-            sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
-                .map_err(|e| self.link_error(call, j, e.into(), live))?;
-        }
-        let mut out: Vec<Option<OwnedFd>> = (0..self.pes.len()).map(|_| None).collect();
-        for (j, link) in self.links.iter().enumerate() {
-            let Some(s) = link else { continue };
-            self.wait_readable(call, j, s, my_pe)?;
-            let mut hdr = [0u8; 8];
-            let mut iov = [IoSliceMut::new(&mut hdr)];
-            let mut space = nix::cmsg_space!([RawFd; 1]);
-            let msg = recvmsg::<()>(
-                s.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_CMSG_CLOEXEC,
-            )
-            .map_err(|e| self.link_error(call, j, e.into(), live))?;
-            let mut got = None;
-            for c in msg
-                .cmsgs()
-                .map_err(|e| Error::os(call, "reading a heap descriptor", e))?
-            {
-                if let ControlMessageOwned::ScmRights(fds) = c {
-                    for raw in fds {
-                        // SAFETY: the kernel just installed `raw` in our fd table for this message;
-                        // nothing else owns it.
-                        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                        if got.is_none() {
-                            got = Some(owned);
+        let n = self.pes.len();
+        let me = self.me;
+        let my_pe = self.pes[me];
+        let mut have: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
+        for (k, (out, inn)) in self.out.iter().zip(&self.inn).enumerate() {
+            let step = 1usize << k;
+            let cnt = step.min(n - step);
+            let (to, from) = ((me + step) % n, (me + n - step) % n);
+            let mut raw: Vec<RawFd> = Vec::with_capacity(cnt);
+            for j in 0..cnt {
+                let o = (me + n - j) % n;
+                let f = if o == me {
+                    fd.as_raw_fd()
+                } else {
+                    have[o].as_ref().map(AsRawFd::as_raw_fd).ok_or_else(|| {
+                        Error::invalid(
+                            call,
+                            format!("no descriptor of PE {} to pass on", self.pes[o]),
+                        )
+                    })?
+                };
+                raw.push(f);
+            }
+            for (c, chunk) in raw.chunks(FD_CHUNK).enumerate() {
+                let hdr = fd_header(tag, k, c * FD_CHUNK, chunk.len());
+                let iov = [IoSlice::new(&hdr)];
+                let cmsg = [ControlMessage::ScmRights(chunk)];
+                sendmsg::<()>(out.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+                    .map_err(|e| self.link_error(call, to, e.into(), live))?;
+            }
+            let mut got = 0;
+            while got < cnt {
+                self.wait_readable(call, from, inn, my_pe)?;
+                let mut hdr = [0u8; 32];
+                let mut iov = [IoSliceMut::new(&mut hdr)];
+                let mut space = nix::cmsg_space!([RawFd; FD_CHUNK]);
+                let msg = recvmsg::<()>(
+                    inn.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut space),
+                    MsgFlags::MSG_CMSG_CLOEXEC,
+                )
+                .map_err(|e| self.link_error(call, from, e.into(), live))?;
+                let mut fds: Vec<OwnedFd> = Vec::new();
+                for c in msg
+                    .cmsgs()
+                    .map_err(|e| Error::os(call, "reading a heap descriptor", e))?
+                {
+                    if let ControlMessageOwned::ScmRights(list) = c {
+                        for raw in list {
+                            // SAFETY: the kernel just installed `raw` in our fd table for this
+                            // message; nothing else owns it.
+                            fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
                         }
                     }
                 }
-            }
-            let bytes = msg.bytes;
-            if bytes == 0 {
-                return Err(self.lost(call, j, "its socket closed"));
-            }
-            if bytes != 8 || u64::from_le_bytes(hdr) != tag {
-                let what = |t: u64| {
-                    if t & crate::heap::USER_TAG != 0 {
-                        format!("a registered buffer (share {})", t & !crate::heap::USER_TAG)
-                    } else {
-                        format!("heap chunk {t}")
-                    }
+                let bytes = msg.bytes;
+                if bytes == 0 {
+                    return Err(self.lost(call, from, "its socket closed"));
+                }
+                let word = |i: usize| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&hdr[8 * i..8 * i + 8]);
+                    u64::from_le_bytes(b)
                 };
-                return Err(Error::AsymmetricCall {
-                    call,
-                    details: format!(
-                        "PE {} shared {} while PE {my_pe} shared {}",
-                        self.pes[j],
-                        what(u64::from_le_bytes(hdr)),
-                        what(tag)
-                    ),
-                });
+                if bytes != hdr.len() || word(0) != tag {
+                    let what = |t: u64| {
+                        if t & crate::heap::USER_TAG != 0 {
+                            format!("a registered buffer (share {})", t & !crate::heap::USER_TAG)
+                        } else {
+                            format!("heap chunk {t}")
+                        }
+                    };
+                    return Err(Error::AsymmetricCall {
+                        call,
+                        details: format!(
+                            "PE {} shared {} while PE {my_pe} shared {}",
+                            self.pes[from],
+                            what(word(0)),
+                            what(tag)
+                        ),
+                    });
+                }
+                let count = word(3) as usize;
+                if word(1) != k as u64
+                    || word(2) != got as u64
+                    || count != fds.len()
+                    || got + count > cnt
+                {
+                    return Err(Error::invalid(
+                        call,
+                        format!(
+                            "PE {} sent a malformed set of heap descriptors (round {k}: {} of {cnt} from {got})",
+                            self.pes[from],
+                            fds.len()
+                        ),
+                    ));
+                }
+                for (i, f) in fds.into_iter().enumerate() {
+                    let o = (from + n - (got + i)) % n;
+                    if o != me {
+                        have[o] = Some(f);
+                    }
+                }
+                got += count;
             }
-            out[j] = Some(got.ok_or_else(|| {
-                Error::invalid(call, format!("PE {} sent no heap descriptor", self.pes[j]))
-            })?);
         }
-        Ok(out)
+        if let Some(j) = (0..n).find(|&j| j != me && have[j].is_none()) {
+            return Err(Error::invalid(
+                call,
+                format!("PE {} sent no heap descriptor", self.pes[j]),
+            ));
+        }
+        Ok(have)
     }
 
     fn wait_readable(
@@ -530,17 +635,41 @@ impl Node {
         notice: impl Fn(usize) -> usize,
     ) -> Result<()> {
         let mut watched = Vec::new();
-        for (j, l) in self.links.iter().enumerate() {
-            if let Some(s) = l {
-                let fd = s
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|e| Error::os("init", "dup", e))?;
+        let n = self.pes.len();
+        for j in (0..n).filter(|&j| j != self.me) {
+            // The process itself where a pidfd can be had (no connection needed), else the link
+            // socket to it where there is one.
+            if let Some(fd) = pidfd_of(self.procs[j]) {
                 watched.push(Watched {
                     pe: self.pes[j],
                     fd,
+                    events: libc::POLLIN,
                     notice: notice(j),
                 });
+                continue;
+            }
+            let link = (0..self.out.len()).find_map(|k| {
+                if (self.me + (1 << k)) % n == j {
+                    Some(&self.out[k])
+                } else if (j + (1 << k)) % n == self.me {
+                    Some(&self.inn[k])
+                } else {
+                    None
+                }
+            });
+            match link {
+                Some(s) => watched.push(Watched {
+                    pe: self.pes[j],
+                    fd: s
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .map_err(|e| Error::os("init", "dup", e))?,
+                    events: libc::POLLRDHUP,
+                    notice: notice(j),
+                }),
+                None => {
+                    tracing::warn!(target: "rshmem::node", "cannot watch local PE {} (no pidfd: another PID namespace, or a kernel before 5.3): its death is found by the timeout instead", self.pes[j])
+                }
             }
         }
         if watched.is_empty() {
@@ -566,7 +695,7 @@ impl Node {
     /// of this PE's departure come after what the program prints as it ends (the error its
     /// `main` returns), not before it.
     pub(crate) fn close_links_later(&mut self, for_how_long: Duration) {
-        let links: Vec<UnixStream> = self.links.iter_mut().filter_map(Option::take).collect();
+        let links: Vec<UnixStream> = self.out.drain(..).chain(self.inn.drain(..)).collect();
         if links.is_empty() {
             return;
         }
@@ -598,7 +727,10 @@ impl Drop for Node {
 /// A local PE the liveness thread watches.
 struct Watched {
     pe: usize,
+    /// Its pidfd (readable once it exited) or a socket linked to it (hung up once it exited).
     fd: OwnedFd,
+    /// The poll events meaning "gone": `POLLIN` for a pidfd, `POLLRDHUP` for a socket.
+    events: libc::c_short,
     /// Address of its notice word (0: none).
     notice: usize,
 }
@@ -616,7 +748,7 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
         for &i in &idx {
             pfds.push(libc::pollfd {
                 fd: watched[i].fd.as_raw_fd(),
-                events: libc::POLLRDHUP,
+                events: watched[i].events,
                 revents: 0,
             });
         }
@@ -637,7 +769,7 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
         let mut gone: Vec<(usize, Option<usize>)> = Vec::new();
         for (k, &i) in idx.iter().enumerate() {
             if pfds[k + 1].revents
-                & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
+                & (watched[i].events | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL)
                 != 0
             {
                 alive[i] = false;
@@ -681,6 +813,58 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
     }
 }
 
+/// Most descriptors passed in one message (the kernel's limit, SCM_MAX_FD, is 253).
+const FD_CHUNK: usize = 250;
+
+/// The header of one message of [`Node::exchange_fds`]: tag, round, index of its first
+/// descriptor in the round, number of descriptors.
+fn fd_header(tag: u64, round: usize, first: usize, count: usize) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    for (i, v) in [tag, round as u64, first as u64, count as u64]
+        .into_iter()
+        .enumerate()
+    {
+        h[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    h
+}
+
+/// `ceil(log2(n))`: the dissemination rounds among `n` PEs (0 for one).
+fn log2_ceil(n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        (usize::BITS - (n - 1).leading_zeros()) as usize
+    }
+}
+
+/// Start time of process `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
+fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A pidfd for local PE process `(pid, start time)`, if this kernel has pidfds and the process
+/// with that id here is that PE (not another process of another PID namespace).
+fn pidfd_of((pid, start): (u32, u64)) -> Option<OwnedFd> {
+    if pid == 0 || start == 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new descriptor or -1;
+    // no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if r < 0 {
+        return None;
+    }
+    // SAFETY: the syscall just returned this descriptor (close-on-exec by definition); nothing
+    // else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(r as RawFd) };
+    // Checked after opening: the pidfd holds on to the process it was opened for.
+    (proc_start_time(pid) == Some(start)).then_some(fd)
+}
+
 /// This PE's rank among the PEs of its host (picks the GPU) and how many PEs the host runs.
 /// Under `RSHMEM_DISABLE_P2P=1` every PE is its own node, so the real host is found again from
 /// the host identity (one allgather, made by every PE since they share the setting).
@@ -721,6 +905,7 @@ mod tests {
             watched.push(Watched {
                 pe,
                 fd: OwnedFd::from(a),
+                events: libc::POLLRDHUP,
                 notice: &**notice as *const AtomicU64 as usize,
             });
         }

@@ -55,6 +55,8 @@
 //!   barrier; for the hang report (2+ PEs).
 //! * `embed RANK SIZE UNIQUE_ID` — started without a launcher: joins through `Builder` with an
 //!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
+//! * `scale [BARRIERS]` — one `SCALE ...` line per PE: init time, mean barrier time, resident
+//!   memory and the sockets held after init (for `scripts/scale-test` and `tests/tests/scale.rs`).
 //! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
 //!   connections at init (see `scenarios/tcpnet.rs`).
 
@@ -108,6 +110,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("idle", true),
     ("sync-cost", false),
     ("hang", true),
+    ("scale", false),
 ];
 
 /// Runs scenario `name` (one of [`SCENARIOS`]).
@@ -134,6 +137,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "sync-cost" => synccost::run,
         "errors" => errors::run,
         "fds" => fds::run,
+        "scale" => scale::run,
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),

@@ -16,6 +16,7 @@ pub mod kill;
 pub mod overlap;
 pub mod region;
 pub mod rma;
+pub mod scale;
 pub mod signal;
 pub mod stream;
 pub mod symmetry;

@@ -10,7 +10,9 @@
 //!   the listener's address is even advertised, so they reach the accept loop ahead of every
 //!   real peer (see [`listen`]). Init must still complete promptly (the test bounds the job's
 //!   time), and the listener must have been bound to loopback, the address the one-host job
-//!   advertises, not to every interface. Then a ring of puts checks the mesh works.
+//!   advertises, not to every interface. Then a ring of puts checks the mesh works. The
+//!   bootstrap's link listener (each PE's, for its links to PEs `me ± 2^k`) is crowded the same
+//!   way and must not delay init either.
 //!
 //! What a target refuses (requests outside its live allocations or the runtime's own flag
 //! accesses) cannot be produced through the host API, which checks ranges on the issuing side
@@ -88,20 +90,21 @@ pub fn idle(c: &Ctx<'_>) -> R {
     let listened = LISTENED.lock().map(|l| l.clone()).unwrap_or_default();
     let crowded = HELD.lock().map(|h| h.len()).unwrap_or(0);
     if n > 1 {
+        // The bootstrap's link listener (every PE links to PEs me ± 2^k), then the transport's.
         ensure!(
-            listened.len() == 1,
-            "expected one TCP listener during init (the transport's), saw {listened:?}"
+            listened.len() == 2,
+            "expected two TCP listeners during init (the bootstrap's links, the transport's), saw {listened:?}"
         );
         ensure!(
-            crowded == IDLE + HOSTILE,
+            crowded == 2 * (IDLE + HOSTILE),
             "only {crowded} of {} crowding connections were made",
-            IDLE + HOSTILE
+            2 * (IDLE + HOSTILE)
         );
     }
     for a in &listened {
         ensure!(
             a.ip().is_loopback(),
-            "the TCP transport listened on {a}: a one-host job must bind loopback, not every interface"
+            "a TCP listener of init was bound to {a}: a one-host job must bind loopback, not every interface"
         );
     }
     note!(

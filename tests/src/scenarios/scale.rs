@@ -1,0 +1,144 @@
+//! `scale [BARRIERS]` — what one PE of a large job costs: prints one line per PE,
+//!
+//! ```text
+//! SCALE pe=<me> n=<n> init_ms=<World::init_time> up_ms=<process age when init returned>
+//!       barrier_us=<mean barrier_all> rss_kib=<VmRSS>
+//!       sockets=<sockets held after init> tcp=<TCP sockets> unix=<Unix sockets> fds=<all fds>
+//!       at_s=<wall-clock time of the line, seconds since the epoch>
+//! ```
+//!
+//! (on one line), for `scripts/scale-test` and the scale suite to collect. `init_ms` is what
+//! `World::init_time` reports (from after the bootstrap has joined the job); `up_ms` counts from
+//! the process's start (exec, the bootstrap's rendezvous and links, init), 10 ms resolution. The sockets are
+//! counted from `/proc/self/fd` right after init (before any one-sided operation could open a
+//! connection lazily), the barrier is the mean of BARRIERS (default 20) `barrier_all` calls
+//! after one warm-up call, and the resident memory is read after them. Then every PE puts one
+//! word to its successor on the ring and checks what its predecessor put (the PEs that
+//! communicate go through the real code path).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use crate::check::{Context, Ctx, Fail, R};
+use crate::ensure;
+
+/// Inode numbers of this host's sockets of one kind, from `/proc/net/<file>`.
+fn socket_inodes(files: &[&str]) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/net/{f}")) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // tcp/tcp6: inode is column 9; unix: column 6.
+            let at = if f.starts_with("unix") { 6 } else { 9 };
+            if let Some(i) = cols.get(at).and_then(|c| c.parse().ok()) {
+                out.insert(i);
+            }
+        }
+    }
+    out
+}
+
+/// (all fds, sockets, TCP sockets, Unix sockets) open in this process.
+pub fn count_fds() -> R<(usize, usize, usize, usize)> {
+    let dir =
+        std::fs::read_dir("/proc/self/fd").map_err(|e| Fail(format!("/proc/self/fd: {e}")))?;
+    let tcp = socket_inodes(&["tcp", "tcp6"]);
+    let unix = socket_inodes(&["unix"]);
+    let (mut fds, mut sockets, mut n_tcp, mut n_unix) = (0, 0, 0, 0);
+    for e in dir.flatten() {
+        fds += 1;
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let t = target.to_string_lossy();
+        if let Some(inode) = t
+            .strip_prefix("socket:[")
+            .and_then(|s| s.strip_suffix(']'))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            sockets += 1;
+            n_tcp += usize::from(tcp.contains(&inode));
+            n_unix += usize::from(unix.contains(&inode));
+        }
+    }
+    Ok((fds, sockets, n_tcp, n_unix))
+}
+
+/// Resident set size of this process in KiB.
+pub fn rss_kib() -> R<u64> {
+    let s = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| Fail(format!("/proc/self/status: {e}")))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Fail("no VmRSS line in /proc/self/status".into()))
+}
+
+/// How long this process has existed, from `/proc/self/stat` (start time, in clock ticks after
+/// boot) and `/proc/uptime`: 10 ms resolution.
+pub fn process_age() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let start: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let age = up - start / hz.max(1) as f64;
+    (age >= 0.0).then(|| std::time::Duration::from_secs_f64(age))
+}
+
+/// Runs the measurement.
+pub fn run(c: &Ctx<'_>) -> R {
+    let w = c.w;
+    // Right after init: the process's age covers its start, the bootstrap and init.
+    let age = process_age().unwrap_or_default();
+    let (fds, sockets, tcp, unix) = count_fds()?;
+    let init = w.init_time();
+    let rounds: u32 = match c.args.first() {
+        Some(a) => a
+            .parse()
+            .map_err(|_| Fail(format!("scale: BARRIERS {a:?} is not a number")))?,
+        None => 20,
+    };
+    c.barrier("init (warm-up)")?;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        c.barrier("a timed barrier")?;
+    }
+    let per = t.elapsed() / rounds.max(1);
+    let rss = rss_kib()?;
+    let cell = w.calloc::<u64>(1).ctx("calloc")?;
+    w.p(cell.at(0), c.me as u64 + 1, c.succ())
+        .ctx("p to the successor")?;
+    c.barrier("the ring put")?;
+    let got = cell.read(0).ctx("read")?;
+    ensure!(
+        got == c.pred() as u64 + 1,
+        "the predecessor's put: got {got}, expected {}",
+        c.pred() + 1
+    );
+    crate::check::say(
+        false,
+        &format!(
+            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} at_s={:.3}",
+            c.me,
+            c.n,
+            init.as_secs_f64() * 1e3,
+            age.as_secs_f64() * 1e3,
+            per.as_secs_f64() * 1e6,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        ),
+    );
+    Ok(())
+}
