@@ -420,7 +420,7 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 
 // alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
-static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void gather_group(const char* call, rshmem_team_t team,
                                                  void* dest, const void* src, size_t nbytes,
                                                  size_t src_stride) {
     const coll_group g = group_of<S>();
@@ -433,11 +433,11 @@ static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t
         check_disjoint(call, dest, total, src, src_bytes, g.rank == 0);
     }
     gather_push(call, d, (char*)dest, (const char*)src, nbytes, src_stride, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
+RSHMEM_COLL_ENGINE void bcast_group(const char* call, rshmem_team_t team, void* dest,
                                                 const void* src, size_t nbytes, int root) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
@@ -448,11 +448,11 @@ static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t 
         if (dest != src) check_disjoint(call, dest, nbytes, src, nbytes, g.rank == 0);
     }
     if (d.my_index == root) bcast_push(call, d, (char*)dest, (const char*)src, nbytes, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void alltoalls_group(const char* call, rshmem_team_t team,
                                                     void* dest, const void* src, size_t dst,
                                                     size_t sst, size_t nelems, size_t esize) {
     const coll_group g = group_of<S>();
@@ -463,18 +463,18 @@ static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_tea
         check_sym(call, "source", src, (last * sst + 1) * esize, g.rank == 0);
     }
     alltoalls_push(call, d, (char*)dest, (const char*)src, dst, sst, nelems, esize, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void collect_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void collect_group(const char* call, rshmem_team_t team,
                                                   void* dest, const void* src, size_t nbytes_el,
                                                   size_t nelems) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
     if (debug()) check_sym(call, "source", src, nelems * nbytes_el, g.rank == 0);
     collect_counts_out(call, team, d, nelems, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
     size_t off, total;
     collect_offsets(team, d, off, total);
     if (debug()) check_sym(call, "dest", dest, total * nbytes_el, g.rank == 0);
@@ -484,7 +484,7 @@ static __device__ __noinline__ void collect_group(const char* call, rshmem_team_
         copy_bytes(team_peer_nc(d, (char*)dest + off * nbytes_el, j), (const char*)src, nb, true,
                    g.rank, g.size);
     }
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 static __device__ __noinline__ RSHMEM_NORETURN void fail_op(const char* call, int op, bool say) {
@@ -600,14 +600,14 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
         T* to = (T*)(team_peer_nc(d, mine, j) + (size_t)me * nb) + k;
         vstore(to, v);
     }
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
     const T* slots = (const T*)mine;
     with_op<T>(call, op, g.rank == 0, combine_slots_fn<T>{dest, slots, nelems, n, g});
     S::sync();
 }
 
 template <class S, typename T>
-static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
+RSHMEM_ENGINE void reduce_group(const char* call, rshmem_team_t team, T* dest,
                                                  const T* src, size_t nelems, int op,
                                                  bool scatter) {
     const coll_group g = group_of<S>();
@@ -623,9 +623,9 @@ static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t
         reduce_oneshot<S, T>(call, team, d, dest, src, nelems, op, scatter);
         return;
     }
-    team_sync<S>(call, team);  // every member's source is ready
+    team_sync_coll<S>(call, team);  // every member's source is ready
     reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 // Hides a constant from the optimizer, so a call site does not get its own specialized copy of

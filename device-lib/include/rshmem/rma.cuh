@@ -189,7 +189,7 @@ static __device__ __noinline__ void check_bulk(const char* call, const char* wha
 // of putmem<S> / getmem<S> (a call costs nanoseconds; kernels stay small and NVRTC fast).
 
 template <class S>
-static __device__ __noinline__ void putmem(const char* call, void* dest, const void* src,
+RSHMEM_ENGINE void putmem(const char* call, void* dest, const void* src,
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
@@ -208,7 +208,7 @@ static __device__ __noinline__ void putmem(const char* call, void* dest, const v
 }
 
 template <class S>
-static __device__ __noinline__ void getmem(const char* call, void* dest, const void* src,
+RSHMEM_ENGINE void getmem(const char* call, void* dest, const void* src,
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
@@ -231,7 +231,7 @@ static __device__ __forceinline__ void put(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    cold(&putmem<S>)(call, dest, src, nbytes, pe);
+    putmem<S>(call, dest, src, nbytes, pe);
 }
 
 template <class S, typename T>
@@ -239,7 +239,7 @@ static __device__ __forceinline__ void get(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    cold(&getmem<S>)(call, dest, src, nbytes, pe);
+    getmem<S>(call, dest, src, nbytes, pe);
 }
 
 // p's cold path: checks, the uninitialized-state trap, the PE table, the proxy. `bits` holds the
@@ -321,28 +321,28 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
     RSHMEM_QUAL_##TW void rshmem_putmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_putmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking putmem: complete with rshmem_quiet. */                                       \
     RSHMEM_QUAL_##TW void rshmem_putmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_putmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }                                                                                            \
     /* Copies nbytes from src on PE pe to local dest; returns with the data in dest. */          \
     RSHMEM_QUAL_##TW void rshmem_getmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_getmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking getmem: dest is valid after rshmem_quiet. */                                 \
     RSHMEM_QUAL_##TW void rshmem_getmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_getmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }
 
