@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     sig = (uint64_t*)nvshmem_malloc(64 * sizeof(uint64_t));
     cudaMalloc(&counter, 2 * sizeof(unsigned));
     cudaMalloc(&out, 1024 * sizeof(double));
-    int pe = me, iter = 1, one = 1;
+    int pe = me, iter = 1;
     size_t len = 1024 * 64;          // doubles: 64 per thread in the thread-scope kernels
     size_t nbytes = 4096;
     int ilen = 1024 * 4;
@@ -152,7 +152,6 @@ int main(int argc, char** argv) {
     COLL(rb_reducescatter_thread); COLL(rb_reducescatter_warp); COLL(rb_reducescatter_block);
 #define FCOLL(K) CHECK(K, &team, &fdest, &fdata, &nelems, &iter)
     FCOLL(rb_max_reduce_thread); FCOLL(rb_max_reduce_warp); FCOLL(rb_max_reduce_block);
-    (void)one;
 
     nvshmem_free(sym);
     nvshmem_free(sig);

@@ -124,8 +124,8 @@ static __device__ __forceinline__ void barrier_wait(const char* call, int first,
     }
 }
 
-// Not inlined: one instance per scope serves barrier_all and sync_all, and a kernel that calls
-// it keeps its own registers (the barrier's are its own).
+// Inlined into the kernel (RSHMEM_ENGINE, util.cuh): its registers are allocated with the
+// kernel's (28-42 registers for the barrier kernels of device-lib/tests/regbudget.cu).
 template <class S>
 RSHMEM_ENGINE void barrier_body(const char* call) {
     // Orders every thread's earlier accesses before the release below (release is cumulative).

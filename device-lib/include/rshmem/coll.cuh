@@ -414,9 +414,11 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 }
 
 // ---------------------------------------------------------------------------------------------
-// The group forms: one group (thread, warp or block) per PE does everything. Not inlined: every
-// typed call of a scope shares one instance (bytes for alltoall / fcollect / broadcast, one per
-// canonical element type for the reductions), which keeps modules small and NVRTC fast.
+// The group forms: one group (thread, warp or block) per PE does everything. Every typed call of
+// a scope shares one body (bytes for alltoall / fcollect / broadcast, one per canonical element
+// type for the reductions). The data collectives are RSHMEM_COLL_ENGINE (a direct call of one
+// non-inlined instance without -rdc, inlined with -rdc), the reductions RSHMEM_ENGINE (inlined);
+// util.cuh says why.
 
 // alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
@@ -629,7 +631,8 @@ RSHMEM_ENGINE void reduce_group(const char* call, rshmem_team_t team, T* dest,
 }
 
 // Hides a constant from the optimizer, so a call site does not get its own specialized copy of
-// the (not inlined) group function: one instance per scope and type serves every operator.
+// the group function: one body per scope and type serves every operator. (Written when the
+// group function was not inlined; now that it is, the operator's constant could be let through.)
 static __device__ __forceinline__ int opaque(int v) {
     int r;
     asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));

@@ -144,8 +144,8 @@ static __device__ __forceinline__ void copy_chunks(char* dst, const char* src, s
 }
 
 // Copies n bytes from src to dst cooperatively (thread rank of size). The remote side (dst if
-// remote_dst, else src) gets the aligned 16-byte accesses. Inlined into the (not inlined)
-// putmem / getmem / putmem_signal of each scope, so a module holds at most nine copies of it.
+// remote_dst, else src) gets the aligned 16-byte accesses. Inlined into putmem / getmem /
+// putmem_signal, which are inlined into their callers (RSHMEM_ENGINE, util.cuh).
 static __device__ __forceinline__ void copy_bytes(char* dst, const char* src, size_t n,
                                                   bool remote_dst, uint32_t rank, uint32_t size) {
     uint64_t a = remote_dst ? (uint64_t)dst : (uint64_t)src;
@@ -185,8 +185,9 @@ static __device__ __noinline__ void check_bulk(const char* call, const char* wha
 }
 
 // ---------------------------------------------------------------------------------------------
-// Calls. The bulk calls are not inlined: every typed put / get of a scope shares one instance
-// of putmem<S> / getmem<S> (a call costs nanoseconds; kernels stay small and NVRTC fast).
+// Calls. The bulk engines putmem<S> / getmem<S> are inlined into the kernel (RSHMEM_ENGINE:
+// a call through a pointer would charge every pointer call of the file with their registers,
+// and a direct call of a non-inlined copy stacks its registers on the caller's; util.cuh).
 
 template <class S>
 RSHMEM_ENGINE void putmem(const char* call, void* dest, const void* src,

@@ -72,7 +72,7 @@ static __device__ __noinline__ void check_put_signal(const char* call, const voi
     check_signal(call, sig, pe, say);
 }
 
-// Not inlined: every typed put_signal of a scope shares one instance.
+// Inlined into the kernel (RSHMEM_ENGINE, see rma.cuh's putmem).
 template <class S>
 RSHMEM_ENGINE void putmem_signal(const char* call, void* dest, const void* src,
                                                      size_t nbytes, uint64_t* sig,

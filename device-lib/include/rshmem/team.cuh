@@ -179,7 +179,7 @@ static __device__ __noinline__ RSHMEM_NORETURN void fail_team_wait(const char* c
 
 // Team sync by the group S (every thread of it calls, same arguments). Releases everything the
 // group did before (see barrier.cuh) and acquires what every member did before its sync.
-// Not inlined (one instance per scope; see barrier.cuh).
+// Inlined (RSHMEM_ENGINE; see barrier.cuh); the collectives call it through team_sync_coll.
 template <class S>
 RSHMEM_ENGINE void team_sync(const char* call, rshmem_team_t team) {
     S::sync();
