@@ -6,6 +6,12 @@
 // ping-pongs meet their peers; the buffers are cleared and the PEs synchronized between kernels.
 // Prints "PASS <kernel>: grid <n> x 1024" or "FAIL <kernel>: <why>" per kernel (PE 0 only) and
 // exits 1 when any failed. Needs exactly 2 PEs.
+//
+// Arguments: the names of kernels known to need more than 64 registers in this file
+// (device-lib/tests/regbudget_1tu.txt, marked known-over; scripts/devlib-gpu-check passes
+// them). Such a kernel that gives no grid of 1024-thread blocks is launched as one block of 512
+// threads instead and reported as "KNOWN <kernel>: ..." (not a failure); one that does fit 1024
+// threads is a PASS like any other. Every other kernel must fit 1024 threads.
 #define RB_ALL 1
 #include "regbudget.cu"
 
@@ -16,6 +22,15 @@ namespace {
 
 int me = 0;
 int failed = 0;
+int known_argc = 0;
+char** known_argv = nullptr;
+
+bool known_over(const char* name) {
+    for (int i = 0; i < known_argc; i++) {
+        if (strcmp(known_argv[i], name) == 0) return true;
+    }
+    return false;
+}
 
 // Symmetric buffers (cleared before every kernel) and a local grid counter.
 const size_t kBytes = 8 << 20;
@@ -33,27 +48,35 @@ void reset() {
 }
 
 // Queries the grid of `fn` for 1024 threads, then launches it as one block of 1024 threads with
-// `args` and waits.
+// `args` and waits (a known-over kernel without such a grid: 512 threads).
 void check(const char* name, const void* fn, void** args) {
     reset();
-    int grid = 0;
+    int grid = 0, threads = 1024;
     int rc = nvshmemx_collective_launch_query_gridsize(fn, 1024, args, 0, &grid);
+    const bool known = (rc != 0 || grid <= 0) && known_over(name);
+    if (known) {
+        threads = 512;
+        rc = nvshmemx_collective_launch_query_gridsize(fn, threads, args, 0, &grid);
+    }
     cudaError_t e = cudaSuccess;
     if (rc == 0 && grid > 0) {
-        e = cudaLaunchKernel(fn, dim3(1), dim3(1024), args, 0, 0);
+        e = cudaLaunchKernel(fn, dim3(1), dim3(threads), args, 0, 0);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
     }
     nvshmem_barrier_all();
     if (me != 0) return;
-    if (rc != 0 || grid <= 0) {
-        printf("FAIL %s: collective_launch_query_gridsize gives %d blocks of 1024 threads\n", name,
-               grid);
+    if (known && rc == 0 && grid > 0 && e == cudaSuccess) {
+        printf("KNOWN %s: over 64 registers (regbudget_1tu.txt): no grid of 1024 threads; grid %d x "
+               "512, launched\n", name, grid);
+    } else if (rc != 0 || grid <= 0) {
+        printf("FAIL %s: collective_launch_query_gridsize gives %d blocks of %d threads\n", name,
+               grid, threads);
         failed++;
     } else if (e != cudaSuccess) {
-        printf("FAIL %s: launch of 1 x 1024 threads: %s\n", name, cudaGetErrorString(e));
+        printf("FAIL %s: launch of 1 x %d threads: %s\n", name, threads, cudaGetErrorString(e));
         failed++;
     } else {
-        printf("PASS %s: grid %d x 1024, launched\n", name, grid);
+        printf("PASS %s: grid %d x %d, launched\n", name, grid, threads);
     }
     fflush(stdout);
 }
@@ -66,7 +89,9 @@ void check(const char* name, const void* fn, void** args) {
         check(#K, (const void*)K, a_);                                                           \
     } while (0)
 
-int main() {
+int main(int argc, char** argv) {
+    known_argc = argc - 1;
+    known_argv = argv + 1;
     nvshmem_init();
     me = nvshmem_my_pe();
     if (nvshmem_n_pes() != 2) {
@@ -77,7 +102,7 @@ int main() {
     sig = (uint64_t*)nvshmem_malloc(64 * sizeof(uint64_t));
     cudaMalloc(&counter, 2 * sizeof(unsigned));
     cudaMalloc(&out, 1024 * sizeof(double));
-    int pe = me, iter = 1, one = 1;
+    int pe = me, iter = 1;
     size_t len = 1024 * 64;          // doubles: 64 per thread in the thread-scope kernels
     size_t nbytes = 4096;
     int ilen = 1024 * 4;
@@ -127,7 +152,6 @@ int main() {
     COLL(rb_reducescatter_thread); COLL(rb_reducescatter_warp); COLL(rb_reducescatter_block);
 #define FCOLL(K) CHECK(K, &team, &fdest, &fdata, &nelems, &iter)
     FCOLL(rb_max_reduce_thread); FCOLL(rb_max_reduce_warp); FCOLL(rb_max_reduce_block);
-    (void)one;
 
     nvshmem_free(sym);
     nvshmem_free(sig);

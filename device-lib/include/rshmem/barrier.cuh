@@ -124,10 +124,10 @@ static __device__ __forceinline__ void barrier_wait(const char* call, int first,
     }
 }
 
-// Not inlined: one instance per scope serves barrier_all and sync_all, and a kernel that calls
-// it keeps its own registers (the barrier's are its own).
+// Inlined into the kernel (RSHMEM_ENGINE, util.cuh): its registers are allocated with the
+// kernel's (28-42 registers for the barrier kernels of device-lib/tests/regbudget.cu).
 template <class S>
-static __device__ __noinline__ void barrier_body(const char* call) {
+RSHMEM_ENGINE void barrier_body(const char* call) {
     // Orders every thread's earlier accesses before the release below (release is cumulative).
     S::sync();
     const uint32_t rank = S::rank();
@@ -162,7 +162,7 @@ static __device__ __noinline__ void barrier_body(const char* call) {
 
 template <class S>
 static __device__ __forceinline__ void barrier(const char* call) {
-    cold(&barrier_body<S>)(call);
+    barrier_body<S>(call);
 }
 
 }  // namespace rshmem_detail

@@ -414,13 +414,15 @@ static __device__ __forceinline__ void reduce_plan(const rshmem_team_desc& d, co
 }
 
 // ---------------------------------------------------------------------------------------------
-// The group forms: one group (thread, warp or block) per PE does everything. Not inlined: every
-// typed call of a scope shares one instance (bytes for alltoall / fcollect / broadcast, one per
-// canonical element type for the reductions), which keeps modules small and NVRTC fast.
+// The group forms: one group (thread, warp or block) per PE does everything. Every typed call of
+// a scope shares one body (bytes for alltoall / fcollect / broadcast, one per canonical element
+// type for the reductions). The data collectives are RSHMEM_COLL_ENGINE (a direct call of one
+// non-inlined instance without -rdc, inlined with -rdc), the reductions RSHMEM_ENGINE (inlined);
+// util.cuh says why.
 
 // alltoall (src_stride = nbytes) and fcollect (src_stride = 0); see gather_push.
 template <class S>
-static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void gather_group(const char* call, rshmem_team_t team,
                                                  void* dest, const void* src, size_t nbytes,
                                                  size_t src_stride) {
     const coll_group g = group_of<S>();
@@ -433,11 +435,11 @@ static __device__ __noinline__ void gather_group(const char* call, rshmem_team_t
         check_disjoint(call, dest, total, src, src_bytes, g.rank == 0);
     }
     gather_push(call, d, (char*)dest, (const char*)src, nbytes, src_stride, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t team, void* dest,
+RSHMEM_COLL_ENGINE void bcast_group(const char* call, rshmem_team_t team, void* dest,
                                                 const void* src, size_t nbytes, int root) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
@@ -448,11 +450,11 @@ static __device__ __noinline__ void bcast_group(const char* call, rshmem_team_t 
         if (dest != src) check_disjoint(call, dest, nbytes, src, nbytes, g.rank == 0);
     }
     if (d.my_index == root) bcast_push(call, d, (char*)dest, (const char*)src, nbytes, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void alltoalls_group(const char* call, rshmem_team_t team,
                                                     void* dest, const void* src, size_t dst,
                                                     size_t sst, size_t nelems, size_t esize) {
     const coll_group g = group_of<S>();
@@ -463,18 +465,18 @@ static __device__ __noinline__ void alltoalls_group(const char* call, rshmem_tea
         check_sym(call, "source", src, (last * sst + 1) * esize, g.rank == 0);
     }
     alltoalls_push(call, d, (char*)dest, (const char*)src, dst, sst, nelems, esize, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 template <class S>
-static __device__ __noinline__ void collect_group(const char* call, rshmem_team_t team,
+RSHMEM_COLL_ENGINE void collect_group(const char* call, rshmem_team_t team,
                                                   void* dest, const void* src, size_t nbytes_el,
                                                   size_t nelems) {
     const coll_group g = group_of<S>();
     const rshmem_team_desc d = team_member(call, team, g.rank == 0);
     if (debug()) check_sym(call, "source", src, nelems * nbytes_el, g.rank == 0);
     collect_counts_out(call, team, d, nelems, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
     size_t off, total;
     collect_offsets(team, d, off, total);
     if (debug()) check_sym(call, "dest", dest, total * nbytes_el, g.rank == 0);
@@ -484,7 +486,7 @@ static __device__ __noinline__ void collect_group(const char* call, rshmem_team_
         copy_bytes(team_peer_nc(d, (char*)dest + off * nbytes_el, j), (const char*)src, nb, true,
                    g.rank, g.size);
     }
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 static __device__ __noinline__ RSHMEM_NORETURN void fail_op(const char* call, int op, bool say) {
@@ -600,14 +602,14 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
         T* to = (T*)(team_peer_nc(d, mine, j) + (size_t)me * nb) + k;
         vstore(to, v);
     }
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
     const T* slots = (const T*)mine;
     with_op<T>(call, op, g.rank == 0, combine_slots_fn<T>{dest, slots, nelems, n, g});
     S::sync();
 }
 
 template <class S, typename T>
-static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t team, T* dest,
+RSHMEM_ENGINE void reduce_group(const char* call, rshmem_team_t team, T* dest,
                                                  const T* src, size_t nelems, int op,
                                                  bool scatter) {
     const coll_group g = group_of<S>();
@@ -623,13 +625,14 @@ static __device__ __noinline__ void reduce_group(const char* call, rshmem_team_t
         reduce_oneshot<S, T>(call, team, d, dest, src, nelems, op, scatter);
         return;
     }
-    team_sync<S>(call, team);  // every member's source is ready
+    team_sync_coll<S>(call, team);  // every member's source is ready
     reduce_body<T>(call, d, dest, src, nelems, op, scatter, g);
-    team_sync<S>(call, team);
+    team_sync_coll<S>(call, team);
 }
 
 // Hides a constant from the optimizer, so a call site does not get its own specialized copy of
-// the (not inlined) group function: one instance per scope and type serves every operator.
+// the group function: one body per scope and type serves every operator. (Written when the
+// group function was not inlined; now that it is, the operator's constant could be let through.)
 static __device__ __forceinline__ int opaque(int v) {
     int r;
     asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));

@@ -144,8 +144,8 @@ static __device__ __forceinline__ void copy_chunks(char* dst, const char* src, s
 }
 
 // Copies n bytes from src to dst cooperatively (thread rank of size). The remote side (dst if
-// remote_dst, else src) gets the aligned 16-byte accesses. Inlined into the (not inlined)
-// putmem / getmem / putmem_signal of each scope, so a module holds at most nine copies of it.
+// remote_dst, else src) gets the aligned 16-byte accesses. Inlined into putmem / getmem /
+// putmem_signal, which are inlined into their callers (RSHMEM_ENGINE, util.cuh).
 static __device__ __forceinline__ void copy_bytes(char* dst, const char* src, size_t n,
                                                   bool remote_dst, uint32_t rank, uint32_t size) {
     uint64_t a = remote_dst ? (uint64_t)dst : (uint64_t)src;
@@ -185,11 +185,12 @@ static __device__ __noinline__ void check_bulk(const char* call, const char* wha
 }
 
 // ---------------------------------------------------------------------------------------------
-// Calls. The bulk calls are not inlined: every typed put / get of a scope shares one instance
-// of putmem<S> / getmem<S> (a call costs nanoseconds; kernels stay small and NVRTC fast).
+// Calls. The bulk engines putmem<S> / getmem<S> are inlined into the kernel (RSHMEM_ENGINE:
+// a call through a pointer would charge every pointer call of the file with their registers,
+// and a direct call of a non-inlined copy stacks its registers on the caller's; util.cuh).
 
 template <class S>
-static __device__ __noinline__ void putmem(const char* call, void* dest, const void* src,
+RSHMEM_ENGINE void putmem(const char* call, void* dest, const void* src,
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
@@ -208,7 +209,7 @@ static __device__ __noinline__ void putmem(const char* call, void* dest, const v
 }
 
 template <class S>
-static __device__ __noinline__ void getmem(const char* call, void* dest, const void* src,
+RSHMEM_ENGINE void getmem(const char* call, void* dest, const void* src,
                                               size_t nbytes, int pe) {
     S::sync();
     const bool say = S::rank() == 0;
@@ -231,7 +232,7 @@ static __device__ __forceinline__ void put(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    cold(&putmem<S>)(call, dest, src, nbytes, pe);
+    putmem<S>(call, dest, src, nbytes, pe);
 }
 
 template <class S, typename T>
@@ -239,7 +240,7 @@ static __device__ __forceinline__ void get(const char* call, T* dest, const T* s
                                            int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    cold(&getmem<S>)(call, dest, src, nbytes, pe);
+    getmem<S>(call, dest, src, nbytes, pe);
 }
 
 // p's cold path: checks, the uninitialized-state trap, the PE table, the proxy. `bits` holds the
@@ -321,28 +322,28 @@ static __device__ __forceinline__ T g(const char* call, const T* src, int pe) {
     RSHMEM_QUAL_##TW void rshmem_putmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_putmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking putmem: complete with rshmem_quiet. */                                       \
     RSHMEM_QUAL_##TW void rshmem_putmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::cold(&rshmem_detail::putmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::putmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_putmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }                                                                                            \
     /* Copies nbytes from src on PE pe to local dest; returns with the data in dest. */          \
     RSHMEM_QUAL_##TW void rshmem_getmem##SUFFIX(void* dest, const void* src, size_t nbytes,      \
                                                 int pe) {                                        \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem##SUFFIX(dest, src, nbytes, pe),              \
-                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_getmem" #SUFFIX, dest, src, nbytes, pe));                   \
     }                                                                                            \
     /* Non-blocking getmem: dest is valid after rshmem_quiet. */                                 \
     RSHMEM_QUAL_##TW void rshmem_getmem_nbi##SUFFIX(void* dest, const void* src, size_t nbytes,  \
                                                     int pe) {                                    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_getmem_nbi##SUFFIX(dest, src, nbytes, pe),          \
-                         rshmem_detail::cold(&rshmem_detail::getmem<rshmem_detail::SCOPE>)(                            \
+                         rshmem_detail::getmem<rshmem_detail::SCOPE>(                            \
                              "rshmem_getmem_nbi" #SUFFIX, dest, src, nbytes, pe));               \
     }
 

@@ -72,9 +72,9 @@ static __device__ __noinline__ void check_put_signal(const char* call, const voi
     check_signal(call, sig, pe, say);
 }
 
-// Not inlined: every typed put_signal of a scope shares one instance.
+// Inlined into the kernel (RSHMEM_ENGINE, see rma.cuh's putmem).
 template <class S>
-static __device__ __noinline__ void putmem_signal(const char* call, void* dest, const void* src,
+RSHMEM_ENGINE void putmem_signal(const char* call, void* dest, const void* src,
                                                      size_t nbytes, uint64_t* sig,
                                                      uint64_t signal, int sig_op, int pe) {
     S::sync();
@@ -108,7 +108,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                   int sig_op, int pe) {
     size_t nbytes = nelems * sizeof(T);
     if (debug()) nbytes = check_bytes(call, nelems, sizeof(T), S::rank() == 0);
-    cold(&putmem_signal<S>)(call, dest, src, nbytes, sig, signal, sig_op, pe);
+    putmem_signal<S>(call, dest, src, nbytes, sig, signal, sig_op, pe);
 }
 
 }  // namespace rshmem_detail
@@ -121,7 +121,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                        uint64_t signal, int sig_op, int pe) {    \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal##SUFFIX(dest, src, nbytes, sig_addr,  \
                                                                    signal, sig_op, pe),          \
-                         rshmem_detail::cold(&rshmem_detail::putmem_signal<rshmem_detail::SCOPE>)(                     \
+                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
                              "rshmem_putmem_signal" #SUFFIX, dest, src, nbytes, sig_addr,        \
                              signal, sig_op, pe));                                               \
     }                                                                                            \
@@ -131,7 +131,7 @@ static __device__ __forceinline__ void put_signal(const char* call, T* dest, con
                                                            uint64_t signal, int sig_op, int pe) { \
         RSHMEM_BODY_##TW(rshmemi_host_rshmem_putmem_signal_nbi##SUFFIX(                          \
                              dest, src, nbytes, sig_addr, signal, sig_op, pe),                   \
-                         rshmem_detail::cold(&rshmem_detail::putmem_signal<rshmem_detail::SCOPE>)(                     \
+                         rshmem_detail::putmem_signal<rshmem_detail::SCOPE>(                     \
                              "rshmem_putmem_signal_nbi" #SUFFIX, dest, src, nbytes, sig_addr,    \
                              signal, sig_op, pe));                                               \
     }

@@ -179,9 +179,9 @@ static __device__ __noinline__ RSHMEM_NORETURN void fail_team_wait(const char* c
 
 // Team sync by the group S (every thread of it calls, same arguments). Releases everything the
 // group did before (see barrier.cuh) and acquires what every member did before its sync.
-// Not inlined (one instance per scope; see barrier.cuh).
+// Inlined (RSHMEM_ENGINE; see barrier.cuh); the collectives call it through team_sync_coll.
 template <class S>
-static __device__ __noinline__ void team_sync(const char* call, rshmem_team_t team) {
+RSHMEM_ENGINE void team_sync(const char* call, rshmem_team_t team) {
     S::sync();
     const uint32_t rank = S::rank();
     const uint32_t size = S::size();
@@ -214,12 +214,20 @@ static __device__ __noinline__ void team_sync(const char* call, rshmem_team_t te
     if (rank == 0) *(volatile uint64_t*)ew = epoch;
 }
 
-// What the public team sync calls use: team_sync through an opaque call (util.cuh, cold), so a
-// kernel's registers and the sync's do not add up. (The collectives, which are not inlined
-// themselves, call team_sync directly.)
+// What the public team sync calls use: team_sync inlined (RSHMEM_ENGINE, util.cuh), allocated
+// together with the calling kernel.
 template <class S>
 static __device__ __forceinline__ void team_sync_call(const char* call, rshmem_team_t team) {
-    cold(&team_sync<S>)(call, team);
+    team_sync<S>(call, team);
+}
+
+// What the collectives use: team_sync in a function of its own, called directly (never through
+// a pointer, so it raises no other kernel). Few values are live across it, so it adds little to
+// the collective, and the collective's copy loop and the sync's poll loop do not share one
+// allocation.
+template <class S>
+static __device__ __noinline__ void team_sync_coll(const char* call, rshmem_team_t team) {
+    team_sync<S>(call, team);
 }
 
 }  // namespace rshmem_detail

@@ -263,7 +263,26 @@ static __device__ __forceinline__ void check_init(const char* call, bool say) {
 // caller's live values and the callee's registers share the register file (the kernel needs the
 // larger of the two) instead of being stacked (their sum), which is what a direct call of a
 // function it can see costs. The extra cost (the pointer in a register, an indirect branch) is
-// paid on the cold path only, and on calls that are already real calls (the bulk copies).
+// paid on the cold path only.
+//
+// ptxas charges every indirect call with the register need of the LARGEST function whose
+// address the module takes (without -rdc: any function of the translation unit; with -rdc,
+// nvlink: any function of the program with the same prototype, each compiled on its own with
+// as many registers as it likes). So only small cold functions (checks, traps, proxy requests,
+// the timed poll loops) may go through cold(): a heavy one would raise every kernel of the
+// file, whatever that kernel calls. The heavy bodies -- the copy engines (putmem, getmem,
+// putmem_signal), the barrier and team sync bodies and the reductions -- are RSHMEM_ENGINE:
+// inlined into the caller, where ptxas allocates them together with the kernel (a kernel pays
+// only for the bodies it calls). The data-movement collectives (gather/bcast/collect/alltoalls)
+// are RSHMEM_COLL_ENGINE: a direct call of a non-inlined function without -rdc (smaller
+// modules, fewer registers there), inlined under -rdc, where a non-inlined function is
+// compiled on its own with no register limit. device-lib/tests/regbudget checks both builds.
+#define RSHMEM_ENGINE static __device__ __forceinline__
+#if defined(__CUDACC_RDC__)
+#define RSHMEM_COLL_ENGINE static __device__ __forceinline__
+#else
+#define RSHMEM_COLL_ENGINE static __device__ __noinline__
+#endif
 template <typename F>
 static __device__ __forceinline__ F cold(F f) {
     asm("" : "+l"(f));
