@@ -277,7 +277,18 @@ static __device__ __forceinline__ void check_init(const char* call, bool say) {
 // are RSHMEM_COLL_ENGINE: a direct call of a non-inlined function without -rdc (smaller
 // modules, fewer registers there), inlined under -rdc, where a non-inlined function is
 // compiled on its own with no register limit. device-lib/tests/regbudget checks both builds.
+//
+// RSHMEM_OUTLINE_ENGINES (defined before the include): the engines become direct calls of
+// non-inlined functions instead. A file with hundreds of call sites (every call of the library
+// for every type, as device-lib/tests/all_calls.cu) then compiles in a fraction of the time and
+// to a fraction of the code, but each engine is compiled on its own with no register limit, so
+// a kernel that calls one needs as many registers as that engine (84 to 102 for a copy engine
+// on sm_90), and a kernel of 1024 threads may not launch.
+#if defined(RSHMEM_OUTLINE_ENGINES)
+#define RSHMEM_ENGINE static __device__ __noinline__
+#else
 #define RSHMEM_ENGINE static __device__ __forceinline__
+#endif
 #if defined(__CUDACC_RDC__)
 #define RSHMEM_COLL_ENGINE static __device__ __forceinline__
 #else
