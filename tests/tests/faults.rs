@@ -413,32 +413,10 @@ fn init_leaves_no_files() {
 /// survivors, which leave as soon as their barrier fails): the last PE streams puts to the
 /// others and kills itself after `delay_ms`; returns each PE's run.
 fn kill_job_tcp(n: usize, delay_ms: u64) -> Vec<common::Run> {
-    use std::process::Command;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let id = rshmem::UniqueId::new(format!("127.0.0.1:{port}")).expect("a unique id");
-    let handles: Vec<_> = (0..n)
-        .map(|rank| {
-            let mut cmd = Command::new(common::testpe());
-            cmd.arg("kill-stream").arg(delay_ms.to_string());
-            common::clean_env(&mut cmd);
-            cmd.env("RSHMEM_RANK", rank.to_string())
-                .env("RSHMEM_SIZE", n.to_string())
-                .env("RSHMEM_BOOTSTRAP_ADDR", id.addr())
-                .env("RSHMEM_BOOTSTRAP_SECRET", id.secret_hex())
-                .env("RSHMEM_TIMEOUT", "10");
-            for (k, v) in TCP {
-                cmd.env(k, v);
-            }
-            std::thread::spawn(move || common::run_cmd(cmd, Duration::from_secs(60)))
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("a PE thread panicked"))
-        .collect()
+    let delay = delay_ms.to_string();
+    let mut env = vec![("RSHMEM_TIMEOUT", "10")];
+    env.extend(TCP.iter().copied());
+    common::unlaunched(n, &["kill-stream", &delay], &env, Duration::from_secs(60))
 }
 
 /// Survivors name the PE that died, not one that left because of it (issue 30, item 3b): over

@@ -455,37 +455,19 @@ fn init_opens_only_close_on_exec_descriptors_ucx() {
 /// survivors): the last PE streams puts (`mixed`: and gets and atomics) to the others over UCX
 /// on TCP and kills itself after `delay_ms`; returns each PE's run.
 fn kill_job(n: usize, delay_ms: u64, mixed: bool, extra: &[(&str, &str)]) -> Vec<common::Run> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let id = rshmem::UniqueId::new(format!("127.0.0.1:{port}")).expect("a unique id");
-    let handles: Vec<_> = (0..n)
-        .map(|rank| {
-            let mut cmd = Command::new(common::testpe());
-            cmd.arg("kill-stream").arg(delay_ms.to_string());
-            if mixed {
-                cmd.arg("mixed");
-            }
-            common::clean_env(&mut cmd);
-            cmd.env("RSHMEM_RANK", rank.to_string())
-                .env("RSHMEM_SIZE", n.to_string())
-                .env("RSHMEM_BOOTSTRAP_ADDR", id.addr())
-                .env("RSHMEM_BOOTSTRAP_SECRET", id.secret_hex())
-                .env("RSHMEM_TIMEOUT", "10");
-            for (k, v) in UCX.iter().filter(|(k, _)| *k != "RSHMEM_UCX_EMULATED_RMA") {
-                cmd.env(k, v);
-            }
-            for (k, v) in extra {
-                cmd.env(k, v);
-            }
-            std::thread::spawn(move || common::run_cmd(cmd, Duration::from_secs(60)))
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("a PE thread panicked"))
-        .collect()
+    let delay = delay_ms.to_string();
+    let mut args = vec!["kill-stream", delay.as_str()];
+    if mixed {
+        args.push("mixed");
+    }
+    let mut env = vec![("RSHMEM_TIMEOUT", "10")];
+    env.extend(
+        UCX.iter()
+            .copied()
+            .filter(|(k, _)| *k != "RSHMEM_UCX_EMULATED_RMA"),
+    );
+    env.extend(extra.iter().copied());
+    common::unlaunched(n, &args, &env, Duration::from_secs(60))
 }
 
 /// A survivor never aborts inside UCX when a peer that was putting to it is killed: its

@@ -148,6 +148,37 @@ pub fn clean_env(cmd: &mut Command) {
     }
 }
 
+/// Starts `n` PEs of `rshmem-testpe ARGS` without a launcher (each PE gets its rank, the job's
+/// size and a fresh unique id through the environment, then `env`), waits for each at most
+/// `limit` and returns each PE's run. Nothing stops the survivors when a PE dies: they must
+/// leave on their own.
+pub fn unlaunched(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<Run> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let id = rshmem::UniqueId::new(format!("127.0.0.1:{port}")).expect("a unique id");
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let mut cmd = Command::new(testpe());
+            cmd.args(args);
+            clean_env(&mut cmd);
+            cmd.env("RSHMEM_RANK", rank.to_string())
+                .env("RSHMEM_SIZE", n.to_string())
+                .env("RSHMEM_BOOTSTRAP_ADDR", id.addr())
+                .env("RSHMEM_BOOTSTRAP_SECRET", id.secret_hex());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            std::thread::spawn(move || run_cmd(cmd, limit))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("a PE thread panicked"))
+        .collect()
+}
+
 /// Runs `cmd` to completion, killing it after `limit`.
 pub fn run_cmd(mut cmd: Command, limit: Duration) -> Run {
     let what = format!("{cmd:?}");
