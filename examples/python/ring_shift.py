@@ -38,7 +38,10 @@ def main():
             rshmem.p(message, me, (me + 1) % n)
             rshmem.barrier_all()
             got = int(message[0])
-        print(f"{me}: received message {got}", flush=True)
+        # One write per line: the PEs share stdout, and print() writes the text and its newline
+        # separately when Python runs unbuffered (PYTHONUNBUFFERED), so lines could interleave.
+        sys.stdout.write(f"{me}: received message {got}\n")
+        sys.stdout.flush()
         rshmem.free(message)
     expected = (me + n - 1) % n
     if got != expected:
