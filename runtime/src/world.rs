@@ -151,7 +151,7 @@ impl Builder {
             (None, None) => match uid {
                 Some(_) => Err(Error::invalid(
                     call,
-                    "a unique id (or rendezvous) is set without rank and size: set both with                      Builder::rank and Builder::size",
+                    "a unique id (or rendezvous) is set without rank and size: set both with Builder::rank and Builder::size",
                 )),
                 None => Ok(None),
             },
@@ -171,7 +171,7 @@ impl Builder {
             (Some(r), Some(n)) if n > 1 && uid.is_none() => Err(Error::invalid(
                 call,
                 format!(
-                    "rank {r} of {n}: a job of more than one PE needs a rendezvous                      (Builder::unique_id or Builder::rendezvous)"
+                    "rank {r} of {n}: a job of more than one PE needs a rendezvous (Builder::unique_id or Builder::rendezvous)"
                 ),
             )),
             (Some(r), Some(n)) => Ok(Some((r, n, uid))),
