@@ -187,7 +187,7 @@ pub struct Config {
     /// Address of the TCP transport.
     pub tcp_addr: Option<String>,
     /// Transport to PEs on other hosts.
-    pub remote_transport: crate::transport::select::RemoteChoice,
+    pub remote_transport: RemoteChoice,
     /// RDMA device name and optional port for the verbs transport.
     pub ib_device: Option<(String, Option<u8>)>,
     /// GID index for the verbs transport.
@@ -198,7 +198,7 @@ pub struct Config {
     /// (`RSHMEM_UCX_TARGET_ATOMICS`; always on the GPU backend).
     pub ucx_target_atomics: bool,
     /// Whether UCX endpoints use UCX's peer-failure handling (`RSHMEM_UCX_ERROR_MODE`).
-    pub ucx_error_mode: crate::transport::select::UcxErrorMode,
+    pub ucx_error_mode: UcxErrorMode,
     /// PE 0 prints the version and the variables set at init (`RSHMEM_INFO`).
     pub info: bool,
     /// Accept a UCX that emulates RMA over TCP in software (`RSHMEM_UCX_EMULATED_RMA`).
@@ -229,13 +229,13 @@ impl Default for Config {
             device_checks: cfg!(debug_assertions),
             disable_p2p: false,
             tcp_addr: None,
-            remote_transport: crate::transport::select::RemoteChoice::Auto,
+            remote_transport: RemoteChoice::Auto,
             ib_device: None,
             ib_gid_index: None,
             ucx_lib: None,
             ucx_target_atomics: false,
             ucx_emulated_rma: false,
-            ucx_error_mode: crate::transport::select::UcxErrorMode::Auto,
+            ucx_error_mode: UcxErrorMode::Auto,
             info: false,
         }
     }
@@ -306,14 +306,13 @@ impl Config {
             c.tcp_addr = Some(v.trim().to_string());
         }
         if let Some(v) = get("RSHMEM_REMOTE_TRANSPORT") {
-            c.remote_transport =
-                crate::transport::select::RemoteChoice::parse(&v).ok_or_else(|| {
-                    bad(
-                        "RSHMEM_REMOTE_TRANSPORT",
-                        &v,
-                        "expected auto, tcp, verbs or ucx",
-                    )
-                })?;
+            c.remote_transport = RemoteChoice::parse(&v).ok_or_else(|| {
+                bad(
+                    "RSHMEM_REMOTE_TRANSPORT",
+                    &v,
+                    "expected auto, tcp, verbs or ucx",
+                )
+            })?;
         }
         if let Some(v) = get("RSHMEM_UCX_LIB").filter(|v| !v.trim().is_empty()) {
             c.ucx_lib = Some(v.trim().to_string());
@@ -327,7 +326,7 @@ impl Config {
                 .ok_or_else(|| bad("RSHMEM_UCX_EMULATED_RMA", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_UCX_ERROR_MODE") {
-            c.ucx_error_mode = crate::transport::select::UcxErrorMode::parse(&v)
+            c.ucx_error_mode = UcxErrorMode::parse(&v)
                 .ok_or_else(|| bad("RSHMEM_UCX_ERROR_MODE", &v, "expected auto, peer or none"))?;
         }
         if let Some(v) = get("RSHMEM_IB_DEVICE").filter(|v| !v.trim().is_empty()) {
@@ -412,6 +411,89 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// The `RSHMEM_REMOTE_TRANSPORT` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteChoice {
+    /// Verbs where both PEs of a pair have an RDMA device (and rshmem was built with the `verbs`
+    /// feature), TCP otherwise.
+    #[default]
+    Auto,
+    /// TCP for every PE of another host.
+    Tcp,
+    /// Verbs for every PE of another host; an error at init when a PE cannot open a device.
+    Verbs,
+    /// UCX for every PE of another host; an error at init when a PE cannot load or initialise
+    /// libucp.
+    Ucx,
+}
+
+impl RemoteChoice {
+    /// Parses `auto`, `tcp` or `verbs` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(RemoteChoice::Auto),
+            "tcp" => Some(RemoteChoice::Tcp),
+            "verbs" | "ib" | "rdma" => Some(RemoteChoice::Verbs),
+            "ucx" => Some(RemoteChoice::Ucx),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            RemoteChoice::Auto => 0,
+            RemoteChoice::Tcp => 1,
+            RemoteChoice::Verbs => 2,
+            RemoteChoice::Ucx => 3,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            0 => RemoteChoice::Auto,
+            1 => RemoteChoice::Tcp,
+            2 => RemoteChoice::Verbs,
+            3 => RemoteChoice::Ucx,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for RemoteChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemoteChoice::Auto => "auto",
+            RemoteChoice::Tcp => "tcp",
+            RemoteChoice::Verbs => "verbs",
+            RemoteChoice::Ucx => "ucx",
+        })
+    }
+}
+
+/// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UcxErrorMode {
+    /// [`ucx_peer_errors`] decides.
+    #[default]
+    Auto,
+    /// UCX's peer-failure handling (`UCP_ERR_HANDLING_MODE_PEER`).
+    Peer,
+    /// None (`UCP_ERR_HANDLING_MODE_NONE`, as Open MPI's OSHMEM runs UCX).
+    None,
+}
+
+impl UcxErrorMode {
+    /// Parses `auto`, `peer` or `none` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(UcxErrorMode::Auto),
+            "peer" => Some(UcxErrorMode::Peer),
+            "none" => Some(UcxErrorMode::None),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,7 +530,6 @@ mod tests {
         assert_eq!(c.heap_limit, 1 << 30);
         let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "0")])).unwrap();
         assert_eq!(c.timeout, None);
-        use crate::transport::select::RemoteChoice;
         assert_eq!(c.remote_transport, RemoteChoice::Auto);
         let c = Config::from_lookup(&lookup(&[
             ("RSHMEM_REMOTE_TRANSPORT", "Verbs"),
@@ -466,7 +547,6 @@ mod tests {
         .unwrap();
         assert_eq!(c.remote_transport, RemoteChoice::Tcp);
         assert_eq!(c.ib_device, Some(("rxe0".to_string(), None)));
-        use crate::transport::select::UcxErrorMode;
         assert_eq!(c.ucx_error_mode, UcxErrorMode::Auto);
         let c = Config::from_lookup(&lookup(&[("RSHMEM_UCX_ERROR_MODE", "None")])).unwrap();
         assert_eq!(c.ucx_error_mode, UcxErrorMode::None);

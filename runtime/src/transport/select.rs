@@ -9,64 +9,7 @@
 
 use std::fmt;
 
-/// The `RSHMEM_REMOTE_TRANSPORT` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RemoteChoice {
-    /// Verbs where both PEs of a pair have an RDMA device (and rshmem was built with the `verbs`
-    /// feature), TCP otherwise.
-    #[default]
-    Auto,
-    /// TCP for every PE of another host.
-    Tcp,
-    /// Verbs for every PE of another host; an error at init when a PE cannot open a device.
-    Verbs,
-    /// UCX for every PE of another host; an error at init when a PE cannot load or initialise
-    /// libucp.
-    Ucx,
-}
-
-impl RemoteChoice {
-    /// Parses `auto`, `tcp` or `verbs` (case-insensitive, surrounding blanks ignored).
-    pub fn parse(v: &str) -> Option<Self> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(RemoteChoice::Auto),
-            "tcp" => Some(RemoteChoice::Tcp),
-            "verbs" | "ib" | "rdma" => Some(RemoteChoice::Verbs),
-            "ucx" => Some(RemoteChoice::Ucx),
-            _ => None,
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            RemoteChoice::Auto => 0,
-            RemoteChoice::Tcp => 1,
-            RemoteChoice::Verbs => 2,
-            RemoteChoice::Ucx => 3,
-        }
-    }
-
-    fn from_code(c: u8) -> Option<Self> {
-        Some(match c {
-            0 => RemoteChoice::Auto,
-            1 => RemoteChoice::Tcp,
-            2 => RemoteChoice::Verbs,
-            3 => RemoteChoice::Ucx,
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for RemoteChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RemoteChoice::Auto => "auto",
-            RemoteChoice::Tcp => "tcp",
-            RemoteChoice::Verbs => "verbs",
-            RemoteChoice::Ucx => "ucx",
-        })
-    }
-}
+pub use crate::config::{RemoteChoice, UcxErrorMode};
 
 /// How this PE reaches one PE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,30 +215,6 @@ pub fn ucx_emulated_rma(
         Some("with the UCX_RNDV_THRESH you set, UCX opens no RMA lane over TCP for endpoints with peer-failure handling")
     } else {
         None
-    }
-}
-
-/// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UcxErrorMode {
-    /// [`ucx_peer_errors`] decides.
-    #[default]
-    Auto,
-    /// UCX's peer-failure handling (`UCP_ERR_HANDLING_MODE_PEER`).
-    Peer,
-    /// None (`UCP_ERR_HANDLING_MODE_NONE`, as Open MPI's OSHMEM runs UCX).
-    None,
-}
-
-impl UcxErrorMode {
-    /// Parses `auto`, `peer` or `none` (case-insensitive, surrounding blanks ignored).
-    pub fn parse(v: &str) -> Option<Self> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(UcxErrorMode::Auto),
-            "peer" => Some(UcxErrorMode::Peer),
-            "none" => Some(UcxErrorMode::None),
-            _ => None,
-        }
     }
 }
 
