@@ -65,17 +65,12 @@ impl World {
     }
 
     /// Calls `fence` of every transport in use that does not deliver each PE's operations in
-    /// issue order by itself (all built-in transports do, so today this only checks).
+    /// issue order by itself (of the built-in ones only UCX).
     #[inline]
     fn fence_transports(&self, call: &'static str) -> Result<()> {
         use crate::transport::{Caps, TransportOps};
         if !self.xport.caps().contains(Caps::ORDERED) {
             self.xport.fence(call)?;
-        }
-        if let Some(net) = &self.net {
-            if !TransportOps::caps(&**net).contains(Caps::ORDERED) {
-                TransportOps::fence(&**net, call)?;
-            }
         }
         self.remotes.fence(call)
     }
@@ -85,7 +80,7 @@ impl World {
     /// calls included: ⌈log2 n⌉ for each over n PEs) and the requests it sent over rshmem's
     /// TCP transport. For diagnostics and tests (e.g. that a barrier sends O(log n) messages).
     pub fn comm_counters(&self) -> CommCounters {
-        let (tcp_round_trips, tcp_one_way) = self.net.as_ref().map_or((0, 0), |n| n.counters());
+        let (tcp_round_trips, tcp_one_way) = self.remotes.tcp().map_or((0, 0), |n| n.counters());
         CommCounters {
             sync_rounds: self.sync_rounds.load(Ordering::Relaxed),
             tcp_round_trips,

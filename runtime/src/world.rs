@@ -315,12 +315,10 @@ pub struct World {
     /// the UCX transport, whose last reference must go with `remotes`, before the heaps are
     /// unmapped (its drop completes outstanding operations and may report a peer lost).
     pub(crate) wait: WaitPolicy,
-    /// The TCP transport to PEs on other nodes (None when every PE shares this host's memory).
-    /// Declared before the heaps: its service threads stop before the heaps are unmapped.
-    pub(crate) net: Option<Arc<Net>>,
-    /// How each PE is reached, and the verbs transport when some PE uses it. Declared before
-    /// the heaps: memory regions are deregistered before the heaps are unmapped.
-    pub(crate) remotes: Remotes,
+    /// How each PE is reached, and the remote transports (TCP, verbs, UCX) to PEs of other
+    /// hosts; shared with the proxy. Declared before the heaps: the transports' service threads
+    /// stop and memory regions are deregistered before the heaps are unmapped.
+    pub(crate) remotes: Arc<Remotes>,
     pub(crate) boot: Box<dyn Bootstrap>,
     pub(crate) node: Node,
     /// The user's symmetric heap (host or GPU memory).
@@ -450,7 +448,7 @@ impl World {
         // This PE's symmetric regions as the remote transports' targets see them (filled in by
         // `register_region`).
         let region_targets = Arc::new(RegionTargets::default());
-        let net = if remotes.uses(Via::Tcp) {
+        if remotes.uses(Via::Tcp) {
             let addr = tcp::pick_address(cfg.tcp_addr.as_deref(), rendezvous.as_deref())?;
             let regions = [
                 Region::user(
@@ -460,18 +458,16 @@ impl World {
                 Region::ctrl(&ctrl),
                 Region::regions(&region_targets),
             ];
-            Some(Arc::new(Net::establish(
+            remotes.connect_tcp(
                 boot.as_ref(),
-                &remotes.tcp_mask(&node.local_of),
+                &node.local_of,
                 &node.token,
                 addr,
                 cfg.timeout,
                 live.clone(),
                 regions,
-            )?))
-        } else {
-            None
-        };
+            )?;
+        }
         // Atomics from PEs reached through UCX on a GPU heap are applied here by rshmem (UCX
         // cannot touch GPU memory with its software atomics).
         let ucx_gpu_mem = if remotes.ucx_job() {
@@ -488,29 +484,28 @@ impl World {
             ucx_gpu_mem,
             &region_targets,
         )?;
+        let remotes = Arc::new(remotes);
         let proxy = match &gpu {
-            Some(g) if net.is_some() || remotes.ucx().is_some() => {
-                Some(crate::proxy::Proxy::start(
-                    g,
-                    &dstate,
-                    net.as_ref(),
-                    &remotes,
-                    &heap,
-                    &ctrl,
-                    &node,
-                    me,
-                    n,
-                    &live,
-                    cfg.timeout,
-                )?)
-            }
+            Some(g) if remotes.any() => Some(crate::proxy::Proxy::start(
+                g,
+                &dstate,
+                &remotes,
+                &heap,
+                &ctrl,
+                &node,
+                me,
+                n,
+                &live,
+                cfg.timeout,
+            )?),
             _ => None,
         };
         node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
         // The PEs of the host share its cores, also when RSHMEM_DISABLE_P2P makes every PE
         // its own node (then node.len() is 1, and 32 PEs on 2 cores each spun as if alone).
-        let mut wait = WaitPolicy::new(me, cfg.timeout, host_pes.max(node.len()), net.is_some());
-        if let Some(net) = &net {
+        let tcp = remotes.tcp();
+        let mut wait = WaitPolicy::new(me, cfg.timeout, host_pes.max(node.len()), tcp.is_some());
+        if let Some(net) = tcp {
             if wait.serving_threads_share_core() {
                 net.spin_at_least(tcp::SHARED_CORE_SPIN);
             }
@@ -520,7 +515,6 @@ impl World {
             me,
             n,
             proxy,
-            net,
             remotes,
             boot,
             node,
@@ -886,19 +880,19 @@ impl World {
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {
-        self.net.as_deref().ok_or_else(|| Error::State {
-            call,
-            reason: "no TCP transport (every PE is on this node)".into(),
-        })
+        self.remotes
+            .tcp()
+            .map(|t| &**t)
+            .ok_or_else(|| Error::State {
+                call,
+                reason: "no TCP transport (every PE is on this node)".into(),
+            })
     }
 
     /// The remote transport that serves PE `pe` (a PE of another host).
     #[cold]
     pub(crate) fn remote_xport(&self, call: &'static str, pe: usize) -> Result<RemoteRef<'_>> {
-        match self.remotes.via(pe) {
-            Via::Tcp => self.net(call).map(RemoteRef::Tcp),
-            _ => self.remotes.get(call, pe),
-        }
+        self.remotes.get(call, pe)
     }
 
     /// Copies `n` bytes from local memory `src` to the checked target.
@@ -1080,13 +1074,11 @@ impl World {
         self.quiet_net(call)
     }
 
-    /// Completes the puts sent over TCP (nothing without remote PEs): before the barrier of a
-    /// heap call, so that no put lands in memory the target frees or zeroes afterwards.
+    /// Completes what was sent through the remote transports (nothing without remote PEs):
+    /// before the barrier of a heap call, so that no put lands in memory the target frees or
+    /// zeroes afterwards.
     #[inline]
     pub(crate) fn quiet_net(&self, call: &'static str) -> Result<()> {
-        if let Some(net) = &self.net {
-            net.quiet(call)?;
-        }
         self.remotes.quiet(call)
     }
 }

@@ -596,7 +596,7 @@ impl World {
             return Ok(v);
         }
         let bbytes = bytes_of::<T>(call, "block", bspan)?;
-        if self.net.is_some() && bbytes.saturating_mul(g.n()) <= BATCH_BYTES {
+        if self.remotes.tcp().is_some() && bbytes.saturating_mul(g.n()) <= BATCH_BYTES {
             // Every member's block at once (remote round trips overlapped).
             let mut blocks = vec![T::default_value(); g.n() * bspan];
             let mut gets = Vec::with_capacity(g.n());
@@ -748,7 +748,7 @@ impl World {
             return Ok(acc);
         }
         let bytes = bytes_of::<T>(call, "block", nelems)?;
-        if self.net.is_some() && bytes.saturating_mul(g.n()) <= BATCH_BYTES {
+        if self.remotes.tcp().is_some() && bytes.saturating_mul(g.n()) <= BATCH_BYTES {
             // Every member's block at once (remote round trips overlapped), then combined in
             // member order as below.
             let mut all = vec![T::default_value(); nelems * g.n()];

@@ -28,7 +28,6 @@ use crate::error::{Error, Result};
 use crate::heap::Heap;
 use crate::node::{Liveness, Node};
 use crate::transport::remote::Remotes;
-use crate::transport::tcp::Net;
 
 /// The running proxy of this PE: its ring (host-mapped) and service thread.
 pub struct Proxy {
@@ -51,14 +50,13 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// Starts the proxy of a GPU heap (`heap`) whose job has PEs on other nodes, reached over
-    /// TCP (`net`) or UCX (`remotes`).
+    /// Starts the proxy of a GPU heap (`heap`) whose job has PEs on other nodes, reached through
+    /// the remote transports (`remotes`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         gpu: &Arc<Gpu>,
         state: &Arc<Mutex<DeviceState>>,
-        net: Option<&Arc<Net>>,
-        remotes: &Remotes,
+        remotes: &Arc<Remotes>,
         heap: &Heap,
         ctrl: &Heap,
         node: &Node,
@@ -80,9 +78,7 @@ impl Proxy {
         let mem = GpuMem::new(gpu.clone(), state.clone(), false, me, timeout)?;
         let bounce = Pinned::new(gpu, service::BOUNCE, false, call)?;
         let ex = service::NetExec {
-            net: net.cloned(),
-            ucx: remotes.ucx().cloned(),
-            routes: remotes.routes().to_vec(),
+            remotes: remotes.clone(),
             mem,
             heap_base: heap.my_base(),
             bounce,
@@ -100,7 +96,7 @@ impl Proxy {
         // Device requests wait on TCP round trips (quiet, gets, fetching atomics): this PE's
         // TCP threads busy-poll for a while before blocking (every PE of the job has a proxy,
         // so the targets' service threads do too).
-        if let Some(net) = net {
+        if let Some(net) = remotes.tcp() {
             net.set_spin(crate::transport::tcp::PROXY_SPIN);
         }
         let stop = Arc::new(AtomicBool::new(false));

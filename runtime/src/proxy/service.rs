@@ -1,6 +1,7 @@
 //! The proxy's service thread: takes requests off the ring in ticket order and executes them
 //! through an [`Exec`] (the real one moves data between this PE's GPU and the remote transport
-//! serving the target PE: TCP or UCX).
+//! serving the target PE, whichever it is: TCP, UCX or verbs, through
+//! [`Remotes`](crate::transport::remote::Remotes)).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,10 +12,8 @@ use crate::cuda::pinned::Pinned;
 use crate::cuda::target::GpuMem;
 use crate::error::{Error, Result};
 use crate::node::Liveness;
-use crate::transport::select::Via;
-use crate::transport::tcp::{HeapId, Net};
-use crate::transport::ucx::Ucx;
-use crate::transport::{Amo, AmoOp, RemoteAddr, TransportOps};
+use crate::transport::remote::Remotes;
+use crate::transport::{Amo, AmoOp, Caps, HeapId, RemoteAddr, RemoteRef, TransportOps};
 
 /// Executes one request.
 pub(crate) trait Exec {
@@ -212,12 +211,8 @@ impl HostBarrier {
 
 /// The real executor: this PE's GPU memory on one side, the remote transports on the other.
 pub(crate) struct NetExec {
-    /// The TCP transport (when some PE is reached over TCP).
-    pub net: Option<Arc<Net>>,
-    /// The UCX transport (when some PE is reached through UCX).
-    pub ucx: Option<Arc<Ucx>>,
-    /// How each PE is reached.
-    pub routes: Vec<Via>,
+    /// The remote transports and how each PE is reached.
+    pub remotes: Arc<Remotes>,
     pub mem: Arc<GpuMem>,
     /// Start of this PE's GPU slice: a symmetric address minus it is the heap offset.
     pub heap_base: usize,
@@ -226,32 +221,6 @@ pub(crate) struct NetExec {
 }
 
 const CALL: &str = "device call through the proxy";
-
-/// The remote transport a request to one PE goes through.
-enum Route<'a> {
-    Tcp(&'a Net),
-    Ucx(&'a Ucx),
-}
-
-fn route<'a>(
-    net: &'a Option<Arc<Net>>,
-    ucx: &'a Option<Arc<Ucx>>,
-    routes: &[Via],
-    pe: usize,
-) -> Result<Route<'a>> {
-    let via = routes.get(pe).copied().unwrap_or(Via::Local);
-    match via {
-        Via::Tcp => net.as_deref().map(Route::Tcp),
-        Via::Ucx => ucx.as_deref().map(Route::Ucx),
-        _ => None,
-    }
-    .ok_or_else(|| Error::Unsupported {
-        call: CALL,
-        reason: format!(
-            "PE {pe} is reached through {via:?}, which device calls through the proxy cannot use (only TCP and UCX)"
-        ),
-    })
-}
 
 fn user(pe: usize, off: usize) -> RemoteAddr {
     RemoteAddr {
@@ -263,13 +232,13 @@ fn user(pe: usize, off: usize) -> RemoteAddr {
 
 impl NetExec {
     /// The transport of `pe`. Device requests of this PE are executed in order (device code
-    /// relies on it: `rshmem_fence` pushes nothing): UCX does not order puts by itself, so a
-    /// request to a UCX peer is fenced after the ones before it (a no-op when nothing is
-    /// outstanding).
-    fn route(&self, pe: usize) -> Result<Route<'_>> {
-        let r = route(&self.net, &self.ucx, &self.routes, pe)?;
-        if let Route::Ucx(u) = &r {
-            TransportOps::fence(*u, CALL)?;
+    /// relies on it: `rshmem_fence` pushes nothing): a transport that does not order requests
+    /// by itself (UCX) is fenced before each request after the ones before it (a no-op when
+    /// nothing is outstanding).
+    fn route(&self, pe: usize) -> Result<RemoteRef<'_>> {
+        let r = self.remotes.get(CALL, pe)?;
+        if !r.caps().contains(Caps::ORDERED) {
+            r.fence(CALL)?;
         }
         Ok(r)
     }
@@ -289,19 +258,6 @@ impl NetExec {
     }
 }
 
-impl NetExec {
-    /// Completes everything issued through every remote transport.
-    fn quiet(&self) -> Result<()> {
-        if let Some(net) = &self.net {
-            net.quiet(CALL)?;
-        }
-        if let Some(u) = &self.ucx {
-            u.quiet(CALL)?;
-        }
-        Ok(())
-    }
-}
-
 fn amo_of(code: u8) -> Option<AmoOp> {
     AmoOp::try_from(code).ok()
 }
@@ -317,12 +273,7 @@ impl Exec for NetExec {
                     if n > INLINE {
                         return Err(Error::invalid(CALL, "inline put longer than a slot holds"));
                     }
-                    match via {
-                        Route::Tcp(net) => {
-                            net.put(CALL, user(pe, off), r.data.as_ptr(), n, true)?
-                        }
-                        Route::Ucx(u) => u.put(CALL, user(pe, off), r.data.as_ptr(), n)?,
-                    }
+                    via.put_batched(CALL, user(pe, off), r.data.as_ptr(), n)?;
                 } else {
                     let mut done = 0;
                     while done < n {
@@ -333,17 +284,9 @@ impl Exec for NetExec {
                             self.mem
                                 .read(CALL, self.bounce.ptr(), r.local + done as u64, k)?
                         };
-                        match via {
-                            // Deferred: small frames are copied into the connection's buffer,
-                            // larger ones are written before this returns.
-                            Route::Tcp(net) => {
-                                net.put(CALL, user(pe, off + done), self.bounce.ptr(), k, true)?
-                            }
-                            // Complete locally on return: the bounce buffer is free again.
-                            Route::Ucx(u) => {
-                                u.put(CALL, user(pe, off + done), self.bounce.ptr(), k)?
-                            }
-                        }
+                        // The bounce buffer may be reused on return (TCP copies small frames
+                        // into its connection buffer; UCX and verbs complete it locally).
+                        via.put_batched(CALL, user(pe, off + done), self.bounce.ptr(), k)?;
                         done += k;
                     }
                 }
@@ -352,10 +295,7 @@ impl Exec for NetExec {
             op::GET => {
                 let (pe, off) = self.target(r)?;
                 let via = self.route(pe)?;
-                let get = |off: usize, dst: *mut u8, k: usize| match via {
-                    Route::Tcp(net) => net.get(CALL, dst, user(pe, off), k),
-                    Route::Ucx(u) => u.get(CALL, dst, user(pe, off), k),
-                };
+                let get = |off: usize, dst: *mut u8, k: usize| via.get(CALL, dst, user(pe, off), k);
                 if r.inline() {
                     if n > INLINE {
                         return Err(Error::invalid(CALL, "inline get longer than a slot holds"));
@@ -383,24 +323,14 @@ impl Exec for NetExec {
                     .ok_or_else(|| Error::invalid(CALL, format!("unknown atomic {}", r.amo)))?;
                 let a = Amo::new(aop, r.size as usize, r.value, r.cond);
                 let at = user(pe, off);
-                let net = match self.route(pe)? {
-                    Route::Tcp(net) => net,
-                    Route::Ucx(u) => {
-                        // Complete (applied at the target) when it returns.
-                        if !r.fetching() {
-                            u.amo_nf(CALL, at, a)?;
-                            return Ok(Outcome::Done);
-                        }
-                        return Ok(Outcome::Value(u.amo(CALL, at, a)?));
-                    }
-                };
+                let via = self.route(pe)?;
                 if !r.fetching() {
-                    // Nobody waits for the old value: no round trip.
-                    net.amo_nf(CALL, at, a)?;
+                    // Nobody waits for the old value: posted where the transport can (TCP: no
+                    // round trip), applied at the target when it returns otherwise (UCX).
+                    via.amo_nf(CALL, at, a)?;
                     return Ok(Outcome::Done);
                 }
-                let old = net.amo(CALL, at, a)?;
-                Ok(Outcome::Value(old))
+                Ok(Outcome::Value(via.amo(CALL, at, a)?))
             }
             op::SIGNAL => {
                 let (pe, off) = self.target(r)?;
@@ -410,31 +340,25 @@ impl Exec for NetExec {
                     AmoOp::FetchAdd
                 };
                 let (at, a) = (user(pe, off), Amo::new(aop, 8, r.value, 0));
-                match self.route(pe)? {
-                    // Applied at the target after every earlier request to it; not waited for.
-                    Route::Tcp(net) => net.amo_nf(CALL, at, a)?,
-                    // After the puts before it (flushed first), applied when it returns.
-                    Route::Ucx(u) => u.amo_nf(CALL, at, a)?,
-                }
+                // After every earlier request to that PE (an ordered transport, or the fence of
+                // `route`); not waited for on TCP, applied when it returns on UCX.
+                self.route(pe)?.amo_nf(CALL, at, a)?;
                 Ok(Outcome::Done)
             }
             op::QUIET => {
-                self.quiet()?;
+                self.remotes.quiet(CALL)?;
                 Ok(Outcome::Done)
             }
             op::BARRIER => {
-                self.quiet()?;
-                let (net, ucx, routes) = (&self.net, &self.ucx, &self.routes);
+                self.remotes.quiet(CALL)?;
+                let remotes = &self.remotes;
                 self.barrier.run(CALL, |to, off, v| {
                     let at = RemoteAddr {
                         pe: to,
                         heap: HeapId::Ctrl,
                         off,
                     };
-                    match route(net, ucx, routes, to)? {
-                        Route::Tcp(net) => net.store(CALL, at, v),
-                        Route::Ucx(u) => u.store(CALL, at, v),
-                    }
+                    remotes.get(CALL, to)?.store(CALL, at, v)
                 })?;
                 Ok(Outcome::Done)
             }
@@ -447,10 +371,7 @@ impl Exec for NetExec {
     }
 
     fn idle(&mut self) -> Result<()> {
-        match &self.net {
-            Some(net) => net.push(CALL),
-            None => Ok(()),
-        }
+        self.remotes.push(CALL)
     }
 }
 
@@ -513,32 +434,6 @@ mod tests {
         t.join().unwrap();
         let seen: Vec<u64> = rx.try_iter().map(|(t, _)| t).collect();
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
-    }
-
-    /// A request to a PE goes to the transport that serves it; one the proxy cannot use (verbs,
-    /// or a transport that is not there) is an error naming the PE, never a panic.
-    #[test]
-    fn requests_route_by_the_target_pes_transport() {
-        let routes = [Via::Local, Via::Tcp, Via::Ucx, Via::Verbs];
-        for pe in 0..6 {
-            let e = route(&None, &None, &routes, pe)
-                .err()
-                .expect("no transport here");
-            let s = e.to_string();
-            assert!(s.contains(&format!("PE {pe} is reached through")), "{s}");
-        }
-        let e = route(&None, &None, &routes, 3).err().expect("verbs");
-        assert!(e.to_string().contains("Verbs") && e.to_string().contains("only TCP and UCX"));
-        // With a real UCX transport (when UCX loads here): the UCX PE goes to it, the TCP PE
-        // still needs TCP.
-        let Ok(lib) = crate::transport::ucx::ffi::lib(None) else {
-            eprintln!("SKIPPED (UCX part): no UCX here");
-            return;
-        };
-        let u = Some(Arc::new(Ucx::new(lib, 0, 4, None).expect("a UCX worker")));
-        assert!(matches!(route(&None, &u, &routes, 2), Ok(Route::Ucx(_))));
-        assert!(route(&None, &u, &routes, 1).is_err());
-        assert!(route(&None, &u, &routes, 0).is_err());
     }
 
     #[test]

@@ -248,6 +248,28 @@ pub trait TransportOps {
     /// Copies `n` bytes from `src` into local memory `dst`, complete on return.
     fn get(&self, call: &'static str, dst: *mut u8, src: Self::Addr, n: usize) -> Result<()>;
 
+    /// [`put`](TransportOps::put) for a caller that sends many small requests in a row (the
+    /// proxy): `src` may be reused on return, but the transport may hold the data back to send
+    /// it with later requests, until [`push`](TransportOps::push), the next round trip to that
+    /// PE or [`quiet`](TransportOps::quiet). Order with later requests to the same PE is kept.
+    /// The default is the plain put.
+    fn put_batched(
+        &self,
+        call: &'static str,
+        dst: Self::Addr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        self.put(call, dst, src, n)
+    }
+
+    /// Sends what [`put_batched`](TransportOps::put_batched) held back (not waiting for it to
+    /// complete). The default has nothing held back.
+    fn push(&self, call: &'static str) -> Result<()> {
+        let _ = call;
+        Ok(())
+    }
+
     /// Starts [`put`](TransportOps::put) without waiting until `src` has been read: the put
     /// may read `src` until the next [`quiet`](TransportOps::quiet) completes it. The default
     /// is the blocking put (a transport that copies the source at once gains nothing).
@@ -468,6 +490,20 @@ impl TransportOps for RemoteRef<'_> {
         remote_dispatch!(self, t => TransportOps::put(*t, call, dst, src, n))
     }
 
+    fn put_batched(
+        &self,
+        call: &'static str,
+        dst: RemoteAddr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::put_batched(*t, call, dst, src, n))
+    }
+
+    fn push(&self, call: &'static str) -> Result<()> {
+        remote_dispatch!(self, t => TransportOps::push(*t, call))
+    }
+
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
         remote_dispatch!(self, t => TransportOps::get(*t, call, dst, src, n))
     }
@@ -533,6 +569,21 @@ impl TransportOps for tcp::Net {
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
         tcp::Net::put(self, call, dst, src, n, false)
+    }
+
+    fn put_batched(
+        &self,
+        call: &'static str,
+        dst: RemoteAddr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<()> {
+        // Small frames are copied into the connection's buffer, larger ones written at once.
+        tcp::Net::put(self, call, dst, src, n, true)
+    }
+
+    fn push(&self, call: &'static str) -> Result<()> {
+        tcp::Net::push(self, call)
     }
 
     fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {

@@ -1,5 +1,7 @@
-//! The remote transports of a PE: which one serves each PE of another host, and the collective
-//! steps of the verbs transport (open, announce, connect, register heap growth).
+//! The remote transports of a PE, as one object ([`Remotes`]): which one serves each PE of
+//! another host (TCP, verbs or UCX), the collective steps that set them up (open, announce,
+//! connect, register heap growth), and the calls that walk all of them (`fence`, `quiet`,
+//! `push`). Host calls and the proxy's device requests reach every remote PE through it.
 //!
 //! Every collective step here is taken by every PE or by none, decided from what all PEs
 //! announced, so a PE that has no RDMA device (or was built without the `verbs` feature) still
@@ -10,18 +12,22 @@ use std::sync::{Arc, Mutex};
 use rshmem_bootstrap::Bootstrap;
 
 use super::select::{self, Announce, RemoteChoice, Via};
+use super::tcp::{Net, Region};
 use super::ucx;
 #[cfg(feature = "verbs")]
 use super::verbs;
 use super::verbs::wire::{self, ConnInfo};
-use super::{HeapId, RegionTargets, RemoteRef};
+use super::{Caps, HeapId, RegionTargets, RemoteRef, TransportOps};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::heap::Heap;
 use crate::node::Liveness;
 
-/// How this PE reaches every PE, and the verbs transport when this PE uses it.
+/// How this PE reaches every PE, and the remote transports it uses.
 pub(crate) struct Remotes {
+    /// The TCP transport, when some PE is reached through it. Declared first: its service
+    /// threads stop before the other transports deregister memory.
+    tcp: Option<Arc<Net>>,
     /// Per PE; empty when every PE shares this host (then every PE is [`Via::Local`]).
     via: Vec<Via>,
     /// Some pair of the job uses verbs: this PE takes part in the verbs exchanges.
@@ -81,6 +87,7 @@ impl Remotes {
         let me = boot.rank();
         let local: Vec<bool> = local_of.iter().map(Option::is_some).collect();
         let mut r = Remotes {
+            tcp: None,
             via: Vec::new(),
             verbs_job: false,
             registered: Mutex::new(0),
@@ -208,7 +215,7 @@ impl Remotes {
 
     /// The PEs the TCP transport must connect to, in the form `Net::establish` takes: PEs not
     /// served by TCP look like PEs of this host to it.
-    pub(crate) fn tcp_mask(&self, local_of: &[Option<usize>]) -> Vec<Option<usize>> {
+    fn tcp_mask(&self, local_of: &[Option<usize>]) -> Vec<Option<usize>> {
         local_of
             .iter()
             .enumerate()
@@ -219,8 +226,47 @@ impl Remotes {
             .collect()
     }
 
-    /// The non-TCP remote transport serving PE `pe`.
+    /// **Collective over all PEs** (when some pair uses TCP). Connects the TCP transport to the
+    /// PEs it serves: listens on `addr` (see [`super::tcp::pick_address`]), serves `regions`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn connect_tcp(
+        &mut self,
+        boot: &dyn Bootstrap,
+        local_of: &[Option<usize>],
+        token: &[u8],
+        addr: std::net::IpAddr,
+        timeout: Option<std::time::Duration>,
+        live: Arc<Liveness>,
+        regions: [Region; 3],
+    ) -> Result<()> {
+        let mask = self.tcp_mask(local_of);
+        let net = Net::establish(boot, &mask, token, addr, timeout, live, regions)?;
+        self.tcp = Some(Arc::new(net));
+        Ok(())
+    }
+
+    /// The TCP transport, for what only it offers (batched gets, request counters, its
+    /// busy-poll time); None when no PE is reached through it.
+    pub(crate) fn tcp(&self) -> Option<&Arc<Net>> {
+        self.tcp.as_ref()
+    }
+
+    /// True if some PE is reached through a remote transport (one that was set up).
+    pub(crate) fn any(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        if self.verbs.is_some() {
+            return true;
+        }
+        self.tcp.is_some() || self.ucx.is_some()
+    }
+
+    /// The remote transport serving PE `pe`: an error naming `call` when none does (a PE of
+    /// this host, an out-of-range PE, or a transport that was not set up).
+    #[inline]
     pub(crate) fn get(&self, call: &'static str, pe: usize) -> Result<RemoteRef<'_>> {
+        if let (Via::Tcp, Some(t)) = (self.via(pe), &self.tcp) {
+            return Ok(RemoteRef::Tcp(t));
+        }
         #[cfg(feature = "verbs")]
         if let (Via::Verbs, Some(v)) = (self.via(pe), &self.verbs) {
             return Ok(RemoteRef::Verbs(v));
@@ -230,18 +276,17 @@ impl Remotes {
         }
         Err(Error::State {
             call,
-            reason: format!("no remote transport serves PE {pe}"),
+            reason: match self.via(pe) {
+                Via::Local => format!(
+                    "PE {pe} is not reached through a remote transport (it is this PE, a PE of \
+                     this host, or out of range)"
+                ),
+                via => format!(
+                    "PE {pe} is reached through {via:?}, which is not set up on this PE \
+                     (no remote transport serves it)"
+                ),
+            },
         })
-    }
-
-    /// How every PE is reached (empty when every PE shares this host).
-    pub(crate) fn routes(&self) -> &[Via] {
-        &self.via
-    }
-
-    /// The UCX transport, when some PE is reached through it.
-    pub(crate) fn ucx(&self) -> Option<&Arc<ucx::Ucx>> {
-        self.ucx.as_ref()
     }
 
     /// True if this PE takes part in the UCX exchanges (some pair of the job uses UCX).
@@ -394,35 +439,42 @@ impl Remotes {
         Some(Arc::new(move || u.progress_now()))
     }
 
-    /// Orders this PE's operations per target on the transports that do not deliver in order
-    /// by themselves (none of the built-in ones today: each is [`Caps::ORDERED`]).
-    pub(crate) fn fence(&self, call: &'static str) -> Result<()> {
-        use super::{Caps, TransportOps};
-        if let Some(u) = &self.ucx {
-            if !u.caps().contains(Caps::ORDERED) {
-                u.fence(call)?;
-            }
-        }
+    /// Every remote transport that was set up, for the calls that walk all of them.
+    fn each(&self) -> impl Iterator<Item = RemoteRef<'_>> {
+        let tcp = self.tcp.as_deref().map(RemoteRef::Tcp);
+        let ucx = self.ucx.as_deref().map(RemoteRef::Ucx);
         #[cfg(feature = "verbs")]
-        if let Some(v) = &self.verbs {
-            if !v.caps().contains(Caps::ORDERED) {
-                v.fence(call)?;
+        let verbs = self.verbs.as_ref().map(RemoteRef::Verbs);
+        #[cfg(not(feature = "verbs"))]
+        let verbs = None;
+        tcp.into_iter().chain(ucx).chain(verbs)
+    }
+
+    /// Orders this PE's operations per target on the transports that do not deliver in order
+    /// by themselves (those without [`Caps::ORDERED`]: UCX).
+    pub(crate) fn fence(&self, call: &'static str) -> Result<()> {
+        for t in self.each() {
+            if !t.caps().contains(Caps::ORDERED) {
+                t.fence(call)?;
             }
         }
-        let _ = call;
         Ok(())
     }
 
-    /// Completes every operation issued through the non-TCP remote transports.
+    /// Completes every operation issued through every remote transport.
     pub(crate) fn quiet(&self, call: &'static str) -> Result<()> {
-        if let Some(u) = &self.ucx {
-            super::TransportOps::quiet(u.as_ref(), call)?;
+        for t in self.each() {
+            t.quiet(call)?;
         }
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &self.verbs {
-            return super::TransportOps::quiet(v, call);
+        Ok(())
+    }
+
+    /// Sends what the transports hold back to batch small requests
+    /// ([`TransportOps::put_batched`]).
+    pub(crate) fn push(&self, call: &'static str) -> Result<()> {
+        for t in self.each() {
+            t.push(call)?;
         }
-        let _ = call;
         Ok(())
     }
 }
@@ -724,6 +776,58 @@ fn failed_on(call: &'static str, failed: &[String], what: &str, then: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Remotes with these routes and no transport but `ucx`.
+    fn routes_only(via: Vec<Via>, ucx: Option<Arc<ucx::Ucx>>) -> Remotes {
+        Remotes {
+            tcp: None,
+            via,
+            verbs_job: false,
+            registered: Mutex::new(0),
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            ucx_job: false,
+            ucx_registered: Mutex::new(0),
+            ucx,
+        }
+    }
+
+    /// A request to a PE goes to the transport that serves it (host calls and the proxy's
+    /// device requests alike); a PE that no set-up transport serves is an error naming the PE
+    /// and the route, never a panic.
+    #[test]
+    fn each_pe_goes_to_the_transport_that_serves_it() {
+        let routes = vec![Via::Local, Via::Tcp, Via::Ucx, Via::Verbs];
+        let r = routes_only(routes.clone(), None);
+        assert!(!r.any());
+        for pe in 0..6 {
+            let e = r
+                .get("put", pe)
+                .err()
+                .expect("no transport here")
+                .to_string();
+            assert!(e.contains("put") && e.contains(&format!("PE {pe} ")), "{e}");
+        }
+        let e = r.get("put", 3).err().expect("verbs").to_string();
+        assert!(e.contains("Verbs, which is not set up"), "{e}");
+        // Nothing to complete or order when no transport is set up.
+        r.quiet("quiet").expect("quiet with no transports");
+        r.fence("fence").expect("fence with no transports");
+        // With a real UCX transport (when UCX loads here): the UCX PE goes to it, the TCP PE
+        // still needs TCP, and quiet walks it.
+        let Ok(lib) = ucx::ffi::lib(None) else {
+            eprintln!("SKIPPED (UCX part): no UCX here");
+            return;
+        };
+        let u = Arc::new(ucx::Ucx::new(lib, 0, 4, None).expect("a UCX worker"));
+        let r = routes_only(routes, Some(u));
+        assert!(r.any());
+        assert!(matches!(r.get("put", 2), Ok(RemoteRef::Ucx(_))));
+        assert!(r.get("put", 1).is_err());
+        assert!(r.get("put", 0).is_err());
+        assert_eq!(r.each().count(), 1);
+        r.quiet("quiet").expect("quiet with nothing outstanding");
+    }
 
     /// On the GPU backend, a UCX without CUDA support (Debian's libucx0 here) is refused with
     /// the cause and the fix, on the real library (skipped where libucp cannot be loaded, or
