@@ -25,6 +25,10 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 
+/// Tags of the descriptors that carry registered user buffers in [`Node::exchange_fds`] (heap
+/// chunks have tags below it).
+pub(crate) const USER_TAG: u64 = 1 << 63;
+
 const NO_FAILURE: usize = usize::MAX;
 
 /// Shared failure state: which PE was seen dying first (if any), every PE seen gone, and
@@ -527,8 +531,8 @@ impl Node {
                 };
                 if bytes != hdr.len() || word(0) != tag {
                     let what = |t: u64| {
-                        if t & crate::heap::USER_TAG != 0 {
-                            format!("a registered buffer (share {})", t & !crate::heap::USER_TAG)
+                        if t & USER_TAG != 0 {
+                            format!("a registered buffer (share {})", t & !USER_TAG)
                         } else {
                             format!("heap chunk {t}")
                         }

@@ -335,9 +335,9 @@ pub struct World {
     pub(crate) sync_rounds: AtomicU64,
     pub(crate) coll_seq: AtomicU64,
     /// Teams: free synchronization slots and the predefined teams.
-    pub(crate) teams: crate::team::Teams,
+    pub(crate) teams: crate::team::handle::Teams,
     /// Registered symmetric regions (memory outside the heap; see `region`).
-    pub(crate) regions: crate::region::Regions,
+    pub(crate) regions: crate::region::memory::Regions,
     finalized: AtomicBool,
     init_time: Duration,
 }
@@ -352,7 +352,7 @@ pub(crate) struct DeviceSide {
     /// Modules loaded through the world (state reinstalled on every change).
     pub(crate) modules: Mutex<Vec<Weak<cudarc::driver::CudaModule>>>,
     /// Kernels of the stream collectives (compiled on first use).
-    pub(crate) coll: crate::coll::device::CollModules,
+    pub(crate) coll: crate::coll::modules::CollModules,
 }
 
 impl std::fmt::Debug for World {
@@ -525,7 +525,7 @@ impl World {
                 gpu,
                 state: dstate,
                 modules: Mutex::new(Vec::new()),
-                coll: crate::coll::device::CollModules::new(sharing),
+                coll: crate::coll::modules::CollModules::new(sharing),
             },
             live,
             wait,
@@ -533,8 +533,8 @@ impl World {
             barrier_epoch: AtomicU64::new(0),
             sync_rounds: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
-            teams: crate::team::Teams::new(n),
-            regions: crate::region::Regions::new(region_targets),
+            teams: crate::team::handle::Teams::new(n),
+            regions: crate::region::memory::Regions::new(region_targets),
             finalized: AtomicBool::new(false),
             init_time: Duration::ZERO,
         };

@@ -21,8 +21,7 @@
 //! sync there gets a one-block sync kernel before it on the stream; only the last block of a
 //! launch (every other block of it has exited) makes the closing team sync.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaStream};
 
@@ -56,25 +55,6 @@ const REDUCE_BYTES_PER_BLOCK: usize = 64 << 10;
 const BCAST_PIECE_KIB: i32 = 4;
 /// Per-buffer scratch of the one-shot reductions (`RSHMEM_TEAM_SYNC_SCRATCH_BYTES`).
 const ONESHOT_SCRATCH: usize = 992;
-
-/// The compiled collective modules of one PE (compiled on first use, cached on disk).
-#[derive(Default)]
-pub(crate) struct CollModules {
-    bytes: OnceLock<std::result::Result<Kernels, String>>,
-    reduce: Mutex<HashMap<&'static str, Arc<Kernels>>>,
-    sms: OnceLock<u32>,
-    sharing: crate::device::sharing::GpuSharing,
-}
-
-impl CollModules {
-    /// No module loaded yet; `sharing` says how many PEs use this PE's GPU.
-    pub(crate) fn new(sharing: crate::device::sharing::GpuSharing) -> Self {
-        CollModules {
-            sharing,
-            ..Default::default()
-        }
-    }
-}
 
 /// The kernels of coll.cu (loaded together, see [`Kernels::preload`]).
 const BYTES_KERNELS: &[&str] = &[

@@ -25,6 +25,7 @@
 
 mod active_set;
 pub(crate) mod device;
+pub(crate) mod modules;
 mod ops;
 
 pub use active_set::{ActiveSet, Group};

@@ -19,7 +19,7 @@ use std::sync::{Mutex, RwLock};
 use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
-use crate::node::{Liveness, Node};
+use crate::node::{Liveness, Node, USER_TAG};
 use crate::seqlock::SeqLock;
 use alloc::{checked_round_up, round_up, Allocator};
 use host::{Reservation, BASE_ALIGN, GRANULE};
@@ -740,9 +740,6 @@ fn place_user(
     }
     fits(hi, low)
 }
-
-/// Tags of the fds that carry registered user buffers (heap chunks have tags below it).
-pub(crate) const USER_TAG: u64 = 1 << 63;
 
 /// A user's buffer mapped at the top of every local slice.
 struct UserRegion {
