@@ -5,6 +5,8 @@
 //!   reads both the map and the tree, so it keeps working when files move: a move fails it until
 //!   the map says where the file went.
 //! - The method list of `TransportOps` must be the trait's methods, read from its source.
+//! - Every `Type::method` the page names in backticks must be declared in a file that has an
+//!   `impl` of that type (a name check: it catches removed and renamed methods).
 //! - Every relative link in README.md and docs/ (docs/bench/ included) must name a file that
 //!   exists and, for `file.md#anchor`, a heading of that file.
 
@@ -356,5 +358,67 @@ fn slugs_follow_github() {
     assert_eq!(
         link_targets("see [a](b.md#c) and `[x](y)` [d](e)"),
         ["b.md#c", "e"]
+    );
+}
+
+/// The `Type::method` names in backticks in `doc` (a capitalized type, a lower-case method).
+fn method_refs(doc: &str) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for (i, span) in doc.split('`').enumerate() {
+        let Some((ty, method)) = span.split_once("::").filter(|_| i % 2 == 1) else {
+            continue;
+        };
+        let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_');
+        if ident(ty)
+            && ident(method)
+            && ty.starts_with(|c: char| c.is_ascii_uppercase())
+            && method.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        {
+            out.insert((ty.to_string(), method.to_string()));
+        }
+    }
+    out
+}
+
+/// Whether a file under runtime/src or bootstrap/src has an `impl` block of `ty` and a
+/// `fn method`.
+fn has_method(sources: &[(String, String)], ty: &str, method: &str) -> bool {
+    let fn_decl = |src: &str| {
+        src.contains(&format!("fn {method}(")) || src.contains(&format!("fn {method}<"))
+    };
+    sources.iter().any(|(_, src)| {
+        fn_decl(src)
+            && src.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("impl")
+                    && (l.contains(&format!(" {ty} ")) || l.contains(&format!(" {ty}<")))
+            })
+    })
+}
+
+#[test]
+fn methods_named_in_architecture_md_exist() {
+    let root = repo();
+    let doc = read(&root.join("docs/architecture.md"));
+    let mut files = Vec::new();
+    for dir in ["runtime/src", "bootstrap/src"] {
+        files_under(&root, &root.join(dir), &mut files);
+    }
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .filter(|f| f.ends_with(".rs"))
+        .map(|f| (f.clone(), read(&root.join(f))))
+        .collect();
+    let refs = method_refs(&doc);
+    assert!(refs.len() >= 5, "found only {refs:?}");
+    let missing: Vec<String> = refs
+        .iter()
+        .filter(|(ty, m)| !has_method(&sources, ty, m))
+        .map(|(ty, m)| format!("{ty}::{m}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names methods that no `impl` of their type under runtime/src or \
+         bootstrap/src declares: {missing:?}"
     );
 }
