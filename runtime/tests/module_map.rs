@@ -4,7 +4,8 @@
 //!   listed under its own folder, and every file or folder the map lists must exist. The test
 //!   reads both the map and the tree, so it keeps working when files move: a move fails it until
 //!   the map says where the file went.
-//! - The method list of `TransportOps` must be the trait's methods, read from its source.
+//! - The method lists of `TransportOps` (architecture.md, transports.md) must be the trait's
+//!   methods, read from its source.
 //! - Every `Type::method` the page names in backticks must be declared in a file that has an
 //!   `impl` of that type (a name check: it catches removed and renamed methods).
 //! - Every relative link in README.md and docs/ (docs/bench/ included) must name a file that
@@ -190,24 +191,26 @@ fn trait_methods(name: &str) -> (String, BTreeSet<String>) {
     panic!("no `trait {name}` under runtime/src");
 }
 
-/// The method names of the bullet list after "Its methods" in the paragraph that introduces
-/// `transport::TransportOps`: each bullet's backticked names before its first ": ".
-fn documented_methods(doc: &str) -> BTreeSet<String> {
+/// The method names listed in `doc` right after the sentence containing `intro`: the first
+/// bullet list or table after it, each item's backticked names before its first ": " (a
+/// bullet) or in its first cell (a table row), argument lists (`amo(at, a)`) dropped.
+fn documented_methods(doc: &str, intro: &str) -> BTreeSet<String> {
     let at = doc
-        .find("implements `transport::TransportOps`")
-        .expect("architecture.md introduces `transport::TransportOps`");
-    let rest = &doc[at..];
-    let list = &rest[rest.find("Its methods").expect("an \"Its methods\" list")..];
+        .find(intro)
+        .unwrap_or_else(|| panic!("the page has no {intro:?}"));
     let mut names = BTreeSet::new();
-    for l in list
+    let items = doc[at..]
         .lines()
-        .skip_while(|l| !l.starts_with("- "))
-        .take_while(|l| l.starts_with("- "))
-    {
-        let head = l[2..].split(": ").next().unwrap_or("");
+        .skip_while(|l| !l.starts_with("- ") && !l.starts_with('|'))
+        .take_while(|l| l.starts_with("- ") || l.starts_with('|'));
+    for l in items {
+        let head = match l.strip_prefix("- ") {
+            Some(bullet) => bullet.split(": ").next().unwrap_or(""),
+            None => l.split('|').nth(1).unwrap_or(""),
+        };
         for (i, part) in head.split('`').enumerate() {
             if i % 2 == 1 {
-                names.insert(part.to_string());
+                names.insert(part.split('(').next().unwrap_or(part).to_string());
             }
         }
     }
@@ -215,17 +218,34 @@ fn documented_methods(doc: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn transport_ops_method_list_matches_the_trait() {
-    let doc = read(&repo().join("docs/architecture.md"));
+fn transport_ops_method_lists_match_the_trait() {
     let (file, code) = trait_methods("TransportOps");
     assert!(code.len() >= 5, "read only {code:?} from {file}");
-    let listed = documented_methods(&doc);
-    let missing: Vec<_> = code.difference(&listed).collect();
-    let extra: Vec<_> = listed.difference(&code).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "docs/architecture.md's TransportOps list disagrees with {file}: not listed {missing:?}, \
-         listed but not in the trait {extra:?}"
+    for page in ["docs/architecture.md", "docs/transports.md"] {
+        let doc = read(&repo().join(page));
+        let listed = documented_methods(&doc, "implements `transport::TransportOps`");
+        let missing: Vec<_> = code.difference(&listed).collect();
+        let extra: Vec<_> = listed.difference(&code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{page}'s TransportOps list disagrees with {file}: not listed {missing:?}, listed \
+             but not in the trait {extra:?}"
+        );
+    }
+}
+
+#[test]
+fn method_lists_are_read_from_bullets_and_tables() {
+    let bullets = "x implements `T`, with\n\n- `a`, `b`: one `c`\n- `d`: two\n\nafter `e`\n";
+    let table = "x implements `T`:\n\n| op | meaning |\n|---|---|\n| `a(x, y)`, `b` | `c` |\n";
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        documented_methods(bullets, "implements `T`"),
+        names(&["a", "b", "d"])
+    );
+    assert_eq!(
+        documented_methods(table, "implements `T`"),
+        names(&["a", "b"])
     );
 }
 
