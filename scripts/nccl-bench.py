@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """NCCL's collectives through PyTorch, timed like gpu_perftest --coll (stream time per
-collective, back to back, CUDA events, best of 3), for the comparison in docs/BENCHMARKS.md.
+collective, back to back, CUDA events, best of 3), for the comparison in docs/bench/gpu.md.
 
     torchrun --nproc_per_node 4 scripts/nccl-bench.py            # or python3 -m torch.distributed.run
 

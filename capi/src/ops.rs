@@ -14,7 +14,7 @@ use rshmem::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 use crate::{msg, with, CResult, Rt};
 
 /// Validates a C PE number and returns the world PE: within a `shmem_ctx_*` call on a team's
-/// context, `pe` is a number in that team (see [`crate::ctx`]).
+/// context, `pe` is a number in that team (see the `ctx` module).
 #[inline]
 pub fn pe_of(rt: &Rt, pe: c_int) -> CResult<usize> {
     crate::ctx::world_pe(rt, pe)

@@ -4,7 +4,7 @@
 //! `me ± 2^k`; before 2026-11-28 every PE held one Unix socket per local peer, twice, and rank
 //! 0 one TCP connection per PE), and rank 0 may not use more than twice the resident memory of
 //! the median other PE. The big runs (64 to 1,024 PEs) are `scripts/scale-test`; their figures
-//! are in docs/BENCHMARKS.md and docs/launching.md.
+//! are in docs/bench/scale.md and docs/launching.md.
 
 mod common;
 

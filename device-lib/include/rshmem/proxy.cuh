@@ -1,7 +1,9 @@
 // rshmem device library: the proxy. Device calls whose target PE cannot be reached by
 // load/store (a PE on another host, or every other PE under RSHMEM_DISABLE_P2P=1) become
 // requests in a ring of fixed-size slots in host memory mapped into the GPU; a host thread of
-// this PE (runtime/src/proxy/) executes them in ticket order over the TCP transport. The host
+// this PE (runtime/src/proxy/) executes them in ticket order through the remote transport that
+// serves the target PE (runtime/src/proxy/service.rs routes each request: today TCP or UCX; a
+// request to a PE reached only through verbs fails with an error naming the PE). The host
 // half of this file is runtime/src/proxy/fifo.rs; the layout is asserted on both sides.
 //
 // Protocol: a thread takes ticket t with an atomic add on the ring head (a word of this PE's
@@ -16,8 +18,9 @@
 // when the data travels inline, up to RSHMEM_PROXY_INLINE bytes or from a non-global buffer);
 // rshmem_quiet and barriers push a request and wait until the host has completed it, which
 // includes remote completion of every earlier request. Requests of one PE are executed in
-// order and the TCP transport delivers them in order per target, so rshmem_fence needs
-// nothing more, and put_signal's data is applied before its signal.
+// order, and each is applied after the ones before it to the same target (TCP delivers in
+// order per target; the proxy fences a UCX peer's request after the earlier ones), so
+// rshmem_fence needs nothing more, and put_signal's data is applied before its signal.
 //
 // Failures: every wait here is bounded by rshmem_state.timeout_ns and watches the host's error
 // word (a lost peer, a rejected request, a CUDA error on the host): either prints what it waited

@@ -41,7 +41,7 @@ const MAX_WORK_QUEUES: usize = 16;
 
 /// The hardware work queues (`CUDA_DEVICE_MAX_CONNECTIONS`) rshmem asks for on a host with
 /// `local_pes` PEs, or None to leave CUDA's default (8): as many as fit the MPS pool were all
-/// of them to share one GPU, at most [`MAX_WORK_QUEUES`]. See [`init_driver`].
+/// of them to share one GPU, at most `MAX_WORK_QUEUES` (16). See [`init_driver`].
 pub fn work_queues(local_pes: usize) -> Option<usize> {
     let q = (MPS_POOL / local_pes.max(1)).min(MAX_WORK_QUEUES);
     (q > 8).then_some(q)
@@ -75,7 +75,7 @@ pub fn initialized() -> bool {
 /// `CUDA_DEVICE_MAX_CONNECTIONS=1`, 0 of 40 with 12, 16 or 32. So before CUDA is initialized,
 /// and when the program has not set it, rshmem sets `CUDA_DEVICE_MAX_CONNECTIONS` to
 /// [`work_queues`]. A program that initialized CUDA first, or chose its own value, keeps its
-/// queues; a copy that then stays stuck fails after `RSHMEM_TIMEOUT` ([`target::GpuMem`]).
+/// queues; a copy that then stays stuck fails after `RSHMEM_TIMEOUT` (`cuda::target::GpuMem`).
 pub fn init_driver(local_pes: usize) -> bool {
     if !driver_present() {
         return false;

@@ -21,7 +21,7 @@ pub mod internal {
     pub const TEAM_DESC: usize = 16;
     /// Team slots with a descriptor and a sync block (the host team code's slot limit).
     pub const MAX_TEAMS: usize = 4096;
-    /// i32[n_pes]: local index of each PE (-1: another host).
+    /// `i32[n_pes]`: local index of each PE (-1: another host).
     pub const PE_TABLE: usize = 0x10_0000;
     /// Per-team sync blocks of the device collectives, `TEAM_SYNC_STRIDE` bytes per slot.
     pub const TEAM_SYNC: usize = 0x20_0000;

@@ -24,7 +24,7 @@
 //! each such PE: registration also exposes this PE's copy to it (UCX maps it with
 //! `ucp_mem_map` and the PEs exchange its remote key; the TCP transport's targets resolve
 //! region offsets through `transport::RegionTargets`), and an address inside the region
-//! becomes a [`HeapId::Region`](crate::transport::HeapId::Region) offset for that PE: the
+//! becomes a `transport::HeapId::Region` offset for that PE: the
 //! region's index and the offset from its start. The verbs transport does not reach regions.
 //! The copies of PEs that registered no memory or a different length, or that only verbs
 //! reaches, are not reachable: a call that needs one fails with an [`Error::Unsupported`]
