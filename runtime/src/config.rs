@@ -473,7 +473,7 @@ impl std::fmt::Display for RemoteChoice {
 /// The `RSHMEM_UCX_ERROR_MODE` setting: whether UCX endpoints use UCX's peer-failure handling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UcxErrorMode {
-    /// [`ucx_peer_errors`] decides.
+    /// The runtime decides from the UCX version and its transports (see `RSHMEM_UCX_ERROR_MODE`).
     #[default]
     Auto,
     /// UCX's peer-failure handling (`UCP_ERR_HANDLING_MODE_PEER`).

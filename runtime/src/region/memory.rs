@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::transport::RegionTargets;
 
 /// This process's memory moved onto a `memfd` by [`RegionMemory::share_in_place`], ready for
-/// [`World::register_region`].
+/// [`World::register_region`](crate::World::register_region).
 #[derive(Debug)]
 pub struct RegionMemory {
     pub(crate) start: usize,

@@ -34,7 +34,7 @@ pub struct TeamConfig {
 }
 
 /// A team: an ordered set of PEs. Cheap to clone; clones name the same team. After
-/// [`World::team_destroy`] every clone is invalid (calls with it fail).
+/// [`World::team_destroy`](crate::World::team_destroy) every clone is invalid (calls with it fail).
 #[derive(Clone)]
 pub struct Team {
     pub(crate) inner: Arc<TeamInner>,
@@ -88,7 +88,7 @@ impl Team {
         &self.inner.members
     }
 
-    /// True once [`World::team_destroy`] destroyed the team.
+    /// True once [`World::team_destroy`](crate::World::team_destroy) destroyed the team.
     pub fn is_destroyed(&self) -> bool {
         self.inner.destroyed.load(Ordering::Acquire)
     }
