@@ -67,6 +67,7 @@ pub mod ep;
 mod error;
 pub mod exit;
 mod float16;
+mod frame;
 mod hang;
 pub(crate) mod heap;
 mod mem;

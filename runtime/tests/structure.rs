@@ -22,6 +22,7 @@ const LAYERS: &[(&str, usize, &str)] = &[
     ("types.rs", 0, "base"),
     ("float16.rs", 0, "base"),
     ("wire.rs", 0, "base"),
+    ("frame.rs", 0, "base"),
     ("seqlock.rs", 0, "base"),
     ("cloexec.rs", 0, "base"),
     ("logging.rs", 0, "base"),

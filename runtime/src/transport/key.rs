@@ -1,9 +1,13 @@
 //! A heap chunk registered with a network transport (UCX, verbs), as its PE publishes it to
 //! the others: where the chunk lies in that PE's heap and address space, and the transport's
-//! remote key for it; with the little-endian reader the transports' payload decoders share.
-//! A malformed payload from a peer is an error saying what is wrong, never a panic.
+//! remote key for it. Payloads are read with [`Reader`] (`crate::frame`, shared by every
+//! payload decoder): a malformed payload from a peer is an error saying what is wrong, never a
+//! panic.
+
+pub use crate::frame::Reader;
 
 use super::{Chunk, HeapId};
+use crate::frame::push;
 
 /// One registered heap chunk of a PE: offsets `[start, start+len)` of heap `heap` are at the
 /// registering PE's virtual address `addr`, reachable with remote key `rkey` (packed bytes
@@ -47,10 +51,10 @@ impl<R> Key<R> {
 
     /// Appends heap, start, length and address (the caller appends the remote key).
     pub fn encode_place(&self, out: &mut Vec<u8>) {
-        out.push(self.heap as u8);
-        out.extend_from_slice(&self.start.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.extend_from_slice(&self.addr.to_le_bytes());
+        push(out, self.heap as u8);
+        push(out, self.start);
+        push(out, self.len);
+        push(out, self.addr);
     }
 
     /// Reads what [`encode_place`](Key::encode_place) wrote, then the remote key with `rkey`.
@@ -79,76 +83,4 @@ impl<R> Key<R> {
 pub fn find<R>(keys: &[Key<R>], heap: HeapId, off: u64) -> Option<&Key<R>> {
     keys.iter()
         .find(|k| k.heap == heap && off >= k.start && off - k.start < k.len)
-}
-
-/// Little-endian reader of a peer's payload that reports what was missing.
-pub struct Reader<'a> {
-    /// What is left to read.
-    pub b: &'a [u8],
-    /// What the payload is (for errors).
-    pub what: &'static str,
-}
-
-impl<'a> Reader<'a> {
-    /// A reader of the payload `b` (`what`, for errors) after its 4-byte magic and its
-    /// version byte, both checked.
-    pub fn open(
-        b: &'a [u8],
-        what: &'static str,
-        magic: [u8; 4],
-        version: u8,
-    ) -> Result<Reader<'a>, String> {
-        let mut r = Reader { b, what };
-        if r.take(4)? != magic {
-            return Err(format!("not {what} (bad magic)"));
-        }
-        let v = r.u8()?;
-        if v != version {
-            return Err(format!(
-                "{what} of version {v}, this rshmem speaks {version} (mixed rshmem versions in one job?)"
-            ));
-        }
-        Ok(r)
-    }
-
-    /// The next `n` bytes.
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.b.len() < n {
-            return Err(format!(
-                "truncated {} ({} bytes left, {n} needed)",
-                self.what,
-                self.b.len()
-            ));
-        }
-        let (h, t) = self.b.split_at(n);
-        self.b = t;
-        Ok(h)
-    }
-
-    /// The next `N` bytes as an array.
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    /// A byte.
-    pub fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-
-    /// A little-endian u16.
-    pub fn u16(&mut self) -> Result<u16, String> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    /// A little-endian u32.
-    pub fn u32(&mut self) -> Result<u32, String> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    /// A little-endian u64.
-    pub fn u64(&mut self) -> Result<u64, String> {
-        self.array().map(u64::from_le_bytes)
-    }
 }

@@ -70,6 +70,21 @@ fn open_device(_cfg: &Config) -> Result<std::convert::Infallible> {
 }
 
 impl Remotes {
+    /// No remote transport: every PE is reached through the heap's transport.
+    fn none() -> Remotes {
+        Remotes {
+            tcp: None,
+            via: Vec::new(),
+            verbs_job: false,
+            registered: Mutex::new(0),
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            ucx_job: false,
+            ucx_registered: Mutex::new(0),
+            ucx: None,
+        }
+    }
+
     /// **Collective over all PEs.** Decides how each PE is reached: every PE opens its RDMA
     /// device when verbs may be used and announces the result; the routes follow from all
     /// announcements ([`select::plan`]). With `RSHMEM_REMOTE_TRANSPORT=verbs`, a PE whose device
@@ -86,17 +101,7 @@ impl Remotes {
         let call = "init";
         let me = boot.rank();
         let local: Vec<bool> = local_of.iter().map(Option::is_some).collect();
-        let mut r = Remotes {
-            tcp: None,
-            via: Vec::new(),
-            verbs_job: false,
-            registered: Mutex::new(0),
-            #[cfg(feature = "verbs")]
-            verbs: None,
-            ucx_job: false,
-            ucx_registered: Mutex::new(0),
-            ucx: None,
-        };
+        let mut r = Remotes::none();
         if local.iter().all(|l| *l) {
             return Ok(r);
         }
@@ -780,15 +785,9 @@ mod tests {
     /// Remotes with these routes and no transport but `ucx`.
     fn routes_only(via: Vec<Via>, ucx: Option<Arc<ucx::Ucx>>) -> Remotes {
         Remotes {
-            tcp: None,
             via,
-            verbs_job: false,
-            registered: Mutex::new(0),
-            #[cfg(feature = "verbs")]
-            verbs: None,
-            ucx_job: false,
-            ucx_registered: Mutex::new(0),
             ucx,
+            ..Remotes::none()
         }
     }
 

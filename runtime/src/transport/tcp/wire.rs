@@ -7,6 +7,7 @@
 //! fetching atomics and flushes with a [`REP`]-byte reply.
 
 use super::super::{Amo, AmoOp, RemoteAddr};
+use crate::frame::{get, push, put};
 
 /// Version of this protocol, checked in the handshake (PEs of one job must speak the same).
 pub const VERSION: u32 = 3;
@@ -113,11 +114,11 @@ pub fn req(
     h[1] = heap;
     h[2] = size;
     h[3] = amo;
-    h[4..6].copy_from_slice(&call.to_le_bytes());
-    h[8..16].copy_from_slice(&off.to_le_bytes());
-    h[16..24].copy_from_slice(&len.to_le_bytes());
-    h[24..32].copy_from_slice(&value.to_le_bytes());
-    h[32..40].copy_from_slice(&cond.to_le_bytes());
+    put(&mut h, 4, call);
+    put(&mut h, 8, off);
+    put(&mut h, 16, len);
+    put(&mut h, 24, value);
+    put(&mut h, 32, cond);
     h
 }
 
@@ -128,12 +129,6 @@ pub fn amo_req(op: u8, at: RemoteAddr, a: Amo, call: u16) -> [u8; REQ] {
     req(
         op, heap, size as u8, a.op as u8, call, off, size, a.value, a.cond,
     )
-}
-
-fn word(b: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[i..i + 8]);
-    u64::from_le_bytes(w)
 }
 
 /// A decoded request header.
@@ -157,11 +152,11 @@ impl Req {
             heap: h[1],
             size: h[2],
             amo: h[3],
-            call: u16::from_le_bytes([h[4], h[5]]),
-            off: word(h, 8),
-            len: word(h, 16),
-            value: word(h, 24),
-            cond: word(h, 32),
+            call: get(h, 4),
+            off: get(h, 8),
+            len: get(h, 16),
+            value: get(h, 24),
+            cond: get(h, 32),
         }
     }
 }
@@ -169,14 +164,14 @@ impl Req {
 /// A reply header: `status` 0 (done) or a [`Reject`] code, and a value.
 pub fn rep(status: u32, value: u64) -> [u8; REP] {
     let mut r = [0u8; REP];
-    r[..4].copy_from_slice(&status.to_le_bytes());
-    r[8..16].copy_from_slice(&value.to_le_bytes());
+    put(&mut r, 0, status);
+    put(&mut r, 8, value);
     r
 }
 
 /// Decodes a reply header: (status, value).
 pub fn decode_rep(r: &[u8; REP]) -> (u32, u64) {
-    (u32::from_le_bytes([r[0], r[1], r[2], r[3]]), word(r, 8))
+    (get(r, 0), get(r, 8))
 }
 
 /// The first request a target rejected since the last flush, sent behind a flush reply that
@@ -194,23 +189,23 @@ pub struct Rejection {
 impl Rejection {
     pub fn encode(&self) -> [u8; REJ] {
         let mut b = [0u8; REJ];
-        b[0..2].copy_from_slice(&self.call.to_le_bytes());
+        put(&mut b, 0, self.call);
         b[2] = self.op;
         b[3] = self.why as u8;
         b[4] = self.heap;
-        b[8..16].copy_from_slice(&self.off.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        put(&mut b, 8, self.off);
+        put(&mut b, 16, self.len);
         b
     }
 
     pub fn decode(b: &[u8; REJ]) -> Rejection {
         Rejection {
-            call: u16::from_le_bytes([b[0], b[1]]),
+            call: get(b, 0),
             op: b[2],
             why: Reject::from_code(u32::from(b[3])),
             heap: b[4],
-            off: word(b, 8),
-            len: word(b, 16),
+            off: get(b, 8),
+            len: get(b, 16),
         }
     }
 }
@@ -231,8 +226,8 @@ pub fn op_name(op: u8) -> &'static str {
 /// The hello a connecting PE sends: job token, its PE number, protocol version.
 pub fn hello(token: &[u8], me: usize, version: u32) -> Vec<u8> {
     let mut h = token.to_vec();
-    h.extend_from_slice(&(me as u32).to_le_bytes());
-    h.extend_from_slice(&version.to_le_bytes());
+    push(&mut h, me as u32);
+    push(&mut h, version);
     h
 }
 
@@ -247,8 +242,8 @@ pub fn parse_hello(token: &[u8], h: &[u8]) -> Option<(usize, u32)> {
         return None;
     }
     let t = token.len();
-    let pe = u32::from_le_bytes([h[t], h[t + 1], h[t + 2], h[t + 3]]) as usize;
-    let v = u32::from_le_bytes([h[t + 4], h[t + 5], h[t + 6], h[t + 7]]);
+    let pe = get::<u32>(h, t) as usize;
+    let v = get(h, t + 4);
     Some((pe, v))
 }
 

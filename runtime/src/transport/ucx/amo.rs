@@ -31,6 +31,7 @@
 //! since the last flush (remote completion), so the data of a put-with-signal is in the target's
 //! memory before the signal is applied.
 
+use crate::frame::{get, put};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -128,12 +129,12 @@ impl Request {
             | bit(!self.answer, NO_ANSWER)
             | bit(self.counted, COUNTED)
             | bit(self.settle, SETTLE);
-        b[4..8].copy_from_slice(&self.from.to_le_bytes());
+        put(&mut b, 4, self.from);
         for (i, v) in [self.seq, self.off, self.value, self.cond]
-            .iter()
+            .into_iter()
             .enumerate()
         {
-            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+            put(&mut b, 8 + 8 * i, v);
         }
         b
     }
@@ -149,8 +150,8 @@ impl Request {
             (false, true) => HeapId::Region,
             (true, true) => return None,
         };
-        let w =
-            |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap_or([0; 8]));
+        // The length is checked above.
+        let w = |i: usize| get::<u64>(b, 8 + 8 * i);
         Some(Request {
             op: b[1],
             size: b[2],
@@ -159,7 +160,7 @@ impl Request {
             answer: b[3] & NO_ANSWER == 0,
             counted: b[3] & COUNTED != 0,
             settle: b[3] & SETTLE != 0,
-            from: u32::from_le_bytes(b[4..8].try_into().ok()?),
+            from: get(b, 4),
             seq: w(0),
             off: w(1),
             value: w(2),
@@ -246,10 +247,9 @@ impl Reply {
     /// `[seq, status: u32, 0: u32, value]`, little-endian.
     pub fn encode(&self) -> [u8; REPLY_LEN] {
         let mut b = [0u8; REPLY_LEN];
-        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
-        let status = self.refusal.map_or(0u32, |r| r as u32);
-        b[8..12].copy_from_slice(&status.to_le_bytes());
-        b[16..24].copy_from_slice(&self.value.to_le_bytes());
+        put(&mut b, 0, self.seq);
+        put(&mut b, 8, self.refusal.map_or(0u32, |r| r as u32));
+        put(&mut b, 16, self.value);
         b
     }
 
@@ -258,9 +258,7 @@ impl Reply {
         if b.len() != REPLY_LEN {
             return None;
         }
-        let seq = u64::from_le_bytes(b[0..8].try_into().ok()?);
-        let status = u32::from_le_bytes(b[8..12].try_into().ok()?);
-        let value = u64::from_le_bytes(b[16..24].try_into().ok()?);
+        let (seq, status, value) = (get(b, 0), get::<u32>(b, 8), get(b, 16));
         let refusal = match status {
             0 => None,
             c => Some(Refusal::from_code(c)?),

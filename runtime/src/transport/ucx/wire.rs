@@ -3,6 +3,7 @@
 //! grows). Everything a peer sends is checked before use: a truncated or malformed payload is
 //! an error naming what is wrong, never a panic.
 
+use crate::frame::push;
 use crate::transport::key::Reader;
 
 const MAGIC: [u8; 4] = *b"RSux";
@@ -25,13 +26,13 @@ impl Payload {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(16 + self.address.len() + self.keys.len() * 64);
         b.extend_from_slice(&MAGIC);
-        b.push(VERSION);
-        b.extend_from_slice(&(self.address.len() as u32).to_le_bytes());
+        push(&mut b, VERSION);
+        push(&mut b, self.address.len() as u32);
         b.extend_from_slice(&self.address);
-        b.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
+        push(&mut b, self.keys.len() as u32);
         for k in &self.keys {
             k.encode_place(&mut b);
-            b.extend_from_slice(&(k.rkey.len() as u32).to_le_bytes());
+            push(&mut b, k.rkey.len() as u32);
             b.extend_from_slice(&k.rkey);
         }
         b

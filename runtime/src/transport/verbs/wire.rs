@@ -6,6 +6,7 @@
 // Without the feature this PE only decodes what others send.
 #![cfg_attr(not(feature = "verbs"), allow(dead_code))]
 
+use crate::frame::push;
 use crate::transport::key::Reader;
 
 const MAGIC: [u8; 4] = *b"RSvb";
@@ -35,10 +36,10 @@ pub struct ConnInfo {
 
 /// Encodes memory keys: a count, then one fixed-size record each.
 pub fn encode_keys(keys: &[Key], out: &mut Vec<u8>) {
-    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+    push(out, keys.len() as u32);
     for k in keys {
         k.encode_place(out);
-        out.extend_from_slice(&k.rkey.to_le_bytes());
+        push(out, k.rkey);
     }
 }
 
@@ -75,14 +76,14 @@ impl ConnInfo {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(40 + 4 * self.qpn.len() + KEY_BYTES * self.keys.len());
         out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        out.extend_from_slice(&self.lid.to_le_bytes());
+        push(&mut out, VERSION);
+        push(&mut out, self.lid);
         out.extend_from_slice(&self.gid);
-        out.push(self.mtu);
-        out.extend_from_slice(&self.psn.to_le_bytes());
-        out.extend_from_slice(&(self.qpn.len() as u32).to_le_bytes());
+        push(&mut out, self.mtu);
+        push(&mut out, self.psn);
+        push(&mut out, self.qpn.len() as u32);
         for q in &self.qpn {
-            out.extend_from_slice(&q.to_le_bytes());
+            push(&mut out, *q);
         }
         encode_keys(&self.keys, &mut out);
         out
