@@ -56,21 +56,37 @@ impl<T: RmaType> std::fmt::Debug for SymBuf<'_, T> {
     }
 }
 
+/// The address accessors every handle of a symmetric allocation has (`SymBuf` and
+/// `SharedSymBuf`: a `ptr` and a `len` field): `len`, `is_empty`, `as_ptr`, `at`.
+macro_rules! sym_addresses {
+    () => {
+        /// Number of elements.
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// True for a zero-length allocation (whose pointer is null, as OpenSHMEM's
+        /// `malloc(0)`).
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// The symmetric address of element 0 on this PE.
+        pub fn as_ptr(&self) -> *mut T {
+            self.ptr
+        }
+
+        /// The symmetric address of element `i` (not checked here; the call it is passed to
+        /// checks it against the allocation).
+        pub fn at(&self, i: usize) -> *mut T {
+            self.ptr.wrapping_add(i)
+        }
+    };
+}
+pub(crate) use sym_addresses;
+
 impl<'w, T: RmaType> SymBuf<'w, T> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length allocation (whose pointer is null, as OpenSHMEM's `malloc(0)`).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The symmetric address of element 0 on this PE.
-    pub fn as_ptr(&self) -> *mut T {
-        self.ptr
-    }
+    sym_addresses!();
 
     /// The runtime the buffer belongs to.
     pub(crate) fn world(&self) -> &'w World {
@@ -80,12 +96,6 @@ impl<'w, T: RmaType> SymBuf<'w, T> {
     /// The address field itself (a kernel argument points at it: see `cuda_interop`).
     pub(crate) fn ptr_field(&self) -> &*mut T {
         &self.ptr
-    }
-
-    /// The symmetric address of element `i` (not checked here; the call it is passed to checks
-    /// it against the allocation).
-    pub fn at(&self, i: usize) -> *mut T {
-        self.ptr.wrapping_add(i)
     }
 
     /// PE `pe`'s copy of element 0, for direct load/store ([`World::ptr`]); `None` for an empty

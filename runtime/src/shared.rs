@@ -112,25 +112,7 @@ impl<T: RmaType> SharedSymBuf<T> {
         &self.world
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length allocation.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The symmetric address of element 0 on this PE.
-    pub fn as_ptr(&self) -> *mut T {
-        self.ptr
-    }
-
-    /// The symmetric address of element `i` (checked by the call it is passed to).
-    pub fn at(&self, i: usize) -> *mut T {
-        self.ptr.wrapping_add(i)
-    }
+    crate::mem::sym_addresses!();
 
     /// PE `pe`'s copy of element 0 for load/store, as [`SymBuf::ptr`].
     pub fn ptr(&self, pe: usize) -> Option<*mut T> {
