@@ -17,7 +17,10 @@ use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
 
 use crate::memory::pe;
 use crate::stream::{device_buffer, host_get_to_device, host_put_from_device};
-use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult};
+use capi_core::args::{world_set, Set, SetArgs};
+use capi_core::nonneg;
+
+use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult, ABI};
 
 // ------------------------------------------------------------------------------------------
 // RMA
@@ -223,7 +226,7 @@ macro_rules! rma_entries {
         }
     };
 }
-rma_types!(rma_entries);
+capi_core::rshmem_rma_types!(rma_entries);
 
 /// `rshmem_putmem_signal`: **one-sided**.
 ///
@@ -404,32 +407,13 @@ macro_rules! amo_bit_entries {
         }
     };
 }
-amo_types!(amo_std_entries);
-amo_float_types!(amo_ext_entries);
-amo_bitwise_types!(amo_bit_entries);
+capi_core::rshmem_amo_types!(amo_std_entries);
+capi_core::rshmem_amo_float_types!(amo_ext_entries);
+capi_core::rshmem_amo_bitwise_types!(amo_bit_entries);
 
 // ------------------------------------------------------------------------------------------
 // Point-to-point waits and tests
 // ------------------------------------------------------------------------------------------
-
-/// Which wait or test.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Set {
-    All,
-    Any,
-    Some,
-}
-
-/// The arguments of a set wait/test as C passed them.
-struct SetArgs<T> {
-    ivars: *const T,
-    n: usize,
-    indices: *mut usize,
-    status: *const c_int,
-    cmp: c_int,
-    value: T,
-    values: *const T,
-}
 
 /// A set wait (`block`) or test: 1/0 for `All`, an index or `SIZE_MAX` for `Any`, a count
 /// for `Some` (indices written).
@@ -438,46 +422,11 @@ struct SetArgs<T> {
 /// Non-NULL pointers of `a` valid for `a.n` elements.
 unsafe fn wait_set<T: AmoInt>(call: &'static str, a: SetArgs<T>, set: Set, block: bool) -> usize {
     with(call, |rt| {
-        let w = &rt.world;
-        let cmp = cmp_of(a.cmp)?;
-        let st = if a.status.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice("status", a.status, a.n) }?)
-        };
-        let vs = if a.values.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice("cmp_values", a.values, a.n) }?)
-        };
-        let one = |x: Option<usize>| x.unwrap_or(usize::MAX);
-        let (iv, n, v) = (a.ivars, a.n, a.value);
-        let some = |hits: Vec<usize>| -> CResult<usize> {
-            if !hits.is_empty() {
-                // SAFETY: the caller's contract: indices has room for n entries.
-                let out = unsafe { dst_slice("indices", a.indices, n) }?;
-                for (o, h) in out.iter_mut().zip(&hits) {
-                    *o = *h;
-                }
-            }
-            Ok(hits.len())
-        };
-        Ok(match (set, block, vs) {
-            (Set::All, true, None) => w.wait_until_all(iv, n, st, cmp, v).map(|_| 1)?,
-            (Set::All, true, Some(vs)) => w.wait_until_all_vector(iv, st, cmp, vs).map(|_| 1)?,
-            (Set::Any, true, None) => one(w.wait_until_any(iv, n, st, cmp, v)?),
-            (Set::Any, true, Some(vs)) => one(w.wait_until_any_vector(iv, st, cmp, vs)?),
-            (Set::Some, true, None) => some(w.wait_until_some(iv, n, st, cmp, v)?)?,
-            (Set::Some, true, Some(vs)) => some(w.wait_until_some_vector(iv, st, cmp, vs)?)?,
-            (Set::All, false, None) => w.test_all(iv, n, st, cmp, v)? as usize,
-            (Set::All, false, Some(vs)) => w.test_all_vector(iv, st, cmp, vs)? as usize,
-            (Set::Any, false, None) => one(w.test_any(iv, n, st, cmp, v)?),
-            (Set::Any, false, Some(vs)) => one(w.test_any_vector(iv, st, cmp, vs)?),
-            (Set::Some, false, None) => some(w.test_some(iv, n, st, cmp, v)?)?,
-            (Set::Some, false, Some(vs)) => some(w.test_some_vector(iv, st, cmp, vs)?)?,
-        })
+        // SAFETY: the caller's contract.
+        let inputs = unsafe { ABI.set_inputs(&a) }?;
+        let hits = world_set(&rt.world, &a, &inputs, set, block)?;
+        // SAFETY: the caller's contract.
+        unsafe { ABI.set_answer(&a, set, hits) }
     })
 }
 
@@ -592,7 +541,7 @@ macro_rules! wait_entries {
         }
     };
 }
-amo_types!(wait_entries);
+capi_core::rshmem_amo_types!(wait_entries);
 
 // ------------------------------------------------------------------------------------------
 // Host collectives
@@ -609,11 +558,6 @@ fn coll(
         f(&rt.world, &t)?;
         Ok(0)
     })
-}
-
-/// A C root or stride that must not be negative.
-fn nonneg(what: &str, v: i64) -> CResult<usize> {
-    usize::try_from(v).or_else(|_| invalid(format!("{what} {v} is negative")))
 }
 
 /// `rshmem_alltoallmem`: **collective over the team**.
@@ -687,7 +631,7 @@ macro_rules! coll_entries {
         }
     };
 }
-rma_types!(coll_entries);
+capi_core::rshmem_rma_types!(coll_entries);
 
 /// `reduce` or `reduce_scatter` with `O`.
 fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
@@ -725,22 +669,4 @@ macro_rules! reduce_entries {
         }
     };
 }
-macro_rules! reduce_arith {
-    ($n:ident, $t:ty) => {
-        reduce_entries!($n, $t, sum, Sum);
-        reduce_entries!($n, $t, prod, Prod);
-        reduce_entries!($n, $t, min, Min);
-        reduce_entries!($n, $t, max, Max);
-    };
-}
-macro_rules! reduce_bitwise {
-    ($n:ident, $t:ty) => {
-        reduce_entries!($n, $t, and, And);
-        reduce_entries!($n, $t, or, Or);
-        reduce_entries!($n, $t, xor, Xor);
-    };
-}
-reduce_int_types!(reduce_arith);
-reduce_int_types!(reduce_bitwise);
-reduce_float_types!(reduce_arith);
-reduce_half_types!(reduce_arith);
+capi_core::rshmem_reductions!(reduce_entries);
