@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use rshmem::{AmoInt, Cmp, SignalOp, World};
+use rshmem::{AmoInt, Cmp, RmaType, SignalOp, World};
 
 use crate::{invalid, CResult};
 
@@ -166,6 +166,58 @@ pub unsafe fn dst_slice<'a, T>(what: &str, p: *mut T, n: usize) -> CResult<&'a m
     // SAFETY: non-null, aligned, at most isize::MAX bytes (checked), and valid for n elements
     // by the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// Which way a host RMA call moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// From the local buffer (the source) to the symmetric one of a PE.
+    Put,
+    /// From the symmetric buffer of a PE into the local one (the destination).
+    Get,
+}
+
+/// A host put or get (`put`, `get`, and with `nbi` their `_nbi` forms) of `n` elements between
+/// the host buffer `local` (the source of a put, the destination of a get; checked for NULL,
+/// alignment and size) and the symmetric `remote` on PE `pe`. The `_nbi` forms may read the
+/// source, or fill the destination, until the next quiet (OpenSHMEM's rule), so over UCX they
+/// are only posted.
+///
+/// # Safety
+/// `local` valid for `n` reads (put) or writes (get) and, with `nbi`, left alone until the
+/// next quiet returns.
+pub unsafe fn host_rma<T: RmaType>(
+    w: &World,
+    way: Way,
+    local: *const T,
+    remote: *const T,
+    n: usize,
+    pe: usize,
+    nbi: bool,
+) -> CResult<()> {
+    match way {
+        Way::Put => {
+            // SAFETY: the caller's contract (checked for NULL and alignment here).
+            let s = unsafe { src_slice("the source buffer", local, n) }?;
+            let dest = remote.cast_mut();
+            if nbi {
+                // SAFETY: the caller's contract: the source stays until the next quiet.
+                Ok(unsafe { w.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
+            } else {
+                Ok(w.put(dest, s, pe)?)
+            }
+        }
+        Way::Get => {
+            // SAFETY: the caller's contract (checked for NULL and alignment here).
+            let d = unsafe { dst_slice("the destination buffer", local.cast_mut(), n) }?;
+            if nbi {
+                // SAFETY: the caller's contract: the destination stays until the next quiet.
+                Ok(unsafe { w.get_nbi_deferred(d.as_mut_ptr(), remote, n, pe) }?)
+            } else {
+                Ok(w.get(d, remote, pe)?)
+            }
+        }
+    }
 }
 
 /// Which set wait or test.

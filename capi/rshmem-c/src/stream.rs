@@ -12,7 +12,7 @@ use rt::cudarc::driver::sys;
 use rt::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use rt::RmaType;
 
-use capi_core::nonneg;
+use capi_core::{nonneg, Way};
 
 use crate::memory::pe;
 use crate::{cmp_of, fail, invalid, sigop_of, status, CResult, Code, Rt};
@@ -129,33 +129,13 @@ pub(crate) fn device_buffer(rt: &Rt, p: *const c_void) -> bool {
     }
 }
 
-/// A host put (blocking: the source is reusable on return) whose local buffer is GPU memory:
-/// a copy-engine copy on rshmem's internal stream (ordered after this PE's earlier host-issued
-/// operations), completed before returning.
-pub(crate) fn host_put_from_device<T: RmaType>(
-    call: &'static str,
-    rt: &Rt,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
+/// A blocking host put or get (the local buffer is reusable, or holds the data, on return)
+/// whose local buffer `local` is GPU memory: a copy-engine copy on rshmem's internal stream
+/// (ordered after this PE's earlier host-issued operations), completed before returning.
+/// `remote` is the symmetric address on PE `p`.
+pub(crate) fn host_rma_device<T: RmaType>(call: &'static str, rt: &Rt, r: Rma<T>) -> CResult<()> {
     let g = internal(call, rt)?;
-    put_any(rt, &g.stream, dest, src, n, p)?;
-    Ok(g.sync(call)?)
-}
-
-/// A host get whose local buffer is GPU memory (complete on return).
-pub(crate) fn host_get_to_device<T: RmaType>(
-    call: &'static str,
-    rt: &Rt,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
-    let g = internal(call, rt)?;
-    get_any(rt, &g.stream, dest, src, n, p)?;
+    rma_any(rt, &g.stream, r)?;
     Ok(g.sync(call)?)
 }
 
@@ -168,79 +148,98 @@ fn internal<'a>(call: &'static str, rt: &'a Rt) -> CResult<&'a Arc<rt::cuda::Gpu
     Ok(g)
 }
 
-/// A put on the stream from a symmetric or a device buffer.
-fn put_any<T: RmaType>(
-    rt: &Rt,
-    st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
-    let pe = pe(rt, p)?;
-    if src.is_null() && n > 0 {
-        return invalid("the source buffer is NULL");
-    }
-    if symmetric(rt, src) {
-        return Ok(rt.world.put_on_stream(dest, src, n, pe, st)?);
-    }
-    let raw = RawDev {
-        ptr: src as u64,
-        len: n,
-        stream: st.clone(),
-    };
-    Ok(rt.world.put_from_device_on_stream(dest, &raw, n, pe, st)?)
+/// One host RMA call: `n` elements between the local buffer `local` (the source of a put,
+/// the destination of a get) and the symmetric `remote` on PE `p` (a C PE number).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rma<T> {
+    /// Put or get.
+    pub way: Way,
+    /// The local buffer.
+    pub local: *const T,
+    /// The symmetric buffer on PE `p`.
+    pub remote: *const T,
+    /// Elements.
+    pub n: usize,
+    /// The C PE number.
+    pub p: c_int,
 }
 
-/// A get on the stream into a symmetric or a device buffer.
-fn get_any<T: RmaType>(
-    rt: &Rt,
-    st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
+impl<T> Rma<T> {
+    /// The call `way` of a C entry point with `dest`, `src`, `n` and `p`.
+    pub fn new(way: Way, dest: *mut T, src: *const T, n: usize, p: c_int) -> Self {
+        let (local, remote) = match way {
+            Way::Put => (src, dest.cast_const()),
+            Way::Get => (dest.cast_const(), src),
+        };
+        Rma {
+            way,
+            local,
+            remote,
+            n,
+            p,
+        }
+    }
+}
+
+/// A put or get on the stream whose local buffer is symmetric or device memory.
+fn rma_any<T: RmaType>(rt: &Rt, st: &Arc<CudaStream>, r: Rma<T>) -> CResult<()> {
+    let Rma {
+        way,
+        local,
+        remote,
+        n,
+        p,
+    } = r;
     let pe = pe(rt, p)?;
-    if dest.is_null() && n > 0 {
-        return invalid("the destination buffer is NULL");
+    if local.is_null() && n > 0 {
+        return invalid(match way {
+            Way::Put => "the source buffer is NULL",
+            Way::Get => "the destination buffer is NULL",
+        });
     }
-    if symmetric(rt, dest) {
-        return Ok(rt.world.get_on_stream(dest, src, n, pe, st)?);
-    }
+    let w = &rt.world;
     let mut raw = RawDev {
-        ptr: dest as u64,
+        ptr: local as u64,
         len: n,
         stream: st.clone(),
     };
-    Ok(rt.world.get_to_device_on_stream(&mut raw, src, n, pe, st)?)
+    Ok(match (way, symmetric(rt, local)) {
+        (Way::Put, true) => w.put_on_stream(remote.cast_mut(), local, n, pe, st),
+        (Way::Put, false) => w.put_from_device_on_stream(remote.cast_mut(), &raw, n, pe, st),
+        (Way::Get, true) => w.get_on_stream(local.cast_mut(), remote, n, pe, st),
+        (Way::Get, false) => w.get_to_device_on_stream(&mut raw, remote, n, pe, st),
+    }?)
+}
+
+/// Checks, before any data moves, that `sig` is a symmetric address reachable on PE `pe` (a
+/// put_signal from a device buffer moves the data and then signals: nothing may be sent when
+/// the signal is bad).
+pub(crate) fn check_signal(rt: &Rt, sig: *mut u64, pe: usize) -> CResult<()> {
+    if !rt.world.addr_accessible(sig, pe) {
+        return invalid(format!(
+            "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
+        ));
+    }
+    Ok(())
 }
 
 /// A put_signal on the stream (data first, then the signal).
 fn put_signal_any<T: RmaType>(
     rt: &Rt,
     st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
+    r: Rma<T>,
+    (sig, signal, op): (*mut u64, u64, c_int),
 ) -> CResult<()> {
-    let (op, pe_n) = (sigop_of(op)?, pe(rt, p)?);
+    let (op, pe_n) = (sigop_of(op)?, pe(rt, r.p)?);
+    let (src, dest) = (r.local, r.remote.cast_mut());
     if symmetric(rt, src) {
         return Ok(rt
             .world
-            .put_signal_on_stream(dest, src, n, sig, signal, op, pe_n, st)?);
+            .put_signal_on_stream(dest, src, r.n, sig, signal, op, pe_n, st)?);
     }
     // A device source: check the signal first, so that nothing is enqueued on error.
-    if !rt.world.addr_accessible(sig, pe_n) {
-        return invalid(format!(
-            "the signal {sig:p} is not a symmetric address reachable on PE {pe_n}"
-        ));
-    }
-    put_any(rt, st, dest, src, n, p)?;
+    check_signal(rt, sig, pe_n)?;
+    rma_any(rt, st, r)?;
     Ok(rt.world.signal_op_on_stream(sig, signal, op, pe_n, st)?)
 }
 
@@ -288,12 +287,13 @@ macro_rules! rma_stream_entries {
     };
     (@rma $put:ident, $get:ident, $put_signal:ident, $p:ty, $t:ty, $count:ident) => {
         on_stream_entry!($put, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize, pe: c_int),
-            |rt, st| put_any::<$t>(rt, st, dest.cast(), src.cast(), $count, pe));
+            |rt, st| rma_any(rt, st, Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe)));
         on_stream_entry!($get, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize, pe: c_int),
-            |rt, st| get_any::<$t>(rt, st, dest.cast(), src.cast(), $count, pe));
+            |rt, st| rma_any(rt, st, Rma::<$t>::new(Way::Get, dest.cast(), src.cast(), $count, pe)));
         on_stream_entry!($put_signal, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize,
                 sig: *mut u64, signal: u64, op: c_int, pe: c_int),
-            |rt, st| put_signal_any::<$t>(rt, st, dest.cast(), src.cast(), $count, sig, signal, op, pe));
+            |rt, st| put_signal_any(rt, st, Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe),
+                                     (sig, signal, op)));
     };
 }
 rma_stream_entries!(mem);

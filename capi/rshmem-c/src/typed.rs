@@ -7,7 +7,7 @@
 //!
 //! The local buffer of an RMA call (the source of a put, the destination of a get) may be host
 //! memory or, on the GPU backend, GPU memory (symmetric or `cudaMalloc`'d): host code cannot
-//! touch the latter, so those calls go through the copy engine (`stream::host_put_from_device`).
+//! touch the latter, so those calls go through the copy engine (`stream::host_rma_device`).
 
 #![allow(clippy::too_many_arguments)]
 
@@ -16,69 +16,31 @@ use std::ffi::{c_int, c_void};
 use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
 
 use crate::memory::pe;
-use crate::stream::{device_buffer, host_get_to_device, host_put_from_device};
+use capi_core::{host_rma, Way};
+
+use crate::stream::{check_signal, device_buffer, host_rma_device, Rma};
 use capi_core::args::{world_set, Set, SetArgs};
 use capi_core::nonneg;
 
-use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult, ABI};
+use crate::{cmp_of, invalid, sigop_of, src_slice, with, CResult, ABI};
 
 // ------------------------------------------------------------------------------------------
 // RMA
 // ------------------------------------------------------------------------------------------
 
-/// `put`, `put_nbi`, `putmem`, `putmem_nbi`.
+/// `put`, `put_nbi`, `putmem`, `putmem_nbi` and `get`, `get_nbi`, `getmem`, `getmem_nbi`.
 ///
 /// # Safety
-/// `src` valid for `n` reads (`nbi`: and unchanged until the next quiet).
-unsafe fn put<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-    nbi: bool,
-) {
+/// The local buffer valid for `r.n` reads (put) or writes (get) (`nbi`: and left alone until
+/// the next quiet).
+unsafe fn rma<T: RmaType>(call: &'static str, r: Rma<T>, nbi: bool) {
     with(call, |rt| {
-        let pe = pe(rt, p)?;
-        if device_buffer(rt, src.cast()) {
-            return host_put_from_device(call, rt, dest, src, n, p);
+        let pe = pe(rt, r.p)?;
+        if device_buffer(rt, r.local.cast()) {
+            return host_rma_device(call, rt, r);
         }
         // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let s = unsafe { src_slice("the source buffer", src, n) }?;
-        if nbi {
-            // SAFETY: the `_nbi` contract: `src` stays unchanged until the next quiet.
-            Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
-        } else {
-            Ok(rt.world.put(dest, s, pe)?)
-        }
-    })
-}
-
-/// `get`, `get_nbi`, `getmem`, `getmem_nbi`.
-///
-/// # Safety
-/// `dest` valid for `n` writes (`nbi`: and left alone until the next quiet).
-unsafe fn get<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-    nbi: bool,
-) {
-    with(call, |rt| {
-        let pe = pe(rt, p)?;
-        if device_buffer(rt, dest.cast_const().cast()) {
-            return host_get_to_device(call, rt, dest, src, n, p);
-        }
-        // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let d = unsafe { dst_slice("the destination buffer", dest, n) }?;
-        if nbi {
-            // SAFETY: the `_nbi` contract: `dest` is left alone until the next quiet.
-            Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
-        } else {
-            Ok(rt.world.get(d, src, pe)?)
-        }
+        unsafe { host_rma(&rt.world, r.way, r.local, r.remote, r.n, pe, nbi) }
     })
 }
 
@@ -102,12 +64,8 @@ unsafe fn put_signal<T: RmaType>(
         let op = sigop_of(op)?;
         if device_buffer(rt, src.cast()) {
             // The data is complete before the signal is sent.
-            if !rt.world.addr_accessible(sig, pe) {
-                return invalid(format!(
-                    "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
-                ));
-            }
-            host_put_from_device(call, rt, dest, src, n, p)?;
+            check_signal(rt, sig, pe)?;
+            host_rma_device(call, rt, Rma::new(Way::Put, dest, src, n, p))?;
             return Ok(rt.world.signal_op(sig, signal, op, pe)?);
         }
         // SAFETY: the caller's contract (host memory: device memory was routed above).
@@ -120,34 +78,20 @@ unsafe fn put_signal<T: RmaType>(
     })
 }
 
-macro_rules! mem_entry {
-    ($name:ident, $f:ident, $nbi:expr) => {
-        #[doc = concat!("`", stringify!($name), "`: **one-sided** byte RMA.")]
-        ///
-        /// # Safety
-        /// The local buffer is valid for `nbytes` bytes.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            dest: *mut c_void,
-            src: *const c_void,
-            nbytes: usize,
-            pe: c_int,
-        ) {
-            // SAFETY: the caller's contract.
-            unsafe { $f::<u8>(stringify!($name), dest.cast(), src.cast(), nbytes, pe, $nbi) }
-        }
-    };
-}
-mem_entry!(rshmem_putmem, put, false);
-mem_entry!(rshmem_putmem_nbi, put, true);
-mem_entry!(rshmem_getmem, get, false);
-mem_entry!(rshmem_getmem_nbi, get, true);
-
-/// `rshmem_TYPE_p`, `_g`, `_put`, `_put_nbi`, `_get`, `_get_nbi`, `_put_signal`,
-/// `_put_signal_nbi`.
+/// The RMA entry points on bytes (`mem`: `u8` elements counted in bytes) and typed ones
+/// (`$n`, `$t`): `put`, `put_nbi`, `get`, `get_nbi`, `put_signal`, `put_signal_nbi`, and for
+/// the typed ones `p` and `g`.
 macro_rules! rma_entries {
+    (mem) => {
+        rma_entries!(@rma [rshmem_putmem rshmem_putmem_nbi rshmem_getmem rshmem_getmem_nbi]
+                     [rshmem_putmem_signal rshmem_putmem_signal_nbi], c_void, u8, nbytes);
+    };
     ($n:ident, $t:ty) => {
         paste::paste! {
+            rma_entries!(@rma [[<rshmem_ $n _put>] [<rshmem_ $n _put_nbi>] [<rshmem_ $n _get>]
+                               [<rshmem_ $n _get_nbi>]]
+                         [[<rshmem_ $n _put_signal>] [<rshmem_ $n _put_signal_nbi>]], $t, $t, nelems);
+
             #[doc = concat!("`rshmem_", stringify!($n), "_p`: **one-sided** store of one element.")]
             #[no_mangle]
             pub extern "C" fn [<rshmem_ $n _p>](dest: *mut $t, value: $t, p: c_int) {
@@ -161,132 +105,47 @@ macro_rules! rma_entries {
                 let call = concat!("rshmem_", stringify!($n), "_g");
                 with(call, |rt| Ok(rt.world.g(src, pe(rt, p)?)?))
             }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put(concat!("rshmem_", stringify!($n), "_put"), dest, src, nelems, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_nbi`: **one-sided**, non-blocking.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put(concat!("rshmem_", stringify!($n), "_put_nbi"), dest, src, nelems, p, true) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_get`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `dest` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _get>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { get(concat!("rshmem_", stringify!($n), "_get"), dest, src, nelems, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_get_nbi`: **one-sided**, non-blocking.")]
-            ///
-            /// # Safety
-            /// `dest` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _get_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { get(concat!("rshmem_", stringify!($n), "_get_nbi"), dest, src, nelems, p, true) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_signal>](dest: *mut $t, src: *const $t, nelems: usize,
-                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal"), dest, src, nelems, sig, signal, op, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal_nbi`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_signal_nbi>](dest: *mut $t, src: *const $t, nelems: usize,
-                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal_nbi"), dest, src, nelems, sig, signal, op, p, true) }
+        }
+    };
+    (@rma [$put:ident $put_nbi:ident $get:ident $get_nbi:ident] [$ps:ident $ps_nbi:ident],
+     $p:ty, $t:ty, $count:ident) => {
+        rma_entries!(@one $put, $p, $t, $count, Put, false);
+        rma_entries!(@one $put_nbi, $p, $t, $count, Put, true);
+        rma_entries!(@one $get, $p, $t, $count, Get, false);
+        rma_entries!(@one $get_nbi, $p, $t, $count, Get, true);
+        rma_entries!(@signal $ps, $p, $t, $count, false);
+        rma_entries!(@signal $ps_nbi, $p, $t, $count, true);
+    };
+    (@one $name:ident, $p:ty, $t:ty, $count:ident, $way:ident, $nbi:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: **one-sided** (`_nbi`: non-blocking).")]
+        ///
+        /// # Safety
+        /// The local buffer (`src` of a put, `dest` of a get) is valid for the count.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dest: *mut $p, src: *const $p, $count: usize, pe: c_int) {
+            let r = Rma::<$t>::new(Way::$way, dest.cast(), src.cast(), $count, pe);
+            // SAFETY: the caller's contract.
+            unsafe { rma(stringify!($name), r, $nbi) }
+        }
+    };
+    (@signal $name:ident, $p:ty, $t:ty, $count:ident, $nbi:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: **one-sided**.")]
+        ///
+        /// # Safety
+        /// `src` is valid for the count.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dest: *mut $p, src: *const $p, $count: usize,
+                                       sig: *mut u64, signal: u64, op: c_int, pe: c_int) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put_signal::<$t>(stringify!($name), dest.cast(), src.cast(), $count, sig, signal,
+                                 op, pe, $nbi)
             }
         }
     };
 }
+rma_entries!(mem);
 capi_core::rshmem_rma_types!(rma_entries);
-
-/// `rshmem_putmem_signal`: **one-sided**.
-///
-/// # Safety
-/// `src` valid for `nbytes` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rshmem_putmem_signal(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        put_signal::<u8>(
-            "rshmem_putmem_signal",
-            dest.cast(),
-            src.cast(),
-            nbytes,
-            sig,
-            signal,
-            op,
-            p,
-            false,
-        )
-    }
-}
-
-/// `rshmem_putmem_signal_nbi`: **one-sided**.
-///
-/// # Safety
-/// `src` valid for `nbytes` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rshmem_putmem_signal_nbi(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        put_signal::<u8>(
-            "rshmem_putmem_signal_nbi",
-            dest.cast(),
-            src.cast(),
-            nbytes,
-            sig,
-            signal,
-            op,
-            p,
-            true,
-        )
-    }
-}
 
 /// `rshmem_signal_op`: **one-sided**.
 #[no_mangle]

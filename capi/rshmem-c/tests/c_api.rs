@@ -508,7 +508,7 @@ fn header_declares_exactly_the_exported_calls() {
         undeclared.is_empty() && missing.is_empty(),
         "exported by librshmem.so but not declared in rshmem.h: {undeclared:?}\n\
          declared but not exported: {missing:?}\n\
-         (capi/rshmem-c/src/types.rs and the RSHMEM_FOR_* tables of rshmem/type_lists.h differ?)"
+         (capi/core/src/types.rs (rshmem_*_types!) and the RSHMEM_FOR_* tables of rshmem/type_lists.h differ?)"
     );
 }
 
