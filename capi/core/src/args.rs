@@ -220,6 +220,30 @@ pub unsafe fn host_rma<T: RmaType>(
     }
 }
 
+/// A host put with signal of `n` elements from the host buffer `src` (checked for NULL,
+/// alignment and size) to the symmetric `dest` on PE `pe`, then the update `op` of the signal
+/// word `sig` there by `value` (`signal` = (sig, value, op)); with `nbi`, non-blocking.
+///
+/// # Safety
+/// `src` valid for `n` reads (`nbi`: and left alone until the next quiet returns).
+pub unsafe fn host_put_signal<T: RmaType>(
+    w: &World,
+    dest: *mut T,
+    src: *const T,
+    n: usize,
+    (sig, value, op): (*mut u64, u64, SignalOp),
+    pe: usize,
+    nbi: bool,
+) -> CResult<()> {
+    // SAFETY: the caller's contract (checked for NULL and alignment here).
+    let s = unsafe { src_slice("the source buffer", src, n) }?;
+    if nbi {
+        Ok(w.put_signal_nbi(dest, s, sig, value, op, pe)?)
+    } else {
+        Ok(w.put_signal(dest, s, sig, value, op, pe)?)
+    }
+}
+
 /// Which set wait or test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Set {

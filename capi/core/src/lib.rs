@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 pub mod args;
 pub mod types;
 
-pub use args::{dst_slice, host_rma, nonneg, pe_in, src_slice, Abi, Way};
+pub use args::{dst_slice, host_put_signal, host_rma, nonneg, pe_in, src_slice, Abi, Way};
 
 /// The runtime crate, for the exported macros (`$crate::rt::F16`).
 #[doc(hidden)]

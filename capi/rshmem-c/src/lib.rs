@@ -95,5 +95,3 @@ pub fn cmp_of(cmp: c_int) -> CResult<rt::Cmp> {
 pub fn sigop_of(op: c_int) -> CResult<rt::SignalOp> {
     ABI.sigop_of(op)
 }
-
-pub use capi_core::{dst_slice, src_slice};

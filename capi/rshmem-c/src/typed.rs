@@ -16,13 +16,13 @@ use std::ffi::{c_int, c_void};
 use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
 
 use crate::memory::pe;
-use capi_core::{host_rma, Way};
+use capi_core::{host_put_signal, host_rma, Way};
 
 use crate::stream::{check_signal, device_buffer, host_rma_device, Rma};
 use capi_core::args::{world_set, Set, SetArgs};
 use capi_core::nonneg;
 
-use crate::{cmp_of, invalid, sigop_of, src_slice, with, CResult, ABI};
+use crate::{cmp_of, invalid, sigop_of, with, CResult, ABI};
 
 // ------------------------------------------------------------------------------------------
 // RMA
@@ -44,37 +44,29 @@ unsafe fn rma<T: RmaType>(call: &'static str, r: Rma<T>, nbi: bool) {
     })
 }
 
-/// `put_signal`, `put_signal_nbi`, `putmem_signal`, `putmem_signal_nbi`.
+/// `put_signal`, `put_signal_nbi`, `putmem_signal`, `putmem_signal_nbi`: the put `r` (a
+/// `Way::Put`), then the signal (sig, value, op) on the same PE.
 ///
 /// # Safety
-/// `src` valid for `n` reads.
+/// `r.local` valid for `r.n` reads.
 unsafe fn put_signal<T: RmaType>(
     call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
+    r: Rma<T>,
+    (sig, signal, op): (*mut u64, u64, c_int),
     nbi: bool,
 ) {
     with(call, |rt| {
-        let pe = pe(rt, p)?;
+        let pe = pe(rt, r.p)?;
         let op = sigop_of(op)?;
-        if device_buffer(rt, src.cast()) {
+        if device_buffer(rt, r.local.cast()) {
             // The data is complete before the signal is sent.
             check_signal(rt, sig, pe)?;
-            host_rma_device(call, rt, Rma::new(Way::Put, dest, src, n, p))?;
+            host_rma_device(call, rt, r)?;
             return Ok(rt.world.signal_op(sig, signal, op, pe)?);
         }
+        let dest = r.remote.cast_mut();
         // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let s = unsafe { src_slice("the source buffer", src, n) }?;
-        if nbi {
-            Ok(rt.world.put_signal_nbi(dest, s, sig, signal, op, pe)?)
-        } else {
-            Ok(rt.world.put_signal(dest, s, sig, signal, op, pe)?)
-        }
+        unsafe { host_put_signal(&rt.world, dest, r.local, r.n, (sig, signal, op), pe, nbi) }
     })
 }
 
@@ -136,11 +128,9 @@ macro_rules! rma_entries {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dest: *mut $p, src: *const $p, $count: usize,
                                        sig: *mut u64, signal: u64, op: c_int, pe: c_int) {
+            let r = Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe);
             // SAFETY: the caller's contract.
-            unsafe {
-                put_signal::<$t>(stringify!($name), dest.cast(), src.cast(), $count, sig, signal,
-                                 op, pe, $nbi)
-            }
+            unsafe { put_signal(stringify!($name), r, (sig, signal, op), $nbi) }
         }
     };
 }
