@@ -2,12 +2,14 @@
 //!
 //! The OpenSHMEM 1.6 C ABI of rshmem: `libshmem.so` / `libshmem.a` with `include/shmem.h`.
 //!
-//! One runtime instance per process lives in a global `AtomicPtr` (set by `shmem_init`, cleared
-//! by `shmem_finalize` under a lifecycle mutex); every C entry point loads it, converts its C arguments and calls the rshmem [`rshmem::World`]. No
-//! panic crosses the C boundary: each entry point runs inside `catch_unwind`, and every error
-//! (bad PE, address outside the symmetric heap and data segment, misaligned atomic, timeout, a
-//! peer gone, a call before `shmem_init`) is printed to stderr naming the C call and ends the
-//! job like `shmem_global_exit(1)`.
+//! One runtime instance per process lives in a `capi_core::Global` (set by `shmem_init`,
+//! cleared by `shmem_finalize` under its lifecycle lock); every C entry point loads it, converts
+//! its C arguments and calls the rshmem [`rshmem::World`]. No panic crosses the C boundary: each
+//! entry point runs inside `catch_unwind`, and every error (bad PE, address outside the
+//! symmetric heap and data segment, misaligned atomic, timeout, a peer gone, a call before
+//! `shmem_init`) is printed to stderr naming the C call and ends the job like
+//! `shmem_global_exit(1)`. What this library shares with librshmem (`capi/rshmem-c`) is in the
+//! C core crate `capi/core` (`rshmem-capi-core`, docs/capi.md).
 //!
 //! Symmetric objects are what `shmem_malloc` and friends return and, as in OpenSHMEM, the
 //! global and static variables of the program: at `shmem_init` the program's writable data

@@ -115,12 +115,16 @@ fn stride(s: isize) -> CResult<usize> {
     Ok(s as usize)
 }
 
-/// `shmem_TYPE_iput`, `shmem_iputSIZE`.
+/// `shmem_TYPE_iput`, `shmem_iputSIZE` (`Way::Put`) and `shmem_TYPE_iget`, `shmem_igetSIZE`
+/// (`Way::Get`): element `i` of the target is `dest[i·dst]`, of the source `src[i·sst]`.
 ///
 /// # Safety
-/// `src` valid for reads of `(n-1)·sst+1` elements.
-pub unsafe fn iput<T: RmaType>(
+/// The local buffer valid for `(n-1)·stride+1` elements (`src` with `sst` of a put, `dest`
+/// with `dst` of a get).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn strided<T: RmaType>(
     call: &'static str,
+    way: Way,
     dest: *mut T,
     src: *const T,
     dst: isize,
@@ -134,40 +138,22 @@ pub unsafe fn iput<T: RmaType>(
         if n == 0 {
             return Ok(());
         }
-        let Some(sspan) = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1)) else {
+        let local = if way == Way::Put { sst } else { dst };
+        let Some(span) = (n - 1).checked_mul(local).and_then(|x| x.checked_add(1)) else {
             return msg("stride × nelems overflows");
         };
-        // SAFETY: the caller's contract.
-        let s = unsafe { src_slice(src, sspan) }?;
-        Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
-    })
-}
-
-/// `shmem_TYPE_iget`, `shmem_igetSIZE`.
-///
-/// # Safety
-/// `dest` valid for writes of `(n-1)·dst+1` elements.
-pub unsafe fn iget<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    dst: isize,
-    sst: isize,
-    n: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if n == 0 {
-            return Ok(());
+        match way {
+            Way::Put => {
+                // SAFETY: the caller's contract.
+                let s = unsafe { src_slice(src, span) }?;
+                Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
+            }
+            Way::Get => {
+                // SAFETY: the caller's contract.
+                let d = unsafe { dst_slice(dest, span) }?;
+                Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
+            }
         }
-        let Some(dspan) = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1)) else {
-            return msg("stride × nelems overflows");
-        };
-        // SAFETY: the caller's contract.
-        let d = unsafe { dst_slice(dest, dspan) }?;
-        Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
     })
 }
 
@@ -194,55 +180,23 @@ fn blocked_span<T>(what: &str, stride: usize, bsize: usize, nblocks: usize) -> C
         )
 }
 
-/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6): block `b` (`bsize` elements) of the target
-/// starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`; strides count
-/// elements and are at least `bsize`. Each block is one contiguous put; returns when the
-/// source may be reused (like `shmem_put`).
+/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6, `Way::Put`): block `b` (`bsize` elements) of
+/// the target starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`;
+/// strides count elements and are at least `bsize`. Each block is one contiguous put; returns
+/// when the source may be reused (like `shmem_put`). `shmem_TYPE_ibget`, `shmem_ibgetSIZE`
+/// (`Way::Get`): the same, from PE `pe`'s `src` into the local `dest`; returns when the data is
+/// in `dest`.
 ///
 /// # Safety
-/// `src` valid for reads of `(nblocks-1)·sst+bsize` elements.
+/// The local buffer valid for `(nblocks-1)·stride+bsize` elements (`src` with `sst` of a put,
+/// `dest` with `dst` of a get).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn ibput<T: RmaType>(
+pub unsafe fn blocked<T: RmaType>(
     call: &'static str,
+    way: Way,
     dest: *mut T,
     src: *const T,
-    dst: isize,
-    sst: isize,
-    bsize: usize,
-    nblocks: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if bsize == 0 || nblocks == 0 {
-            return Ok(());
-        }
-        blocked_span::<T>("dst", dst, bsize, nblocks)?;
-        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let s = unsafe { src_slice(src, sspan) }?;
-        for b in 0..nblocks {
-            // `b·dst` lies inside the extent checked above; the runtime checks the target.
-            rt.world
-                .put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
-        }
-        Ok(())
-    })
-}
-
-/// `shmem_TYPE_ibget`, `shmem_ibgetSIZE` (1.6): as [`ibput`], from PE `pe`'s `src` into the
-/// local `dest`; returns when the data is in `dest`.
-///
-/// # Safety
-/// `dest` valid for writes of `(nblocks-1)·dst+bsize` elements.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn ibget<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    dst: isize,
-    sst: isize,
+    (dst, sst): (isize, isize),
     bsize: usize,
     nblocks: usize,
     pe: c_int,
@@ -254,16 +208,29 @@ pub unsafe fn ibget<T: RmaType>(
             return Ok(());
         }
         let dspan = blocked_span::<T>("dst", dst, bsize, nblocks)?;
-        blocked_span::<T>("sst", sst, bsize, nblocks)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let d = unsafe { dst_slice(dest, dspan) }?;
-        for b in 0..nblocks {
-            // `b·sst` lies inside the extent checked above; the runtime checks the source.
-            rt.world.get(
-                &mut d[b * dst..b * dst + bsize],
-                src.wrapping_add(b * sst),
-                pe,
-            )?;
+        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
+        let w = &rt.world;
+        match way {
+            Way::Put => {
+                // SAFETY: the caller's contract (checked for NULL and alignment here).
+                let s = unsafe { src_slice(src, sspan) }?;
+                for b in 0..nblocks {
+                    // `b·dst` lies inside the extent checked above; the runtime checks the target.
+                    w.put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
+                }
+            }
+            Way::Get => {
+                // SAFETY: the caller's contract (checked for NULL and alignment here).
+                let d = unsafe { dst_slice(dest, dspan) }?;
+                for b in 0..nblocks {
+                    // `b·sst` lies inside the extent checked above; the runtime checks the source.
+                    w.get(
+                        &mut d[b * dst..b * dst + bsize],
+                        src.wrapping_add(b * sst),
+                        pe,
+                    )?;
+                }
+            }
         }
         Ok(())
     })

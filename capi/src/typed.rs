@@ -2,7 +2,8 @@
 //! `shmem_double_sum_reduce`, `shmem_put64`, …), written once per family as `macro_rules!` and
 //! expanded over OpenSHMEM 1.5's type tables at compile time.
 //!
-//! Reading guide: the type tables (`elem!` and the `*_types!` lists) come first, then one
+//! Reading guide: the type tables (`elem!`, `capi_core::c_elem!`, and the `shmem_*_types!`
+//! lists of `capi/core/src/types.rs`) are shared with librshmem; then comes one
 //! section per family; each family macro names the C routines it defines in its doc comment
 //! (`shmem_TYPENAME_put`, …) and builds the names with `paste` (`[<$t _put>]` is
 //! `int_put` for `int`). Every routine is defined by `entry!`, which exports the real
@@ -102,10 +103,10 @@ macro_rules! rma {
             rma!(@block [<$t _get>], $t, get Get, false);
             rma!(@block [<$t _put_nbi>], $t, put Put, true);
             rma!(@block [<$t _get_nbi>], $t, get Get, true);
-            rma!(@strided [<$t _iput>], $t, iput);
-            rma!(@strided [<$t _iget>], $t, iget);
-            rma!(@blocked [<$t _ibput>], $t, ibput);
-            rma!(@blocked [<$t _ibget>], $t, ibget);
+            rma!(@strided [<$t _iput>], $t, iput Put);
+            rma!(@strided [<$t _iget>], $t, iget Get);
+            rma!(@blocked [<$t _ibput>], $t, ibput Put);
+            rma!(@blocked [<$t _ibget>], $t, ibget Get);
             rma!(@pg $t);
             rma!(@signal [<$t _put_signal>], $t);
             rma!(@signal [<$t _put_signal_nbi>], $t);
@@ -116,17 +117,17 @@ macro_rules! rma {
             (dest: *mut elem!($t), source: *const elem!($t), nelems: usize, pe: c_int),
             call => ops::rma(call, ops::Way::$way, dest, source, nelems, pe, $nbi));
     };
-    (@strided $s:ident, $t:ident, $f:ident) => {
+    (@strided $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              nelems: usize, pe: c_int),
-            call => ops::$f(call, dest, source, dst, sst, nelems, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, dst, sst, nelems, pe));
     };
-    (@blocked $s:ident, $t:ident, $f:ident) => {
+    (@blocked $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("blocked strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              bsize: usize, nblocks: usize, pe: c_int),
-            call => ops::$f(call, dest, source, dst, sst, bsize, nblocks, pe));
+            call => ops::blocked(call, ops::Way::$way, dest, source, (dst, sst), bsize, nblocks, pe));
     };
     (@pg longdouble) => {};
     (@pg $t:ident) => {
@@ -182,24 +183,25 @@ macro_rules! sized {
     ($bits:tt, $e:ty) => {
         untyped_rma!($bits, $e);
         paste::paste! {
-            sized!(@strided [<iput $bits>], $e, iput);
-            sized!(@strided [<iget $bits>], $e, iget);
-            sized!(@blocked [<ibput $bits>], $e, ibput);
-            sized!(@blocked [<ibget $bits>], $e, ibget);
+            sized!(@strided [<iput $bits>], $e, iput Put);
+            sized!(@strided [<iget $bits>], $e, iget Get);
+            sized!(@blocked [<ibput $bits>], $e, ibput Put);
+            sized!(@blocked [<ibget $bits>], $e, ibget Get);
         }
     };
-    (@blocked $s:ident, $e:ty, $f:ident) => {
+    (@blocked $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s,
             concat!("blocked strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, bsize: usize,
              nblocks: usize, pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), dst, sst, bsize, nblocks, pe));
+            call => ops::blocked::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst), bsize,
+                                       nblocks, pe));
     };
-    (@strided $s:ident, $e:ty, $f:ident) => {
+    (@strided $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize,
              pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), dst, sst, nelems, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), dst, sst, nelems, pe));
     };
 }
 sized!(8, u8);

@@ -4,12 +4,15 @@
 //! and CUDA C++ programs. It runs on the GPU backend when the PE has a GPU and on the CPU
 //! backend otherwise. Reference: `docs/c-cuda-api.md`.
 //!
-//! One runtime per process lives in a global `AtomicPtr` (published by `rshmem_init*`, taken
-//! back by `rshmem_finalize` under a lifecycle mutex), as in the OpenSHMEM ABI crate. Every C
-//! entry point runs inside `catch_unwind`, so no panic crosses the C boundary. Failures are
-//! printed as `rshmem: PE <pe>: <call>: <cause>`; calls that return `int` status codes return
-//! the code ([`status`]), the others end the process with status 1 ([`with`] / [`fatal`]),
-//! which makes the launcher stop the job.
+//! One runtime per process lives in a `capi_core::Global` (published by `rshmem_init*`, taken
+//! back by `rshmem_finalize` under its lifecycle lock). What this library shares with the
+//! OpenSHMEM library (`capi/`) is in the C core crate `capi/core` (`rshmem-capi-core`): the
+//! runtime holder, error reporting, argument checks, the put/get and set-wait bodies and the type
+//! tables (docs/capi.md, "One C core under both C libraries"). Every C entry point runs inside
+//! `catch_unwind`, so no panic crosses the C boundary. Failures are printed as
+//! `rshmem: PE <pe>: <call>: <cause>`; calls that return `int` status codes return the code
+//! ([`status`]), the others end the process with status 1 ([`with`] / [`fatal`]), which makes
+//! the launcher stop the job.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
