@@ -19,7 +19,7 @@ use capi_core::{host_put_signal, host_rma};
 use crate::{msg, with, CResult, Rt, ABI};
 
 /// Validates a C PE number and returns the world PE: within a `shmem_ctx_*` call on a team's
-/// context, `pe` is a number in that team (see [`crate::ctx`]).
+/// context, `pe` is a number in that team (see `ctx.rs`).
 #[inline]
 pub fn pe_of(rt: &Rt, pe: c_int) -> CResult<usize> {
     crate::ctx::world_pe(rt, pe)
