@@ -16,7 +16,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (TYPENAME, C type): OpenSHMEM 1.5 Table 5 (standard RMA types). The Rust element type of
-# each is in capi/src/typed.rs (`elem!`).
+# each is in capi/core/src/types.rs (`c_elem!`; the lists there are `shmem_*_types!`).
 RMA = [
     ("float", "float"), ("double", "double"), ("longdouble", "long double"), ("char", "char"),
     ("schar", "signed char"), ("short", "short"), ("int", "int"), ("long", "long"),

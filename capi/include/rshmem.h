@@ -90,27 +90,17 @@ typedef enum rshmem_error {
 } rshmem_error_t;
 
 /* ------------------------------------------------------------------------------------------ */
-/* Constants (the same values as the device library's)                                        */
+/* Constants and type tables, shared with the device library                                   */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef int32_t rshmem_team_t;
 
-#define RSHMEM_TEAM_INVALID (-1)
-#define RSHMEM_TEAM_WORLD 0
-#define RSHMEM_TEAM_SHARED 1
-#define RSHMEM_TEAM_NODE 2
-
-#define RSHMEM_CMP_EQ 0
-#define RSHMEM_CMP_NE 1
-#define RSHMEM_CMP_GT 2
-#define RSHMEM_CMP_GE 3
-#define RSHMEM_CMP_LT 4
-#define RSHMEM_CMP_LE 5
-
-#define RSHMEM_SIGNAL_SET 0
-#define RSHMEM_SIGNAL_ADD 1
-
-#define RSHMEM_SIZE_MAX (~(size_t)0)
+/* RSHMEM_TEAM_INVALID, _WORLD, _SHARED, _NODE; RSHMEM_CMP_EQ, _NE, _GT, _GE, _LT, _LE;
+   RSHMEM_SIGNAL_SET, _ADD; RSHMEM_SIZE_MAX; and one X(TYPENAME, C type) list per group of
+   typed calls (RSHMEM_FOR_*_TYPES). Defined once, in the device library's rshmem/type_lists.h
+   (compile with -I<device-lib/include>, or the installed include folder, which holds
+   rshmem/). */
+#include "rshmem/type_lists.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Host+device twins                                                                          */
@@ -127,13 +117,6 @@ typedef int32_t rshmem_team_t;
 #endif
 #endif
 
-/* ------------------------------------------------------------------------------------------ */
-/* Type tables of the typed calls: X(TYPENAME, C type), RSHMEM_FOR_*_TYPES                    */
-/* ------------------------------------------------------------------------------------------ */
-
-/* One list per group of calls, shared with the device library (compile with
-   -I<device-lib/include>, or the installed include folder, which holds rshmem/). */
-#include "rshmem/type_lists.h"
 
 /* ========================================================================================== */
 /* Lifecycle                                                                                  */

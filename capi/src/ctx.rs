@@ -79,7 +79,12 @@ pub fn select(call: &'static str, h: *mut c_void) {
         }
         with(call, |rt| Ok(coll::lookup(rt, t as *mut c_void)))
             .map(Some)
-            .ok_or_else(|| crate::Fail::Msg("the context's team has been destroyed".into()))
+            .ok_or_else(|| {
+                crate::Fail::Msg(
+                    capi_core::Code::InvalidValue,
+                    "the context's team has been destroyed".into(),
+                )
+            })
     });
     match r {
         Ok(team) => SELECTED.set(team),

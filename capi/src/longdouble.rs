@@ -20,7 +20,17 @@ type Ld = u128;
 /// `shmem_longdouble_p(dest, value, pe)`: the shims pass `&value`.
 extern "C" fn p(dest: *mut Ld, pe: c_int, value: *const Ld) {
     // SAFETY: `value` points at the caller's argument slot (16 readable bytes) for this call.
-    unsafe { ops::put("shmem_longdouble_p", dest, value, 1, pe, false) }
+    unsafe {
+        ops::rma(
+            "shmem_longdouble_p",
+            ops::Way::Put,
+            dest,
+            value,
+            1,
+            pe,
+            false,
+        )
+    }
 }
 
 /// `shmem_ctx_longdouble_p(ctx, dest, value, pe)`.
@@ -28,7 +38,7 @@ extern "C" fn ctx_p(ctx: *mut c_void, dest: *mut Ld, pe: c_int, value: *const Ld
     let call = "shmem_ctx_longdouble_p";
     ops::ctx(call, ctx);
     // SAFETY: as in `p`.
-    unsafe { ops::put(call, dest, value, 1, pe, false) }
+    unsafe { ops::rma(call, ops::Way::Put, dest, value, 1, pe, false) }
 }
 
 /// `shmem_longdouble_g(source, pe)`: the value goes to the shim's slot `out`.

@@ -11,10 +11,15 @@ use std::time::{Duration, Instant};
 
 use rshmem::{AmoBitwise, AmoInt, AmoType, Cmp, RmaType, SignalOp};
 
-use crate::{msg, with, CResult, Rt};
+use capi_core::args::{world_set, SetInputs};
+pub use capi_core::args::{Set, SetArgs};
+pub use capi_core::Way;
+use capi_core::{host_put_signal, host_rma};
+
+use crate::{msg, with, CResult, Rt, ABI};
 
 /// Validates a C PE number and returns the world PE: within a `shmem_ctx_*` call on a team's
-/// context, `pe` is a number in that team (see the `ctx` module).
+/// context, `pe` is a number in that team (see `ctx.rs`).
 #[inline]
 pub fn pe_of(rt: &Rt, pe: c_int) -> CResult<usize> {
     crate::ctx::world_pe(rt, pe)
@@ -29,24 +34,12 @@ pub fn ctx(call: &'static str, ctx: *mut c_void) {
 
 /// Converts a C comparison constant.
 pub fn cmp_of(cmp: c_int) -> CResult<Cmp> {
-    Ok(match cmp {
-        0 => Cmp::Eq,
-        1 => Cmp::Ne,
-        2 => Cmp::Gt,
-        3 => Cmp::Ge,
-        4 => Cmp::Lt,
-        5 => Cmp::Le,
-        _ => return msg(format!("{cmp} is not a SHMEM_CMP_* constant")),
-    })
+    ABI.cmp_of(cmp)
 }
 
 /// Converts a C signal operation.
 pub fn sigop_of(op: c_int) -> CResult<SignalOp> {
-    match op {
-        0 => Ok(SignalOp::Set),
-        1 => Ok(SignalOp::Add),
-        _ => msg(format!("{op} is not SHMEM_SIGNAL_SET or SHMEM_SIGNAL_ADD")),
-    }
+    ABI.sigop_of(op)
 }
 
 /// A local buffer of `n` elements as a slice.
@@ -54,22 +47,8 @@ pub fn sigop_of(op: c_int) -> CResult<SignalOp> {
 /// # Safety
 /// `p` must be valid for reads of `n` elements (when `n > 0`) for `'a`.
 unsafe fn src_slice<'a, T>(p: *const T, n: usize) -> CResult<&'a [T]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return msg("the source buffer is NULL");
-    }
-    if (p as usize) % std::mem::align_of::<T>() != 0 {
-        return msg(format!("the source buffer {p:p} is misaligned"));
-    }
-    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
-    // silently moved 8 bytes or none): refuse it as every other transfer does.
-    if let Err(why) = rshmem::transfer_bytes::<T>(n) {
-        return msg(why);
-    }
-    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    // SAFETY: the caller's contract.
+    unsafe { capi_core::src_slice("the source buffer", p, n) }
 }
 
 /// A local buffer of `n` elements as a mutable slice.
@@ -77,74 +56,35 @@ unsafe fn src_slice<'a, T>(p: *const T, n: usize) -> CResult<&'a [T]> {
 /// # Safety
 /// `p` must be valid for writes of `n` elements (when `n > 0`) for `'a`.
 unsafe fn dst_slice<'a, T>(p: *mut T, n: usize) -> CResult<&'a mut [T]> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return msg("the destination buffer is NULL");
-    }
-    if (p as usize) % std::mem::align_of::<T>() != 0 {
-        return msg(format!("the destination buffer {p:p} is misaligned"));
-    }
-    // A slice longer than isize::MAX bytes is undefined behaviour (a wrapped count once
-    // silently moved 8 bytes or none): refuse it as every other transfer does.
-    if let Err(why) = rshmem::transfer_bytes::<T>(n) {
-        return msg(why);
-    }
-    // SAFETY: non-null, aligned, and at most isize::MAX bytes, and valid for n elements by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+    // SAFETY: the caller's contract.
+    unsafe { capi_core::dst_slice("the destination buffer", p, n) }
 }
 
-/// `shmem_TYPE_put`, `putmem`, `putSIZE`, and with `nbi` their `_nbi` forms: those may read
-/// the source until the next quiet (OpenSHMEM's rule), so over UCX the put is only posted.
+/// `shmem_TYPE_put`, `putmem`, `putSIZE` (`Way::Put`) and `shmem_TYPE_get`, `getmem`,
+/// `getSIZE` (`Way::Get`), and with `nbi` their `_nbi` forms: those may read the source, or
+/// fill the destination, until the next quiet (OpenSHMEM's rule), so over UCX they are only
+/// posted.
 ///
 /// # Safety
-/// `src` valid for `n` reads (`nbi`: and left unchanged until the next quiet returns).
-pub unsafe fn put<T: RmaType>(
+/// The local buffer (`src` of a put, `dest` of a get) valid for `n` reads or writes (`nbi`:
+/// and left alone until the next quiet returns).
+pub unsafe fn rma<T: RmaType>(
     call: &'static str,
+    way: Way,
     dest: *mut T,
     src: *const T,
     n: usize,
     pe: c_int,
     nbi: bool,
 ) {
+    let (local, remote) = match way {
+        Way::Put => (src, dest.cast_const()),
+        Way::Get => (dest.cast_const(), src),
+    };
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let s = unsafe { src_slice(src, n) }?;
-        if nbi {
-            // SAFETY: the caller's contract: the source stays until the next quiet.
-            Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
-        } else {
-            Ok(rt.world.put(dest, s, pe)?)
-        }
-    })
-}
-
-/// `shmem_TYPE_get`, `getmem`, `getSIZE`, and with `nbi` their `_nbi` forms: the destination
-/// of those holds the data after the next quiet (OpenSHMEM's rule), so over UCX the get is
-/// only posted.
-///
-/// # Safety
-/// `dest` valid for `n` writes (`nbi`: and left alone until the next quiet returns).
-pub unsafe fn get<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    pe: c_int,
-    nbi: bool,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let d = unsafe { dst_slice(dest, n) }?;
-        if nbi {
-            // SAFETY: the caller's contract: the destination stays until the next quiet.
-            Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
-        } else {
-            Ok(rt.world.get(d, src, pe)?)
-        }
+        // SAFETY: the caller's contract.
+        unsafe { host_rma(&rt.world, way, local, remote, n, pe, nbi) }
     })
 }
 
@@ -154,7 +94,7 @@ pub unsafe fn get<T: RmaType>(
 /// `dest` is a symmetric address (checked) or garbage the checks reject.
 pub unsafe fn p<T: RmaType>(call: &'static str, dest: *mut T, v: T, pe: c_int) {
     // SAFETY: one local element.
-    unsafe { put(call, dest, &v, 1, pe, false) }
+    unsafe { rma(call, Way::Put, dest, &v, 1, pe, false) }
 }
 
 /// `shmem_TYPE_g`.
@@ -164,7 +104,7 @@ pub unsafe fn p<T: RmaType>(call: &'static str, dest: *mut T, v: T, pe: c_int) {
 pub unsafe fn g<T: RmaType + Default>(call: &'static str, src: *const T, pe: c_int) -> T {
     let mut v = T::default();
     // SAFETY: one local element.
-    unsafe { get(call, &mut v, src, 1, pe, false) };
+    unsafe { rma(call, Way::Get, &mut v, src, 1, pe, false) };
     v
 }
 
@@ -175,12 +115,16 @@ fn stride(s: isize) -> CResult<usize> {
     Ok(s as usize)
 }
 
-/// `shmem_TYPE_iput`, `shmem_iputSIZE`.
+/// `shmem_TYPE_iput`, `shmem_iputSIZE` (`Way::Put`) and `shmem_TYPE_iget`, `shmem_igetSIZE`
+/// (`Way::Get`): element `i` of the target is `dest[i·dst]`, of the source `src[i·sst]`.
 ///
 /// # Safety
-/// `src` valid for reads of `(n-1)·sst+1` elements.
-pub unsafe fn iput<T: RmaType>(
+/// The local buffer valid for `(n-1)·stride+1` elements (`src` with `sst` of a put, `dest`
+/// with `dst` of a get).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn strided<T: RmaType>(
     call: &'static str,
+    way: Way,
     dest: *mut T,
     src: *const T,
     dst: isize,
@@ -194,40 +138,22 @@ pub unsafe fn iput<T: RmaType>(
         if n == 0 {
             return Ok(());
         }
-        let Some(sspan) = (n - 1).checked_mul(sst).and_then(|x| x.checked_add(1)) else {
+        let local = if way == Way::Put { sst } else { dst };
+        let Some(span) = (n - 1).checked_mul(local).and_then(|x| x.checked_add(1)) else {
             return msg("stride × nelems overflows");
         };
-        // SAFETY: the caller's contract.
-        let s = unsafe { src_slice(src, sspan) }?;
-        Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
-    })
-}
-
-/// `shmem_TYPE_iget`, `shmem_igetSIZE`.
-///
-/// # Safety
-/// `dest` valid for writes of `(n-1)·dst+1` elements.
-pub unsafe fn iget<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    dst: isize,
-    sst: isize,
-    n: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if n == 0 {
-            return Ok(());
+        match way {
+            Way::Put => {
+                // SAFETY: the caller's contract.
+                let s = unsafe { src_slice(src, span) }?;
+                Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
+            }
+            Way::Get => {
+                // SAFETY: the caller's contract.
+                let d = unsafe { dst_slice(dest, span) }?;
+                Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
+            }
         }
-        let Some(dspan) = (n - 1).checked_mul(dst).and_then(|x| x.checked_add(1)) else {
-            return msg("stride × nelems overflows");
-        };
-        // SAFETY: the caller's contract.
-        let d = unsafe { dst_slice(dest, dspan) }?;
-        Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
     })
 }
 
@@ -254,55 +180,23 @@ fn blocked_span<T>(what: &str, stride: usize, bsize: usize, nblocks: usize) -> C
         )
 }
 
-/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6): block `b` (`bsize` elements) of the target
-/// starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`; strides count
-/// elements and are at least `bsize`. Each block is one contiguous put; returns when the
-/// source may be reused (like `shmem_put`).
+/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6, `Way::Put`): block `b` (`bsize` elements) of
+/// the target starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`;
+/// strides count elements and are at least `bsize`. Each block is one contiguous put; returns
+/// when the source may be reused (like `shmem_put`). `shmem_TYPE_ibget`, `shmem_ibgetSIZE`
+/// (`Way::Get`): the same, from PE `pe`'s `src` into the local `dest`; returns when the data is
+/// in `dest`.
 ///
 /// # Safety
-/// `src` valid for reads of `(nblocks-1)·sst+bsize` elements.
+/// The local buffer valid for `(nblocks-1)·stride+bsize` elements (`src` with `sst` of a put,
+/// `dest` with `dst` of a get).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn ibput<T: RmaType>(
+pub unsafe fn blocked<T: RmaType>(
     call: &'static str,
+    way: Way,
     dest: *mut T,
     src: *const T,
-    dst: isize,
-    sst: isize,
-    bsize: usize,
-    nblocks: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if bsize == 0 || nblocks == 0 {
-            return Ok(());
-        }
-        blocked_span::<T>("dst", dst, bsize, nblocks)?;
-        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let s = unsafe { src_slice(src, sspan) }?;
-        for b in 0..nblocks {
-            // `b·dst` lies inside the extent checked above; the runtime checks the target.
-            rt.world
-                .put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
-        }
-        Ok(())
-    })
-}
-
-/// `shmem_TYPE_ibget`, `shmem_ibgetSIZE` (1.6): as [`ibput`], from PE `pe`'s `src` into the
-/// local `dest`; returns when the data is in `dest`.
-///
-/// # Safety
-/// `dest` valid for writes of `(nblocks-1)·dst+bsize` elements.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn ibget<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    dst: isize,
-    sst: isize,
+    (dst, sst): (isize, isize),
     bsize: usize,
     nblocks: usize,
     pe: c_int,
@@ -314,16 +208,29 @@ pub unsafe fn ibget<T: RmaType>(
             return Ok(());
         }
         let dspan = blocked_span::<T>("dst", dst, bsize, nblocks)?;
-        blocked_span::<T>("sst", sst, bsize, nblocks)?;
-        // SAFETY: the caller's contract (checked for NULL and alignment here).
-        let d = unsafe { dst_slice(dest, dspan) }?;
-        for b in 0..nblocks {
-            // `b·sst` lies inside the extent checked above; the runtime checks the source.
-            rt.world.get(
-                &mut d[b * dst..b * dst + bsize],
-                src.wrapping_add(b * sst),
-                pe,
-            )?;
+        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
+        let w = &rt.world;
+        match way {
+            Way::Put => {
+                // SAFETY: the caller's contract (checked for NULL and alignment here).
+                let s = unsafe { src_slice(src, sspan) }?;
+                for b in 0..nblocks {
+                    // `b·dst` lies inside the extent checked above; the runtime checks the target.
+                    w.put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
+                }
+            }
+            Way::Get => {
+                // SAFETY: the caller's contract (checked for NULL and alignment here).
+                let d = unsafe { dst_slice(dest, dspan) }?;
+                for b in 0..nblocks {
+                    // `b·sst` lies inside the extent checked above; the runtime checks the source.
+                    w.get(
+                        &mut d[b * dst..b * dst + bsize],
+                        src.wrapping_add(b * sst),
+                        pe,
+                    )?;
+                }
+            }
         }
         Ok(())
     })
@@ -501,10 +408,9 @@ pub unsafe fn put_signal<T: RmaType>(
 ) {
     with(call, |rt| {
         let pe = pe_of(rt, pe)?;
-        let op = sigop_of(op)?;
+        let sig = (sig, signal, sigop_of(op)?);
         // SAFETY: the caller's contract.
-        let s = unsafe { src_slice(src, n) }?;
-        Ok(rt.world.put_signal(dest, s, sig, signal, op, pe)?)
+        unsafe { host_put_signal(&rt.world, dest, src, n, sig, pe, false) }
     })
 }
 
@@ -586,110 +492,34 @@ fn poll_mut(rt: &Rt, call: &str, cond: &mut dyn FnMut() -> CResult<bool>) -> CRe
     }
 }
 
-/// How a wait/test call treats its set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Set {
-    /// Every element.
-    All,
-    /// One element.
-    Any,
-    /// At least one; report all that hold.
-    Some,
-}
-
-/// The arguments of a set wait/test.
-pub struct SetArgs<T> {
-    /// The variables.
-    pub ivars: *const T,
-    /// How many.
-    pub n: usize,
-    /// Exclusion mask or NULL.
-    pub status: *const c_int,
-    /// Comparison.
-    pub cmp: c_int,
-    /// One value for all.
-    pub value: T,
-    /// Or one value per element (vector forms).
-    pub values: *const T,
-    /// Output indices (`_some` forms).
-    pub indices: *mut usize,
-}
-
-/// Runtime waits for the types that have them (`None`: poll here).
+/// Runtime waits for the types that have them.
 pub trait WorldWait: Watch {
-    /// The wait/test through the World: (condition held, indices that hold).
-    #[allow(clippy::too_many_arguments)]
+    /// The wait/test through the World: (condition held, indices that hold); `None` (the
+    /// default, the 16-bit types): poll here.
     fn world(
-        rt: &Rt,
-        ivars: *const Self,
-        n: usize,
-        status: Option<&[i32]>,
-        cmp: Cmp,
-        value: Self,
-        values: Option<&[Self]>,
-        set: Set,
-        block: bool,
-    ) -> Option<CResult<(bool, Vec<usize>)>>;
+        _rt: &Rt,
+        _a: &SetArgs<Self>,
+        _i: &SetInputs<'_, Self>,
+        _set: Set,
+        _block: bool,
+    ) -> Option<CResult<(bool, Vec<usize>)>> {
+        None
+    }
 }
 
 macro_rules! world_wait {
     ($($t:ty),*) => {$(
         impl WorldWait for $t {
-            fn world(rt: &Rt, iv: *const Self, n: usize, st: Option<&[i32]>, cmp: Cmp, v: Self,
-                     vs: Option<&[Self]>, set: Set, block: bool) -> Option<CResult<(bool, Vec<usize>)>> {
-                let w = &rt.world;
-                let one = |x: Option<usize>| (x.is_some(), x.into_iter().collect::<Vec<_>>());
-                let many = |x: Vec<usize>| (!x.is_empty(), x);
-                let r: rshmem::Result<(bool, Vec<usize>)> = match (set, block, vs) {
-                    (Set::All, true, None) => w.wait_until_all(iv, n, st, cmp, v).map(|_| (true, vec![])),
-                    (Set::All, true, Some(vs)) => w.wait_until_all_vector(iv, st, cmp, vs).map(|_| (true, vec![])),
-                    (Set::Any, true, None) => w.wait_until_any(iv, n, st, cmp, v).map(one),
-                    (Set::Any, true, Some(vs)) => w.wait_until_any_vector(iv, st, cmp, vs).map(one),
-                    (Set::Some, true, None) => w.wait_until_some(iv, n, st, cmp, v).map(many),
-                    (Set::Some, true, Some(vs)) => w.wait_until_some_vector(iv, st, cmp, vs).map(many),
-                    (Set::All, false, None) => w.test_all(iv, n, st, cmp, v).map(|b| (b, vec![])),
-                    (Set::All, false, Some(vs)) => w.test_all_vector(iv, st, cmp, vs).map(|b| (b, vec![])),
-                    (Set::Any, false, None) => w.test_any(iv, n, st, cmp, v).map(one),
-                    (Set::Any, false, Some(vs)) => w.test_any_vector(iv, st, cmp, vs).map(one),
-                    (Set::Some, false, None) => w.test_some(iv, n, st, cmp, v).map(many),
-                    (Set::Some, false, Some(vs)) => w.test_some_vector(iv, st, cmp, vs).map(many),
-                };
-                Some(r.map_err(Into::into))
+            fn world(rt: &Rt, a: &SetArgs<Self>, i: &SetInputs<'_, Self>, set: Set,
+                     block: bool) -> Option<CResult<(bool, Vec<usize>)>> {
+                Some(world_set(&rt.world, a, i, set, block).map_err(Into::into))
             }
         }
     )*};
 }
 world_wait!(i32, u32, i64, u64, isize, usize);
-impl WorldWait for i16 {
-    fn world(
-        _: &Rt,
-        _: *const Self,
-        _: usize,
-        _: Option<&[i32]>,
-        _: Cmp,
-        _: Self,
-        _: Option<&[Self]>,
-        _: Set,
-        _: bool,
-    ) -> Option<CResult<(bool, Vec<usize>)>> {
-        None
-    }
-}
-impl WorldWait for u16 {
-    fn world(
-        _: &Rt,
-        _: *const Self,
-        _: usize,
-        _: Option<&[i32]>,
-        _: Cmp,
-        _: Self,
-        _: Option<&[Self]>,
-        _: Set,
-        _: bool,
-    ) -> Option<CResult<(bool, Vec<usize>)>> {
-        None
-    }
-}
+impl WorldWait for i16 {}
+impl WorldWait for u16 {}
 
 /// A set wait/test (`n` elements; the single-variable forms are `n == 1`, `Set::All`).
 /// Returns 1/0 for `All`, an index or `SIZE_MAX` for `Any`, a count for `Some` (indices written
@@ -704,81 +534,69 @@ pub unsafe fn wait_set<T: WorldWait>(
     block: bool,
 ) -> usize {
     with(call, |rt| {
-        let cmp = cmp_of(a.cmp)?;
-        let status = if a.status.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice(a.status, a.n) }?)
-        };
-        let values = if a.values.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice(a.values, a.n) }?)
-        };
-        let me = rt.world.my_pe();
+        // SAFETY: the caller's contract.
+        let i = unsafe { ABI.set_inputs(&a) }?;
         let via_world = if a.n == 0 {
             None
         } else {
-            T::world(rt, a.ivars, a.n, status, cmp, a.value, values, set, block)
+            T::world(rt, &a, &i, set, block)
         };
-        let (ok, hits) = match via_world {
+        let answer = match via_world {
             Some(r) => r?,
-            None => {
-                let load: Loader<'_, T> = if a.n == 0 {
-                    Box::new(|_| Ok(T::default()))
-                } else {
-                    // Heap variables of types without runtime waits: poll with g on this PE.
-                    let size = std::mem::size_of::<T>();
-                    let base = a.ivars as usize;
-                    Box::new(move |i| Ok(rt.world.g((base + i * size) as *const T, me)?))
-                };
-                let active: Vec<usize> = (0..a.n)
-                    .filter(|&i| status.is_none_or(|s| s[i] == 0))
-                    .collect();
-                let val = |i: usize| values.map_or(a.value, |v| v[i]);
-                let mut hits = Vec::new();
-                let mut scan = || -> CResult<bool> {
-                    hits.clear();
-                    for &i in &active {
-                        if cmp.holds(load(i)?, val(i)) {
-                            hits.push(i);
-                        }
-                    }
-                    Ok(match set {
-                        Set::All => hits.len() == active.len(),
-                        _ => !hits.is_empty() || active.is_empty(),
-                    })
-                };
-                let ok = if block {
-                    poll_mut(rt, call, &mut scan)?;
-                    true
-                } else {
-                    scan()?
-                };
-                if set == Set::Any {
-                    // The runtime's waits rotate the same way.
-                    hits = rshmem::pick_any(a.ivars as usize, a.n, &hits)
-                        .into_iter()
-                        .collect();
-                }
-                (ok, hits)
-            }
+            None => poll_set(rt, call, &a, &i, set, block)?,
         };
-        Ok(match set {
-            Set::All => ok as usize,
-            Set::Any => hits.first().copied().unwrap_or(usize::MAX),
-            Set::Some => {
-                if !hits.is_empty() {
-                    // SAFETY: the caller's contract: indices has room for n entries.
-                    let out = unsafe { dst_slice(a.indices, a.n) }?;
-                    for (o, h) in out.iter_mut().zip(&hits) {
-                        *o = *h;
-                    }
-                }
-                hits.len()
-            }
-        })
+        // SAFETY: the caller's contract.
+        unsafe { ABI.set_answer(&a, set, answer) }
     })
+}
+
+/// A set wait/test polled here (the types without runtime waits, and empty sets).
+fn poll_set<T: Watch>(
+    rt: &Rt,
+    call: &str,
+    a: &SetArgs<T>,
+    i: &SetInputs<'_, T>,
+    set: Set,
+    block: bool,
+) -> CResult<(bool, Vec<usize>)> {
+    let me = rt.world.my_pe();
+    let (cmp, status, values) = (i.cmp, i.status, i.values);
+    let load: Loader<'_, T> = if a.n == 0 {
+        Box::new(|_| Ok(T::default()))
+    } else {
+        // Heap variables of types without runtime waits: poll with g on this PE.
+        let size = std::mem::size_of::<T>();
+        let base = a.ivars as usize;
+        Box::new(move |i| Ok(rt.world.g((base + i * size) as *const T, me)?))
+    };
+    let active: Vec<usize> = (0..a.n)
+        .filter(|&i| status.is_none_or(|s| s[i] == 0))
+        .collect();
+    let val = |i: usize| values.map_or(a.value, |v| v[i]);
+    let mut hits = Vec::new();
+    let mut scan = || -> CResult<bool> {
+        hits.clear();
+        for &i in &active {
+            if cmp.holds(load(i)?, val(i)) {
+                hits.push(i);
+            }
+        }
+        Ok(match set {
+            Set::All => hits.len() == active.len(),
+            _ => !hits.is_empty() || active.is_empty(),
+        })
+    };
+    let ok = if block {
+        poll_mut(rt, call, &mut scan)?;
+        true
+    } else {
+        scan()?
+    };
+    if set == Set::Any {
+        // The runtime's waits rotate the same way.
+        hits = rshmem::pick_any(a.ivars as usize, a.n, &hits)
+            .into_iter()
+            .collect();
+    }
+    Ok((ok, hits))
 }

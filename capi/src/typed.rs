@@ -2,7 +2,8 @@
 //! `shmem_double_sum_reduce`, `shmem_put64`, …), written once per family as `macro_rules!` and
 //! expanded over OpenSHMEM 1.5's type tables at compile time.
 //!
-//! Reading guide: the type tables (`elem!` and the `*_types!` lists) come first, then one
+//! Reading guide: the type tables (`elem!`, `capi_core::c_elem!`, and the `shmem_*_types!`
+//! lists of `capi/core/src/types.rs`) are shared with librshmem; then comes one
 //! section per family; each family macro names the C routines it defines in its doc comment
 //! (`shmem_TYPENAME_put`, …) and builds the names with `paste` (`[<$t _put>]` is
 //! `int_put` for `int`). Every routine is defined by `entry!`, which exports the real
@@ -83,147 +84,10 @@ macro_rules! entry_and_ctx {
 // Type tables (OpenSHMEM 1.5 Tables 5-8, 10-11); the C types are in capi/gen.py's `RMA`.
 // ------------------------------------------------------------------------------------------
 
-/// The Rust element type of each OpenSHMEM TYPENAME (same width and signedness as the C
-/// type on LP64 Linux; `long double` is moved as 16 raw bytes).
-macro_rules! elem {
-    (float) => {
-        f32
-    };
-    (double) => {
-        f64
-    };
-    (longdouble) => {
-        u128
-    };
-    (char) => {
-        i8
-    };
-    (schar) => {
-        i8
-    };
-    (short) => {
-        i16
-    };
-    (int) => {
-        i32
-    };
-    (long) => {
-        i64
-    };
-    (longlong) => {
-        i64
-    };
-    (uchar) => {
-        u8
-    };
-    (ushort) => {
-        u16
-    };
-    (uint) => {
-        u32
-    };
-    (ulong) => {
-        u64
-    };
-    (ulonglong) => {
-        u64
-    };
-    (int8) => {
-        i8
-    };
-    (int16) => {
-        i16
-    };
-    (int32) => {
-        i32
-    };
-    (int64) => {
-        i64
-    };
-    (uint8) => {
-        u8
-    };
-    (uint16) => {
-        u16
-    };
-    (uint32) => {
-        u32
-    };
-    (uint64) => {
-        u64
-    };
-    (size) => {
-        usize
-    };
-    (ptrdiff) => {
-        isize
-    };
-}
-
-/// `$m!($args TYPENAME)` for each TYPENAME listed after the colon.
-macro_rules! each {
-    ($m:ident $args:tt: $($t:ident)*) => {
-        $($m!($args $t);)*
-    };
-}
-
-/// `$m!($args TYPENAME)` for the standard RMA types (Table 5).
-macro_rules! rma_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: float double longdouble char schar short int long longlong uchar ushort
-              uint ulong ulonglong int8 int16 int32 int64 uint8 uint16 uint32 uint64 size
-              ptrdiff);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the standard AMO types (Table 6).
-macro_rules! amo_std_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: int long longlong uint ulong ulonglong int32 int64 uint32 uint64 size
-              ptrdiff);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the extended AMO types (Table 7).
-macro_rules! amo_ext_types {
-    ($m:ident $args:tt) => {
-        amo_std_types!($m $args);
-        each!($m $args: float double);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the bitwise AMO types (Table 8).
-macro_rules! amo_bit_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: uint ulong ulonglong int32 int64 uint32 uint64);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the point-to-point synchronization types (Table 11).
-macro_rules! wait_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: short int long longlong ushort uint ulong ulonglong int32 int64 uint32
-              uint64 size ptrdiff);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the bitwise reduction types (Table 10, and/or/xor).
-macro_rules! red_bit_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: uchar ushort uint ulong ulonglong int8 int16 int32 int64 uint8 uint16
-              uint32 uint64 size);
-    };
-}
-
-/// `$m!($args TYPENAME)` for the arithmetic reduction types (Table 10, max/min/sum/prod;
-/// `longdouble` and the complex types, whose arithmetic Rust does not have, are in
-/// `reduce_c!` below).
-macro_rules! red_arith_types {
-    ($m:ident $args:tt) => {
-        each!($m $args: char schar short int long longlong ptrdiff uchar ushort uint ulong
-              ulonglong int8 int16 int32 int64 uint8 uint16 uint32 uint64 size float double);
-    };
-}
+// The element type of each TYPENAME is `capi_core::c_elem!(TYPENAME)`; the lists are
+// `capi_core::shmem_*_types!` (both in capi/core/src/types.rs, shared with librshmem).
+use capi_core::c_elem as elem;
+use capi_core::each_type as each;
 
 // ------------------------------------------------------------------------------------------
 // RMA: typed, sized and mem forms, each with its shmem_ctx_ form
@@ -235,35 +99,35 @@ macro_rules! red_arith_types {
 macro_rules! rma {
     (() $t:ident) => {
         paste::paste! {
-            rma!(@block [<$t _put>], $t, put, false);
-            rma!(@block [<$t _get>], $t, get, false);
-            rma!(@block [<$t _put_nbi>], $t, put, true);
-            rma!(@block [<$t _get_nbi>], $t, get, true);
-            rma!(@strided [<$t _iput>], $t, iput);
-            rma!(@strided [<$t _iget>], $t, iget);
-            rma!(@blocked [<$t _ibput>], $t, ibput);
-            rma!(@blocked [<$t _ibget>], $t, ibget);
+            rma!(@block [<$t _put>], $t, put Put, false);
+            rma!(@block [<$t _get>], $t, get Get, false);
+            rma!(@block [<$t _put_nbi>], $t, put Put, true);
+            rma!(@block [<$t _get_nbi>], $t, get Get, true);
+            rma!(@strided [<$t _iput>], $t, iput Put);
+            rma!(@strided [<$t _iget>], $t, iget Get);
+            rma!(@blocked [<$t _ibput>], $t, ibput Put);
+            rma!(@blocked [<$t _ibget>], $t, ibget Get);
             rma!(@pg $t);
             rma!(@signal [<$t _put_signal>], $t);
             rma!(@signal [<$t _put_signal_nbi>], $t);
         }
     };
-    (@block $s:ident, $t:ident, $f:ident, $nbi:expr) => {
+    (@block $s:ident, $t:ident, $f:ident $way:ident, $nbi:expr) => {
         entry_and_ctx!($s, concat!(stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), nelems: usize, pe: c_int),
-            call => ops::$f(call, dest, source, nelems, pe, $nbi));
+            call => ops::rma(call, ops::Way::$way, dest, source, nelems, pe, $nbi));
     };
-    (@strided $s:ident, $t:ident, $f:ident) => {
+    (@strided $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              nelems: usize, pe: c_int),
-            call => ops::$f(call, dest, source, dst, sst, nelems, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, dst, sst, nelems, pe));
     };
-    (@blocked $s:ident, $t:ident, $f:ident) => {
+    (@blocked $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("blocked strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              bsize: usize, nblocks: usize, pe: c_int),
-            call => ops::$f(call, dest, source, dst, sst, bsize, nblocks, pe));
+            call => ops::blocked(call, ops::Way::$way, dest, source, (dst, sst), bsize, nblocks, pe));
     };
     (@pg longdouble) => {};
     (@pg $t:ident) => {
@@ -283,7 +147,7 @@ macro_rules! rma {
             call => ops::put_signal(call, dest, source, nelems, sig_addr, signal, sig_op, pe));
     };
 }
-rma_types!(rma());
+capi_core::shmem_rma_types!(rma());
 
 /// The untyped forms of `shmem_{put,get,put_nbi,get_nbi}` and `shmem_put_signal{,_nbi}`:
 /// elements of `$e`, named `shmem_{put,get}BITS…` (`sized!`) or `shmem_{put,get}mem…`
@@ -291,18 +155,18 @@ rma_types!(rma());
 macro_rules! untyped_rma {
     ($n:tt, $e:ty) => {
         paste::paste! {
-            untyped_rma!(@block [<put $n>], $e, put, false);
-            untyped_rma!(@block [<get $n>], $e, get, false);
-            untyped_rma!(@block [<put $n _nbi>], $e, put, true);
-            untyped_rma!(@block [<get $n _nbi>], $e, get, true);
+            untyped_rma!(@block [<put $n>], $e, put Put, false);
+            untyped_rma!(@block [<get $n>], $e, get Get, false);
+            untyped_rma!(@block [<put $n _nbi>], $e, put Put, true);
+            untyped_rma!(@block [<get $n _nbi>], $e, get Get, true);
             untyped_rma!(@signal [<put $n _signal>], $e);
             untyped_rma!(@signal [<put $n _signal_nbi>], $e);
         }
     };
-    (@block $s:ident, $e:ty, $f:ident, $nbi:expr) => {
+    (@block $s:ident, $e:ty, $f:ident $way:ident, $nbi:expr) => {
         entry_and_ctx!($s, concat!(stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), nelems, pe, $nbi));
+            call => ops::rma::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), nelems, pe, $nbi));
     };
     (@signal $s:ident, $e:ty) => {
         entry_and_ctx!($s, concat!("put with signal of ", stringify!($e), " elements"),
@@ -319,24 +183,25 @@ macro_rules! sized {
     ($bits:tt, $e:ty) => {
         untyped_rma!($bits, $e);
         paste::paste! {
-            sized!(@strided [<iput $bits>], $e, iput);
-            sized!(@strided [<iget $bits>], $e, iget);
-            sized!(@blocked [<ibput $bits>], $e, ibput);
-            sized!(@blocked [<ibget $bits>], $e, ibget);
+            sized!(@strided [<iput $bits>], $e, iput Put);
+            sized!(@strided [<iget $bits>], $e, iget Get);
+            sized!(@blocked [<ibput $bits>], $e, ibput Put);
+            sized!(@blocked [<ibget $bits>], $e, ibget Get);
         }
     };
-    (@blocked $s:ident, $e:ty, $f:ident) => {
+    (@blocked $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s,
             concat!("blocked strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, bsize: usize,
              nblocks: usize, pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), dst, sst, bsize, nblocks, pe));
+            call => ops::blocked::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst), bsize,
+                                       nblocks, pe));
     };
-    (@strided $s:ident, $e:ty, $f:ident) => {
+    (@strided $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize,
              pe: c_int),
-            call => ops::$f::<$e>(call, dest.cast(), source.cast(), dst, sst, nelems, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), dst, sst, nelems, pe));
     };
 }
 sized!(8, u8);
@@ -402,7 +267,7 @@ macro_rules! amo_ext {
         }
     };
 }
-amo_ext_types!(amo_ext());
+capi_core::shmem_amo_ext_types!(amo_ext());
 
 /// `shmem_TYPENAME_atomic_{compare_swap,fetch_inc,inc,fetch_add,add}` and the `_nbi` forms
 /// of the fetching ones (+ ctx) for the standard AMO types.
@@ -428,7 +293,7 @@ macro_rules! amo_std {
         }
     };
 }
-amo_std_types!(amo_std());
+capi_core::shmem_amo_std_types!(amo_std());
 
 /// `shmem_TYPENAME_atomic_{fetch_,}{and,or,xor}` and `shmem_TYPENAME_atomic_fetch_OP_nbi`
 /// (+ ctx) for the bitwise AMO types.
@@ -449,7 +314,7 @@ macro_rules! amo_bit {
         }
     };
 }
-amo_bit_types!(amo_bit());
+capi_core::shmem_amo_bit_types!(amo_bit());
 
 /// The deprecated (1.4) `shmem_TYPENAME_{finc,inc,fadd,add,cswap}` for int, long, longlong
 /// and `shmem_TYPENAME_{swap,fetch,set}` also for float, double; no ctx forms.
@@ -574,7 +439,7 @@ macro_rules! wait {
                 value: $value, values: $values, indices }, ops::Set::$S, $block));
     };
 }
-wait_types!(wait());
+capi_core::shmem_wait_types!(wait());
 
 // The deprecated untyped C forms on a `long` (C11 programs get the generic macros of the same
 // names; C99 and C++ programs these functions).
@@ -622,7 +487,7 @@ macro_rules! team_colls {
         }
     };
 }
-rma_types!(team_colls());
+capi_core::shmem_rma_types!(team_colls());
 team_colls!(shmem_, u8, [mem]);
 
 /// `shmem_TYPENAME_OP_reduce` (1.5, over a team) and, for `$to_all`, the deprecated
@@ -648,13 +513,13 @@ macro_rules! reduce {
         }
     };
 }
-red_bit_types!(reduce(and, And));
-red_bit_types!(reduce(or, Or));
-red_bit_types!(reduce(xor, Xor));
-red_arith_types!(reduce(max, Max));
-red_arith_types!(reduce(min, Min));
-red_arith_types!(reduce(sum, Sum));
-red_arith_types!(reduce(prod, Prod));
+capi_core::shmem_red_bit_types!(reduce(and, And));
+capi_core::shmem_red_bit_types!(reduce(or, Or));
+capi_core::shmem_red_bit_types!(reduce(xor, Xor));
+capi_core::shmem_red_arith_types!(reduce(max, Max));
+capi_core::shmem_red_arith_types!(reduce(min, Min));
+capi_core::shmem_red_arith_types!(reduce(sum, Sum));
+capi_core::shmem_red_arith_types!(reduce(prod, Prod));
 each!(reduce(to_all and, And): short int long longlong);
 each!(reduce(to_all or, Or): short int long longlong);
 each!(reduce(to_all xor, Xor): short int long longlong);
@@ -724,7 +589,7 @@ macro_rules! scan {
         }
     };
 }
-red_arith_types!(scan());
+capi_core::shmem_red_arith_types!(scan());
 
 // ------------------------------------------------------------------------------------------
 // long double and complex reductions and scans: the arithmetic is C's (src/combine.c)

@@ -7,6 +7,8 @@
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use serde::Serialize;
 
+use rshmem::config::parse_size;
+
 use crate::{Kind, Spec};
 
 /// Largest size accepted on the command line.
@@ -176,23 +178,6 @@ fn size_arg(s: &str) -> Result<usize, String> {
     parse_size(s)
         .filter(|&n| (1..=MAX_SIZE).contains(&n))
         .ok_or_else(|| format!("expected a size from 1 to 1G (suffixes K, M, G), got {s:?}"))
-}
-
-/// Parses a size: digits with an optional K/M/G suffix (binary: 4K = 4096), optional "B"/"iB".
-pub fn parse_size(s: &str) -> Option<usize> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.chars().last()? {
-        'k' | 'K' => (&t[..t.len() - 1], 10),
-        'm' | 'M' => (&t[..t.len() - 1], 20),
-        'g' | 'G' => (&t[..t.len() - 1], 30),
-        _ => (t, 0),
-    };
-    let n: usize = num.parse().ok()?;
-    n.checked_mul(1usize << shift)
 }
 
 /// The `clap` command of program `spec` with extra options `E`.
@@ -399,11 +384,12 @@ mod tests {
     }
 
     #[test]
-    fn size_suffixes() {
-        assert_eq!(parse_size("4K"), Some(4096));
-        assert_eq!(parse_size("4KiB"), Some(4096));
-        assert_eq!(parse_size("2m"), Some(2 << 20));
-        assert_eq!(parse_size("16"), Some(16));
-        assert_eq!(parse_size("x"), None);
+    fn size_arguments() {
+        // The syntax is rshmem::config::parse_size's (tested there); the range is the perftests'.
+        assert_eq!(size_arg("4KiB"), Ok(4096));
+        assert_eq!(size_arg("1G"), Ok(1 << 30));
+        assert!(size_arg("0").is_err());
+        assert!(size_arg("2G").unwrap_err().contains("from 1 to 1G"));
+        assert!(size_arg("x").is_err());
     }
 }

@@ -28,9 +28,11 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Instant;
 
-pub use cli::{parse_size, NoExtra, Options};
+pub use cli::{NoExtra, Options};
 pub use output::{out, stdout_closed, Progress, RunInfo};
 pub use rshmem;
+/// The size syntax of `--min-size`/`--max-size` (`4K`, `64MiB`): the runtime's one parser.
+pub use rshmem::config::parse_size;
 use rshmem::{SymBuf, World};
 use serde::Serialize;
 

@@ -385,7 +385,18 @@ fn bad(var: &str, value: &str, reason: &str) -> Error {
     )
 }
 
-/// Parses `123`, `64K`, `64M`, `16G`, `1T` (powers of 1024; optional trailing `B`/`iB`).
+/// Parses a size in bytes as rshmem writes them everywhere (environment variables, the
+/// perftests' `--min-size`/`--max-size`): digits with an optional binary suffix `K`, `M`, `G`,
+/// `T` (either case; powers of 1024: `4K` = 4096) and an optional trailing `B` or `iB` (`64MiB`);
+/// white space around the number is ignored. `None` when it is not such a size or does not fit
+/// in `usize`.
+///
+/// ```
+/// use rshmem::config::parse_size;
+/// assert_eq!(parse_size("4KiB"), Some(4096));
+/// assert_eq!(parse_size("2m"), Some(2 << 20));
+/// assert_eq!(parse_size("-1"), None);
+/// ```
 pub fn parse_size(s: &str) -> Option<usize> {
     let t = s.trim();
     let t = t
@@ -510,7 +521,11 @@ mod tests {
     #[test]
     fn sizes() {
         assert_eq!(parse_size("123"), Some(123));
+        assert_eq!(parse_size("16"), Some(16));
         assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size("4K"), Some(4096));
+        assert_eq!(parse_size("4KiB"), Some(4096));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
         assert_eq!(parse_size("64MiB"), Some(64 << 20));
         assert_eq!(parse_size("2g"), Some(2 << 30));
         assert_eq!(parse_size("1T"), Some(1 << 40));

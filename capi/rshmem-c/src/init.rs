@@ -3,15 +3,12 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use rt::config::BackendChoice;
 use rt::cudarc::driver::sys;
 
-use crate::{
-    current, fail, guarded_status, invalid, CResult, Code, Fail, Rt, LIFECYCLE, NOT_INIT, RT,
-};
+use crate::{current, fail, guarded_status, invalid, CResult, Code, Fail, Rt, NOT_INIT, RT};
 
 /// Bytes of the text of a unique id (`rshmem_uniqueid_t.internal`).
 const UID_TEXT: usize = 124;
@@ -94,8 +91,8 @@ fn choose_device(b: rt::Builder) -> CResult<rt::Builder> {
 /// Starts the runtime with `b` and publishes it.
 fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int {
     guarded_status(call, || {
-        let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
-        if !RT.load(Ordering::Acquire).is_null() {
+        let _g = RT.lock();
+        if RT.is_set() {
             return fail(
                 Code::State,
                 "rshmem is already initialized (call rshmem_finalize first)",
@@ -116,12 +113,13 @@ fn start(call: &'static str, b: impl FnOnce() -> CResult<rt::Builder>) -> c_int 
             // The program's CUDA runtime calls on this thread use the same device and context.
             g.bind(call)?;
         }
+        let me = world.my_pe();
         let rt = Box::new(Rt {
             world,
             teams: Mutex::new(HashMap::new()),
             buffers: Mutex::new(Vec::new()),
         });
-        RT.store(Box::into_raw(rt), Ordering::Release);
+        RT.publish(rt, me);
         Ok(())
     })
 }
@@ -171,7 +169,7 @@ const STATUS_IS_INITIALIZED: c_int = 2;
 /// `rshmem_init_status`: **local**, allowed before init.
 #[no_mangle]
 pub extern "C" fn rshmem_init_status() -> c_int {
-    if RT.load(Ordering::Acquire).is_null() {
+    if !RT.is_set() {
         STATUS_NOT_INITIALIZED
     } else {
         STATUS_IS_INITIALIZED
@@ -380,15 +378,11 @@ pub unsafe extern "C" fn rshmem_init_attr(flags: c_uint, attr: *mut InitAttr) ->
 #[no_mangle]
 pub extern "C" fn rshmem_finalize() -> c_int {
     guarded_status("rshmem_finalize", || {
-        let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = RT.lock();
         current()?;
-        let p = RT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if p.is_null() {
+        let Some(rt) = RT.take() else {
             return fail(Code::NotInitialized, NOT_INIT);
-        }
-        // SAFETY: a non-null pointer came from `Box::into_raw` in `start` and is taken back
-        // exactly once (the swap).
-        let rt = unsafe { Box::from_raw(p) };
+        };
         let Rt { world, teams, .. } = *rt;
         drop(teams);
         world.finalize()?;

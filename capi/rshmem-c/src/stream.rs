@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use rt::cudarc::driver::sys;
 use rt::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
-use rt::{ReduceOp, ReduceType, RmaType};
+use rt::RmaType;
+
+use capi_core::{nonneg, Way};
 
 use crate::memory::pe;
 use crate::{cmp_of, fail, invalid, sigop_of, status, CResult, Code, Rt};
@@ -127,33 +129,13 @@ pub(crate) fn device_buffer(rt: &Rt, p: *const c_void) -> bool {
     }
 }
 
-/// A host put (blocking: the source is reusable on return) whose local buffer is GPU memory:
-/// a copy-engine copy on rshmem's internal stream (ordered after this PE's earlier host-issued
-/// operations), completed before returning.
-pub(crate) fn host_put_from_device<T: RmaType>(
-    call: &'static str,
-    rt: &Rt,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
+/// A blocking host put or get (the local buffer is reusable, or holds the data, on return)
+/// whose local buffer `local` is GPU memory: a copy-engine copy on rshmem's internal stream
+/// (ordered after this PE's earlier host-issued operations), completed before returning.
+/// `remote` is the symmetric address on PE `p`.
+pub(crate) fn host_rma_device<T: RmaType>(call: &'static str, rt: &Rt, r: Rma<T>) -> CResult<()> {
     let g = internal(call, rt)?;
-    put_any(rt, &g.stream, dest, src, n, p)?;
-    Ok(g.sync(call)?)
-}
-
-/// A host get whose local buffer is GPU memory (complete on return).
-pub(crate) fn host_get_to_device<T: RmaType>(
-    call: &'static str,
-    rt: &Rt,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
-    let g = internal(call, rt)?;
-    get_any(rt, &g.stream, dest, src, n, p)?;
+    rma_any(rt, &g.stream, r)?;
     Ok(g.sync(call)?)
 }
 
@@ -166,421 +148,251 @@ fn internal<'a>(call: &'static str, rt: &'a Rt) -> CResult<&'a Arc<rt::cuda::Gpu
     Ok(g)
 }
 
-/// A put on the stream from a symmetric or a device buffer.
-fn put_any<T: RmaType>(
-    rt: &Rt,
-    st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
-    let pe = pe(rt, p)?;
-    if src.is_null() && n > 0 {
-        return invalid("the source buffer is NULL");
-    }
-    if symmetric(rt, src) {
-        return Ok(rt.world.put_on_stream(dest, src, n, pe, st)?);
-    }
-    let raw = RawDev {
-        ptr: src as u64,
-        len: n,
-        stream: st.clone(),
-    };
-    Ok(rt.world.put_from_device_on_stream(dest, &raw, n, pe, st)?)
+/// One host RMA call: `n` elements between the local buffer `local` (the source of a put,
+/// the destination of a get) and the symmetric `remote` on PE `p` (a C PE number).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rma<T> {
+    /// Put or get.
+    pub way: Way,
+    /// The local buffer.
+    pub local: *const T,
+    /// The symmetric buffer on PE `p`.
+    pub remote: *const T,
+    /// Elements.
+    pub n: usize,
+    /// The C PE number.
+    pub p: c_int,
 }
 
-/// A get on the stream into a symmetric or a device buffer.
-fn get_any<T: RmaType>(
-    rt: &Rt,
-    st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-) -> CResult<()> {
+impl<T> Rma<T> {
+    /// The call `way` of a C entry point with `dest`, `src`, `n` and `p`.
+    pub fn new(way: Way, dest: *mut T, src: *const T, n: usize, p: c_int) -> Self {
+        let (local, remote) = match way {
+            Way::Put => (src, dest.cast_const()),
+            Way::Get => (dest.cast_const(), src),
+        };
+        Rma {
+            way,
+            local,
+            remote,
+            n,
+            p,
+        }
+    }
+}
+
+/// A put or get on the stream whose local buffer is symmetric or device memory.
+fn rma_any<T: RmaType>(rt: &Rt, st: &Arc<CudaStream>, r: Rma<T>) -> CResult<()> {
+    let Rma {
+        way,
+        local,
+        remote,
+        n,
+        p,
+    } = r;
     let pe = pe(rt, p)?;
-    if dest.is_null() && n > 0 {
-        return invalid("the destination buffer is NULL");
+    if local.is_null() && n > 0 {
+        return invalid(match way {
+            Way::Put => "the source buffer is NULL",
+            Way::Get => "the destination buffer is NULL",
+        });
     }
-    if symmetric(rt, dest) {
-        return Ok(rt.world.get_on_stream(dest, src, n, pe, st)?);
-    }
+    let w = &rt.world;
     let mut raw = RawDev {
-        ptr: dest as u64,
+        ptr: local as u64,
         len: n,
         stream: st.clone(),
     };
-    Ok(rt.world.get_to_device_on_stream(&mut raw, src, n, pe, st)?)
+    Ok(match (way, symmetric(rt, local)) {
+        (Way::Put, true) => w.put_on_stream(remote.cast_mut(), local, n, pe, st),
+        (Way::Put, false) => w.put_from_device_on_stream(remote.cast_mut(), &raw, n, pe, st),
+        (Way::Get, true) => w.get_on_stream(local.cast_mut(), remote, n, pe, st),
+        (Way::Get, false) => w.get_to_device_on_stream(&mut raw, remote, n, pe, st),
+    }?)
+}
+
+/// Checks, before any data moves, that `sig` is a symmetric address reachable on PE `pe` (a
+/// put_signal from a device buffer moves the data and then signals: nothing may be sent when
+/// the signal is bad).
+pub(crate) fn check_signal(rt: &Rt, sig: *mut u64, pe: usize) -> CResult<()> {
+    if !rt.world.addr_accessible(sig, pe) {
+        return invalid(format!(
+            "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
+        ));
+    }
+    Ok(())
 }
 
 /// A put_signal on the stream (data first, then the signal).
 fn put_signal_any<T: RmaType>(
     rt: &Rt,
     st: &Arc<CudaStream>,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
+    r: Rma<T>,
+    (sig, signal, op): (*mut u64, u64, c_int),
 ) -> CResult<()> {
-    let (op, pe_n) = (sigop_of(op)?, pe(rt, p)?);
+    let (op, pe_n) = (sigop_of(op)?, pe(rt, r.p)?);
+    let (src, dest) = (r.local, r.remote.cast_mut());
     if symmetric(rt, src) {
         return Ok(rt
             .world
-            .put_signal_on_stream(dest, src, n, sig, signal, op, pe_n, st)?);
+            .put_signal_on_stream(dest, src, r.n, sig, signal, op, pe_n, st)?);
     }
     // A device source: check the signal first, so that nothing is enqueued on error.
-    if !rt.world.addr_accessible(sig, pe_n) {
-        return invalid(format!(
-            "the signal {sig:p} is not a symmetric address reachable on PE {pe_n}"
-        ));
-    }
-    put_any(rt, st, dest, src, n, p)?;
+    check_signal(rt, sig, pe_n)?;
+    rma_any(rt, st, r)?;
     Ok(rt.world.signal_op_on_stream(sig, signal, op, pe_n, st)?)
 }
 
-/// `rshmemx_putmem_on_stream`: **one-sided, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_putmem_on_stream(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    pe: c_int,
-    stream: CudaStreamT,
-) -> c_int {
-    on_stream("rshmemx_putmem_on_stream", stream, |rt, st| {
-        put_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, pe)
-    })
+/// Defines the C entry point `$name(args…, stream)` (`$doc` says what kind of call it is),
+/// whose body runs through [`on_stream`] with the runtime and the wrapped stream bound to the
+/// two names of `|rt, st|`. `unsafe` makes an `unsafe extern "C" fn` (a pointer the body
+/// writes through).
+macro_rules! on_stream_entry {
+    (unsafe $name:ident, $doc:expr, ($($arg:ident: $ty:ty),*), |$rt:ident, $st:ident| $body:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: ", $doc, ".")]
+        ///
+        /// # Safety
+        /// Pointer arguments valid as `rshmem.h` says.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty,)* stream: CudaStreamT) -> c_int {
+            on_stream(stringify!($name), stream, |$rt, $st| $body)
+        }
+    };
+    ($name:ident, $doc:expr, ($($arg:ident: $ty:ty),*), |$rt:ident, $st:ident| $body:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: ", $doc, ".")]
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $ty,)* stream: CudaStreamT) -> c_int {
+            on_stream(stringify!($name), stream, |$rt, $st| $body)
+        }
+    };
 }
 
-/// `rshmemx_getmem_on_stream`: **one-sided, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_getmem_on_stream(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    pe: c_int,
-    stream: CudaStreamT,
-) -> c_int {
-    on_stream("rshmemx_getmem_on_stream", stream, |rt, st| {
-        get_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, pe)
-    })
-}
-
-/// `rshmemx_putmem_signal_on_stream`: **one-sided, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_putmem_signal_on_stream(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    pe: c_int,
-    stream: CudaStreamT,
-) -> c_int {
-    on_stream("rshmemx_putmem_signal_on_stream", stream, |rt, st| {
-        put_signal_any::<u8>(rt, st, dest.cast(), src.cast(), nbytes, sig, signal, op, pe)
-    })
-}
-
+/// The stream calls on bytes (`u8` elements) and the typed ones (`$n`, `$t`):
+/// `put`/`get`/`put_signal` on stream, and for the typed ones `p` and `g`.
 macro_rules! rma_stream_entries {
+    (mem) => {
+        rma_stream_entries!(@rma rshmemx_putmem_on_stream, rshmemx_getmem_on_stream,
+                            rshmemx_putmem_signal_on_stream, c_void, u8, nbytes);
+    };
     ($n:ident, $t:ty) => {
         paste::paste! {
-            #[doc = concat!("`rshmemx_", stringify!($n), "_put_on_stream`: **one-sided, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _put_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
-                    pe: c_int, stream: CudaStreamT) -> c_int {
-                on_stream(concat!("rshmemx_", stringify!($n), "_put_on_stream"), stream,
-                          |rt, st| put_any(rt, st, dest, src, nelems, pe))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_get_on_stream`: **one-sided, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _get_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
-                    pe: c_int, stream: CudaStreamT) -> c_int {
-                on_stream(concat!("rshmemx_", stringify!($n), "_get_on_stream"), stream,
-                          |rt, st| get_any(rt, st, dest, src, nelems, pe))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_p_on_stream`: **one-sided, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _p_on_stream>](dest: *mut $t, value: $t, p: c_int,
-                    stream: CudaStreamT) -> c_int {
-                on_stream(concat!("rshmemx_", stringify!($n), "_p_on_stream"), stream,
-                          |rt, st| Ok(rt.world.p_on_stream(dest, value, pe(rt, p)?, st)?))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_g_on_stream`: **one-sided**; synchronizes the stream.")]
-            ///
-            /// # Safety
-            /// `value` points to a writable element.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmemx_ $n _g_on_stream>](value: *mut $t, src: *const $t, p: c_int,
-                    stream: CudaStreamT) -> c_int {
-                on_stream(concat!("rshmemx_", stringify!($n), "_g_on_stream"), stream, |rt, st| {
-                    if value.is_null() {
-                        return invalid("value is NULL");
-                    }
-                    let v = rt.world.g_on_stream(src, pe(rt, p)?, st)?;
-                    // SAFETY: non-null and writable, by the caller's contract.
-                    unsafe { value.write_unaligned(v) };
-                    Ok(())
-                })
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_put_signal_on_stream`: **one-sided, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _put_signal_on_stream>](dest: *mut $t, src: *const $t, nelems: usize,
-                    sig: *mut u64, signal: u64, op: c_int, pe: c_int, stream: CudaStreamT) -> c_int {
-                on_stream(concat!("rshmemx_", stringify!($n), "_put_signal_on_stream"), stream,
-                          |rt, st| put_signal_any(rt, st, dest, src, nelems, sig, signal, op, pe))
-            }
+            rma_stream_entries!(@rma [<rshmemx_ $n _put_on_stream>], [<rshmemx_ $n _get_on_stream>],
+                                [<rshmemx_ $n _put_signal_on_stream>], $t, $t, nelems);
+            on_stream_entry!([<rshmemx_ $n _p_on_stream>], "**one-sided, stream-ordered**", (dest: *mut $t, value: $t, p: c_int),
+                |rt, st| Ok(rt.world.p_on_stream(dest, value, pe(rt, p)?, st)?));
+            on_stream_entry!(unsafe [<rshmemx_ $n _g_on_stream>],
+                "**one-sided**; synchronizes the stream", (value: *mut $t, src: *const $t, p: c_int),
+                |rt, st| g_into(value, rt.world.g_on_stream(src, pe(rt, p)?, st)?));
         }
     };
+    (@rma $put:ident, $get:ident, $put_signal:ident, $p:ty, $t:ty, $count:ident) => {
+        on_stream_entry!($put, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize, pe: c_int),
+            |rt, st| rma_any(rt, st, Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe)));
+        on_stream_entry!($get, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize, pe: c_int),
+            |rt, st| rma_any(rt, st, Rma::<$t>::new(Way::Get, dest.cast(), src.cast(), $count, pe)));
+        on_stream_entry!($put_signal, "**one-sided, stream-ordered**", (dest: *mut $p, src: *const $p, $count: usize,
+                sig: *mut u64, signal: u64, op: c_int, pe: c_int),
+            |rt, st| put_signal_any(rt, st, Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe),
+                                     (sig, signal, op)));
+    };
 }
-rma_types!(rma_stream_entries);
+rma_stream_entries!(mem);
+capi_core::rshmem_rma_types!(rma_stream_entries);
 
-/// `rshmemx_signal_op_on_stream`: **one-sided, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_signal_op_on_stream(
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
-    stream: CudaStreamT,
-) -> c_int {
-    on_stream("rshmemx_signal_op_on_stream", stream, |rt, st| {
-        let (op, pe) = (sigop_of(op)?, pe(rt, p)?);
-        Ok(rt.world.signal_op_on_stream(sig, signal, op, pe, st)?)
-    })
-}
-
-/// `rshmemx_signal_wait_until_on_stream`: **local, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_signal_wait_until_on_stream(
-    sig: *mut u64,
-    cmp: c_int,
-    value: u64,
-    stream: CudaStreamT,
-) -> c_int {
-    on_stream("rshmemx_signal_wait_until_on_stream", stream, |rt, st| {
-        Ok(rt
-            .world
-            .signal_wait_until_on_stream(sig, cmp_of(cmp)?, value, st)?)
-    })
+/// Writes the value a `g_on_stream` read into the program's `value`.
+fn g_into<T>(value: *mut T, v: T) -> CResult<()> {
+    if value.is_null() {
+        return invalid("value is NULL");
+    }
+    // SAFETY: non-null and writable, by the caller's contract (the entry point is unsafe).
+    unsafe { value.write_unaligned(v) };
+    Ok(())
 }
 
-/// `rshmemx_quiet_on_stream`: **one-sided, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_quiet_on_stream(stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_quiet_on_stream", stream, |rt, st| {
-        Ok(rt.world.quiet_on_stream(st)?)
-    })
+on_stream_entry!(rshmemx_signal_op_on_stream, "**one-sided, stream-ordered**",
+    (sig: *mut u64, signal: u64, op: c_int, p: c_int),
+    |rt, st| Ok(rt.world.signal_op_on_stream(sig, signal, sigop_of(op)?, pe(rt, p)?, st)?));
+on_stream_entry!(rshmemx_signal_wait_until_on_stream, "**local, stream-ordered**", (sig: *mut u64, cmp: c_int, value: u64),
+    |rt, st| Ok(rt.world.signal_wait_until_on_stream(sig, cmp_of(cmp)?, value, st)?));
+on_stream_entry!(
+    rshmemx_quiet_on_stream,
+    "**one-sided, stream-ordered**",
+    (),
+    |rt, st| Ok(rt.world.quiet_on_stream(st)?)
+);
+on_stream_entry!(
+    rshmemx_barrier_all_on_stream,
+    "**collective, stream-ordered**",
+    (),
+    |rt, st| Ok(rt.world.barrier_all_on_stream(st)?)
+);
+on_stream_entry!(
+    rshmemx_sync_all_on_stream,
+    "**collective, stream-ordered**",
+    (),
+    |rt, st| Ok(rt.world.sync_all_on_stream(st)?)
+);
+on_stream_entry!(rshmemx_barrier_on_stream, "**collective over the team, stream-ordered**", (team: i32),
+    |rt, st| Ok(rt.world.barrier_on_stream(&crate::team::team(rt, team)?, st)?));
+on_stream_entry!(rshmemx_team_sync_on_stream, "**collective over the team, stream-ordered**", (team: i32),
+    |rt, st| Ok(rt.world.team_sync_on_stream(&crate::team::team(rt, team)?, st)?));
+
+/// Runs the stream collective `f` over the team named by `h`.
+fn coll<R>(rt: &Rt, h: i32, f: impl FnOnce(&rt::World, &rt::Team) -> rt::Result<R>) -> CResult<R> {
+    let t = crate::team::team(rt, h)?;
+    Ok(f(&rt.world, &t)?)
 }
 
-/// `rshmemx_barrier_all_on_stream`: **collective, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_barrier_all_on_stream(stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_barrier_all_on_stream", stream, |rt, st| {
-        Ok(rt.world.barrier_all_on_stream(st)?)
-    })
-}
-
-/// `rshmemx_sync_all_on_stream`: **collective, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_sync_all_on_stream(stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_sync_all_on_stream", stream, |rt, st| {
-        Ok(rt.world.sync_all_on_stream(st)?)
-    })
-}
-
-/// `rshmemx_barrier_on_stream`: **collective over the team, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_barrier_on_stream(team: i32, stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_barrier_on_stream", stream, |rt, st| {
-        let t = crate::team::team(rt, team)?;
-        Ok(rt.world.barrier_on_stream(&t, st)?)
-    })
-}
-
-/// `rshmemx_team_sync_on_stream`: **collective over the team, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_team_sync_on_stream(team: i32, stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_team_sync_on_stream", stream, |rt, st| {
-        let t = crate::team::team(rt, team)?;
-        Ok(rt.world.team_sync_on_stream(&t, st)?)
-    })
-}
-
-/// A stream collective over the team named by `h`.
-fn coll(
-    call: &'static str,
-    h: i32,
-    s: CudaStreamT,
-    f: impl FnOnce(&rt::World, &rt::Team, &Arc<CudaStream>) -> CResult<()>,
-) -> c_int {
-    on_stream(call, s, |rt, st| {
-        let t = crate::team::team(rt, h)?;
-        f(&rt.world, &t, st)
-    })
-}
-
-/// A C count that must not be negative.
-fn nonneg(what: &str, v: i64) -> CResult<usize> {
-    usize::try_from(v).or_else(|_| invalid(format!("{what} {v} is negative")))
-}
-
-/// `rshmemx_alltoallmem_on_stream`: **collective over the team, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_alltoallmem_on_stream(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-    stream: CudaStreamT,
-) -> c_int {
-    coll("rshmemx_alltoallmem_on_stream", team, stream, |w, t, st| {
-        Ok(w.alltoall_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, st)?)
-    })
-}
-
-/// `rshmemx_fcollectmem_on_stream`: **collective over the team, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_fcollectmem_on_stream(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-    stream: CudaStreamT,
-) -> c_int {
-    coll("rshmemx_fcollectmem_on_stream", team, stream, |w, t, st| {
-        Ok(w.fcollect_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, st)?)
-    })
-}
-
-/// `rshmemx_broadcastmem_on_stream`: **collective over the team, stream-ordered**.
-#[no_mangle]
-pub extern "C" fn rshmemx_broadcastmem_on_stream(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-    root: c_int,
-    stream: CudaStreamT,
-) -> c_int {
-    coll(
-        "rshmemx_broadcastmem_on_stream",
-        team,
-        stream,
-        |w, t, st| {
-            let root = nonneg("root", root.into())?;
-            Ok(w.broadcast_on_stream::<u8>(t, dest.cast(), source.cast(), nbytes, root, st)?)
-        },
-    )
-}
-
+/// The stream collectives on bytes (`mem`: `u8` elements, counted in bytes) and the typed ones
+/// (`$n`, `$t`): `alltoall`, `fcollect`, `broadcast` on stream, and for the typed ones
+/// `collect` and `alltoalls`.
 macro_rules! coll_stream_entries {
+    (mem) => {
+        coll_stream_entries!(@same rshmemx_alltoallmem_on_stream, c_void, u8, nbytes, alltoall_on_stream);
+        coll_stream_entries!(@same rshmemx_fcollectmem_on_stream, c_void, u8, nbytes, fcollect_on_stream);
+        coll_stream_entries!(@broadcast rshmemx_broadcastmem_on_stream, c_void, u8, nbytes);
+    };
     ($n:ident, $t:ty) => {
         paste::paste! {
-            #[doc = concat!("`rshmemx_", stringify!($n), "_alltoall_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _alltoall_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    nelems: usize, stream: CudaStreamT) -> c_int {
-                coll(concat!("rshmemx_", stringify!($n), "_alltoall_on_stream"), team, stream,
-                     |w, t, st| Ok(w.alltoall_on_stream(t, dest, source, nelems, st)?))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_fcollect_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _fcollect_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    nelems: usize, stream: CudaStreamT) -> c_int {
-                coll(concat!("rshmemx_", stringify!($n), "_fcollect_on_stream"), team, stream,
-                     |w, t, st| Ok(w.fcollect_on_stream(t, dest, source, nelems, st)?))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_collect_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _collect_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    nelems: usize, stream: CudaStreamT) -> c_int {
-                coll(concat!("rshmemx_", stringify!($n), "_collect_on_stream"), team, stream,
-                     |w, t, st| Ok(w.collect_on_stream(t, dest, source, nelems, st)?))
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_alltoalls_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _alltoalls_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    dst: isize, sst: isize, nelems: usize, stream: CudaStreamT) -> c_int {
-                coll(concat!("rshmemx_", stringify!($n), "_alltoalls_on_stream"), team, stream, |w, t, st| {
+            coll_stream_entries!(@same [<rshmemx_ $n _alltoall_on_stream>], $t, $t, nelems, alltoall_on_stream);
+            coll_stream_entries!(@same [<rshmemx_ $n _fcollect_on_stream>], $t, $t, nelems, fcollect_on_stream);
+            coll_stream_entries!(@same [<rshmemx_ $n _collect_on_stream>], $t, $t, nelems, collect_on_stream);
+            coll_stream_entries!(@broadcast [<rshmemx_ $n _broadcast_on_stream>], $t, $t, nelems);
+            on_stream_entry!([<rshmemx_ $n _alltoalls_on_stream>], "**collective over the team, stream-ordered**",
+                (team: i32, dest: *mut $t, source: *const $t, dst: isize, sst: isize, nelems: usize),
+                |rt, st| {
                     let (dst, sst) = (nonneg("dst", dst as i64)?, nonneg("sst", sst as i64)?);
-                    Ok(w.alltoalls_on_stream(t, dest, source, dst, sst, nelems, st)?)
-                })
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_broadcast_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _broadcast_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    nelems: usize, root: c_int, stream: CudaStreamT) -> c_int {
-                coll(concat!("rshmemx_", stringify!($n), "_broadcast_on_stream"), team, stream, |w, t, st| {
-                    let root = nonneg("root", root.into())?;
-                    Ok(w.broadcast_on_stream(t, dest, source, nelems, root, st)?)
-                })
-            }
+                    coll(rt, team, |w, t| w.alltoalls_on_stream(t, dest, source, dst, sst, nelems, st))
+                });
         }
     };
+    (@same $name:ident, $p:ty, $t:ty, $count:ident, $f:ident) => {
+        on_stream_entry!($name, "**collective over the team, stream-ordered**", (team: i32, dest: *mut $p, source: *const $p, $count: usize),
+            |rt, st| coll(rt, team, |w, t| w.$f::<$t>(t, dest.cast(), source.cast(), $count, st)));
+    };
+    (@broadcast $name:ident, $p:ty, $t:ty, $count:ident) => {
+        on_stream_entry!($name, "**collective over the team, stream-ordered**",
+            (team: i32, dest: *mut $p, source: *const $p, $count: usize, root: c_int),
+            |rt, st| {
+                let root = nonneg("root", root.into())?;
+                coll(rt, team, |w, t| w.broadcast_on_stream::<$t>(t, dest.cast(), source.cast(), $count, root, st))
+            });
+    };
 }
-rma_types!(coll_stream_entries);
+coll_stream_entries!(mem);
+capi_core::rshmem_rma_types!(coll_stream_entries);
 
-/// `reduce_on_stream` or `reduce_scatter_on_stream` with `O`.
-fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
-    call: &'static str,
-    team: i32,
-    dest: *mut T,
-    source: *const T,
-    n: usize,
-    scatter: bool,
-    stream: CudaStreamT,
-) -> c_int {
-    coll(call, team, stream, |w, t, st| {
-        if scatter {
-            Ok(w.reducescatter_on_stream(t, dest, source, n, O::default(), st)?)
-        } else {
-            Ok(w.reduce_on_stream(t, dest, source, n, O::default(), st)?)
-        }
-    })
-}
-
+/// `rshmemx_TYPENAME_OP_reduce_on_stream` and `rshmemx_TYPENAME_OP_reducescatter_on_stream`.
 macro_rules! reduce_stream_entries {
     ($n:ident, $t:ty, $op:ident, $O:ident) => {
         paste::paste! {
-            #[doc = concat!("`rshmemx_", stringify!($n), "_", stringify!($op), "_reduce_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _ $op _reduce_on_stream>](team: i32, dest: *mut $t, source: *const $t,
-                    nreduce: usize, stream: CudaStreamT) -> c_int {
-                reduce::<$t, rt::$O>(concat!("rshmemx_", stringify!($n), "_", stringify!($op), "_reduce_on_stream"),
-                                     team, dest, source, nreduce, false, stream)
-            }
-            #[doc = concat!("`rshmemx_", stringify!($n), "_", stringify!($op), "_reducescatter_on_stream`: **collective over the team, stream-ordered**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmemx_ $n _ $op _reducescatter_on_stream>](team: i32, dest: *mut $t,
-                    source: *const $t, nreduce: usize, stream: CudaStreamT) -> c_int {
-                reduce::<$t, rt::$O>(concat!("rshmemx_", stringify!($n), "_", stringify!($op), "_reducescatter_on_stream"),
-                                     team, dest, source, nreduce, true, stream)
-            }
+            on_stream_entry!([<rshmemx_ $n _ $op _reduce_on_stream>], "**collective over the team, stream-ordered**",
+                (team: i32, dest: *mut $t, source: *const $t, nreduce: usize),
+                |rt, st| coll(rt, team, |w, t| w.reduce_on_stream(t, dest, source, nreduce, rt::$O, st)));
+            on_stream_entry!([<rshmemx_ $n _ $op _reducescatter_on_stream>], "**collective over the team, stream-ordered**",
+                (team: i32, dest: *mut $t, source: *const $t, nreduce: usize),
+                |rt, st| coll(rt, team, |w, t| w.reducescatter_on_stream(t, dest, source, nreduce, rt::$O, st)));
         }
     };
 }
-macro_rules! reduce_stream_arith {
-    ($n:ident, $t:ty) => {
-        reduce_stream_entries!($n, $t, sum, Sum);
-        reduce_stream_entries!($n, $t, prod, Prod);
-        reduce_stream_entries!($n, $t, min, Min);
-        reduce_stream_entries!($n, $t, max, Max);
-    };
-}
-macro_rules! reduce_stream_bitwise {
-    ($n:ident, $t:ty) => {
-        reduce_stream_entries!($n, $t, and, And);
-        reduce_stream_entries!($n, $t, or, Or);
-        reduce_stream_entries!($n, $t, xor, Xor);
-    };
-}
-reduce_int_types!(reduce_stream_arith);
-reduce_int_types!(reduce_stream_bitwise);
-reduce_float_types!(reduce_stream_arith);
-reduce_half_types!(reduce_stream_arith);
+capi_core::rshmem_reductions!(reduce_stream_entries);

@@ -7,7 +7,7 @@
 //!
 //! The local buffer of an RMA call (the source of a put, the destination of a get) may be host
 //! memory or, on the GPU backend, GPU memory (symmetric or `cudaMalloc`'d): host code cannot
-//! touch the latter, so those calls go through the copy engine (`stream::host_put_from_device`).
+//! touch the latter, so those calls go through the copy engine (`stream::host_rma_device`).
 
 #![allow(clippy::too_many_arguments)]
 
@@ -16,135 +16,74 @@ use std::ffi::{c_int, c_void};
 use rt::{AmoInt, ReduceOp, ReduceType, RmaType};
 
 use crate::memory::pe;
-use crate::stream::{device_buffer, host_get_to_device, host_put_from_device};
-use crate::{cmp_of, dst_slice, invalid, sigop_of, src_slice, with, CResult};
+use capi_core::{host_put_signal, host_rma, Way};
+
+use crate::stream::{check_signal, device_buffer, host_rma_device, Rma};
+use capi_core::args::{world_set, Set, SetArgs};
+use capi_core::nonneg;
+
+use crate::{cmp_of, invalid, sigop_of, with, CResult, ABI};
 
 // ------------------------------------------------------------------------------------------
 // RMA
 // ------------------------------------------------------------------------------------------
 
-/// `put`, `put_nbi`, `putmem`, `putmem_nbi`.
+/// `put`, `put_nbi`, `putmem`, `putmem_nbi` and `get`, `get_nbi`, `getmem`, `getmem_nbi`.
 ///
 /// # Safety
-/// `src` valid for `n` reads (`nbi`: and unchanged until the next quiet).
-unsafe fn put<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-    nbi: bool,
-) {
+/// The local buffer valid for `r.n` reads (put) or writes (get) (`nbi`: and left alone until
+/// the next quiet).
+unsafe fn rma<T: RmaType>(call: &'static str, r: Rma<T>, nbi: bool) {
     with(call, |rt| {
-        let pe = pe(rt, p)?;
-        if device_buffer(rt, src.cast()) {
-            return host_put_from_device(call, rt, dest, src, n, p);
+        let pe = pe(rt, r.p)?;
+        if device_buffer(rt, r.local.cast()) {
+            return host_rma_device(call, rt, r);
         }
         // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let s = unsafe { src_slice("the source buffer", src, n) }?;
-        if nbi {
-            // SAFETY: the `_nbi` contract: `src` stays unchanged until the next quiet.
-            Ok(unsafe { rt.world.put_nbi_deferred(dest, s.as_ptr(), n, pe) }?)
-        } else {
-            Ok(rt.world.put(dest, s, pe)?)
-        }
+        unsafe { host_rma(&rt.world, r.way, r.local, r.remote, r.n, pe, nbi) }
     })
 }
 
-/// `get`, `get_nbi`, `getmem`, `getmem_nbi`.
+/// `put_signal`, `put_signal_nbi`, `putmem_signal`, `putmem_signal_nbi`: the put `r` (a
+/// `Way::Put`), then the signal (sig, value, op) on the same PE.
 ///
 /// # Safety
-/// `dest` valid for `n` writes (`nbi`: and left alone until the next quiet).
-unsafe fn get<T: RmaType>(
-    call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    p: c_int,
-    nbi: bool,
-) {
-    with(call, |rt| {
-        let pe = pe(rt, p)?;
-        if device_buffer(rt, dest.cast_const().cast()) {
-            return host_get_to_device(call, rt, dest, src, n, p);
-        }
-        // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let d = unsafe { dst_slice("the destination buffer", dest, n) }?;
-        if nbi {
-            // SAFETY: the `_nbi` contract: `dest` is left alone until the next quiet.
-            Ok(unsafe { rt.world.get_nbi_deferred(d.as_mut_ptr(), src, n, pe) }?)
-        } else {
-            Ok(rt.world.get(d, src, pe)?)
-        }
-    })
-}
-
-/// `put_signal`, `put_signal_nbi`, `putmem_signal`, `putmem_signal_nbi`.
-///
-/// # Safety
-/// `src` valid for `n` reads.
+/// `r.local` valid for `r.n` reads.
 unsafe fn put_signal<T: RmaType>(
     call: &'static str,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
+    r: Rma<T>,
+    (sig, signal, op): (*mut u64, u64, c_int),
     nbi: bool,
 ) {
     with(call, |rt| {
-        let pe = pe(rt, p)?;
+        let pe = pe(rt, r.p)?;
         let op = sigop_of(op)?;
-        if device_buffer(rt, src.cast()) {
+        if device_buffer(rt, r.local.cast()) {
             // The data is complete before the signal is sent.
-            if !rt.world.addr_accessible(sig, pe) {
-                return invalid(format!(
-                    "the signal {sig:p} is not a symmetric address reachable on PE {pe}"
-                ));
-            }
-            host_put_from_device(call, rt, dest, src, n, p)?;
+            check_signal(rt, sig, pe)?;
+            host_rma_device(call, rt, r)?;
             return Ok(rt.world.signal_op(sig, signal, op, pe)?);
         }
+        let dest = r.remote.cast_mut();
         // SAFETY: the caller's contract (host memory: device memory was routed above).
-        let s = unsafe { src_slice("the source buffer", src, n) }?;
-        if nbi {
-            Ok(rt.world.put_signal_nbi(dest, s, sig, signal, op, pe)?)
-        } else {
-            Ok(rt.world.put_signal(dest, s, sig, signal, op, pe)?)
-        }
+        unsafe { host_put_signal(&rt.world, dest, r.local, r.n, (sig, signal, op), pe, nbi) }
     })
 }
 
-macro_rules! mem_entry {
-    ($name:ident, $f:ident, $nbi:expr) => {
-        #[doc = concat!("`", stringify!($name), "`: **one-sided** byte RMA.")]
-        ///
-        /// # Safety
-        /// The local buffer is valid for `nbytes` bytes.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            dest: *mut c_void,
-            src: *const c_void,
-            nbytes: usize,
-            pe: c_int,
-        ) {
-            // SAFETY: the caller's contract.
-            unsafe { $f::<u8>(stringify!($name), dest.cast(), src.cast(), nbytes, pe, $nbi) }
-        }
-    };
-}
-mem_entry!(rshmem_putmem, put, false);
-mem_entry!(rshmem_putmem_nbi, put, true);
-mem_entry!(rshmem_getmem, get, false);
-mem_entry!(rshmem_getmem_nbi, get, true);
-
-/// `rshmem_TYPE_p`, `_g`, `_put`, `_put_nbi`, `_get`, `_get_nbi`, `_put_signal`,
-/// `_put_signal_nbi`.
+/// The RMA entry points on bytes (`mem`: `u8` elements counted in bytes) and typed ones
+/// (`$n`, `$t`): `put`, `put_nbi`, `get`, `get_nbi`, `put_signal`, `put_signal_nbi`, and for
+/// the typed ones `p` and `g`.
 macro_rules! rma_entries {
+    (mem) => {
+        rma_entries!(@rma [rshmem_putmem rshmem_putmem_nbi rshmem_getmem rshmem_getmem_nbi]
+                     [rshmem_putmem_signal rshmem_putmem_signal_nbi], c_void, u8, nbytes);
+    };
     ($n:ident, $t:ty) => {
         paste::paste! {
+            rma_entries!(@rma [[<rshmem_ $n _put>] [<rshmem_ $n _put_nbi>] [<rshmem_ $n _get>]
+                               [<rshmem_ $n _get_nbi>]]
+                         [[<rshmem_ $n _put_signal>] [<rshmem_ $n _put_signal_nbi>]], $t, $t, nelems);
+
             #[doc = concat!("`rshmem_", stringify!($n), "_p`: **one-sided** store of one element.")]
             #[no_mangle]
             pub extern "C" fn [<rshmem_ $n _p>](dest: *mut $t, value: $t, p: c_int) {
@@ -158,132 +97,45 @@ macro_rules! rma_entries {
                 let call = concat!("rshmem_", stringify!($n), "_g");
                 with(call, |rt| Ok(rt.world.g(src, pe(rt, p)?)?))
             }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put(concat!("rshmem_", stringify!($n), "_put"), dest, src, nelems, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_nbi`: **one-sided**, non-blocking.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put(concat!("rshmem_", stringify!($n), "_put_nbi"), dest, src, nelems, p, true) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_get`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `dest` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _get>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { get(concat!("rshmem_", stringify!($n), "_get"), dest, src, nelems, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_get_nbi`: **one-sided**, non-blocking.")]
-            ///
-            /// # Safety
-            /// `dest` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _get_nbi>](dest: *mut $t, src: *const $t, nelems: usize, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { get(concat!("rshmem_", stringify!($n), "_get_nbi"), dest, src, nelems, p, true) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_signal>](dest: *mut $t, src: *const $t, nelems: usize,
-                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal"), dest, src, nelems, sig, signal, op, p, false) }
-            }
-
-            #[doc = concat!("`rshmem_", stringify!($n), "_put_signal_nbi`: **one-sided**.")]
-            ///
-            /// # Safety
-            /// `src` valid for `nelems` elements.
-            #[no_mangle]
-            pub unsafe extern "C" fn [<rshmem_ $n _put_signal_nbi>](dest: *mut $t, src: *const $t, nelems: usize,
-                    sig: *mut u64, signal: u64, op: c_int, p: c_int) {
-                // SAFETY: the caller's contract.
-                unsafe { put_signal(concat!("rshmem_", stringify!($n), "_put_signal_nbi"), dest, src, nelems, sig, signal, op, p, true) }
-            }
+        }
+    };
+    (@rma [$put:ident $put_nbi:ident $get:ident $get_nbi:ident] [$ps:ident $ps_nbi:ident],
+     $p:ty, $t:ty, $count:ident) => {
+        rma_entries!(@one $put, $p, $t, $count, Put, false);
+        rma_entries!(@one $put_nbi, $p, $t, $count, Put, true);
+        rma_entries!(@one $get, $p, $t, $count, Get, false);
+        rma_entries!(@one $get_nbi, $p, $t, $count, Get, true);
+        rma_entries!(@signal $ps, $p, $t, $count, false);
+        rma_entries!(@signal $ps_nbi, $p, $t, $count, true);
+    };
+    (@one $name:ident, $p:ty, $t:ty, $count:ident, $way:ident, $nbi:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: **one-sided** (`_nbi`: non-blocking).")]
+        ///
+        /// # Safety
+        /// The local buffer (`src` of a put, `dest` of a get) is valid for the count.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dest: *mut $p, src: *const $p, $count: usize, pe: c_int) {
+            let r = Rma::<$t>::new(Way::$way, dest.cast(), src.cast(), $count, pe);
+            // SAFETY: the caller's contract.
+            unsafe { rma(stringify!($name), r, $nbi) }
+        }
+    };
+    (@signal $name:ident, $p:ty, $t:ty, $count:ident, $nbi:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: **one-sided**.")]
+        ///
+        /// # Safety
+        /// `src` is valid for the count.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dest: *mut $p, src: *const $p, $count: usize,
+                                       sig: *mut u64, signal: u64, op: c_int, pe: c_int) {
+            let r = Rma::<$t>::new(Way::Put, dest.cast(), src.cast(), $count, pe);
+            // SAFETY: the caller's contract.
+            unsafe { put_signal(stringify!($name), r, (sig, signal, op), $nbi) }
         }
     };
 }
-rma_types!(rma_entries);
-
-/// `rshmem_putmem_signal`: **one-sided**.
-///
-/// # Safety
-/// `src` valid for `nbytes` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rshmem_putmem_signal(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        put_signal::<u8>(
-            "rshmem_putmem_signal",
-            dest.cast(),
-            src.cast(),
-            nbytes,
-            sig,
-            signal,
-            op,
-            p,
-            false,
-        )
-    }
-}
-
-/// `rshmem_putmem_signal_nbi`: **one-sided**.
-///
-/// # Safety
-/// `src` valid for `nbytes` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn rshmem_putmem_signal_nbi(
-    dest: *mut c_void,
-    src: *const c_void,
-    nbytes: usize,
-    sig: *mut u64,
-    signal: u64,
-    op: c_int,
-    p: c_int,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        put_signal::<u8>(
-            "rshmem_putmem_signal_nbi",
-            dest.cast(),
-            src.cast(),
-            nbytes,
-            sig,
-            signal,
-            op,
-            p,
-            true,
-        )
-    }
-}
+rma_entries!(mem);
+capi_core::rshmem_rma_types!(rma_entries);
 
 /// `rshmem_signal_op`: **one-sided**.
 #[no_mangle]
@@ -404,32 +256,13 @@ macro_rules! amo_bit_entries {
         }
     };
 }
-amo_types!(amo_std_entries);
-amo_float_types!(amo_ext_entries);
-amo_bitwise_types!(amo_bit_entries);
+capi_core::rshmem_amo_types!(amo_std_entries);
+capi_core::rshmem_amo_float_types!(amo_ext_entries);
+capi_core::rshmem_amo_bitwise_types!(amo_bit_entries);
 
 // ------------------------------------------------------------------------------------------
 // Point-to-point waits and tests
 // ------------------------------------------------------------------------------------------
-
-/// Which wait or test.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Set {
-    All,
-    Any,
-    Some,
-}
-
-/// The arguments of a set wait/test as C passed them.
-struct SetArgs<T> {
-    ivars: *const T,
-    n: usize,
-    indices: *mut usize,
-    status: *const c_int,
-    cmp: c_int,
-    value: T,
-    values: *const T,
-}
 
 /// A set wait (`block`) or test: 1/0 for `All`, an index or `SIZE_MAX` for `Any`, a count
 /// for `Some` (indices written).
@@ -438,46 +271,11 @@ struct SetArgs<T> {
 /// Non-NULL pointers of `a` valid for `a.n` elements.
 unsafe fn wait_set<T: AmoInt>(call: &'static str, a: SetArgs<T>, set: Set, block: bool) -> usize {
     with(call, |rt| {
-        let w = &rt.world;
-        let cmp = cmp_of(a.cmp)?;
-        let st = if a.status.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice("status", a.status, a.n) }?)
-        };
-        let vs = if a.values.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { src_slice("cmp_values", a.values, a.n) }?)
-        };
-        let one = |x: Option<usize>| x.unwrap_or(usize::MAX);
-        let (iv, n, v) = (a.ivars, a.n, a.value);
-        let some = |hits: Vec<usize>| -> CResult<usize> {
-            if !hits.is_empty() {
-                // SAFETY: the caller's contract: indices has room for n entries.
-                let out = unsafe { dst_slice("indices", a.indices, n) }?;
-                for (o, h) in out.iter_mut().zip(&hits) {
-                    *o = *h;
-                }
-            }
-            Ok(hits.len())
-        };
-        Ok(match (set, block, vs) {
-            (Set::All, true, None) => w.wait_until_all(iv, n, st, cmp, v).map(|_| 1)?,
-            (Set::All, true, Some(vs)) => w.wait_until_all_vector(iv, st, cmp, vs).map(|_| 1)?,
-            (Set::Any, true, None) => one(w.wait_until_any(iv, n, st, cmp, v)?),
-            (Set::Any, true, Some(vs)) => one(w.wait_until_any_vector(iv, st, cmp, vs)?),
-            (Set::Some, true, None) => some(w.wait_until_some(iv, n, st, cmp, v)?)?,
-            (Set::Some, true, Some(vs)) => some(w.wait_until_some_vector(iv, st, cmp, vs)?)?,
-            (Set::All, false, None) => w.test_all(iv, n, st, cmp, v)? as usize,
-            (Set::All, false, Some(vs)) => w.test_all_vector(iv, st, cmp, vs)? as usize,
-            (Set::Any, false, None) => one(w.test_any(iv, n, st, cmp, v)?),
-            (Set::Any, false, Some(vs)) => one(w.test_any_vector(iv, st, cmp, vs)?),
-            (Set::Some, false, None) => some(w.test_some(iv, n, st, cmp, v)?)?,
-            (Set::Some, false, Some(vs)) => some(w.test_some_vector(iv, st, cmp, vs)?)?,
-        })
+        // SAFETY: the caller's contract.
+        let inputs = unsafe { ABI.set_inputs(&a) }?;
+        let hits = world_set(&rt.world, &a, &inputs, set, block)?;
+        // SAFETY: the caller's contract.
+        unsafe { ABI.set_answer(&a, set, hits) }
     })
 }
 
@@ -592,7 +390,7 @@ macro_rules! wait_entries {
         }
     };
 }
-amo_types!(wait_entries);
+capi_core::rshmem_amo_types!(wait_entries);
 
 // ------------------------------------------------------------------------------------------
 // Host collectives
@@ -609,11 +407,6 @@ fn coll(
         f(&rt.world, &t)?;
         Ok(0)
     })
-}
-
-/// A C root or stride that must not be negative.
-fn nonneg(what: &str, v: i64) -> CResult<usize> {
-    usize::try_from(v).or_else(|_| invalid(format!("{what} {v} is negative")))
 }
 
 /// `rshmem_alltoallmem`: **collective over the team**.
@@ -687,7 +480,7 @@ macro_rules! coll_entries {
         }
     };
 }
-rma_types!(coll_entries);
+capi_core::rshmem_rma_types!(coll_entries);
 
 /// `reduce` or `reduce_scatter` with `O`.
 fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
@@ -725,22 +518,4 @@ macro_rules! reduce_entries {
         }
     };
 }
-macro_rules! reduce_arith {
-    ($n:ident, $t:ty) => {
-        reduce_entries!($n, $t, sum, Sum);
-        reduce_entries!($n, $t, prod, Prod);
-        reduce_entries!($n, $t, min, Min);
-        reduce_entries!($n, $t, max, Max);
-    };
-}
-macro_rules! reduce_bitwise {
-    ($n:ident, $t:ty) => {
-        reduce_entries!($n, $t, and, And);
-        reduce_entries!($n, $t, or, Or);
-        reduce_entries!($n, $t, xor, Xor);
-    };
-}
-reduce_int_types!(reduce_arith);
-reduce_int_types!(reduce_bitwise);
-reduce_float_types!(reduce_arith);
-reduce_half_types!(reduce_arith);
+capi_core::rshmem_reductions!(reduce_entries);

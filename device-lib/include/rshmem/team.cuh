@@ -24,10 +24,8 @@
 
 typedef int32_t rshmem_team_t;
 
-#define RSHMEM_TEAM_INVALID (-1)
-#define RSHMEM_TEAM_WORLD 0
-#define RSHMEM_TEAM_SHARED 1
-#define RSHMEM_TEAM_NODE 2
+// The predefined handles RSHMEM_TEAM_INVALID, _WORLD, _SHARED, _NODE are in rshmem/type_lists.h
+// (shared with rshmem.h).
 
 // One team descriptor (mirrored by the host's team code).
 typedef struct rshmem_team_desc {

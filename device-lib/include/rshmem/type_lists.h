@@ -1,11 +1,37 @@
 /*
- * rshmem/type_lists.h: the element types of rshmem's typed calls, listed once, as X-macros
- * that expand X(TYPENAME, C type) per type. Plain C (C11, C++17 and CUDA alike): the host C
- * API (rshmem.h) and the device library (util.cuh, coll.cuh) both include it. Expanding a list
- * needs size_t, ptrdiff_t and the intN_t types (<stddef.h>, <stdint.h>).
+ * rshmem/type_lists.h: what the host C API (rshmem.h) and the device library (util.cuh,
+ * team.cuh, coll.cuh) share, defined once: the C constants of both APIs (team handles,
+ * comparisons, signal operations, RSHMEM_SIZE_MAX) and the element types of rshmem's typed
+ * calls, as X-macros that expand X(TYPENAME, C type) per type. Plain C (C11, C++17 and CUDA
+ * alike); both sides include this file and define none of these names themselves (the c_api
+ * test constants_are_defined_once checks it). The comparison and signal codes are the runtime's
+ * (rshmem::wire): the host/device contract (runtime/tests/device_compile.rs) and the
+ * rshmem-capi-core tests check them. Expanding a list, or RSHMEM_SIZE_MAX, needs size_t,
+ * ptrdiff_t and the intN_t types (<stddef.h>, <stdint.h>).
  */
 #ifndef RSHMEM_TYPE_LISTS_H
 #define RSHMEM_TYPE_LISTS_H
+
+/* Predefined team handles (rshmem_team_t). */
+#define RSHMEM_TEAM_INVALID (-1)
+#define RSHMEM_TEAM_WORLD 0
+#define RSHMEM_TEAM_SHARED 1
+#define RSHMEM_TEAM_NODE 2
+
+/* Comparison operators of the wait/test calls (rshmem::wire::CmpCode). */
+#define RSHMEM_CMP_EQ 0
+#define RSHMEM_CMP_NE 1
+#define RSHMEM_CMP_GT 2
+#define RSHMEM_CMP_GE 3
+#define RSHMEM_CMP_LT 4
+#define RSHMEM_CMP_LE 5
+
+/* Signal operations of put_signal / signal_op (rshmem::wire::SignalCode). */
+#define RSHMEM_SIGNAL_SET 0
+#define RSHMEM_SIGNAL_ADD 1
+
+/* Largest size_t: what wait_until_any / test_any return when no element can be chosen. */
+#define RSHMEM_SIZE_MAX (~(size_t)0)
 
 /* RMA types: p, g, put, get, put_signal, alltoall, fcollect, broadcast. */
 #define RSHMEM_FOR_RMA_TYPES(X)                                                                \

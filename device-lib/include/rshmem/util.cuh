@@ -27,24 +27,11 @@
 #include <stdio.h>  // device printf under nvcc (NVRTC declares it itself)
 #endif
 
-// Comparison operators of the wait/test calls (values match the host API's Cmp order).
-#define RSHMEM_CMP_EQ 0
-#define RSHMEM_CMP_NE 1
-#define RSHMEM_CMP_GT 2
-#define RSHMEM_CMP_GE 3
-#define RSHMEM_CMP_LT 4
-#define RSHMEM_CMP_LE 5
-
-// Signal operations of put_signal / signal_op (values match the host API's SignalOp order).
-#define RSHMEM_SIGNAL_SET 0
-#define RSHMEM_SIGNAL_ADD 1
-
-// Largest size_t: what wait_until_any / test_any return when no element can be chosen.
-#define RSHMEM_SIZE_MAX (~(size_t)0)
-
-// The element types, as X(name, type) lists for code that wants to expand something per type:
-// RSHMEM_FOR_RMA_TYPES, _AMO_TYPES, _AMO_FLOAT_TYPES, _AMO_BITWISE_TYPES, _WAIT_TYPES (and the
-// reduction lists coll.cuh uses) are in rshmem/type_lists.h, shared with rshmem.h.
+// The constants the host C API shares (comparisons RSHMEM_CMP_*, signal operations
+// RSHMEM_SIGNAL_*, team handles RSHMEM_TEAM_*, RSHMEM_SIZE_MAX) and the element types, as
+// X(name, type) lists for code that wants to expand something per type (RSHMEM_FOR_RMA_TYPES,
+// _AMO_TYPES, _AMO_FLOAT_TYPES, _AMO_BITWISE_TYPES, _WAIT_TYPES, and the reduction lists
+// coll.cuh uses) are defined once, in rshmem/type_lists.h, which rshmem.h includes too.
 
 // This PE's number. Thread scope, local, no memory access beyond the constant bank. Host twin.
 RSHMEM_TWIN int rshmem_my_pe(void) {
