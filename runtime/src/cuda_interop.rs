@@ -23,7 +23,7 @@ use cudarc::driver::{
     sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, LaunchArgs, PushKernelArg, SyncOnDrop,
 };
 
-use crate::cuda::check;
+use crate::cuda::copy;
 use crate::error::{Error, Result};
 use crate::mem::SymBuf;
 use crate::types::RmaType;
@@ -190,8 +190,7 @@ impl World {
         let (s, _sync) = src.device_ptr(stream);
         // SAFETY: `dest` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `src` holds at least `n` bytes (its length was checked) in this context.
-        let r = unsafe { sys::cuMemcpyAsync(d as u64, s, n, stream.cu_stream()) };
-        check(r, call, "cuMemcpyAsync")
+        unsafe { copy::device_to_device(call, "cuMemcpyAsync", d as u64, s, n, stream) }
     }
 
     /// **One-sided, stream-ordered.** Copies `nelems` elements of the symmetric `src` on PE
@@ -215,8 +214,7 @@ impl World {
         let (d, _sync) = dest.device_ptr_mut(stream);
         // SAFETY: `src` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `dest` holds at least `n` bytes (its length was checked) in this context.
-        let r = unsafe { sys::cuMemcpyAsync(d, s as u64, n, stream.cu_stream()) };
-        check(r, call, "cuMemcpyAsync")
+        unsafe { copy::device_to_device(call, "cuMemcpyAsync", d, s as u64, n, stream) }
     }
 
     /// The checks of the two calls above; returns the byte count.

@@ -250,8 +250,16 @@ impl GpuMem {
             self.gpu.bind(call)?;
             // SAFETY: addr is an aligned word of `size` bytes of this context's GPU memory
             // (checked by the caller); the stream is alive.
-            let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, a.size, a.value) };
-            return check(r, call, "writing a GPU word (proxy atomic set)");
+            return unsafe {
+                crate::cuda::stream_write_word(
+                    call,
+                    "writing a GPU word (proxy atomic set)",
+                    &self.stream,
+                    addr,
+                    a.size,
+                    a.value,
+                )
+            };
         }
         // The old value goes to a scratch word nobody reads.
         self.launch_amo(call, addr, a, 1).map(drop)
