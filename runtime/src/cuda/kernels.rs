@@ -1,4 +1,6 @@
-//! rshmem's own GPU kernels as the host sees them: the internal module
+//! Kernels as the host sees them: the checked launch of any kernel and the lookup of a
+//! module's globals (the only `cuLaunchKernel` and `cuModuleGetGlobal` calls of the runtime);
+//! rshmem's own GPU kernels: the internal module
 //! (`device/kernels/internal.cu`: host atomics, the stream barrier and signals, the proxy's
 //! stream-ordered calls), the one kernel cache every runtime module uses ([`Kernels`]: a loaded
 //! module and its kernels looked up once, optionally loaded up front), and the launch of the

@@ -133,7 +133,8 @@ pub(crate) fn device_uuid(call: &'static str, ordinal: usize) -> Result<[u8; 16]
 }
 
 /// The number of streaming multiprocessors of device `ordinal` (`cuDeviceGet`,
-/// `cuDeviceGetAttribute` of `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`).
+/// `cuDeviceGetAttribute` of `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`); with the [`Gpu`] at
+/// hand, [`Gpu::multiprocessor_count`] asks its context instead.
 pub(crate) fn multiprocessor_count(call: &'static str, ordinal: usize) -> Result<i32> {
     let dev = device(call, ordinal)?;
     let mut n = 0i32;
@@ -249,6 +250,14 @@ impl Gpu {
             granularity: gran.max(1),
             arch: format!("sm_{}{}", cc[0], cc[1]),
         }))
+    }
+
+    /// The number of streaming multiprocessors of this GPU (cudarc's
+    /// `CudaContext::attribute`; its error converts as [`Error::Driver`]).
+    pub(crate) fn multiprocessor_count(&self) -> Result<i32> {
+        Ok(self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)
     }
 
     /// Makes this GPU's context current on the calling thread.

@@ -439,9 +439,7 @@ impl<'w> Ep<'w> {
         let sms = match cfg.num_sms {
             Some(s) => s,
             None => {
-                let all = gpu.ctx.attribute(
-                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                )?;
+                let all = gpu.multiprocessor_count()?;
                 let share = world.gpu_sharing().pes_on_gpu.max(1) as u32;
                 ((all.max(1) as u32) / share).max(1)
             }
