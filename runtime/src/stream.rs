@@ -19,6 +19,11 @@ use crate::transport::{p2p::P2p, Transport};
 use crate::types::{Cmp, RmaType, SignalOp};
 use crate::world::World;
 
+/// What a failed `*_on_stream` put or get copy was doing (in its error).
+const COPY_WHAT: &str = "copying between symmetric buffers (cuMemcpyAsync)";
+/// What a failed `p_on_stream` word write was doing (in its error).
+const P_WORD_WHAT: &str = "writing the element (cuStreamWriteValue64)";
+
 /// Declares the stream-ordered copies between this PE and PE `pe`, one row a direction: the
 /// docs and name of the typed call, those of its byte form, and whether it is a get (`src` on
 /// PE `pe`, `dest` on this PE) or a put (the other way round).
@@ -150,7 +155,7 @@ impl World {
         let s = self.remote(call, src, n, spe)?;
         p.gpu.bind(call)?;
         // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
-        unsafe { copy::device_to_device(call, "cuMemcpyAsync", d as u64, s as u64, n, stream) }
+        unsafe { copy::device_to_device(call, COPY_WHAT, d as u64, s as u64, n, stream) }
     }
 
     /// **One-sided, stream-ordered.** Writes one element to `dest` on PE `pe` (the value is
@@ -175,14 +180,14 @@ impl World {
             let w = word_of(&value);
             // SAFETY: d is a checked, aligned word of the mapped GPU heap.
             return unsafe {
-                crate::cuda::stream_write_word(call, "cuStreamWriteValue64", stream, d as u64, 8, w)
+                crate::cuda::stream_write_word(call, P_WORD_WHAT, stream, d as u64, 8, w)
             };
         }
         // SAFETY: the value lives on our stack; pageable copies are staged before returning.
         unsafe {
             copy::host_to_device(
                 call,
-                "cuMemcpyHtoDAsync",
+                "writing the element (cuMemcpyHtoDAsync)",
                 d as u64,
                 (&value as *const T).cast(),
                 size,
@@ -216,7 +221,7 @@ impl World {
         unsafe {
             copy::device_to_host(
                 call,
-                "cuMemcpyDtoHAsync",
+                "reading the element (cuMemcpyDtoHAsync)",
                 (&mut v as *mut T).cast(),
                 s as u64,
                 size,
