@@ -1,6 +1,8 @@
 //! Thin checked wrappers over the CUDA driver (`cudarc::driver::sys`): every call returns
 //! `Result` with the rshmem call and what was being done. libcuda is loaded at run time, so
-//! builds and CPU-only runs never need CUDA.
+//! builds and CPU-only runs never need CUDA. The rest of the runtime calls the driver only
+//! through this module's wrappers (`runtime/tests/cuda_boundary.rs` fails on a raw call
+//! elsewhere).
 
 pub(crate) mod copy;
 pub(crate) mod kernels;
