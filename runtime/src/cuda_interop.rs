@@ -23,10 +23,15 @@ use cudarc::driver::{
     sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, LaunchArgs, PushKernelArg, SyncOnDrop,
 };
 
-use crate::cuda::check;
+use crate::cuda::copy;
 use crate::error::{Error, Result};
 use crate::mem::SymBuf;
 use crate::types::RmaType;
+
+/// What a failed `put_from_device_on_stream` copy was doing (in its error).
+const PUT_WHAT: &str = "copying device memory into symmetric memory (cuMemcpyAsync)";
+/// What a failed `get_to_device_on_stream` copy was doing (in its error).
+const GET_WHAT: &str = "copying symmetric memory into device memory (cuMemcpyAsync)";
 use crate::world::World;
 
 // A pointer argument is pushed as the 8 bytes of the address (see the SAFETY comments below).
@@ -190,8 +195,7 @@ impl World {
         let (s, _sync) = src.device_ptr(stream);
         // SAFETY: `dest` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `src` holds at least `n` bytes (its length was checked) in this context.
-        let r = unsafe { sys::cuMemcpyAsync(d as u64, s, n, stream.cu_stream()) };
-        check(r, call, "cuMemcpyAsync")
+        unsafe { copy::device_to_device(call, PUT_WHAT, d as u64, s, n, stream) }
     }
 
     /// **One-sided, stream-ordered.** Copies `nelems` elements of the symmetric `src` on PE
@@ -215,8 +219,7 @@ impl World {
         let (d, _sync) = dest.device_ptr_mut(stream);
         // SAFETY: `src` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `dest` holds at least `n` bytes (its length was checked) in this context.
-        let r = unsafe { sys::cuMemcpyAsync(d, s as u64, n, stream.cu_stream()) };
-        check(r, call, "cuMemcpyAsync")
+        unsafe { copy::device_to_device(call, GET_WHAT, d, s as u64, n, stream) }
     }
 
     /// The checks of the two calls above; returns the byte count.

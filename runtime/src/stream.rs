@@ -8,17 +8,21 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys;
 use cudarc::driver::{CudaStream, PushKernelArg};
 
 use crate::cuda::kernels::{launched, ONE_THREAD};
-use crate::cuda::{check, Gpu};
+use crate::cuda::{copy, Gpu};
 use crate::device::module::Module;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::transport::{p2p::P2p, Transport};
 use crate::types::{Cmp, RmaType, SignalOp};
 use crate::world::World;
+
+/// What a failed `*_on_stream` put or get copy was doing (in its error).
+const COPY_WHAT: &str = "copying between symmetric buffers (cuMemcpyAsync)";
+/// What a failed `p_on_stream` word write was doing (in its error).
+const P_WORD_WHAT: &str = "writing the element (cuStreamWriteValue64)";
 
 /// Declares the stream-ordered copies between this PE and PE `pe`, one row a direction: the
 /// docs and name of the typed call, those of its byte form, and whether it is a get (`src` on
@@ -151,8 +155,7 @@ impl World {
         let s = self.remote(call, src, n, spe)?;
         p.gpu.bind(call)?;
         // SAFETY: both ranges were checked against live allocations of the mapped GPU heap.
-        let r = unsafe { sys::cuMemcpyAsync(d as u64, s as u64, n, stream.cu_stream()) };
-        check(r, call, "cuMemcpyAsync")
+        unsafe { copy::device_to_device(call, COPY_WHAT, d as u64, s as u64, n, stream) }
     }
 
     /// **One-sided, stream-ordered.** Writes one element to `dest` on PE `pe` (the value is
@@ -176,25 +179,21 @@ impl World {
         if size == 8 && d % 8 == 0 {
             let w = word_of(&value);
             // SAFETY: d is a checked, aligned word of the mapped GPU heap.
-            return check(
-                unsafe { crate::cuda::stream_write_word(stream.cu_stream(), d as u64, 8, w) },
-                call,
-                "cuStreamWriteValue64",
-            );
+            return unsafe {
+                crate::cuda::stream_write_word(call, P_WORD_WHAT, stream, d as u64, 8, w)
+            };
         }
         // SAFETY: the value lives on our stack; pageable copies are staged before returning.
-        check(
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    d as u64,
-                    (&value as *const T).cast(),
-                    size,
-                    stream.cu_stream(),
-                )
-            },
-            call,
-            "cuMemcpyHtoDAsync",
-        )
+        unsafe {
+            copy::host_to_device(
+                call,
+                "writing the element (cuMemcpyHtoDAsync)",
+                d as u64,
+                (&value as *const T).cast(),
+                size,
+                stream,
+            )
+        }
     }
 
     /// **One-sided.** Reads one element of `src` on PE `pe` after the stream's earlier work
@@ -219,19 +218,16 @@ impl World {
         p.gpu.bind(call)?;
         let mut v = T::default_value();
         // SAFETY: checked source range; destination is our local; synchronized below.
-        check(
-            // SAFETY: checked source range; destination is our local; synchronized below.
-            unsafe {
-                sys::cuMemcpyDtoHAsync_v2(
-                    (&mut v as *mut T).cast(),
-                    s as u64,
-                    size,
-                    stream.cu_stream(),
-                )
-            },
-            call,
-            "cuMemcpyDtoHAsync",
-        )?;
+        unsafe {
+            copy::device_to_host(
+                call,
+                "reading the element (cuMemcpyDtoHAsync)",
+                (&mut v as *mut T).cast(),
+                s as u64,
+                size,
+                stream,
+            )
+        }?;
         synchronize(call, stream)?;
         Ok(v)
     }

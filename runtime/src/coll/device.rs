@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaStream};
+use cudarc::driver::CudaStream;
 
 use super::{Group, ReduceOp, ReduceType};
 use crate::cuda::kernels::Kernels;
@@ -106,21 +106,9 @@ impl World {
     fn gpu_sms(&self, call: &'static str) -> Result<u32> {
         let p = self.p2p(call)?;
         Ok(*self.dev.coll.sms.get_or_init(|| {
-            let mut dev: sys::CUdevice = 0;
-            let mut n: i32 = 0;
-            // SAFETY: plain queries with valid out-pointers.
-            let ok = unsafe {
-                sys::cuDeviceGet(&mut dev, p.gpu.ordinal as i32) == sys::CUresult::CUDA_SUCCESS
-                    && sys::cuDeviceGetAttribute(
-                        &mut n,
-                        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                        dev,
-                    ) == sys::CUresult::CUDA_SUCCESS
-            };
-            if ok && n > 0 {
-                n as u32
-            } else {
-                1
+            match crate::cuda::multiprocessor_count(call, p.gpu.ordinal) {
+                Ok(n) if n > 0 => n as u32,
+                _ => 1,
             }
         }))
     }

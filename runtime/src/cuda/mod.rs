@@ -1,7 +1,10 @@
 //! Thin checked wrappers over the CUDA driver (`cudarc::driver::sys`): every call returns
 //! `Result` with the rshmem call and what was being done. libcuda is loaded at run time, so
-//! builds and CPU-only runs never need CUDA.
+//! builds and CPU-only runs never need CUDA. The rest of the runtime calls the driver only
+//! through this module's wrappers (`runtime/tests/cuda_boundary.rs` fails on a raw call
+//! elsewhere).
 
+pub(crate) mod copy;
 pub(crate) mod kernels;
 pub(crate) mod pinned;
 pub(crate) mod target;
@@ -107,6 +110,52 @@ pub fn device_count(local_pes: usize) -> usize {
     }
 }
 
+/// The driver's handle of device `ordinal` (`cuDeviceGet`).
+fn device(call: &'static str, ordinal: usize) -> Result<sys::CUdevice> {
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a plain driver query with a valid out-pointer.
+    let r = unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) };
+    check(r, call, &format!("finding GPU {ordinal} (cuDeviceGet)"))?;
+    Ok(dev)
+}
+
+/// The UUID of device `ordinal` (`cuDeviceGet`, `cuDeviceGetUuid`): one physical GPU, the same
+/// in every process that sees it whatever its ordinal there.
+pub(crate) fn device_uuid(call: &'static str, ordinal: usize) -> Result<[u8; 16]> {
+    let dev = device(call, ordinal)?;
+    let mut id = sys::CUuuid_st { bytes: [0; 16] };
+    // SAFETY: a plain driver query with a valid out-pointer and a device handle from the driver.
+    let r = unsafe { sys::cuDeviceGetUuid_v2(&mut id, dev) };
+    check(
+        r,
+        call,
+        &format!("reading the UUID of GPU {ordinal} (cuDeviceGetUuid)"),
+    )?;
+    Ok(id.bytes.map(|b| b as u8))
+}
+
+/// The number of streaming multiprocessors of device `ordinal` (`cuDeviceGet`,
+/// `cuDeviceGetAttribute` of `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`); with the [`Gpu`] at
+/// hand, [`Gpu::multiprocessor_count`] asks its context instead.
+pub(crate) fn multiprocessor_count(call: &'static str, ordinal: usize) -> Result<i32> {
+    let dev = device(call, ordinal)?;
+    let mut n = 0i32;
+    // SAFETY: a plain driver query with a valid out-pointer and a device handle from the driver.
+    let r = unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut n,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            dev,
+        )
+    };
+    check(
+        r,
+        call,
+        &format!("reading the multiprocessor count of GPU {ordinal} (cuDeviceGetAttribute)"),
+    )?;
+    Ok(n)
+}
+
 /// The GPU of this PE: its primary context and an internal stream for host-API copies.
 pub struct Gpu {
     /// The context (the device's primary context, shared with CUDA runtime code in the process).
@@ -205,6 +254,14 @@ impl Gpu {
         }))
     }
 
+    /// The number of streaming multiprocessors of this GPU (cudarc's
+    /// `CudaContext::attribute`; its error converts as [`Error::Driver`]).
+    pub(crate) fn multiprocessor_count(&self) -> Result<i32> {
+        Ok(self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)
+    }
+
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self, call: &'static str) -> Result<()> {
         self.ctx.bind_to_thread().map_err(|e| Error::Cuda {
@@ -227,25 +284,30 @@ impl Gpu {
 }
 
 /// Queues on `stream` a write of the aligned word of `size` bytes (4 or 8) at `addr` with the
-/// low bytes of `value`, as a stream memory operation (no kernel, no copy). Returns the driver's
-/// result: callers either report it or fall back to a copy where the memory does not take it.
+/// low bytes of `value`, as a stream memory operation (`cuStreamWriteValue64`/`32`: no kernel,
+/// no copy). Callers either report the error or fall back to a copy where the memory does not
+/// take it.
 ///
 /// # Safety
-/// `addr` must be an aligned word of GPU memory of the current context; `stream` alive.
+/// `addr` must be an aligned word of GPU memory of `stream`'s context, which is current.
 pub(crate) unsafe fn stream_write_word(
-    stream: sys::CUstream,
+    call: &'static str,
+    what: &str,
+    stream: &CudaStream,
     addr: u64,
     size: usize,
     value: u64,
-) -> CUresult {
-    // SAFETY: forwarded from the caller.
-    unsafe {
+) -> Result<()> {
+    let stream = stream.cu_stream();
+    // SAFETY: forwarded from the caller; the stream is alive (borrowed).
+    let r = unsafe {
         if size == 8 {
             sys::cuStreamWriteValue64_v2(stream, addr, value, 0)
         } else {
             sys::cuStreamWriteValue32_v2(stream, addr, value as u32, 0)
         }
-    }
+    };
+    check(r, call, what)
 }
 
 pub(crate) fn alloc_prop(ordinal: usize) -> sys::CUmemAllocationProp {

@@ -16,7 +16,7 @@ use cudarc::driver::CudaStream;
 
 use crate::cuda::kernels::{self, Kernels};
 use crate::cuda::pinned::Pinned;
-use crate::cuda::{check, Gpu};
+use crate::cuda::{check, copy, Gpu};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::wire::{Amo, AmoOp};
@@ -157,8 +157,16 @@ impl GpuMem {
     pub unsafe fn read(&self, call: &'static str, dst: *mut u8, src: u64, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
         // SAFETY: forwarded from the caller; synchronized below before dst is used.
-        let r = unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.s()) };
-        check(r, call, "copying from GPU memory (proxy)")?;
+        unsafe {
+            copy::device_to_host(
+                call,
+                "copying from GPU memory (proxy)",
+                dst,
+                src,
+                n,
+                &self.stream,
+            )
+        }?;
         self.sync(call)
     }
 
@@ -181,11 +189,16 @@ impl GpuMem {
         // A copy even for one aligned word: on H200 an 8-byte cuMemcpyHtoDAsync + synchronize
         // measured 5.7-5.8 us against 6.0 for cuStreamWriteValue64 (perftest proxy_floor).
         // SAFETY: forwarded from the caller.
-        check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n, self.s()) },
-            call,
-            "copying into GPU memory (proxy)",
-        )
+        unsafe {
+            copy::host_to_device(
+                call,
+                "copying into GPU memory (proxy)",
+                dst,
+                src,
+                n,
+                &self.stream,
+            )
+        }
     }
 
     /// [`write_async`](GpuMem::write_async), complete on return.
@@ -250,8 +263,16 @@ impl GpuMem {
             self.gpu.bind(call)?;
             // SAFETY: addr is an aligned word of `size` bytes of this context's GPU memory
             // (checked by the caller); the stream is alive.
-            let r = unsafe { crate::cuda::stream_write_word(self.s(), addr, a.size, a.value) };
-            return check(r, call, "writing a GPU word (proxy atomic set)");
+            return unsafe {
+                crate::cuda::stream_write_word(
+                    call,
+                    "writing a GPU word (proxy atomic set)",
+                    &self.stream,
+                    addr,
+                    a.size,
+                    a.value,
+                )
+            };
         }
         // The old value goes to a scratch word nobody reads.
         self.launch_amo(call, addr, a, 1).map(drop)

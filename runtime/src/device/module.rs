@@ -3,12 +3,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys;
+use cudarc::driver::sys::CUstream;
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::nvrtc::{compile_cubin, CompileOptions};
 use super::DeviceState;
-use crate::cuda::{check, Gpu};
+use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 
 /// Name of the device-state variable every module that includes the library defines.
@@ -155,29 +155,12 @@ impl Module {
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         smem: u32,
-        stream: sys::CUstream,
+        stream: CUstream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
         self.gpu.bind(call)?;
-        // SAFETY: forwarded from the caller (argument layout) and the function/stream are live.
-        check(
-            unsafe {
-                sys::cuLaunchKernel(
-                    f.cu_function(),
-                    grid.0,
-                    grid.1,
-                    grid.2,
-                    block.0,
-                    block.1,
-                    block.2,
-                    smem,
-                    stream,
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            call,
-            "launching a kernel",
-        )
+        // SAFETY: forwarded from the caller (argument layout) and the function/stream are live
+        // in this module's context, bound above.
+        unsafe { crate::cuda::kernels::launch_function(call, &f, grid, block, smem, stream, args) }
     }
 }

@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 
-use cudarc::driver::sys;
 use rshmem_bootstrap::Bootstrap;
 
 use crate::cuda::Gpu;
@@ -39,24 +38,13 @@ impl Default for GpuSharing {
 /// say (then PEs of one host compare ordinals, which is right unless they see different
 /// device sets).
 fn uuid(ordinal: usize) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let mut dev: sys::CUdevice = 0;
-    let mut id = sys::CUuuid_st { bytes: [0; 16] };
-    // SAFETY: plain driver queries with valid out-pointers; the driver is initialized (the
-    // context of `ordinal` exists).
-    let ok = unsafe {
-        sys::cuDeviceGet(&mut dev, ordinal as i32) == sys::CUresult::CUDA_SUCCESS
-            && sys::cuDeviceGetUuid_v2(&mut id, dev) == sys::CUresult::CUDA_SUCCESS
-    };
-    if ok {
-        for (o, b) in out.iter_mut().zip(id.bytes.iter()) {
-            *o = *b as u8;
-        }
-    } else {
+    // The driver is initialized: the context of `ordinal` exists.
+    crate::cuda::device_uuid("init", ordinal).unwrap_or_else(|_| {
+        let mut out = [0u8; 16];
         out[..8].copy_from_slice(&(ordinal as u64).to_le_bytes());
         out[15] = 0xff;
-    }
-    out
+        out
+    })
 }
 
 /// Whether `id` is a device UUID from the driver (not the ordinal stand-in of [`uuid`]). A UUID

@@ -26,7 +26,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::DeviceState;
-use crate::cuda::Gpu;
+use crate::cuda::{copy, kernels, Gpu};
 use crate::error::{Error, Result};
 
 /// What a translation unit registers: copies `size` bytes of device state into its
@@ -118,30 +118,18 @@ struct Driver<'a>(&'a Gpu);
 
 impl StateSink for Driver<'_> {
     fn write(&self, call: &'static str, module: usize, bytes: &[u8]) -> Result<()> {
-        use cudarc::driver::sys;
         self.0.bind(call)?;
-        let mut dptr: sys::CUdeviceptr = 0;
-        let mut size: usize = 0;
-        let name = c"rshmem_state";
         // SAFETY: `module` is a CUmodule handle the program passed in (documented: loaded in
-        // this PE's context and not unloaded); the out-pointers are live locals; the name is a
-        // NUL-terminated string.
-        let rc = unsafe {
-            sys::cuModuleGetGlobal_v2(&mut dptr, &mut size, module as sys::CUmodule, name.as_ptr())
-        };
-        if rc == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+        // this PE's context, which is bound, and not unloaded).
+        let found = unsafe { kernels::module_global(call, module, c"rshmem_state") }?;
+        let Some((dptr, size)) = found else {
             return Err(Error::invalid(
                 call,
                 "the module has no rshmem_state: it does not include the device library \
                  (rshmem/rshmem.cuh, or nvshmem.h of rshmem's compatibility headers), or was \
                  compiled with -rdc without a device link",
             ));
-        }
-        crate::cuda::check(
-            rc,
-            call,
-            "looking up the module's rshmem_state (cuModuleGetGlobal)",
-        )?;
+        };
         if size != bytes.len() {
             return Err(Error::invalid(
                 call,
@@ -156,15 +144,16 @@ impl StateSink for Driver<'_> {
         // SAFETY: `dptr` is the module's `size`-byte global (checked equal to bytes.len()); the
         // source is a live host buffer; the stream belongs to the bound context, and the copy
         // is waited for below before `bytes` can go away.
-        let rc = unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
+        unsafe {
+            copy::host_to_device(
+                call,
+                "copying the device state into the module",
                 dptr,
-                bytes.as_ptr().cast(),
+                bytes.as_ptr(),
                 bytes.len(),
-                self.0.stream.cu_stream(),
+                &self.0.stream,
             )
-        };
-        crate::cuda::check(rc, call, "copying the device state into the module")?;
+        }?;
         self.0.sync(call)
     }
 }

@@ -439,9 +439,7 @@ impl<'w> Ep<'w> {
         let sms = match cfg.num_sms {
             Some(s) => s,
             None => {
-                let all = gpu.ctx.attribute(
-                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                )?;
+                let all = gpu.multiprocessor_count()?;
                 let share = world.gpu_sharing().pes_on_gpu.max(1) as u32;
                 ((all.max(1) as u32) / share).max(1)
             }
@@ -1016,9 +1014,15 @@ impl<'w> Ep<'w> {
             let a = self.base.ll_x + (((l * n + src) * m) * self.sizes.row_bytes) as u64;
             // SAFETY: the range lies inside this handle's low-latency output (checked above);
             // the stream was synchronized.
-            let r =
-                unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), a, v.len()) };
-            crate::cuda::check(r, call, "copying rows to the host")?;
+            unsafe {
+                crate::cuda::copy::read(
+                    call,
+                    "copying rows to the host",
+                    v.as_mut_ptr(),
+                    a,
+                    v.len(),
+                )
+            }?;
         }
         Ok(v)
     }
@@ -1034,19 +1038,30 @@ impl<'w> Ep<'w> {
         stream.synchronize()?;
         // SAFETY: 16 bytes of this handle's scratch into a 16-byte host array; the stream was
         // synchronized, so no kernel of the handle writes them meanwhile.
-        let r = unsafe {
-            cudarc::driver::sys::cuMemcpyDtoH_v2(e.as_mut_ptr().cast(), self.base.err, 16)
-        };
-        crate::cuda::check(r, call, "reading the error word")?;
+        unsafe {
+            crate::cuda::copy::read(
+                call,
+                "reading the error word",
+                e.as_mut_ptr().cast(),
+                self.base.err,
+                16,
+            )
+        }?;
         if e[0] == 0 {
             return Ok(());
         }
         // SAFETY: the 16 bytes at scratch + err belong to this handle, and no kernel of the
         // handle runs (its calls are ordered on one stream, which was synchronized above).
-        let r = unsafe {
-            cudarc::driver::sys::cuMemsetD8Async(self.base.err, 0, 16, stream.cu_stream())
-        };
-        crate::cuda::check(r, call, "clearing the error word")?;
+        unsafe {
+            crate::cuda::copy::fill(
+                call,
+                "clearing the error word",
+                self.base.err,
+                0,
+                16,
+                stream,
+            )
+        }?;
         stream.synchronize()?;
         Err(match e[0] {
             1 => Error::invalid(

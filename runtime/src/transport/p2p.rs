@@ -8,12 +8,10 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys;
-
 use super::{Amo, AmoOp, Caps, TransportOps};
 use crate::cuda::kernels::{self, Kernels};
 use crate::cuda::pinned::Pinned;
-use crate::cuda::{check, Gpu};
+use crate::cuda::{copy, Gpu};
 use crate::error::{Error, Result};
 
 /// What the GPU peer-to-peer transport can do: kernels reach every GPU of the host by
@@ -22,6 +20,9 @@ pub const CAPS: Caps = Caps::LOAD_STORE
     .union(Caps::RMA)
     .union(Caps::AMO)
     .union(Caps::ORDERED);
+
+/// What a failed host put was doing (in its error).
+const INTO_HEAP: &str = "copying host memory into the GPU heap";
 
 /// Bytes of pinned memory small host puts are staged through.
 const STAGING: usize = 1 << 20;
@@ -68,10 +69,6 @@ impl P2p {
         })
     }
 
-    fn stream(&self) -> sys::CUstream {
-        self.gpu.stream.cu_stream()
-    }
-
     /// Host → GPU heap copy; `src` may be reused on return. Aligned 4- and 8-byte puts travel
     /// inside the stream command itself (`cuStreamWriteValue`); other small puts are staged
     /// through pinned memory so the copy is truly asynchronous; large ones are copied by the
@@ -84,9 +81,11 @@ impl P2p {
             let mut w = 0u64;
             // SAFETY: src points to n (4 or 8) readable bytes; w has room for 8.
             unsafe { std::ptr::copy_nonoverlapping(src, (&mut w as *mut u64).cast::<u8>(), n) };
-            // SAFETY: dst is a checked, aligned word of the mapped GPU heap.
-            let r = unsafe { crate::cuda::stream_write_word(self.stream(), dst as u64, n, w) };
-            if r == sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: dst is a checked, aligned word of the mapped GPU heap of the bound context.
+            let r = unsafe {
+                crate::cuda::stream_write_word(call, INTO_HEAP, &self.gpu.stream, dst as u64, n, w)
+            };
+            if r.is_ok() {
                 return Ok(());
             }
             // Not supported on this memory: fall through to a copy.
@@ -107,33 +106,32 @@ impl P2p {
             // SAFETY: src has n readable bytes; stage has n writable bytes; they cannot overlap.
             unsafe { std::ptr::copy_nonoverlapping(src, stage, n) };
             st.used = (at + n + 63) & !63;
-            // SAFETY: dst..dst+n is a checked, mapped heap range; the pinned source stays
-            // untouched until the stream is synchronized.
-            return check(
-                unsafe { sys::cuMemcpyHtoDAsync_v2(dst as u64, stage.cast(), n, self.stream()) },
-                call,
-                "copying host memory into the GPU heap",
-            );
+            // SAFETY: dst..dst+n is a checked, mapped heap range of the bound context; the
+            // pinned source stays untouched until the stream is synchronized.
+            return unsafe {
+                copy::host_to_device(call, INTO_HEAP, dst as u64, stage, n, &self.gpu.stream)
+            };
         }
-        // SAFETY: dst..dst+n is a checked, mapped heap range; src..src+n a live host buffer. For
-        // pageable memory the driver copies it to staging before returning.
-        check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst as u64, src.cast(), n, self.stream()) },
-            call,
-            "copying host memory into the GPU heap",
-        )
+        // SAFETY: dst..dst+n is a checked, mapped heap range of the bound context; src..src+n
+        // a live host buffer. For pageable memory the driver copies it to staging before
+        // returning.
+        unsafe { copy::host_to_device(call, INTO_HEAP, dst as u64, src, n, &self.gpu.stream) }
     }
 
     /// GPU heap → host copy, complete on return.
     pub fn get(&self, call: &'static str, dst: *mut u8, src: usize, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
         // SAFETY: as in put, reversed; the sync below completes the copy before dst is used.
-        check(
-            // SAFETY: as in put, reversed; the sync below completes the copy before dst is used.
-            unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as u64, n, self.stream()) },
-            call,
-            "copying from the GPU heap",
-        )?;
+        unsafe {
+            copy::device_to_host(
+                call,
+                "copying from the GPU heap",
+                dst,
+                src as u64,
+                n,
+                &self.gpu.stream,
+            )
+        }?;
         self.gpu.sync(call)
     }
 
@@ -142,24 +140,33 @@ impl P2p {
         self.gpu.bind(call)?;
         self.pending
             .store(true, std::sync::atomic::Ordering::Release);
-        // SAFETY: both ranges are checked, mapped heap ranges.
-        check(
-            unsafe { sys::cuMemcpyAsync(dst as u64, src as u64, n, self.stream()) },
-            call,
-            "copying within the GPU heap",
-        )
+        // SAFETY: both ranges are checked, mapped heap ranges of the bound context.
+        unsafe {
+            copy::device_to_device(
+                call,
+                "copying within the GPU heap",
+                dst as u64,
+                src as u64,
+                n,
+                &self.gpu.stream,
+            )
+        }
     }
 
     /// Zero-fills a GPU heap range.
     pub fn zero(&self, call: &'static str, dst: usize, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
-        // SAFETY: checked, mapped heap range.
-        check(
-            // SAFETY: checked, mapped heap range.
-            unsafe { sys::cuMemsetD8Async(dst as u64, 0, n, self.stream()) },
-            call,
-            "zeroing GPU heap memory",
-        )?;
+        // SAFETY: checked, mapped heap range of the bound context.
+        unsafe {
+            copy::fill(
+                call,
+                "zeroing GPU heap memory",
+                dst as u64,
+                0,
+                n,
+                &self.gpu.stream,
+            )
+        }?;
         self.gpu.sync(call)
     }
 

@@ -351,30 +351,27 @@ impl Verbs {
         addr: usize,
         len: usize,
     ) -> Result<Arc<MemoryRegion>> {
-        use cudarc::driver::sys;
+        use std::os::fd::AsRawFd;
         gpu.bind(call)?;
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: `addr..addr+len` is a mapped range of this GPU's heap; `fd` is a valid out-pointer.
-        let r = unsafe {
-            sys::cuMemGetHandleForAddressRange(
-                (&mut fd as *mut std::ffi::c_int).cast(),
-                addr as u64,
-                len,
-                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-                0,
-            )
-        };
-        if r != sys::CUresult::CUDA_SUCCESS || fd < 0 {
-            return Err(unsupported(
+        // `addr..addr+len` is a mapped range of this GPU's heap.
+        let fd = crate::cuda::copy::dma_buf_fd(call, addr, len).map_err(|e| {
+            let status = match e {
+                Error::Cuda { code, .. } => code,
+                other => other.to_string(),
+            };
+            unsupported(
                 call,
-                format!("verbs transport: GPU memory cannot be registered for RDMA: cuMemGetHandleForAddressRange(DMA_BUF_FD) returned {r:?} (needs a CUDA driver and kernel with dma-buf support)"),
-            ));
-        }
+                format!("verbs transport: GPU memory cannot be registered for RDMA: cuMemGetHandleForAddressRange(DMA_BUF_FD) returned {status} (needs a CUDA driver and kernel with dma-buf support)"),
+            )
+        })?;
         // SAFETY: fd is a dma-buf of exactly `len` bytes starting at `addr`; the region is
         // deregistered before the heap is unmapped.
-        let mr = unsafe { self.pd.reg_dmabuf_mr(0, len, addr as u64, fd, access()) };
-        // SAFETY: we own fd; the registration holds its own reference to the dma-buf.
-        unsafe { libc::close(fd) };
+        let mr = unsafe {
+            self.pd
+                .reg_dmabuf_mr(0, len, addr as u64, fd.as_raw_fd(), access())
+        };
+        // We own fd; the registration holds its own reference to the dma-buf.
+        drop(fd);
         mr.map_err(|e| {
             unsupported(call, format!("verbs transport: ibv_reg_dmabuf_mr of GPU heap memory failed: {e} (the RDMA driver or kernel lacks dma-buf support)"))
         })
