@@ -6,6 +6,7 @@
 
 pub(crate) mod copy;
 pub(crate) mod kernels;
+pub(crate) mod launch;
 pub(crate) mod pinned;
 pub(crate) mod target;
 

@@ -161,6 +161,6 @@ impl Module {
         self.gpu.bind(call)?;
         // SAFETY: forwarded from the caller (argument layout) and the function/stream are live
         // in this module's context, bound above.
-        unsafe { crate::cuda::kernels::launch_function(call, &f, grid, block, smem, stream, args) }
+        unsafe { crate::cuda::launch::launch_function(call, &f, grid, block, smem, stream, args) }
     }
 }

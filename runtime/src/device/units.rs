@@ -26,7 +26,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::DeviceState;
-use crate::cuda::{copy, kernels, Gpu};
+use crate::cuda::{copy, launch, Gpu};
 use crate::error::{Error, Result};
 
 /// What a translation unit registers: copies `size` bytes of device state into its
@@ -121,7 +121,7 @@ impl StateSink for Driver<'_> {
         self.0.bind(call)?;
         // SAFETY: `module` is a CUmodule handle the program passed in (documented: loaded in
         // this PE's context, which is bound, and not unloaded).
-        let found = unsafe { kernels::module_global(call, module, c"rshmem_state") }?;
+        let found = unsafe { launch::module_global(call, module, c"rshmem_state") }?;
         let Some((dptr, size)) = found else {
             return Err(Error::invalid(
                 call,
