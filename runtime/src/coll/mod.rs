@@ -533,13 +533,12 @@ impl World {
         };
         if self.engine(Kind::Collect, Group::Team(team), false) == Engine::Push {
             return self.pushed(call, team, None, |s| {
-                let (off, total) = self.collect_offsets(call, s, word)?;
-                if total == BAD_COUNT {
-                    mine?;
-                    return Err(tree::bad_collect(call));
-                }
+                let (off, total) = match self.collect_offsets(call, s, word) {
+                    Ok(v) => v,
+                    // My own bad argument is the error I report.
+                    Err(e) => return Err(mine.err().unwrap_or(e)),
+                };
                 let sb = mine?;
-                let (off, total) = (off as usize, total as usize);
                 let size = std::mem::size_of::<T>();
                 // Every member checks the same symmetric dest against the same total.
                 let fits = self.coll_buf(call, "dest", dest, total).and_then(|db| {

@@ -31,10 +31,15 @@ use std::sync::atomic::Ordering;
 
 use super::{bytes_of, ReduceOp, ReduceType, BAD_COUNT};
 use crate::error::{Error, Result};
+
 use crate::team::{Team, SCRATCH};
 use crate::transport::TransportOps as _;
 use crate::types::Bits;
 use crate::world::World;
+
+/// Offsets of the collect's chain at or above this mark are no offsets (see
+/// [`World::collect_offsets`]).
+const BAD_MARK: u64 = 1 << 63;
 
 /// Signal word: "my source is read, you may put into my dest" (chain reductions; in place the
 /// incoming running result overwrites the source).
@@ -272,14 +277,16 @@ impl World {
         Ok(())
     }
 
-    /// The collect's offsets: returns (my offset, total) in elements, [`BAD_COUNT`] for both
-    /// when some member announced a bad count (`mine` is [`BAD_COUNT`] for a bad one of mine).
+    /// The collect's offsets: returns (my offset, total) in elements, or the error every
+    /// member returns when some member announced a bad count (`mine` is [`BAD_COUNT`] for a
+    /// bad one of mine). The chain's values at or above [`BAD_MARK`] name the first member
+    /// with a bad count ([`BAD_COUNT`] itself: the counts overflow).
     pub(super) fn collect_offsets(
         &self,
         call: &'static str,
         s: &Signals<'_>,
         mine: u64,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(usize, usize)> {
         let n = s.team.n_pes();
         let me = s.team.my_pe();
         let off = if me == 0 {
@@ -288,11 +295,13 @@ impl World {
             self.await_signal(call, s, me - 1, W_CHAIN)?;
             self.sig_word(s, W_CHAIN_VAL)
         };
-        let end = if off == BAD_COUNT || mine == BAD_COUNT {
-            BAD_COUNT
+        let end = if off >= BAD_MARK {
+            off
+        } else if mine >= BAD_MARK {
+            BAD_MARK + me as u64
         } else {
             off.checked_add(mine)
-                .filter(|&e| e < BAD_COUNT)
+                .filter(|&e| e < BAD_MARK)
                 .unwrap_or(BAD_COUNT)
         };
         if me + 1 < n {
@@ -300,9 +309,18 @@ impl World {
         }
         let total = self.bcast_value(call, s, end)?;
         if total == BAD_COUNT {
-            return Ok((BAD_COUNT, BAD_COUNT));
+            return Err(Error::invalid(call, "the members' nelems overflow"));
         }
-        Ok((off, total))
+        if total >= BAD_MARK {
+            let j = (total - BAD_MARK) as usize;
+            let pe = s.team.members().get(j).copied().unwrap_or(usize::MAX);
+            return Err(Error::invalid(
+                call,
+                format!("team PE {j} (PE {pe}) passed a bad source or nelems"),
+            ));
+        }
+        // Below BAD_MARK (2^63): fits a usize on the 64-bit targets rshmem supports.
+        Ok((off as usize, total as usize))
     }
 
     /// Bruck's allgather by pulls of the collect's blocks (`esize`-byte elements; mine is
@@ -403,12 +421,4 @@ impl World {
 pub(super) fn fits(n: usize) -> bool {
     let rounds = (usize::BITS - n.saturating_sub(1).leading_zeros()) as usize;
     rounds <= MAX_ROUNDS
-}
-
-/// Message for a collect whose members announced a bad count.
-pub(super) fn bad_collect(call: &'static str) -> Error {
-    Error::invalid(
-        call,
-        "a member passed a bad source or nelems (or the members' nelems overflow)",
-    )
 }
