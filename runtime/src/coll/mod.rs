@@ -6,10 +6,11 @@
 //! addresses on the user heap (CPU or GPU), checked before anything moves.
 //!
 //! Algorithms (see `docs/collectives.md`): one place chooses the engine of every collective,
-//! for teams and active sets alike ([`World::engine`], `select.rs`). Every call completes this
+//! for teams and active sets alike (`World::engine`, `select.rs`). Every call completes this
 //! PE's outstanding operations, syncs the team, moves the data, completes its own copies and
 //! syncs the team again (no member returns, and so reuses its `source` or reads its `dest`,
-//! while another still reads or writes them): two team syncs per call, whatever the engine.
+//! while another still reads or writes them): two team syncs per call (the push engine's
+//! broadcast, fcollect and reductions need only the first: see `World::pushed`).
 //!
 //! * Direct (every member on this host, or data movement on a GPU heap): broadcast, collect,
 //!   fcollect and alltoall(s) *pull* each member's block straight into this PE's `dest`: a
