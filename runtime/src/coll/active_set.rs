@@ -19,7 +19,7 @@
 //! engines need a team's signal words, so an active set never gets them. Buffers are symmetric
 //! addresses (heap or a registered region), checked before anything moves.
 
-use super::{bytes_of, Check, ReduceOp, ReduceType};
+use super::{bytes_of, Check, Op, ReduceOp, ReduceType};
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::{Cmp, RmaType};
@@ -221,7 +221,8 @@ impl World {
         let g = Group::Set(set);
         g.check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
-        self.bcast_engine(call, g, &NO_CHECK, dest, source, nelems, root, false)
+        let op = Op::new(call, g, &NO_CHECK, dest, source, nelems);
+        self.bcast_engine(op, root, false)
     }
 
     /// **Collective over the set.** Concatenates every member's `nelems` elements of `source`
@@ -234,7 +235,14 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         let call = "set_fcollect";
-        self.fcollect_engine(call, Group::Set(set), &NO_CHECK, dest, source, nelems)
+        self.fcollect_engine(Op::new(
+            call,
+            Group::Set(set),
+            &NO_CHECK,
+            dest,
+            source,
+            nelems,
+        ))
     }
 
     /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
@@ -294,8 +302,8 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         let call = "set_alltoalls";
-        let g = Group::Set(set);
-        self.alltoall_engine(call, g, &NO_CHECK, dest, source, dst, sst, nelems)
+        let op = Op::new(call, Group::Set(set), &NO_CHECK, dest, source, nelems);
+        self.alltoall_engine(op, dst, sst)
     }
 
     /// **Collective over the set.** Element-wise reduction with `op` of every member's
@@ -312,7 +320,7 @@ impl World {
     ) -> Result<()> {
         let _ = op;
         let g = Group::Set(set);
-        self.reduce_engine::<T, O>(O::CALL, g, &NO_CHECK, dest, source, nelems)
+        self.reduce_engine::<T, O>(Op::new(O::CALL, g, &NO_CHECK, dest, source, nelems))
     }
 
     /// **Collective over the team or set.** Reduction of `nelems` elements of `elem_size`

@@ -117,6 +117,59 @@ impl Check<'_> {
     }
 }
 
+/// One call of a collective whose engine teams and active sets share: the call's name, the
+/// group, the arguments its first sync compares, and the buffers.
+#[derive(Clone, Copy)]
+struct Op<'a, T> {
+    call: &'static str,
+    g: Group<'a>,
+    check: &'a Check<'a>,
+    dest: *mut T,
+    source: *const T,
+    nelems: usize,
+}
+
+/// An [`Op`]'s fields in declaration order.
+type OpParts<'a, T> = (
+    &'static str,
+    Group<'a>,
+    &'a Check<'a>,
+    *mut T,
+    *const T,
+    usize,
+);
+
+impl<'a, T> Op<'a, T> {
+    fn new(
+        call: &'static str,
+        g: Group<'a>,
+        check: &'a Check<'a>,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+    ) -> Self {
+        Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        }
+    }
+
+    fn parts(self) -> OpParts<'a, T> {
+        (
+            self.call,
+            self.g,
+            self.check,
+            self.dest,
+            self.source,
+            self.nelems,
+        )
+    }
+}
+
 /// True if the byte ranges `[a, a+al)` and `[b, b+bl)` share a byte.
 fn overlap(a: usize, al: usize, b: usize, bl: usize) -> bool {
     al > 0 && bl > 0 && a < b.saturating_add(bl) && b < a.saturating_add(al)
@@ -430,23 +483,19 @@ impl World {
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        self.bcast_engine(call, g, &check, dest, source, nelems, root, true)
+        let op = Op::new(call, g, &check, dest, source, nelems);
+        self.bcast_engine(op, root, true)
     }
 
     /// The broadcast of teams and active sets (`root_writes`: the root's `dest` gets the data
     /// too) by the engine [`World::engine`] picks.
-    #[allow(clippy::too_many_arguments)]
     fn bcast_engine<T: RmaType>(
         &self,
-        call: &'static str,
-        g: Group<'_>,
-        check: &Check<'_>,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
+        op: Op<'_, T>,
         root: usize,
         root_writes: bool,
     ) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
         let bytes = bytes_of::<T>(call, "block", nelems)?;
         let at_root = g.me() == root;
         if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Broadcast, g, false), g) {
@@ -493,19 +542,19 @@ impl World {
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        self.fcollect_engine(call, Group::Team(team), &check, dest, source, nelems)
+        self.fcollect_engine(Op::new(
+            call,
+            Group::Team(team),
+            &check,
+            dest,
+            source,
+            nelems,
+        ))
     }
 
     /// The fcollect of teams and active sets by the engine [`World::engine`] picks.
-    fn fcollect_engine<T: RmaType>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        check: &Check<'_>,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
+    fn fcollect_engine<T: RmaType>(&self, op: Op<'_, T>) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
         let total = team_total(call, nelems, g.n())?;
         self.coll_bufs(call, dest, total, source, nelems, false)?;
         let block = bytes_of::<T>(call, "block", nelems)?;
@@ -661,24 +710,14 @@ impl World {
             ("sst", sst as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        let g = Group::Team(team);
-        self.alltoall_engine(call, g, &check, dest, source, dst, sst, nelems)
+        let op = Op::new(call, Group::Team(team), &check, dest, source, nelems);
+        self.alltoall_engine(op, dst, sst)
     }
 
     /// The (strided) alltoall of teams and active sets: every member pulls its block of each
     /// member's `source` (one message per member: alltoall is O(n) per PE by nature).
-    #[allow(clippy::too_many_arguments)]
-    fn alltoall_engine<T: RmaType>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        check: &Check<'_>,
-        dest: *mut T,
-        source: *const T,
-        dst: usize,
-        sst: usize,
-        nelems: usize,
-    ) -> Result<()> {
+    fn alltoall_engine<T: RmaType>(&self, op: Op<'_, T>, dst: usize, sst: usize) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
         let n = g.n();
         let me = g.me();
         let Strided {
@@ -840,20 +879,20 @@ impl World {
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        self.reduce_engine::<T, O>(call, Group::Team(team), &check, dest, source, nelems)
+        self.reduce_engine::<T, O>(Op::new(
+            call,
+            Group::Team(team),
+            &check,
+            dest,
+            source,
+            nelems,
+        ))
     }
 
     /// The element-wise reduction of teams and active sets by the engine [`World::engine`]
     /// picks; every engine combines in member order (bit-identical results).
-    fn reduce_engine<T: ReduceType, O: ReduceOp<T>>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        check: &Check<'_>,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
+    fn reduce_engine<T: ReduceType, O: ReduceOp<T>>(&self, op: Op<'_, T>) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let srcs = self.member_ptrs(call, g, source, nelems)?;
         let dsts = self.member_ptrs(call, g, dest.cast_const(), nelems)?;
