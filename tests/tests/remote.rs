@@ -174,9 +174,10 @@ fn big_transfer_tcp() {
     common::scenario(2, "tcp-big", &env);
 }
 
-/// Barriers, team syncs and splits over TCP cost O(log n) rounds and messages, counted, not
-/// timed (`sync-cost remote`: ⌈log2 n⌉ rounds and one-way flags per barrier and no round trip,
-/// a split with no round trip, an fcollect with one per remote member). 32 PEs start and run it
+/// Barriers, team syncs, splits and collectives over TCP cost O(log n) rounds and messages,
+/// counted, not timed (`sync-cost remote`: ⌈log2 n⌉ rounds and one-way flags per barrier and
+/// no round trip, a split with no round trip, an fcollect, broadcast, collect and reduce with
+/// O(log n) requests each). 32 PEs start and run it
 /// in about 4 s on a loaded 2-core machine.
 fn sync_cost_tcp(n: usize) {
     let mut j = common::job(n, "sync-cost").arg("remote").timeout(120);
@@ -194,4 +195,24 @@ fn sync_cost_tcp_5pes() {
 #[test]
 fn sync_cost_tcp_32pes() {
     sync_cost_tcp(32);
+}
+
+/// Every host collective, checked, on 32 PEs that each reach every other over TCP (issue 30,
+/// item 10). Not timed: it must finish within the generous limit, and every PE checks every
+/// result. Ignored in `cargo test` (a debug build of 32 PEs beside this file's other jobs may
+/// outlast the limit on 2 cores); CI runs the same job on the release build after `cargo build
+/// --release --workspace` (`.ci/run`, "collectives on 32 PEs over TCP"). Run it with
+/// `cargo test --release -p rshmem-tests --test remote coll_tcp_32pes -- --ignored`.
+/// Measured on the 2-core build machine, release build, at a load average of 44–128 from other
+/// jobs: 568 s (670 s before the push engines, at 65–215); see docs/bench/collectives-tcp.md.
+#[test]
+#[ignore = "32 PEs: CI runs it on the release build (.ci/run)"]
+fn coll_tcp_32pes() {
+    let mut j = common::job(32, "coll")
+        .timeout(900)
+        .env("RSHMEM_TIMEOUT", "120");
+    for (k, v) in TCP {
+        j = j.env(k, v);
+    }
+    j.run().assert_ok(0..32, "coll");
 }

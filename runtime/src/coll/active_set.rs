@@ -12,16 +12,21 @@
 //! `SHMEM_SYNC_VALUE`, when the call returns and may be reused at once); `collect` passes the
 //! counts in the last word. `pWrk` is never needed.
 //!
-//! Data moves by the pull protocol of the staged team collectives: quiet, sync, pull what this
-//! PE needs into a private buffer, sync (also after a failure, so no member is left waiting),
-//! write this PE's `dest`, quiet. Buffers are symmetric addresses (heap or a registered region),
-//! checked before anything moves.
+//! Data moves by the same engines as the team collectives, chosen at the same place
+//! ([`World::engine`](crate::World), `coll/select.rs`): the direct engine (pulls straight into
+//! `dest` between the two syncs, partitioned reductions when every member is on this host) or
+//! the staged one (pull into private memory, write `dest` after the second sync). The push
+//! engines need a team's signal words, so an active set never gets them. Buffers are symmetric
+//! addresses (heap or a registered region), checked before anything moves.
 
-use super::{bytes_of, ReduceOp, ReduceType};
+use super::{bytes_of, Check, Op, ReduceOp, ReduceType};
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::{Cmp, RmaType};
 use crate::world::World;
+
+/// An active set's first sync compares nothing (its `pSync` barrier carries no check).
+const NO_CHECK: Check<'static> = Check(&[]);
 
 /// An active set with its `pSync` (see the module docs), made by [`World::active_set`].
 #[derive(Debug, Clone)]
@@ -186,7 +191,7 @@ impl World {
     }
 
     /// The dissemination barrier of counters in `pSync` (see the module docs).
-    fn set_sync_named(&self, _call: &'static str, set: &ActiveSet) -> Result<()> {
+    pub(super) fn set_sync_named(&self, _call: &'static str, set: &ActiveSet) -> Result<()> {
         let n = set.members.len();
         let mut dist = 1;
         let mut round = 0;
@@ -199,31 +204,6 @@ impl World {
             round += 1;
         }
         Ok(())
-    }
-
-    fn group_sync(&self, call: &'static str, g: Group<'_>) -> Result<()> {
-        match g {
-            Group::Team(t) => self.team_sync_named(call, t),
-            Group::Set(s) => self.set_sync_named(call, s),
-        }
-    }
-
-    /// quiet, sync, gather, sync (also when gathering failed), write, quiet.
-    fn pull_protocol<V>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        gather: impl FnOnce() -> Result<V>,
-        write: impl FnOnce(V) -> Result<()>,
-    ) -> Result<()> {
-        self.quiet_all(call)?;
-        self.group_sync(call, g)?;
-        let got = gather();
-        let synced = self.group_sync(call, g);
-        let v = got?;
-        synced?;
-        write(v)?;
-        self.quiet_all(call)
     }
 
     /// **Collective over the set.** Copies `nelems` elements of `source` on set member `root`
@@ -241,23 +221,8 @@ impl World {
         let g = Group::Set(set);
         g.check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
-        self.pull_protocol(
-            call,
-            g,
-            || {
-                let mut v = vec![T::default_value(); nelems];
-                if nelems > 0 {
-                    self.get_impl(call, &mut v, source, g.pe(root))?;
-                }
-                Ok(v)
-            },
-            |v| {
-                if g.me() == root {
-                    return Ok(());
-                }
-                self.write_mine(call, dest, &v)
-            },
-        )
+        let op = Op::new(call, g, &NO_CHECK, dest, source, nelems);
+        self.bcast_engine(op, root, false)
     }
 
     /// **Collective over the set.** Concatenates every member's `nelems` elements of `source`
@@ -270,23 +235,14 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         let call = "set_fcollect";
-        let g = Group::Set(set);
-        let total = super::team_total(call, nelems, g.n())?;
-        self.coll_bufs(call, dest, total, source, nelems, false)?;
-        self.pull_protocol(
+        self.fcollect_engine(Op::new(
             call,
-            g,
-            || {
-                let mut v = vec![T::default_value(); total];
-                if nelems > 0 {
-                    for (j, c) in v.chunks_mut(nelems).enumerate() {
-                        self.get_impl(call, c, source, g.pe(j))?;
-                    }
-                }
-                Ok(v)
-            },
-            |v| self.write_mine(call, dest, &v),
-        )
+            Group::Set(set),
+            &NO_CHECK,
+            dest,
+            source,
+            nelems,
+        ))
     }
 
     /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
@@ -309,7 +265,7 @@ impl World {
         self.write_mine(call, word, &[count])?;
         self.quiet_all(call)?;
         self.group_sync(call, g)?;
-        let gathered = (|| -> Result<Vec<T>> {
+        let gathered = (|| -> Result<()> {
             let mut counts = Vec::with_capacity(g.n());
             for j in 0..g.n() {
                 let c = self.g(word.cast_const(), g.pe(j))?;
@@ -317,29 +273,18 @@ impl World {
                     Error::invalid(call, format!("set member {j} announced {c} elements"))
                 })?);
             }
-            let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-            let total =
-                total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
-            let db = self.coll_buf(call, "dest", dest, total)?;
             let sb = bytes_of::<T>(call, "source", nelems)?;
-            Self::coll_overlap(call, dest, db, source, sb, false)?;
-            let mut v = vec![T::default_value(); total];
-            let mut at = 0;
-            for (j, &c) in counts.iter().enumerate() {
-                if c > 0 {
-                    self.get_impl(call, &mut v[at..at + c], source, g.pe(j))?;
-                }
-                at += c;
-            }
-            Ok(v)
+            self.pull_counted(call, g, dest, source, sb, &counts)
         })();
+        // Nobody reads my word any more once every member's gather is done; the word is the
+        // caller's pSync: give it back zeroed.
+        let q = self.quiet_all(call);
         let synced = self.group_sync(call, g);
-        // The word is the caller's pSync: give it back zeroed.
         let zeroed = self.write_mine(call, word, &[0i64]);
-        let v = gathered?;
+        gathered?;
+        q?;
         synced?;
         zeroed?;
-        self.write_mine(call, dest, &v)?;
         self.quiet_all(call)
     }
 
@@ -357,15 +302,8 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         let call = "set_alltoalls";
-        let g = Group::Set(set);
-        let s = self.strided_args(call, dest, source, dst, sst, nelems, g.n())?;
-        let start = source.wrapping_add(g.me() * nelems * sst);
-        self.pull_protocol(
-            call,
-            g,
-            || self.gather_strided(call, g, start, nelems, sst, s.bspan),
-            |v| self.scatter_mine(call, dest, v, dst, s.dspan),
-        )
+        let op = Op::new(call, Group::Set(set), &NO_CHECK, dest, source, nelems);
+        self.alltoall_engine(op, dst, sst)
     }
 
     /// **Collective over the set.** Element-wise reduction with `op` of every member's
@@ -381,15 +319,8 @@ impl World {
         op: O,
     ) -> Result<()> {
         let _ = op;
-        let call = O::CALL;
         let g = Group::Set(set);
-        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
-        self.pull_protocol(
-            call,
-            g,
-            || self.reduce_blocks::<T, O>(call, g, source, nelems),
-            |v| self.write_mine(call, dest, &v),
-        )
+        self.reduce_engine::<T, O>(Op::new(O::CALL, g, &NO_CHECK, dest, source, nelems))
     }
 
     /// **Collective over the team or set.** Reduction of `nelems` elements of `elem_size`
@@ -417,9 +348,14 @@ impl World {
         self.coll_bufs(call, dest, bytes, source, bytes, true)?;
         // 16-byte aligned staging (long double needs it).
         let words = bytes.div_ceil(16);
+        let check = Check(&[
+            ("nelems", nelems as u64),
+            ("element size", elem_size as u64),
+        ]);
         self.pull_protocol(
             call,
             group,
+            &check,
             || {
                 let mut acc = vec![0u128; words];
                 if bytes == 0 {
@@ -466,9 +402,14 @@ impl World {
         let words = bytes.div_ceil(16);
         // Members whose source enters my result.
         let upto = group.me() + usize::from(!exclusive);
+        let check = Check(&[
+            ("nelems", nelems as u64),
+            ("element size", elem_size as u64),
+        ]);
         self.pull_protocol(
             call,
             group,
+            &check,
             || {
                 let mut acc = vec![0u128; words];
                 if bytes == 0 || upto == 0 {

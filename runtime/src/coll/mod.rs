@@ -5,28 +5,38 @@
 //! strides. PE numbers (`root`, block indices) are team-relative. Buffers are symmetric
 //! addresses on the user heap (CPU or GPU), checked before anything moves.
 //!
-//! Algorithms (see `docs/collectives.md`): every call completes this PE's outstanding
-//! operations, syncs the team, moves the data, completes its own copies and syncs the team
-//! again (no member returns, and so reuses its `source` or reads its `dest`, while another
-//! still reads or writes them): two team syncs per call, whatever the path.
+//! Algorithms (see `docs/collectives.md`): one place chooses the engine of every collective,
+//! for teams and active sets alike (`World::engine`, `select.rs`). Every call completes this
+//! PE's outstanding operations, syncs the team, moves the data, completes its own copies and
+//! syncs the team again (no member returns, and so reuses its `source` or reads its `dest`,
+//! while another still reads or writes them): two team syncs per call (the push engine's
+//! broadcast, fcollect and reductions need only the first: see `World::pushed`).
 //!
-//! * Data movement (broadcast, collect, fcollect, alltoall(s)) *pulls* each member's block
-//!   straight into this PE's `dest`: a load/store copy on the CPU heap, a copy-engine copy on
-//!   the GPU heap, a TCP get into the (host) `dest` for PEs of other hosts. No private staging.
-//! * Reductions on the CPU heap with every member on this host are *partitioned*: the result
-//!   is dealt out in cache-line-aligned slices, one per member; each member combines its slice
-//!   of every member's `source` in team order, a cache-sized chunk at a time, and stores each
-//!   chunk into every member's `dest`. Every element is combined by exactly one member in team
-//!   order, so all members hold bit-identical results; since only the slice's owner reads that
-//!   slice of any `source`, it may overwrite it right after reading (in-place reduce).
-//!   `reducescatter` combines its own block straight into its `dest`.
-//! * Reductions elsewhere (GPU heap, PEs over TCP) pull every member's block into a private
-//!   buffer, combine there in team order, sync, and write `dest` afterwards.
+//! * Direct (every member on this host, or data movement on a GPU heap): broadcast, collect,
+//!   fcollect and alltoall(s) *pull* each member's block straight into this PE's `dest`: a
+//!   load/store copy on the CPU heap, a copy-engine copy on the GPU heap. No private staging.
+//!   Reductions on the CPU heap are *partitioned*: the result is dealt out in
+//!   cache-line-aligned slices, one per member; each member combines its slice of every
+//!   member's `source` in team order, a cache-sized chunk at a time, and stores each chunk into
+//!   every member's `dest`. Every element is combined by exactly one member in team order, so
+//!   all members hold bit-identical results; since only the slice's owner reads that slice of
+//!   any `source`, it may overwrite it right after reading (in-place reduce). `reducescatter`
+//!   combines its own block straight into its `dest`.
+//! * Push (a team with members on other hosts, CPU heap; `tree.rs`): broadcast by a binomial
+//!   tree, fcollect by Bruck's allgather, collect by a chain of offsets and Bruck's allgather
+//!   by pulls, reductions by a chain in team order and a binomial broadcast of the result:
+//!   O(log n) messages per PE instead of one per member.
+//! * Staged (reductions on the GPU heap or over remote members without load/store, active
+//!   sets' reductions across hosts, `reduce_with`, the scans): pull every member's block into
+//!   a private buffer, combine there in team order, sync, and write `dest` afterwards.
+//!   `reducescatter` and alltoall(s) across hosts stay pulls: one request per member.
 
 mod active_set;
 pub(crate) mod device;
 pub(crate) mod modules;
 mod ops;
+mod select;
+mod tree;
 
 pub use active_set::{ActiveSet, Group};
 pub use ops::{And, BitwiseReduceType, Max, Min, Or, Prod, ReduceOp, ReduceType, Sum, Xor};
@@ -36,6 +46,8 @@ use crate::team::Team;
 use crate::transport::{Transport, TransportOps as _};
 use crate::types::RmaType;
 use crate::world::{Target, World};
+use select::{Engine, Kind};
+use tree::Signals;
 
 /// `collect`'s "my arguments are bad" mark in the exchanged count.
 const BAD_COUNT: u64 = u64::MAX;
@@ -103,6 +115,59 @@ impl Check<'_> {
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// One call of a collective whose engine teams and active sets share: the call's name, the
+/// group, the arguments its first sync compares, and the buffers.
+#[derive(Clone, Copy)]
+struct Op<'a, T> {
+    call: &'static str,
+    g: Group<'a>,
+    check: &'a Check<'a>,
+    dest: *mut T,
+    source: *const T,
+    nelems: usize,
+}
+
+/// An [`Op`]'s fields in declaration order.
+type OpParts<'a, T> = (
+    &'static str,
+    Group<'a>,
+    &'a Check<'a>,
+    *mut T,
+    *const T,
+    usize,
+);
+
+impl<'a, T> Op<'a, T> {
+    fn new(
+        call: &'static str,
+        g: Group<'a>,
+        check: &'a Check<'a>,
+        dest: *mut T,
+        source: *const T,
+        nelems: usize,
+    ) -> Self {
+        Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        }
+    }
+
+    fn parts(self) -> OpParts<'a, T> {
+        (
+            self.call,
+            self.g,
+            self.check,
+            self.dest,
+            self.source,
+            self.nelems,
+        )
     }
 }
 
@@ -227,7 +292,7 @@ impl World {
     fn member_ptrs<T: RmaType>(
         &self,
         call: &'static str,
-        team: &Team,
+        g: Group<'_>,
         p: *const T,
         nelems: usize,
     ) -> Result<Option<Vec<*mut T>>> {
@@ -238,9 +303,9 @@ impl World {
         if bytes == 0 || (p as usize) % std::mem::align_of::<T>() != 0 {
             return Ok(None);
         }
-        let mut v = Vec::with_capacity(team.n_pes());
-        for &pe in team.members() {
-            match self.target(call, p as usize, bytes, pe)? {
+        let mut v = Vec::with_capacity(g.n());
+        for j in 0..g.n() {
+            match self.target(call, p as usize, bytes, g.pe(j))? {
                 Target::Local(a) => v.push(a as *mut T),
                 Target::Remote { .. } => return Ok(None),
             }
@@ -266,67 +331,113 @@ impl World {
         }
     }
 
-    /// The protocol of the staged reductions: quiet, sync, pull every member's `nelems`
-    /// elements at `src` and combine them in team order (in private memory), sync (also when
-    /// that failed, so that no member is left waiting), write my `dest`, quiet.
-    fn reduce_staged<T: ReduceType, O: ReduceOp<T>>(
+    /// The first sync of a collective over `g`: a team's compares `check` (the call's
+    /// arguments) across the members ([`checked_team_sync`](World::checked_team_sync)); an
+    /// active set's is its `pSync` barrier, which carries no check.
+    fn first_sync(&self, call: &'static str, g: Group<'_>, check: &Check<'_>) -> Result<()> {
+        match g {
+            Group::Team(t) => self.checked_team_sync(call, t, check),
+            Group::Set(s) => self.set_sync_named(call, s),
+        }
+    }
+
+    /// A collective's other syncs over `g` (a team sync, or the active set's `pSync` barrier).
+    pub(super) fn group_sync(&self, call: &'static str, g: Group<'_>) -> Result<()> {
+        match g {
+            Group::Team(t) => self.team_sync_named(call, t),
+            Group::Set(s) => self.set_sync_named(call, s),
+        }
+    }
+
+    /// The protocol of the staged engine: quiet, first sync, `gather` what this PE needs into
+    /// private memory, sync (also when that failed, so that no member is left waiting),
+    /// `write` my `dest`, quiet.
+    fn pull_protocol<V>(
         &self,
         call: &'static str,
-        team: &Team,
+        g: Group<'_>,
         check: &Check<'_>,
-        dest: *mut T,
-        src: *const T,
-        nelems: usize,
+        gather: impl FnOnce() -> Result<V>,
+        write: impl FnOnce(V) -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
-        self.checked_team_sync(call, team, check)?;
-        let got = self.reduce_blocks::<T, O>(call, Group::Team(team), src, nelems);
-        let synced = self.team_sync_named(call, team);
+        self.first_sync(call, g, check)?;
+        let got = gather();
+        let synced = self.group_sync(call, g);
         let v = got?;
         synced?;
-        self.write_mine(call, dest, &v)?;
+        write(v)?;
         self.quiet_all(call)
     }
 
-    /// The protocol of the direct paths: quiet, sync, `work` (reads the members' `source`,
-    /// writes `dest`s), quiet (my copies are complete), sync (also when `work` failed, so that
-    /// no member is left waiting).
+    /// The protocol of the direct engine: quiet, first sync, `work` (reads the members'
+    /// `source`, writes `dest`s), quiet (my copies are complete), sync (also when `work`
+    /// failed, so that no member is left waiting).
     fn one_phase(
         &self,
         call: &'static str,
-        team: &Team,
+        g: Group<'_>,
         check: &Check<'_>,
         work: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
-        self.checked_team_sync(call, team, check)?;
+        self.first_sync(call, g, check)?;
         let r = work();
-        self.finish(call, team, r)
+        self.finish(call, g, r)
+    }
+
+    /// The protocol of the push engine (a team's): quiet, first sync, `work` with the
+    /// collective's [`Signals`], quiet. With no `check` the first sync compares nothing and a
+    /// second sync ends the call (collect: the members' counts differ, and its pulls read the
+    /// other members' `dest`). With a `check` there is no second sync: every byte a member
+    /// receives comes with a signal that it awaits, and no member reads another's memory, so
+    /// once a member has its signals nobody touches its buffers any more (broadcast, fcollect,
+    /// reductions: ⌈log2 n⌉ rounds fewer per call).
+    fn pushed(
+        &self,
+        call: &'static str,
+        team: &Team,
+        check: Option<&Check<'_>>,
+        work: impl FnOnce(&Signals<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.quiet_all(call)?;
+        match check {
+            Some(c) => self.checked_team_sync(call, team, c)?,
+            None => self.team_sync_named(call, team)?,
+        }
+        let s = Signals::after_first_sync(team);
+        let r = work(&s);
+        if check.is_none() {
+            return self.finish(call, Group::Team(team), r);
+        }
+        let q = self.quiet_all(call);
+        r?;
+        q
     }
 
     /// The end of a one-phase collective whose work returned `r`: quiet (my copies are
     /// complete), then sync, also when `r` failed, so that no member is left waiting.
-    fn finish(&self, call: &'static str, team: &Team, r: Result<()>) -> Result<()> {
+    fn finish(&self, call: &'static str, g: Group<'_>, r: Result<()>) -> Result<()> {
         let q = self.quiet_all(call);
-        let synced = self.team_sync_named(call, team);
+        let synced = self.group_sync(call, g);
         r?;
         q?;
         synced
     }
 
-    /// Pulls block `j` (`nelems` elements at `src`) of every team member `j` into block `j`
+    /// Pulls block `j` (`nelems` elements at `src`) of every member `j` of `g` into block `j`
     /// of `dest`, starting with my own block, then the next members': at any moment the
     /// members read different sources.
     fn pull_blocks<T: RmaType>(
         &self,
         call: &'static str,
-        team: &Team,
+        g: Group<'_>,
         dest: *mut T,
         src: *const T,
         nelems: usize,
     ) -> Result<()> {
-        let n = team.n_pes();
-        let me = team.my_pe();
+        let n = g.n();
+        let me = g.me();
         if matches!(self.xport, Transport::Shm) {
             // Host memory: every block straight into my dest, the remote ones' round trips
             // overlapped.
@@ -338,7 +449,7 @@ impl World {
             for i in 0..n {
                 let j = (me + i) % n;
                 let at = dest.wrapping_add(j * nelems);
-                let t = self.target(call, src as usize, bytes, team.world_pe(j))?;
+                let t = self.target(call, src as usize, bytes, g.pe(j))?;
                 let d = self.remote(call, at as usize, bytes, self.me)?;
                 gets.push((d as *mut u8, t, bytes));
             }
@@ -347,7 +458,7 @@ impl World {
         for i in 0..n {
             let j = (me + i) % n;
             let at = dest.wrapping_add(j * nelems);
-            self.pull_into(call, at, src, nelems, team.world_pe(j))?;
+            self.pull_into(call, at, src, nelems, g.pe(j))?;
         }
         Ok(())
     }
@@ -365,22 +476,54 @@ impl World {
     ) -> Result<()> {
         let call = "broadcast";
         self.team_check(call, team)?;
-        Group::Team(team).check_root(call, root)?;
+        let g = Group::Team(team);
+        g.check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
-        let root_pe = team.world_pe(root);
         let check = Check(&[
             ("root", root as u64),
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        self.one_phase(call, team, &check, || {
-            if root_pe == self.me && dest.cast_const() == source {
-                // In place on the root: its dest already holds the data (and the others are
-                // reading it).
+        let op = Op::new(call, g, &check, dest, source, nelems);
+        self.bcast_engine(op, root, true)
+    }
+
+    /// The broadcast of teams and active sets (`root_writes`: the root's `dest` gets the data
+    /// too) by the engine [`World::engine`] picks.
+    fn bcast_engine<T: RmaType>(
+        &self,
+        op: Op<'_, T>,
+        root: usize,
+        root_writes: bool,
+    ) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
+        let bytes = bytes_of::<T>(call, "block", nelems)?;
+        let at_root = g.me() == root;
+        if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Broadcast, g, false), g) {
+            return self.pushed(call, team, Some(check), |s| {
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let (d, src) = (dest.cast::<u8>(), source.cast::<u8>());
+                let from = if at_root {
+                    if root_writes {
+                        self.copy_mine(call, d, src, bytes)?;
+                    }
+                    self.remote(call, src as usize, bytes, self.me)? as *const u8
+                } else {
+                    std::ptr::null()
+                };
+                self.bcast_push(call, s, d, from, bytes, root)
+            });
+        }
+        self.one_phase(call, g, check, || {
+            if at_root && (!root_writes || dest.cast_const() == source) {
+                // The root's dest is left alone, or already holds the data (in place; the
+                // others are reading it).
                 return Ok(());
             }
             // Nobody reads a non-root's source, so an in-place non-root may overwrite it.
-            self.pull_into(call, dest, source, nelems, root_pe)
+            self.pull_into(call, dest, source, nelems, g.pe(root))
         })
     }
 
@@ -396,15 +539,36 @@ impl World {
     ) -> Result<()> {
         let call = "fcollect";
         self.team_check(call, team)?;
-        let n = team.n_pes();
-        let total = team_total(call, nelems, n)?;
-        self.coll_bufs(call, dest, total, source, nelems, false)?;
         let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        self.one_phase(call, team, &check, || {
-            self.pull_blocks(call, team, dest, source, nelems)
+        self.fcollect_engine(Op::new(
+            call,
+            Group::Team(team),
+            &check,
+            dest,
+            source,
+            nelems,
+        ))
+    }
+
+    /// The fcollect of teams and active sets by the engine [`World::engine`] picks.
+    fn fcollect_engine<T: RmaType>(&self, op: Op<'_, T>) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
+        let total = team_total(call, nelems, g.n())?;
+        self.coll_bufs(call, dest, total, source, nelems, false)?;
+        let block = bytes_of::<T>(call, "block", nelems)?;
+        if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Fcollect, g, false), g) {
+            return self.pushed(call, team, Some(check), |s| {
+                if block == 0 {
+                    return Ok(());
+                }
+                self.fcollect_push(call, s, dest.cast(), source.cast(), block)
+            });
+        }
+        self.one_phase(call, g, check, || {
+            self.pull_blocks(call, g, dest, source, nelems)
         })
     }
 
@@ -420,7 +584,6 @@ impl World {
     ) -> Result<()> {
         let call = "collect";
         self.team_check(call, team)?;
-        let n = team.n_pes();
         // My arguments, checked before the exchange; a bad count is announced, not hidden, so
         // the other members fail too instead of waiting.
         let mine = self.coll_buf(call, "source", source, nelems);
@@ -428,16 +591,42 @@ impl World {
             Ok(_) if (nelems as u64) < BAD_COUNT => nelems as u64,
             _ => BAD_COUNT,
         };
+        if self.engine(Kind::Collect, Group::Team(team), false) == Engine::Push {
+            return self.pushed(call, team, None, |s| {
+                let (off, total) = match self.collect_offsets(call, s, word) {
+                    Ok(v) => v,
+                    // My own bad argument is the error I report.
+                    Err(e) => return Err(mine.err().unwrap_or(e)),
+                };
+                let sb = mine?;
+                let size = std::mem::size_of::<T>();
+                // Every member checks the same symmetric dest against the same total.
+                let fits = self.coll_buf(call, "dest", dest, total).and_then(|db| {
+                    Self::coll_overlap(call, dest, db, source, sb, false)?;
+                    self.copy_mine(
+                        call,
+                        dest.wrapping_add(off).cast(),
+                        source.cast(),
+                        nelems * size,
+                    )
+                });
+                let d = dest.cast::<u8>();
+                let pulled = self.collect_pull(call, s, d, size, off, nelems, total, fits.is_ok());
+                fits?;
+                pulled
+            });
+        }
         let slot_word = self.teams.slot_off(team.inner.slot, 0);
         self.quiet_all(call)?;
         // Between the two syncs of a collective only their owner writes the slot's words.
         self.ctrl_store(call, self.me, slot_word, word)?;
         self.team_sync_named(call, team)?;
+        let g = Group::Team(team);
         let gathered = (|| {
             let sb = mine?;
-            let mut counts = Vec::with_capacity(n);
-            for j in 0..n {
-                let pe = team.world_pe(j);
+            let mut counts = Vec::with_capacity(g.n());
+            for j in 0..g.n() {
+                let pe = g.pe(j);
                 let c = self.ctrl_load(call, pe, slot_word)?;
                 if c == BAD_COUNT {
                     return Err(Error::invalid(
@@ -447,19 +636,32 @@ impl World {
                 }
                 counts.push(c as usize);
             }
-            let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
-            let total =
-                total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
-            let db = self.coll_buf(call, "dest", dest, total)?;
-            Self::coll_overlap(call, dest, db, source, sb, false)?;
-            let mut at = 0;
-            for (j, &c) in counts.iter().enumerate() {
-                self.pull_into(call, dest.wrapping_add(at), source, c, team.world_pe(j))?;
-                at += c;
-            }
-            Ok(())
+            self.pull_counted(call, g, dest, source, sb, &counts)
         })();
-        self.finish(call, team, gathered)
+        self.finish(call, g, gathered)
+    }
+
+    /// The data of a collect whose members' counts are known (`sb`: my source's bytes):
+    /// checks `dest` against their sum and pulls each member's block into place.
+    pub(super) fn pull_counted<T: RmaType>(
+        &self,
+        call: &'static str,
+        g: Group<'_>,
+        dest: *mut T,
+        source: *const T,
+        sb: usize,
+        counts: &[usize],
+    ) -> Result<()> {
+        let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        let total = total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
+        let db = self.coll_buf(call, "dest", dest, total)?;
+        Self::coll_overlap(call, dest, db, source, sb, false)?;
+        let mut at = 0;
+        for (j, &c) in counts.iter().enumerate() {
+            self.pull_into(call, dest.wrapping_add(at), source, c, g.pe(j))?;
+            at += c;
+        }
+        Ok(())
     }
 
     /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team PE
@@ -503,8 +705,22 @@ impl World {
         nelems: usize,
     ) -> Result<()> {
         self.team_check(call, team)?;
-        let n = team.n_pes();
-        let me = team.my_pe();
+        let check = Check(&[
+            ("nelems", nelems as u64),
+            ("dst", dst as u64),
+            ("sst", sst as u64),
+            ("element size", std::mem::size_of::<T>() as u64),
+        ]);
+        let op = Op::new(call, Group::Team(team), &check, dest, source, nelems);
+        self.alltoall_engine(op, dst, sst)
+    }
+
+    /// The (strided) alltoall of teams and active sets: every member pulls its block of each
+    /// member's `source` (one message per member: alltoall is O(n) per PE by nature).
+    fn alltoall_engine<T: RmaType>(&self, op: Op<'_, T>, dst: usize, sst: usize) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
+        let n = g.n();
+        let me = g.me();
         let Strided {
             dspan,
             bspan,
@@ -512,20 +728,15 @@ impl World {
         } = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("dst", dst as u64),
-            ("sst", sst as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
-        self.one_phase(call, team, &check, || {
+        debug_assert_eq!(self.engine(Kind::Alltoall, g, false), Engine::Direct);
+        self.one_phase(call, g, check, || {
             if nelems == 0 {
                 return Ok(());
             }
             if dst == 1 && sst == 1 {
-                return self.pull_blocks(call, team, dest, start, nelems);
+                return self.pull_blocks(call, g, dest, start, nelems);
             }
-            if let Some(srcs) = self.member_ptrs(call, team, start, bspan)? {
+            if let Some(srcs) = self.member_ptrs(call, g, start, bspan)? {
                 // Strided, every member's memory reachable: element by element, straight
                 // into my dest (the elements between the strided ones are not touched).
                 let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
@@ -545,7 +756,7 @@ impl World {
                 return Ok(());
             }
             // Otherwise through private buffers.
-            let v = self.gather_strided(call, Group::Team(team), start, nelems, sst, bspan)?;
+            let v = self.gather_strided(call, g, start, nelems, sst, bspan)?;
             self.scatter_mine(call, dest, v, dst, dspan)
         })
     }
@@ -665,36 +876,66 @@ impl World {
         let _ = op;
         let call = O::CALL;
         self.team_check(call, team)?;
-        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        let srcs = self.member_ptrs(call, team, source, nelems)?;
-        let dsts = self.member_ptrs(call, team, dest.cast_const(), nelems)?;
-        if let (Some(srcs), Some(dsts)) = (srcs, dsts) {
-            // Partitioned: my cache-line-aligned slice of the result, combined from every
-            // member's source and stored into every member's dest. Only I read this slice of
-            // any source, so storing right after reading is safe in place too.
-            let n = team.n_pes();
-            let unit = (LINE_BYTES / std::mem::size_of::<T>()).max(1);
-            let per = nelems.div_ceil(unit).div_ceil(n) * unit;
-            let lo = (team.my_pe() * per).min(nelems);
-            let hi = (lo + per).min(nelems);
-            return self.one_phase(call, team, &check, || {
-                fold_range::<T, O>(&srcs, lo, hi, |at, chunk| {
-                    for &d in &dsts {
-                        // SAFETY: `d` addresses a member's dest of `nelems` elements (checked,
-                        // live, mapped), `at + chunk.len() <= hi <= nelems`; during the call
-                        // only this PE writes this slice of any dest, nobody reads it, and in
-                        // place this PE already read it (it is the slice's only reader).
-                        unsafe { store(d, at, chunk) };
-                    }
-                });
-                Ok(())
-            });
+        self.reduce_engine::<T, O>(Op::new(
+            call,
+            Group::Team(team),
+            &check,
+            dest,
+            source,
+            nelems,
+        ))
+    }
+
+    /// The element-wise reduction of teams and active sets by the engine [`World::engine`]
+    /// picks; every engine combines in member order (bit-identical results).
+    fn reduce_engine<T: ReduceType, O: ReduceOp<T>>(&self, op: Op<'_, T>) -> Result<()> {
+        let (call, g, check, dest, source, nelems) = op.parts();
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
+        let srcs = self.member_ptrs(call, g, source, nelems)?;
+        let dsts = self.member_ptrs(call, g, dest.cast_const(), nelems)?;
+        let direct = srcs.is_some() && dsts.is_some();
+        match (self.engine(Kind::Reduce, g, direct), g, srcs, dsts) {
+            (Engine::Push, Group::Team(team), _, _) => self.pushed(call, team, Some(check), |s| {
+                if nelems == 0 {
+                    return Ok(());
+                }
+                self.reduce_push::<T, O>(call, s, dest, source, nelems)
+            }),
+            (Engine::Direct, _, Some(srcs), Some(dsts)) => {
+                // Partitioned: my cache-line-aligned slice of the result, combined from every
+                // member's source and stored into every member's dest. Only I read this slice
+                // of any source, so storing right after reading is safe in place too.
+                let n = g.n();
+                let unit = (LINE_BYTES / std::mem::size_of::<T>()).max(1);
+                let per = nelems.div_ceil(unit).div_ceil(n) * unit;
+                let lo = (g.me() * per).min(nelems);
+                let hi = (lo + per).min(nelems);
+                self.one_phase(call, g, check, || {
+                    fold_range::<T, O>(&srcs, lo, hi, |at, chunk| {
+                        for &d in &dsts {
+                            // SAFETY: `d` addresses a member's dest of `nelems` elements
+                            // (checked, live, mapped), `at + chunk.len() <= hi <= nelems`;
+                            // during the call only this PE writes this slice of any dest,
+                            // nobody reads it, and in place this PE already read it (it is the
+                            // slice's only reader).
+                            unsafe { store(d, at, chunk) };
+                        }
+                    });
+                    Ok(())
+                })
+            }
+            _ => self.pull_protocol(
+                call,
+                g,
+                check,
+                || self.reduce_blocks::<T, O>(call, g, source, nelems),
+                |v| self.write_mine(call, dest, &v),
+            ),
         }
-        self.reduce_staged::<T, O>(call, team, &check, dest, source, nelems)
     }
 
     /// **Collective over the team.** Reduces every member's `source` of `n_pes()·nelems`
@@ -719,20 +960,31 @@ impl World {
             ("nelems", nelems as u64),
             ("element size", std::mem::size_of::<T>() as u64),
         ]);
-        if let Some(srcs) = self.member_ptrs(call, team, start, nelems)? {
-            // My block, combined from every member's source straight into my dest (which
-            // nobody else reads or writes during the call).
-            let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
-            return self.one_phase(call, team, &check, || {
-                fold_range::<T, O>(&srcs, 0, nelems, |at, chunk| {
-                    // SAFETY: `d` is my dest of `nelems` elements (checked, live, mapped) and
-                    // `at + chunk.len() <= nelems`; nobody else accesses it during the call.
-                    unsafe { store(d, at, chunk) }
-                });
-                Ok(())
-            });
+        let g = Group::Team(team);
+        let srcs = self.member_ptrs(call, g, start, nelems)?;
+        match (self.engine(Kind::ReduceScatter, g, srcs.is_some()), srcs) {
+            (Engine::Direct, Some(srcs)) => {
+                // My block, combined from every member's source straight into my dest (which
+                // nobody else reads or writes during the call).
+                let d = self.remote(call, dest as usize, db, self.me)? as *mut T;
+                self.one_phase(call, g, &check, || {
+                    fold_range::<T, O>(&srcs, 0, nelems, |at, chunk| {
+                        // SAFETY: `d` is my dest of `nelems` elements (checked, live, mapped)
+                        // and `at + chunk.len() <= nelems`; nobody else accesses it during the
+                        // call.
+                        unsafe { store(d, at, chunk) }
+                    });
+                    Ok(())
+                })
+            }
+            _ => self.pull_protocol(
+                call,
+                g,
+                &check,
+                || self.reduce_blocks::<T, O>(call, g, start, nelems),
+                |v| self.write_mine(call, dest, &v),
+            ),
         }
-        self.reduce_staged::<T, O>(call, team, &check, dest, start, nelems)
     }
 
     /// Pulls `nelems` elements at `src` from every member of `g` in member order, combining

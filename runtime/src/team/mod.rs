@@ -327,12 +327,16 @@ impl World {
         Ok(got)
     }
 
-    /// Records slot use for a new team this PE belongs to and zeroes its flags.
+    /// Records slot use for a new team this PE belongs to and zeroes its flags and its
+    /// scratch words (the collectives' signal words, `coll/tree.rs`: a destroyed team's
+    /// collectives left its epochs there).
     fn claim(&self, call: &'static str, slot: usize) -> Result<()> {
         let t = &self.teams;
         let me_local = self.ctrl.me_local();
-        for r in 0..t.rounds {
-            let a = self.ctrl.internal_addr(me_local, t.flag_off(slot, r));
+        let flags = (0..t.rounds).map(|r| t.flag_off(slot, r));
+        let scratch = (0..SCRATCH / 8).map(|w| t.slot_off(slot, 8 * w));
+        for off in flags.chain(scratch) {
+            let a = self.ctrl.internal_addr(me_local, off);
             // SAFETY: as in `pick_slots`.
             unsafe { u64::store(a, 0, Ordering::Release) };
         }

@@ -153,6 +153,7 @@ impl<T: Val> Bufs<'_, T> {
 }
 
 pub fn run(c: &Ctx<'_>) -> R {
+    let start = c.w.comm_counters();
     let teams = make_teams(c)?;
     let salt = &mut 0u64;
 
@@ -183,6 +184,17 @@ pub fn run(c: &Ctx<'_>) -> R {
         c.w.team_destroy(t).ctx("team_destroy")?;
     }
     recycle(c)?;
+    if c.me == 0 {
+        // What the whole scenario cost this PE (recorded in docs/bench/collectives-tcp.md).
+        let end = c.w.comm_counters();
+        crate::note!(
+            "PE 0: coll on {} PEs: {} sync rounds, {} TCP round trips, {} one-way TCP requests",
+            c.n,
+            end.sync_rounds - start.sync_rounds,
+            end.tcp_round_trips - start.tcp_round_trips,
+            end.tcp_one_way - start.tcp_one_way
+        );
+    }
     Ok(())
 }
 
