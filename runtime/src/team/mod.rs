@@ -26,8 +26,8 @@ use crate::world::World;
 
 pub(crate) mod handle;
 
-pub(crate) use handle::TeamInner;
 pub use handle::{Team, TeamConfig};
+pub(crate) use handle::{TeamInner, SCRATCH};
 use handle::{SLOT_NODE, SLOT_SHARED, SLOT_WORLD};
 
 /// A team's members in a dissemination barrier ([`World::dissemination`]): its PEs, the flags
