@@ -5,19 +5,9 @@
 //! (`sys::CUstream`, `sys::CUresult`) may pass through; comments and string literals are not
 //! code and are skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {dir:?}: {e}"));
-    for e in entries {
-        let p = e.expect("directory entry").path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().and_then(|x| x.to_str()) == Some("rs") {
-            out.push(p);
-        }
-    }
-}
+mod common;
 
 /// Whether the `r` at `i` starts a raw string literal's prefix (`r`, `br`, `cr`), not the end of
 /// an identifier.
@@ -198,8 +188,7 @@ let r = sys::CUresult::CUDA_SUCCESS;
 fn no_raw_cuda_driver_call_outside_the_cuda_module() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let cuda = root.join("cuda");
-    let mut files = Vec::new();
-    sources(&root, &mut files);
+    let files = common::rust_sources(&root);
     assert!(
         files.len() > 40,
         "found only {} files under {root:?}",

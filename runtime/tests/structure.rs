@@ -5,7 +5,9 @@
 //! docs/architecture.md ("Layers"); a file matched by no rule below is an API file (the top).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod common;
 
 /// (path prefix under runtime/src, layer), first match wins; higher layers may import lower.
 const LAYERS: &[(&str, usize, &str)] = &[
@@ -46,19 +48,6 @@ fn layer(rel: &str) -> (usize, &'static str) {
         .iter()
         .find(|(p, _, _)| rel == *p || rel.starts_with(p))
         .map_or((API, "api"), |&(_, l, n)| (l, n))
-}
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {dir:?}: {e}")) {
-        let p = e.expect("directory entry").path();
-        if p.is_dir() {
-            if p.file_name().is_some_and(|n| n != "bin") {
-                sources(&p, out);
-            }
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The module path of a file (`transport/tcp/mod.rs` -> [transport, tcp]; lib.rs -> []).
@@ -152,8 +141,11 @@ struct Tree {
 
 fn tree() -> Tree {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
+    let bin = src.join("bin");
+    let files: Vec<_> = common::rust_sources(&src)
+        .into_iter()
+        .filter(|p| !p.starts_with(&bin))
+        .collect();
     assert!(
         files.len() > 60,
         "found only {} files under {src:?}",
