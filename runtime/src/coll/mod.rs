@@ -130,16 +130,6 @@ struct Op<'a, T> {
     nelems: usize,
 }
 
-/// An [`Op`]'s fields in declaration order.
-type OpParts<'a, T> = (
-    &'static str,
-    Group<'a>,
-    &'a Check<'a>,
-    *mut T,
-    *const T,
-    usize,
-);
-
 impl<'a, T> Op<'a, T> {
     fn new(
         call: &'static str,
@@ -157,17 +147,6 @@ impl<'a, T> Op<'a, T> {
             source,
             nelems,
         }
-    }
-
-    fn parts(self) -> OpParts<'a, T> {
-        (
-            self.call,
-            self.g,
-            self.check,
-            self.dest,
-            self.source,
-            self.nelems,
-        )
     }
 }
 
@@ -496,7 +475,14 @@ impl World {
         root: usize,
         root_writes: bool,
     ) -> Result<()> {
-        let (call, g, check, dest, source, nelems) = op.parts();
+        let Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        } = op;
         let bytes = bytes_of::<T>(call, "block", nelems)?;
         let at_root = g.me() == root;
         if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Broadcast, g, false), g) {
@@ -555,7 +541,14 @@ impl World {
 
     /// The fcollect of teams and active sets by the engine [`World::engine`] picks.
     fn fcollect_engine<T: RmaType>(&self, op: Op<'_, T>) -> Result<()> {
-        let (call, g, check, dest, source, nelems) = op.parts();
+        let Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        } = op;
         let total = team_total(call, nelems, g.n())?;
         self.coll_bufs(call, dest, total, source, nelems, false)?;
         let block = bytes_of::<T>(call, "block", nelems)?;
@@ -718,7 +711,14 @@ impl World {
     /// The (strided) alltoall of teams and active sets: every member pulls its block of each
     /// member's `source` (one message per member: alltoall is O(n) per PE by nature).
     fn alltoall_engine<T: RmaType>(&self, op: Op<'_, T>, dst: usize, sst: usize) -> Result<()> {
-        let (call, g, check, dest, source, nelems) = op.parts();
+        let Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        } = op;
         let n = g.n();
         let me = g.me();
         let Strided {
@@ -893,7 +893,14 @@ impl World {
     /// The element-wise reduction of teams and active sets by the engine [`World::engine`]
     /// picks; every engine combines in member order (bit-identical results).
     fn reduce_engine<T: ReduceType, O: ReduceOp<T>>(&self, op: Op<'_, T>) -> Result<()> {
-        let (call, g, check, dest, source, nelems) = op.parts();
+        let Op {
+            call,
+            g,
+            check,
+            dest,
+            source,
+            nelems,
+        } = op;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let srcs = self.member_ptrs(call, g, source, nelems)?;
         let dsts = self.member_ptrs(call, g, dest.cast_const(), nelems)?;
