@@ -632,4 +632,97 @@ impl<'w> Gpu<'w> {
         w.free(buf)?;
         Ok(rows)
     }
+
+    /// Host-issued calls on a stream, one call at a time as a language binding issues them:
+    /// `putmem_on_stream` of 8 bytes from PE 0 to PE 1 followed by `quiet_on_stream`, and
+    /// `alltoall_on_stream` on the world team for each size (bytes per PE). The time is wall
+    /// clock over `iters` calls and one stream synchronize, best of 5, in µs per call: host issue
+    /// cost and GPU time together. `examples/python/calls_bench.py` times the same loops through
+    /// the Python package, so the two print comparable rows.
+    pub fn host_calls_on_stream(&self, iters: usize, sizes: &[usize]) -> Result<Vec<Row>> {
+        let w = self.world;
+        let me = w.my_pe();
+        let n = w.n_pes();
+        let t = w.team_world();
+        let max = sizes.iter().copied().max().unwrap_or(8).max(8);
+        let src = w.malloc::<u8>(max * n)?;
+        let dst = w.calloc::<u8>(max * n)?;
+        let data: Vec<u8> = (0..max * n).map(|i| pattern(i + me)).collect();
+        src.copy_from_slice(&data)?;
+        let s = &self.stream;
+        let best_of_5 = |call: &dyn Fn() -> Result<()>| -> Result<f64> {
+            for _ in 0..3 {
+                call()?;
+            }
+            self.sync()?;
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                w.barrier_all()?;
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    call()?;
+                }
+                self.sync()?;
+                best = best.min(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            }
+            Ok(best)
+        };
+        let mut rows = Vec::new();
+        w.barrier_all()?;
+        if me == 0 {
+            let put8 = || -> Result<()> {
+                w.putmem_on_stream(dst.as_ptr(), src.as_ptr(), 8, 1, s)?;
+                w.quiet_on_stream(s)
+            };
+            // PE 1 waits in the barriers of best_of_5 below.
+            let us = best_of_5(&put8)?;
+            rows.push(Row {
+                bench: "put8_quiet_on_stream".into(),
+                size: 8,
+                value: us,
+                unit: "us",
+                note: format!(
+                    "putmem_on_stream + quiet_on_stream per call, wall clock, best of 5 × {iters}"
+                ),
+            });
+        } else {
+            for _ in 0..5 {
+                w.barrier_all()?;
+            }
+        }
+        w.barrier_all()?;
+        if me == 1 {
+            // PE 0's first 8 source bytes.
+            let sent: Vec<u8> = (0..8).map(pattern).collect();
+            expect_pattern("put8_quiet_on_stream", &dst, &sent, 8)?;
+        }
+        for &size in sizes {
+            let all = || w.alltoall_on_stream(&t, dst.as_ptr(), src.as_ptr(), size, s);
+            w.barrier_all()?;
+            let us = best_of_5(&all)?;
+            // Block `me` of every PE's source lands in block `pe` here.
+            let got = dst.to_vec()?;
+            for pe in 0..n {
+                let want: Vec<u8> = (0..size).map(|i| pattern(me * size + i + pe)).collect();
+                if got[pe * size..(pe + 1) * size] != want[..] {
+                    return Err(bad(format!(
+                        "alltoall_on_stream: block from PE {pe} wrong at {size} B per PE"
+                    )));
+                }
+            }
+            if me == 0 {
+                rows.push(Row {
+                    bench: "alltoall_on_stream_call".into(),
+                    size,
+                    value: us,
+                    unit: "us",
+                    note: format!("{n} PEs, wall clock per call, best of 5 × {iters}"),
+                });
+            }
+        }
+        w.barrier_all()?;
+        w.free(dst)?;
+        w.free(src)?;
+        Ok(rows)
+    }
 }

@@ -36,6 +36,11 @@ struct GpuArgs {
     /// Only the collectives on stream
     #[arg(long)]
     coll: bool,
+    /// Only host-issued calls on a stream, one at a time (8-byte put + quiet, alltoall at
+    /// 8 B / 64 KiB / 1 MiB per PE unless -b/-e are given): the rows that
+    /// examples/python/calls_bench.py prints for the same calls made from Python
+    #[arg(long, conflicts_with = "coll")]
+    calls: bool,
 }
 
 /// What the JSON rows record as `options`.
@@ -62,6 +67,56 @@ fn run(opts: &Options, g_args: &GpuArgs) -> rshmem::Result<bool> {
         return Ok(false);
     };
     let mut progress = Progress::new(SPEC.name, world.my_pe(), opts.quiet);
+    let rows = if g_args.calls {
+        let sizes = if opts.sizes_given {
+            opts.sizes()
+        } else {
+            vec![8, 64 << 10, 1 << 20]
+        };
+        progress.show("host calls on a stream");
+        g.host_calls_on_stream(opts.iters.unwrap_or(2_000), &sizes)?
+    } else {
+        all_rows(&g, opts, g_args, &mut progress)?
+    };
+    progress.clear();
+    if world.my_pe() == 0 {
+        let info = opts.json.then(|| {
+            RunInfo::new(
+                &world,
+                &AllOptions {
+                    common: opts,
+                    gpu: g_args,
+                },
+            )
+        });
+        if !opts.json {
+            rshmem_perftest::out(&format!(
+                "{:<28} {:>12} {:>12} {:<5} note",
+                "bench", "size", "value", "unit"
+            ));
+        }
+        for r in &rows {
+            r.print(info.as_ref());
+        }
+        if !opts.json {
+            rshmem_perftest::out(&format!(
+                "init: {:.3} s on PE 0 (this run, CUDA context creation included)",
+                world.init_time().as_secs_f64()
+            ));
+        }
+    }
+    drop(g);
+    world.finalize()?;
+    Ok(true)
+}
+
+/// Every benchmark (or with `--coll` only the collectives on stream).
+fn all_rows(
+    g: &Gpu<'_>,
+    opts: &Options,
+    g_args: &GpuArgs,
+    progress: &mut Progress,
+) -> rshmem::Result<Vec<Row>> {
     let quick = g_args.quick;
     let iters = opts.iters.unwrap_or(10_000);
     let lat_iters = i32::try_from(iters).unwrap_or(i32::MAX);
@@ -119,36 +174,7 @@ fn run(opts: &Options, g_args: &GpuArgs) -> rshmem::Result<bool> {
         progress.show("host calls on the GPU heap");
         rows.extend(g.host_latencies(host_iters)?);
     }
-    progress.clear();
-    if world.my_pe() == 0 {
-        let info = opts.json.then(|| {
-            RunInfo::new(
-                &world,
-                &AllOptions {
-                    common: opts,
-                    gpu: g_args,
-                },
-            )
-        });
-        if !opts.json {
-            rshmem_perftest::out(&format!(
-                "{:<28} {:>12} {:>12} {:<5} note",
-                "bench", "size", "value", "unit"
-            ));
-        }
-        for r in &rows {
-            r.print(info.as_ref());
-        }
-        if !opts.json {
-            rshmem_perftest::out(&format!(
-                "init: {:.3} s on PE 0 (this run, CUDA context creation included)",
-                world.init_time().as_secs_f64()
-            ));
-        }
-    }
-    drop(g);
-    world.finalize()?;
-    Ok(true)
+    Ok(rows)
 }
 
 fn main() -> ExitCode {
