@@ -62,6 +62,28 @@ def _dtype_name(dtype, call="rshmem"):
     return name
 
 
+# torch dtype object -> canonical name, filled as dtypes are met (a dict lookup on the hot path).
+_TORCH_DTYPES = {}
+
+
+def _torch_dtype_name(dt, call):
+    name = _dtype_name(dt, call)
+    _TORCH_DTYPES[dt] = name
+    return name
+
+
+class _Started:
+    """What the hot paths read instead of asking the native module each call: set by init,
+    cleared by finalize."""
+    __slots__ = ("gpu", "device")
+
+    def __init__(self):
+        self.gpu, self.device = False, None
+
+
+_STATE = _Started()
+
+
 # ---------------------------------------------------------------------------------------------
 # Start-up
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +254,9 @@ def init(*, device=None, uid=None, rank=None, nranks=None, process_group=None, m
     if device is not None and not isinstance(device, int):
         device = _device_ordinal(device)
     _rshmem.init(rank=rank, nranks=nranks, uid=uid, device=device, backend=backend)
-    if _rshmem.backend() == "gpu" and t is not None:
+    _STATE.gpu = _rshmem.backend() == "gpu"
+    _STATE.device = _rshmem.device()
+    if _STATE.gpu and t is not None:
         # The program's torch calls use rshmem's device from now on.
         t.cuda.set_device(_rshmem.device())
     return _Session()
@@ -260,6 +284,7 @@ def finalize():
     for a in live:
         a.freed = True
     _ALLOCS.clear()
+    _STATE.gpu, _STATE.device = False, None
     _rshmem.finalize()
 
 
@@ -479,16 +504,18 @@ def _view(x, call, what, writable=False):
     v.obj = x
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "data_ptr"):
+        # The hot path of every call on torch tensors: plain attribute reads and C methods only
+        # (no torch.device objects, no dtype strings), so a call costs little more than in Rust.
         if not x.is_contiguous():
             raise Error(f"{call}: {what} is not contiguous (call .contiguous() first)")
-        v.ptr, v.shape = x.data_ptr(), tuple(x.shape)
-        v.nbytes = x.numel() * x.element_size()
-        v.dtype = _dtype_name(x.dtype, call)
-        v.cuda = x.device.type == "cuda"
+        v.ptr, v.shape, v.nbytes = x.data_ptr(), x.shape, x.nbytes
+        dt = _TORCH_DTYPES.get(x.dtype)
+        v.dtype = dt if dt is not None else _torch_dtype_name(x.dtype, call)
+        v.cuda = x.is_cuda
         v.kind = "torch"
-        if v.cuda and _rshmem.backend() == "gpu" and x.device.index != _rshmem.device():
+        if v.cuda and x.get_device() != _STATE.device and _STATE.gpu:
             raise Error(f"{call}: {what} is on {x.device} but this PE's GPU is cuda:"
-                        f"{_rshmem.device()}")
+                        f"{_STATE.device}")
         return v
     if hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
@@ -567,17 +594,22 @@ def _stream_handle(stream, views, call):
     """The CUstream to order the call on, or None for the host form. On the GPU backend calls
     on CUDA arrays are stream-ordered: on ``stream`` or the current torch/CuPy stream."""
     if stream is not None:
+        h = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream: the common case first
+        if h is not None:
+            return int(h)
         if isinstance(stream, int):
             return stream
-        if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-            return int(stream.cuda_stream)
         if hasattr(stream, "__cuda_stream__"):
             return int(stream.__cuda_stream__()[1])
         if hasattr(stream, "ptr"):  # cupy.cuda.Stream
             return int(stream.ptr)
         raise Error(f"{call}: stream {stream!r}: give a torch.cuda.Stream, a CuPy stream or a "
                     "CUstream handle (int)")
-    if _rshmem.backend() != "gpu":
+    if not _STATE.gpu:
+        for v in views:
+            if v.cuda:
+                raise Error(f"{call}: a {v.kind} array in GPU memory, but this PE runs on the "
+                            "CPU backend (its heap is host memory): pass host arrays")
         return None
     kinds = {v.kind for v in views if v.cuda}
     if views and not kinds:
@@ -814,7 +846,7 @@ def fence():
 def _sync_stream(stream, call):
     if stream is not None:
         return _stream_handle(stream, [], call)
-    if _rshmem.backend() == "gpu":
+    if _STATE.gpu:
         return _current_stream()
     return None
 

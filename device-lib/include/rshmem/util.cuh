@@ -212,6 +212,8 @@ static __device__ __noinline__ RSHMEM_NORETURN void fail_sig_op(const char* call
 }
 
 static __device__ __noinline__ RSHMEM_NORETURN void fail_unreachable(const char* call, int pe, bool say) {
+    // Without the debug checks a PE out of range also lands here: name that cause instead.
+    if (pe < 0 || pe >= rshmem_state.n_pes) fail_pe(call, pe, say);
     if (say) {
         printf("rshmem: %s on PE %d: PE %d is on another host and cannot be reached by "
                "load/store from the GPU, and no proxy serves this module (its device state "
