@@ -1,7 +1,9 @@
 //! `gpu_perftest`: every GPU benchmark in one program (device put/get bandwidth, p ping-pong,
 //! fetch_add latency, device barriers, barrier_all_on_stream, putmem_on_stream bandwidth, host
 //! putmem + quiet and host barrier on the GPU heap, the team collectives on stream), so one
-//! launch measures everything. `--coll` runs only the collectives, `--quick` fewer sizes.
+//! launch measures everything. `--coll` runs only the collectives, `--quick` fewer sizes,
+//! `--calls` only host-issued calls on a stream one at a time (the rows
+//! `examples/python/calls_bench.py` prints for the same calls from Python).
 //!
 //! It takes the options of every perftest program (`--help`): `-b/-e` (`--min-size`,
 //! `--max-size`) replace the default sizes of the bandwidth and collective sweeps, `-n`
