@@ -63,6 +63,16 @@ impl World {
         self.dev.gpu.as_ref()
     }
 
+    /// **Local.** Hands work that the caller queued on rshmem's internal stream
+    /// (`gpu().stream`) to the next quiet: [`World::quiet`] (and every call that implies it:
+    /// barriers, finalize) then waits for that stream. For non-blocking host calls whose local
+    /// buffer is device memory (the C API's `_nbi` puts and gets), so they need not wait at once.
+    /// `Error::Unsupported` on the CPU backend.
+    pub fn complete_internal_stream_at_quiet(&self, call: &'static str) -> Result<()> {
+        self.p2p(call)?.mark_pending();
+        Ok(())
+    }
+
     /// The current device state (what modules see as `rshmem_state`).
     pub fn device_state(&self) -> DeviceState {
         self.dev.state.lock().map(|s| *s).unwrap_or_default()

@@ -129,13 +129,23 @@ pub(crate) fn device_buffer(rt: &Rt, p: *const c_void) -> bool {
     }
 }
 
-/// A blocking host put or get (the local buffer is reusable, or holds the data, on return)
-/// whose local buffer `local` is GPU memory: a copy-engine copy on rshmem's internal stream
-/// (ordered after this PE's earlier host-issued operations), completed before returning.
-/// `remote` is the symmetric address on PE `p`.
-pub(crate) fn host_rma_device<T: RmaType>(call: &'static str, rt: &Rt, r: Rma<T>) -> CResult<()> {
+/// A host put or get whose local buffer `local` is GPU memory: a copy-engine copy on rshmem's
+/// internal stream (ordered after this PE's earlier host-issued operations). Blocking
+/// (`nbi == false`): completed before returning (the local buffer is reusable, or holds the
+/// data). Non-blocking: completed by the next quiet, as OpenSHMEM's `_nbi` rule allows, so a
+/// loop of them queues copies instead of waiting for each. `remote` is the symmetric address
+/// on PE `p`.
+pub(crate) fn host_rma_device<T: RmaType>(
+    call: &'static str,
+    rt: &Rt,
+    r: Rma<T>,
+    nbi: bool,
+) -> CResult<()> {
     let g = internal(call, rt)?;
     rma_any(rt, &g.stream, r)?;
+    if nbi {
+        return Ok(rt.world.complete_internal_stream_at_quiet(call)?);
+    }
     Ok(g.sync(call)?)
 }
 

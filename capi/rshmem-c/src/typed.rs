@@ -37,7 +37,7 @@ unsafe fn rma<T: RmaType>(call: &'static str, r: Rma<T>, nbi: bool) {
     with(call, |rt| {
         let pe = pe(rt, r.p)?;
         if device_buffer(rt, r.local.cast()) {
-            return host_rma_device(call, rt, r);
+            return host_rma_device(call, rt, r, nbi);
         }
         // SAFETY: the caller's contract (host memory: device memory was routed above).
         unsafe { host_rma(&rt.world, r.way, r.local, r.remote, r.n, pe, nbi) }
@@ -61,7 +61,7 @@ unsafe fn put_signal<T: RmaType>(
         if device_buffer(rt, r.local.cast()) {
             // The data is complete before the signal is sent.
             check_signal(rt, sig, pe)?;
-            host_rma_device(call, rt, r)?;
+            host_rma_device(call, rt, r, false)?;
             return Ok(rt.world.signal_op(sig, signal, op, pe)?);
         }
         let dest = r.remote.cast_mut();

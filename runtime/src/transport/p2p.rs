@@ -186,6 +186,13 @@ impl P2p {
         Ok(())
     }
 
+    /// Records that host-issued work was queued on rshmem's stream outside this transport's own
+    /// calls, so the next [`quiet`](P2p::quiet) synchronizes the stream.
+    pub fn mark_pending(&self) {
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// True if host-issued work may still be queued on rshmem's stream.
     pub fn pending(&self) -> bool {
         self.pending.load(std::sync::atomic::Ordering::Acquire)

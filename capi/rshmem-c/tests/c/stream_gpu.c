@@ -118,6 +118,17 @@ int main(void) {
     rshmem_int_get(back, sym2, 4, me);
     for (int i = 0; i < 4; i++) CHECK(back[i] == right * N + i);
 
+    /* The _nbi forms with GPU local buffers: queued, complete at the next quiet (here the
+       barrier, which implies it, and rshmem_quiet). */
+    rshmem_barrier_all();
+    for (int k = 0; k < 8; k++) rshmem_int_put_nbi(&sym2[32 + k], &dsrc[k], 1, right);
+    rshmem_int_put_nbi(&sym2[40], sym, 8, right);  /* symmetric GPU source */
+    rshmem_barrier_all();
+    rshmem_int_get_nbi(ddst, &sym2[32], 16, me);   /* cudaMalloc'd destination */
+    rshmem_quiet();
+    CU(cudaMemcpy(back, ddst, 16 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; i++) CHECK(back[i] == left * N + i && back[8 + i] == left * N + i);
+
     /* Errors: a bad PE on a stream call is returned, nothing enqueued. */
     CHECK(rshmemx_int_put_on_stream(sym, dsrc, 1, n, s) == RSHMEM_ERROR_INVALID_VALUE);
 
