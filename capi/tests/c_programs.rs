@@ -203,22 +203,9 @@ fn global_exit_ends_every_pe_with_the_status() {
 /// (`rshmem_device_register_state_updater`, declared in device-lib's rshmem/state.cuh), which
 /// every library built on the runtime exports and no OpenSHMEM header declares.
 fn exported_routines() -> BTreeSet<String> {
-    let lib = built().join("libshmem.so");
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&lib)
-        .output()
-        .expect("running nm (binutils)");
-    assert!(out.status.success(), "nm -D {} failed", lib.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, "T", name] if name != "rshmem_device_register_state_updater" => {
-                Some(name.to_string())
-            }
-            _ => None,
-        })
-        .collect()
+    let mut exported = cprog::exported_functions(&built().join("libshmem.so"));
+    exported.remove("rshmem_device_register_state_updater");
+    exported
 }
 
 /// The functions that `shmem.h` and `pshmem.h` declare (inline functions and macros aside):
@@ -234,34 +221,7 @@ fn declared_routines() -> BTreeSet<String> {
         .output()
         .expect("running scripts/rshmemcc -E");
     assert!(out.status.success(), "preprocessing the headers failed");
-    // Top-level text only: the bodies of inline functions and structs end a statement.
-    let mut top = String::new();
-    let mut depth = 0usize;
-    for c in String::from_utf8_lossy(&out.stdout).chars() {
-        match c {
-            '{' => {
-                if depth == 0 {
-                    top.push(';');
-                }
-                depth += 1;
-            }
-            '}' => depth = depth.saturating_sub(1),
-            c if depth == 0 => top.push(c),
-            _ => {}
-        }
-    }
-    top.split(';')
-        .map(str::trim)
-        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
-        .filter_map(|st| {
-            let head = st[..st.find('(')?].trim_end();
-            let name = head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-            name.into_iter()
-                .next()
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .collect()
+    cprog::declared_functions(&out.stdout)
 }
 
 #[test]

@@ -427,20 +427,7 @@ fn header_compiles_as_cpp17() {
 
 /// The calls `librshmem.so` exports: its defined dynamic text symbols (`nm -D`).
 fn exported() -> BTreeSet<String> {
-    let lib = built().join("librshmem.so");
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&lib)
-        .output()
-        .expect("running nm (binutils)");
-    assert!(out.status.success(), "nm -D {} failed", lib.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, "T", name] => Some(name.to_string()),
-            _ => None,
-        })
-        .collect()
+    cprog::exported_functions(&built().join("librshmem.so"))
 }
 
 /// The functions rshmem.h declares for a C compiler (inline functions and macros aside): the
@@ -455,32 +442,7 @@ fn declared() -> BTreeSet<String> {
         .output()
         .expect("running cc -E");
     assert!(out.status.success(), "preprocessing rshmem.h failed");
-    let mut top = String::new();
-    let mut depth = 0usize;
-    for c in String::from_utf8_lossy(&out.stdout).chars() {
-        match c {
-            '{' => {
-                if depth == 0 {
-                    top.push(';');
-                }
-                depth += 1;
-            }
-            '}' => depth = depth.saturating_sub(1),
-            c if depth == 0 => top.push(c),
-            _ => {}
-        }
-    }
-    top.split(';')
-        .map(str::trim)
-        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
-        .filter_map(|st| {
-            let head = st[..st.find('(')?].trim_end();
-            head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .next()
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .collect()
+    cprog::declared_functions(&out.stdout)
 }
 
 /// Exported by the runtime for the device library, which declares it (rshmem/state.cuh): the
