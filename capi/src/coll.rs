@@ -540,14 +540,15 @@ pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T> + Default>(
     size: c_int,
     psync: *mut c_long,
 ) {
-    if n < 0 {
-        fatal(call, format!("nreduce {n} is negative"));
-    }
+    let n = nreduce(call, n);
     on_set(call, start, log_stride, size, psync, |rt, s| {
-        Ok(rt
-            .world
-            .set_reduce(s, dest, src, n as usize, O::default())?)
+        Ok(rt.world.set_reduce(s, dest, src, n, O::default())?)
     })
+}
+
+/// The element count of an active-set reduction; a negative one is fatal, naming `call`.
+fn nreduce(call: &'static str, n: c_int) -> usize {
+    usize::try_from(n).unwrap_or_else(|_| fatal(call, format!("nreduce {n} is negative")))
 }
 
 // ---- reductions and scans of types Rust cannot compute (long double, complex): the C
@@ -613,11 +614,9 @@ pub unsafe fn reduce_c_set(
     set_size: c_int,
     psync: *mut c_long,
 ) {
-    if n < 0 {
-        fatal(call, format!("nreduce {n} is negative"));
-    }
+    let n = nreduce(call, n);
     on_set(call, start, log_stride, set_size, psync, |rt, s| {
-        reduce_cb(rt, Group::Set(s), dest, src, n as usize, size, f)
+        reduce_cb(rt, Group::Set(s), dest, src, n, size, f)
     })
 }
 

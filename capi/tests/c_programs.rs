@@ -162,6 +162,20 @@ fn blocked_stride_below_the_block_size_aborts_naming_the_call() {
 }
 
 #[test]
+fn negative_nreduce_aborts_naming_the_call() {
+    aborts(
+        "bad_nreduce",
+        "shmem_int_sum_to_all",
+        "nreduce -1 is negative",
+    );
+    aborts(
+        "bad_nreduce_ld",
+        "shmem_longdouble_sum_to_all",
+        "nreduce -1 is negative",
+    );
+}
+
+#[test]
 fn scans() {
     passes("scan");
 }
