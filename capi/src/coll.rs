@@ -637,20 +637,45 @@ pub unsafe fn scan<T: ReduceType>(
     exclusive: bool,
 ) -> c_int {
     let size = std::mem::size_of::<T>();
-    on_team(call, h, |rt, t| {
-        let mut combine = |acc: &mut [u8], b: &[u8]| {
-            for (a, b) in acc.chunks_exact_mut(size).zip(b.chunks_exact(size)) {
-                // SAFETY: each chunk holds the bytes of one `T` (the runtime stages `n`
-                // elements of `size` bytes); every bit pattern is a valid integer or float.
-                unsafe {
-                    let x = a.as_ptr().cast::<T>().read_unaligned();
-                    let y = b.as_ptr().cast::<T>().read_unaligned();
-                    a.as_mut_ptr()
-                        .cast::<T>()
-                        .write_unaligned(<Sum as ReduceOp<T>>::combine(x, y));
-                }
+    let mut combine = |acc: &mut [u8], b: &[u8]| {
+        for (a, b) in acc.chunks_exact_mut(size).zip(b.chunks_exact(size)) {
+            // SAFETY: each chunk holds the bytes of one `T` (the runtime stages `n`
+            // elements of `size` bytes); every bit pattern is a valid integer or float.
+            unsafe {
+                let x = a.as_ptr().cast::<T>().read_unaligned();
+                let y = b.as_ptr().cast::<T>().read_unaligned();
+                a.as_mut_ptr()
+                    .cast::<T>()
+                    .write_unaligned(<Sum as ReduceOp<T>>::combine(x, y));
             }
-        };
+        }
+    };
+    scan_team(
+        call,
+        h,
+        dest.cast(),
+        src.cast(),
+        n,
+        size,
+        exclusive,
+        &mut combine,
+    )
+}
+
+/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and
+/// [`scan_c`]. 0, or -1 for an invalid team.
+#[allow(clippy::too_many_arguments)]
+fn scan_team(
+    call: &'static str,
+    h: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    exclusive: bool,
+    combine: &mut dyn FnMut(&mut [u8], &[u8]),
+) -> c_int {
+    on_team(call, h, |rt, t| {
         Ok(rt.world.scan_with(
             Group::Team(t),
             dest.cast(),
@@ -658,7 +683,7 @@ pub unsafe fn scan<T: ReduceType>(
             n,
             size,
             exclusive,
-            &mut combine,
+            combine,
         )?)
     })
 }
@@ -679,19 +704,9 @@ pub unsafe fn scan_c(
     f: Combine,
     exclusive: bool,
 ) -> c_int {
-    on_team(call, h, |rt, t| {
-        let mut combine = |acc: &mut [u8], b: &[u8]| {
-            // SAFETY: as in `reduce_cb`.
-            unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-        };
-        Ok(rt.world.scan_with(
-            Group::Team(t),
-            dest.cast(),
-            src.cast(),
-            n,
-            size,
-            exclusive,
-            &mut combine,
-        )?)
-    })
+    let mut combine = |acc: &mut [u8], b: &[u8]| {
+        // SAFETY: as in `reduce_cb`.
+        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+    };
+    scan_team(call, h, dest, src, n, size, exclusive, &mut combine)
 }

@@ -474,20 +474,6 @@ fn fatal_message_is_one_write() {
     );
 }
 
-/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
-fn mpicc_flags(what: &str) -> Option<Vec<String>> {
-    let out = Command::new("mpicc")
-        .arg(format!("--showme:{what}"))
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    })
-}
-
 /// A hybrid MPI + OpenSHMEM program (`MPI_Init`, then `shmem_init`) under `mpirun` with 2 and
 /// 4 ranks: PE numbers are MPI ranks and both libraries work. libshmem built with the `mpi`
 /// feature bootstraps through `MPI_COMM_WORLD`; the default build through the program's MPI
@@ -496,7 +482,8 @@ fn mpicc_flags(what: &str) -> Option<Vec<String>> {
 /// `mpirun`): without it the test says so on stderr and does nothing.
 #[test]
 fn hybrid_mpi_program_under_mpirun() {
-    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+    let (Some(cflags), Some(ldflags)) = (cprog::mpicc_flags("compile"), cprog::mpicc_flags("link"))
+    else {
         eprintln!("hybrid_mpi_program_under_mpirun: skipped: Open MPI's mpicc was not found");
         return;
     };

@@ -326,26 +326,13 @@ fn global_exit_ends_every_pe_with_the_status() {
     }
 }
 
-/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
-fn mpicc_flags(what: &str) -> Option<Vec<String>> {
-    let out = Command::new("mpicc")
-        .arg(format!("--showme:{what}"))
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    })
-}
-
 /// `rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM)` under `mpirun` with 2 and 4 ranks: librshmem
 /// finds MPI in the process (it does not link with it). Needs Open MPI (`mpicc`, `mpirun`):
 /// without it the test says so on stderr and does nothing.
 #[test]
 fn init_with_an_mpi_communicator_under_mpirun() {
-    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+    let (Some(cflags), Some(ldflags)) = (cprog::mpicc_flags("compile"), cprog::mpicc_flags("link"))
+    else {
         eprintln!(
             "init_with_an_mpi_communicator_under_mpirun: skipped: Open MPI's mpicc was not found"
         );

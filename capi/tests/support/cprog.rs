@@ -173,3 +173,17 @@ pub fn declared_functions(preprocessed: &[u8]) -> BTreeSet<String> {
         })
         .collect()
 }
+
+/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
+pub fn mpicc_flags(what: &str) -> Option<Vec<String>> {
+    let out = Command::new("mpicc")
+        .arg(format!("--showme:{what}"))
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    })
+}
