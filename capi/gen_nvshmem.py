@@ -197,6 +197,23 @@ def device_calls(m):
                     m.define(f"{pre}{t}_{op}_{c}{sfx}", f"rshmem_{t}_{op}_{c}{sfx}")
 
 
+def thread_coll(m, nv, rs_dev, rs_host, params, args):
+    """One thread-scope team collective `nv` (see hd_collectives): the device call `rs_dev` in
+    kernels; in host code the host library's `rs_dev`, else its stream call `rs_host` on the
+    default stream and a synchronization, else none (a host call is a compile-time error)."""
+    m.name(nv)
+    if m.host is None or rs_dev in m.host:
+        # The host library's blocking collective of the same name.
+        host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_dev})({args})"
+    elif rs_host in m.host:
+        host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
+    else:
+        # No host form: device only (a host call is a compile-time error naming it).
+        m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs_dev}({args}))")
+        return
+    m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs_dev}({args}), {host})")
+
+
 def hd_collectives(m):
     """Thread-scope team collectives: NVSHMEM has them in kernels and in host code. The device
     call in kernels; in host code the host library's blocking collective of the same name (or,
@@ -206,36 +223,23 @@ def hd_collectives(m):
     m.raw("// ---- Team collectives in thread scope: the device call in kernels, the host")
     m.raw("//      library's blocking collective in host code.")
 
-    def one(nv, rs_dev, rs_host, params, args, ret="int"):
-        m.name(nv)
-        if m.host is None or rs_dev in m.host:
-            # The host library's blocking collective of the same name.
-            host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_dev})({args})"
-        elif rs_host in m.host:
-            host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
-        else:
-            # No host form: device only (a host call is a compile-time error naming it).
-            m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs_dev}({args}))")
-            return
-        m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), {rs_dev}({args}), {host})")
-
     for n in ["alltoallmem", "fcollectmem", "broadcastmem"]:
         extra = ", int root" if n == "broadcastmem" else ""
         extra_a = ", root" if n == "broadcastmem" else ""
-        one(f"nvshmem_{n}", f"rshmem_{n}", f"rshmemx_{n}_on_stream",
+        thread_coll(m, f"nvshmem_{n}", f"rshmem_{n}", f"rshmemx_{n}_on_stream",
             f"rshmem_team_t team, void *dest, const void *source, size_t nbytes{extra}",
             f"team, dest, source, nbytes{extra_a}")
     for t, ct in RMA:
         for op in ["alltoall", "fcollect", "broadcast"]:
             extra = ", int root" if op == "broadcast" else ""
             extra_a = ", root" if op == "broadcast" else ""
-            one(f"nvshmem_{t}_{op}", f"rshmem_{t}_{op}", f"rshmemx_{t}_{op}_on_stream",
+            thread_coll(m, f"nvshmem_{t}_{op}", f"rshmem_{t}_{op}", f"rshmemx_{t}_{op}_on_stream",
                 f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}",
                 f"team, dest, source, nelems{extra_a}")
         if t in RED_INT + RED_FLOAT:
             for op in reduce_ops(t):
                 for c in ["reduce", "reducescatter"]:
-                    one(f"nvshmem_{t}_{op}_{c}", f"rshmem_{t}_{op}_{c}",
+                    thread_coll(m, f"nvshmem_{t}_{op}_{c}", f"rshmem_{t}_{op}_{c}",
                         f"rshmemx_{t}_{op}_{c}_on_stream",
                         f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nreduce",
                         "team, dest, source, nreduce")
@@ -329,19 +333,9 @@ def half_calls(m):
             nv = f"nvshmem_{t}_{op}"
             extra = ", int root" if op == "broadcast" else ""
             extra_a = ", root" if op == "broadcast" else ""
-            args = f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}"
-            rs_host = f"rshmemx_uint16_{op}_on_stream"
-            m.name(nv)
-            params = f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}"
-            rs_blocking = f"rshmem_uint16_{op}"
-            if m.host is None or rs_blocking in m.host:
-                host = f"RSHMEM_COMPAT_HOST_ENTRY({rs_blocking})({args})"
-            elif rs_host in m.host:
-                host = f'rshmem_compat_sync("{nv}", {rs_host}({args}, (cudaStream_t)0))'
-            else:
-                m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), rshmem_uint16_{op}({args}))")
-                continue
-            m.raw(f"RSHMEM_COMPAT_COLL({nv}, ({params}), rshmem_uint16_{op}({args}), {host})")
+            thread_coll(m, nv, f"rshmem_uint16_{op}", f"rshmemx_uint16_{op}_on_stream",
+                        f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}",
+                        f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}")
         # Host stream-ordered calls.
         for op in ["put", "get", "put_nbi", "get_nbi"]:
             nv = f"nvshmemx_{t}_{op}_on_stream"

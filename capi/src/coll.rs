@@ -540,14 +540,15 @@ pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T> + Default>(
     size: c_int,
     psync: *mut c_long,
 ) {
-    if n < 0 {
-        fatal(call, format!("nreduce {n} is negative"));
-    }
+    let n = nreduce(call, n);
     on_set(call, start, log_stride, size, psync, |rt, s| {
-        Ok(rt
-            .world
-            .set_reduce(s, dest, src, n as usize, O::default())?)
+        Ok(rt.world.set_reduce(s, dest, src, n, O::default())?)
     })
+}
+
+/// The element count of an active-set reduction; a negative one is fatal, naming `call`.
+fn nreduce(call: &'static str, n: c_int) -> usize {
+    usize::try_from(n).unwrap_or_else(|_| fatal(call, format!("nreduce {n} is negative")))
 }
 
 // ---- reductions and scans of types Rust cannot compute (long double, complex): the C
@@ -613,11 +614,9 @@ pub unsafe fn reduce_c_set(
     set_size: c_int,
     psync: *mut c_long,
 ) {
-    if n < 0 {
-        fatal(call, format!("nreduce {n} is negative"));
-    }
+    let n = nreduce(call, n);
     on_set(call, start, log_stride, set_size, psync, |rt, s| {
-        reduce_cb(rt, Group::Set(s), dest, src, n as usize, size, f)
+        reduce_cb(rt, Group::Set(s), dest, src, n, size, f)
     })
 }
 
@@ -638,20 +637,45 @@ pub unsafe fn scan<T: ReduceType>(
     exclusive: bool,
 ) -> c_int {
     let size = std::mem::size_of::<T>();
-    on_team(call, h, |rt, t| {
-        let mut combine = |acc: &mut [u8], b: &[u8]| {
-            for (a, b) in acc.chunks_exact_mut(size).zip(b.chunks_exact(size)) {
-                // SAFETY: each chunk holds the bytes of one `T` (the runtime stages `n`
-                // elements of `size` bytes); every bit pattern is a valid integer or float.
-                unsafe {
-                    let x = a.as_ptr().cast::<T>().read_unaligned();
-                    let y = b.as_ptr().cast::<T>().read_unaligned();
-                    a.as_mut_ptr()
-                        .cast::<T>()
-                        .write_unaligned(<Sum as ReduceOp<T>>::combine(x, y));
-                }
+    let mut combine = |acc: &mut [u8], b: &[u8]| {
+        for (a, b) in acc.chunks_exact_mut(size).zip(b.chunks_exact(size)) {
+            // SAFETY: each chunk holds the bytes of one `T` (the runtime stages `n`
+            // elements of `size` bytes); every bit pattern is a valid integer or float.
+            unsafe {
+                let x = a.as_ptr().cast::<T>().read_unaligned();
+                let y = b.as_ptr().cast::<T>().read_unaligned();
+                a.as_mut_ptr()
+                    .cast::<T>()
+                    .write_unaligned(<Sum as ReduceOp<T>>::combine(x, y));
             }
-        };
+        }
+    };
+    scan_team(
+        call,
+        h,
+        dest.cast(),
+        src.cast(),
+        n,
+        size,
+        exclusive,
+        &mut combine,
+    )
+}
+
+/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and
+/// [`scan_c`]. 0, or -1 for an invalid team.
+#[allow(clippy::too_many_arguments)]
+fn scan_team(
+    call: &'static str,
+    h: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    size: usize,
+    exclusive: bool,
+    combine: &mut dyn FnMut(&mut [u8], &[u8]),
+) -> c_int {
+    on_team(call, h, |rt, t| {
         Ok(rt.world.scan_with(
             Group::Team(t),
             dest.cast(),
@@ -659,7 +683,7 @@ pub unsafe fn scan<T: ReduceType>(
             n,
             size,
             exclusive,
-            &mut combine,
+            combine,
         )?)
     })
 }
@@ -680,19 +704,9 @@ pub unsafe fn scan_c(
     f: Combine,
     exclusive: bool,
 ) -> c_int {
-    on_team(call, h, |rt, t| {
-        let mut combine = |acc: &mut [u8], b: &[u8]| {
-            // SAFETY: as in `reduce_cb`.
-            unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-        };
-        Ok(rt.world.scan_with(
-            Group::Team(t),
-            dest.cast(),
-            src.cast(),
-            n,
-            size,
-            exclusive,
-            &mut combine,
-        )?)
-    })
+    let mut combine = |acc: &mut [u8], b: &[u8]| {
+        // SAFETY: as in `reduce_cb`.
+        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+    };
+    scan_team(call, h, dest, src, n, size, exclusive, &mut combine)
 }

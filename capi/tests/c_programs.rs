@@ -162,6 +162,20 @@ fn blocked_stride_below_the_block_size_aborts_naming_the_call() {
 }
 
 #[test]
+fn negative_nreduce_aborts_naming_the_call() {
+    aborts(
+        "bad_nreduce",
+        "shmem_int_sum_to_all",
+        "nreduce -1 is negative",
+    );
+    aborts(
+        "bad_nreduce_ld",
+        "shmem_longdouble_sum_to_all",
+        "nreduce -1 is negative",
+    );
+}
+
+#[test]
 fn scans() {
     passes("scan");
 }
@@ -203,22 +217,9 @@ fn global_exit_ends_every_pe_with_the_status() {
 /// (`rshmem_device_register_state_updater`, declared in device-lib's rshmem/state.cuh), which
 /// every library built on the runtime exports and no OpenSHMEM header declares.
 fn exported_routines() -> BTreeSet<String> {
-    let lib = built().join("libshmem.so");
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&lib)
-        .output()
-        .expect("running nm (binutils)");
-    assert!(out.status.success(), "nm -D {} failed", lib.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, "T", name] if name != "rshmem_device_register_state_updater" => {
-                Some(name.to_string())
-            }
-            _ => None,
-        })
-        .collect()
+    let mut exported = cprog::exported_functions(&built().join("libshmem.so"));
+    exported.remove("rshmem_device_register_state_updater");
+    exported
 }
 
 /// The functions that `shmem.h` and `pshmem.h` declare (inline functions and macros aside):
@@ -234,34 +235,7 @@ fn declared_routines() -> BTreeSet<String> {
         .output()
         .expect("running scripts/rshmemcc -E");
     assert!(out.status.success(), "preprocessing the headers failed");
-    // Top-level text only: the bodies of inline functions and structs end a statement.
-    let mut top = String::new();
-    let mut depth = 0usize;
-    for c in String::from_utf8_lossy(&out.stdout).chars() {
-        match c {
-            '{' => {
-                if depth == 0 {
-                    top.push(';');
-                }
-                depth += 1;
-            }
-            '}' => depth = depth.saturating_sub(1),
-            c if depth == 0 => top.push(c),
-            _ => {}
-        }
-    }
-    top.split(';')
-        .map(str::trim)
-        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
-        .filter_map(|st| {
-            let head = st[..st.find('(')?].trim_end();
-            let name = head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-            name.into_iter()
-                .next()
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .collect()
+    cprog::declared_functions(&out.stdout)
 }
 
 #[test]
@@ -500,20 +474,6 @@ fn fatal_message_is_one_write() {
     );
 }
 
-/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
-fn mpicc_flags(what: &str) -> Option<Vec<String>> {
-    let out = Command::new("mpicc")
-        .arg(format!("--showme:{what}"))
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    })
-}
-
 /// A hybrid MPI + OpenSHMEM program (`MPI_Init`, then `shmem_init`) under `mpirun` with 2 and
 /// 4 ranks: PE numbers are MPI ranks and both libraries work. libshmem built with the `mpi`
 /// feature bootstraps through `MPI_COMM_WORLD`; the default build through the program's MPI
@@ -522,7 +482,8 @@ fn mpicc_flags(what: &str) -> Option<Vec<String>> {
 /// `mpirun`): without it the test says so on stderr and does nothing.
 #[test]
 fn hybrid_mpi_program_under_mpirun() {
-    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+    let (Some(cflags), Some(ldflags)) = (cprog::mpicc_flags("compile"), cprog::mpicc_flags("link"))
+    else {
         eprintln!("hybrid_mpi_program_under_mpirun: skipped: Open MPI's mpicc was not found");
         return;
     };

@@ -509,7 +509,10 @@ impl UcxErrorMode {
 mod tests {
     use super::*;
 
-    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    /// An environment of the `pairs` (for the lookups `Config` and the NVSHMEM mapping take).
+    pub(super) fn lookup<'a>(
+        pairs: &'a [(&'a str, &'a str)],
+    ) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {
             pairs
                 .iter()

@@ -25,13 +25,15 @@ impl std::fmt::Display for UnknownCode {
 
 impl std::error::Error for UnknownCode {}
 
-/// Declares a `#[repr]` enum with explicit codes, `TryFrom` of the raw number, and the list of
-/// (variant, device name, code) the contract generator uses.
-macro_rules! codes {
+/// Declares a `#[repr]` enum with explicit codes, its `code()` and `from_code` (None for a
+/// number that names no variant): the one shape of every fixed code of a frame or a payload
+/// (these here, the TCP transport's heaps and rejections, UCX's refusals, the proxy's failures,
+/// the remote-transport choice the PEs exchange).
+macro_rules! code_enum {
     (
         $(#[$meta:meta])*
-        $vis:vis enum $name:ident : $repr:ty, $kind:literal {
-            $($(#[$vmeta:meta])* $variant:ident = $code:literal => $dev:literal,)+
+        $vis:vis enum $name:ident : $repr:ty {
+            $($(#[$vmeta:meta])* $variant:ident = $code:literal,)+
         }
     ) => {
         $(#[$meta])*
@@ -41,23 +43,50 @@ macro_rules! codes {
             $($(#[$vmeta])* $variant = $code,)+
         }
 
+        #[allow(dead_code)]
         impl $name {
-            /// Every value with the device library's name for it.
-            pub const ALL: &'static [($name, &'static str)] = &[$(($name::$variant, $dev),)+];
-
             /// The raw code.
             pub const fn code(self) -> $repr {
                 self as $repr
             }
+
+            /// The value of raw code `c`, None if it names none.
+            pub const fn from_code(c: $repr) -> Option<Self> {
+                match c {
+                    $($code => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+pub(crate) use code_enum;
+
+/// [`code_enum!`] for the codes the device library shares: also `TryFrom` of the raw number
+/// and the list of (variant, device name, code) the contract generator uses.
+macro_rules! codes {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $repr:ty, $kind:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $code:literal => $dev:literal,)+
+        }
+    ) => {
+        code_enum! {
+            $(#[$meta])*
+            $vis enum $name: $repr {
+                $($(#[$vmeta])* $variant = $code,)+
+            }
+        }
+
+        impl $name {
+            /// Every value with the device library's name for it.
+            pub const ALL: &'static [($name, &'static str)] = &[$(($name::$variant, $dev),)+];
         }
 
         impl TryFrom<$repr> for $name {
             type Error = UnknownCode;
             fn try_from(c: $repr) -> Result<Self, UnknownCode> {
-                match c {
-                    $($code => Ok($name::$variant),)+
-                    _ => Err(UnknownCode { kind: $kind, code: c as i64 }),
-                }
+                $name::from_code(c).ok_or(UnknownCode { kind: $kind, code: c as i64 })
             }
         }
     };

@@ -183,6 +183,26 @@ fn nvshmem_variables_are_shown_with_what_rshmem_does() {
     assert!(stdout(&info(&[], &[])).contains("NVSHMEM variables: none set"));
 }
 
+/// `NVSHMEM_DEBUG` has two entries (to `RSHMEM_LOG` and to `RSHMEM_INFO`): one row, the one
+/// whose entry does something with the value.
+#[test]
+fn nvshmem_debug_is_one_row_naming_what_its_value_sets() {
+    for (value, says) in [
+        ("VERSION", "RSHMEM_INFO=1"),
+        ("WARN", "RSHMEM_LOG=warn"),
+        ("LOUD", "INVALID"),
+    ] {
+        let o = info(&[], &[("NVSHMEM_DEBUG", value)]);
+        let out = stdout(&o);
+        let rows: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with("NVSHMEM_DEBUG "))
+            .collect();
+        assert_eq!(rows.len(), 1, "NVSHMEM_DEBUG={value}: {out}");
+        assert!(rows[0].contains(says), "NVSHMEM_DEBUG={value}: {}", rows[0]);
+    }
+}
+
 #[test]
 fn unknown_rshmem_name_is_shown_with_the_closest_known_one() {
     let o = info(&[], &[("RSHMEM_BAKCEND", "cpu")]);

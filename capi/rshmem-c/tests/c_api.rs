@@ -326,26 +326,13 @@ fn global_exit_ends_every_pe_with_the_status() {
     }
 }
 
-/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
-fn mpicc_flags(what: &str) -> Option<Vec<String>> {
-    let out = Command::new("mpicc")
-        .arg(format!("--showme:{what}"))
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    })
-}
-
 /// `rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM)` under `mpirun` with 2 and 4 ranks: librshmem
 /// finds MPI in the process (it does not link with it). Needs Open MPI (`mpicc`, `mpirun`):
 /// without it the test says so on stderr and does nothing.
 #[test]
 fn init_with_an_mpi_communicator_under_mpirun() {
-    let (Some(cflags), Some(ldflags)) = (mpicc_flags("compile"), mpicc_flags("link")) else {
+    let (Some(cflags), Some(ldflags)) = (cprog::mpicc_flags("compile"), cprog::mpicc_flags("link"))
+    else {
         eprintln!(
             "init_with_an_mpi_communicator_under_mpirun: skipped: Open MPI's mpicc was not found"
         );
@@ -427,20 +414,7 @@ fn header_compiles_as_cpp17() {
 
 /// The calls `librshmem.so` exports: its defined dynamic text symbols (`nm -D`).
 fn exported() -> BTreeSet<String> {
-    let lib = built().join("librshmem.so");
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&lib)
-        .output()
-        .expect("running nm (binutils)");
-    assert!(out.status.success(), "nm -D {} failed", lib.display());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, "T", name] => Some(name.to_string()),
-            _ => None,
-        })
-        .collect()
+    cprog::exported_functions(&built().join("librshmem.so"))
 }
 
 /// The functions rshmem.h declares for a C compiler (inline functions and macros aside): the
@@ -455,32 +429,7 @@ fn declared() -> BTreeSet<String> {
         .output()
         .expect("running cc -E");
     assert!(out.status.success(), "preprocessing rshmem.h failed");
-    let mut top = String::new();
-    let mut depth = 0usize;
-    for c in String::from_utf8_lossy(&out.stdout).chars() {
-        match c {
-            '{' => {
-                if depth == 0 {
-                    top.push(';');
-                }
-                depth += 1;
-            }
-            '}' => depth = depth.saturating_sub(1),
-            c if depth == 0 => top.push(c),
-            _ => {}
-        }
-    }
-    top.split(';')
-        .map(str::trim)
-        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
-        .filter_map(|st| {
-            let head = st[..st.find('(')?].trim_end();
-            head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .next()
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        })
-        .collect()
+    cprog::declared_functions(&out.stdout)
 }
 
 /// Exported by the runtime for the device library, which declares it (rshmem/state.cuh): the

@@ -1,8 +1,10 @@
 //! What the C-program tests of both C libraries share (`capi/tests/c_programs.rs`, libshmem;
 //! `capi/rshmem-c/tests/c_api.rs`, librshmem; each includes this file with `#[path]`):
 //! building a library and `rshmemrun` into the profile directory the test binary was built for,
-//! running a program under `rshmemrun`, and the checks of what it printed.
+//! running a program under `rshmemrun`, the checks of what it printed, and the two sides of the
+//! header-versus-library checks (what a library exports, what a preprocessed header declares).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -121,4 +123,67 @@ pub fn expect_abort(name: &str, r: &Ran, n: usize, call: &str, cause: &str) {
         "{name} on {n} PEs: a PE went on:\n{}",
         r.stdout
     );
+}
+
+/// The defined dynamic text symbols of the library `lib` (`nm -D --defined-only`).
+pub fn exported_functions(lib: &Path) -> BTreeSet<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib)
+        .output()
+        .expect("running nm (binutils)");
+    assert!(out.status.success(), "nm -D {} failed", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, "T", name] => Some(name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The functions a preprocessed C header (`cc -E -P` output) declares, inline functions and
+/// macros aside: the names before the `(` of each top-level declaration (the bodies of inline
+/// functions and structs end a statement; typedefs and statics are skipped).
+pub fn declared_functions(preprocessed: &[u8]) -> BTreeSet<String> {
+    let mut top = String::new();
+    let mut depth = 0usize;
+    for c in String::from_utf8_lossy(preprocessed).chars() {
+        match c {
+            '{' => {
+                if depth == 0 {
+                    top.push(';');
+                }
+                depth += 1;
+            }
+            '}' => depth = depth.saturating_sub(1),
+            c if depth == 0 => top.push(c),
+            _ => {}
+        }
+    }
+    top.split(';')
+        .map(str::trim)
+        .filter(|st| !st.starts_with("typedef") && !st.starts_with("static"))
+        .filter_map(|st| {
+            let head = st[..st.find('(')?].trim_end();
+            head.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// `mpicc --showme:<what>` split into words, or `None` without Open MPI's mpicc.
+pub fn mpicc_flags(what: &str) -> Option<Vec<String>> {
+    let out = Command::new("mpicc")
+        .arg(format!("--showme:{what}"))
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    })
 }

@@ -303,23 +303,7 @@ fn check_nvshmem() -> Vec<NvVar> {
             effect = Some(format!("overridden by {to}, which is set"));
             invalid = None;
         }
-        // NVSHMEM_DEBUG has two entries (RSHMEM_LOG and RSHMEM_INFO): one row, the one that
-        // does something.
-        if let Some(prev) = out.iter_mut().find(|o: &&mut NvVar| o.name == nv.name) {
-            if prev.effect.is_none() && (effect.is_some() || invalid.is_some()) {
-                *prev = NvVar {
-                    name: nv.name,
-                    value,
-                    treatment,
-                    rshmem,
-                    effect,
-                    note: nv.note,
-                    invalid,
-                };
-            }
-            continue;
-        }
-        out.push(NvVar {
+        let row = NvVar {
             name: nv.name,
             value,
             treatment,
@@ -327,7 +311,17 @@ fn check_nvshmem() -> Vec<NvVar> {
             effect,
             note: nv.note,
             invalid,
-        });
+        };
+        // NVSHMEM_DEBUG has two entries (RSHMEM_LOG and RSHMEM_INFO): one row, the one that
+        // does something.
+        match out.iter_mut().find(|o: &&mut NvVar| o.name == row.name) {
+            Some(prev) => {
+                if prev.effect.is_none() && (row.effect.is_some() || row.invalid.is_some()) {
+                    *prev = row;
+                }
+            }
+            None => out.push(row),
+        }
     }
     out
 }

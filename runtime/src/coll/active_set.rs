@@ -338,38 +338,15 @@ impl World {
         elem_size: usize,
         combine: &mut dyn FnMut(&mut [u8], &[u8]),
     ) -> Result<()> {
-        let call = "reduce_with";
-        if let Group::Team(t) = group {
-            self.team_check(call, t)?;
-        }
-        let bytes = nelems
-            .checked_mul(elem_size)
-            .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))?;
-        self.coll_bufs(call, dest, bytes, source, bytes, true)?;
-        // 16-byte aligned staging (long double needs it).
-        let words = bytes.div_ceil(16);
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("element size", elem_size as u64),
-        ]);
-        self.pull_protocol(
-            call,
+        self.combine_members(
+            "reduce_with",
             group,
-            &check,
-            || {
-                let mut acc = vec![0u128; words];
-                if bytes == 0 {
-                    return Ok(acc);
-                }
-                let mut tmp = vec![0u128; words];
-                self.get_impl(call, staging(&mut acc, bytes), source, group.pe(0))?;
-                for j in 1..group.n() {
-                    self.get_impl(call, staging(&mut tmp, bytes), source, group.pe(j))?;
-                    combine(staging(&mut acc, bytes), staging(&mut tmp, bytes));
-                }
-                Ok(acc)
-            },
-            |mut v| self.write_mine(call, dest, staging(&mut v, bytes)),
+            dest,
+            source,
+            nelems,
+            elem_size,
+            &|g| g.n(),
+            combine,
         )
     }
 
@@ -392,6 +369,26 @@ impl World {
         combine: &mut dyn FnMut(&mut [u8], &[u8]),
     ) -> Result<()> {
         let call = if exclusive { "exscan" } else { "inscan" };
+        // Members whose source enters my result.
+        let upto = |g: &Group<'_>| g.me() + usize::from(!exclusive);
+        self.combine_members(call, group, dest, source, nelems, elem_size, &upto, combine)
+    }
+
+    /// The body of [`reduce_with`](World::reduce_with) and [`scan_with`](World::scan_with):
+    /// `dest` gets the combination, in member order, of the `source` of members `0..upto`
+    /// (`upto(group)`, asked after the arguments are checked; zero bytes when it is 0).
+    #[allow(clippy::too_many_arguments)]
+    fn combine_members(
+        &self,
+        call: &'static str,
+        group: Group<'_>,
+        dest: *mut u8,
+        source: *const u8,
+        nelems: usize,
+        elem_size: usize,
+        upto: &dyn Fn(&Group<'_>) -> usize,
+        combine: &mut dyn FnMut(&mut [u8], &[u8]),
+    ) -> Result<()> {
         if let Group::Team(t) = group {
             self.team_check(call, t)?;
         }
@@ -399,9 +396,9 @@ impl World {
             .checked_mul(elem_size)
             .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))?;
         self.coll_bufs(call, dest, bytes, source, bytes, true)?;
+        // 16-byte aligned staging (long double needs it).
         let words = bytes.div_ceil(16);
-        // Members whose source enters my result.
-        let upto = group.me() + usize::from(!exclusive);
+        let upto = upto(&group);
         let check = Check(&[
             ("nelems", nelems as u64),
             ("element size", elem_size as u64),

@@ -679,18 +679,10 @@ pub fn nvshmem_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::lookup;
 
     fn report(vars: &[(&str, &str)]) -> EnvReport {
         EnvReport::from_vars(vars.iter().copied())
-    }
-
-    fn lookup<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
     }
 
     #[test]

@@ -67,18 +67,18 @@ pub const FLAG_INLINE: u8 = 1;
 /// `flags`: the device waits for `done` and acknowledges the result.
 pub const FLAG_FETCH: u8 = 2;
 
-/// Codes of the control block's `error` word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u64)]
-pub enum Failure {
-    /// The target PE exited or its connection failed.
-    PeerLost = 1,
-    /// A wait of the host proxy timed out.
-    Timeout = 2,
-    /// The request was malformed or the target rejected it.
-    BadRequest = 3,
-    /// A CUDA call of the host proxy failed.
-    Cuda = 4,
+crate::wire::code_enum! {
+    /// Codes of the control block's `error` word.
+    pub enum Failure: u64 {
+        /// The target PE exited or its connection failed.
+        PeerLost = 1,
+        /// A wait of the host proxy timed out.
+        Timeout = 2,
+        /// The request was malformed or the target rejected it.
+        BadRequest = 3,
+        /// A CUDA call of the host proxy failed.
+        Cuda = 4,
+    }
 }
 
 /// What a request asks for: the words the device writes between `seq` and the handshake words

@@ -661,7 +661,7 @@ fn refused(
         call: 0,
         op,
         heap: heap as u8,
-        why: Reject::from_code(status),
+        why: Reject::from_status(status),
         off: off as u64,
         len: len as u64,
     };

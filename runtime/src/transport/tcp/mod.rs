@@ -54,28 +54,21 @@ pub(crate) const SHARED_CORE_SPIN: Duration = Duration::from_micros(20);
 /// Longest single connection attempt (attempts repeat until the set-up deadline).
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// Which heap of the target a request addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum HeapId {
-    /// The user's symmetric heap.
-    User = 0,
-    /// The host control heap (barrier and team flags).
-    Ctrl = 1,
-    /// The PE's symmetric regions (memory outside the heaps, [`crate::region`]): the offset's
-    /// bits from [`REGION_SHIFT`](crate::transport::REGION_SHIFT) up name the region
-    /// ([`RemoteAddr::region`](crate::transport::RemoteAddr::region)).
-    Region = 2,
+crate::wire::code_enum! {
+    /// Which heap of the target a request addresses (its wire code: [`HeapId::code`]).
+    pub enum HeapId: u8 {
+        /// The user's symmetric heap.
+        User = 0,
+        /// The host control heap (barrier and team flags).
+        Ctrl = 1,
+        /// The PE's symmetric regions (memory outside the heaps, [`crate::region`]): the offset's
+        /// bits from [`REGION_SHIFT`](crate::transport::REGION_SHIFT) up name the region
+        /// ([`RemoteAddr::region`](crate::transport::RemoteAddr::region)).
+        Region = 2,
+    }
 }
 
 impl HeapId {
-    /// The heap of wire code `c` (its `as u8`), if there is one.
-    pub fn from_code(c: u8) -> Option<HeapId> {
-        [HeapId::User, HeapId::Ctrl, HeapId::Region]
-            .into_iter()
-            .find(|h| *h as u8 == c)
-    }
-
     /// What it is, for messages ("symmetric heap", "control heap", "symmetric regions").
     pub fn describe(self) -> &'static str {
         match self {

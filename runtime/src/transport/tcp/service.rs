@@ -442,7 +442,9 @@ impl Service {
                     Err(Reject::Control)
                 }
             }
-            wire::OP_AMO if team && r.size == 8 && wire::amo_op(r.amo) == Some(AmoOp::Fetch) => {
+            wire::OP_AMO
+                if team && r.size == 8 && AmoOp::from_code(r.amo) == Some(AmoOp::Fetch) =>
+            {
                 Ok(())
             }
             _ => Err(Reject::Control),
@@ -523,7 +525,7 @@ impl Service {
                 }
                 wire::OP_AMO | wire::OP_AMO_NF => {
                     let size = u64::from(r.size);
-                    let target = match (wire::amo_op(r.amo), size) {
+                    let target = match (AmoOp::from_code(r.amo), size) {
                         (Some(aop), 4 | 8) => self
                             .target(&r, size, size)
                             .map(|(g, a)| (g, a, Amo::new(aop, size as usize, r.value, r.cond))),

@@ -6,7 +6,7 @@
 //! (a [`REQ`]-byte header, the payload of a put behind it) and the accepting PE answers gets,
 //! fetching atomics and flushes with a [`REP`]-byte reply.
 
-use super::super::{Amo, AmoOp, RemoteAddr};
+use super::super::{Amo, RemoteAddr};
 use crate::frame::{get, push, put};
 
 /// Version of this protocol, checked in the handshake (PEs of one job must speak the same).
@@ -45,36 +45,32 @@ pub const OP_AMO_NF: u8 = 6;
 /// then ends. No reply.
 pub const OP_GONE: u8 = 7;
 
-/// Why a target rejected a request (the status of a reply, the reason of a rejection record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Reject {
-    /// Outside the target's heap (below the user heap or past its mapped end), or outside
-    /// every symmetric region it registered.
-    Outside = 1,
-    /// Inside the heap but not inside one live allocation of the target.
-    Unallocated = 2,
-    /// A misaligned atomic or store.
-    Misaligned = 3,
-    /// An operation or offset of the runtime's control area that the runtime never issues.
-    Control = 4,
-    /// An unknown heap, operation or operand size.
-    Malformed = 5,
-    /// The target's GPU copy or atomic failed.
-    Device = 6,
+crate::wire::code_enum! {
+    /// Why a target rejected a request (the status of a reply, the reason of a rejection record).
+    pub enum Reject: u8 {
+        /// Outside the target's heap (below the user heap or past its mapped end), or outside
+        /// every symmetric region it registered.
+        Outside = 1,
+        /// Inside the heap but not inside one live allocation of the target.
+        Unallocated = 2,
+        /// A misaligned atomic or store.
+        Misaligned = 3,
+        /// An operation or offset of the runtime's control area that the runtime never issues.
+        Control = 4,
+        /// An unknown heap, operation or operand size.
+        Malformed = 5,
+        /// The target's GPU copy or atomic failed.
+        Device = 6,
+    }
 }
 
 impl Reject {
-    /// The code on the wire back to a reason; unknown codes read as [`Reject::Malformed`].
-    pub fn from_code(c: u32) -> Reject {
-        match c {
-            1 => Reject::Outside,
-            2 => Reject::Unallocated,
-            3 => Reject::Misaligned,
-            4 => Reject::Control,
-            6 => Reject::Device,
-            _ => Reject::Malformed,
-        }
+    /// The status on the wire back to a reason; unknown codes read as [`Reject::Malformed`].
+    pub fn from_status(c: u32) -> Reject {
+        u8::try_from(c)
+            .ok()
+            .and_then(Reject::from_code)
+            .unwrap_or(Reject::Malformed)
     }
 
     /// What the issuing PE is told.
@@ -202,7 +198,7 @@ impl Rejection {
         Rejection {
             call: get(b, 0),
             op: b[2],
-            why: Reject::from_code(u32::from(b[3])),
+            why: Reject::from_status(u32::from(b[3])),
             heap: b[4],
             off: get(b, 8),
             len: get(b, 16),
@@ -260,21 +256,6 @@ pub fn parse_ack(a: &[u8; ACK]) -> Option<u8> {
     (a[..4] == ACK_MAGIC).then_some(a[4])
 }
 
-/// The atomic of a request's `amo` byte.
-pub fn amo_op(v: u8) -> Option<AmoOp> {
-    Some(match v {
-        0 => AmoOp::Fetch,
-        1 => AmoOp::Set,
-        2 => AmoOp::Swap,
-        3 => AmoOp::CompareSwap,
-        4 => AmoOp::FetchAdd,
-        5 => AmoOp::FetchAnd,
-        6 => AmoOp::FetchOr,
-        7 => AmoOp::FetchXor,
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,8 +283,12 @@ mod tests {
         assert_eq!(parse_hello(&[8u8; 16], &hello(&t, 5, VERSION)), None);
         assert_eq!(parse_ack(&ack(ACK_VERSION)), Some(ACK_VERSION));
         assert_eq!(parse_ack(&[0; ACK]), None);
-        for a in 0..8 {
-            assert_eq!(amo_op(a).map(|o| o as u8), Some(a));
+        for c in 0..=7 {
+            assert_eq!(
+                Reject::from_status(c).code(),
+                if c == 0 || c == 7 { 5 } else { c as u8 }
+            );
         }
+        assert_eq!(Reject::from_status(256 + 1), Reject::Malformed);
     }
 }

@@ -169,34 +169,23 @@ impl Request {
     }
 }
 
-/// Why a target refused a request (0 in a reply means applied).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Refusal {
-    /// The word is not inside one live allocation of the target's heap.
-    Outside = 1,
-    /// Not aligned to its size.
-    Misaligned = 2,
-    /// Unknown operation or size.
-    Malformed = 3,
-    /// The GPU could not apply it (a CUDA error at the target).
-    Device = 4,
-    /// The target has not finished setting up (or takes no such requests).
-    NotServing = 5,
+crate::wire::code_enum! {
+    /// Why a target refused a request (0 in a reply means applied).
+    pub enum Refusal: u32 {
+        /// The word is not inside one live allocation of the target's heap.
+        Outside = 1,
+        /// Not aligned to its size.
+        Misaligned = 2,
+        /// Unknown operation or size.
+        Malformed = 3,
+        /// The GPU could not apply it (a CUDA error at the target).
+        Device = 4,
+        /// The target has not finished setting up (or takes no such requests).
+        NotServing = 5,
+    }
 }
 
 impl Refusal {
-    fn from_code(c: u32) -> Option<Refusal> {
-        Some(match c {
-            1 => Refusal::Outside,
-            2 => Refusal::Misaligned,
-            3 => Refusal::Malformed,
-            4 => Refusal::Device,
-            5 => Refusal::NotServing,
-            _ => return None,
-        })
-    }
-
     /// Words for messages.
     pub fn reason(self) -> &'static str {
         match self {

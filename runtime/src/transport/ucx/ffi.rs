@@ -393,6 +393,28 @@ impl Lib {
         })
     }
 
+    /// Sends an active message `id` whose header is `header[..len]` and which has no data
+    /// (`ucp_am_send_nbx` with `flags`, `UCP_AM_SEND_FLAG_*`): the request, null when done at
+    /// once, or an error status ([`ptr_is_err`]).
+    ///
+    /// # Safety
+    /// `ep` is a live endpoint, used under its worker's lock (or from a callback of that
+    /// worker's progress); `header` stays readable for `len` bytes until the request completes.
+    pub unsafe fn am_send_header(
+        &self,
+        ep: Ep,
+        id: c_uint,
+        header: *const c_void,
+        len: usize,
+        flags: u32,
+    ) -> StatusPtr {
+        let mut p = UcpRequestParam::empty();
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = flags;
+        // SAFETY: the caller's contract; no data, and `p` outlives the call.
+        unsafe { (self.am_send_nbx)(ep, id, header, len, std::ptr::null(), 0, &p) }
+    }
+
     /// UCX's text for a status code.
     pub fn status_text(&self, s: Status) -> String {
         // SAFETY: ucs_status_string returns a static NUL-terminated string for any code.

@@ -492,20 +492,15 @@ unsafe extern "C" fn am_request(
         }
     };
     let reply = Box::new(reply.encode());
-    let mut p = ffi::UcpRequestParam::empty();
-    p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = ffi::UCP_AM_SEND_FLAG_EAGER;
     // SAFETY: sending from inside a callback of this worker's progress (the thread holds the
     // transport's lock); the reply bytes live in a box kept until the request completes.
     let req = unsafe {
-        (s.lib.am_send_nbx)(
+        s.lib.am_send_header(
             ep,
             amo::AM_REPLY,
             reply.as_ptr().cast(),
             amo::REPLY_LEN,
-            std::ptr::null(),
-            0,
-            &p,
+            ffi::UCP_AM_SEND_FLAG_EAGER,
         )
     };
     if ffi::ptr_is_err(req) {
@@ -1331,20 +1326,15 @@ impl Ucx {
                 amo::REQUEST_LEN,
             )
         };
-        let mut p = ffi::UcpRequestParam::empty();
-        p.op_attr_mask = ffi::UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = ffi::UCP_AM_SEND_FLAG_REPLY | ffi::UCP_AM_SEND_FLAG_EAGER;
         // SAFETY: live endpoint under the caller's lock; the caller keeps the header box until
         // the request completes (waits for it, or keeps it in `pending`).
         let req = unsafe {
-            (self.shared.lib.am_send_nbx)(
+            self.shared.lib.am_send_header(
                 ep,
                 amo::AM_REQUEST,
                 hdr.as_ptr().cast(),
                 amo::REQUEST_LEN,
-                std::ptr::null(),
-                0,
-                &p,
+                ffi::UCP_AM_SEND_FLAG_REPLY | ffi::UCP_AM_SEND_FLAG_EAGER,
             )
         };
         if ffi::ptr_is_err(req) {
