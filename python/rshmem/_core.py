@@ -258,7 +258,7 @@ def init(*, device=None, uid=None, rank=None, nranks=None, process_group=None, m
     _STATE.device = _rshmem.device()
     if _STATE.gpu and t is not None:
         # The program's torch calls use rshmem's device from now on.
-        t.cuda.set_device(_rshmem.device())
+        t.cuda.set_device(_STATE.device)
     return _Session()
 
 

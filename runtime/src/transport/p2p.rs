@@ -74,9 +74,8 @@ impl P2p {
     /// through pinned memory so the copy is truly asynchronous; large ones are copied by the
     /// driver from the caller's memory.
     pub fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
-        use std::sync::atomic::Ordering;
         self.gpu.bind(call)?;
-        self.pending.store(true, Ordering::Release);
+        self.mark_pending();
         if (n == 8 && dst % 8 == 0) || (n == 4 && dst % 4 == 0) {
             let mut w = 0u64;
             // SAFETY: src points to n (4 or 8) readable bytes; w has room for 8.
@@ -138,8 +137,7 @@ impl P2p {
     /// GPU heap → GPU heap copy (stream-ordered on rshmem's stream).
     pub fn copy(&self, call: &'static str, dst: usize, src: usize, n: usize) -> Result<()> {
         self.gpu.bind(call)?;
-        self.pending
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.mark_pending();
         // SAFETY: both ranges are checked, mapped heap ranges of the bound context.
         unsafe {
             copy::device_to_device(
@@ -186,8 +184,8 @@ impl P2p {
         Ok(())
     }
 
-    /// Records that host-issued work was queued on rshmem's stream outside this transport's own
-    /// calls, so the next [`quiet`](P2p::quiet) synchronizes the stream.
+    /// Records that host-issued work was (or is about to be) queued on rshmem's stream, by this
+    /// transport's calls or by others, so the next [`quiet`](P2p::quiet) synchronizes it.
     pub fn mark_pending(&self) {
         self.pending
             .store(true, std::sync::atomic::Ordering::Release);
