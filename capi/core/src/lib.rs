@@ -214,15 +214,20 @@ fn say(line: String) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// Prints `rshmem: PE <pe>: <call>: <what>` on stderr (a failure that is not fatal).
+/// Prints `rshmem: PE <pe>: <call>: <what>` on stderr (a failure that is not fatal). A global
+/// exit that another PE asked for and that is pending here ends the process with its status
+/// first (the failure is then most likely that PE leaving on the exit).
 pub fn report(call: &str, what: impl Display) {
+    rshmem::exit::honour_pending();
     say(format!("rshmem: PE {}: {call}: {what}\n", pe_label()));
 }
 
 /// Prints `rshmem: PE <pe>: <call>: <what>; aborting the job`, flushes C stdio and ends the
 /// process with status 1; the launcher then stops the other PEs (like `shmem_global_exit(1)`).
+/// A pending global exit of another PE wins, as in [`report`].
 #[cold]
 pub fn fatal(call: &str, what: impl Display) -> ! {
+    rshmem::exit::honour_pending();
     say(format!(
         "rshmem: PE {}: {call}: {what}; aborting the job\n",
         pe_label()
@@ -245,8 +250,23 @@ pub fn exit_now(status: c_int) -> ! {
 pub fn guarded<R>(call: &str, f: impl FnOnce() -> CResult<R>) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => fatal(call, e),
+        Ok(Err(e)) => {
+            settle(&e);
+            fatal(call, e)
+        }
         Err(_) => fatal(call, PANICKED),
+    }
+}
+
+/// How long a call that failed because a peer is gone watches for a global exit of another PE
+/// before it reports the failure (the exit's status then wins; see `rshmem::exit`).
+const GLOBAL_EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Before a failure is reported: when a peer is gone, a global exit that another PE asked for may
+/// be on its way to this PE; it ends the process with its status.
+fn settle(e: &Fail) {
+    if let Fail::Rt(rshmem::Error::PeerLost { .. }) = e {
+        rshmem::exit::await_pending(GLOBAL_EXIT_GRACE);
     }
 }
 
@@ -258,6 +278,7 @@ pub fn guarded_status(call: &str, f: impl FnOnce() -> CResult<()>) -> c_int {
         Ok(Err(e)) => e,
         Err(_) => Fail::Msg(Code::Internal, PANICKED.into()),
     };
+    settle(&e);
     report(call, &e);
     e.code() as c_int
 }
