@@ -256,6 +256,7 @@ def init(*, device=None, uid=None, rank=None, nranks=None, process_group=None, m
     _rshmem.init(rank=rank, nranks=nranks, uid=uid, device=device, backend=backend)
     _STATE.gpu = _rshmem.backend() == "gpu"
     _STATE.device = _rshmem.device()
+    _register_torch()
     if _STATE.gpu and t is not None:
         # The program's torch calls use rshmem's device from now on.
         t.cuda.set_device(_STATE.device)
@@ -504,8 +505,10 @@ def _view(x, call, what, writable=False):
     v.obj = x
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "data_ptr"):
-        # The hot path of every call on torch tensors: plain attribute reads and C methods only
-        # (no torch.device objects, no dtype strings), so a call costs little more than in Rust.
+        # Plain attribute reads and C methods only (no torch.device objects, no dtype strings).
+        # put, get and alltoall on two torch tensors read them natively instead, once torch is
+        # registered here (_register_torch).
+        _register_torch()
         if not x.is_contiguous():
             raise Error(f"{call}: {what} is not contiguous (call .contiguous() first)")
         v.ptr, v.shape, v.nbytes = x.data_ptr(), x.shape, x.nbytes
@@ -550,6 +553,25 @@ def _view(x, call, what, writable=False):
         return v
     raise Error(f"{call}: {what} must be a NumPy array, torch tensor or CuPy array, not "
                 f"{type(x).__name__}")
+
+
+_TORCH_REGISTERED = False
+
+
+def _register_torch():
+    """Hands torch (when the program imported it) to the native fast path of put, get and
+    alltoall on two tensors, once per process."""
+    global _TORCH_REGISTERED
+    t = sys.modules.get("torch")
+    if _TORCH_REGISTERED or t is None:
+        return
+    for name in _DTYPES:
+        dt = getattr(t, name, None)
+        if isinstance(dt, t.dtype):
+            _TORCH_DTYPES[dt] = name
+    _rshmem.register_torch(t.Tensor, _TORCH_DTYPES,
+                           getattr(t._C, "_cuda_getCurrentRawStream", None))
+    _TORCH_REGISTERED = True
 
 
 def _typestr_name(ts, call):
@@ -632,6 +654,8 @@ def _current_stream(kinds=()):
 # ---------------------------------------------------------------------------------------------
 
 def _put(call, dst, src, pe, stream, nbi):
+    if _rshmem.put_tensors(dst, src, pe, nbi, stream):
+        return
     d = _view(dst, call, "dst")
     s = _view(src, call, "src")
     _same(call, d, s, "dst", "src")
@@ -654,6 +678,8 @@ def put_nbi(dst, src, pe, *, stream=None):
 
 
 def _get(call, dst, src, pe, stream, nbi):
+    if _rshmem.get_tensors(dst, src, pe, nbi, stream):
+        return
     d = _view(dst, call, "dst", writable=True)
     s = _view(src, call, "src")
     _same(call, d, s, "dst", "src")
@@ -959,8 +985,10 @@ def alltoall(team, dst, src, *, stream=None):
     PE ``i`` goes to block ``i`` of ``dst`` on team PE ``j``; both symmetric, same size."""
     call = "rshmem.alltoall"
     t = _team(team)
-    d, s = _coll_views(call, dst, src)
     n = t.n_pes()
+    if _rshmem.alltoall_tensors(t._h, n, dst, src, stream):
+        return
+    d, s = _coll_views(call, dst, src)
     if s.nbytes != d.nbytes or s.nbytes % n:
         raise Error(f"{call}: dst and src must have the same size, a multiple of the team's "
                     f"{n} PEs (dst {d.nelems}, src {s.nelems} elements)")

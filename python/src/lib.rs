@@ -24,6 +24,7 @@ use rt::{Cmp, SignalOp};
 
 mod dlpack;
 mod kernel;
+mod tensor;
 
 pyo3::create_exception!(
     _rshmem,
@@ -254,12 +255,20 @@ fn free(py: Python<'_>, addr: usize) -> PyResult<()> {
 /// True if `[addr, addr + nbytes)` lies in this PE's symmetric heap.
 #[pyfunction]
 fn heap_contains(addr: usize, nbytes: usize) -> PyResult<bool> {
-    let st = state("rshmem.heap_contains")?;
+    Ok(heap_contains_in(
+        &*state("rshmem.heap_contains")?,
+        addr,
+        nbytes,
+    ))
+}
+
+/// Whether `nbytes` at `addr` lie in this PE's symmetric memory.
+pub(crate) fn heap_contains_in(st: &State, addr: usize, nbytes: usize) -> bool {
     let me = st.world.my_pe();
     let last = addr.saturating_add(nbytes.max(1) - 1);
-    Ok(addr != 0
+    addr != 0
         && st.world.addr_accessible(addr as *const u8, me)
-        && st.world.addr_accessible(last as *const u8, me))
+        && st.world.addr_accessible(last as *const u8, me)
 }
 
 /// The address at which this PE reaches PE `pe`'s copy of `addr` by load/store (None when
@@ -405,7 +414,7 @@ fn local_mut<'a>(call: &str, addr: usize, nbytes: usize) -> PyResult<&'a mut [u8
 /// (blocking, or `nbi`), or stream-ordered on `stream`.
 #[pyfunction]
 #[pyo3(signature = (dest, src, nbytes, pe, nbi=false, stream=None))]
-fn put(
+pub(crate) fn put(
     py: Python<'_>,
     dest: usize,
     src: usize,
@@ -443,7 +452,7 @@ fn put(
 /// Get of `nbytes` from the symmetric `src` on PE `pe` into `dest` (this PE).
 #[pyfunction]
 #[pyo3(signature = (dest, src, nbytes, pe, nbi=false, stream=None))]
-fn get(
+pub(crate) fn get(
     py: Python<'_>,
     dest: usize,
     src: usize,
@@ -939,7 +948,7 @@ fn team_destroy(py: Python<'_>, id: i64) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (kind, team_id, dest, src, nbytes, root=0, stream=None))]
 #[allow(clippy::too_many_arguments)]
-fn collective(
+pub(crate) fn collective(
     py: Python<'_>,
     kind: &str,
     team_id: i64,
@@ -1124,6 +1133,10 @@ fn _rshmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(reduce, m)?)?;
     m.add_function(wrap_pyfunction!(read_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::register_torch, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::put_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::get_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::alltoall_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_capsule, m)?)?;
     m.add_class::<kernel::Module>()?;
     m.add_function(wrap_pyfunction!(kernel::load_module, m)?)?;

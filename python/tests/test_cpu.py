@@ -326,3 +326,75 @@ def test_unique_id_is_text_with_a_secret():
     addr, secret = uid.rsplit("#", 1)
     assert ":" in addr and len(secret) == 32
     assert uid != rshmem.get_unique_id()
+
+
+class _StandIn:
+    """Stands in for torch.Tensor in the native tensor reader's CPU test (torch is not installed
+    on CPU-only machines): the attributes and methods that reader uses, over a NumPy array."""
+
+    def __init__(self, a, dtype):
+        self.a, self.dtype = a, dtype
+        self.is_cuda = False
+        self.nbytes = a.nbytes
+
+    def is_contiguous(self):
+        return self.a.flags.c_contiguous
+
+    def data_ptr(self):
+        return self.a.ctypes.data
+
+    def get_device(self):
+        return -1
+
+
+def test_native_tensor_reader_moves_plain_pairs_and_declines_the_rest():
+    if "torch" in sys.modules:
+        pytest.skip("torch is imported: the reader is registered for torch.Tensor")
+    me, n = me_n()
+    f32, i32 = object(), object()
+    # First registration wins; later ones are refused.
+    assert _rshmem.register_torch(_StandIn, {f32: "float32", i32: "int32"}, None)
+    assert not _rshmem.register_torch(_StandIn, {}, None)
+    x = rshmem.zeros(16, "float32")
+    nxt, prev = (me + 1) % n, (me + n - 1) % n
+    src = np.arange(16, dtype=np.float32) + 100 * me
+    # The plain case is done natively: data on the next PE.
+    assert _rshmem.put_tensors(_StandIn(x, f32), _StandIn(src, f32), nxt, False, None)
+    rshmem.barrier_all()
+    assert (x == np.arange(16) + 100 * prev).all()
+    out = np.zeros(16, dtype=np.float32)
+    assert _rshmem.get_tensors(_StandIn(out, f32), _StandIn(x, f32), nxt, False, None)
+    assert (out == np.arange(16) + 100 * me).all()
+    rshmem.barrier_all()
+    # Everything else is declined (the checking path then raises), and nothing is written.
+    before = x.copy()
+    odd = np.zeros(32, dtype=np.float32)[::2]
+    declined = [
+        (_StandIn(x, f32), _StandIn(src.view(np.int32), i32), nxt),  # dtypes differ
+        (_StandIn(x, f32), _StandIn(odd, f32), nxt),  # not contiguous
+        (_StandIn(x[:8], f32), _StandIn(src, f32), nxt),  # src larger than dst
+        (_StandIn(src, f32), _StandIn(src, f32), nxt),  # dst not symmetric
+        (_StandIn(x, object()), _StandIn(src, f32), nxt),  # unsupported dtype
+        (_StandIn(x, f32), _StandIn(src, f32), -1),  # PE not a PE number
+        (x, src, nxt),  # not tensors
+    ]
+    for d, s, pe in declined:
+        assert not _rshmem.put_tensors(d, s, pe, False, None)
+    rshmem.barrier_all()
+    assert (x == before).all()
+    # A PE out of range in a plain pair reaches the runtime, which names it.
+    with pytest.raises(rshmem.Error, match="out of range"):
+        _rshmem.put_tensors(_StandIn(x, f32), _StandIn(src, f32), n, False, None)
+    # alltoall: block j of src on PE i lands in block i of dst on PE j.
+    a_src = rshmem.zeros(4 * n, "int32")
+    a_dst = rshmem.zeros(4 * n, "int32")
+    a_src[:] = np.arange(4 * n, dtype=np.int32) + 1000 * me
+    rshmem.barrier_all()
+    assert _rshmem.alltoall_tensors(0, n, _StandIn(a_dst, i32), _StandIn(a_src, i32), None)
+    for j in range(n):
+        assert (a_dst[4 * j:4 * j + 4] == np.arange(4 * me, 4 * me + 4) + 1000 * j).all()
+    assert not _rshmem.alltoall_tensors(0, n, _StandIn(a_dst, i32), _StandIn(a_src[:4], i32),
+                                        None)
+    rshmem.barrier_all()
+    for a in (x, a_src, a_dst):
+        rshmem.free(a)
