@@ -642,7 +642,10 @@ def _stream_handle(stream, views, call):
 def _current_stream(kinds=()):
     t = _torch()
     if t is not None and ("torch" in kinds or not kinds):
-        return int(t.cuda.current_stream(_rshmem.device()).cuda_stream)
+        raw = getattr(t._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return int(raw(_STATE.device))
+        return int(t.cuda.current_stream(_STATE.device).cuda_stream)
     cp = sys.modules.get("cupy")
     if cp is not None:
         return int(cp.cuda.get_current_stream().ptr)
@@ -654,8 +657,6 @@ def _current_stream(kinds=()):
 # ---------------------------------------------------------------------------------------------
 
 def _put(call, dst, src, pe, stream, nbi):
-    if _rshmem.put_tensors(dst, src, pe, nbi, stream):
-        return
     d = _view(dst, call, "dst")
     s = _view(src, call, "src")
     _same(call, d, s, "dst", "src")
@@ -669,17 +670,17 @@ def put(dst, src, pe, *, stream=None):
     """**One-sided.** Copies ``src`` (this PE, any array) into the symmetric ``dst`` on PE
     ``pe``: complete (src reusable) on return; on the GPU backend ordered on ``stream``
     (default: the current stream)."""
-    _put("rshmem.put", dst, src, pe, stream, False)
+    if not _rshmem.put_tensors(dst, src, pe, False, stream):
+        _put("rshmem.put", dst, src, pe, stream, False)
 
 
 def put_nbi(dst, src, pe, *, stream=None):
     """**One-sided.** Non-blocking :func:`put`: ``src`` may be reused after :func:`quiet`."""
-    _put("rshmem.put_nbi", dst, src, pe, stream, True)
+    if not _rshmem.put_tensors(dst, src, pe, True, stream):
+        _put("rshmem.put_nbi", dst, src, pe, stream, True)
 
 
 def _get(call, dst, src, pe, stream, nbi):
-    if _rshmem.get_tensors(dst, src, pe, nbi, stream):
-        return
     d = _view(dst, call, "dst", writable=True)
     s = _view(src, call, "src")
     _same(call, d, s, "dst", "src")
@@ -691,12 +692,14 @@ def _get(call, dst, src, pe, stream, nbi):
 
 def get(dst, src, pe, *, stream=None):
     """**One-sided.** Copies the symmetric ``src`` on PE ``pe`` into ``dst`` (this PE)."""
-    _get("rshmem.get", dst, src, pe, stream, False)
+    if not _rshmem.get_tensors(dst, src, pe, False, stream):
+        _get("rshmem.get", dst, src, pe, stream, False)
 
 
 def get_nbi(dst, src, pe, *, stream=None):
     """**One-sided.** Non-blocking :func:`get`: ``dst`` holds the data after :func:`quiet`."""
-    _get("rshmem.get_nbi", dst, src, pe, stream, True)
+    if not _rshmem.get_tensors(dst, src, pe, True, stream):
+        _get("rshmem.get_nbi", dst, src, pe, stream, True)
 
 
 def p(dst, value, pe, *, index=0, stream=None):
@@ -880,7 +883,8 @@ def _sync_stream(stream, call):
 def quiet(*, stream=None):
     """**One-sided.** Completes this PE's outstanding puts, gets, atomics and signals (on the
     GPU backend: work after it on ``stream`` starts once they are complete)."""
-    _rshmem.quiet(_sync_stream(stream, "rshmem.quiet"))
+    h = getattr(stream, "cuda_stream", None)  # a torch stream: the common case first
+    _rshmem.quiet(h if h is not None else _sync_stream(stream, "rshmem.quiet"))
 
 
 def barrier_all(*, stream=None):

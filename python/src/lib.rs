@@ -11,7 +11,7 @@
 //! release the GIL.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use pyo3::exceptions::PyException;
@@ -39,6 +39,9 @@ pub(crate) struct State {
     /// Teams by handle: 0 world, 1 shared, 2 node, then splits.
     teams: Mutex<HashMap<i64, rt::Team>>,
     next_team: AtomicI64,
+    /// The stream handle last found to belong to this PE's context (`usize::MAX`: none yet), so
+    /// that a loop of calls on one stream asks the driver once (see `on_stream`).
+    checked_stream: AtomicUsize,
 }
 
 /// The running runtime (None before init and after finalize).
@@ -153,6 +156,7 @@ fn init(
     *g = Some(Arc::new(State {
         world,
         teams: Mutex::new(teams),
+        checked_stream: AtomicUsize::new(usize::MAX),
         next_team: AtomicI64::new(3),
     }));
     Ok(())
@@ -312,6 +316,24 @@ fn on_stream<R>(
         ));
     };
     g.bind(call).map_err(rt_err)?;
+    // The context check costs a driver call per call; a program's loop uses one stream. A handle
+    // checked before is not asked again: were that stream destroyed and its handle reused by a
+    // stream of another context, the runtime's own CUDA call on it fails and names the error.
+    if st.checked_stream.load(Ordering::Relaxed) != handle {
+        check_stream_ctx(call, g, handle)?;
+        st.checked_stream.store(handle, Ordering::Relaxed);
+    }
+    // SAFETY: the stream is live for the call (the caller holds it), belongs to this context
+    // (checked above), and the wrapper does not own it: dropping it neither destroys nor
+    // synchronizes the stream.
+    let s = unsafe { g.ctx.wrap_borrowed_stream(handle as sys::CUstream) };
+    let w = &st.world;
+    // `detached` runs `f` on this thread, to which the context is bound (above).
+    detached(py, || f(w, &s))
+}
+
+/// Checks that the program's stream `handle` is a live stream of this PE's context.
+fn check_stream_ctx(call: &'static str, g: &rt::cuda::Gpu, handle: usize) -> PyResult<()> {
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: a plain query with a valid out-pointer; the handle is one of the program's live
     // streams (or 0, the default stream of the current context).
@@ -334,15 +356,7 @@ fn on_stream<R>(
             ),
         ));
     }
-    // SAFETY: the stream is live for the call (the caller holds it), belongs to this context
-    // (checked above), and the wrapper does not own it: dropping it neither destroys nor
-    // synchronizes the stream.
-    let s = unsafe { g.ctx.wrap_borrowed_stream(handle as sys::CUstream) };
-    let w = &st.world;
-    detached(py, || {
-        g.bind(call)?;
-        f(w, &s)
-    })
+    Ok(())
 }
 
 /// Device memory of this PE that is not symmetric, as a cudarc device buffer.
