@@ -6,8 +6,18 @@
 //! peers ([`Progress`]; UCX, whose RMA and atomics over TCP are applied by the target's worker):
 //! a PE that sits in a barrier or a wait answers its peers at once, instead of waking a
 //! progress thread that shares its core. Once a wait naps, it leaves that to the transport.
+//!
+//! A napping wait sleeps on the PE's [`Doorbell`] when it has one: the threads that apply
+//! peers' writes to this PE (the TCP transport's service threads) ring it after each write, so
+//! the waiter wakes when its condition may have changed instead of at the end of a fixed nap.
+//! When those threads are the only writers of the PE's memory (CPU heap, no PE of its own host
+//! mapped, every other PE reached over TCP), a nap lasts up to [`NAP_RUNG`] — a PE no longer
+//! wakes thousands of times a second to look at memory nobody wrote, which is what kept 32 PEs
+//! on 2 cores busy doing nothing in each other's way; otherwise up to [`NAP`].
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -23,11 +33,93 @@ const NAP_AFTER: Duration = Duration::from_millis(20);
 /// keeps serving its peers at once (as OSHMEM's and NVSHMEM's waits do) for longer.
 const NAP_AFTER_PROGRESSING: Duration = Duration::from_secs(1);
 
+/// A fixed nap between two checks of a waiting condition.
+const NAP: Duration = Duration::from_micros(50);
+/// The longest nap on a doorbell that every writer of the PE's memory rings (a bound, so that
+/// timeouts, lost peers and the hang report are still looked at often).
+const NAP_RUNG: Duration = Duration::from_millis(2);
+
+/// What wakes a PE's napping waits early: rung by the threads that write peers' data into this
+/// PE's memory ([`Doorbell::ring`]); a wait reads [`Doorbell::seq`] before it checks its
+/// condition and sleeps only while no ring came since ([`Doorbell::sleep`]), so no ring is lost.
+#[derive(Debug, Default)]
+pub(crate) struct Doorbell {
+    /// Rings so far.
+    seq: AtomicU32,
+    /// Waits asleep on it (rings skip the wake-up while there are none).
+    sleepers: AtomicU32,
+    /// The threads asleep on it.
+    threads: Mutex<Vec<Thread>>,
+}
+
+impl Doorbell {
+    /// After a write to this PE's memory: wakes the waits asleep on it.
+    #[inline]
+    pub(crate) fn ring(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.wake();
+        }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        if let Ok(ts) = self.threads.lock() {
+            for t in ts.iter() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// The rings so far (read before checking a condition).
+    #[inline]
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps up to `nap` unless it rang since [`seq`](Doorbell::seq) returned `seen`.
+    fn sleep(&self, seen: u32, nap: Duration) {
+        let me = std::thread::current();
+        let id = me.id();
+        match self.threads.lock() {
+            Ok(mut ts) => ts.push(me),
+            Err(_) => return std::thread::sleep(NAP),
+        }
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // A ring after `seen` either shows here, or found this sleeper registered and unparks
+        // it (an unpark before the park makes the park return at once). A park may also end
+        // for no reason: sleep again until the nap is over.
+        let end = Instant::now() + nap;
+        while self.seq.load(Ordering::SeqCst) == seen {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        if let Ok(mut ts) = self.threads.lock() {
+            if let Some(i) = ts.iter().position(|t| t.id() == id) {
+                ts.swap_remove(i);
+            }
+        }
+    }
+}
+
 /// Whether a PE's waits share its cores (with other PEs of the host, or with the threads that
-/// apply peers' requests to it), and whether those threads share them: `local_pes` PEs on
-/// `cores` CPUs (this process's affinity), `served_by_threads` as in [`WaitPolicy::new`].
-fn cores_shared(local_pes: usize, cores: usize, served_by_threads: bool) -> (bool, bool) {
-    let serving = served_by_threads && local_pes >= cores;
+/// apply peers' requests to it), and whether those threads share them with it and should poll
+/// for a while after each request: `local_pes` PEs on `cores` CPUs (this process's affinity) of
+/// the host's `host_cpus`, `served_by_threads` as in [`WaitPolicy::new`]. Polling pays when each
+/// PE has a core that its service threads share (e.g. `mpirun` binds 2 ranks to one core each);
+/// when the host's PEs outnumber its CPUs, every polling thread takes a CPU from a PE or a
+/// thread with work to do, so they block at once.
+fn cores_shared(
+    local_pes: usize,
+    cores: usize,
+    host_cpus: usize,
+    served_by_threads: bool,
+) -> (bool, bool) {
+    let serving = served_by_threads && local_pes >= cores && local_pes <= host_cpus.max(cores);
     (local_pes > cores || serving, serving)
 }
 
@@ -49,6 +141,9 @@ pub(crate) struct WaitPolicy {
     /// The threads that apply peers' requests to this PE share its cores with it
     /// ([`WaitPolicy::new`]'s `served_by_threads` with no core to spare).
     serving_threads_share_core: bool,
+    /// The doorbell napping waits sleep on, and how long one nap may last
+    /// ([`WaitPolicy::set_doorbell`]).
+    bell: Option<(Arc<Doorbell>, Duration)>,
 }
 
 impl std::fmt::Debug for WaitPolicy {
@@ -77,13 +172,17 @@ impl WaitPolicy {
     ) -> Self {
         // The CPUs this process may run on (its affinity mask), not the host's.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let (shared, serving) = cores_shared(local_pes, cores, served_by_threads);
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let host_cpus = usize::try_from(online).unwrap_or(cores);
+        let (shared, serving) = cores_shared(local_pes, cores, host_cpus, served_by_threads);
         WaitPolicy {
             me,
             timeout,
             spins: if shared { SPINS_SHARED } else { SPINS_OWN_CORE },
             serving_threads_share_core: serving,
             progress: None,
+            bell: None,
             // PEs outnumbering the cores: a waiter that yields for 20 ms keeps the CPU from the
             // PEs (and their transport threads) it waits for; it naps after its spins instead.
             nap_after: if local_pes > cores {
@@ -107,6 +206,12 @@ impl WaitPolicy {
             self.nap_after = NAP_AFTER_PROGRESSING;
         }
         self.progress = p;
+    }
+
+    /// Makes napping waits sleep on `bell`; `only_writer`: the threads that ring it are the
+    /// only writers of this PE's memory (see the module docs), so a nap may last longer.
+    pub fn set_doorbell(&mut self, bell: Arc<Doorbell>, only_writer: bool) {
+        self.bell = Some((bell, if only_writer { NAP_RUNG } else { NAP }));
     }
 
     /// Runs the progress hook, if any.
@@ -158,6 +263,7 @@ impl WaitPolicy {
                 // the peers (a thread that sleeps 50 µs between checks would delay them).
                 self.progress();
             }
+            let rung = self.bell.as_ref().map_or(0, |(b, _)| b.seq());
             if let Some(v) = done() {
                 return Ok(v);
             }
@@ -199,7 +305,10 @@ impl WaitPolicy {
                 }
             }
             if waited > self.nap_after {
-                std::thread::sleep(Duration::from_micros(50));
+                match &self.bell {
+                    Some((b, nap)) => b.sleep(rung, *nap),
+                    None => std::thread::sleep(NAP),
+                }
                 continue;
             }
             std::thread::yield_now();
@@ -209,17 +318,59 @@ impl WaitPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::cores_shared;
+    use super::{cores_shared, Doorbell};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_ring_wakes_a_sleeper_and_none_is_lost() {
+        let b = Arc::new(Doorbell::default());
+        // Rung after the sleeper read the count: the sleep returns at once.
+        let seen = b.seq();
+        b.ring();
+        let t0 = Instant::now();
+        b.sleep(seen, Duration::from_secs(10));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "a ring before the sleep was lost"
+        );
+        // Rung while it sleeps: it wakes long before its nap ends.
+        let b2 = b.clone();
+        let seen = b.seq();
+        let sleeper = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            b2.sleep(seen, Duration::from_secs(20));
+            t0.elapsed()
+        });
+        while b.sleepers.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        b.ring();
+        let slept = sleeper.join().unwrap();
+        assert!(
+            slept < Duration::from_secs(10),
+            "the ring did not wake the sleeper ({slept:?})"
+        );
+        // Not rung: the nap runs to its end.
+        let t0 = Instant::now();
+        b.sleep(b.seq(), Duration::from_millis(30));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+    }
 
     #[test]
     fn who_shares_the_cores() {
         // More PEs than CPUs: shared, whatever the transport.
-        assert_eq!(cores_shared(4, 2, false), (true, false));
+        assert_eq!(cores_shared(4, 2, 2, false), (true, false));
         // One PE bound to one CPU, TCP service threads: they share it.
-        assert_eq!(cores_shared(1, 1, true), (true, true));
-        assert_eq!(cores_shared(2, 2, true), (true, true));
+        assert_eq!(cores_shared(1, 1, 2, true), (true, true));
+        assert_eq!(cores_shared(2, 2, 2, true), (true, true));
+        // Two PEs each bound to one of the host's two CPUs: their service threads share them.
+        assert_eq!(cores_shared(2, 1, 2, true), (true, true));
+        // 16 PEs on a 2-CPU host: shared, and the service threads must not poll.
+        assert_eq!(cores_shared(16, 2, 2, true), (true, false));
+        assert_eq!(cores_shared(16, 1, 2, true), (true, false));
         // A spare CPU for the service threads, or no service threads: a core of its own.
-        assert_eq!(cores_shared(1, 2, true), (false, false));
-        assert_eq!(cores_shared(1, 1, false), (false, false));
+        assert_eq!(cores_shared(1, 2, 2, true), (false, false));
+        assert_eq!(cores_shared(1, 1, 2, false), (false, false));
     }
 }

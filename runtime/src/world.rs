@@ -509,6 +509,12 @@ impl World {
             if wait.serving_threads_share_core() {
                 net.spin_at_least(tcp::SHARED_CORE_SPIN);
             }
+            // The service threads are the only writers of this PE's memory when it is in host
+            // memory, no other PE maps it, and every other PE reaches it over TCP.
+            let only_tcp_writes = gpu.is_none()
+                && node.len() == 1
+                && (0..n).all(|p| p == me || remotes.via(p) == Via::Tcp);
+            wait.set_doorbell(net.bell(), only_tcp_writes);
         }
         wait.set_progress(remotes.progress());
         let world = World {

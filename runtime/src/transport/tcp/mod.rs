@@ -41,6 +41,7 @@ use rshmem_bootstrap::Bootstrap;
 
 use crate::error::{Error, Result};
 use crate::node::Liveness;
+use crate::wait::Doorbell;
 pub use client::BatchGet;
 use client::{Conn, Link};
 pub(crate) use service::Region;
@@ -93,6 +94,8 @@ pub struct Net {
     /// Nanoseconds a thread waiting for bytes (a reply here, a request in a service thread)
     /// busy-polls its socket before it blocks; 0: block at once.
     spin: Arc<AtomicU64>,
+    /// Rung by the service threads after each write they apply to this PE's memory.
+    bell: Arc<Doorbell>,
     /// Where this PE's listener was bound (it is closed once every peer connected).
     listened: SocketAddr,
     /// Requests this PE sent that wait for a reply (gets, fetching atomics, flushes).
@@ -335,6 +338,7 @@ impl Net {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let spin = Arc::new(AtomicU64::new(0));
+        let bell = Arc::new(Doorbell::default());
         let mut net = Net {
             me,
             links,
@@ -344,6 +348,7 @@ impl Net {
             live: live.clone(),
             timeout,
             spin: spin.clone(),
+            bell: bell.clone(),
             listened,
             round_trips: AtomicU64::new(0),
             one_way: AtomicU64::new(0),
@@ -367,6 +372,7 @@ impl Net {
                 n,
                 regions: regions.clone(),
                 spin: spin.clone(),
+                bell: bell.clone(),
                 stop: stop.clone(),
                 live: live.clone(),
                 timeout,
@@ -387,6 +393,12 @@ impl Net {
             self.round_trips.load(Ordering::Relaxed),
             self.one_way.load(Ordering::Relaxed),
         )
+    }
+
+    /// The doorbell the service threads ring after each write to this PE's memory (for
+    /// [`WaitPolicy::set_doorbell`](crate::wait::WaitPolicy::set_doorbell)).
+    pub(crate) fn bell(&self) -> Arc<Doorbell> {
+        self.bell.clone()
     }
 
     /// The address this PE's listener was bound to during init.

@@ -186,6 +186,8 @@ pub(crate) struct Service {
     /// The user heap, the control heap and the symmetric regions, by [`HeapId`](super::HeapId).
     pub regions: [Region; 3],
     pub spin: Arc<AtomicU64>,
+    /// Rung after each write applied to this PE's memory (wakes its napping waits).
+    pub bell: Arc<crate::wait::Doorbell>,
     pub stop: Arc<AtomicBool>,
     pub live: Arc<Liveness>,
     /// `RSHMEM_TIMEOUT` (the sockets' timeouts), for messages.
@@ -354,6 +356,8 @@ impl Service {
             }
             self.live.report(self.from, why);
         }
+        // Waits on this PE look at the lost peer now rather than at the end of a nap.
+        self.bell.ring();
     }
 
     /// The address of a request's range if this PE lets the connection's PE make it.
@@ -479,14 +483,16 @@ impl Service {
                     bounce.resize(r.len as usize, 0);
                     rd.read_exact(&mut bounce)?;
                     match self.target(&r, r.len, 1) {
-                        Ok((g, a)) if g.write(a, &bounce) => {}
+                        Ok((g, a)) if g.write(a, &bounce) => self.bell.ring(),
                         Ok(_) => rejects.add(&r, r.len, Reject::Device),
                         Err(why) => rejects.add(&r, r.len, why),
                     }
                 }
                 wire::OP_STORE => match self.target(&r, 8, 8) {
                     Ok((g, a)) if g.gpu.is_some() => {
-                        if !g.write(a, &r.value.to_le_bytes()) {
+                        if g.write(a, &r.value.to_le_bytes()) {
+                            self.bell.ring();
+                        } else {
                             rejects.add(&r, 8, Reject::Device);
                         }
                     }
@@ -494,6 +500,7 @@ impl Service {
                         flush_gpu(regions);
                         // SAFETY: an aligned word in the mapped part of this PE's heap (checked).
                         unsafe { super::super::shm::amo(a, Amo::set64(r.value)) };
+                        self.bell.ring();
                     }
                     Err(why) => rejects.add(&r, 8, why),
                 },
@@ -539,7 +546,10 @@ impl Service {
                     if r.op == wire::OP_AMO {
                         let reply = match target {
                             Ok((g, a, aop)) => match g.amo(a, aop) {
-                                Some(old) => wire::rep(0, old),
+                                Some(old) => {
+                                    self.bell.ring();
+                                    wire::rep(0, old)
+                                }
                                 None => wire::rep(Reject::Device as u32, 0),
                             },
                             Err(why) => wire::rep(why as u32, 0),
@@ -548,7 +558,9 @@ impl Service {
                     } else {
                         match target {
                             Ok((g, a, aop)) => {
-                                if !g.amo_nf(a, aop) {
+                                if g.amo_nf(a, aop) {
+                                    self.bell.ring();
+                                } else {
                                     rejects.add(&r, size, Reject::Device);
                                 }
                             }

@@ -29,6 +29,8 @@ struct Fixture {
     /// Symmetric regions: index 0 registered without memory, index 1 is `region`.
     regions: Arc<crate::transport::RegionTargets>,
     region: Box<[u64; 512]>,
+    /// The doorbell the service rings.
+    bell: Arc<crate::wait::Doorbell>,
 }
 
 fn fixture() -> Fixture {
@@ -52,6 +54,7 @@ fn fixture() -> Fixture {
         obj,
         regions,
         region,
+        bell: Arc::default(),
     }
 }
 
@@ -77,6 +80,7 @@ fn serve(
             Region::regions(&f.regions),
         ],
         spin: Arc::new(AtomicU64::new(0)),
+        bell: f.bell.clone(),
         stop: Arc::new(AtomicBool::new(false)),
         live: f.live.clone(),
         timeout,
@@ -128,6 +132,72 @@ fn reply(c: &TcpStream) -> (u32, u64) {
 fn word(base: usize, off: usize) -> u64 {
     // SAFETY: the tests only read mapped words of the fixture's heaps.
     unsafe { std::ptr::read_volatile((base + off) as *const u64) }
+}
+
+/// Every write the service applies rings the PE's doorbell (a napping wait wakes on it); a
+/// refused write and a get do not.
+#[test]
+fn service_rings_the_doorbell_after_each_write() {
+    let f = fixture();
+    let (mut c, t) = serve(&f, 0, 0, 1, Some(Duration::from_secs(10)));
+    let flush = |c: &mut TcpStream| {
+        c.write_all(&req(wire::OP_FLUSH, HeapId::User, 0, 0, 0, 0, 0, 0))
+            .unwrap();
+        reply(c)
+    };
+    let rung = f.bell.seq();
+    send_put(&mut c, HeapId::User, 1, f.obj, &[7u8; 64]);
+    assert_eq!(flush(&mut c), (0, 0));
+    assert_eq!(f.bell.seq(), rung.wrapping_add(1), "a put rings once");
+    c.write_all(&req(
+        wire::OP_STORE,
+        HeapId::User,
+        8,
+        0,
+        2,
+        f.obj + 64,
+        8,
+        5,
+    ))
+    .unwrap();
+    c.write_all(&req(
+        wire::OP_AMO_NF,
+        HeapId::User,
+        8,
+        crate::wire::AmoOp::FetchAdd.code(),
+        3,
+        f.obj + 72,
+        8,
+        1,
+    ))
+    .unwrap();
+    assert_eq!(flush(&mut c), (0, 0));
+    assert_eq!(
+        f.bell.seq(),
+        rung.wrapping_add(3),
+        "a store and an atomic ring once each"
+    );
+    let _ = get16(&mut c, HeapId::User, f.obj, "a get");
+    send_put(&mut c, HeapId::User, 4, 1 << 40, &[1u8; 8]);
+    assert_eq!(
+        flush(&mut c).1,
+        1,
+        "the put far outside the heap is refused"
+    );
+    let mut j = [0u8; REJ];
+    sock::recv_exact(&c, &mut j, Duration::ZERO, None).unwrap();
+    assert_eq!(
+        f.bell.seq(),
+        rung.wrapping_add(3),
+        "a get and a refused put do not ring"
+    );
+    drop(c);
+    t.join().unwrap();
+    assert_eq!(
+        f.bell.seq(),
+        rung.wrapping_add(4),
+        "the connection's end rings"
+    );
 }
 
 /// Requests to the symmetric regions reach the ranges this PE registered and nothing else: a
