@@ -203,8 +203,9 @@ fn sync_cost_tcp_32pes() {
 /// outlast the limit on 2 cores); CI runs the same job on the release build after `cargo build
 /// --release --workspace` (`.ci/run`, "collectives on 32 PEs over TCP"). Run it with
 /// `cargo test --release -p rshmem-tests --test remote coll_tcp_32pes -- --ignored`.
-/// Measured on the 2-core build machine, release build, at a load average of 44–128 from other
-/// jobs: 568 s (670 s before the push engines, at 65–215); see docs/bench/collectives-tcp.md.
+/// Measured on the 2-core build machine, release build: 89 s with waits sleeping on the
+/// doorbell (568 s before them, 670 s before the push engines, at load averages of 44–215 from
+/// other jobs); see docs/bench/collectives-tcp.md.
 #[test]
 #[ignore = "32 PEs: CI runs it on the release build (.ci/run)"]
 fn coll_tcp_32pes() {
