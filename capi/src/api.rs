@@ -168,9 +168,7 @@ pub unsafe extern "C" fn shmem_info_get_version(major: *mut c_int, minor: *mut c
 /// `name` valid for `SHMEM_MAX_NAME_LEN` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
-    if name.is_null() {
-        fatal("shmem_info_get_name", "name is NULL");
-    }
+    crate::non_null("shmem_info_get_name", "name", name);
     let b = NAME.to_bytes_with_nul();
     // SAFETY: the buffer holds SHMEM_MAX_NAME_LEN (256) bytes by the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().cast(), name, b.len()) };
@@ -324,9 +322,7 @@ pub extern "C" fn shmem_pcontrol(_level: c_int) {}
 /// `initialized` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_query_initialized(initialized: *mut c_int) {
-    if initialized.is_null() {
-        crate::fatal("shmem_query_initialized", "initialized is NULL");
-    }
+    crate::non_null("shmem_query_initialized", "initialized", initialized);
     // SAFETY: non-null, valid for one write by the caller's contract.
     unsafe { initialized.write(c_int::from(crate::initialized())) };
 }
