@@ -541,6 +541,19 @@ fn nreduce(call: &'static str, n: c_int) -> usize {
 /// Combines `n` elements of `b` into `acc` (both arrays of the reduced C type).
 pub type Combine = unsafe extern "C" fn(acc: *mut c_void, b: *const c_void, n: usize);
 
+/// What `World::reduce_with` and `World::scan_with` call to combine two staged buffers: the C
+/// combine function `f` over their `n` elements.
+///
+/// # Safety
+/// `f` combines `n` elements of the element size the runtime is given.
+pub unsafe fn c_combine(f: Combine, n: usize) -> impl FnMut(&mut [u8], &[u8]) {
+    move |acc: &mut [u8], b: &[u8]| {
+        // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
+        // elements of the reduced type, which `f` reads and writes (the caller's contract).
+        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+    }
+}
+
 /// `World::reduce_with` over `group` with the C combine function `f`.
 fn reduce_cb(
     rt: &Rt,
@@ -551,11 +564,8 @@ fn reduce_cb(
     size: usize,
     f: Combine,
 ) -> CResult<()> {
-    let mut combine = |acc: &mut [u8], b: &[u8]| {
-        // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
-        // elements of the reduced type, which `f` reads and writes.
-        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-    };
+    // SAFETY: `f` combines `n` elements of `size` bytes (the callers' contract).
+    let mut combine = unsafe { c_combine(f, n) };
     Ok(rt
         .world
         .reduce_with(group, dest.cast(), src.cast(), n, size, &mut combine)?)
@@ -641,10 +651,11 @@ pub unsafe fn scan<T: ReduceType>(
     )
 }
 
-/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and
-/// [`scan_c`]. 0, or -1 for an invalid team.
+/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and of
+/// the `long double` and complex scans (`combine` from [`c_combine`]). 0, or -1 for an invalid
+/// team.
 #[allow(clippy::too_many_arguments)]
-fn scan_team(
+pub fn scan_team(
     call: &'static str,
     h: *mut c_void,
     dest: *mut c_void,
@@ -665,27 +676,4 @@ fn scan_team(
             combine,
         )?)
     })
-}
-
-/// [`scan`] of `long double` and complex elements (`size` bytes each) summed by the C
-/// combine function `f`.
-///
-/// # Safety
-/// Buffers valid as OpenSHMEM requires; `f` combines `n` elements of `size` bytes.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn scan_c(
-    call: &'static str,
-    h: *mut c_void,
-    dest: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    f: Combine,
-    exclusive: bool,
-) -> c_int {
-    let mut combine = |acc: &mut [u8], b: &[u8]| {
-        // SAFETY: as in `reduce_cb`.
-        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-    };
-    scan_team(call, h, dest, src, n, size, exclusive, &mut combine)
 }

@@ -630,14 +630,14 @@ macro_rules! reduce_c {
                 concat!("inclusive prefix sum of ", stringify!($t)),
                 (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
                     -> c_int,
-                call => coll::scan_c(call, team, dest, source, nelems, $size,
-                    crate::combine::[<rshmemi_ $t _sum>], false));
+                call => coll::scan_team(call, team, dest, source, nelems, $size, false,
+                    &mut coll::c_combine(crate::combine::[<rshmemi_ $t _sum>], nelems)));
             entry!([<shmem_ $t _sum_exscan>],
                 concat!("exclusive prefix sum of ", stringify!($t)),
                 (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
                     -> c_int,
-                call => coll::scan_c(call, team, dest, source, nelems, $size,
-                    crate::combine::[<rshmemi_ $t _sum>], true));
+                call => coll::scan_team(call, team, dest, source, nelems, $size, true,
+                    &mut coll::c_combine(crate::combine::[<rshmemi_ $t _sum>], nelems)));
         }
     };
     (@scan $size:expr, $t:ident, $o:ident) => {};
