@@ -438,6 +438,15 @@ fn build_gpu_programs() -> Option<(PathBuf, PathBuf)> {
     Some((stream, launch))
 }
 
+/// Builds the GPU programs (a CUDA toolkit is required), runs `name`, the one `pick` chooses,
+/// with `n` PEs and expects `OK <name> PE <p>` from every PE.
+fn gpu_program_passes(name: &str, pick: fn((PathBuf, PathBuf)) -> PathBuf, n: usize) -> Ran {
+    let bin = pick(build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)"));
+    let r = run(&[bin.to_str().expect("UTF-8 path")], n, &[]);
+    expect_ok(name, &r, n);
+    r
+}
+
 /// The GPU programs compile (C with the CUDA runtime; nvcc). Without a CUDA toolkit the test
 /// says so on stderr and does nothing. Running them needs a GPU: see the ignored tests below.
 #[test]
@@ -453,9 +462,7 @@ fn gpu_programs_build() {
 #[test]
 #[ignore = "needs a CUDA GPU and a CUDA toolkit"]
 fn stream_calls_on_a_gpu() {
-    let (stream, _) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
-    let r = run(&[stream.to_str().expect("UTF-8 path")], 2, &[]);
-    expect_ok("stream_gpu", &r, 2);
+    gpu_program_passes("stream_gpu", |(stream, _)| stream, 2);
 }
 
 /// rshmemx_collective_launch on a GPU: a fitting grid runs (its kernel reads rshmem_my_pe()
@@ -463,11 +470,9 @@ fn stream_calls_on_a_gpu() {
 #[test]
 #[ignore = "needs a CUDA GPU and a CUDA toolkit"]
 fn collective_launch_on_a_gpu() {
-    let (_, launch) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
     // One PE: a cooperative grid the size of the whole GPU (several PEs on one GPU under MPS
     // would compete for its SMs).
-    let r = run(&[launch.to_str().expect("UTF-8 path")], 1, &[]);
-    expect_ok("collective_launch", &r, 1);
+    let r = gpu_program_passes("collective_launch", |(_, launch)| launch, 1);
     assert!(
         r.stderr.contains("rshmemx_collective_launch: ") && r.stderr.contains("cannot be resident"),
         "no refusal naming rshmemx_collective_launch in stderr:\n{}",
