@@ -121,13 +121,15 @@ macro_rules! rma {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              nelems: usize, pe: c_int),
-            call => ops::strided(call, ops::Way::$way, dest, source, dst, sst, nelems, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, (dst, sst),
+                ops::Shape::Elems(nelems), pe));
     };
     (@blocked $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("blocked strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              bsize: usize, nblocks: usize, pe: c_int),
-            call => ops::blocked(call, ops::Way::$way, dest, source, (dst, sst), bsize, nblocks, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, (dst, sst),
+                ops::Shape::Blocks { bsize, nblocks }, pe));
     };
     (@pg longdouble) => {};
     (@pg $t:ident) => {
@@ -194,14 +196,15 @@ macro_rules! sized {
             concat!("blocked strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, bsize: usize,
              nblocks: usize, pe: c_int),
-            call => ops::blocked::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst), bsize,
-                                       nblocks, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst),
+                ops::Shape::Blocks { bsize, nblocks }, pe));
     };
     (@strided $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize,
              pe: c_int),
-            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), dst, sst, nelems, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst),
+                ops::Shape::Elems(nelems), pe));
     };
 }
 sized!(8, u8);
