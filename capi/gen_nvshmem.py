@@ -125,6 +125,15 @@ class Map:
         else:
             self.unsupport(nv, why or f"rshmem's host library has no {rs}")
 
+    def host16(self, nv, rs, params, args):
+        """A host-only call on 16-bit floats: `nv(params)` calls rshmem's `rs(args)` on the
+        16-bit patterns; unsupported when rshmem.h does not declare `rs`."""
+        if self.host is not None and rs not in self.host:
+            self.unsupport(nv, f"rshmem's host library has no {rs}")
+            return
+        self.name(nv)
+        self.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({params}), {rs}({args}))")
+
     def unsupport(self, nv, why):
         self.name(nv)
         self.unsupported.append((nv, why))
@@ -197,6 +206,12 @@ def device_calls(m):
                     m.define(f"{pre}{t}_{op}_{c}{sfx}", f"rshmem_{t}_{op}_{c}{sfx}")
 
 
+def root_param(op):
+    """The trailing root parameter and argument of collective `op`: (", int root", ", root")
+    for a broadcast, empty strings otherwise."""
+    return (", int root", ", root") if op.startswith("broadcast") else ("", "")
+
+
 def thread_coll(m, nv, rs_dev, rs_host, params, args):
     """One thread-scope team collective `nv` (see hd_collectives): the device call `rs_dev` in
     kernels; in host code the host library's `rs_dev`, else its stream call `rs_host` on the
@@ -224,15 +239,13 @@ def hd_collectives(m):
     m.raw("//      library's blocking collective in host code.")
 
     for n in ["alltoallmem", "fcollectmem", "broadcastmem"]:
-        extra = ", int root" if n == "broadcastmem" else ""
-        extra_a = ", root" if n == "broadcastmem" else ""
+        extra, extra_a = root_param(n)
         thread_coll(m, f"nvshmem_{n}", f"rshmem_{n}", f"rshmemx_{n}_on_stream",
             f"rshmem_team_t team, void *dest, const void *source, size_t nbytes{extra}",
             f"team, dest, source, nbytes{extra_a}")
     for t, ct in RMA:
         for op in ["alltoall", "fcollect", "broadcast"]:
-            extra = ", int root" if op == "broadcast" else ""
-            extra_a = ", root" if op == "broadcast" else ""
+            extra, extra_a = root_param(op)
             thread_coll(m, f"nvshmem_{t}_{op}", f"rshmem_{t}_{op}", f"rshmemx_{t}_{op}_on_stream",
                 f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}",
                 f"team, dest, source, nelems{extra_a}")
@@ -322,8 +335,7 @@ def half_calls(m):
             if sfx:
                 for op in ["alltoall", "fcollect", "broadcast"]:
                     nv = f"{pre}{t}_{op}{sfx}"
-                    extra = ", int root" if op == "broadcast" else ""
-                    extra_a = ", root" if op == "broadcast" else ""
+                    extra, extra_a = root_param(op)
                     m.name(nv)
                     m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, (rshmem_team_t team, {ct} *dest, "
                           f"const {ct} *source, size_t nelems{extra}), rshmem_uint16_{op}{sfx}("
@@ -331,8 +343,7 @@ def half_calls(m):
         # Thread-scope collectives: device call, or host stream call + sync.
         for op in ["alltoall", "fcollect", "broadcast"]:
             nv = f"nvshmem_{t}_{op}"
-            extra = ", int root" if op == "broadcast" else ""
-            extra_a = ", root" if op == "broadcast" else ""
+            extra, extra_a = root_param(op)
             thread_coll(m, nv, f"rshmem_uint16_{op}", f"rshmemx_uint16_{op}_on_stream",
                         f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}",
                         f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}")
@@ -340,27 +351,17 @@ def half_calls(m):
         for op in ["put", "get", "put_nbi", "get_nbi"]:
             nv = f"nvshmemx_{t}_{op}_on_stream"
             rs = f"rshmemx_uint16_{op}_on_stream"
-            m.name(nv)
             if m.host is not None and rs not in m.host and op.endswith("_nbi"):
                 rs = rs.replace("_nbi_on_stream", "_on_stream")  # see Map.host_define
-            if m.host is not None and rs not in m.host:
-                m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
-                continue
-            m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({ct} *dest, const {ct} *src, size_t nelems, int pe, "
-                  f"cudaStream_t stream), {rs}((uint16_t *)dest, (const uint16_t *)src, nelems, "
-                  f"pe, stream))")
+            m.host16(nv, rs, f"{ct} *dest, const {ct} *src, size_t nelems, int pe, cudaStream_t stream",
+                     "(uint16_t *)dest, (const uint16_t *)src, nelems, pe, stream")
         for op in ["alltoall", "fcollect", "broadcast"]:
             nv = f"nvshmemx_{t}_{op}_on_stream"
             rs = f"rshmemx_uint16_{op}_on_stream"
-            extra = ", int root" if op == "broadcast" else ""
-            extra_a = ", root" if op == "broadcast" else ""
-            m.name(nv)
-            if m.host is not None and rs not in m.host:
-                m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
-                continue
-            m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, (rshmem_team_t team, {ct} *dest, const {ct} *source, "
-                  f"size_t nelems{extra}, cudaStream_t stream), {rs}(team, (uint16_t *)dest, "
-                  f"(const uint16_t *)source, nelems{extra_a}, stream))")
+            extra, extra_a = root_param(op)
+            m.host16(nv, rs, f"rshmem_team_t team, {ct} *dest, const {ct} *source, size_t nelems{extra}, "
+                     "cudaStream_t stream",
+                     f"team, (uint16_t *)dest, (const uint16_t *)source, nelems{extra_a}, stream")
         # Reductions (sum, prod, min, max): the device library's on the device (on __half /
         # __nv_bfloat16); the host library's, which take the 16-bit patterns, on the host.
         for op in ARITH_OPS:
@@ -381,12 +382,7 @@ def half_calls(m):
                     m.raw(f"RSHMEM_COMPAT_DEV16(int, {nv}, ({params}), {rs}({args}))")
                 nv = f"nvshmemx_{t}_{op}_{c}_on_stream"
                 rs = f"rshmemx_{t}_{op}_{c}_on_stream"
-                m.name(nv)
-                if m.host is not None and rs not in m.host:
-                    m.unsupported.append((nv, f"rshmem's host library has no {rs}"))
-                    continue
-                m.raw(f"RSHMEM_COMPAT_HOST16(int, {nv}, ({params}, cudaStream_t stream), "
-                      f"{rs}({bits}, stream))")
+                m.host16(nv, rs, f"{params}, cudaStream_t stream", f"{bits}, stream")
     m.raw("#endif  // RSHMEM_COMPAT_HAVE_FP16")
 
 

@@ -75,18 +75,6 @@ pub extern "C" fn shmem_global_exit(status: c_int) {
     exit_now(status)
 }
 
-/// `shmem_my_pe`.
-#[no_mangle]
-pub extern "C" fn shmem_my_pe() -> c_int {
-    with("shmem_my_pe", |rt| Ok(rt.world.my_pe() as c_int))
-}
-
-/// `shmem_n_pes`.
-#[no_mangle]
-pub extern "C" fn shmem_n_pes() -> c_int {
-    with("shmem_n_pes", |rt| Ok(rt.world.n_pes() as c_int))
-}
-
 /// `_my_pe` (deprecated).
 #[no_mangle]
 pub extern "C" fn _my_pe() -> c_int {
@@ -168,9 +156,7 @@ pub unsafe extern "C" fn shmem_info_get_version(major: *mut c_int, minor: *mut c
 /// `name` valid for `SHMEM_MAX_NAME_LEN` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_info_get_name(name: *mut c_char) {
-    if name.is_null() {
-        fatal("shmem_info_get_name", "name is NULL");
-    }
+    crate::non_null("shmem_info_get_name", "name", name);
     let b = NAME.to_bytes_with_nul();
     // SAFETY: the buffer holds SHMEM_MAX_NAME_LEN (256) bytes by the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().cast(), name, b.len()) };
@@ -283,32 +269,8 @@ pub extern "C" fn shmemalign(alignment: usize, size: usize) -> *mut c_void {
 
 // ---- ordering, barriers ----
 
-/// `shmem_fence`.
-#[no_mangle]
-pub extern "C" fn shmem_fence() {
-    with("shmem_fence", |rt| {
-        rt.world.fence();
-        Ok(())
-    })
-}
-
-/// `shmem_quiet`.
-#[no_mangle]
-pub extern "C" fn shmem_quiet() {
-    with("shmem_quiet", |rt| Ok(rt.world.quiet()?))
-}
-
-/// `shmem_barrier_all`: **collective**.
-#[no_mangle]
-pub extern "C" fn shmem_barrier_all() {
-    with("shmem_barrier_all", |rt| Ok(rt.world.barrier_all()?))
-}
-
-/// `shmem_sync_all`: **collective**.
-#[no_mangle]
-pub extern "C" fn shmem_sync_all() {
-    with("shmem_sync_all", |rt| Ok(rt.world.sync_all()?))
-}
+capi_core::world_entries!(my_pe: shmem_my_pe, n_pes: shmem_n_pes, fence: shmem_fence,
+    quiet: shmem_quiet, barrier_all: shmem_barrier_all, sync_all: shmem_sync_all);
 
 /// `shmem_pcontrol(level, ...)`: accepted, no effect (a hint for profiling tools, which
 /// interpose it). Variadic in C; the arguments after `level` are not read, so this
@@ -324,9 +286,7 @@ pub extern "C" fn shmem_pcontrol(_level: c_int) {}
 /// `initialized` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_query_initialized(initialized: *mut c_int) {
-    if initialized.is_null() {
-        crate::fatal("shmem_query_initialized", "initialized is NULL");
-    }
+    crate::non_null("shmem_query_initialized", "initialized", initialized);
     // SAFETY: non-null, valid for one write by the caller's contract.
     unsafe { initialized.write(c_int::from(crate::initialized())) };
 }

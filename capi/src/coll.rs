@@ -117,9 +117,7 @@ pub unsafe extern "C" fn shmem_team_get_config(
         return -1;
     };
     if mask & NUM_CONTEXTS != 0 {
-        if config.is_null() {
-            fatal("shmem_team_get_config", "config is NULL");
-        }
+        crate::non_null("shmem_team_get_config", "config", config);
         // SAFETY: non-null, valid by the caller's contract.
         unsafe { (*config).num_contexts = t.get_config().num_contexts as c_int };
     }
@@ -162,9 +160,7 @@ pub unsafe extern "C" fn shmem_team_split_strided(
     new_team: *mut *mut c_void,
 ) -> c_int {
     let call = "shmem_team_split_strided";
-    if new_team.is_null() {
-        fatal(call, "new_team is NULL");
-    }
+    crate::non_null(call, "new_team", new_team);
     // SAFETY: non-null, the caller's contract.
     unsafe { new_team.write(std::ptr::null_mut()) };
     let r = with(call, |rt| {
@@ -306,8 +302,14 @@ pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
 
 // ---- team collectives: the runtime, for any symmetric buffer (heap or data segment) ----
 
-/// The team behind a handle (None: invalid) and runs `f` on it with the runtime.
-fn on_team(call: &'static str, h: *mut c_void, f: impl FnOnce(&Rt, &Team) -> CResult<()>) -> c_int {
+/// The team behind a handle (None: invalid) and runs `f` on it with the runtime: the body of
+/// every team collective (`shmem_TYPE_collect`, `shmem_TYPE_OP_reduce`, …). 0, or -1 for an
+/// invalid team.
+pub(crate) fn on_team(
+    call: &'static str,
+    h: *mut c_void,
+    f: impl FnOnce(&Rt, &Team) -> CResult<()>,
+) -> c_int {
     with(call, |rt| match lookup(rt, h) {
         None => Ok(-1),
         Some(t) => f(rt, &t).map(|()| 0),
@@ -332,34 +334,6 @@ pub unsafe fn broadcast<T: RmaType>(
         }
         Ok(rt.world.broadcast(t, dest, src, n, root as usize)?)
     })
-}
-
-/// `shmem_TYPE_fcollect`, `shmem_fcollectmem`.
-///
-/// # Safety
-/// Buffers valid as OpenSHMEM requires.
-pub unsafe fn fcollect<T: RmaType>(
-    call: &'static str,
-    h: *mut c_void,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-) -> c_int {
-    on_team(call, h, |rt, t| Ok(rt.world.fcollect(t, dest, src, n)?))
-}
-
-/// `shmem_TYPE_collect`, `shmem_collectmem`.
-///
-/// # Safety
-/// Buffers valid as OpenSHMEM requires.
-pub unsafe fn collect<T: RmaType>(
-    call: &'static str,
-    h: *mut c_void,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-) -> c_int {
-    on_team(call, h, |rt, t| Ok(rt.world.collect(t, dest, src, n)?))
 }
 
 fn stride_of(call: &'static str, s: isize) -> usize {
@@ -393,34 +367,43 @@ pub unsafe fn alltoalls<T: RmaType>(
     })
 }
 
-/// `shmem_TYPE_OP_reduce`.
-///
-/// # Safety
-/// Buffers valid as OpenSHMEM requires.
-pub unsafe fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(
-    call: &'static str,
-    h: *mut c_void,
-    dest: *mut T,
-    src: *const T,
-    n: usize,
-) -> c_int {
-    on_team(call, h, |rt, t| {
-        Ok(rt.world.reduce(t, dest, src, n, O::default())?)
-    })
-}
-
 // ---- deprecated active-set forms: the runtime's active-set collectives ----
 
-/// Runs `f` with the runtime and the active set `start, start + 2^log_stride, …` (`size` PEs,
-/// this PE in it) with the caller's `pSync` of `SHMEM_*_SYNC_SIZE` words.
-fn on_set(
-    call: &'static str,
-    start: c_int,
-    log_stride: c_int,
-    size: c_int,
-    psync: *mut c_long,
-    f: impl FnOnce(&Rt, &ActiveSet) -> CResult<()>,
-) {
+/// The arguments that name a deprecated active set: PEs `start, start + 2^log_stride, …`
+/// (`size` PEs) and the caller's `pSync` of `SHMEM_*_SYNC_SIZE` words, as the C call passed them
+/// (checked by [`on_set`]).
+#[derive(Clone, Copy)]
+pub struct SetSpec {
+    /// The first PE.
+    pub start: c_int,
+    /// log2 of the stride between PEs.
+    pub log_stride: c_int,
+    /// How many PEs.
+    pub size: c_int,
+    /// The caller's `pSync` array.
+    pub psync: *mut c_long,
+}
+
+impl SetSpec {
+    /// The active set of a C call's `PE_start, logPE_stride, PE_size, pSync` arguments.
+    pub fn new(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) -> Self {
+        Self {
+            start,
+            log_stride,
+            size,
+            psync,
+        }
+    }
+}
+
+/// Runs `f` with the runtime and the active set `set` (this PE in it).
+fn on_set(call: &'static str, set: SetSpec, f: impl FnOnce(&Rt, &ActiveSet) -> CResult<()>) {
+    let SetSpec {
+        start,
+        log_stride,
+        size,
+        psync,
+    } = set;
     with(call, |rt| {
         let (Ok(s), Ok(l), Ok(n)) = (
             usize::try_from(start),
@@ -436,20 +419,36 @@ fn on_set(
     })
 }
 
+/// The active-set barrier of `shmem_barrier` (`quiet`: completes the PE's operations first)
+/// and `shmem_sync`.
+fn barrier_set(call: &'static str, set: SetSpec, quiet: bool) {
+    on_set(call, set, |rt, s| {
+        if quiet {
+            Ok(rt.world.set_barrier(s)?)
+        } else {
+            Ok(rt.world.set_sync(s)?)
+        }
+    })
+}
+
 /// `shmem_barrier` (deprecated): quiet, then a barrier over the active set through `pSync`.
 #[no_mangle]
 pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
-    on_set("shmem_barrier", start, log_stride, size, psync, |rt, s| {
-        Ok(rt.world.set_barrier(s)?)
-    })
+    barrier_set(
+        "shmem_barrier",
+        SetSpec::new(start, log_stride, size, psync),
+        true,
+    );
 }
 
 /// `shmem_sync` (deprecated active-set form): a barrier over the active set without quiet.
 #[no_mangle]
 pub extern "C" fn shmem_sync(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
-    on_set("shmem_sync", start, log_stride, size, psync, |rt, s| {
-        Ok(rt.world.set_sync(s)?)
-    })
+    barrier_set(
+        "shmem_sync",
+        SetSpec::new(start, log_stride, size, psync),
+        false,
+    );
 }
 
 fn root_of(root: c_int) -> CResult<usize> {
@@ -460,19 +459,15 @@ fn root_of(root: c_int) -> CResult<usize> {
 ///
 /// # Safety
 /// Buffers valid as OpenSHMEM requires.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn broadcast_set<T: RmaType>(
     call: &'static str,
     dest: *mut T,
     src: *const T,
     n: usize,
     root: c_int,
-    start: c_int,
-    log_stride: c_int,
-    size: c_int,
-    psync: *mut c_long,
+    set: SetSpec,
 ) {
-    on_set(call, start, log_stride, size, psync, |rt, s| {
+    on_set(call, set, |rt, s| {
         Ok(rt.world.set_broadcast(s, dest, src, n, root_of(root)?)?)
     })
 }
@@ -481,19 +476,15 @@ pub unsafe fn broadcast_set<T: RmaType>(
 ///
 /// # Safety
 /// Buffers valid as OpenSHMEM requires.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn collect_set<T: RmaType>(
     call: &'static str,
     fixed: bool,
     dest: *mut T,
     src: *const T,
     n: usize,
-    start: c_int,
-    log_stride: c_int,
-    size: c_int,
-    psync: *mut c_long,
+    set: SetSpec,
 ) {
-    on_set(call, start, log_stride, size, psync, |rt, s| {
+    on_set(call, set, |rt, s| {
         if fixed {
             Ok(rt.world.set_fcollect(s, dest, src, n)?)
         } else {
@@ -506,7 +497,6 @@ pub unsafe fn collect_set<T: RmaType>(
 ///
 /// # Safety
 /// Buffers valid as OpenSHMEM requires.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn alltoalls_set<T: RmaType>(
     call: &'static str,
     dest: *mut T,
@@ -514,13 +504,10 @@ pub unsafe fn alltoalls_set<T: RmaType>(
     dst: isize,
     sst: isize,
     n: usize,
-    start: c_int,
-    log_stride: c_int,
-    size: c_int,
-    psync: *mut c_long,
+    set: SetSpec,
 ) {
     let (dst, sst) = (stride_of(call, dst), stride_of(call, sst));
-    on_set(call, start, log_stride, size, psync, |rt, s| {
+    on_set(call, set, |rt, s| {
         Ok(rt.world.set_alltoalls(s, dest, src, dst, sst, n)?)
     })
 }
@@ -529,19 +516,15 @@ pub unsafe fn alltoalls_set<T: RmaType>(
 ///
 /// # Safety
 /// Buffers valid as OpenSHMEM requires.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn reduce_set<T: ReduceType, O: ReduceOp<T> + Default>(
     call: &'static str,
     dest: *mut T,
     src: *const T,
     n: c_int,
-    start: c_int,
-    log_stride: c_int,
-    size: c_int,
-    psync: *mut c_long,
+    set: SetSpec,
 ) {
     let n = nreduce(call, n);
-    on_set(call, start, log_stride, size, psync, |rt, s| {
+    on_set(call, set, |rt, s| {
         Ok(rt.world.set_reduce(s, dest, src, n, O::default())?)
     })
 }
@@ -558,6 +541,19 @@ fn nreduce(call: &'static str, n: c_int) -> usize {
 /// Combines `n` elements of `b` into `acc` (both arrays of the reduced C type).
 pub type Combine = unsafe extern "C" fn(acc: *mut c_void, b: *const c_void, n: usize);
 
+/// What `World::reduce_with` and `World::scan_with` call to combine two staged buffers: the C
+/// combine function `f` over their `n` elements.
+///
+/// # Safety
+/// `f` combines `n` elements of the element size the runtime is given.
+pub unsafe fn c_combine(f: Combine, n: usize) -> impl FnMut(&mut [u8], &[u8]) {
+    move |acc: &mut [u8], b: &[u8]| {
+        // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
+        // elements of the reduced type, which `f` reads and writes (the caller's contract).
+        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
+    }
+}
+
 /// `World::reduce_with` over `group` with the C combine function `f`.
 fn reduce_cb(
     rt: &Rt,
@@ -568,11 +564,8 @@ fn reduce_cb(
     size: usize,
     f: Combine,
 ) -> CResult<()> {
-    let mut combine = |acc: &mut [u8], b: &[u8]| {
-        // SAFETY: the runtime hands two 16-byte aligned buffers of `n · size` bytes: `n`
-        // elements of the reduced type, which `f` reads and writes.
-        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-    };
+    // SAFETY: `f` combines `n` elements of `size` bytes (the callers' contract).
+    let mut combine = unsafe { c_combine(f, n) };
     Ok(rt
         .world
         .reduce_with(group, dest.cast(), src.cast(), n, size, &mut combine)?)
@@ -601,7 +594,6 @@ pub unsafe fn reduce_c(
 ///
 /// # Safety
 /// As [`reduce_c`]; `psync` a valid pSync.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn reduce_c_set(
     call: &'static str,
     dest: *mut c_void,
@@ -609,13 +601,10 @@ pub unsafe fn reduce_c_set(
     n: c_int,
     size: usize,
     f: Combine,
-    start: c_int,
-    log_stride: c_int,
-    set_size: c_int,
-    psync: *mut c_long,
+    set: SetSpec,
 ) {
     let n = nreduce(call, n);
-    on_set(call, start, log_stride, set_size, psync, |rt, s| {
+    on_set(call, set, |rt, s| {
         reduce_cb(rt, Group::Set(s), dest, src, n, size, f)
     })
 }
@@ -662,10 +651,11 @@ pub unsafe fn scan<T: ReduceType>(
     )
 }
 
-/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and
-/// [`scan_c`]. 0, or -1 for an invalid team.
+/// `World::scan_with` over the team of handle `h` with `combine`: the body of [`scan`] and of
+/// the `long double` and complex scans (`combine` from [`c_combine`]). 0, or -1 for an invalid
+/// team.
 #[allow(clippy::too_many_arguments)]
-fn scan_team(
+pub fn scan_team(
     call: &'static str,
     h: *mut c_void,
     dest: *mut c_void,
@@ -686,27 +676,4 @@ fn scan_team(
             combine,
         )?)
     })
-}
-
-/// [`scan`] of `long double` and complex elements (`size` bytes each) summed by the C
-/// combine function `f`.
-///
-/// # Safety
-/// Buffers valid as OpenSHMEM requires; `f` combines `n` elements of `size` bytes.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn scan_c(
-    call: &'static str,
-    h: *mut c_void,
-    dest: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    size: usize,
-    f: Combine,
-    exclusive: bool,
-) -> c_int {
-    let mut combine = |acc: &mut [u8], b: &[u8]| {
-        // SAFETY: as in `reduce_cb`.
-        unsafe { f(acc.as_mut_ptr().cast(), b.as_ptr().cast(), n) }
-    };
-    scan_team(call, h, dest, src, n, size, exclusive, &mut combine)
 }

@@ -99,6 +99,17 @@ fn check(call: &'static str, h: *mut c_void) {
     }
 }
 
+/// Whether a call on `ctx` goes ahead: not for `SHMEM_CTX_INVALID` (NULL), on which the
+/// context calls that allow it do nothing (OpenSHMEM 1.5); an unknown or destroyed handle ends
+/// the job naming `call`.
+fn live(call: &'static str, ctx: *mut c_void) -> bool {
+    if ctx.is_null() {
+        return false;
+    }
+    check(call, ctx);
+    true
+}
+
 /// Restores the previous active team when a call ends.
 pub(crate) struct Scope(Option<Team>);
 
@@ -167,9 +178,7 @@ fn check_options(options: c_long) -> CResult<()> {
 #[no_mangle]
 pub unsafe extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
     let call = "shmem_ctx_create";
-    if ctx.is_null() {
-        fatal(call, "ctx is NULL");
-    }
+    crate::non_null(call, "ctx", ctx);
     let h = with(call, |_| {
         check_options(options)?;
         Ok(register(coll::WORLD))
@@ -191,9 +200,7 @@ pub unsafe extern "C" fn shmem_team_create_ctx(
     ctx: *mut *mut c_void,
 ) -> c_int {
     let call = "shmem_team_create_ctx";
-    if ctx.is_null() {
-        fatal(call, "ctx is NULL");
-    }
+    crate::non_null(call, "ctx", ctx);
     let h = with(call, |rt| {
         check_options(options)?;
         Ok(coll::lookup(rt, team).map(|_| register(team as usize)))
@@ -228,10 +235,9 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
 /// `shmem_ctx_fence`: no operation for `SHMEM_CTX_INVALID` (OpenSHMEM 1.5).
 #[no_mangle]
 pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
-    if ctx.is_null() {
+    if !live("shmem_ctx_fence", ctx) {
         return;
     }
-    check("shmem_ctx_fence", ctx);
     with("shmem_ctx_fence", |rt| {
         rt.world.fence();
         Ok(())
@@ -241,10 +247,9 @@ pub extern "C" fn shmem_ctx_fence(ctx: *mut c_void) {
 /// `shmem_ctx_quiet`: no operation for `SHMEM_CTX_INVALID` (OpenSHMEM 1.5).
 #[no_mangle]
 pub extern "C" fn shmem_ctx_quiet(ctx: *mut c_void) {
-    if ctx.is_null() {
+    if !live("shmem_ctx_quiet", ctx) {
         return;
     }
-    check("shmem_ctx_quiet", ctx);
     with("shmem_ctx_quiet", |rt| Ok(rt.world.quiet()?))
 }
 
@@ -328,10 +333,9 @@ pub unsafe extern "C" fn shmem_ctx_session_start(
     config_mask: c_long,
 ) {
     let call = "shmem_ctx_session_start";
-    if ctx.is_null() {
+    if !live(call, ctx) {
         return;
     }
-    check(call, ctx);
     with(call, |_| {
         if config_mask & !SESSION_TOTAL_OPS != 0 {
             return msg(format!(
@@ -350,10 +354,9 @@ pub unsafe extern "C" fn shmem_ctx_session_start(
 #[no_mangle]
 pub extern "C" fn shmem_ctx_session_stop(ctx: *mut c_void) {
     let call = "shmem_ctx_session_stop";
-    if ctx.is_null() {
+    if !live(call, ctx) {
         return;
     }
-    check(call, ctx);
     with(call, |_| Ok(()))
 }
 
@@ -365,9 +368,7 @@ pub extern "C" fn shmem_ctx_session_stop(ctx: *mut c_void) {
 /// `team` valid for one write.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_ctx_get_team(ctx: *mut c_void, team: *mut *mut c_void) -> c_int {
-    if team.is_null() {
-        fatal("shmem_ctx_get_team", "team is NULL");
-    }
+    crate::non_null("shmem_ctx_get_team", "team", team);
     let (h, r) = match team_handle(ctx) {
         Ok(t) => (t as *mut c_void, 0),
         Err(_) => (std::ptr::null_mut(), -1),

@@ -41,6 +41,14 @@ pub fn msg<T>(m: impl Into<String>) -> CResult<T> {
     capi_core::invalid(m)
 }
 
+/// Ends the job naming `call` when its pointer argument `what` (an out-pointer the call must
+/// write) is NULL.
+pub(crate) fn non_null<T>(call: &str, what: &str, p: *const T) {
+    if p.is_null() {
+        capi_core::fatal(call, format!("{what} is NULL"));
+    }
+}
+
 /// The running runtime of this process.
 pub struct Rt {
     /// The rshmem world (the program's data segment is one of its symmetric regions).

@@ -81,8 +81,7 @@ pub unsafe fn rma<T: RmaType>(
         Way::Put => (src, dest.cast_const()),
         Way::Get => (dest.cast_const(), src),
     };
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         // SAFETY: the caller's contract.
         unsafe { host_rma(&rt.world, way, local, remote, n, pe, nbi) }
     })
@@ -108,6 +107,12 @@ pub unsafe fn g<T: RmaType + Default>(call: &'static str, src: *const T, pe: c_i
     v
 }
 
+/// Runs `f` with the runtime and PE `pe` checked ([`pe_of`]): the start of every one-sided call;
+/// any error ends the job naming `call`.
+fn on_pe<R>(call: &'static str, pe: c_int, f: impl FnOnce(&Rt, usize) -> CResult<R>) -> R {
+    with(call, |rt| f(rt, pe_of(rt, pe)?))
+}
+
 fn stride(s: isize) -> CResult<usize> {
     if s < 1 {
         return msg(format!("stride {s} is not positive"));
@@ -115,43 +120,102 @@ fn stride(s: isize) -> CResult<usize> {
     Ok(s as usize)
 }
 
-/// `shmem_TYPE_iput`, `shmem_iputSIZE` (`Way::Put`) and `shmem_TYPE_iget`, `shmem_igetSIZE`
-/// (`Way::Get`): element `i` of the target is `dest[i·dst]`, of the source `src[i·sst]`.
+/// What a strided transfer moves: `n` single elements (`iput`/`iget`) or `nblocks` blocks of
+/// `bsize` elements (`ibput`/`ibget`, 1.6).
+#[derive(Clone, Copy)]
+pub enum Shape {
+    /// `n` elements, one per stride.
+    Elems(usize),
+    /// `nblocks` blocks of `bsize` contiguous elements, one block per stride.
+    Blocks {
+        /// Elements per block.
+        bsize: usize,
+        /// How many blocks.
+        nblocks: usize,
+    },
+}
+
+/// The strided and blocked transfers; strides count elements.
+///
+/// `Shape::Elems(n)`: `shmem_TYPE_iput`, `shmem_iputSIZE` (`Way::Put`) and `shmem_TYPE_iget`,
+/// `shmem_igetSIZE` (`Way::Get`): element `i` of the target is `dest[i·dst]`, of the source
+/// `src[i·sst]`.
+///
+/// `Shape::Blocks`: `shmem_TYPE_ibput`, `shmem_ibputSIZE` (`Way::Put`): block `b` (`bsize`
+/// elements) of the target starts at `dest[b·dst]`, of the source at `src[b·sst]`, for
+/// `b < nblocks`; strides are at least `bsize`. Each block is one contiguous put; returns when
+/// the source may be reused (like `shmem_put`). `shmem_TYPE_ibget`, `shmem_ibgetSIZE`
+/// (`Way::Get`): the same, from PE `pe`'s `src` into the local `dest`; returns when the data is
+/// in `dest`.
 ///
 /// # Safety
-/// The local buffer valid for `(n-1)·stride+1` elements (`src` with `sst` of a put, `dest`
-/// with `dst` of a get).
-#[allow(clippy::too_many_arguments)]
+/// The local buffer (`src` with `sst` of a put, `dest` with `dst` of a get) valid for
+/// `(n-1)·stride+1` elements, or `(nblocks-1)·stride+bsize`.
 pub unsafe fn strided<T: RmaType>(
     call: &'static str,
     way: Way,
     dest: *mut T,
     src: *const T,
-    dst: isize,
-    sst: isize,
-    n: usize,
+    (dst, sst): (isize, isize),
+    shape: Shape,
     pe: c_int,
 ) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if n == 0 {
-            return Ok(());
-        }
-        let local = if way == Way::Put { sst } else { dst };
-        let Some(span) = (n - 1).checked_mul(local).and_then(|x| x.checked_add(1)) else {
-            return msg("stride × nelems overflows");
-        };
-        match way {
-            Way::Put => {
-                // SAFETY: the caller's contract.
-                let s = unsafe { src_slice(src, span) }?;
-                Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
+        match shape {
+            Shape::Elems(n) => {
+                if n == 0 {
+                    return Ok(());
+                }
+                let local = if way == Way::Put { sst } else { dst };
+                let Some(span) = (n - 1).checked_mul(local).and_then(|x| x.checked_add(1)) else {
+                    return msg("stride × nelems overflows");
+                };
+                match way {
+                    Way::Put => {
+                        // SAFETY: the caller's contract.
+                        let s = unsafe { src_slice(src, span) }?;
+                        Ok(rt.world.iput(dest, s, dst, sst, n, pe)?)
+                    }
+                    Way::Get => {
+                        // SAFETY: the caller's contract.
+                        let d = unsafe { dst_slice(dest, span) }?;
+                        Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
+                    }
+                }
             }
-            Way::Get => {
-                // SAFETY: the caller's contract.
-                let d = unsafe { dst_slice(dest, span) }?;
-                Ok(rt.world.iget(d, src, dst, sst, n, pe)?)
+            Shape::Blocks { bsize, nblocks } => {
+                if bsize == 0 || nblocks == 0 {
+                    return Ok(());
+                }
+                let dspan = blocked_span::<T>("dst", dst, bsize, nblocks)?;
+                let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
+                let w = &rt.world;
+                match way {
+                    Way::Put => {
+                        // SAFETY: the caller's contract (checked for NULL and alignment here).
+                        let s = unsafe { src_slice(src, sspan) }?;
+                        for b in 0..nblocks {
+                            // `b·dst` lies inside the extent checked above; the runtime
+                            // checks the target.
+                            w.put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
+                        }
+                    }
+                    Way::Get => {
+                        // SAFETY: the caller's contract (checked for NULL and alignment here).
+                        let d = unsafe { dst_slice(dest, dspan) }?;
+                        for b in 0..nblocks {
+                            // `b·sst` lies inside the extent checked above; the runtime
+                            // checks the source.
+                            w.get(
+                                &mut d[b * dst..b * dst + bsize],
+                                src.wrapping_add(b * sst),
+                                pe,
+                            )?;
+                        }
+                    }
+                }
+                Ok(())
             }
         }
     })
@@ -178,62 +242,6 @@ fn blocked_span<T>(what: &str, stride: usize, bsize: usize, nblocks: usize) -> C
             },
             Ok,
         )
-}
-
-/// `shmem_TYPE_ibput`, `shmem_ibputSIZE` (1.6, `Way::Put`): block `b` (`bsize` elements) of
-/// the target starts at `dest[b·dst]`, of the source at `src[b·sst]`, for `b < nblocks`;
-/// strides count elements and are at least `bsize`. Each block is one contiguous put; returns
-/// when the source may be reused (like `shmem_put`). `shmem_TYPE_ibget`, `shmem_ibgetSIZE`
-/// (`Way::Get`): the same, from PE `pe`'s `src` into the local `dest`; returns when the data is
-/// in `dest`.
-///
-/// # Safety
-/// The local buffer valid for `(nblocks-1)·stride+bsize` elements (`src` with `sst` of a put,
-/// `dest` with `dst` of a get).
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn blocked<T: RmaType>(
-    call: &'static str,
-    way: Way,
-    dest: *mut T,
-    src: *const T,
-    (dst, sst): (isize, isize),
-    bsize: usize,
-    nblocks: usize,
-    pe: c_int,
-) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        let (dst, sst) = (stride(dst)?, stride(sst)?);
-        if bsize == 0 || nblocks == 0 {
-            return Ok(());
-        }
-        let dspan = blocked_span::<T>("dst", dst, bsize, nblocks)?;
-        let sspan = blocked_span::<T>("sst", sst, bsize, nblocks)?;
-        let w = &rt.world;
-        match way {
-            Way::Put => {
-                // SAFETY: the caller's contract (checked for NULL and alignment here).
-                let s = unsafe { src_slice(src, sspan) }?;
-                for b in 0..nblocks {
-                    // `b·dst` lies inside the extent checked above; the runtime checks the target.
-                    w.put(dest.wrapping_add(b * dst), &s[b * sst..b * sst + bsize], pe)?;
-                }
-            }
-            Way::Get => {
-                // SAFETY: the caller's contract (checked for NULL and alignment here).
-                let d = unsafe { dst_slice(dest, dspan) }?;
-                for b in 0..nblocks {
-                    // `b·sst` lies inside the extent checked above; the runtime checks the source.
-                    w.get(
-                        &mut d[b * dst..b * dst + bsize],
-                        src.wrapping_add(b * sst),
-                        pe,
-                    )?;
-                }
-            }
-        }
-        Ok(())
-    })
 }
 
 /// Element types of the atomics, as bits (the data-segment path).
@@ -293,8 +301,7 @@ pub enum Op {
 
 /// Atomics of every AMO type (fetch, set, swap).
 pub fn amo_ext<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let w = &rt.world;
         Ok(match op {
             Op::Fetch => w.atomic_fetch(dest, pe)?,
@@ -309,8 +316,7 @@ pub fn amo_ext<T: Amo>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int
 
 /// Arithmetic atomics (compare_swap, add, inc).
 pub fn amo_int<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v: T, pe: c_int) -> T {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let w = &rt.world;
         Ok(match op {
             Op::Cswap(c) => w.atomic_compare_swap(dest, T::of_bits(c), v, pe)?,
@@ -327,8 +333,7 @@ pub fn amo_bit<T: Amo + AmoBitwise>(
     v: T,
     pe: c_int,
 ) -> T {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let w = &rt.world;
         Ok(match op {
             Op::And => w.atomic_fetch_and(dest, v, pe)?,
@@ -362,10 +367,7 @@ pub fn amo_int_post<T: Amo + AmoInt>(call: &'static str, dest: *mut T, op: Op, v
         amo_int(call, dest, op, v, pe);
         return;
     }
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        Ok(rt.world.atomic_add(dest, v, pe)?)
-    });
+    on_pe(call, pe, |rt, pe| Ok(rt.world.atomic_add(dest, v, pe)?));
 }
 
 /// The bitwise atomics that return nothing (`and`, `or`, `xor`): posted like
@@ -377,8 +379,7 @@ pub fn amo_bit_post<T: Amo + AmoBitwise>(
     v: T,
     pe: c_int,
 ) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let w = &rt.world;
         match op {
             Op::And => w.atomic_and(dest, v, pe)?,
@@ -406,8 +407,7 @@ pub unsafe fn put_signal<T: RmaType>(
     op: c_int,
     pe: c_int,
 ) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
+    on_pe(call, pe, |rt, pe| {
         let sig = (sig, signal, sigop_of(op)?);
         // SAFETY: the caller's contract.
         unsafe { host_put_signal(&rt.world, dest, src, n, sig, pe, false) }
@@ -416,10 +416,7 @@ pub unsafe fn put_signal<T: RmaType>(
 
 /// `shmem_signal_set/add`.
 pub fn signal_op(call: &'static str, sig: *mut u64, v: u64, op: SignalOp, pe: c_int) {
-    with(call, |rt| {
-        let pe = pe_of(rt, pe)?;
-        Ok(rt.world.signal_op(sig, v, op, pe)?)
-    })
+    on_pe(call, pe, |rt, pe| Ok(rt.world.signal_op(sig, v, op, pe)?))
 }
 
 /// `shmem_signal_fetch`.

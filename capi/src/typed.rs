@@ -121,13 +121,15 @@ macro_rules! rma {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              nelems: usize, pe: c_int),
-            call => ops::strided(call, ops::Way::$way, dest, source, dst, sst, nelems, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, (dst, sst),
+                ops::Shape::Elems(nelems), pe));
     };
     (@blocked $s:ident, $t:ident, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("blocked strided ", stringify!($f), " of ", stringify!($t)),
             (dest: *mut elem!($t), source: *const elem!($t), dst: isize, sst: isize,
              bsize: usize, nblocks: usize, pe: c_int),
-            call => ops::blocked(call, ops::Way::$way, dest, source, (dst, sst), bsize, nblocks, pe));
+            call => ops::strided(call, ops::Way::$way, dest, source, (dst, sst),
+                ops::Shape::Blocks { bsize, nblocks }, pe));
     };
     (@pg longdouble) => {};
     (@pg $t:ident) => {
@@ -194,14 +196,15 @@ macro_rules! sized {
             concat!("blocked strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, bsize: usize,
              nblocks: usize, pe: c_int),
-            call => ops::blocked::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst), bsize,
-                                       nblocks, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst),
+                ops::Shape::Blocks { bsize, nblocks }, pe));
     };
     (@strided $s:ident, $e:ty, $f:ident $way:ident) => {
         entry_and_ctx!($s, concat!("strided ", stringify!($f), " of ", stringify!($e), " elements"),
             (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize,
              pe: c_int),
-            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), dst, sst, nelems, pe));
+            call => ops::strided::<$e>(call, ops::Way::$way, dest.cast(), source.cast(), (dst, sst),
+                ops::Shape::Elems(nelems), pe));
     };
 }
 sized!(8, u8);
@@ -473,10 +476,14 @@ macro_rules! team_colls {
                 call => coll::broadcast(call, team, dest, source, nelems, root));
             entry!([<$p collect $($mem)?>], concat!("collect of ", stringify!($e)),
                 (team: *mut c_void, dest: *mut $e, source: *const $e, nelems: usize) -> c_int,
-                call => coll::collect(call, team, dest, source, nelems));
+                call => coll::on_team(call, team, |rt, t| {
+                    Ok(rt.world.collect(t, dest, source, nelems)?)
+                }));
             entry!([<$p fcollect $($mem)?>], concat!("fcollect of ", stringify!($e)),
                 (team: *mut c_void, dest: *mut $e, source: *const $e, nelems: usize) -> c_int,
-                call => coll::fcollect(call, team, dest, source, nelems));
+                call => coll::on_team(call, team, |rt, t| {
+                    Ok(rt.world.fcollect(t, dest, source, nelems)?)
+                }));
             entry!([<$p alltoall $($mem)?>], concat!("alltoall of ", stringify!($e)),
                 (team: *mut c_void, dest: *mut $e, source: *const $e, nelems: usize) -> c_int,
                 call => coll::alltoalls(call, team, dest, source, 1, 1, nelems));
@@ -499,7 +506,9 @@ macro_rules! reduce {
                 concat!(stringify!($o), " reduction of ", stringify!($t)),
                 (team: *mut c_void, dest: *mut elem!($t), source: *const elem!($t),
                  nreduce: usize) -> c_int,
-                call => coll::reduce::<elem!($t), rshmem::$O>(call, team, dest, source, nreduce));
+                call => coll::on_team(call, team, |rt, t| {
+                    Ok(rt.world.reduce(t, dest, source, nreduce, rshmem::$O::default())?)
+                }));
         }
     };
     ((to_all $o:ident, $O:ident) $t:ident) => {
@@ -509,7 +518,7 @@ macro_rules! reduce {
                 (dest: *mut elem!($t), source: *const elem!($t), nreduce: c_int, start: c_int,
                  log_stride: c_int, size: c_int, _pwrk: *mut elem!($t), psync: *mut c_long),
                 call => coll::reduce_set::<elem!($t), rshmem::$O>(call, dest, source, nreduce,
-                    start, log_stride, size, psync));
+                    coll::SetSpec { start, log_stride, size, psync }));
         }
     };
 }
@@ -538,7 +547,7 @@ macro_rules! active_set {
                 (dest: *mut c_void, source: *const c_void, nelems: usize, root: c_int,
                  start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long),
                 call => coll::broadcast_set::<$e>(call, dest.cast(), source.cast(), nelems, root,
-                    start, log_stride, size, psync));
+                    coll::SetSpec { start, log_stride, size, psync }));
             active_set!(@collect [<shmem_collect $bits>], $e, false);
             active_set!(@collect [<shmem_fcollect $bits>], $e, true);
             entry!([<shmem_alltoall $bits>],
@@ -546,13 +555,13 @@ macro_rules! active_set {
                 (dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int,
                  log_stride: c_int, size: c_int, psync: *mut c_long),
                 call => coll::alltoalls_set::<$e>(call, dest.cast(), source.cast(), 1, 1, nelems,
-                    start, log_stride, size, psync));
+                    coll::SetSpec { start, log_stride, size, psync }));
             entry!([<shmem_alltoalls $bits>],
                 concat!("deprecated active-set strided alltoall of ", stringify!($e), " elements"),
                 (dest: *mut c_void, source: *const c_void, dst: isize, sst: isize,
                  nelems: usize, start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long),
                 call => coll::alltoalls_set::<$e>(call, dest.cast(), source.cast(), dst, sst,
-                    nelems, start, log_stride, size, psync));
+                    nelems, coll::SetSpec { start, log_stride, size, psync }));
         }
     };
     (@collect $name:ident, $e:ty, $fixed:expr) => {
@@ -561,7 +570,7 @@ macro_rules! active_set {
             (dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int,
              log_stride: c_int, size: c_int, psync: *mut c_long),
             call => coll::collect_set::<$e>(call, $fixed, dest.cast(), source.cast(), nelems,
-                start, log_stride, size, psync));
+                coll::SetSpec { start, log_stride, size, psync }));
     };
 }
 active_set!(32, u32);
@@ -613,7 +622,8 @@ macro_rules! reduce_c {
                 (dest: *mut c_void, source: *const c_void, nreduce: c_int, start: c_int,
                  log_stride: c_int, size: c_int, _pwrk: *mut c_void, psync: *mut c_long),
                 call => coll::reduce_c_set(call, dest, source, nreduce, $size,
-                    crate::combine::[<rshmemi_ $t _ $o>], start, log_stride, size, psync));
+                    crate::combine::[<rshmemi_ $t _ $o>],
+                    coll::SetSpec { start, log_stride, size, psync }));
         }
         reduce_c!(@scan $size, $t, $o);
     };
@@ -623,14 +633,14 @@ macro_rules! reduce_c {
                 concat!("inclusive prefix sum of ", stringify!($t)),
                 (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
                     -> c_int,
-                call => coll::scan_c(call, team, dest, source, nelems, $size,
-                    crate::combine::[<rshmemi_ $t _sum>], false));
+                call => coll::scan_team(call, team, dest, source, nelems, $size, false,
+                    &mut coll::c_combine(crate::combine::[<rshmemi_ $t _sum>], nelems)));
             entry!([<shmem_ $t _sum_exscan>],
                 concat!("exclusive prefix sum of ", stringify!($t)),
                 (team: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize)
                     -> c_int,
-                call => coll::scan_c(call, team, dest, source, nelems, $size,
-                    crate::combine::[<rshmemi_ $t _sum>], true));
+                call => coll::scan_team(call, team, dest, source, nelems, $size, true,
+                    &mut coll::c_combine(crate::combine::[<rshmemi_ $t _sum>], nelems)));
         }
     };
     (@scan $size:expr, $t:ident, $o:ident) => {};

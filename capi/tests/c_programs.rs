@@ -2,11 +2,13 @@
 //! and runs each with 2 and 4 PEs under `rshmemrun`, checking exit status and output.
 
 use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 #[path = "support/cprog.rs"]
+#[macro_use]
 mod cprog;
 use cprog::Ran;
 
@@ -33,30 +35,39 @@ fn compile(name: &str) -> PathBuf {
 /// Compiles `tests/c/<name>.c` with `scripts/rshmemcc`, `pre` before the source and `post`
 /// after it.
 fn compile_with(name: &str, pre: &[String], post: &[String]) -> PathBuf {
-    let dir = built();
-    let out_dir = dir.join("capi-c-tests");
-    std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(format!("{name}.c"));
-    let bin = out_dir.join(name);
-    let out = Command::new(workspace_root().join("scripts/rshmemcc"))
-        .env("RSHMEM_LIB_DIR", dir)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(pre)
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .args(post)
-        .output()
-        .expect("running scripts/rshmemcc (is a C compiler installed?)");
-    assert!(
-        out.status.success(),
-        "compiling {} failed:\n{}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let bin = c_out_dir().join(name);
+    let mut args: Vec<OsString> = pre.iter().map(OsString::from).collect();
+    args.extend(["-o".into(), bin.clone().into(), c_source(name).into()]);
+    args.extend(post.iter().map(OsString::from));
+    rshmemcc(&args);
     bin
+}
+
+/// `tests/c/<name>.c`.
+fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"))
+}
+
+/// Where the C programs are built (created): `capi-c-tests` in the profile directory.
+fn c_out_dir() -> PathBuf {
+    let d = built().join("capi-c-tests");
+    std::fs::create_dir_all(&d).expect("creating the C test directory");
+    d
+}
+
+/// Runs `scripts/rshmemcc` (with libshmem from the profile directory and the tests' warning
+/// flags) with `args`; panics with the compiler's messages when it fails.
+fn rshmemcc<S: AsRef<OsStr>>(args: &[S]) {
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    cprog::stdout_of(
+        Command::new(workspace_root().join("scripts/rshmemcc"))
+            .env("RSHMEM_LIB_DIR", built())
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .args(args),
+        &format!("rshmemcc {shown:?}"),
+    );
 }
 
 fn run(bin: &Path, n: usize) -> Ran {
@@ -86,34 +97,27 @@ fn aborts(name: &str, call: &str, cause: &str) {
     }
 }
 
-#[test]
-fn setup_and_query() {
-    passes("setup");
-}
-
-#[test]
-fn memory() {
-    passes("memory");
-}
-
-#[test]
-fn rma() {
-    passes("rma");
-}
-
-#[test]
-fn atomics() {
-    passes("amo");
-}
-
-#[test]
-fn signals() {
-    passes("signal");
-}
-
-#[test]
-fn point_to_point_sync() {
-    passes("sync");
+passing_programs! {
+    setup_and_query => "setup";
+    memory => "memory";
+    rma => "rma";
+    atomics => "amo";
+    signals => "signal";
+    point_to_point_sync => "sync";
+    teams => "team";
+    /// A split that cannot make its team (no free team slot) returns non-zero with
+    /// `SHMEM_TEAM_INVALID` instead of ending the job; destroying teams frees slots again.
+    failed_split_returns_team_invalid => "team_full";
+    collectives => "coll";
+    blocked_strided_rma => "blocked";
+    scans => "scan";
+    /// The small 1.6 routines and the ones that were inline in `shmem.h` (long double p/g, long
+    /// double and complex reductions, `shmem_pcontrol`), called through the library's symbols.
+    openshmem_1_6_routines_and_former_inline_ones => "v16";
+    locks => "lock";
+    any_calls_return_every_satisfied_index => "any_fair";
+    team_contexts => "team_ctx";
+    relro_stays_private_and_the_data_memfd_is_cloexec => "relro";
 }
 
 #[test]
@@ -128,28 +132,6 @@ fn non_symmetric_address_aborts_naming_the_call() {
         "shmem_long_put",
         "outside this PE's symmetric heap",
     );
-}
-
-#[test]
-fn teams() {
-    passes("team");
-}
-
-/// A split that cannot make its team (no free team slot) returns non-zero with
-/// `SHMEM_TEAM_INVALID` instead of ending the job; destroying teams frees slots again.
-#[test]
-fn failed_split_returns_team_invalid() {
-    passes("team_full");
-}
-
-#[test]
-fn collectives() {
-    passes("coll");
-}
-
-#[test]
-fn blocked_strided_rma() {
-    passes("blocked");
 }
 
 #[test]
@@ -176,40 +158,8 @@ fn negative_nreduce_aborts_naming_the_call() {
 }
 
 #[test]
-fn scans() {
-    passes("scan");
-}
-
-/// The small 1.6 routines and the ones that were inline in `shmem.h` (long double p/g, long
-/// double and complex reductions, `shmem_pcontrol`), called through the library's symbols.
-#[test]
-fn openshmem_1_6_routines_and_former_inline_ones() {
-    passes("v16");
-}
-
-#[test]
-fn locks() {
-    passes("lock");
-}
-
-#[test]
 fn global_exit_ends_every_pe_with_the_status() {
-    let bin = compile("global_exit");
-    for n in [2, 4] {
-        let r = run(&bin, n);
-        assert_eq!(
-            r.code,
-            Some(3),
-            "global_exit on {n} PEs:\n{}\n{}",
-            r.stdout,
-            r.stderr
-        );
-        assert!(
-            !r.stdout.contains("NOT REACHED"),
-            "a PE went on:\n{}",
-            r.stdout
-        );
-    }
+    cprog::expect_global_exit(built(), &compile("global_exit"));
 }
 
 /// PE 0 calls `shmem_global_exit(0)` on 4 PEs, many times over (the pattern of tests-sos's
@@ -262,17 +212,15 @@ fn exported_routines() -> BTreeSet<String> {
 /// The functions that `shmem.h` and `pshmem.h` declare (inline functions and macros aside):
 /// the names before the `(` of each top-level declaration of the preprocessed headers.
 fn declared_routines() -> BTreeSet<String> {
-    let dir = built().join("capi-c-tests");
-    std::fs::create_dir_all(&dir).expect("creating the C test directory");
-    let src = dir.join("headers.c");
+    let src = c_out_dir().join("headers.c");
     std::fs::write(&src, "#include <shmem.h>\n#include <pshmem.h>\n").expect("writing headers.c");
-    let out = Command::new(workspace_root().join("scripts/rshmemcc"))
-        .args(["-std=c11", "-E", "-P"])
-        .arg(&src)
-        .output()
-        .expect("running scripts/rshmemcc -E");
-    assert!(out.status.success(), "preprocessing the headers failed");
-    cprog::declared_functions(&out.stdout)
+    let out = cprog::stdout_of(
+        Command::new(workspace_root().join("scripts/rshmemcc"))
+            .args(["-std=c11", "-E", "-P"])
+            .arg(&src),
+        "preprocessing shmem.h and pshmem.h",
+    );
+    cprog::declared_functions(&out)
 }
 
 #[test]
@@ -317,27 +265,9 @@ fn every_routine_has_a_profiling_twin() {
 /// must notice.
 #[test]
 fn profiling_tool_interposes_shmem_routines() {
-    let dir = built();
-    let out_dir = dir.join("capi-c-tests");
-    std::fs::create_dir_all(&out_dir).expect("creating the C test directory");
-    let c = |name: &str| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/c")
-            .join(format!("{name}.c"))
-    };
-    let cc = |args: &[&str]| {
-        let out = Command::new(workspace_root().join("scripts/rshmemcc"))
-            .env("RSHMEM_LIB_DIR", dir)
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-            .args(args)
-            .output()
-            .expect("running scripts/rshmemcc");
-        assert!(
-            out.status.success(),
-            "compiling {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let out_dir = c_out_dir();
+    let c = c_source;
+    let cc = |args: &[&str]| rshmemcc(args);
     let tool = out_dir.join("libprofiling_tool.so");
     let tool_s = tool.to_str().expect("UTF-8 path");
     cc(&[
@@ -388,27 +318,12 @@ fn profiling_tool_interposes_shmem_routines() {
 }
 
 #[test]
-fn any_calls_return_every_satisfied_index() {
-    passes("any_fair");
-}
-
-#[test]
-fn team_contexts() {
-    passes("team_ctx");
-}
-
-#[test]
 fn pe_outside_a_contexts_team_aborts_naming_the_call() {
     aborts(
         "team_ctx_bad_pe",
         "shmem_ctx_int_p",
         "out of range: the context's team has 1 PEs",
     );
-}
-
-#[test]
-fn relro_stays_private_and_the_data_memfd_is_cloexec() {
-    passes("relro");
 }
 
 #[test]
@@ -430,42 +345,27 @@ fn put_past_the_end_of_a_global_aborts_naming_the_call() {
 /// normally after moving 8 bytes or none.
 #[test]
 fn typed_transfer_whose_extent_overflows_aborts_naming_the_call() {
-    let bin = compile("extent");
-    let bin = bin.to_str().expect("UTF-8 path");
-    for (arg, call, elems, size) in [
-        ("long_put", "shmem_long_put", "2305843009213693953", 8),
-        ("long_put_huge", "shmem_long_put", "1152921504606846976", 8),
-        ("int_put", "shmem_int_put", "4611686018427387904", 4),
-        ("long_get", "shmem_long_get", "2305843009213693953", 8),
-        (
-            "long_put_signal",
-            "shmem_long_put_signal",
-            "2305843009213693953",
-            8,
-        ),
-        (
-            "ctx_long_put",
-            "shmem_ctx_long_put",
-            "2305843009213693953",
-            8,
-        ),
-        ("put64", "shmem_put64", "2305843009213693953", 8),
-        (
-            "long_put_nbi",
-            "shmem_long_put_nbi",
-            "2305843009213693953",
-            8,
-        ),
-    ] {
-        let r = run_cmd(&[bin, arg], 2);
-        cprog::expect_abort(
-            &format!("extent {arg}"),
-            &r,
-            2,
-            call,
-            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
-        );
-    }
+    cprog::expect_extent_overflow_aborts(
+        built(),
+        &compile("extent"),
+        "shmem_",
+        &[
+            ("long_put_huge", "shmem_long_put", "1152921504606846976", 8),
+            (
+                "long_put_signal",
+                "shmem_long_put_signal",
+                "2305843009213693953",
+                8,
+            ),
+            (
+                "ctx_long_put",
+                "shmem_ctx_long_put",
+                "2305843009213693953",
+                8,
+            ),
+            ("put64", "shmem_put64", "2305843009213693953", 8),
+        ],
+    );
 }
 
 /// A fatal message is one `write(2)`: two PEs failing at once never interleave their lines
@@ -479,8 +379,7 @@ fn fatal_message_is_one_write() {
         return;
     }
     let bin = compile("extent");
-    let dir = built().join("capi-c-tests");
-    let prefix = dir.join(format!("strace-{}", std::process::id()));
+    let prefix = c_out_dir().join(format!("strace-{}", std::process::id()));
     let prefix_s = prefix.to_str().expect("UTF-8 path");
     let r = run_cmd(
         &[
@@ -534,12 +433,7 @@ fn hybrid_mpi_program_under_mpirun() {
         .into_iter()
         .flat_map(|n| explicit.iter().map(move |&e| (n, e)))
     {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } == 0 {
-            cmd.arg("--allow-run-as-root");
-        }
+        let mut cmd = cprog::mpirun(n);
         if explicit {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
@@ -555,29 +449,13 @@ fn hybrid_mpi_program_under_mpirun() {
             cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_ADDR=127.0.0.1:{port}")]);
             cmd.args(["-x", &format!("RSHMEM_BOOTSTRAP_SECRET={secret}")]);
         }
-        let out = cmd
-            .arg(&bin)
-            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-            .env_remove("RSHMEM_BOOTSTRAP_ADDR")
-            .env_remove("RSHMEM_BOOTSTRAP_SECRET")
-            .env_remove("RSHMEM_BOOTSTRAP")
-            .env("RSHMEM_TIMEOUT", "60")
-            .output()
-            .expect("running mpirun");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "hybrid_mpi under mpirun -np {n} (explicit address: {explicit}) exited with \
-             {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
+        let r = cprog::ran(
+            cmd.arg(&bin)
+                .env_remove("RSHMEM_BOOTSTRAP_ADDR")
+                .env_remove("RSHMEM_BOOTSTRAP_SECRET")
+                .env_remove("RSHMEM_BOOTSTRAP"),
         );
-        for pe in 0..n {
-            let line = format!("OK hybrid_mpi PE {pe}");
-            assert!(
-                stdout.lines().any(|l| l == line),
-                "no `{line}` in\n{stdout}"
-            );
-        }
+        let what = format!("hybrid_mpi under mpirun -np {n} (explicit address: {explicit})");
+        cprog::expect_ok(&what, "hybrid_mpi", &r, n);
     }
 }

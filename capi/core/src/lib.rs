@@ -15,6 +15,8 @@
 //!   codes (with each ABI's wording, [`Abi`]), the set waits and tests;
 //! - the type tables of the typed calls ([`types`]): one table of C type names to Rust
 //!   element types and the per-family lists, as `macro_rules!` both libraries expand.
+//! - the whole-job calls both ABIs have (`my_pe`, `n_pes`, `fence`, `quiet`, `barrier_all`,
+//!   `sync_all`): [`world_entries!`], which each library expands with its own names.
 //!
 //! Every message has the form `rshmem: PE <pe>: <call>: <cause>`; the libraries pass the C
 //! call's name.

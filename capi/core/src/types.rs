@@ -112,6 +112,50 @@ macro_rules! each_typed {
     };
 }
 
+/// The whole-job calls every C library exports, as `#[no_mangle] extern "C"` functions with the
+/// names given: my_pe and n_pes (**local**), fence and quiet (**one-sided**), barrier_all and
+/// sync_all (**collective**), each through the calling library's `with` (its runtime holder:
+/// any error, such as a call before init, ends the job naming the call).
+#[macro_export]
+macro_rules! world_entries {
+    (my_pe: $my_pe:ident, n_pes: $n_pes:ident, fence: $fence:ident, quiet: $quiet:ident,
+     barrier_all: $barrier_all:ident, sync_all: $sync_all:ident) => {
+        #[doc = concat!("`", stringify!($my_pe), "`: **local**; this PE's number.")]
+        #[no_mangle]
+        pub extern "C" fn $my_pe() -> ::std::ffi::c_int {
+            with(stringify!($my_pe), |rt| Ok(rt.world.my_pe() as ::std::ffi::c_int))
+        }
+        #[doc = concat!("`", stringify!($n_pes), "`: **local**; the number of PEs.")]
+        #[no_mangle]
+        pub extern "C" fn $n_pes() -> ::std::ffi::c_int {
+            with(stringify!($n_pes), |rt| Ok(rt.world.n_pes() as ::std::ffi::c_int))
+        }
+        #[doc = concat!("`", stringify!($fence), "`: **one-sided**; orders this PE's puts, AMOs and stores to each PE.")]
+        #[no_mangle]
+        pub extern "C" fn $fence() {
+            with(stringify!($fence), |rt| {
+                rt.world.fence();
+                Ok(())
+            })
+        }
+        #[doc = concat!("`", stringify!($quiet), "`: **one-sided**; completes this PE's puts, AMOs and stores.")]
+        #[no_mangle]
+        pub extern "C" fn $quiet() {
+            with(stringify!($quiet), |rt| Ok(rt.world.quiet()?))
+        }
+        #[doc = concat!("`", stringify!($barrier_all), "`: **collective**; quiet, then a barrier of all PEs.")]
+        #[no_mangle]
+        pub extern "C" fn $barrier_all() {
+            with(stringify!($barrier_all), |rt| Ok(rt.world.barrier_all()?))
+        }
+        #[doc = concat!("`", stringify!($sync_all), "`: **collective**; a barrier of all PEs without quiet.")]
+        #[no_mangle]
+        pub extern "C" fn $sync_all() {
+            with(stringify!($sync_all), |rt| Ok(rt.world.sync_all()?))
+        }
+    };
+}
+
 // ------------------------------------------------------------------------------------------
 // OpenSHMEM 1.5 (libshmem)
 // ------------------------------------------------------------------------------------------

@@ -1,21 +1,10 @@
-//! Queries, symmetric memory, ordering and the world barriers.
+//! Queries, symmetric memory and ordering (my_pe, n_pes, fence, quiet, barrier_all and sync_all
+//! come from `capi_core::world_entries!`, shared with libshmem).
 
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::{current, pe_of, report, with, CResult};
-
-/// `rshmem_my_pe`: **local**.
-#[no_mangle]
-pub extern "C" fn rshmem_my_pe() -> c_int {
-    with("rshmem_my_pe", |rt| Ok(rt.world.my_pe() as c_int))
-}
-
-/// `rshmem_n_pes`: **local**.
-#[no_mangle]
-pub extern "C" fn rshmem_n_pes() -> c_int {
-    with("rshmem_n_pes", |rt| Ok(rt.world.n_pes() as c_int))
-}
 
 /// `rshmem_ptr`: **local**; NULL when PE `pe`'s copy is not load/store reachable.
 #[no_mangle]
@@ -71,32 +60,8 @@ pub extern "C" fn rshmem_free(ptr: *mut c_void) {
     with("rshmem_free", |rt| Ok(rt.world.free_bytes(ptr.cast())?))
 }
 
-/// `rshmem_fence`: **one-sided**.
-#[no_mangle]
-pub extern "C" fn rshmem_fence() {
-    with("rshmem_fence", |rt| {
-        rt.world.fence();
-        Ok(())
-    })
-}
-
-/// `rshmem_quiet`: **one-sided**.
-#[no_mangle]
-pub extern "C" fn rshmem_quiet() {
-    with("rshmem_quiet", |rt| Ok(rt.world.quiet()?))
-}
-
-/// `rshmem_barrier_all`: **collective**.
-#[no_mangle]
-pub extern "C" fn rshmem_barrier_all() {
-    with("rshmem_barrier_all", |rt| Ok(rt.world.barrier_all()?))
-}
-
-/// `rshmem_sync_all`: **collective**.
-#[no_mangle]
-pub extern "C" fn rshmem_sync_all() {
-    with("rshmem_sync_all", |rt| Ok(rt.world.sync_all()?))
-}
+capi_core::world_entries!(my_pe: rshmem_my_pe, n_pes: rshmem_n_pes, fence: rshmem_fence,
+    quiet: rshmem_quiet, barrier_all: rshmem_barrier_all, sync_all: rshmem_sync_all);
 
 /// Checks a PE number for the typed calls (kept here so every family reports it the same way).
 pub fn pe(rt: &crate::Rt, pe: c_int) -> CResult<usize> {

@@ -166,29 +166,27 @@ pub extern "C" fn rshmem_signal_wait_until(sig: *const u64, cmp: c_int, value: u
 // Atomics
 // ------------------------------------------------------------------------------------------
 
+/// One atomic entry point `rshmem_<n>_atomic_<op>(args…, pe)`: **one-sided**, the runtime's
+/// `atomic_<op>(args…, pe)`.
+macro_rules! amo_entry {
+    ($n:ident, $op:ident, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
+        paste::paste! {
+            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_", stringify!($op), "`: **one-sided**.")]
+            #[no_mangle]
+            pub extern "C" fn [<rshmem_ $n _atomic_ $op>]($($arg: $ty,)* p: c_int) $(-> $ret)? {
+                with(concat!("rshmem_", stringify!($n), "_atomic_", stringify!($op)),
+                     |rt| Ok(rt.world.[<atomic_ $op>]($($arg,)* pe(rt, p)?)?))
+            }
+        }
+    };
+}
+
 /// `fetch`, `set`, `swap` of every atomic type.
 macro_rules! amo_ext_entries {
     ($n:ident, $t:ty) => {
-        paste::paste! {
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_fetch>](source: *const $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_fetch"),
-                     |rt| Ok(rt.world.atomic_fetch(source, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_set`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_set>](dest: *mut $t, value: $t, p: c_int) {
-                with(concat!("rshmem_", stringify!($n), "_atomic_set"),
-                     |rt| Ok(rt.world.atomic_set(dest, value, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_swap`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_swap>](dest: *mut $t, value: $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_swap"),
-                     |rt| Ok(rt.world.atomic_swap(dest, value, pe(rt, p)?)?))
-            }
-        }
+        amo_entry!($n, fetch, (source: *const $t) -> $t);
+        amo_entry!($n, set, (dest: *mut $t, value: $t));
+        amo_entry!($n, swap, (dest: *mut $t, value: $t) -> $t);
     };
 }
 
@@ -197,63 +195,23 @@ macro_rules! amo_ext_entries {
 macro_rules! amo_std_entries {
     ($n:ident, $t:ty) => {
         amo_ext_entries!($n, $t);
-        paste::paste! {
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_compare_swap`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_compare_swap>](dest: *mut $t, cond: $t, value: $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_compare_swap"),
-                     |rt| Ok(rt.world.atomic_compare_swap(dest, cond, value, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_inc`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_fetch_inc>](dest: *mut $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_inc"),
-                     |rt| Ok(rt.world.atomic_fetch_inc(dest, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_inc`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_inc>](dest: *mut $t, p: c_int) {
-                with(concat!("rshmem_", stringify!($n), "_atomic_inc"),
-                     |rt| Ok(rt.world.atomic_inc(dest, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_add`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_fetch_add>](dest: *mut $t, value: $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_add"),
-                     |rt| Ok(rt.world.atomic_fetch_add(dest, value, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_add`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_add>](dest: *mut $t, value: $t, p: c_int) {
-                with(concat!("rshmem_", stringify!($n), "_atomic_add"),
-                     |rt| Ok(rt.world.atomic_add(dest, value, pe(rt, p)?)?))
-            }
-        }
+        amo_entry!($n, compare_swap, (dest: *mut $t, cond: $t, value: $t) -> $t);
+        amo_entry!($n, fetch_inc, (dest: *mut $t) -> $t);
+        amo_entry!($n, inc, (dest: *mut $t));
+        amo_entry!($n, fetch_add, (dest: *mut $t, value: $t) -> $t);
+        amo_entry!($n, add, (dest: *mut $t, value: $t));
     };
 }
 
 /// `fetch_and`, `and`, `fetch_or`, `or`, `fetch_xor`, `xor` of the bitwise types.
 macro_rules! amo_bit_entries {
     ($n:ident, $t:ty) => {
-        amo_bit_entries!(@op $n, $t, and);
-        amo_bit_entries!(@op $n, $t, or);
-        amo_bit_entries!(@op $n, $t, xor);
-    };
-    (@op $n:ident, $t:ty, $op:ident) => {
-        paste::paste! {
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_fetch_", stringify!($op), "`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_fetch_ $op>](dest: *mut $t, value: $t, p: c_int) -> $t {
-                with(concat!("rshmem_", stringify!($n), "_atomic_fetch_", stringify!($op)),
-                     |rt| Ok(rt.world.[<atomic_fetch_ $op>](dest, value, pe(rt, p)?)?))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_atomic_", stringify!($op), "`: **one-sided**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _atomic_ $op>](dest: *mut $t, value: $t, p: c_int) {
-                with(concat!("rshmem_", stringify!($n), "_atomic_", stringify!($op)),
-                     |rt| Ok(rt.world.[<atomic_ $op>](dest, value, pe(rt, p)?)?))
-            }
-        }
+        amo_entry!($n, fetch_and, (dest: *mut $t, value: $t) -> $t);
+        amo_entry!($n, and, (dest: *mut $t, value: $t));
+        amo_entry!($n, fetch_or, (dest: *mut $t, value: $t) -> $t);
+        amo_entry!($n, or, (dest: *mut $t, value: $t));
+        amo_entry!($n, fetch_xor, (dest: *mut $t, value: $t) -> $t);
+        amo_entry!($n, xor, (dest: *mut $t, value: $t));
     };
 }
 capi_core::rshmem_amo_types!(amo_std_entries);
@@ -302,18 +260,20 @@ macro_rules! wait_entries {
                      |rt| Ok(rt.world.test(ivar, cmp_of(cmp)?, value)? as c_int))
             }
         }
-        wait_entries!(@set $n, $t, wait_until_all, All, true, void);
-        wait_entries!(@set $n, $t, wait_until_any, Any, true, size);
-        wait_entries!(@some $n, $t, wait_until_some, true);
-        wait_entries!(@vec $n, $t, wait_until_all_vector, All, true, void);
-        wait_entries!(@vec $n, $t, wait_until_any_vector, Any, true, size);
-        wait_entries!(@somevec $n, $t, wait_until_some_vector, true);
-        wait_entries!(@set $n, $t, test_all, All, false, int);
-        wait_entries!(@set $n, $t, test_any, Any, false, size);
-        wait_entries!(@some $n, $t, test_some, false);
-        wait_entries!(@vec $n, $t, test_all_vector, All, false, int);
-        wait_entries!(@vec $n, $t, test_any_vector, Any, false, size);
-        wait_entries!(@somevec $n, $t, test_some_vector, false);
+        wait_entries!(@sets $n, $t, wait_until, true, void);
+        wait_entries!(@sets $n, $t, test, false, int);
+    };
+    // The set forms `<pre>_{all,any,some}` and their `_vector` forms: waits (`block`) or tests;
+    // `all` returns `$all` (nothing for waits, 1/0 for tests).
+    (@sets $n:ident, $t:ty, $pre:ident, $block:expr, $all:ident) => {
+        paste::paste! {
+            wait_entries!(@set $n, $t, [<$pre _all>], All, $block, $all);
+            wait_entries!(@set $n, $t, [<$pre _any>], Any, $block, size);
+            wait_entries!(@some $n, $t, [<$pre _some>], $block);
+            wait_entries!(@vec $n, $t, [<$pre _all_vector>], All, $block, $all);
+            wait_entries!(@vec $n, $t, [<$pre _any_vector>], Any, $block, size);
+            wait_entries!(@somevec $n, $t, [<$pre _some_vector>], $block);
+        }
     };
     (@ret void, $e:expr) => { { let _ = $e; } };
     (@ret size, $e:expr) => { $e };
@@ -409,78 +369,45 @@ fn coll(
     })
 }
 
-/// `rshmem_alltoallmem`: **collective over the team**.
-#[no_mangle]
-pub extern "C" fn rshmem_alltoallmem(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-) -> c_int {
-    coll("rshmem_alltoallmem", team, |w, t| {
-        w.alltoall::<u8>(t, dest.cast(), source.cast(), nbytes)
-    })
-}
-
-/// `rshmem_fcollectmem`: **collective over the team**.
-#[no_mangle]
-pub extern "C" fn rshmem_fcollectmem(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-) -> c_int {
-    coll("rshmem_fcollectmem", team, |w, t| {
-        w.fcollect::<u8>(t, dest.cast(), source.cast(), nbytes)
-    })
-}
-
-/// `rshmem_broadcastmem`: **collective over the team**.
-#[no_mangle]
-pub extern "C" fn rshmem_broadcastmem(
-    team: i32,
-    dest: *mut c_void,
-    source: *const c_void,
-    nbytes: usize,
-    root: c_int,
-) -> c_int {
-    with("rshmem_broadcastmem", |rt| {
-        let root = nonneg("root", root.into())?;
-        let t = crate::team::team(rt, team)?;
-        rt.world
-            .broadcast::<u8>(&t, dest.cast(), source.cast(), nbytes, root)?;
-        Ok(0)
-    })
-}
-
+/// `rshmem_TYPENAME_{alltoall,fcollect,broadcast}` for the RMA types and, on bytes,
+/// `rshmem_{alltoall,fcollect,broadcast}mem` (`nelems` counts bytes there).
 macro_rules! coll_entries {
     ($n:ident, $t:ty) => {
         paste::paste! {
-            #[doc = concat!("`rshmem_", stringify!($n), "_alltoall`: **collective over the team**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _alltoall>](team: i32, dest: *mut $t, source: *const $t, nelems: usize) -> c_int {
-                coll(concat!("rshmem_", stringify!($n), "_alltoall"), team, |w, t| w.alltoall(t, dest, source, nelems))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_fcollect`: **collective over the team**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _fcollect>](team: i32, dest: *mut $t, source: *const $t, nelems: usize) -> c_int {
-                coll(concat!("rshmem_", stringify!($n), "_fcollect"), team, |w, t| w.fcollect(t, dest, source, nelems))
-            }
-            #[doc = concat!("`rshmem_", stringify!($n), "_broadcast`: **collective over the team**.")]
-            #[no_mangle]
-            pub extern "C" fn [<rshmem_ $n _broadcast>](team: i32, dest: *mut $t, source: *const $t, nelems: usize,
-                    root: c_int) -> c_int {
-                with(concat!("rshmem_", stringify!($n), "_broadcast"), |rt| {
-                    let root = nonneg("root", root.into())?;
-                    let t = crate::team::team(rt, team)?;
-                    rt.world.broadcast(&t, dest, source, nelems, root)?;
-                    Ok(0)
-                })
-            }
+            coll_entries!(@fns [<rshmem_ $n _alltoall>], [<rshmem_ $n _fcollect>],
+                          [<rshmem_ $n _broadcast>], $t);
+        }
+    };
+    (@fns $alltoall:ident, $fcollect:ident, $broadcast:ident, $t:ty) => {
+        coll_entries!(@one $alltoall, $t, alltoall);
+        coll_entries!(@one $fcollect, $t, fcollect);
+        #[doc = concat!("`", stringify!($broadcast), "`: **collective over the team**.")]
+        #[no_mangle]
+        pub extern "C" fn $broadcast(
+            team: i32,
+            dest: *mut $t,
+            source: *const $t,
+            nelems: usize,
+            root: c_int,
+        ) -> c_int {
+            with(stringify!($broadcast), |rt| {
+                let root = nonneg("root", root.into())?;
+                let t = crate::team::team(rt, team)?;
+                rt.world.broadcast(&t, dest, source, nelems, root)?;
+                Ok(0)
+            })
+        }
+    };
+    (@one $name:ident, $t:ty, $method:ident) => {
+        #[doc = concat!("`", stringify!($name), "`: **collective over the team**.")]
+        #[no_mangle]
+        pub extern "C" fn $name(team: i32, dest: *mut $t, source: *const $t, nelems: usize) -> c_int {
+            coll(stringify!($name), team, |w, t| w.$method(t, dest, source, nelems))
         }
     };
 }
 capi_core::rshmem_rma_types!(coll_entries);
+coll_entries!(@fns rshmem_alltoallmem, rshmem_fcollectmem, rshmem_broadcastmem, u8);
 
 /// `reduce` or `reduce_scatter` with `O`.
 fn reduce<T: ReduceType, O: ReduceOp<T> + Default>(

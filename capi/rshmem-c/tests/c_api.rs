@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 #[path = "../../tests/support/cprog.rs"]
+#[macro_use]
 mod cprog;
 use cprog::Ran;
 
@@ -62,25 +63,29 @@ fn cc() -> String {
 
 /// Compiles `tests/c/<name>.c` against rshmem.h and librshmem.so (`extra` after the source).
 fn compile_with(name: &str, compiler: &str, extra: &[String]) -> PathBuf {
-    let dir = built();
-    let bin = out_dir().join(name);
-    let out = Command::new(compiler)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(include_flags())
-        .arg("-o")
-        .arg(&bin)
-        .arg(crate_dir().join("tests/c").join(format!("{name}.c")))
-        .args(extra)
-        .arg("-L")
-        .arg(dir)
-        .arg("-Wl,-rpath,$ORIGIN/..")
-        .arg("-lrshmem")
-        .output()
-        .expect("running the C compiler (is cc installed?)");
-    assert!(
-        out.status.success(),
-        "compiling {name}.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let mut after = extra.to_vec();
+    after.extend([
+        "-L".into(),
+        built().display().to_string(),
+        "-Wl,-rpath,$ORIGIN/..".into(),
+        "-lrshmem".into(),
+    ]);
+    compile_to(name, name, compiler, &after)
+}
+
+/// Compiles `tests/c/<name>.c` against rshmem.h into the program `bin` with `compiler`,
+/// `after` (libraries) after the source.
+fn compile_to(name: &str, bin: &str, compiler: &str, after: &[String]) -> PathBuf {
+    let bin = out_dir().join(bin);
+    cprog::stdout_of(
+        Command::new(compiler)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .args(include_flags())
+            .arg("-o")
+            .arg(&bin)
+            .arg(crate_dir().join("tests/c").join(format!("{name}.c")))
+            .args(after),
+        &format!("compiling {name}.c with {compiler} and {after:?}"),
     );
     bin
 }
@@ -118,55 +123,25 @@ fn aborts(name: &str, call: &str, cause: &str) {
     cprog::expect_abort(name, &r, 2, call, cause);
 }
 
-#[test]
-fn init_memory_and_rma() {
-    passes("basics");
+passing_programs! {
+    init_memory_and_rma => "basics";
+    atomics => "amo";
+    signals_waits_and_tests => "signal";
+    teams_and_host_collectives => "team";
+    /// A failed split leaves `RSHMEM_TEAM_INVALID` in every output given: before init, with the
+    /// other 2-D output NULL, and once the team slots run out.
+    failed_split_sets_team_invalid => "team_full";
 }
 
 /// basics.c linked with librshmem.a instead of the shared library.
 #[test]
 fn static_library_links_and_runs() {
-    let dir = built();
-    let bin = out_dir().join("basics_static");
-    let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(include_flags())
-        .arg("-o")
-        .arg(&bin)
-        .arg(crate_dir().join("tests/c/basics.c"))
-        .arg(dir.join("librshmem.a"))
-        .args(["-lpthread", "-ldl", "-lm", "-lrt"])
-        .output()
-        .expect("running the C compiler");
-    assert!(
-        out.status.success(),
-        "linking basics.c with librshmem.a failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lib = built().join("librshmem.a");
+    let mut after = vec![lib.display().to_string()];
+    after.extend(["-lpthread", "-ldl", "-lm", "-lrt"].map(String::from));
+    let bin = compile_to("basics", "basics_static", &cc(), &after);
     let r = run(&[bin.to_str().expect("UTF-8 path")], 2, &[]);
     expect_ok("basics", &r, 2);
-}
-
-#[test]
-fn atomics() {
-    passes("amo");
-}
-
-#[test]
-fn signals_waits_and_tests() {
-    passes("signal");
-}
-
-#[test]
-fn teams_and_host_collectives() {
-    passes("team");
-}
-
-/// A failed split leaves `RSHMEM_TEAM_INVALID` in every output given: before init, with the
-/// other 2-D output NULL, and once the team slots run out.
-#[test]
-fn failed_split_sets_team_invalid() {
-    passes("team_full");
 }
 
 /// Rank 0 makes the id and writes it to a file the others read.
@@ -273,28 +248,7 @@ fn bad_pe_ends_the_job_naming_the_call() {
 /// overflow; the blocking forms used to return normally after moving 8 bytes or none.
 #[test]
 fn typed_transfer_whose_extent_overflows_ends_the_job_naming_the_call() {
-    let bin = compile("extent");
-    let bin = bin.to_str().expect("UTF-8 path");
-    for (arg, call, elems, size) in [
-        ("long_put", "rshmem_long_put", "2305843009213693953", 8),
-        ("long_get", "rshmem_long_get", "2305843009213693953", 8),
-        ("int_put", "rshmem_int_put", "4611686018427387904", 4),
-        (
-            "long_put_nbi",
-            "rshmem_long_put_nbi",
-            "2305843009213693953",
-            8,
-        ),
-    ] {
-        let r = run(&[bin, arg], 2, &[]);
-        cprog::expect_abort(
-            &format!("extent {arg}"),
-            &r,
-            2,
-            call,
-            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
-        );
-    }
+    cprog::expect_extent_overflow_aborts(built(), &compile("extent"), "rshmem_", &[]);
 }
 
 #[test]
@@ -308,22 +262,7 @@ fn call_before_init_ends_the_job_naming_it() {
 
 #[test]
 fn global_exit_ends_every_pe_with_the_status() {
-    let bin = compile("global_exit");
-    for n in [2, 4] {
-        let r = run(&[bin.to_str().expect("UTF-8 path")], n, &[]);
-        assert_eq!(
-            r.code,
-            Some(3),
-            "global_exit on {n} PEs:\n{}\n{}",
-            r.stdout,
-            r.stderr
-        );
-        assert!(
-            !r.stdout.contains("NOT REACHED"),
-            "a PE went on:\n{}",
-            r.stdout
-        );
-    }
+    cprog::expect_global_exit(built(), &compile("global_exit"));
 }
 
 /// `rshmem_init_attr(RSHMEM_INIT_WITH_MPI_COMM)` under `mpirun` with 2 and 4 ranks: librshmem
@@ -342,32 +281,8 @@ fn init_with_an_mpi_communicator_under_mpirun() {
     extra.extend(ldflags);
     let bin = compile_with("mpi_init", &cc(), &extra);
     for n in [2, 4] {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } == 0 {
-            cmd.arg("--allow-run-as-root");
-        }
-        let out = cmd
-            .arg(&bin)
-            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-            .env("RSHMEM_TIMEOUT", "60")
-            .output()
-            .expect("running mpirun");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "mpi_init under mpirun -np {n} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for pe in 0..n {
-            let line = format!("OK mpi_init PE {pe}");
-            assert!(
-                stdout.lines().any(|l| l == line),
-                "no `{line}` in\n{stdout}"
-            );
-        }
+        let r = cprog::ran(cprog::mpirun(n).arg(&bin));
+        cprog::expect_ok(&format!("mpi_init under mpirun -np {n}"), "mpi_init", &r, n);
     }
 }
 
@@ -379,17 +294,13 @@ fn header_compiles(compiler: &str, ext: &str, args: &[&str]) {
         "#include <rshmem.h>\nint main(void) { return rshmem_init() == RSHMEM_SUCCESS ? 0 : 1; }\n",
     )
     .expect("writing the header test");
-    let out = Command::new(compiler)
-        .args(args)
-        .args(include_flags())
-        .arg("-fsyntax-only")
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
-    assert!(
-        out.status.success(),
-        "rshmem.h does not compile with {compiler} {args:?}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    cprog::stdout_of(
+        Command::new(compiler)
+            .args(args)
+            .args(include_flags())
+            .arg("-fsyntax-only")
+            .arg(&src),
+        &format!("compiling rshmem.h alone with {compiler} {args:?}"),
     );
 }
 
@@ -422,14 +333,14 @@ fn exported() -> BTreeSet<String> {
 fn declared() -> BTreeSet<String> {
     let src = out_dir().join("declared.c");
     std::fs::write(&src, "#include <rshmem.h>\n").expect("writing declared.c");
-    let out = Command::new(cc())
-        .args(["-std=c11", "-E", "-P"])
-        .args(include_flags())
-        .arg(&src)
-        .output()
-        .expect("running cc -E");
-    assert!(out.status.success(), "preprocessing rshmem.h failed");
-    cprog::declared_functions(&out.stdout)
+    let out = cprog::stdout_of(
+        Command::new(cc())
+            .args(["-std=c11", "-E", "-P"])
+            .args(include_flags())
+            .arg(&src),
+        "preprocessing rshmem.h",
+    );
+    cprog::declared_functions(&out)
 }
 
 /// Exported by the runtime for the device library, which declares it (rshmem/state.cuh): the
@@ -512,23 +423,28 @@ fn build_gpu_programs() -> Option<(PathBuf, PathBuf)> {
     );
     let nvcc = root.join("bin/nvcc");
     let launch = out_dir().join("collective_launch");
-    let out = Command::new(&nvcc)
-        .args(["-std=c++17", "-arch=sm_90", "-Werror", "all-warnings"])
-        .args(include_flags())
-        .arg("-o")
-        .arg(&launch)
-        .arg(crate_dir().join("tests/c/collective_launch.cu"))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-L{}", built().display()))
-        .args(["-Xlinker", "-rpath=$ORIGIN/..", "-lrshmem"])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", nvcc.display()));
-    assert!(
-        out.status.success(),
-        "nvcc collective_launch.cu failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    cprog::stdout_of(
+        Command::new(&nvcc)
+            .args(["-std=c++17", "-arch=sm_90", "-Werror", "all-warnings"])
+            .args(include_flags())
+            .arg("-o")
+            .arg(&launch)
+            .arg(crate_dir().join("tests/c/collective_launch.cu"))
+            .arg(format!("-L{}", lib.display()))
+            .arg(format!("-L{}", built().display()))
+            .args(["-Xlinker", "-rpath=$ORIGIN/..", "-lrshmem"]),
+        "nvcc collective_launch.cu",
     );
     Some((stream, launch))
+}
+
+/// Builds the GPU programs (a CUDA toolkit is required), runs `name`, the one `pick` chooses,
+/// with `n` PEs and expects `OK <name> PE <p>` from every PE.
+fn gpu_program_passes(name: &str, pick: fn((PathBuf, PathBuf)) -> PathBuf, n: usize) -> Ran {
+    let bin = pick(build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)"));
+    let r = run(&[bin.to_str().expect("UTF-8 path")], n, &[]);
+    expect_ok(name, &r, n);
+    r
 }
 
 /// The GPU programs compile (C with the CUDA runtime; nvcc). Without a CUDA toolkit the test
@@ -546,9 +462,7 @@ fn gpu_programs_build() {
 #[test]
 #[ignore = "needs a CUDA GPU and a CUDA toolkit"]
 fn stream_calls_on_a_gpu() {
-    let (stream, _) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
-    let r = run(&[stream.to_str().expect("UTF-8 path")], 2, &[]);
-    expect_ok("stream_gpu", &r, 2);
+    gpu_program_passes("stream_gpu", |(stream, _)| stream, 2);
 }
 
 /// rshmemx_collective_launch on a GPU: a fitting grid runs (its kernel reads rshmem_my_pe()
@@ -556,11 +470,9 @@ fn stream_calls_on_a_gpu() {
 #[test]
 #[ignore = "needs a CUDA GPU and a CUDA toolkit"]
 fn collective_launch_on_a_gpu() {
-    let (_, launch) = build_gpu_programs().expect("a CUDA toolkit (CUDA_HOME)");
     // One PE: a cooperative grid the size of the whole GPU (several PEs on one GPU under MPS
     // would compete for its SMs).
-    let r = run(&[launch.to_str().expect("UTF-8 path")], 1, &[]);
-    expect_ok("collective_launch", &r, 1);
+    let r = gpu_program_passes("collective_launch", |(_, launch)| launch, 1);
     assert!(
         r.stderr.contains("rshmemx_collective_launch: ") && r.stderr.contains("cannot be resident"),
         "no refusal naming rshmemx_collective_launch in stderr:\n{}",

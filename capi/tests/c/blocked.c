@@ -42,6 +42,31 @@ static long double gld[LEN];
         for (int i_ = 0; i_ < LEN; i_++) (buf)[i_] = VAL(pe, i_);                  \
     } while (0)
 
+/* One put case (uses `me` and `left` of main): resets `dest` to `fill` and `src` to this PE's
+ * values, runs the put `...` (to the right neighbour) between two barriers and checks that
+ * `dest` holds the left neighbour's blocks (strides dst, sst; nb blocks of bs) and `fill`. */
+#define PUT_CASE(dest, src, fill, dst, sst, bs, nb, ...)                          \
+    do {                                                                           \
+        RESET(dest, fill);                                                         \
+        SOURCE(src, me);                                                           \
+        shmem_barrier_all();                                                       \
+        __VA_ARGS__;                                                               \
+        shmem_barrier_all();                                                       \
+        CHECK_BLOCKS(dest, left, dst, sst, bs, nb, fill);                          \
+    } while (0)
+
+/* One get case (uses `me` of main): resets the local `dest` to `fill` and the symmetric `src`
+ * to this PE's values, runs the get `...` (from PE `from`) after a barrier and checks that
+ * `dest` holds `from`'s blocks (strides dst, sst; nb blocks of bs) and `fill`. */
+#define GET_CASE(dest, src, fill, from, dst, sst, bs, nb, ...)                    \
+    do {                                                                           \
+        RESET(dest, fill);                                                         \
+        SOURCE(src, me);                                                           \
+        shmem_barrier_all();                                                       \
+        __VA_ARGS__;                                                               \
+        CHECK_BLOCKS(dest, from, dst, sst, bs, nb, fill);                          \
+    } while (0)
+
 int main(void) {
     shmem_init();
     int me = shmem_my_pe(), n = shmem_n_pes();
@@ -59,27 +84,16 @@ int main(void) {
     long double lld[LEN];
 
     /* ibput of int: my local source to the right neighbour's heap. */
-    RESET(hi, -1);
-    SOURCE(li, me);
-    shmem_barrier_all();
-    shmem_int_ibput(hi, li, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(hi, left, DST, SST, BS, NB, -1);
+    PUT_CASE(hi, li, -1, DST, SST, BS, NB,
+             shmem_int_ibput(hi, li, DST, SST, BS, NB, right));
 
     /* ibget of int from the right neighbour's symmetric source into a local array. */
-    SOURCE(si, me);
-    RESET(li, -7);
-    shmem_barrier_all();
-    shmem_int_ibget(li, si, DST, SST, BS, NB, right);
-    CHECK_BLOCKS(li, right, DST, SST, BS, NB, -7);
+    GET_CASE(li, si, -7, right, DST, SST, BS, NB,
+             shmem_int_ibget(li, si, DST, SST, BS, NB, right));
 
     /* Contiguous blocks (strides equal to bsize) and bsize 1 (like iput). */
-    RESET(hi, -1);
-    SOURCE(li, me);
-    shmem_barrier_all();
-    shmem_int_ibput(hi, li, BS, BS, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(hi, left, BS, BS, BS, NB, -1);
+    PUT_CASE(hi, li, -1, BS, BS, BS, NB,
+             shmem_int_ibput(hi, li, BS, BS, BS, NB, right));
     RESET(hi, -1);
     shmem_barrier_all();
     shmem_int_ibput(hi, li, 2, 3, 1, 8, right);
@@ -95,12 +109,8 @@ int main(void) {
     for (int i = 0; i < LEN; i++) CHECK(hi[i] == -1);
 
     /* ctx form on the default context, into a global, then read back with the ctx ibget. */
-    RESET(gl, -1);
-    SOURCE(ll, me);
-    shmem_barrier_all();
-    shmem_ctx_long_ibput(SHMEM_CTX_DEFAULT, gl, ll, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(gl, left, DST, SST, BS, NB, -1);
+    PUT_CASE(gl, ll, -1, DST, SST, BS, NB,
+             shmem_ctx_long_ibput(SHMEM_CTX_DEFAULT, gl, ll, DST, SST, BS, NB, right));
     RESET(ll, -3);
     shmem_barrier_all();
     shmem_ctx_long_ibget(SHMEM_CTX_DEFAULT, ll, gl, DST, DST, BS, NB, right);
@@ -110,18 +120,10 @@ int main(void) {
     shmem_barrier_all();
 
     /* double and long double. */
-    RESET(hd, -1.0);
-    SOURCE(ld, me);
-    shmem_barrier_all();
-    shmem_double_ibput(hd, ld, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(hd, left, DST, SST, BS, NB, -1.0);
-    RESET(gld, -1.0L);
-    SOURCE(lld, me);
-    shmem_barrier_all();
-    shmem_longdouble_ibput(gld, lld, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(gld, left, DST, SST, BS, NB, -1.0L);
+    PUT_CASE(hd, ld, -1.0, DST, SST, BS, NB,
+             shmem_double_ibput(hd, ld, DST, SST, BS, NB, right));
+    PUT_CASE(gld, lld, -1.0L, DST, SST, BS, NB,
+             shmem_longdouble_ibput(gld, lld, DST, SST, BS, NB, right));
     RESET(lld, -2.0L);
     shmem_longdouble_ibget(lld, gld, DST, DST, BS, NB, me);
     for (int b = 0; b < NB; b++)
@@ -130,17 +132,10 @@ int main(void) {
     /* Sized forms: 16, 64 and 128 bits (the last as pairs of uint64_t). */
     uint16_t l16[LEN];
     uint64_t l64[LEN], l128[2 * LEN];
-    RESET(h16, 0xffff);
-    SOURCE(l16, me);
-    shmem_barrier_all();
-    shmem_ibput16(h16, l16, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(h16, left, DST, SST, BS, NB, 0xffff);
-    RESET(l64, 9);
-    SOURCE(h64, me);
-    shmem_barrier_all();
-    shmem_ctx_ibget64(SHMEM_CTX_DEFAULT, l64, h64, DST, SST, BS, NB, right);
-    CHECK_BLOCKS(l64, right, DST, SST, BS, NB, 9);
+    PUT_CASE(h16, l16, 0xffff, DST, SST, BS, NB,
+             shmem_ibput16(h16, l16, DST, SST, BS, NB, right));
+    GET_CASE(l64, h64, 9, right, DST, SST, BS, NB,
+             shmem_ctx_ibget64(SHMEM_CTX_DEFAULT, l64, h64, DST, SST, BS, NB, right));
     for (int i = 0; i < 2 * LEN; i++) l128[i] = (uint64_t) VAL(me, i);
     memset(h128, 0, LEN * 16);
     shmem_barrier_all();
@@ -174,17 +169,10 @@ int main(void) {
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
     /* C11 generics, with and without a context. */
-    RESET(hi, -1);
-    SOURCE(li, me);
-    shmem_barrier_all();
-    shmem_ibput(hi, li, DST, SST, BS, NB, right);
-    shmem_barrier_all();
-    CHECK_BLOCKS(hi, left, DST, SST, BS, NB, -1);
-    RESET(ld, 5.0);
-    SOURCE(hd, me);
-    shmem_barrier_all();
-    shmem_ibget(SHMEM_CTX_DEFAULT, ld, hd, DST, SST, BS, NB, right);
-    CHECK_BLOCKS(ld, right, DST, SST, BS, NB, 5.0);
+    PUT_CASE(hi, li, -1, DST, SST, BS, NB,
+             shmem_ibput(hi, li, DST, SST, BS, NB, right));
+    GET_CASE(ld, hd, 5.0, right, DST, SST, BS, NB,
+             shmem_ibget(SHMEM_CTX_DEFAULT, ld, hd, DST, SST, BS, NB, right));
 #endif
 
     shmem_barrier_all();

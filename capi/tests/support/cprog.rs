@@ -8,6 +8,20 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Defines one `#[test]` for each C program that must pass: `test_name => "program";` (doc
+/// comments before a name stay on its test) calls `passes("program")` of the including file.
+macro_rules! passing_programs {
+    ($($(#[$doc:meta])* $test:ident => $prog:literal;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $test() {
+                passes($prog);
+            }
+        )*
+    };
+}
+
 /// `target/<profile>`: where the test binary, the libraries and `rshmemrun` live.
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -71,23 +85,57 @@ pub struct Ran {
 /// Runs `cmd` (program and arguments) with `n` PEs under `dir`'s `rshmemrun` (job timeout
 /// 120 s, `RSHMEM_TIMEOUT=60`) with the environment `env` added.
 pub fn run(dir: &Path, cmd: &[&str], n: usize, env: &[(&str, &str)]) -> Ran {
+    ran(Command::new(dir.join("rshmemrun"))
+        .args(["-n", &n.to_string(), "--timeout", "120"])
+        .args(cmd)
+        .env("RSHMEM_TIMEOUT", "60")
+        .envs(env.iter().copied()))
+}
+
+/// Runs `cmd` to its end: how it ended and what it printed.
+pub fn ran(cmd: &mut Command) -> Ran {
     let Output {
         status,
         stdout,
         stderr,
-    } = Command::new(dir.join("rshmemrun"))
-        .args(["-n", &n.to_string(), "--timeout", "120"])
-        .args(cmd)
-        .env("RSHMEM_TIMEOUT", "60")
-        .envs(env.iter().copied())
+    } = cmd
         .output()
-        .expect("running rshmemrun");
+        .unwrap_or_else(|e| panic!("running {:?}: {e}", cmd.get_program()));
     Ran {
         ok: status.success(),
         code: status.code(),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+/// Runs `cmd` (a compiler, say) and returns what it wrote to stdout; panics naming `what` with
+/// what it wrote to stderr when it fails.
+pub fn stdout_of(cmd: &mut Command, what: &str) -> Vec<u8> {
+    let r = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running {:?}: {e}", cmd.get_program()));
+    assert!(
+        r.status.success(),
+        "{what} failed ({}):\n{}",
+        r.status,
+        String::from_utf8_lossy(&r.stderr)
+    );
+    r.stdout
+}
+
+/// `timeout 120 mpirun --oversubscribe -np <n>` (`--allow-run-as-root` as root) with Open MPI's
+/// single-copy mechanism off and `RSHMEM_TIMEOUT=60`; the program and its arguments go after.
+pub fn mpirun(n: usize) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["120", "mpirun", "--oversubscribe", "-np", &n.to_string()]);
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("RSHMEM_TIMEOUT", "60");
+    cmd
 }
 
 /// Expects the job `what` on `n` PEs to have succeeded with `OK <name> PE <p>` from every PE.
@@ -125,15 +173,73 @@ pub fn expect_abort(name: &str, r: &Ran, n: usize, call: &str, cause: &str) {
     );
 }
 
+/// Runs the `global_exit` test program (`bin`) with 2 and 4 PEs under `dir`'s `rshmemrun`:
+/// every job must end with its global exit's status 3, not by the job timeout, and no PE may go
+/// past the call (`NOT REACHED`).
+pub fn expect_global_exit(dir: &Path, bin: &Path) {
+    for n in [2, 4] {
+        let r = run(dir, &[bin.to_str().expect("UTF-8 path")], n, &[]);
+        assert_eq!(
+            r.code,
+            Some(3),
+            "global_exit on {n} PEs:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert!(
+            !r.stdout.contains("NOT REACHED"),
+            "global_exit on {n} PEs: a PE went on:\n{}",
+            r.stdout
+        );
+    }
+}
+
+/// The overflowing typed transfers both `extent` test programs make: (the program's argument,
+/// which is also the call's name after the library's prefix, the element count, the element
+/// size); `count × element size` wraps in each.
+const EXTENT_CASES: [(&str, &str, usize); 4] = [
+    ("long_put", "2305843009213693953", 8),
+    ("long_get", "2305843009213693953", 8),
+    ("int_put", "4611686018427387904", 4),
+    ("long_put_nbi", "2305843009213693953", 8),
+];
+
+/// Runs the `extent` test program (`bin`) with 2 PEs under `dir`'s `rshmemrun` once for each of
+/// [`EXTENT_CASES`] (calls named `<prefix><argument>`) and of `more` (the program's argument, the
+/// call, the element count, the element size): each job must end naming the call and the
+/// overflowing `count × element size`.
+pub fn expect_extent_overflow_aborts(
+    dir: &Path,
+    bin: &Path,
+    prefix: &str,
+    more: &[(&str, &str, &str, usize)],
+) {
+    let bin = bin.to_str().expect("UTF-8 path");
+    let common = EXTENT_CASES
+        .iter()
+        .map(|&(arg, elems, size)| (arg, format!("{prefix}{arg}"), elems, size));
+    let more = more
+        .iter()
+        .map(|&(arg, call, elems, size)| (arg, call.to_string(), elems, size));
+    for (arg, call, elems, size) in common.chain(more) {
+        let r = run(dir, &[bin, arg], 2, &[]);
+        expect_abort(
+            &format!("extent {arg}"),
+            &r,
+            2,
+            &call,
+            &format!("transfer extent of {elems} elements of {size} bytes overflows"),
+        );
+    }
+}
+
 /// The defined dynamic text symbols of the library `lib` (`nm -D --defined-only`).
 pub fn exported_functions(lib: &Path) -> BTreeSet<String> {
-    let out = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(lib)
-        .output()
-        .expect("running nm (binutils)");
-    assert!(out.status.success(), "nm -D {} failed", lib.display());
-    String::from_utf8_lossy(&out.stdout)
+    let out = stdout_of(
+        Command::new("nm").args(["-D", "--defined-only"]).arg(lib),
+        &format!("nm -D {}", lib.display()),
+    );
+    String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
             [_, "T", name] => Some(name.to_string()),

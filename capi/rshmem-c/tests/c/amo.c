@@ -48,7 +48,5 @@ int main(void) {
     rshmem_free(f);
     rshmem_free(bits);
     rshmem_free(c);
-    DONE("amo");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("amo");
 }

@@ -83,7 +83,5 @@ int main(void) {
     rshmem_free(z);
     rshmem_free(a);
     rshmem_free(NULL);
-    DONE("basics");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("basics");
 }

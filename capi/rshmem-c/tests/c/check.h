@@ -1,6 +1,8 @@
 /* Shared helpers of the rshmem.h tests. They touch symmetric memory only through rshmem calls,
    so they run on the GPU backend (symmetric memory in GPU memory) as well as on the CPU one.
-   CHECK prints the failing expression with the PE and exits 1; DONE prints "OK <name> PE <pe>". */
+   CHECK prints the failing expression with the PE and exits 1; DONE prints "OK <name> PE <pe>";
+   finish ends a test that passed: DONE, then rshmem_finalize, which must succeed; main returns
+   what it returns (0). */
 #ifndef RSHMEM_TEST_CHECK_H
 #define RSHMEM_TEST_CHECK_H
 #include <stdio.h>
@@ -21,4 +23,10 @@ static int check_pe __attribute__((unused)) = -1;
         printf("OK %s PE %d\n", name, check_pe);     \
         fflush(stdout);                              \
     } while (0)
+
+static inline int finish(const char *name) {
+    DONE(name);
+    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
+    return 0;
+}
 #endif

@@ -58,7 +58,5 @@ int main(void) {
     rshmem_free(flags);
     rshmem_free(sig);
     rshmem_free(buf);
-    DONE("signal");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("signal");
 }

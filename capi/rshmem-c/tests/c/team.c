@@ -117,7 +117,5 @@ int main(void) {
     rshmem_barrier_all();
     rshmem_free(dst);
     rshmem_free(src);
-    DONE("team");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("team");
 }

@@ -44,7 +44,5 @@ int main(void) {
     CHECK(rshmem_team_split_strided(RSHMEM_TEAM_WORLD, 0, 1, n, NULL, 0, &t) == RSHMEM_SUCCESS);
     CHECK(t != RSHMEM_TEAM_INVALID);
     rshmem_team_destroy(t);
-    DONE("team_full");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("team_full");
 }

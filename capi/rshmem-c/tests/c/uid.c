@@ -44,7 +44,5 @@ int main(int argc, char **argv) {
     CHECK(rshmem_int_g(x, 0) == nranks * (nranks + 1) / 2);
     rshmem_barrier_all();
     rshmem_free(x);
-    DONE("uid");
-    CHECK(rshmem_finalize() == RSHMEM_SUCCESS);
-    return 0;
+    return finish("uid");
 }
