@@ -172,14 +172,8 @@ fn global_exit_status_wins_over_peers_leaving() {
     let bin = compile("global_exit");
     let bin = bin.to_str().expect("UTF-8 path");
     for round in 0..30 {
-        let r = run_cmd(&[bin, "0", "0"], 4);
-        assert!(
-            r.code == Some(0) && !r.stderr.contains("is gone") && !r.stdout.contains("NOT REACHED"),
-            "round {round}: global_exit(0) from PE 0 on 4 PEs ended {:?}:\n{}\n{}",
-            r.code,
-            r.stdout,
-            r.stderr
-        );
+        let what = format!("round {round}: global_exit(0) from PE 0 on 4 PEs");
+        expect_clean_global_exit(&run_cmd(&[bin, "0", "0"], 4), &what);
     }
 }
 
@@ -188,11 +182,15 @@ fn global_exit_status_wins_over_peers_leaving() {
 /// "PE x is gone".
 #[test]
 fn global_exit_reaches_pes_that_block_its_signal() {
-    let bin = compile("global_exit_blocked");
-    let r = run(&bin, 4);
+    let r = run(&compile("global_exit_blocked"), 4);
+    expect_clean_global_exit(&r, "global_exit(0) with PEs 2 and 3 blocking the signal");
+}
+
+/// A job ended by `shmem_global_exit(0)`: status 0, no PE reported another gone, none went on.
+fn expect_clean_global_exit(r: &Ran, what: &str) {
     assert!(
         r.code == Some(0) && !r.stderr.contains("is gone") && !r.stdout.contains("NOT REACHED"),
-        "global_exit(0) with PEs 2 and 3 blocking the signal ended {:?}:\n{}\n{}",
+        "{what} ended {:?}:\n{}\n{}",
         r.code,
         r.stdout,
         r.stderr
