@@ -56,10 +56,14 @@ struct View<'py> {
     nbytes: usize,
     dtype: Bound<'py, PyAny>,
     cuda: bool,
+    /// All of it lies in this PE's symmetric memory.
+    symmetric: bool,
 }
 
 /// Reads `x` when it is a contiguous torch tensor of a supported dtype on this PE's device (or
-/// in host memory); None otherwise.
+/// in host memory); None otherwise. A tensor on this PE's symmetric heap is on its device by
+/// construction (the heap is this PE's GPU memory, or host memory on the CPU backend), so only
+/// other tensors are asked where they live.
 fn view<'py>(t: &Torch, st: &State, x: &Bound<'py, PyAny>) -> PyResult<Option<View<'py>>> {
     let py = x.py();
     if !x.is_instance(t.tensor.bind(py))? {
@@ -72,8 +76,15 @@ fn view<'py>(t: &Torch, st: &State, x: &Bound<'py, PyAny>) -> PyResult<Option<Vi
     if !t.dtypes.bind(py).contains(&dtype)? {
         return Ok(None);
     }
-    let cuda = x.getattr(intern!(py, "is_cuda"))?.is_truthy()?;
-    if cuda {
+    let ptr: usize = x.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let nbytes: usize = x.getattr(intern!(py, "nbytes"))?.extract()?;
+    let symmetric = heap_contains_in(st, ptr, nbytes);
+    let cuda = if symmetric {
+        st.world.gpu().is_some()
+    } else {
+        x.getattr(intern!(py, "is_cuda"))?.is_truthy()?
+    };
+    if cuda && !symmetric {
         let Some(g) = st.world.gpu() else {
             return Ok(None);
         };
@@ -83,10 +94,11 @@ fn view<'py>(t: &Torch, st: &State, x: &Bound<'py, PyAny>) -> PyResult<Option<Vi
         }
     }
     Ok(Some(View {
-        ptr: x.call_method0(intern!(py, "data_ptr"))?.extract()?,
-        nbytes: x.getattr(intern!(py, "nbytes"))?.extract()?,
+        ptr,
+        nbytes,
         dtype,
         cuda,
+        symmetric,
     }))
 }
 
@@ -128,11 +140,6 @@ fn stream_of(
     Ok(Some(Some(f.bind(py).call1((g.ordinal,))?.extract()?)))
 }
 
-/// Whether `v` lies in this PE's symmetric heap.
-fn symmetric(st: &State, v: &View<'_>) -> bool {
-    heap_contains_in(st, v.ptr, v.nbytes)
-}
-
 /// `rshmem.put`/`put_nbi` on two torch tensors: true when done here, false when the Python
 /// half must run its checking path.
 #[pyfunction]
@@ -151,7 +158,7 @@ pub(crate) fn put_tensors(
     let Some((d, s)) = pair(t, &st, dst, src)? else {
         return Ok(false);
     };
-    if s.nbytes > d.nbytes || !symmetric(&st, &d) {
+    if s.nbytes > d.nbytes || !d.symmetric {
         return Ok(false);
     }
     let Some(h) = stream_of(t, &st, stream, [&d, &s])? else {
@@ -178,7 +185,7 @@ pub(crate) fn get_tensors(
     let Some((d, s)) = pair(t, &st, dst, src)? else {
         return Ok(false);
     };
-    if d.nbytes > s.nbytes || !symmetric(&st, &s) {
+    if d.nbytes > s.nbytes || !s.symmetric {
         return Ok(false);
     }
     let Some(h) = stream_of(t, &st, stream, [&d, &s])? else {
@@ -208,7 +215,7 @@ pub(crate) fn alltoall_tensors(
     if n == 0 || d.nbytes != s.nbytes || s.nbytes % n != 0 {
         return Ok(false);
     }
-    if !symmetric(&st, &d) || !symmetric(&st, &s) {
+    if !d.symmetric || !s.symmetric {
         return Ok(false);
     }
     let Some(h) = stream_of(t, &st, stream, [&d, &s])? else {
