@@ -151,21 +151,7 @@ pub(crate) fn put_tensors(
     nbi: bool,
     stream: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let (Some(t), Ok(st), Ok(pe)) = (TORCH.get(), state("rshmem.put"), pe.extract::<usize>())
-    else {
-        return Ok(false);
-    };
-    let Some((d, s)) = pair(t, &st, dst, src)? else {
-        return Ok(false);
-    };
-    if s.nbytes > d.nbytes || !d.symmetric {
-        return Ok(false);
-    }
-    let Some(h) = stream_of(t, &st, stream, [&d, &s])? else {
-        return Ok(false);
-    };
-    put(py, d.ptr, s.ptr, s.nbytes, pe, nbi, h)?;
-    Ok(true)
+    rma_tensors(py, Dir::Put, dst, src, pe, nbi, stream)
 }
 
 /// `rshmem.get`/`get_nbi` on two torch tensors (as [`put_tensors`]).
@@ -178,20 +164,50 @@ pub(crate) fn get_tensors(
     nbi: bool,
     stream: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let (Some(t), Ok(st), Ok(pe)) = (TORCH.get(), state("rshmem.get"), pe.extract::<usize>())
-    else {
+    rma_tensors(py, Dir::Get, dst, src, pe, nbi, stream)
+}
+
+/// Which way a transfer goes: the remote (symmetric) side is `dst` for a put, `src` for a get,
+/// and the local side's size is the count.
+#[derive(Clone, Copy)]
+enum Dir {
+    Put,
+    Get,
+}
+
+fn rma_tensors(
+    py: Python<'_>,
+    dir: Dir,
+    dst: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    pe: &Bound<'_, PyAny>,
+    nbi: bool,
+    stream: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let call = match dir {
+        Dir::Put => "rshmem.put",
+        Dir::Get => "rshmem.get",
+    };
+    let (Some(t), Ok(st), Ok(pe)) = (TORCH.get(), state(call), pe.extract::<usize>()) else {
         return Ok(false);
     };
     let Some((d, s)) = pair(t, &st, dst, src)? else {
         return Ok(false);
     };
-    if d.nbytes > s.nbytes || !s.symmetric {
+    let (remote, local) = match dir {
+        Dir::Put => (&d, &s),
+        Dir::Get => (&s, &d),
+    };
+    if local.nbytes > remote.nbytes || !remote.symmetric {
         return Ok(false);
     }
     let Some(h) = stream_of(t, &st, stream, [&d, &s])? else {
         return Ok(false);
     };
-    get(py, d.ptr, s.ptr, d.nbytes, pe, nbi, h)?;
+    match dir {
+        Dir::Put => put(py, d.ptr, s.ptr, s.nbytes, pe, nbi, h)?,
+        Dir::Get => get(py, d.ptr, s.ptr, d.nbytes, pe, nbi, h)?,
+    }
     Ok(true)
 }
 
