@@ -670,13 +670,13 @@ def put(dst, src, pe, *, stream=None):
     """**One-sided.** Copies ``src`` (this PE, any array) into the symmetric ``dst`` on PE
     ``pe``: complete (src reusable) on return; on the GPU backend ordered on ``stream``
     (default: the current stream)."""
-    if not _rshmem.put_tensors(dst, src, pe, False, stream):
+    if not _rshmem.rma_tensors(False, dst, src, pe, False, stream):
         _put("rshmem.put", dst, src, pe, stream, False)
 
 
 def put_nbi(dst, src, pe, *, stream=None):
     """**One-sided.** Non-blocking :func:`put`: ``src`` may be reused after :func:`quiet`."""
-    if not _rshmem.put_tensors(dst, src, pe, True, stream):
+    if not _rshmem.rma_tensors(False, dst, src, pe, True, stream):
         _put("rshmem.put_nbi", dst, src, pe, stream, True)
 
 
@@ -692,13 +692,13 @@ def _get(call, dst, src, pe, stream, nbi):
 
 def get(dst, src, pe, *, stream=None):
     """**One-sided.** Copies the symmetric ``src`` on PE ``pe`` into ``dst`` (this PE)."""
-    if not _rshmem.get_tensors(dst, src, pe, False, stream):
+    if not _rshmem.rma_tensors(True, dst, src, pe, False, stream):
         _get("rshmem.get", dst, src, pe, stream, False)
 
 
 def get_nbi(dst, src, pe, *, stream=None):
     """**One-sided.** Non-blocking :func:`get`: ``dst`` holds the data after :func:`quiet`."""
-    if not _rshmem.get_tensors(dst, src, pe, True, stream):
+    if not _rshmem.rma_tensors(True, dst, src, pe, True, stream):
         _get("rshmem.get_nbi", dst, src, pe, stream, True)
 
 

@@ -1148,8 +1148,7 @@ fn _rshmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reduce, m)?)?;
     m.add_function(wrap_pyfunction!(read_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::register_torch, m)?)?;
-    m.add_function(wrap_pyfunction!(tensor::put_tensors, m)?)?;
-    m.add_function(wrap_pyfunction!(tensor::get_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::rma_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(tensor::alltoall_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_capsule, m)?)?;
     m.add_class::<kernel::Module>()?;

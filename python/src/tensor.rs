@@ -19,7 +19,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{collective, get, heap_contains_in, put, state, State};
+use crate::{collective, heap_contains_in, put, state, State};
 
 /// What the fast path needs from torch.
 struct Torch {
@@ -140,33 +140,6 @@ fn stream_of(
     Ok(Some(Some(f.bind(py).call1((g.ordinal,))?.extract()?)))
 }
 
-/// `rshmem.put`/`put_nbi` on two torch tensors: true when done here, false when the Python
-/// half must run its checking path.
-#[pyfunction]
-pub(crate) fn put_tensors(
-    py: Python<'_>,
-    dst: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-    nbi: bool,
-    stream: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
-    rma_tensors(py, Dir::Put, dst, src, pe, nbi, stream)
-}
-
-/// `rshmem.get`/`get_nbi` on two torch tensors (as [`put_tensors`]).
-#[pyfunction]
-pub(crate) fn get_tensors(
-    py: Python<'_>,
-    dst: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-    pe: &Bound<'_, PyAny>,
-    nbi: bool,
-    stream: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
-    rma_tensors(py, Dir::Get, dst, src, pe, nbi, stream)
-}
-
 /// Which way a transfer goes: the remote (symmetric) side is `dst` for a put, `src` for a get,
 /// and the local side's size is the count.
 #[derive(Clone, Copy)]
@@ -175,15 +148,19 @@ enum Dir {
     Get,
 }
 
-fn rma_tensors(
+/// `rshmem.put`/`put_nbi` (`get` false) or `rshmem.get`/`get_nbi` (`get` true) on two torch
+/// tensors: true when done here, false when the Python half must run its checking path.
+#[pyfunction]
+pub(crate) fn rma_tensors(
     py: Python<'_>,
-    dir: Dir,
+    get: bool,
     dst: &Bound<'_, PyAny>,
     src: &Bound<'_, PyAny>,
     pe: &Bound<'_, PyAny>,
     nbi: bool,
     stream: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
+    let dir = if get { Dir::Get } else { Dir::Put };
     let call = match dir {
         Dir::Put => "rshmem.put",
         Dir::Get => "rshmem.get",
@@ -206,13 +183,13 @@ fn rma_tensors(
     };
     match dir {
         Dir::Put => put(py, d.ptr, s.ptr, s.nbytes, pe, nbi, h)?,
-        Dir::Get => get(py, d.ptr, s.ptr, d.nbytes, pe, nbi, h)?,
+        Dir::Get => crate::get(py, d.ptr, s.ptr, d.nbytes, pe, nbi, h)?,
     }
     Ok(true)
 }
 
 /// `rshmem.alltoall` on two torch tensors over the team `team_id` of `n` PEs (as
-/// [`put_tensors`]).
+/// [`rma_tensors`]).
 #[pyfunction]
 pub(crate) fn alltoall_tensors(
     py: Python<'_>,

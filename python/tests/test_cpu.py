@@ -359,11 +359,11 @@ def test_native_tensor_reader_moves_plain_pairs_and_declines_the_rest():
     nxt, prev = (me + 1) % n, (me + n - 1) % n
     src = np.arange(16, dtype=np.float32) + 100 * me
     # The plain case is done natively: data on the next PE.
-    assert _rshmem.put_tensors(_StandIn(x, f32), _StandIn(src, f32), nxt, False, None)
+    assert _rshmem.rma_tensors(False, _StandIn(x, f32), _StandIn(src, f32), nxt, False, None)
     rshmem.barrier_all()
     assert (x == np.arange(16) + 100 * prev).all()
     out = np.zeros(16, dtype=np.float32)
-    assert _rshmem.get_tensors(_StandIn(out, f32), _StandIn(x, f32), nxt, False, None)
+    assert _rshmem.rma_tensors(True, _StandIn(out, f32), _StandIn(x, f32), nxt, False, None)
     assert (out == np.arange(16) + 100 * me).all()
     rshmem.barrier_all()
     # Everything else is declined (the checking path then raises), and nothing is written.
@@ -379,12 +379,12 @@ def test_native_tensor_reader_moves_plain_pairs_and_declines_the_rest():
         (x, src, nxt),  # not tensors
     ]
     for d, s, pe in declined:
-        assert not _rshmem.put_tensors(d, s, pe, False, None)
+        assert not _rshmem.rma_tensors(False, d, s, pe, False, None)
     rshmem.barrier_all()
     assert (x == before).all()
     # A PE out of range in a plain pair reaches the runtime, which names it.
     with pytest.raises(rshmem.Error, match="out of range"):
-        _rshmem.put_tensors(_StandIn(x, f32), _StandIn(src, f32), n, False, None)
+        _rshmem.rma_tensors(False, _StandIn(x, f32), _StandIn(src, f32), n, False, None)
     # alltoall: block j of src on PE i lands in block i of dst on PE j.
     a_src = rshmem.zeros(4 * n, "int32")
     a_dst = rshmem.zeros(4 * n, "int32")
