@@ -475,15 +475,15 @@ impl World {
         } else {
             None
         };
-        remotes.connect(
-            boot.as_ref(),
-            &cfg,
-            &live,
-            &heap,
-            &ctrl,
-            ucx_gpu_mem,
-            &region_targets,
-        )?;
+        remotes.connect(crate::transport::remote::ConnectWith {
+            boot: boot.as_ref(),
+            cfg: &cfg,
+            live: &live,
+            heap: &heap,
+            ctrl: &ctrl,
+            gpu_mem: ucx_gpu_mem,
+            regions: &region_targets,
+        })?;
         let remotes = Arc::new(remotes);
         let proxy = match &gpu {
             Some(g) if remotes.any() => Some(crate::proxy::Proxy::start(

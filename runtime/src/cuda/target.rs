@@ -201,22 +201,6 @@ impl GpuMem {
         }
     }
 
-    /// [`write_async`](GpuMem::write_async), complete on return.
-    ///
-    /// # Safety
-    /// As for `write_async`.
-    pub unsafe fn write(
-        &self,
-        call: &'static str,
-        dst: u64,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.write_async(call, dst, src, n)? };
-        self.sync(call)
-    }
-
     /// Locks the result words (old values of atomics) and launches the one-thread atomic kernel
     /// on the stream; the old value goes to result word `slot`. The lock is held until the
     /// caller drops the guard.

@@ -69,6 +69,24 @@ fn open_device(_cfg: &Config) -> Result<std::convert::Infallible> {
     })
 }
 
+/// What [`Remotes::connect`] brings the transports up with.
+pub(crate) struct ConnectWith<'a> {
+    /// The job's bootstrap (the exchanges are collective over all PEs).
+    pub boot: &'a dyn Bootstrap,
+    /// The run-time configuration.
+    pub cfg: &'a Config,
+    /// Who is still alive (the progress threads watch it).
+    pub live: &'a Arc<Liveness>,
+    /// The user heap, mapped for remote access.
+    pub heap: &'a Arc<Heap>,
+    /// The control heap, mapped for remote access.
+    pub ctrl: &'a Heap,
+    /// Where atomics from UCX peers on a GPU heap are applied (None: host heap).
+    pub gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
+    /// The registered symmetric regions' targets.
+    pub regions: &'a Arc<RegionTargets>,
+}
+
 impl Remotes {
     /// No remote transport: every PE is reached through the heap's transport.
     fn none() -> Remotes {
@@ -302,20 +320,18 @@ impl Remotes {
     /// **Collective over all PEs** (when some pair uses verbs). Registers this PE's heaps,
     /// exchanges queue pair numbers, port addresses and memory keys, and brings every queue pair
     /// up. Every PE learns whether all succeeded.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn connect(
-        &mut self,
-        boot: &dyn Bootstrap,
-        cfg: &Config,
-        live: &std::sync::Arc<Liveness>,
-        heap: &Arc<Heap>,
-        ctrl: &Heap,
-        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
-        regions: &Arc<RegionTargets>,
-    ) -> Result<()> {
+    pub(crate) fn connect(&mut self, with: ConnectWith<'_>) -> Result<()> {
+        let ConnectWith {
+            boot,
+            cfg,
+            live,
+            heap,
+            ctrl,
+            ..
+        } = with;
         let _ = (cfg, live);
         if self.ucx_job {
-            self.connect_ucx(boot, live, heap, ctrl, gpu_mem, regions)?;
+            self.connect_ucx(&with)?;
         }
         if !self.verbs_job {
             return Ok(());
@@ -556,15 +572,16 @@ impl Remotes {
     /// worker addresses and packed keys, creates the endpoints, starts serving atomics applied
     /// on this PE (on `gpu_mem` for a GPU heap) and the progress thread. Every PE learns
     /// whether all succeeded.
-    fn connect_ucx(
-        &mut self,
-        boot: &dyn Bootstrap,
-        live: &std::sync::Arc<Liveness>,
-        heap: &Arc<Heap>,
-        ctrl: &Heap,
-        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
-        regions: &Arc<RegionTargets>,
-    ) -> Result<()> {
+    fn connect_ucx(&mut self, with: &ConnectWith<'_>) -> Result<()> {
+        let ConnectWith {
+            boot,
+            live,
+            heap,
+            ctrl,
+            regions,
+            ..
+        } = *with;
+        let gpu_mem = with.gpu_mem.clone();
         let call = "init";
         let mine: Result<Vec<u8>> = match &self.ucx {
             None => Ok(Vec::new()),
