@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Amo, AmoOp, Caps, TransportOps};
+use super::{Amo, AmoOp, Caps, Kind, TransportOps};
 use crate::cuda::kernels::{self, Kernels};
 use crate::cuda::pinned::Pinned;
 use crate::cuda::{copy, Gpu};
@@ -231,12 +231,8 @@ impl P2p {
 impl TransportOps for P2p {
     type Addr = usize;
 
-    fn name(&self) -> &'static str {
-        "p2p"
-    }
-
-    fn caps(&self) -> Caps {
-        CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("p2p", CAPS)
     }
 
     fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {
