@@ -222,9 +222,9 @@ impl World {
         unsafe { copy::device_to_device(call, GET_WHAT, d, s as u64, n, stream) }
     }
 
-    /// The checks of the two calls above, for a copy of `nelems` elements between a device buffer of `local_len`
-    /// elements and the symmetric `sym` on PE `pe`; then the byte count and `sym`'s address on
-    /// `pe`, None when there is nothing to copy.
+    /// The checks of the two calls above, for a copy of `nelems` elements between a device
+    /// buffer of `local_len` elements and the symmetric `sym` on PE `pe`; then the byte count
+    /// and `sym`'s address on `pe`, None when there is nothing to copy.
     fn device_copy_target<T>(
         &self,
         call: &'static str,
