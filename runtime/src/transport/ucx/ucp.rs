@@ -1472,10 +1472,7 @@ impl Ucx {
                 None,
                 format!(
                     " of operations to PEs {}",
-                    pes.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    crate::error::join_pes(&pes, ", ")
                 ),
             ),
         };
