@@ -355,16 +355,7 @@ pub(crate) struct DeviceSide {
     pub(crate) coll: crate::coll::modules::CollModules,
 }
 
-impl std::fmt::Debug for World {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("World")
-            .field("my_pe", &self.me)
-            .field("n_pes", &self.n)
-            .field("node", &self.node)
-            .field("heap", &self.heap)
-            .finish()
-    }
-}
+crate::debug_fields!(World, |w| { my_pe: w.me, n_pes: w.n, node: w.node, heap: w.heap });
 
 impl World {
     fn start(

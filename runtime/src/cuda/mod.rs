@@ -171,13 +171,7 @@ pub struct Gpu {
     pub arch: String,
 }
 
-impl std::fmt::Debug for Gpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
+crate::debug_fields!(Gpu, |g| { ordinal: g.ordinal });
 
 impl Gpu {
     /// Opens device `ordinal` (retaining its primary context) and checks it supports what the

@@ -41,11 +41,7 @@ pub struct GpuMem {
 const SPIN: Duration = Duration::from_micros(200);
 const YIELD: Duration = Duration::from_millis(20);
 
-impl std::fmt::Debug for GpuMem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuMem").field("gpu", &self.gpu).finish()
-    }
-}
+crate::debug_fields!(GpuMem, |g| { gpu: g.gpu });
 
 fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> Error {
     Error::Cuda {

@@ -417,15 +417,7 @@ pub struct Ep<'w> {
     last_ll_tokens: Cell<Option<usize>>,
 }
 
-impl std::fmt::Debug for Ep<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ep")
-            .field("cfg", &self.cfg)
-            .field("sizes", &self.sizes)
-            .field("sms", &self.sms)
-            .finish()
-    }
-}
+crate::debug_fields!(Ep<'_>, |e| { cfg: e.cfg, sizes: e.sizes, sms: e.sms });
 
 fn dev_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     let (p, _sync) = s.device_ptr(stream);

@@ -48,11 +48,7 @@ pub struct P2p {
     state: Arc<Mutex<crate::device::DeviceState>>,
 }
 
-impl std::fmt::Debug for P2p {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("P2p").field("gpu", &self.gpu).finish()
-    }
-}
+crate::debug_fields!(P2p, |p| { gpu: p.gpu });
 
 impl P2p {
     /// Sets up host access to the GPU heap of `gpu`.

@@ -44,15 +44,7 @@ pub(crate) struct Remotes {
     ucx: Option<Arc<ucx::Ucx>>,
 }
 
-impl std::fmt::Debug for Remotes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Remotes")
-            .field("via", &self.via)
-            .field("verbs_job", &self.verbs_job)
-            .field("ucx_job", &self.ucx_job)
-            .finish()
-    }
-}
+crate::debug_fields!(Remotes, |r| { via: r.via, verbs_job: r.verbs_job, ucx_job: r.ucx_job });
 
 /// Opens the RDMA device this PE would use (a clean error, never a panic, when there is none).
 #[cfg(feature = "verbs")]
