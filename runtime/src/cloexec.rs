@@ -47,6 +47,25 @@ pub(crate) fn mark_new(before: &BTreeSet<i32>) -> usize {
     marked
 }
 
+/// The `int` socket option `opt` (at `SOL_SOCKET`) of descriptor `fd`; None when the call fails
+/// (for instance, `fd` is not a socket).
+fn socket_int(fd: i32, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes (one int) into `v`; a descriptor that is
+    // not a socket fails.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
 /// Makes every TCP listening socket that appeared since `before` refuse new connections: the
 /// listeners that libraries opened during init (UCX's TCP transport listens on every interface
 /// for the whole job, without the job's secret) are needed only while the PEs connect, which
@@ -59,34 +78,14 @@ pub(crate) fn shut_new_listeners(before: &BTreeSet<i32>) -> usize {
         if fd <= 2 || before.contains(&fd) {
             continue;
         }
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt writes one int into `v`; a descriptor that is not a socket fails.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_ACCEPTCONN,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
+        let listening = || socket_int(fd, libc::SO_ACCEPTCONN).is_some_and(|v| v != 0);
+        let inet = || {
+            matches!(
+                socket_int(fd, libc::SO_DOMAIN),
+                Some(libc::AF_INET | libc::AF_INET6)
             )
         };
-        if r != 0 || v == 0 {
-            continue;
-        }
-        let mut dom: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: as above.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_DOMAIN,
-                (&mut dom as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 || (dom != libc::AF_INET && dom != libc::AF_INET6) {
+        if !(listening() && inet()) {
             continue;
         }
         // One classic BPF instruction: return 0 (drop the packet).

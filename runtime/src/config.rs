@@ -286,12 +286,8 @@ impl Config {
                 _ => return Err(bad("RSHMEM_BACKEND", &v, "expected auto, cpu or gpu")),
             };
         }
-        if let Some(v) = get("RSHMEM_DEVICE") {
-            c.device = Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| bad("RSHMEM_DEVICE", &v, "expected a device ordinal"))?,
-            );
+        if let Some(d) = parsed(get, "RSHMEM_DEVICE", number, "expected a device ordinal")? {
+            c.device = Some(d);
         }
         if let Some(on) = flag("RSHMEM_DEVICE_CHECKS")? {
             c.device_checks = on;
@@ -345,12 +341,11 @@ impl Config {
                 None => (v.to_string(), None),
             });
         }
-        if let Some(v) = get("RSHMEM_IB_GID_INDEX").filter(|v| !v.trim().is_empty()) {
-            c.ib_gid_index = Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| bad("RSHMEM_IB_GID_INDEX", &v, "expected a GID table index"))?,
-            );
+        // Set but blank is unset.
+        let non_blank = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let gid = "RSHMEM_IB_GID_INDEX";
+        if let Some(i) = parsed(&non_blank, gid, number, "expected a GID table index")? {
+            c.ib_gid_index = Some(i);
         }
         if let Some(on) = flag("RSHMEM_INFO")? {
             c.info = on;
@@ -376,6 +371,11 @@ fn parsed<T>(
     get(name)
         .map(|v| parse(&v).ok_or_else(|| bad(name, &v, expected)))
         .transpose()
+}
+
+/// A number of type `T` (surrounding blanks ignored).
+fn number<T: std::str::FromStr>(v: &str) -> Option<T> {
+    v.trim().parse().ok()
 }
 
 fn bad(var: &str, value: &str, reason: &str) -> Error {
@@ -422,62 +422,57 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-/// The `RSHMEM_REMOTE_TRANSPORT` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RemoteChoice {
+crate::wire::code_enum! {
+/// The `RSHMEM_REMOTE_TRANSPORT` setting (its code travels in the init exchange).
+#[derive(Default)]
+pub enum RemoteChoice: u8 {
     /// Verbs where both PEs of a pair have an RDMA device (and rshmem was built with the `verbs`
     /// feature), TCP otherwise.
     #[default]
-    Auto,
+    Auto = 0,
     /// TCP for every PE of another host.
-    Tcp,
+    Tcp = 1,
     /// Verbs for every PE of another host; an error at init when a PE cannot open a device.
-    Verbs,
+    Verbs = 2,
     /// UCX for every PE of another host; an error at init when a PE cannot load or initialise
     /// libucp.
-    Ucx,
+    Ucx = 3,
+}
+}
+
+/// `RSHMEM_REMOTE_TRANSPORT`'s names, the first of each value the one it is shown by.
+const REMOTE_NAMES: &[(&str, RemoteChoice)] = &[
+    ("auto", RemoteChoice::Auto),
+    ("", RemoteChoice::Auto),
+    ("tcp", RemoteChoice::Tcp),
+    ("verbs", RemoteChoice::Verbs),
+    ("ib", RemoteChoice::Verbs),
+    ("rdma", RemoteChoice::Verbs),
+    ("ucx", RemoteChoice::Ucx),
+];
+
+/// The value `v` names in `table` (case-insensitive, surrounding blanks ignored).
+fn by_name<T: Copy>(table: &[(&str, T)], v: &str) -> Option<T> {
+    let v = v.trim().to_ascii_lowercase();
+    table.iter().find(|(n, _)| *n == v).map(|&(_, t)| t)
+}
+
+/// The first name of `t` in `table`.
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], t: &T) -> &'static str {
+    table.iter().find(|(_, x)| x == t).map_or("?", |(n, _)| n)
 }
 
 impl RemoteChoice {
-    /// Parses `auto`, `tcp` or `verbs` (case-insensitive, surrounding blanks ignored).
+    /// Parses `auto`, `tcp`, `verbs` (also `ib`, `rdma`) or `ucx` (case-insensitive,
+    /// surrounding blanks ignored).
     pub fn parse(v: &str) -> Option<Self> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(RemoteChoice::Auto),
-            "tcp" => Some(RemoteChoice::Tcp),
-            "verbs" | "ib" | "rdma" => Some(RemoteChoice::Verbs),
-            "ucx" => Some(RemoteChoice::Ucx),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            RemoteChoice::Auto => 0,
-            RemoteChoice::Tcp => 1,
-            RemoteChoice::Verbs => 2,
-            RemoteChoice::Ucx => 3,
-        }
-    }
-
-    pub(crate) fn from_code(c: u8) -> Option<Self> {
-        Some(match c {
-            0 => RemoteChoice::Auto,
-            1 => RemoteChoice::Tcp,
-            2 => RemoteChoice::Verbs,
-            3 => RemoteChoice::Ucx,
-            _ => return None,
-        })
+        by_name(REMOTE_NAMES, v)
     }
 }
 
 impl std::fmt::Display for RemoteChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RemoteChoice::Auto => "auto",
-            RemoteChoice::Tcp => "tcp",
-            RemoteChoice::Verbs => "verbs",
-            RemoteChoice::Ucx => "ucx",
-        })
+        f.write_str(name_of(REMOTE_NAMES, self))
     }
 }
 
@@ -496,12 +491,15 @@ pub enum UcxErrorMode {
 impl UcxErrorMode {
     /// Parses `auto`, `peer` or `none` (case-insensitive, surrounding blanks ignored).
     pub fn parse(v: &str) -> Option<Self> {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(UcxErrorMode::Auto),
-            "peer" => Some(UcxErrorMode::Peer),
-            "none" => Some(UcxErrorMode::None),
-            _ => None,
-        }
+        by_name(
+            &[
+                ("auto", UcxErrorMode::Auto),
+                ("", UcxErrorMode::Auto),
+                ("peer", UcxErrorMode::Peer),
+                ("none", UcxErrorMode::None),
+            ],
+            v,
+        )
     }
 }
 

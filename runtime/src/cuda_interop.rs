@@ -187,11 +187,11 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let call = "put_from_device_on_stream";
-        let n = self.device_copy_checks(call, src.len(), nelems, size_of::<T>(), pe, stream)?;
-        if n == 0 {
+        let Some((n, d)) =
+            self.device_copy_target::<T>(call, src.len(), nelems, dest, pe, stream)?
+        else {
             return Ok(());
-        }
-        let d = self.remote(call, dest as usize, n, pe)?;
+        };
         let (s, _sync) = src.device_ptr(stream);
         // SAFETY: `dest` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `src` holds at least `n` bytes (its length was checked) in this context.
@@ -211,27 +211,29 @@ impl World {
         stream: &CudaStream,
     ) -> Result<()> {
         let call = "get_to_device_on_stream";
-        let n = self.device_copy_checks(call, dest.len(), nelems, size_of::<T>(), pe, stream)?;
-        if n == 0 {
+        let Some((n, s)) =
+            self.device_copy_target::<T>(call, dest.len(), nelems, src, pe, stream)?
+        else {
             return Ok(());
-        }
-        let s = self.remote(call, src as usize, n, pe)?;
+        };
         let (d, _sync) = dest.device_ptr_mut(stream);
         // SAFETY: `src` was checked against a live allocation of the mapped GPU heap on `pe`;
         // `dest` holds at least `n` bytes (its length was checked) in this context.
         unsafe { copy::device_to_device(call, GET_WHAT, d, s as u64, n, stream) }
     }
 
-    /// The checks of the two calls above; returns the byte count.
-    fn device_copy_checks(
+    /// The checks of the two calls above, for a copy of `nelems` elements between a device
+    /// buffer of `local_len` elements and the symmetric `sym` on PE `pe`; then the byte count
+    /// and `sym`'s address on `pe`, None when there is nothing to copy.
+    fn device_copy_target<T>(
         &self,
         call: &'static str,
         local_len: usize,
         nelems: usize,
-        elem: usize,
+        sym: *const T,
         pe: usize,
         stream: &CudaStream,
-    ) -> Result<usize> {
+    ) -> Result<Option<(usize, usize)>> {
         let p = self.p2p(call)?;
         self.check_stream(call, stream)?;
         self.check_pe(call, pe)?;
@@ -252,9 +254,12 @@ impl World {
             });
         }
         let n = nelems
-            .checked_mul(elem)
+            .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(call, format!("nelems {nelems} overflows")))?;
         p.gpu.bind(call)?;
-        Ok(n)
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some((n, self.remote(call, sym as usize, n, pe)?)))
     }
 }

@@ -154,6 +154,14 @@ impl Error {
     }
 }
 
+/// PE numbers for a message, separated by `sep`.
+pub(crate) fn join_pes(pes: &[usize], sep: &str) -> String {
+    pes.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// The driver status and, when libcuda is loaded, its description (cudarc's own `Display`
 /// loads libcuda to describe the status, which panics on a machine without the driver).
 fn driver_text(e: &cudarc::driver::DriverError) -> String {

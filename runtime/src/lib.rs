@@ -55,6 +55,42 @@ macro_rules! calls {
     };
 }
 
+/// `impl Debug` for a type that shows only the fields listed (the others are handles, locks
+/// or buffers with nothing useful to print, or too large): `debug_fields!(Type, |s| { name:
+/// expr, ... })` prints `Type { name: expr, .. }` with `s` bound to `&self`.
+macro_rules! debug_fields {
+    ($t:ident $(<$lt:lifetime>)?, |$s:ident| { $($name:ident: $e:expr),+ $(,)? }) => {
+        impl std::fmt::Debug for $t $(<$lt>)? {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let $s = self;
+                f.debug_struct(stringify!($t))
+                    $(.field(stringify!($name), &$e))+
+                    .finish()
+            }
+        }
+    };
+}
+pub(crate) use debug_fields;
+
+#[cfg(test)]
+mod debug_fields_tests {
+    struct Shown<'a> {
+        n: u32,
+        hidden: &'a [u8],
+    }
+
+    debug_fields!(Shown<'_>, |s| { n: s.n, len: s.hidden.len() });
+
+    #[test]
+    fn shows_only_the_listed_fields_under_the_type_name() {
+        let v = Shown {
+            n: 7,
+            hidden: &[1, 2, 3],
+        };
+        assert_eq!(format!("{v:?}"), "Shown { n: 7, len: 3 }");
+    }
+}
+
 mod amo;
 mod cloexec;
 mod coll;

@@ -493,15 +493,7 @@ impl World {
         }
         let details = groups
             .iter()
-            .map(|(_, d, pes)| {
-                format!(
-                    "PE {} called {d}",
-                    pes.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
+            .map(|(_, d, pes)| format!("PE {} called {d}", crate::error::join_pes(pes, ",")))
             .collect::<Vec<_>>()
             .join("; ");
         Err(Error::AsymmetricCall { call, details })

@@ -232,14 +232,7 @@ pub struct Node {
     monitor: Option<(std::thread::JoinHandle<()>, OwnedFd, OwnedFd)>,
 }
 
-impl std::fmt::Debug for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("pes", &self.pes)
-            .field("me", &self.me)
-            .finish()
-    }
-}
+crate::debug_fields!(Node, |n| { pes: n.pes, me: n.me });
 
 /// This host's identity: `RSHMEM_NODE_ID`, else hostname plus kernel boot id.
 pub fn host_identity(over: Option<&str>) -> String {

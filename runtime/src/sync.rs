@@ -165,7 +165,7 @@ impl World {
             KIND_BARRIER
         };
         let mut kinds = kind;
-        let r = self.dissemination_kinds(
+        let r = self.dissemination(
             call,
             &WorldMembers(self),
             epoch,
@@ -209,19 +209,8 @@ impl World {
     /// only a peer this PE waits on, seen gone with its flag still down, is an error (its
     /// stores were all made before it left: in memory at once, over TCP before the end of
     /// its stream, allowed a short grace for the other sockets' end to be seen first).
-    pub(crate) fn dissemination<M: Members>(
-        &self,
-        call: &'static str,
-        m: &M,
-        epoch: u64,
-        check: Option<u64>,
-        last: bool,
-    ) -> Result<Option<Mismatch>> {
-        self.dissemination_kinds(call, m, epoch, check, last, None, None)
-    }
-
-    /// [`dissemination`](World::dissemination) whose flags also carry, above the epoch
-    /// ([`EPOCH_MASK`]), the kinds of call (`KIND_*` bits) the storing PE saw so far, its own
+    ///
+    /// `kinds` (when given): the flags also carry, above the epoch ([`EPOCH_MASK`]), the kinds of call (`KIND_*` bits) the storing PE saw so far, its own
     /// included: `kinds` starts as this PE's and ends as every member's (each member hears from
     /// every other through the rounds), so a finalize that meets a barrier_all is found by
     /// every member. A flag of a member already one barrier ahead tells nothing (its kinds are
@@ -232,7 +221,7 @@ impl World {
     /// word, identical on every member, in the same rounds (an all-reduce for free: AND is
     /// idempotent, so the PEs a dissemination barrier hears from twice do no harm).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn dissemination_kinds<M: Members>(
+    pub(crate) fn dissemination<M: Members>(
         &self,
         call: &'static str,
         m: &M,

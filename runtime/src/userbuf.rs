@@ -44,6 +44,18 @@ fn word(all: &[Vec<u8>], pe: usize, i: usize) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
+/// Checks that each of the `n` PEs' first word in `all` is 1 (its step succeeded); otherwise an
+/// error naming the first PE that failed, which `did_not` says what it could not do.
+fn all_ok(call: &'static str, all: &[Vec<u8>], n: usize, did_not: &str) -> Result<()> {
+    match (0..n).find(|&pe| word(all, pe, 0) != 1) {
+        Some(pe) => Err(Error::invalid(
+            call,
+            format!("PE {pe} {did_not} (its own error says why)"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl World {
     /// Checks that symmetric registration can work in this job at all (the same answer on
     /// every PE: no collective is needed).
@@ -114,12 +126,7 @@ impl World {
             .boot
             .allgather(&words(&[mine.is_ok() as u64, size as u64, gran]))?;
         let mine = mine?;
-        if let Some(pe) = (0..self.n).find(|&pe| word(&all, pe, 0) != 1) {
-            return Err(Error::invalid(
-                call,
-                format!("PE {pe} could not register its buffer (its own error says why)"),
-            ));
-        }
+        all_ok(call, &all, self.n, "could not register its buffer")?;
         if let Some(pe) = (0..self.n).find(|&pe| word(&all, pe, 1) != size as u64) {
             return Err(Error::invalid(
                 call,
@@ -142,12 +149,7 @@ impl World {
             *off.as_ref().unwrap_or(&0) as u64,
         ]))?;
         let off = off?;
-        if let Some(pe) = (0..self.n).find(|&pe| word(&all, pe, 0) != 1) {
-            return Err(Error::invalid(
-                call,
-                format!("PE {pe} found no room for the buffer (its own error says why)"),
-            ));
-        }
+        all_ok(call, &all, self.n, "found no room for the buffer")?;
         if let Some(pe) = (0..self.n).find(|&pe| word(&all, pe, 1) != off as u64) {
             return Err(Error::AsymmetricCall {
                 call,
@@ -166,12 +168,9 @@ impl World {
         drop(mine);
         let all = self.boot.allgather(&words(&[mapped.is_ok() as u64]))?;
         mapped?;
-        if let Some(pe) = (0..self.n).find(|&pe| word(&all, pe, 0) != 1) {
+        if let Err(e) = all_ok(call, &all, self.n, "could not map the buffers") {
             let _ = self.heap.unmap_user(call, off);
-            return Err(Error::invalid(
-                call,
-                format!("PE {pe} could not map the buffers (its own error says why)"),
-            ));
+            return Err(e);
         }
         self.refresh_device_state()?;
         Ok((self.heap.my_base() + off) as *mut c_void)

@@ -146,17 +146,13 @@ pub(crate) struct WaitPolicy {
     bell: Option<(Arc<Doorbell>, Duration)>,
 }
 
-impl std::fmt::Debug for WaitPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WaitPolicy")
-            .field("me", &self.me)
-            .field("timeout", &self.timeout)
-            .field("spins", &self.spins)
-            .field("progress", &self.progress.is_some())
-            .field("nap_after", &self.nap_after)
-            .finish()
-    }
-}
+crate::debug_fields!(WaitPolicy, |w| {
+    me: w.me,
+    timeout: w.timeout,
+    spins: w.spins,
+    progress: w.progress.is_some(),
+    nap_after: w.nap_after,
+});
 
 impl WaitPolicy {
     /// `local_pes`: the PEs of this host. `served_by_threads`: peers' requests to this PE are

@@ -355,16 +355,7 @@ pub(crate) struct DeviceSide {
     pub(crate) coll: crate::coll::modules::CollModules,
 }
 
-impl std::fmt::Debug for World {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("World")
-            .field("my_pe", &self.me)
-            .field("n_pes", &self.n)
-            .field("node", &self.node)
-            .field("heap", &self.heap)
-            .finish()
-    }
-}
+crate::debug_fields!(World, |w| { my_pe: w.me, n_pes: w.n, node: w.node, heap: w.heap });
 
 impl World {
     fn start(
@@ -475,15 +466,15 @@ impl World {
         } else {
             None
         };
-        remotes.connect(
-            boot.as_ref(),
-            &cfg,
-            &live,
-            &heap,
-            &ctrl,
-            ucx_gpu_mem,
-            &region_targets,
-        )?;
+        remotes.connect(crate::transport::remote::ConnectWith {
+            boot: boot.as_ref(),
+            cfg: &cfg,
+            live: &live,
+            heap: &heap,
+            ctrl: &ctrl,
+            gpu_mem: ucx_gpu_mem,
+            regions: &region_targets,
+        })?;
         let remotes = Arc::new(remotes);
         let proxy = match &gpu {
             Some(g) if remotes.any() => Some(crate::proxy::Proxy::start(

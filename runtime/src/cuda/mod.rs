@@ -171,13 +171,7 @@ pub struct Gpu {
     pub arch: String,
 }
 
-impl std::fmt::Debug for Gpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu")
-            .field("ordinal", &self.ordinal)
-            .finish()
-    }
-}
+crate::debug_fields!(Gpu, |g| { ordinal: g.ordinal });
 
 impl Gpu {
     /// Opens device `ordinal` (retaining its primary context) and checks it supports what the
@@ -232,20 +226,7 @@ impl Gpu {
             code: format!("{e:?}"),
         })?;
         let prop = alloc_prop(ordinal);
-        let mut gran = 0usize;
-        // SAFETY: valid out-pointer and property struct.
-        check(
-            // SAFETY: valid out-pointer and property struct.
-            unsafe {
-                sys::cuMemGetAllocationGranularity(
-                    &mut gran,
-                    &prop,
-                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-                )
-            },
-            call,
-            "cuMemGetAllocationGranularity",
-        )?;
+        let gran = granularity(&prop, call, "cuMemGetAllocationGranularity")?;
         Ok(Arc::new(Gpu {
             ctx,
             stream,
@@ -309,6 +290,24 @@ pub(crate) unsafe fn stream_write_word(
         }
     };
     check(r, call, what)
+}
+
+/// The minimum allocation granularity, in bytes, of memory with the properties `prop`.
+fn granularity(prop: &sys::CUmemAllocationProp, call: &'static str, what: &str) -> Result<usize> {
+    let mut gran = 0usize;
+    check(
+        // SAFETY: valid out-pointer and property struct.
+        unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut gran,
+                prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        },
+        call,
+        what,
+    )?;
+    Ok(gran)
 }
 
 pub(crate) fn alloc_prop(ordinal: usize) -> sys::CUmemAllocationProp {
@@ -510,19 +509,7 @@ pub(crate) fn retain_user_allocation(
                 gpu.ordinal, prop.location.id
             )));
         }
-        let mut gran = 0usize;
-        check(
-            // SAFETY: valid out-pointer and property struct.
-            unsafe {
-                sys::cuMemGetAllocationGranularity(
-                    &mut gran,
-                    &prop,
-                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-                )
-            },
-            call,
-            "cuMemGetAllocationGranularity of the buffer",
-        )?;
+        let gran = granularity(&prop, call, "cuMemGetAllocationGranularity of the buffer")?;
         if gran == 0 || len % gran != 0 {
             return Err(bad(format!(
                 "size {len} is not a multiple of the buffer's allocation granularity ({gran} bytes)"

@@ -41,11 +41,7 @@ pub struct GpuMem {
 const SPIN: Duration = Duration::from_micros(200);
 const YIELD: Duration = Duration::from_millis(20);
 
-impl std::fmt::Debug for GpuMem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuMem").field("gpu", &self.gpu).finish()
-    }
-}
+crate::debug_fields!(GpuMem, |g| { gpu: g.gpu });
 
 fn cuda_err(call: &'static str, what: &str, e: cudarc::driver::DriverError) -> Error {
     Error::Cuda {
@@ -199,22 +195,6 @@ impl GpuMem {
                 &self.stream,
             )
         }
-    }
-
-    /// [`write_async`](GpuMem::write_async), complete on return.
-    ///
-    /// # Safety
-    /// As for `write_async`.
-    pub unsafe fn write(
-        &self,
-        call: &'static str,
-        dst: u64,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.write_async(call, dst, src, n)? };
-        self.sync(call)
     }
 
     /// Locks the result words (old values of atomics) and launches the one-thread atomic kernel

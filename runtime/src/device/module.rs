@@ -22,13 +22,7 @@ pub struct Module {
     has_state: bool,
 }
 
-impl std::fmt::Debug for Module {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Module")
-            .field("has_state", &self.has_state)
-            .finish()
-    }
-}
+crate::debug_fields!(Module, |m| { has_state: m.has_state });
 
 impl Module {
     /// Wraps an already loaded module (state installation, launches).

@@ -165,15 +165,10 @@ impl StateSink for Driver<'_> {
 /// GPU backend.
 pub fn init_module(module: usize) -> Result<()> {
     const CALL: &str = "rshmemx_cumodule_init";
-    let mut u = units();
-    let Some((gpu, st)) = u.live.clone() else {
-        return Err(Error::State {
-            call: CALL,
-            reason: "rshmem is not initialized on the GPU backend (call it after rshmem_init / \
-                     nvshmem_init, on a PE with a GPU)"
-                .into(),
-        });
-    };
+    let (mut u, gpu, st) = live_units(
+        CALL,
+        "call it after rshmem_init / nvshmem_init, on a PE with a GPU",
+    )?;
     u.modules.add(CALL, module, &st, &Driver(&gpu))
 }
 
@@ -182,16 +177,24 @@ pub fn init_module(module: usize) -> Result<()> {
 /// when it was not given to [`init_module`].
 pub fn finalize_module(module: usize) -> Result<()> {
     const CALL: &str = "rshmemx_cumodule_finalize";
-    let mut u = units();
-    let Some((gpu, _)) = u.live.clone() else {
-        return Err(Error::State {
-            call: CALL,
-            reason: "rshmem is not initialized on the GPU backend (its finalize already cleared \
-                     every module)"
-                .into(),
-        });
-    };
+    let (mut u, gpu, _) = live_units(CALL, "its finalize already cleared every module")?;
     u.modules.remove(CALL, module, &Driver(&gpu))
+}
+
+/// The units with the live world's GPU and device state; `Error::State` (the reason ending in
+/// `why`) when rshmem is not initialized on the GPU backend.
+fn live_units(
+    call: &'static str,
+    why: &str,
+) -> Result<(MutexGuard<'static, Units>, Arc<Gpu>, DeviceState)> {
+    let u = units();
+    match u.live.clone() {
+        Some((gpu, st)) => Ok((u, gpu, st)),
+        None => Err(Error::State {
+            call,
+            reason: format!("rshmem is not initialized on the GPU backend ({why})"),
+        }),
+    }
 }
 
 fn units() -> MutexGuard<'static, Units> {

@@ -332,6 +332,20 @@ struct Offsets {
     scratch_bytes: usize,
 }
 
+/// Checks the device addresses a raw entry point was given, each `(name, address, alignment)`:
+/// aligned, and not null when there are `rows` rows to read or write (`rows > 0`).
+fn addrs_ok(call: &'static str, rows: usize, addrs: &[(&str, u64, u64)]) -> Result<()> {
+    for &(what, a, align) in addrs {
+        if a % align != 0 || (a == 0 && rows > 0) {
+            return Err(Error::invalid(
+                call,
+                format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The kernels' argument (`rshmem_ep_params` in ep.cuh, 40 eight-byte fields).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -403,15 +417,7 @@ pub struct Ep<'w> {
     last_ll_tokens: Cell<Option<usize>>,
 }
 
-impl std::fmt::Debug for Ep<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ep")
-            .field("cfg", &self.cfg)
-            .field("sizes", &self.sizes)
-            .field("sms", &self.sms)
-            .finish()
-    }
-}
+crate::debug_fields!(Ep<'_>, |e| { cfg: e.cfg, sizes: e.sizes, sms: e.sms });
 
 fn dev_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     let (p, _sync) = s.device_ptr(stream);
@@ -570,6 +576,54 @@ impl<'w> Ep<'w> {
         self.base.expert_x
     }
 
+    /// Launches one phase on `stream`: the prologue (`which` names the phase: 0 dispatch,
+    /// 1 combine, 2 low-latency dispatch, 3 low-latency combine), then `kernels` (name, blocks)
+    /// in order, every kernel with the parameters `p`.
+    fn launch_phase(
+        &self,
+        call: &'static str,
+        which: i64,
+        p: &EpParams,
+        kernels: [(&'static str, u32); 2],
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let prologue = EpParams { which, ..*p };
+        self.launch(call, "rshmem_ep_prologue", 1, &prologue, stream)?;
+        for (name, blocks) in kernels {
+            self.launch(call, name, blocks, p, stream)?;
+        }
+        Ok(())
+    }
+
+    /// A dispatch's inputs: `x` of the handle's dtype `E` with `x_len ≥ num_tokens × hidden`
+    /// elements, `idx_len ≥ num_tokens × topk` expert indices.
+    fn tokens_in_ok<E: EpElem>(
+        &self,
+        call: &'static str,
+        x_len: usize,
+        idx_len: usize,
+        num_tokens: usize,
+    ) -> Result<()> {
+        self.elem_ok::<E>(call, "x")?;
+        let (h, k) = (self.cfg.hidden, self.cfg.topk);
+        Self::len_ok(call, "x", x_len, num_tokens, h, "hidden")?;
+        Self::len_ok(call, "topk_idx", idx_len, num_tokens, k, "topk")
+    }
+
+    /// `num_tokens` fits the handle's buffers (at most `max_tokens`).
+    fn tokens_ok(&self, call: &'static str, num_tokens: usize) -> Result<()> {
+        if num_tokens > self.cfg.max_tokens {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "num_tokens: {num_tokens} is more than the handle's max_tokens {}",
+                    self.cfg.max_tokens
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn stream_ok(&self, call: &'static str, stream: &CudaStream) -> Result<()> {
         self.world.check_stream(call, stream)
     }
@@ -611,28 +665,17 @@ impl<'w> Ep<'w> {
     ) -> Result<()> {
         let call = "ep_dispatch";
         self.stream_ok(call, stream)?;
-        if num_tokens > self.cfg.max_tokens {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "num_tokens: {num_tokens} is more than the handle's max_tokens {}",
-                    self.cfg.max_tokens
-                ),
-            ));
-        }
+        self.tokens_ok(call, num_tokens)?;
         if num_tokens > 0 {
-            for (what, a, align) in [
-                ("x", x, 16),
-                ("topk_idx", topk_idx, 8),
-                ("topk_weights", topk_weights, 4),
-            ] {
-                if a == 0 || a % align != 0 {
-                    return Err(Error::invalid(
-                        call,
-                        format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
-                    ));
-                }
-            }
+            addrs_ok(
+                call,
+                num_tokens,
+                &[
+                    ("x", x, 16),
+                    ("topk_idx", topk_idx, 8),
+                    ("topk_weights", topk_weights, 4),
+                ],
+            )?;
         }
         let p = EpParams {
             num_tokens: num_tokens as i64,
@@ -641,15 +684,16 @@ impl<'w> Ep<'w> {
             topk_w: topk_weights,
             ..self.base
         };
-        self.launch(
+        self.launch_phase(
             call,
-            "rshmem_ep_prologue",
-            1,
-            &EpParams { which: 0, ..p },
+            0,
+            &p,
+            [
+                ("rshmem_ep_dispatch_send", self.sms),
+                ("rshmem_ep_dispatch_recv", self.sms),
+            ],
             stream,
         )?;
-        self.launch(call, "rshmem_ep_dispatch_send", self.sms, &p, stream)?;
-        self.launch(call, "rshmem_ep_dispatch_recv", self.sms, &p, stream)?;
         self.last_tokens.set(Some(num_tokens));
         Ok(())
     }
@@ -674,10 +718,8 @@ impl<'w> Ep<'w> {
         W: DevicePtr<f32>,
     {
         let call = "ep_dispatch";
-        self.elem_ok::<E>(call, "x")?;
-        let (h, k) = (self.cfg.hidden, self.cfg.topk);
-        Self::len_ok(call, "x", x.len(), num_tokens, h, "hidden")?;
-        Self::len_ok(call, "topk_idx", topk_idx.len(), num_tokens, k, "topk")?;
+        self.tokens_in_ok::<E>(call, x.len(), topk_idx.len(), num_tokens)?;
+        let k = self.cfg.topk;
         Self::len_ok(
             call,
             "topk_weights",
@@ -711,14 +753,7 @@ impl<'w> Ep<'w> {
                 "no dispatch on this handle yet: combine returns the tokens of the last dispatch",
             )
         })?;
-        for (what, a) in [("y", y), ("out", out)] {
-            if a % 16 != 0 || (a == 0 && t > 0) {
-                return Err(Error::invalid(
-                    call,
-                    format!("{what}: address {a:#x} is null or not 16-byte aligned"),
-                ));
-            }
-        }
+        addrs_ok(call, t, &[("y", y, 16), ("out", out, 16)])?;
         let p = EpParams {
             num_tokens: t as i64,
             y,
@@ -729,15 +764,7 @@ impl<'w> Ep<'w> {
             EpDtype::F32 => ("rshmem_ep_combine_send_f32", "rshmem_ep_combine_recv_f32"),
             EpDtype::Bf16 => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
         };
-        self.launch(
-            call,
-            "rshmem_ep_prologue",
-            1,
-            &EpParams { which: 1, ..p },
-            stream,
-        )?;
-        self.launch(call, send, self.sms, &p, stream)?;
-        self.launch(call, recv, self.sms, &p, stream)
+        self.launch_phase(call, 1, &p, [(send, self.sms), (recv, self.sms)], stream)
     }
 
     /// **Collective, stream-ordered.** Combine: `y` holds the expert outputs in the layout of
@@ -811,24 +838,9 @@ impl<'w> Ep<'w> {
         let call = "ep_ll_dispatch";
         self.ll_ok(call)?;
         self.stream_ok(call, stream)?;
-        if num_tokens > self.cfg.max_tokens {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "num_tokens: {num_tokens} is more than the handle's max_tokens {}",
-                    self.cfg.max_tokens
-                ),
-            ));
-        }
+        self.tokens_ok(call, num_tokens)?;
         if num_tokens > 0 {
-            for (what, a, align) in [("x", x, 16), ("topk_idx", topk_idx, 8)] {
-                if a == 0 || a % align != 0 {
-                    return Err(Error::invalid(
-                        call,
-                        format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
-                    ));
-                }
-            }
+            addrs_ok(call, num_tokens, &[("x", x, 16), ("topk_idx", topk_idx, 8)])?;
         }
         let p = EpParams {
             num_tokens: num_tokens as i64,
@@ -836,15 +848,13 @@ impl<'w> Ep<'w> {
             topk_idx,
             ..self.base
         };
-        self.launch(
+        self.launch_phase(
             call,
-            "rshmem_ep_prologue",
-            1,
-            &EpParams { which: 2, ..p },
+            2,
+            &p,
+            [("rshmem_ep_ll_send", self.sms), ("rshmem_ep_ll_wait", 1)],
             stream,
         )?;
-        self.launch(call, "rshmem_ep_ll_send", self.sms, &p, stream)?;
-        self.launch(call, "rshmem_ep_ll_wait", 1, &p, stream)?;
         self.last_ll_tokens.set(Some(num_tokens));
         Ok(())
     }
@@ -864,10 +874,7 @@ impl<'w> Ep<'w> {
         I: DevicePtr<i64>,
     {
         let call = "ep_ll_dispatch";
-        self.elem_ok::<E>(call, "x")?;
-        let (h, k) = (self.cfg.hidden, self.cfg.topk);
-        Self::len_ok(call, "x", x.len(), num_tokens, h, "hidden")?;
-        Self::len_ok(call, "topk_idx", topk_idx.len(), num_tokens, k, "topk")?;
+        self.tokens_in_ok::<E>(call, x.len(), topk_idx.len(), num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
         let (ia, _b) = topk_idx.device_ptr(stream);
         // SAFETY: cudarc device memory of this context with the lengths checked above.
@@ -896,18 +903,15 @@ impl<'w> Ep<'w> {
         let t = self.last_ll_tokens.get().ok_or_else(|| {
             Error::invalid(call, "no low-latency dispatch on this handle yet: combine returns the tokens of the last one")
         })?;
-        for (what, a, align) in [
-            ("y", y, 16),
-            ("out", out, 16),
-            ("topk_weights", topk_weights, 4),
-        ] {
-            if a % align != 0 || (a == 0 && t > 0) {
-                return Err(Error::invalid(
-                    call,
-                    format!("{what}: address {a:#x} is null or not {align}-byte aligned"),
-                ));
-            }
-        }
+        addrs_ok(
+            call,
+            t,
+            &[
+                ("y", y, 16),
+                ("out", out, 16),
+                ("topk_weights", topk_weights, 4),
+            ],
+        )?;
         let p = EpParams {
             num_tokens: t as i64,
             y,
@@ -919,15 +923,13 @@ impl<'w> Ep<'w> {
             EpDtype::F32 => "rshmem_ep_ll_combine_recv_f32",
             EpDtype::Bf16 => "rshmem_ep_ll_combine_recv_bf16",
         };
-        self.launch(
+        self.launch_phase(
             call,
-            "rshmem_ep_prologue",
-            1,
-            &EpParams { which: 3, ..p },
+            3,
+            &p,
+            [("rshmem_ep_ll_combine_send", self.sms), (recv, self.sms)],
             stream,
-        )?;
-        self.launch(call, "rshmem_ep_ll_combine_send", self.sms, &p, stream)?;
-        self.launch(call, recv, self.sms, &p, stream)
+        )
     }
 
     /// **Collective, stream-ordered.** Low-latency combine: `y` at least

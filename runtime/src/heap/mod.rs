@@ -98,15 +98,11 @@ pub struct Heap {
     grow_lock: Mutex<u64>,
 }
 
-impl std::fmt::Debug for Heap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Heap")
-            .field("base", &format_args!("{:#x}", self.res.base))
-            .field("slice", &self.slice)
-            .field("mapped", &self.mapped.load(Ordering::Relaxed))
-            .finish()
-    }
-}
+crate::debug_fields!(Heap, |h| {
+    base: format_args!("{:#x}", h.res.base),
+    slice: h.slice,
+    mapped: h.mapped.load(Ordering::Relaxed),
+});
 
 /// Allocations remembered by range checks.
 const HIT_CACHE: usize = 4;

@@ -41,13 +41,7 @@ pub struct Proxy {
     n_slots: usize,
 }
 
-impl std::fmt::Debug for Proxy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proxy")
-            .field("slots", &self.n_slots)
-            .finish()
-    }
-}
+crate::debug_fields!(Proxy, |p| { slots: p.n_slots });
 
 impl Proxy {
     /// Starts the proxy of a GPU heap (`heap`) whose job has PEs on other nodes, reached through

@@ -311,8 +311,10 @@ impl Exec for NetExec {
                     // SAFETY: k bytes of the bounce buffer; the destination is the device's.
                     unsafe {
                         self.mem
-                            .write(CALL, r.local + done as u64, self.bounce.ptr(), k)?
+                            .write_async(CALL, r.local + done as u64, self.bounce.ptr(), k)?
                     };
+                    // The bounce buffer is refilled next round: the copy must have read it.
+                    self.mem.sync(CALL)?;
                     done += k;
                 }
                 Ok(Outcome::Done)

@@ -56,16 +56,12 @@ pub(crate) struct TeamInner {
     pub(crate) config: TeamConfig,
 }
 
-impl std::fmt::Debug for Team {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Team")
-            .field("name", &self.inner.name)
-            .field("my_pe", &self.inner.me)
-            .field("n_pes", &self.inner.members.len())
-            .field("members", &self.inner.members)
-            .finish()
-    }
-}
+crate::debug_fields!(Team, |t| {
+    name: t.inner.name,
+    my_pe: t.inner.me,
+    n_pes: t.inner.members.len(),
+    members: t.inner.members,
+});
 
 impl Team {
     /// My PE number in this team, `0..n_pes()`. Like `shmem_team_my_pe`.

@@ -448,7 +448,7 @@ impl World {
     }
 
     /// A team sync whose flags also carry `w`: it returns holding the AND of every member's
-    /// `w` (see [`World::dissemination_kinds`]).
+    /// `w` (see [`World::dissemination`]).
     fn team_and(&self, call: &'static str, team: &Team, w: &mut u64) -> Result<()> {
         let t = &team.inner;
         if t.members.len() == 1 {
@@ -457,7 +457,7 @@ impl World {
         }
         let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let m = TeamMembers { w: self, t };
-        self.dissemination_kinds(call, &m, epoch, None, false, None, Some(w))
+        self.dissemination(call, &m, epoch, None, false, None, Some(w))
             .map(drop)
     }
 
@@ -476,6 +476,14 @@ impl World {
             return Ok(None);
         }
         let epoch = t.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        self.dissemination(call, &TeamMembers { w: self, t }, epoch, check, false)
+        self.dissemination(
+            call,
+            &TeamMembers { w: self, t },
+            epoch,
+            check,
+            false,
+            None,
+            None,
+        )
     }
 }

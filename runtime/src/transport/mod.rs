@@ -232,15 +232,38 @@ impl Chunk {
 /// heap registration are each transport's own, driven by `remote.rs`). Arguments are checked
 /// by the caller (`World`): the ranges lie inside live allocations of mapped heaps, words are
 /// aligned, local buffers are live for the length given.
+/// A transport's identity: what [`TransportOps::kind`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// A short name (`shm`, `p2p`, `tcp`, `ucx`, `verbs`) for logs and errors.
+    pub name: &'static str,
+    /// What the transport can do.
+    pub caps: Caps,
+}
+
+impl Kind {
+    /// The transport called `name` that can do `caps`.
+    pub const fn new(name: &'static str, caps: Caps) -> Kind {
+        Kind { name, caps }
+    }
+}
+
 pub trait TransportOps {
     /// How this transport names a target: a load/store address, or a [`RemoteAddr`].
     type Addr: Copy;
 
-    /// A short name (`shm`, `p2p`, `tcp`, `verbs`) for logs and errors.
-    fn name(&self) -> &'static str;
+    /// Which transport this is: its name and what it can do.
+    fn kind(&self) -> Kind;
+
+    /// A short name (`shm`, `p2p`, `tcp`, `ucx`, `verbs`) for logs and errors.
+    fn name(&self) -> &'static str {
+        self.kind().name
+    }
 
     /// What this transport can do.
-    fn caps(&self) -> Caps;
+    fn caps(&self) -> Caps {
+        self.kind().caps
+    }
 
     /// Copies `n` bytes from local memory `src` to `dst`; `src` may be reused on return.
     fn put(&self, call: &'static str, dst: Self::Addr, src: *const u8, n: usize) -> Result<()>;
@@ -383,17 +406,10 @@ impl Transport {
 impl TransportOps for Transport {
     type Addr = usize;
 
-    fn name(&self) -> &'static str {
+    fn kind(&self) -> Kind {
         match self {
-            Transport::Shm => shm::Shm.name(),
-            Transport::P2p(p) => p.name(),
-        }
-    }
-
-    fn caps(&self) -> Caps {
-        match self {
-            Transport::Shm => shm::Shm.caps(),
-            Transport::P2p(p) => p.caps(),
+            Transport::Shm => shm::Shm.kind(),
+            Transport::P2p(p) => p.kind(),
         }
     }
 
@@ -478,12 +494,8 @@ macro_rules! remote_dispatch {
 impl TransportOps for RemoteRef<'_> {
     type Addr = RemoteAddr;
 
-    fn name(&self) -> &'static str {
-        remote_dispatch!(self, t => TransportOps::name(*t))
-    }
-
-    fn caps(&self) -> Caps {
-        remote_dispatch!(self, t => TransportOps::caps(*t))
+    fn kind(&self) -> Kind {
+        remote_dispatch!(self, t => TransportOps::kind(*t))
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
@@ -559,12 +571,8 @@ pub const TCP_CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
 impl TransportOps for tcp::Net {
     type Addr = RemoteAddr;
 
-    fn name(&self) -> &'static str {
-        "tcp"
-    }
-
-    fn caps(&self) -> Caps {
-        TCP_CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("tcp", TCP_CAPS)
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Amo, AmoOp, Caps, TransportOps};
+use super::{Amo, AmoOp, Caps, Kind, TransportOps};
 use crate::cuda::kernels::{self, Kernels};
 use crate::cuda::pinned::Pinned;
 use crate::cuda::{copy, Gpu};
@@ -48,11 +48,7 @@ pub struct P2p {
     state: Arc<Mutex<crate::device::DeviceState>>,
 }
 
-impl std::fmt::Debug for P2p {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("P2p").field("gpu", &self.gpu).finish()
-    }
-}
+crate::debug_fields!(P2p, |p| { gpu: p.gpu });
 
 impl P2p {
     /// Sets up host access to the GPU heap of `gpu`.
@@ -231,12 +227,8 @@ impl P2p {
 impl TransportOps for P2p {
     type Addr = usize;
 
-    fn name(&self) -> &'static str {
-        "p2p"
-    }
-
-    fn caps(&self) -> Caps {
-        CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("p2p", CAPS)
     }
 
     fn put(&self, call: &'static str, dst: usize, src: *const u8, n: usize) -> Result<()> {

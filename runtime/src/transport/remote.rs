@@ -44,15 +44,7 @@ pub(crate) struct Remotes {
     ucx: Option<Arc<ucx::Ucx>>,
 }
 
-impl std::fmt::Debug for Remotes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Remotes")
-            .field("via", &self.via)
-            .field("verbs_job", &self.verbs_job)
-            .field("ucx_job", &self.ucx_job)
-            .finish()
-    }
-}
+crate::debug_fields!(Remotes, |r| { via: r.via, verbs_job: r.verbs_job, ucx_job: r.ucx_job });
 
 /// Opens the RDMA device this PE would use (a clean error, never a panic, when there is none).
 #[cfg(feature = "verbs")]
@@ -67,6 +59,24 @@ fn open_device(_cfg: &Config) -> Result<std::convert::Infallible> {
         call: "init",
         reason: "RSHMEM_REMOTE_TRANSPORT=verbs but rshmem was built without the `verbs` cargo feature (build with --features verbs; it needs cmake and libclang-dev)".into(),
     })
+}
+
+/// What [`Remotes::connect`] brings the transports up with.
+pub(crate) struct ConnectWith<'a> {
+    /// The job's bootstrap (the exchanges are collective over all PEs).
+    pub boot: &'a dyn Bootstrap,
+    /// The run-time configuration.
+    pub cfg: &'a Config,
+    /// Who is still alive (the progress threads watch it).
+    pub live: &'a Arc<Liveness>,
+    /// The user heap, mapped for remote access.
+    pub heap: &'a Arc<Heap>,
+    /// The control heap, mapped for remote access.
+    pub ctrl: &'a Heap,
+    /// Where atomics from UCX peers on a GPU heap are applied (None: host heap).
+    pub gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
+    /// The registered symmetric regions' targets.
+    pub regions: &'a Arc<RegionTargets>,
 }
 
 impl Remotes {
@@ -302,20 +312,18 @@ impl Remotes {
     /// **Collective over all PEs** (when some pair uses verbs). Registers this PE's heaps,
     /// exchanges queue pair numbers, port addresses and memory keys, and brings every queue pair
     /// up. Every PE learns whether all succeeded.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn connect(
-        &mut self,
-        boot: &dyn Bootstrap,
-        cfg: &Config,
-        live: &std::sync::Arc<Liveness>,
-        heap: &Arc<Heap>,
-        ctrl: &Heap,
-        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
-        regions: &Arc<RegionTargets>,
-    ) -> Result<()> {
+    pub(crate) fn connect(&mut self, with: ConnectWith<'_>) -> Result<()> {
+        let ConnectWith {
+            boot,
+            cfg,
+            live,
+            heap,
+            ctrl,
+            ..
+        } = with;
         let _ = (cfg, live);
         if self.ucx_job {
-            self.connect_ucx(boot, live, heap, ctrl, gpu_mem, regions)?;
+            self.connect_ucx(&with)?;
         }
         if !self.verbs_job {
             return Ok(());
@@ -556,15 +564,16 @@ impl Remotes {
     /// worker addresses and packed keys, creates the endpoints, starts serving atomics applied
     /// on this PE (on `gpu_mem` for a GPU heap) and the progress thread. Every PE learns
     /// whether all succeeded.
-    fn connect_ucx(
-        &mut self,
-        boot: &dyn Bootstrap,
-        live: &std::sync::Arc<Liveness>,
-        heap: &Arc<Heap>,
-        ctrl: &Heap,
-        gpu_mem: Option<Arc<crate::cuda::target::GpuMem>>,
-        regions: &Arc<RegionTargets>,
-    ) -> Result<()> {
+    fn connect_ucx(&mut self, with: &ConnectWith<'_>) -> Result<()> {
+        let ConnectWith {
+            boot,
+            live,
+            heap,
+            ctrl,
+            regions,
+            ..
+        } = *with;
+        let gpu_mem = with.gpu_mem.clone();
         let call = "init";
         let mine: Result<Vec<u8>> = match &self.ucx {
             None => Ok(Vec::new()),

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Amo, AmoOp, Caps, TransportOps};
+use super::{Amo, AmoOp, Caps, Kind, TransportOps};
 use crate::error::Result;
 use crate::types::Bits;
 
@@ -20,12 +20,8 @@ pub struct Shm;
 impl TransportOps for Shm {
     type Addr = usize;
 
-    fn name(&self) -> &'static str {
-        "shm"
-    }
-
-    fn caps(&self) -> Caps {
-        CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("shm", CAPS)
     }
 
     #[inline]

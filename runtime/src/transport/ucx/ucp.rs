@@ -43,7 +43,7 @@ use super::wake::EventSleep;
 use super::wire::Key;
 use crate::error::{Error, Result};
 use crate::node::{peer_lost, Liveness};
-use crate::transport::{key, Amo, AmoOp, Caps, Chunk, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, Kind, RemoteAddr, TransportOps};
 
 /// What the UCX transport can do (not ordered: see the module docs).
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO);
@@ -1472,10 +1472,7 @@ impl Ucx {
                 None,
                 format!(
                     " of operations to PEs {}",
-                    pes.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    crate::error::join_pes(&pes, ", ")
                 ),
             ),
         };
@@ -1791,12 +1788,8 @@ impl Drop for Ucx {
 impl TransportOps for Ucx {
     type Addr = RemoteAddr;
 
-    fn name(&self) -> &'static str {
-        "ucx"
-    }
-
-    fn caps(&self) -> Caps {
-        CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("ucx", CAPS)
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {

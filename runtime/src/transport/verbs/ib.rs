@@ -40,7 +40,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::node::{peer_lost, Liveness};
 use crate::transport::select::Via;
-use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, RemoteAddr, TransportOps};
+use crate::transport::{key, Amo, AmoOp, Caps, Chunk, HeapId, Kind, RemoteAddr, TransportOps};
 
 /// What the verbs transport can do.
 pub const CAPS: Caps = Caps::RMA.union(Caps::AMO).union(Caps::ORDERED);
@@ -760,12 +760,8 @@ enum Wr {
 impl TransportOps for Verbs {
     type Addr = RemoteAddr;
 
-    fn name(&self) -> &'static str {
-        "verbs"
-    }
-
-    fn caps(&self) -> Caps {
-        CAPS
+    fn kind(&self) -> Kind {
+        Kind::new("verbs", CAPS)
     }
 
     fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
