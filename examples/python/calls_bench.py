@@ -88,6 +88,10 @@ def main():
                 raise SystemExit(f"calls_bench.py: PE 1 got {dst[:8].tolist()}, want "
                                  f"{want.tolist()}")
         for size in sizes:
+            # The alltoalls write every PE's dst, which every PE has just read (the put's and
+            # the last size's checks): the first PE to start them must wait for the others.
+            rshmem.barrier_all(stream=stream)
+            stream.synchronize()
             d, s = dst[:size * n], src[:size * n]
 
             def alltoall():
