@@ -22,55 +22,42 @@ use crate::transport::TransportOps;
 use crate::types::RmaType;
 use crate::world::{Target, World};
 
+/// The contiguous puts and gets (bytes and typed) in their blocking form `$name`, documented
+/// by the comment given, and their `_nbi` form `$nbi`: both hand their arguments to
+/// `put_impl`/`get_impl` under their own call name (the `_nbi` form takes borrowed slices, so
+/// it has read `src` or filled `dest` when it returns: it may leave only delivery to quiet).
+macro_rules! blocking_and_nbi {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident, $nbi:ident $(<$t:ident>)? ($dest:ident: $dty:ty, $src:ident: $sty:ty) => $body:ident;
+    )+) => {$(
+        $(#[$doc])*
+        #[inline]
+        pub fn $name $(<$t: RmaType>)? (&self, $dest: $dty, $src: $sty, pe: usize) -> Result<()> {
+            self.$body(stringify!($name), $dest, $src, pe)
+        }
+
+        #[doc = concat!("**One-sided.** Non-blocking [`", stringify!($name), "`](World::",
+            stringify!($name), "); completed by [`World::quiet`].")]
+        #[inline]
+        pub fn $nbi $(<$t: RmaType>)? (&self, $dest: $dty, $src: $sty, pe: usize) -> Result<()> {
+            self.$body(stringify!($nbi), $dest, $src, pe)
+        }
+    )+};
+}
+
 impl World {
-    /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
-    #[inline]
-    pub fn putmem(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
-        self.put_impl("putmem", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies the symmetric `src` on PE `pe` into `dest`. Like `shmem_getmem`.
-    #[inline]
-    pub fn getmem(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
-        self.get_impl("getmem", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`putmem`](World::putmem); completed by [`World::quiet`].
-    #[inline]
-    pub fn putmem_nbi(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
-        self.put_impl("putmem_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`getmem`](World::getmem); completed by [`World::quiet`].
-    #[inline]
-    pub fn getmem_nbi(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
-        self.get_impl("getmem_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies `src.len()` elements into the symmetric `dest` on PE `pe`. Like
-    /// `shmem_TYPE_put`.
-    #[inline]
-    pub fn put<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
-        self.put_impl("put", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies `dest.len()` elements from the symmetric `src` on PE `pe`. Like
-    /// `shmem_TYPE_get`.
-    #[inline]
-    pub fn get<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
-        self.get_impl("get", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`put`](World::put).
-    #[inline]
-    pub fn put_nbi<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
-        self.put_impl("put_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`get`](World::get).
-    #[inline]
-    pub fn get_nbi<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
-        self.get_impl("get_nbi", dest, src, pe)
+    blocking_and_nbi! {
+        /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
+        putmem, putmem_nbi(dest: *mut u8, src: &[u8]) => put_impl;
+        /// **One-sided.** Copies the symmetric `src` on PE `pe` into `dest`. Like `shmem_getmem`.
+        getmem, getmem_nbi(dest: &mut [u8], src: *const u8) => get_impl;
+        /// **One-sided.** Copies `src.len()` elements into the symmetric `dest` on PE `pe`. Like
+        /// `shmem_TYPE_put`.
+        put, put_nbi<T>(dest: *mut T, src: &[T]) => put_impl;
+        /// **One-sided.** Copies `dest.len()` elements from the symmetric `src` on PE `pe`. Like
+        /// `shmem_TYPE_get`.
+        get, get_nbi<T>(dest: &mut [T], src: *const T) => get_impl;
     }
 
     /// **One-sided.** [`put_nbi`](World::put_nbi) as C's `shmem_TYPE_put_nbi` defines it: the

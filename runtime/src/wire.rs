@@ -28,8 +28,31 @@ impl std::error::Error for UnknownCode {}
 /// Declares a `#[repr]` enum with explicit codes, its `code()` and `from_code` (None for a
 /// number that names no variant): the one shape of every fixed code of a frame or a payload
 /// (these here, the TCP transport's heaps and rejections, UCX's refusals, the proxy's failures,
-/// the remote-transport choice the PEs exchange).
+/// the remote-transport choice the PEs exchange). With `, fn NAME` after the type, every variant
+/// also carries its words for messages (`Variant = code => "words",`) and `NAME()` gives them.
 macro_rules! code_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $repr:ty, $(#[$tmeta:meta])* fn $text:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $code:literal => $words:literal,)+
+        }
+    ) => {
+        $crate::wire::code_enum! {
+            $(#[$meta])*
+            $vis enum $name: $repr {
+                $($(#[$vmeta])* $variant = $code,)+
+            }
+        }
+
+        impl $name {
+            $(#[$tmeta])*
+            pub const fn $text(self) -> &'static str {
+                match self {
+                    $($name::$variant => $words,)+
+                }
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident : $repr:ty {
@@ -71,7 +94,7 @@ macro_rules! codes {
             $($(#[$vmeta:meta])* $variant:ident = $code:literal => $dev:literal,)+
         }
     ) => {
-        code_enum! {
+        $crate::wire::code_enum! {
             $(#[$meta])*
             $vis enum $name: $repr {
                 $($(#[$vmeta])* $variant = $code,)+
