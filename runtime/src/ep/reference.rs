@@ -131,11 +131,7 @@ pub fn combine(
                 continue;
             }
             for (h, oh) in o.iter_mut().enumerate() {
-                let mut acc = 0f32;
-                for &i in &here {
-                    acc = slots[i].2.mul_add(rows[i][h], acc);
-                }
-                *oh += round_to(dtype, acc);
+                *oh += round_to(dtype, weighted(&slots, &rows, &here, h));
             }
         }
         for v in o.iter_mut() {
@@ -143,6 +139,14 @@ pub fn combine(
         }
     }
     out
+}
+
+/// Element `h` of the weighted sum of the expert rows `rows` of the slots `which` (indices into
+/// `slots`, in order): fused multiply-adds from 0, as the kernels form it.
+fn weighted(slots: &[(usize, usize, f32)], rows: &[Vec<f32>], which: &[usize], h: usize) -> f32 {
+    which
+        .iter()
+        .fold(0f32, |acc, &i| slots[i].2.mul_add(rows[i][h], acc))
 }
 
 /// What PE `pe` receives in a low-latency dispatch: for each (local expert `l`, source PE `s`)
@@ -176,12 +180,9 @@ pub fn combine_ll(
     for t in 0..r.num_tokens {
         let slots = r.slots(t, k, num_experts);
         let rows: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| y(e, t)).collect();
+        let all: Vec<usize> = (0..slots.len()).collect();
         for (h, o) in out[t * hidden..(t + 1) * hidden].iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for (i, s) in slots.iter().enumerate() {
-                acc = s.2.mul_add(rows[i][h], acc);
-            }
-            *o = round_to(dtype, acc);
+            *o = round_to(dtype, weighted(&slots, &rows, &all, h));
         }
     }
     out
