@@ -493,6 +493,8 @@ macro_rules! remote_dispatch {
 
 /// The methods of [`TransportOps`] for [`RemoteRef`]: each passes its arguments on to the same
 /// method of the transport the reference holds (an `unsafe` one under the caller's contract).
+/// A method added to the trait belongs in this list too: one with a default body left out
+/// would give `RemoteRef` the default instead of the held transport's own.
 macro_rules! forward_to_remote {
     (
         $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)+
