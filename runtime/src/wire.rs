@@ -115,6 +115,28 @@ macro_rules! codes {
     };
 }
 
+/// `From` both ways between a runtime enum and its wire code, whose variants have the same
+/// names: each pair listed once (the matches stay exhaustive both ways).
+macro_rules! same_variants {
+    ($a:ident <=> $b:ident { $($v:ident),+ }) => {
+        impl From<$a> for $b {
+            fn from(x: $a) -> $b {
+                match x {
+                    $($a::$v => $b::$v,)+
+                }
+            }
+        }
+
+        impl From<$b> for $a {
+            fn from(x: $b) -> $a {
+                match x {
+                    $($b::$v => $a::$v,)+
+                }
+            }
+        }
+    };
+}
+
 codes! {
     /// An atomic operation on a 4- or 8-byte word (the proxy request's `amo` byte, the TCP
     /// transport's AMO frames, `RSHMEM_PROXY_AMO_*` in proxy.cuh).
@@ -239,31 +261,7 @@ codes! {
     }
 }
 
-impl From<Cmp> for CmpCode {
-    fn from(c: Cmp) -> CmpCode {
-        match c {
-            Cmp::Eq => CmpCode::Eq,
-            Cmp::Ne => CmpCode::Ne,
-            Cmp::Gt => CmpCode::Gt,
-            Cmp::Ge => CmpCode::Ge,
-            Cmp::Lt => CmpCode::Lt,
-            Cmp::Le => CmpCode::Le,
-        }
-    }
-}
-
-impl From<CmpCode> for Cmp {
-    fn from(c: CmpCode) -> Cmp {
-        match c {
-            CmpCode::Eq => Cmp::Eq,
-            CmpCode::Ne => Cmp::Ne,
-            CmpCode::Gt => Cmp::Gt,
-            CmpCode::Ge => Cmp::Ge,
-            CmpCode::Lt => Cmp::Lt,
-            CmpCode::Le => Cmp::Le,
-        }
-    }
-}
+same_variants!(Cmp <=> CmpCode { Eq, Ne, Gt, Ge, Lt, Le });
 
 impl TryFrom<i32> for Cmp {
     type Error = UnknownCode;
@@ -282,22 +280,12 @@ codes! {
     }
 }
 
-impl From<SignalOp> for SignalCode {
-    fn from(s: SignalOp) -> SignalCode {
-        match s {
-            SignalOp::Set => SignalCode::Set,
-            SignalOp::Add => SignalCode::Add,
-        }
-    }
-}
+same_variants!(SignalOp <=> SignalCode { Set, Add });
 
 impl TryFrom<i32> for SignalOp {
     type Error = UnknownCode;
     fn try_from(c: i32) -> Result<SignalOp, UnknownCode> {
-        Ok(match SignalCode::try_from(c)? {
-            SignalCode::Set => SignalOp::Set,
-            SignalCode::Add => SignalOp::Add,
-        })
+        SignalCode::try_from(c).map(SignalOp::from)
     }
 }
 
