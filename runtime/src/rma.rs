@@ -22,55 +22,42 @@ use crate::transport::TransportOps;
 use crate::types::RmaType;
 use crate::world::{Target, World};
 
+/// The contiguous puts and gets (bytes and typed) in their blocking form `$name`, documented
+/// by the comment given, and their `_nbi` form `$nbi`: both hand their arguments to
+/// `put_impl`/`get_impl` under their own call name (the `_nbi` form takes borrowed slices, so
+/// it has read `src` or filled `dest` when it returns: it may leave only delivery to quiet).
+macro_rules! blocking_and_nbi {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident, $nbi:ident $(<$t:ident>)? ($dest:ident: $dty:ty, $src:ident: $sty:ty) => $body:ident;
+    )+) => {$(
+        $(#[$doc])*
+        #[inline]
+        pub fn $name $(<$t: RmaType>)? (&self, $dest: $dty, $src: $sty, pe: usize) -> Result<()> {
+            self.$body(stringify!($name), $dest, $src, pe)
+        }
+
+        #[doc = concat!("**One-sided.** Non-blocking [`", stringify!($name), "`](World::",
+            stringify!($name), "); completed by [`World::quiet`].")]
+        #[inline]
+        pub fn $nbi $(<$t: RmaType>)? (&self, $dest: $dty, $src: $sty, pe: usize) -> Result<()> {
+            self.$body(stringify!($nbi), $dest, $src, pe)
+        }
+    )+};
+}
+
 impl World {
-    /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
-    #[inline]
-    pub fn putmem(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
-        self.put_impl("putmem", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies the symmetric `src` on PE `pe` into `dest`. Like `shmem_getmem`.
-    #[inline]
-    pub fn getmem(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
-        self.get_impl("getmem", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`putmem`](World::putmem); completed by [`World::quiet`].
-    #[inline]
-    pub fn putmem_nbi(&self, dest: *mut u8, src: &[u8], pe: usize) -> Result<()> {
-        self.put_impl("putmem_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`getmem`](World::getmem); completed by [`World::quiet`].
-    #[inline]
-    pub fn getmem_nbi(&self, dest: &mut [u8], src: *const u8, pe: usize) -> Result<()> {
-        self.get_impl("getmem_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies `src.len()` elements into the symmetric `dest` on PE `pe`. Like
-    /// `shmem_TYPE_put`.
-    #[inline]
-    pub fn put<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
-        self.put_impl("put", dest, src, pe)
-    }
-
-    /// **One-sided.** Copies `dest.len()` elements from the symmetric `src` on PE `pe`. Like
-    /// `shmem_TYPE_get`.
-    #[inline]
-    pub fn get<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
-        self.get_impl("get", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`put`](World::put).
-    #[inline]
-    pub fn put_nbi<T: RmaType>(&self, dest: *mut T, src: &[T], pe: usize) -> Result<()> {
-        self.put_impl("put_nbi", dest, src, pe)
-    }
-
-    /// **One-sided.** Non-blocking [`get`](World::get).
-    #[inline]
-    pub fn get_nbi<T: RmaType>(&self, dest: &mut [T], src: *const T, pe: usize) -> Result<()> {
-        self.get_impl("get_nbi", dest, src, pe)
+    blocking_and_nbi! {
+        /// **One-sided.** Copies `src` into the symmetric `dest` on PE `pe`. Like `shmem_putmem`.
+        putmem, putmem_nbi(dest: *mut u8, src: &[u8]) => put_impl;
+        /// **One-sided.** Copies the symmetric `src` on PE `pe` into `dest`. Like `shmem_getmem`.
+        getmem, getmem_nbi(dest: &mut [u8], src: *const u8) => get_impl;
+        /// **One-sided.** Copies `src.len()` elements into the symmetric `dest` on PE `pe`. Like
+        /// `shmem_TYPE_put`.
+        put, put_nbi<T>(dest: *mut T, src: &[T]) => put_impl;
+        /// **One-sided.** Copies `dest.len()` elements from the symmetric `src` on PE `pe`. Like
+        /// `shmem_TYPE_get`.
+        get, get_nbi<T>(dest: &mut [T], src: *const T) => get_impl;
     }
 
     /// **One-sided.** [`put_nbi`](World::put_nbi) as C's `shmem_TYPE_put_nbi` defines it: the
@@ -91,16 +78,7 @@ impl World {
         pe: usize,
     ) -> Result<()> {
         // SAFETY: the caller's contract, passed on.
-        unsafe {
-            self.deferred::<T>(
-                "put_nbi",
-                Deferred::Put,
-                src as usize,
-                dest as usize,
-                nelems,
-                pe,
-            )
-        }
+        unsafe { self.deferred::<T>("put_nbi", Dir::Put, src as usize, dest as usize, nelems, pe) }
     }
 
     /// **One-sided.** [`get_nbi`](World::get_nbi) as C's `shmem_TYPE_get_nbi` defines it:
@@ -120,16 +98,7 @@ impl World {
         pe: usize,
     ) -> Result<()> {
         // SAFETY: the caller's contract, passed on.
-        unsafe {
-            self.deferred::<T>(
-                "get_nbi",
-                Deferred::Get,
-                dest as usize,
-                src as usize,
-                nelems,
-                pe,
-            )
-        }
+        unsafe { self.deferred::<T>("get_nbi", Dir::Get, dest as usize, src as usize, nelems, pe) }
     }
 
     /// A deferred transfer of `nelems` elements between the local buffer at `local` and the
@@ -142,7 +111,7 @@ impl World {
     unsafe fn deferred<T>(
         &self,
         call: &'static str,
-        dir: Deferred,
+        dir: Dir,
         local: usize,
         sym: usize,
         nelems: usize,
@@ -153,8 +122,8 @@ impl World {
         };
         match self.target(call, sym, bytes, pe)? {
             Target::Local(a) => match dir {
-                Deferred::Put => self.xport.put(call, a, local as *const u8, bytes),
-                Deferred::Get => self.xport.get(call, local as *mut u8, a, bytes),
+                Dir::Put => self.xport.put(call, a, local as *const u8, bytes),
+                Dir::Get => self.xport.get(call, local as *mut u8, a, bytes),
             },
             Target::Remote { pe, off } => {
                 let at = Target::remote_addr(pe, off);
@@ -163,8 +132,8 @@ impl World {
                 // this transport.
                 unsafe {
                     match dir {
-                        Deferred::Put => x.put_nbi(call, at, local as *const u8, bytes),
-                        Deferred::Get => x.get_nbi(call, local as *mut u8, at, bytes),
+                        Dir::Put => x.put_nbi(call, at, local as *const u8, bytes),
+                        Dir::Get => x.get_nbi(call, local as *mut u8, at, bytes),
                     }
                 }
             }
@@ -228,25 +197,16 @@ impl World {
         nelems: usize,
         pe: usize,
     ) -> Result<()> {
-        let call = "iput";
-        if nelems == 0 {
-            return self.check_pe(call, pe);
-        }
-        let (dspan, sspan) = spans(call, dst, sst, nelems)?;
-        local_fits(call, "source", src.len(), sst, nelems, sspan)?;
-        let size = std::mem::size_of::<T>();
-        let base = self.strided_target::<T>(call, "target", dest as usize, dspan, pe)?;
-        for i in 0..nelems {
-            // Each element lies inside the checked range: i·dst < dspan, and dspan·size did
-            // not overflow, so neither does i·dst·size.
-            self.put_to(
-                call,
-                base.offset(i * dst * size),
-                (&src[i * sst] as *const T).cast(),
-                size,
-            )?;
-        }
-        Ok(())
+        let local = (src.as_ptr() as usize, src.len());
+        self.strided::<T>(
+            "iput",
+            Dir::Put,
+            local,
+            dest as usize,
+            (dst, sst),
+            nelems,
+            pe,
+        )
     }
 
     /// **One-sided.** Strided get: `dest[i·dst] = src[i·sst]` (src on PE `pe`) for `i < nelems`.
@@ -260,23 +220,55 @@ impl World {
         nelems: usize,
         pe: usize,
     ) -> Result<()> {
-        let call = "iget";
+        let local = (dest.as_mut_ptr() as usize, dest.len());
+        self.strided::<T>(
+            "iget",
+            Dir::Get,
+            local,
+            src as usize,
+            (dst, sst),
+            nelems,
+            pe,
+        )
+    }
+
+    /// The body of [`iput`](World::iput) (`Put`: the local buffer is the source) and
+    /// [`iget`](World::iget) (`Get`: it is the destination): `nelems` elements between the
+    /// local buffer (`local`: its address and length in elements) and the symmetric `sym` on
+    /// PE `pe`, the destination's `dst` and the source's `sst` elements apart.
+    #[allow(clippy::too_many_arguments)]
+    fn strided<T: RmaType>(
+        &self,
+        call: &'static str,
+        dir: Dir,
+        (local, local_len): (usize, usize),
+        sym: usize,
+        (dst, sst): (usize, usize),
+        nelems: usize,
+        pe: usize,
+    ) -> Result<()> {
         if nelems == 0 {
             return self.check_pe(call, pe);
         }
         let (dspan, sspan) = spans(call, dst, sst, nelems)?;
-        local_fits(call, "destination", dest.len(), dst, nelems, dspan)?;
+        // Each side's stride and extent, and its name in errors.
+        let ((lstride, lspan, lwhat), (rstride, rspan, rwhat)) = match dir {
+            Dir::Put => ((sst, sspan, "source"), (dst, dspan, "target")),
+            Dir::Get => ((dst, dspan, "destination"), (sst, sspan, "source")),
+        };
+        local_fits(call, lwhat, local_len, lstride, nelems, lspan)?;
         let size = std::mem::size_of::<T>();
-        let base = self.strided_target::<T>(call, "source", src as usize, sspan, pe)?;
+        let base = self.strided_target::<T>(call, rwhat, sym, rspan, pe)?;
         for i in 0..nelems {
-            // Each element lies inside the checked range: i·sst < sspan, and sspan·size did
-            // not overflow, so neither does i·sst·size.
-            self.get_from(
-                call,
-                (&mut dest[i * dst] as *mut T).cast(),
-                base.offset(i * sst * size),
-                size,
-            )?;
+            // Each element lies inside the checked ranges: i·stride < span on either side, the
+            // local span fits the buffer, and span·size did not overflow, so neither does
+            // i·stride·size.
+            let l = local + i * lstride * size;
+            let r = base.offset(i * rstride * size);
+            match dir {
+                Dir::Put => self.put_to(call, r, l as *const u8, size)?,
+                Dir::Get => self.get_from(call, l as *mut u8, r, size)?,
+            }
         }
         Ok(())
     }
@@ -330,10 +322,10 @@ impl World {
     }
 }
 
-/// The direction of a deferred `_nbi` transfer ([`World::put_nbi_deferred`],
-/// [`World::get_nbi_deferred`]).
+/// Which way a transfer between a local buffer and a symmetric address goes: to the symmetric
+/// address (a put) or from it (a get).
 #[derive(Clone, Copy)]
-enum Deferred {
+enum Dir {
     Put,
     Get,
 }

@@ -28,8 +28,31 @@ impl std::error::Error for UnknownCode {}
 /// Declares a `#[repr]` enum with explicit codes, its `code()` and `from_code` (None for a
 /// number that names no variant): the one shape of every fixed code of a frame or a payload
 /// (these here, the TCP transport's heaps and rejections, UCX's refusals, the proxy's failures,
-/// the remote-transport choice the PEs exchange).
+/// the remote-transport choice the PEs exchange). With `, fn NAME` after the type, every variant
+/// also carries its words for messages (`Variant = code => "words",`) and `NAME()` gives them.
 macro_rules! code_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $repr:ty, $(#[$tmeta:meta])* fn $text:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $code:literal => $words:literal,)+
+        }
+    ) => {
+        $crate::wire::code_enum! {
+            $(#[$meta])*
+            $vis enum $name: $repr {
+                $($(#[$vmeta])* $variant = $code,)+
+            }
+        }
+
+        impl $name {
+            $(#[$tmeta])*
+            pub const fn $text(self) -> &'static str {
+                match self {
+                    $($name::$variant => $words,)+
+                }
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident : $repr:ty {
@@ -71,7 +94,7 @@ macro_rules! codes {
             $($(#[$vmeta:meta])* $variant:ident = $code:literal => $dev:literal,)+
         }
     ) => {
-        code_enum! {
+        $crate::wire::code_enum! {
             $(#[$meta])*
             $vis enum $name: $repr {
                 $($(#[$vmeta])* $variant = $code,)+
@@ -87,6 +110,28 @@ macro_rules! codes {
             type Error = UnknownCode;
             fn try_from(c: $repr) -> Result<Self, UnknownCode> {
                 $name::from_code(c).ok_or(UnknownCode { kind: $kind, code: c as i64 })
+            }
+        }
+    };
+}
+
+/// `From` both ways between a runtime enum and its wire code, whose variants have the same
+/// names: each pair listed once (the matches stay exhaustive both ways).
+macro_rules! same_variants {
+    ($a:ident <=> $b:ident { $($v:ident),+ }) => {
+        impl From<$a> for $b {
+            fn from(x: $a) -> $b {
+                match x {
+                    $($a::$v => $b::$v,)+
+                }
+            }
+        }
+
+        impl From<$b> for $a {
+            fn from(x: $b) -> $a {
+                match x {
+                    $($b::$v => $a::$v,)+
+                }
             }
         }
     };
@@ -216,31 +261,7 @@ codes! {
     }
 }
 
-impl From<Cmp> for CmpCode {
-    fn from(c: Cmp) -> CmpCode {
-        match c {
-            Cmp::Eq => CmpCode::Eq,
-            Cmp::Ne => CmpCode::Ne,
-            Cmp::Gt => CmpCode::Gt,
-            Cmp::Ge => CmpCode::Ge,
-            Cmp::Lt => CmpCode::Lt,
-            Cmp::Le => CmpCode::Le,
-        }
-    }
-}
-
-impl From<CmpCode> for Cmp {
-    fn from(c: CmpCode) -> Cmp {
-        match c {
-            CmpCode::Eq => Cmp::Eq,
-            CmpCode::Ne => Cmp::Ne,
-            CmpCode::Gt => Cmp::Gt,
-            CmpCode::Ge => Cmp::Ge,
-            CmpCode::Lt => Cmp::Lt,
-            CmpCode::Le => Cmp::Le,
-        }
-    }
-}
+same_variants!(Cmp <=> CmpCode { Eq, Ne, Gt, Ge, Lt, Le });
 
 impl TryFrom<i32> for Cmp {
     type Error = UnknownCode;
@@ -259,22 +280,12 @@ codes! {
     }
 }
 
-impl From<SignalOp> for SignalCode {
-    fn from(s: SignalOp) -> SignalCode {
-        match s {
-            SignalOp::Set => SignalCode::Set,
-            SignalOp::Add => SignalCode::Add,
-        }
-    }
-}
+same_variants!(SignalOp <=> SignalCode { Set, Add });
 
 impl TryFrom<i32> for SignalOp {
     type Error = UnknownCode;
     fn try_from(c: i32) -> Result<SignalOp, UnknownCode> {
-        Ok(match SignalCode::try_from(c)? {
-            SignalCode::Set => SignalOp::Set,
-            SignalCode::Add => SignalOp::Add,
-        })
+        SignalCode::try_from(c).map(SignalOp::from)
     }
 }
 

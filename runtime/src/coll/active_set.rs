@@ -217,11 +217,14 @@ impl World {
         nelems: usize,
         root: usize,
     ) -> Result<()> {
-        let call = "set_broadcast";
-        let g = Group::Set(set);
-        g.check_root(call, root)?;
-        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
-        let op = Op::new(call, g, &NO_CHECK, dest, source, nelems);
+        let op = Op::new(
+            "set_broadcast",
+            Group::Set(set),
+            &NO_CHECK,
+            dest,
+            source,
+            nelems,
+        );
         self.bcast_engine(op, root, false)
     }
 

@@ -456,8 +456,6 @@ impl World {
         let call = "broadcast";
         self.team_check(call, team)?;
         let g = Group::Team(team);
-        g.check_root(call, root)?;
-        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let check = Check(&[
             ("root", root as u64),
             ("nelems", nelems as u64),
@@ -468,7 +466,7 @@ impl World {
     }
 
     /// The broadcast of teams and active sets (`root_writes`: the root's `dest` gets the data
-    /// too) by the engine [`World::engine`] picks.
+    /// too) by the engine [`World::engine`] picks, after checking `root` and the buffers.
     fn bcast_engine<T: RmaType>(
         &self,
         op: Op<'_, T>,
@@ -483,6 +481,8 @@ impl World {
             source,
             nelems,
         } = op;
+        g.check_root(call, root)?;
+        self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let bytes = bytes_of::<T>(call, "block", nelems)?;
         let at_root = g.me() == root;
         if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Broadcast, g, false), g) {

@@ -365,14 +365,7 @@ pub(crate) fn create_and_map(gpu: &Gpu, addr: usize, len: usize) -> Result<Owned
         &format!("cuMemCreate of {len} bytes on GPU {}", gpu.ordinal),
     )?;
     let r = (|| {
-        // SAFETY: addr..addr+len lies in our reservation and is not mapped yet.
-        check(
-            // SAFETY: addr..addr+len lies in our reservation and is not mapped yet.
-            unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
-            call,
-            "cuMemMap",
-        )?;
-        set_access(gpu, addr, len)?;
+        map_with_access(call, "cuMemMap", gpu, h, addr, len)?;
         let mut fd: i32 = -1;
         // SAFETY: the out-pointer receives an int fd for the POSIX handle type.
         check(
@@ -413,7 +406,6 @@ fn import_and_map_as(
     use std::os::fd::AsRawFd;
     gpu.bind(call)?;
     let mut h: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
     check(
         // SAFETY: for POSIX fds the "OS handle" argument is the fd value itself.
         unsafe {
@@ -426,13 +418,7 @@ fn import_and_map_as(
         call,
         &format!("cuMemImportFromShareableHandle ({what})"),
     )?;
-    // SAFETY: addr..addr+len is an unmapped part of our reservation.
-    let r = check(
-        unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
-        call,
-        &format!("cuMemMap of {what}"),
-    )
-    .and_then(|_| set_access_as(call, gpu, addr, len).inspect_err(|_| unmap(addr, len)));
+    let r = map_with_access(call, &format!("cuMemMap of {what}"), gpu, h, addr, len);
     // SAFETY: h is the handle we imported; the mapping keeps the memory alive.
     unsafe { sys::cuMemRelease(h) };
     r
@@ -573,14 +559,8 @@ pub(crate) fn map_user_allocation(
     addr: usize,
     len: usize,
 ) -> Result<()> {
-    gpu.bind(call)?;
-    check(
-        // SAFETY: addr..addr+len is an unmapped part of our reservation; the handle is live.
-        unsafe { sys::cuMemMap(addr as u64, len, 0, a.handle, 0) },
-        call,
-        "cuMemMap of the registered buffer into the symmetric heap",
-    )?;
-    set_access_as(call, gpu, addr, len).inspect_err(|_| unmap(addr, len))
+    let what = "cuMemMap of the registered buffer into the symmetric heap";
+    map_with_access(call, what, gpu, a.handle, addr, len)
 }
 
 /// Imports a peer's exported user allocation and maps its first `len` bytes at `addr`.
@@ -594,8 +574,27 @@ pub(crate) fn import_user_allocation(
     import_and_map_as(call, "a peer's registered buffer", gpu, fd, addr, len)
 }
 
-fn set_access(gpu: &Gpu, addr: usize, len: usize) -> Result<()> {
-    set_access_as("malloc", gpu, addr, len)
+/// Maps `len` bytes of the allocation `h` at `addr` (an unmapped part of our reservation) and
+/// gives `gpu` read-write access to them (binding its context first); unmaps them again when
+/// access cannot be set. `what` names the mapping in errors. The one mapping step of a heap
+/// chunk made here, a peer's imported one and a registered user allocation.
+fn map_with_access(
+    call: &'static str,
+    what: &str,
+    gpu: &Gpu,
+    h: sys::CUmemGenericAllocationHandle,
+    addr: usize,
+    len: usize,
+) -> Result<()> {
+    gpu.bind(call)?;
+    check(
+        // SAFETY: addr..addr+len is an unmapped part of our reservation; the handle is live
+        // (the caller holds it).
+        unsafe { sys::cuMemMap(addr as u64, len, 0, h, 0) },
+        call,
+        what,
+    )?;
+    set_access_as(call, gpu, addr, len).inspect_err(|_| unmap(addr, len))
 }
 
 fn set_access_as(call: &'static str, gpu: &Gpu, addr: usize, len: usize) -> Result<()> {

@@ -62,6 +62,23 @@ pub const LL_MAX_TOKENS: usize = 256;
 /// Alignment of every sub-buffer.
 const ALIGN: usize = 256;
 
+/// Consecutive areas of one buffer, each starting [`ALIGN`]-aligned.
+#[derive(Default)]
+struct Areas {
+    /// Bytes used so far (rounded up to [`ALIGN`]).
+    end: usize,
+}
+
+impl Areas {
+    /// The offset of the next area, of `bytes` bytes; None when its size (None) or the total
+    /// overflows.
+    fn take(&mut self, bytes: Option<usize>) -> Option<usize> {
+        let at = self.end;
+        self.end = at.checked_add(bytes?)?.checked_next_multiple_of(ALIGN)?;
+        Some(at)
+    }
+}
+
 /// Element type of the tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EpDtype {
@@ -196,16 +213,9 @@ impl EpConfig {
         }
         let meta_words = (1 + 3 * self.topk).div_ceil(4) * 4;
         let too_big = || Error::invalid(call, "the buffers would not fit in the address space");
-        let mut at = 0usize;
-        let mut take = |bytes: Option<usize>| -> Result<usize> {
-            let o = at;
-            let b = bytes.ok_or_else(too_big)?;
-            at = o
-                .checked_add(b)
-                .and_then(|x| x.checked_next_multiple_of(ALIGN))
-                .ok_or_else(too_big)?;
-            Ok(o)
-        };
+        // The symmetric buffers, then (from offset 0 again) the local scratch.
+        let mut sym = Areas::default();
+        let mut take = |bytes: Option<usize>| sym.take(bytes).ok_or_else(too_big);
         let nt = n_pes.checked_mul(self.max_tokens);
         let sig = take(Some(8 * n_pes * 8))?;
         let recv_cnt = take(Some(n_pes * (1 + l) * 4))?;
@@ -223,17 +233,9 @@ impl EpConfig {
                 .checked_mul(self.topk * row_bytes)
                 .and_then(ll),
         )?;
-        let symmetric_bytes = at;
-        at = 0;
-        let mut take = |bytes: Option<usize>| -> Result<usize> {
-            let o = at;
-            let b = bytes.ok_or_else(too_big)?;
-            at = o
-                .checked_add(b)
-                .and_then(|x| x.checked_next_multiple_of(ALIGN))
-                .ok_or_else(too_big)?;
-            Ok(o)
-        };
+        let symmetric_bytes = sym.end;
+        let mut scratch = Areas::default();
+        let mut take = |bytes: Option<usize>| scratch.take(bytes).ok_or_else(too_big);
         let epoch = take(Some(32))?;
         let done = take(Some(32))?;
         let err = take(Some(16))?;
@@ -243,7 +245,7 @@ impl EpConfig {
         let tok_mask = take(Some(self.max_tokens.max(1) * 4))?;
         let comb_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
         let ll_slot_ok = take(Some(self.max_tokens.max(1) * self.topk * 4))?;
-        let scratch_bytes = at;
+        let scratch_bytes = scratch.end;
         let expert_x_bytes = max_rows.checked_mul(row_bytes).ok_or_else(too_big)?;
         Ok(EpSizes {
             n_pes,

@@ -51,6 +51,26 @@ impl Routing {
     }
 }
 
+/// Every row PE `pe` receives in a dispatch, as (its local expert, source PE, source token,
+/// slot): sources in PE order, tokens in order within a source, slots in order within a token
+/// (a token that names an expert twice gives two rows).
+fn received<'a>(
+    routing: &'a [Routing],
+    num_experts: usize,
+    k: usize,
+    pe: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize)> + 'a {
+    let l = num_experts / routing.len();
+    routing.iter().enumerate().flat_map(move |(s, r)| {
+        (0..r.num_tokens).flat_map(move |t| {
+            r.slots(t, k, num_experts)
+                .into_iter()
+                .filter(move |&(_, e, _)| e / l == pe)
+                .map(move |(j, e, _)| (e % l, s, t, j))
+        })
+    })
+}
+
 /// What PE `pe` receives in a dispatch: for each of its local experts, the `(source PE, source
 /// token)` of every row, sources in PE order and tokens in order within a source (a token that
 /// names an expert twice has two rows). The kernels order rows the same way by source; within
@@ -61,17 +81,9 @@ pub fn expected_rows(
     k: usize,
     pe: usize,
 ) -> Vec<Vec<(usize, usize)>> {
-    let n = routing.len();
-    let l = num_experts / n;
-    let mut rows = vec![Vec::new(); l];
-    for (s, r) in routing.iter().enumerate() {
-        for t in 0..r.num_tokens {
-            for (_, e, _) in r.slots(t, k, num_experts) {
-                if e / l == pe {
-                    rows[e % l].push((s, t));
-                }
-            }
-        }
+    let mut rows = vec![Vec::new(); num_experts / routing.len()];
+    for (x, s, t, _) in received(routing, num_experts, k, pe) {
+        rows[x].push((s, t));
     }
     rows
 }
@@ -119,11 +131,7 @@ pub fn combine(
                 continue;
             }
             for (h, oh) in o.iter_mut().enumerate() {
-                let mut acc = 0f32;
-                for &i in &here {
-                    acc = slots[i].2.mul_add(rows[i][h], acc);
-                }
-                *oh += round_to(dtype, acc);
+                *oh += round_to(dtype, weighted(&slots, &rows, &here, h));
             }
         }
         for v in o.iter_mut() {
@@ -131,6 +139,14 @@ pub fn combine(
         }
     }
     out
+}
+
+/// Element `h` of the weighted sum of the expert rows `rows` of the slots `which` (indices into
+/// `slots`, in order): fused multiply-adds from 0, as the kernels form it.
+fn weighted(slots: &[(usize, usize, f32)], rows: &[Vec<f32>], which: &[usize], h: usize) -> f32 {
+    which
+        .iter()
+        .fold(0f32, |acc, &i| slots[i].2.mul_add(rows[i][h], acc))
 }
 
 /// What PE `pe` receives in a low-latency dispatch: for each (local expert `l`, source PE `s`)
@@ -143,16 +159,9 @@ pub fn expected_ll_rows(
     pe: usize,
 ) -> Vec<Vec<(usize, usize)>> {
     let n = routing.len();
-    let l = num_experts / n;
-    let mut blocks = vec![Vec::new(); l * n];
-    for (s, r) in routing.iter().enumerate() {
-        for t in 0..r.num_tokens {
-            for (j, e, _) in r.slots(t, k, num_experts) {
-                if e / l == pe {
-                    blocks[(e % l) * n + s].push((t, j));
-                }
-            }
-        }
+    let mut blocks = vec![Vec::new(); num_experts / n * n];
+    for (x, s, t, j) in received(routing, num_experts, k, pe) {
+        blocks[x * n + s].push((t, j));
     }
     blocks
 }
@@ -171,12 +180,9 @@ pub fn combine_ll(
     for t in 0..r.num_tokens {
         let slots = r.slots(t, k, num_experts);
         let rows: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| y(e, t)).collect();
+        let all: Vec<usize> = (0..slots.len()).collect();
         for (h, o) in out[t * hidden..(t + 1) * hidden].iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for (i, s) in slots.iter().enumerate() {
-                acc = s.2.mul_add(rows[i][h], acc);
-            }
-            *o = round_to(dtype, acc);
+            *o = round_to(dtype, weighted(&slots, &rows, &all, h));
         }
     }
     out

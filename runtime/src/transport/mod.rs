@@ -491,75 +491,52 @@ macro_rules! remote_dispatch {
     };
 }
 
+/// The methods of [`TransportOps`] for [`RemoteRef`]: each passes its arguments on to the same
+/// method of the transport the reference holds (an `unsafe` one under the caller's contract).
+/// A method added to the trait belongs in this list too: one with a default body left out
+/// would give `RemoteRef` the default instead of the held transport's own.
+macro_rules! forward_to_remote {
+    (
+        $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)+
+        unsafe {
+            $(fn $uname:ident(&self $(, $uarg:ident: $uty:ty)*) -> $uret:ty;)+
+        }
+    ) => {
+        $(
+            fn $name(&self $(, $arg: $ty)*) -> $ret {
+                remote_dispatch!(self, t => TransportOps::$name(*t $(, $arg)*))
+            }
+        )+
+        $(
+            unsafe fn $uname(&self $(, $uarg: $uty)*) -> $uret {
+                // SAFETY: the caller's contract, passed on.
+                remote_dispatch!(self, t => unsafe { TransportOps::$uname(*t $(, $uarg)*) })
+            }
+        )+
+    };
+}
+
 impl TransportOps for RemoteRef<'_> {
     type Addr = RemoteAddr;
 
-    fn kind(&self) -> Kind {
-        remote_dispatch!(self, t => TransportOps::kind(*t))
-    }
-
-    fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::put(*t, call, dst, src, n))
-    }
-
-    fn put_batched(
-        &self,
-        call: &'static str,
-        dst: RemoteAddr,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::put_batched(*t, call, dst, src, n))
-    }
-
-    fn push(&self, call: &'static str) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::push(*t, call))
-    }
-
-    fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::get(*t, call, dst, src, n))
-    }
-
-    unsafe fn put_nbi(
-        &self,
-        call: &'static str,
-        dst: RemoteAddr,
-        src: *const u8,
-        n: usize,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract, passed on.
-        remote_dispatch!(self, t => unsafe { TransportOps::put_nbi(*t, call, dst, src, n) })
-    }
-
-    unsafe fn get_nbi(
-        &self,
-        call: &'static str,
-        dst: *mut u8,
-        src: RemoteAddr,
-        n: usize,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract, passed on.
-        remote_dispatch!(self, t => unsafe { TransportOps::get_nbi(*t, call, dst, src, n) })
-    }
-
-    fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64> {
-        remote_dispatch!(self, t => TransportOps::amo(*t, call, at, a))
-    }
-
-    fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::amo_nf(*t, call, at, a))
-    }
-
-    fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::store(*t, call, at, value))
-    }
-
-    fn fence(&self, call: &'static str) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::fence(*t, call))
-    }
-
-    fn quiet(&self, call: &'static str) -> Result<()> {
-        remote_dispatch!(self, t => TransportOps::quiet(*t, call))
+    forward_to_remote! {
+        fn kind(&self) -> Kind;
+        fn put(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize) -> Result<()>;
+        fn put_batched(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize)
+            -> Result<()>;
+        fn push(&self, call: &'static str) -> Result<()>;
+        fn get(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize) -> Result<()>;
+        fn amo(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<u64>;
+        fn amo_nf(&self, call: &'static str, at: RemoteAddr, a: Amo) -> Result<()>;
+        fn store(&self, call: &'static str, at: RemoteAddr, value: u64) -> Result<()>;
+        fn fence(&self, call: &'static str) -> Result<()>;
+        fn quiet(&self, call: &'static str) -> Result<()>;
+        unsafe {
+            fn put_nbi(&self, call: &'static str, dst: RemoteAddr, src: *const u8, n: usize)
+                -> Result<()>;
+            fn get_nbi(&self, call: &'static str, dst: *mut u8, src: RemoteAddr, n: usize)
+                -> Result<()>;
+        }
     }
 }
 

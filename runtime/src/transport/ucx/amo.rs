@@ -171,32 +171,19 @@ impl Request {
 
 crate::wire::code_enum! {
     /// Why a target refused a request (0 in a reply means applied).
-    pub enum Refusal: u32 {
-        /// The word is not inside one live allocation of the target's heap.
-        Outside = 1,
-        /// Not aligned to its size.
-        Misaligned = 2,
-        /// Unknown operation or size.
-        Malformed = 3,
-        /// The GPU could not apply it (a CUDA error at the target).
-        Device = 4,
-        /// The target has not finished setting up (or takes no such requests).
-        NotServing = 5,
-    }
-}
-
-impl Refusal {
+    pub enum Refusal: u32,
     /// Words for messages.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Refusal::Outside => "the word is not inside one live allocation there",
-            Refusal::Misaligned => "the word is not aligned to its size",
-            Refusal::Malformed => "unknown operation or size",
-            Refusal::Device => "its GPU failed to apply it (see that PE's errors)",
-            Refusal::NotServing => {
-                "it does not serve such requests (set-up not finished, or mixed settings)"
-            }
-        }
+    fn reason {
+        /// The word is not inside one live allocation of the target's heap.
+        Outside = 1 => "the word is not inside one live allocation there",
+        /// Not aligned to its size.
+        Misaligned = 2 => "the word is not aligned to its size",
+        /// Unknown operation or size.
+        Malformed = 3 => "unknown operation or size",
+        /// The GPU could not apply it (a CUDA error at the target).
+        Device = 4 => "its GPU failed to apply it (see that PE's errors)",
+        /// The target has not finished setting up (or takes no such requests).
+        NotServing = 5 => "it does not serve such requests (set-up not finished, or mixed settings)",
     }
 }
 

@@ -429,9 +429,9 @@ unsafe extern "C" fn ep_error(arg: *mut c_void, _ep: ffi::Ep, _status: ffi::Stat
     }
 }
 
-/// Target side of [`amo`]: checks and applies a request (a counted one into the tally, a
-/// settle reads the tally), answers on the reply endpoint when asked to.
-unsafe extern "C" fn am_request(
+/// The active-message callback of both ids of [`amo`] (`REQUEST`: [`amo::AM_REQUEST`], else
+/// [`amo::AM_REPLY`]): unpacks what UCX passes and hands it to [`on_request`] or [`on_reply`].
+unsafe extern "C" fn am_callback<const REQUEST: bool>(
     arg: *mut c_void,
     header: *const c_void,
     header_length: usize,
@@ -441,15 +441,29 @@ unsafe extern "C" fn am_request(
 ) -> ffi::Status {
     // SAFETY: arg is the `Shared` the handler was registered with; it outlives the worker.
     let s = unsafe { &*(arg as *const Shared) };
-    let bytes = if header.is_null() {
-        &[][..]
+    let header = if header.is_null() {
+        None
     } else {
-        // SAFETY: UCX passes `header_length` readable bytes at `header` for the callback's duration.
-        unsafe { std::slice::from_raw_parts(header as *const u8, header_length) }
+        // SAFETY: UCX passes `header_length` readable bytes at `header` for the callback's
+        // duration.
+        Some(unsafe { std::slice::from_raw_parts(header as *const u8, header_length) })
     };
+    if REQUEST {
+        // SAFETY: param, when not null, points to UCX's receive parameters for this callback.
+        on_request(s, header.unwrap_or(&[]), unsafe { param.as_ref() });
+    } else {
+        on_reply(s, header);
+    }
+    ffi::UCS_OK
+}
+
+/// Target side of [`amo`]: checks and applies a request (a counted one into the tally, a
+/// settle reads the tally), answers on the reply endpoint (from `param`) when asked to.
+fn on_request(s: &Shared, bytes: &[u8], param: Option<&ffi::UcpAmRecvParam>) {
     let Some(r) = Request::decode(bytes) else {
-        tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic request ({header_length} bytes)");
-        return ffi::UCS_OK;
+        let n = bytes.len();
+        tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic request ({n} bytes)");
+        return;
     };
     let from = r.from as usize;
     let reply = if r.settle {
@@ -461,7 +475,7 @@ unsafe extern "C" fn am_request(
             },
             None => {
                 tracing::warn!(target: "rshmem::ucx", "dropped a settle request from PE {from}, outside the job");
-                return ffi::UCS_OK;
+                return;
             }
         }
     } else {
@@ -473,22 +487,21 @@ unsafe extern "C" fn am_request(
             if !s.tally.record(from, result) {
                 tracing::warn!(target: "rshmem::ucx", "an atomic from PE {from}, outside the job, went uncounted");
             }
-            return ffi::UCS_OK;
+            return;
         }
         if !r.answer {
             if let Err(e) = result {
                 tracing::error!(target: "rshmem::ucx", "refused PE {}'s store at offset {:#x} of its {}: {}", r.from, r.off, r.heap.describe(), e.reason());
             }
-            return ffi::UCS_OK;
+            return;
         }
         Reply::of(r.seq, result)
     };
-    // SAFETY: param, when not null, points to UCX's receive parameters for this callback.
-    let ep = match unsafe { param.as_ref() } {
+    let ep = match param {
         Some(p) if p.recv_attr & ffi::UCP_AM_RECV_ATTR_FIELD_REPLY_EP != 0 => p.reply_ep,
         _ => {
             tracing::warn!(target: "rshmem::ucx", "atomic request from PE {} has no reply endpoint", r.from);
-            return ffi::UCS_OK;
+            return;
         }
     };
     let reply = Box::new(reply.encode());
@@ -512,29 +525,17 @@ unsafe extern "C" fn am_request(
             Err(_) => std::mem::forget(reply),
         }
     }
-    ffi::UCS_OK
 }
 
-/// Initiator side of [`amo`]: records the reply for the waiting thread.
-unsafe extern "C" fn am_reply(
-    arg: *mut c_void,
-    header: *const c_void,
-    header_length: usize,
-    _data: *mut c_void,
-    _length: usize,
-    _param: *const ffi::UcpAmRecvParam,
-) -> ffi::Status {
-    // SAFETY: arg is the `Shared` the handler was registered with; it outlives the worker.
-    let s = unsafe { &*(arg as *const Shared) };
-    if !header.is_null() {
-        // SAFETY: `header_length` readable bytes for the callback's duration.
-        let b = unsafe { std::slice::from_raw_parts(header as *const u8, header_length) };
+/// Initiator side of [`amo`]: records the reply (the header, None when UCX passed none) for
+/// the waiting thread.
+fn on_reply(s: &Shared, header: Option<&[u8]>) {
+    if let Some(b) = header {
         match Reply::decode(b) {
             Some(r) => s.awaited.put(r),
             None => tracing::warn!(target: "rshmem::ucx", "dropped a malformed atomic reply"),
         }
     }
-    ffi::UCS_OK
 }
 
 impl Ucx {
@@ -615,8 +616,8 @@ impl Ucx {
             epoch: Instant::now(),
         });
         for (id, cb) in [
-            (amo::AM_REQUEST, am_request as ffi::AmRecvCb),
-            (amo::AM_REPLY, am_reply as ffi::AmRecvCb),
+            (amo::AM_REQUEST, am_callback::<true> as ffi::AmRecvCb),
+            (amo::AM_REPLY, am_callback::<false> as ffi::AmRecvCb),
         ] {
             let p = ffi::UcpAmHandlerParam {
                 field_mask: ffi::UCP_AM_HANDLER_PARAM_FIELD_ID
@@ -884,7 +885,14 @@ impl Ucx {
         let p = ffi::UcpRequestParam::empty();
         // SAFETY: live worker under the lock.
         let req = unsafe { (self.shared.lib.worker_flush_nbx)(g.worker, &p) };
-        self.wait(call, &g, None, "connection set-up (flush)", req)
+        self.wait_since(
+            call,
+            &g,
+            None,
+            "connection set-up (flush)",
+            req,
+            Instant::now(),
+        )
     }
 
     /// The endpoint, remote address and key for `[off, off+n)` of `pe`'s heap: the returned
@@ -953,7 +961,7 @@ impl Ucx {
             let (ep, raddr, rkey, k) = self.locate(call, g, part, n - done)?;
             let req = post(ep, done, k, raddr, rkey, &p);
             if wait {
-                self.wait(call, g, Some(at.pe), what, req)?;
+                self.wait_since(call, g, Some(at.pe), what, req, Instant::now())?;
             } else if ffi::ptr_is_err(req) {
                 return Err(self.fail(call, Some(at.pe), what, ffi::ptr_status(req)));
             } else if !req.is_null() {
@@ -1101,19 +1109,8 @@ impl Ucx {
     }
 
     /// Waits (progressing the worker) for a request returned by a `*_nbx` call; frees it.
-    fn wait(
-        &self,
-        call: &'static str,
-        g: &Inner,
-        pe: Option<usize>,
-        what: &str,
-        req: ffi::StatusPtr,
-    ) -> Result<()> {
-        self.wait_since(call, g, pe, what, req, Instant::now())
-    }
-
-    /// [`wait`](Ucx::wait) bounded by `RSHMEM_TIMEOUT` from `t0` (several requests of one
-    /// operation share one limit).
+    /// Bounded by `RSHMEM_TIMEOUT` from `t0` (`Instant::now()` for a request of its own;
+    /// several requests of one operation share one limit).
     fn wait_since(
         &self,
         call: &'static str,
@@ -1158,22 +1155,9 @@ impl Ucx {
         }
     }
 
-    /// Progresses the worker until `done` gives a value. Bounded by `RSHMEM_TIMEOUT`, stops
-    /// early with `PeerLost` when `pe` (or any PE, as the job's liveness watch saw) failed;
-    /// `abandon` runs before such an error.
-    fn wait_for<T>(
-        &self,
-        call: &'static str,
-        g: &Inner,
-        pe: Option<usize>,
-        what: &str,
-        done: impl FnMut() -> Option<T>,
-        abandon: impl FnOnce(),
-    ) -> Result<T> {
-        self.wait_for_since(call, g, pe, what, Instant::now(), done, abandon)
-    }
-
-    /// [`wait_for`](Ucx::wait_for) bounded from `t0`.
+    /// Progresses the worker until `done` gives a value. Bounded by `RSHMEM_TIMEOUT` from `t0`,
+    /// stops early with `PeerLost` when `pe` (or any PE, as the job's liveness watch saw)
+    /// failed; `abandon` runs before such an error.
     #[allow(clippy::too_many_arguments)]
     fn wait_for_since<T>(
         &self,
@@ -1355,18 +1339,19 @@ impl Ucx {
         what: &str,
     ) -> Result<Reply> {
         let (req, hdr) = self.send_request(call, pe, ep, r)?;
-        if let Err(e) = self.wait(call, g, Some(pe), "atomic request", req) {
+        if let Err(e) = self.wait_since(call, g, Some(pe), "atomic request", req, Instant::now()) {
             // The send may still read the header.
             std::mem::forget(hdr);
             return Err(e);
         }
         drop(hdr);
         let seq = r.seq;
-        self.wait_for(
+        self.wait_for_since(
             call,
             g,
             Some(pe),
             what,
+            Instant::now(),
             || self.shared.awaited.take(seq),
             || {},
         )
@@ -1542,23 +1527,18 @@ fn check_size(call: &'static str, size: usize) -> Result<()> {
 /// remote word with the operand and writes the reply buffer's input value when they are equal
 /// (ucp.h's table: "if (X==Y) then Y=Z", X = buffer, Z = reply_buffer).
 fn operands(a: Amo) -> (c_int, Box<[u64; 2]>) {
-    let Amo {
-        op,
-        size,
-        value,
-        cond,
-    } = a;
-    let (code, operand, reply) = match op {
+    let value = a.value;
+    let (code, operand, reply) = match a.op {
         AmoOp::Fetch => (ffi::UCP_ATOMIC_OP_ADD, 0, 0),
         AmoOp::Set | AmoOp::Swap => (ffi::UCP_ATOMIC_OP_SWAP, value, 0),
-        AmoOp::CompareSwap => (ffi::UCP_ATOMIC_OP_CSWAP, cond, value),
+        AmoOp::CompareSwap => (ffi::UCP_ATOMIC_OP_CSWAP, a.cond, value),
         AmoOp::FetchAdd => (ffi::UCP_ATOMIC_OP_ADD, value, 0),
         AmoOp::FetchAnd => (ffi::UCP_ATOMIC_OP_AND, value, 0),
         AmoOp::FetchOr => (ffi::UCP_ATOMIC_OP_OR, value, 0),
         AmoOp::FetchXor => (ffi::UCP_ATOMIC_OP_XOR, value, 0),
     };
     let word = |v: u64| {
-        if size == 4 {
+        if a.size == 4 {
             let v = u64::from(v as u32);
             v | v << 32
         } else {
@@ -1842,7 +1822,7 @@ impl TransportOps for Ucx {
         let req = unsafe {
             (self.shared.lib.atomic_op_nbx)(ep.0, code, b.as_ptr().cast(), 1, ep.1, ep.2, &p)
         };
-        if let Err(e) = self.wait(call, &g, Some(at.pe), "atomic", req) {
+        if let Err(e) = self.wait_since(call, &g, Some(at.pe), "atomic", req, Instant::now()) {
             // Not known to be complete: what follows must still be ordered after it.
             g.unfenced = true;
             std::mem::forget(b);
