@@ -46,13 +46,17 @@ RUN_ENV = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0",
 LIBS = ("nvshmem", "rshmem")
 
 
+# How messages are prefixed (scripts/nvshmem_cmake.py, which shares the build helpers, sets its own).
+TOOL = "nvshmem-compat-check --vs-nvshmem"
+
+
 def die(msg):
-    print(f"nvshmem-compat-check --vs-nvshmem: {msg}", file=sys.stderr)
+    print(f"{TOOL}: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
 def note(msg):
-    print(f"nvshmem-compat-check --vs-nvshmem: {msg}", flush=True)
+    print(f"{TOOL}: {msg}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------

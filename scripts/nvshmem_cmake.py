@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""NVSHMEM's own CMake projects (examples/ and perftest/) built unchanged against rshmem.
+
+An NVSHMEM user builds NVSHMEM's examples and perftests with the CMake projects in NVSHMEM's
+source: `find_package(NVSHMEM)`, the `nvshmem::nvshmem_host` / `nvshmem::nvshmem_device` targets,
+`CUDA_SEPARABLE_COMPILATION ON`. This configures both projects with only the prefix pointing at an
+rshmem install (its NVSHMEMConfig.cmake), builds every target with `make -k`, and checks that each
+executable target of both projects was produced. No GPU is needed: nothing is run.
+
+Known not to build, printed as KNOWN and not counted as failures:
+  perftest/device/tile/*  NVSHMEM's tile-granular collectives (`nvshmemx::tile_*`, NVLS
+                          algorithms, NVSHMEM's internal header device_host/nvshmem_common.cuh),
+                          which rshmem does not provide.
+
+Usage:
+  scripts/nvshmem-cmake-check NVSHMEM_SRC [--prefix DIR] [--build DIR] [--nvcc PATH] [--jobs N]
+                              [--arch 90] [--only examples|perftest]
+
+  NVSHMEM_SRC  an unpacked NVSHMEM source tree (examples/ and perftest/ are read; nothing is
+               written there)
+  --prefix     an rshmem install (scripts/install-c PREFIX, built with nvcc so that it has
+               lib/librshmem_device.a); default: scripts/install-c into BUILD/prefix
+  --build      build folder (default ./nvshmem-cmake-build)
+
+What the configure step passes besides the prefix, and why (none of it is rshmem-specific):
+  -DCUDAToolkit_ROOT, CMAKE_CUDA_COMPILER   the nvcc found (--nvcc, NVCC, /usr/local/cuda,
+               PATH, scripts/install-nvcc). A toolkit installed from NVIDIA's pip wheels has no
+               unversioned libcudart.so and no stub libcuda.so, which CMake's FindCUDAToolkit
+               needs; for such a toolkit a folder of links (BUILD/cuda) stands in for it.
+  -DCMAKE_CUDA_ARCHITECTURES=90             one architecture, to keep the build short.
+  -DMPI_CXX_COMPILER_INCLUDE_DIRS          Open MPI's include folder (docs/nvshmem-porting.md:
+               NVSHMEM's projects mis-handle Debian's two Open MPI include folders).
+  -DOMPI_SKIP_MPICXX                        the perftests include mpi.h and load libmpi at run
+               time (dlopen); Open MPI's C++ bindings would need libmpi at link time.
+  -I<nvml.h folder>                         the perftests include nvml.h (pip: nvidia-nvml-dev
+               when the toolkit has none).
+Exit status: 0 when every executable target that is not KNOWN was built, 1 otherwise.
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nvshmem_vs  # noqa: E402
+from nvshmem_vs import ROOT, cuda_stub_dir, die, find_mpi_include, find_nvcc, find_nvml_include, note  # noqa: E402
+
+nvshmem_vs.TOOL = "nvshmem-cmake-check"
+
+PROJECTS = ("examples", "perftest")
+# Source folders (relative to NVSHMEM_SRC) whose targets are known not to build, and why.
+KNOWN = {"perftest/device/tile": "NVSHMEM's tile-granular collectives (nvshmemx::tile_*), not in rshmem"}
+
+
+def toolkit_root(nvcc, build):
+    """A CUDA toolkit folder CMake's FindCUDAToolkit accepts: nvcc's own, or BUILD/cuda, links
+    to it with the unversioned libcudart.so and a libcuda.so stub it lacks."""
+    top = os.path.dirname(os.path.dirname(nvcc))
+    libs = [os.path.join(top, d) for d in ("lib64", "lib")]
+    if any(os.path.isfile(os.path.join(d, "libcudart.so")) for d in libs) and any(
+            os.path.isfile(os.path.join(d, "stubs", "libcuda.so")) for d in libs):
+        return top
+    shim = os.path.join(build, "cuda")
+    lib64 = os.path.join(shim, "lib64")
+    os.makedirs(os.path.join(lib64, "stubs"), exist_ok=True)
+    for name in ("bin", "include", "nvvm"):
+        src, dst = os.path.join(top, name), os.path.join(shim, name)
+        if os.path.exists(src) and not os.path.lexists(dst):
+            os.symlink(src, dst)
+    for d in libs:
+        for f in glob.glob(os.path.join(d, "*")):
+            dst = os.path.join(lib64, os.path.basename(f))
+            if os.path.isfile(f) and not os.path.lexists(dst):
+                os.symlink(f, dst)
+    cudart = sorted(glob.glob(os.path.join(lib64, "libcudart.so.*")))
+    if not os.path.lexists(os.path.join(lib64, "libcudart.so")):
+        if not cudart:
+            die(f"no libcudart.so.* next to {nvcc}")
+        os.symlink(cudart[0], os.path.join(lib64, "libcudart.so"))
+    stub = os.path.join(lib64, "stubs", "libcuda.so")
+    if not os.path.lexists(stub):
+        os.symlink(os.path.join(cuda_stub_dir(nvcc, build), "libcuda.so"), stub)
+    return shim
+
+
+def install_prefix(nvcc, build):
+    prefix = os.path.join(build, "prefix")
+    note(f"installing rshmem into {prefix} (scripts/install-c)")
+    env = dict(os.environ, NVCC=nvcc, PATH=os.path.dirname(nvcc) + os.pathsep + os.environ["PATH"])
+    r = subprocess.run([os.path.join(ROOT, "scripts/install-c"), prefix], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-4000:])
+        die("scripts/install-c failed")
+    if not os.path.isfile(os.path.join(prefix, "lib", "librshmem_device.a")):
+        die(f"{prefix} has no lib/librshmem_device.a (install-c found no nvcc?)")
+    return prefix
+
+
+def executables(bdir):
+    """(name, source folder relative to the project's source root, artifact paths) of every
+    executable target, from CMake's file API reply."""
+    reply = os.path.join(bdir, ".cmake", "api", "v1", "reply")
+    index = sorted(glob.glob(os.path.join(reply, "index-*.json")))
+    if not index:
+        die(f"no CMake file-API reply in {reply}")
+    with open(index[-1]) as f:
+        idx = json.load(f)
+    model = next(o for o in idx["objects"] if o["kind"] == "codemodel")
+    with open(os.path.join(reply, model["jsonFile"])) as f:
+        cm = json.load(f)
+    out = []
+    for cfg in cm["configurations"][:1]:
+        for t in cfg["targets"]:
+            with open(os.path.join(reply, t["jsonFile"])) as f:
+                tj = json.load(f)
+            if tj["type"] != "EXECUTABLE":
+                continue
+            srcdir = tj["paths"]["source"]
+            arts = [os.path.join(bdir, a["path"]) for a in tj.get("artifacts", [])]
+            out.append((tj["name"], srcdir, arts))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="scripts/nvshmem-cmake-check", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("src")
+    ap.add_argument("--prefix")
+    ap.add_argument("--build", default="./nvshmem-cmake-build")
+    ap.add_argument("--nvcc")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--arch", default="90")
+    ap.add_argument("--only", choices=PROJECTS)
+    a = ap.parse_args()
+    src = os.path.abspath(a.src)
+    for p in PROJECTS:
+        if not os.path.isfile(os.path.join(src, p, "CMakeLists.txt")):
+            die(f"{src} is not an NVSHMEM source tree (no {p}/CMakeLists.txt)")
+    build = os.path.abspath(a.build)
+    os.makedirs(build, exist_ok=True)
+    nvcc = find_nvcc(a.nvcc)
+    tk = toolkit_root(nvcc, build)
+    flags = f"-DOMPI_SKIP_MPICXX -I{find_nvml_include(nvcc, build)}"
+    mpi_inc = find_mpi_include(None)
+    prefix = os.path.abspath(a.prefix) if a.prefix else install_prefix(nvcc, build)
+    built, failed, known = [], [], []
+    for proj in [a.only] if a.only else PROJECTS:
+        bdir = os.path.join(build, proj)
+        q = os.path.join(bdir, ".cmake", "api", "v1", "query")
+        os.makedirs(q, exist_ok=True)
+        open(os.path.join(q, "codemodel-v2"), "w").close()
+        log = os.path.join(build, f"{proj}.log")
+        with open(log, "w") as lf:
+            cfg = ["cmake", "-S", os.path.join(src, proj), "-B", bdir,
+                   f"-DCMAKE_PREFIX_PATH={prefix}", f"-DNVSHMEM_PREFIX={prefix}",
+                   f"-DCUDAToolkit_ROOT={tk}", f"-DCMAKE_CUDA_COMPILER={os.path.join(tk, 'bin', 'nvcc')}",
+                   f"-DCMAKE_CUDA_ARCHITECTURES={a.arch}",
+                   f"-DMPI_CXX_COMPILER_INCLUDE_DIRS={mpi_inc}",
+                   f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_CUDA_FLAGS={flags}"]
+            lf.write("$ " + " ".join(cfg) + "\n")
+            lf.flush()
+            if subprocess.run(cfg, stdout=lf, stderr=subprocess.STDOUT).returncode != 0:
+                print(f"FAIL {proj}: CMake configure failed (find_package(NVSHMEM) against {prefix}); log {log}")
+                failed.append(proj)
+                continue
+            note(f"building NVSHMEM's {proj}/ ({a.jobs} jobs; log {log})")
+            lf.flush()
+            subprocess.run(["cmake", "--build", bdir, "-j", str(a.jobs), "--", "-k"],
+                           stdout=lf, stderr=subprocess.STDOUT)
+        for name, srcdir, arts in executables(bdir):
+            rel = f"{proj}/{srcdir}" if srcdir != "." else proj
+            why = next((w for k, w in KNOWN.items() if rel == k or rel.startswith(k + "/")), None)
+            ok = bool(arts) and all(os.path.isfile(x) for x in arts)
+            if ok:
+                built.append(name)
+                print(f"PASS {rel}/{name}")
+            elif why:
+                known.append(name)
+                print(f"KNOWN {rel}/{name}: {why}")
+            else:
+                failed.append(name)
+                print(f"FAIL {rel}/{name}: not built (log {log})")
+    print(f"nvshmem-cmake-check: {len(built)} built, {len(failed)} failed, {len(known)} known not to build")
+    return 1 if failed or not built else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
