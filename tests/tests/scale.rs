@@ -106,7 +106,7 @@ fn scale_32pes() {
 
 /// Every PE its own node (`RSHMEM_DISABLE_P2P=1`), so every other PE is reached over rshmem's
 /// TCP transport: after init and after the barriers each PE holds transport connections only
-/// to and from its barrier partners (`me ± 2^k`: ⌈log2 N⌉ each way), not to all N − 1 PEs
+/// to and from its barrier partners (`me ± 2^k`: 2⌈log2 N⌉ − 1 each way at N = 2^j), not to all N − 1 PEs
 /// (before 2026-11-28: 15 outgoing and 15 incoming at 16 PEs, one service thread each).
 fn scale_tcp(n: usize) {
     let r = common::job(n, "scale")
@@ -123,23 +123,30 @@ fn scale_tcp(n: usize) {
     r.check(pes.len() == n, "every PE prints its SCALE line");
     let k = ceil_log2(n);
     for p in &pes {
+        // The barrier partners me ± 2^k, each once.
+        let mut partners: Vec<usize> = (0..k)
+            .flat_map(|j| [(p.pe + (1 << j)) % n, (p.pe + n - (1 << j)) % n])
+            .collect();
+        partners.sort_unstable();
+        partners.dedup();
+        let want = partners.len();
         r.check(
-            p.xout == k && p.xin <= k && p.xout_b == k && p.xin_b == k,
+            p.xout == want && p.xin <= want && p.xout_b == want && p.xin_b == want,
             &format!(
-                "PE {} holds {} / {} TCP transport connections out / in after init and {} / {} after the barriers: expected {k} each way (its barrier partners)",
+                "PE {} holds {} / {} TCP transport connections out / in after init and {} / {} after the barriers: expected {want} each way (its barrier partners)",
                 p.pe, p.xout, p.xin, p.xout_b, p.xin_b
             ),
         );
-        // Bootstrap links and transport connections (2·⌈log2 N⌉ each), and a few that are
-        // neither (listeners, the launcher's; 5 at 16 PEs).
+        // Bootstrap links (2·⌈log2 N⌉), transport connections (2 × 2·⌈log2 N⌉), and a few that
+        // are neither (listeners, the launcher's; 5 at 16 PEs).
         r.check(
-            p.tcp <= 4 * k + 6 && p.tcp_b <= 4 * k + 6,
+            p.tcp <= 6 * k + 6 && p.tcp_b <= 6 * k + 6,
             &format!(
                 "PE {} holds {} TCP sockets after init, {} after the barriers: more than the {} of {n} PEs",
                 p.pe,
                 p.tcp,
                 p.tcp_b,
-                4 * k + 6
+                6 * k + 6
             ),
         );
     }

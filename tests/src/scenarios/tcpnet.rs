@@ -15,7 +15,7 @@
 //!   way and must not delay init either. After init the transport's listener must still be
 //!   open (PEs connect at first use) and refuse a connection that sends garbage, without an
 //!   answer, while a silent one stays connected through the ring of puts.
-//! * `tcp-lazy` (4+ PEs): connections are made at first use (see [`lazy`]).
+//! * `tcp-lazy` (8+ PEs): connections are made at first use (see [`lazy`]).
 //!
 //! What a target refuses (requests outside its live allocations or the runtime's own flag
 //! accesses) cannot be produced through the host API, which checks ranges on the issuing side
@@ -221,21 +221,23 @@ pub fn stop(c: &Ctx<'_>) -> R {
     std::process::exit(3);
 }
 
-/// `tcp-lazy` (4+ PEs, every other PE over TCP): connections are opened at first use. After
-/// init a PE holds outgoing connections only to the PEs its barrier stores to (`me + 2^k`);
+/// `tcp-lazy` (8+ PEs, every other PE over TCP): connections are opened at first use. After
+/// init a PE holds outgoing connections only to its barrier partners (`me ± 2^k`);
 /// then [`THREADS`] threads put at once to PE `me + 3`, which is none of them (a fresh peer:
 /// they race to open the one connection), each its own words, and quiet; after a barrier
 /// every PE checks the words PE `me − 3` put, and that exactly one connection was added.
 pub fn lazy(c: &Ctx<'_>) -> R {
     let (w, me, n) = (c.w, c.me, c.n);
-    ensure!(n >= 4, "tcp-lazy needs 4 PEs or more");
-    let partners: Vec<usize> = std::iter::successors(Some(1usize), |d| Some(d * 2))
+    ensure!(n >= 8, "tcp-lazy needs 8 PEs or more");
+    // The barrier partners both ways, PEs me ± 2^k.
+    let mut distinct: Vec<usize> = std::iter::successors(Some(1usize), |d| Some(d * 2))
         .take_while(|&d| d < n)
-        .map(|d| (me + d) % n)
+        .flat_map(|d| [(me + d) % n, (me + n - d) % n])
+        .filter(|&p| p != me)
         .collect();
-    let mut distinct = partners.clone();
     distinct.sort_unstable();
     distinct.dedup();
+    let partners = distinct.clone();
     let at_init = w.comm_counters();
     ensure!(
         at_init.tcp_opened == distinct.len(),
@@ -245,7 +247,7 @@ pub fn lazy(c: &Ctx<'_>) -> R {
     );
     ensure!(
         at_init.tcp_accepted <= distinct.len(),
-        "after init PE {me} accepted {} TCP transport connections, more than the {} PEs that store barrier flags to it",
+        "after init PE {me} accepted {} TCP transport connections, more than its {} barrier partners",
         at_init.tcp_accepted,
         distinct.len()
     );

@@ -5,10 +5,10 @@
 //! PEs through the bootstrap allgather (see [`pick_address`]), never every interface — for
 //! the whole life of the transport, and opens a connection to a remote PE **the first time it
 //! issues a request to it** (put, get, atomic, flag store): connection A→B carries A's
-//! requests to B and B's replies to them. At init a PE connects only to the PEs its
-//! `barrier_all` stores flags to (PEs `me + 2^k`, the dissemination partners), so that every
-//! PE holds a connection from each PE it waits on in a barrier and sees it go; everything
-//! else is opened on demand, so a PE holds `O(log N)` connections plus one per PE it talks
+//! requests to B and B's replies to them. At init a PE connects only to its dissemination
+//! barrier partners both ways (PEs `me ± 2^k`), so that every PE holds a connection from each
+//! PE it waits on in a barrier or stores to, and sees it go; everything else is opened on
+//! demand, so a PE holds `O(log N)` connections plus one per PE it talks
 //! to, and a job of N PEs is not N² connections and threads. Each connection opens with a
 //! handshake (the job token, A's PE number and the protocol version, answered by B). On B,
 //! the accept loop ([`accept`], a thread of its own) checks the handshake and starts one
@@ -192,6 +192,21 @@ pub(crate) fn pick_address(configured: Option<&str>, rendezvous: Option<&str>) -
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
+/// The PEs `me ± 2^k` (`2^k < n`) of a job of `n` PEs, each once, in order of distance.
+pub(crate) fn partners(me: usize, n: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    let mut dist = 1;
+    while dist < n {
+        for p in [(me + dist) % n, (me + n - dist) % n] {
+            if p != me && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        dist *= 2;
+    }
+    out
+}
+
 /// Connects to PE `p` at `sa` for `call` and completes the handshake, retrying failed
 /// attempts (other than a refusal: the PE left) until `deadline`. `Ok(None)`: `abort` was
 /// raised meanwhile.
@@ -292,8 +307,8 @@ fn connect_peer(
 
 impl Net {
     /// Collective over all PEs: listens, exchanges addresses, starts the accept loop and
-    /// connects to the remote PEs (`local_of[pe] == None`) that this PE's `barrier_all` stores
-    /// flags to (`me + 2^k`); every other connection is opened at first use.
+    /// connects to the remote PEs (`local_of[pe] == None`) among its barrier partners
+    /// (`me ± 2^k`, [`partners`]); every other connection is opened at first use.
     pub(crate) fn establish(
         boot: &dyn Bootstrap,
         local_of: &[Option<usize>],
@@ -425,15 +440,13 @@ impl Net {
             round_trips: AtomicU64::new(0),
             one_way: AtomicU64::new(0),
         };
-        // The PEs this PE's barrier_all stores to: each of them then holds the connection from
-        // every PE it waits on in a barrier, and sees it go.
-        let mut dist = 1;
-        while dist < n {
-            let p = (me + dist) % n;
+        // The barrier partners, both ways (PEs me ± 2^k): every PE then holds a connection from
+        // each PE it waits on in a barrier and from each it stores to, and sees them go (a
+        // service thread reads the end of each incoming connection).
+        for p in partners(me, n) {
             if net.slots[p].at.is_some() {
                 net.link(call, p)?;
             }
-            dist *= 2;
         }
         tracing::debug!(target: "rshmem::tcp", pe = me, opened = net.connections().0, %mine, "TCP transport up");
         Ok(net)
