@@ -77,14 +77,17 @@ impl World {
 
     /// **Local.** What this PE's barriers and remote traffic cost so far: the dissemination
     /// rounds it ran (every barrier, sync and team sync, those inside collectives and heap
-    /// calls included: ⌈log2 n⌉ for each over n PEs) and the requests it sent over rshmem's
-    /// TCP transport. For diagnostics and tests (e.g. that a barrier sends O(log n) messages).
+    /// calls included: ⌈log2 n⌉ for each over n PEs), the requests it sent over rshmem's
+    /// TCP transport and the connections that transport holds. For diagnostics and tests (e.g. that a barrier sends O(log n) messages).
     pub fn comm_counters(&self) -> CommCounters {
         let (tcp_round_trips, tcp_one_way) = self.remotes.tcp().map_or((0, 0), |n| n.counters());
+        let (tcp_opened, tcp_accepted) = self.remotes.tcp().map_or((0, 0), |n| n.connections());
         CommCounters {
             sync_rounds: self.sync_rounds.load(Ordering::Relaxed),
             tcp_round_trips,
             tcp_one_way,
+            tcp_opened,
+            tcp_accepted,
         }
     }
 
@@ -591,6 +594,11 @@ pub struct CommCounters {
     /// Requests sent over rshmem's TCP transport that are not answered (put frames, flag
     /// stores, non-fetching atomics).
     pub tcp_one_way: u64,
+    /// Connections of rshmem's TCP transport this PE opened (at init to the PEs its barrier
+    /// stores to, later at the first request to each other PE).
+    pub tcp_opened: usize,
+    /// Connections of rshmem's TCP transport that other PEs opened to this one.
+    pub tcp_accepted: usize,
 }
 
 /// The members of one dissemination barrier and where their flags live (all PEs: the

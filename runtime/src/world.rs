@@ -380,9 +380,13 @@ impl World {
         if marked > 0 {
             tracing::debug!(target: "rshmem::init", "set close-on-exec on {marked} descriptors opened by libraries during init");
         }
-        if r.is_ok() {
+        if let Ok(w) = &r {
             // The PEs are connected: libraries' listeners (UCX's TCP transport) take no one new.
-            let shut = crate::cloexec::shut_new_listeners(&fds);
+            // rshmem's own TCP transport keeps listening (its PEs connect at first use, and
+            // every connection must present the job token).
+            let mut keep = fds.clone();
+            keep.extend(w.remotes.tcp().map(|n| n.listener_fd()));
+            let shut = crate::cloexec::shut_new_listeners(&keep);
             if shut > 0 {
                 tracing::debug!(target: "rshmem::init", "closed {shut} listening sockets opened by libraries during init to new connections");
             }

@@ -57,8 +57,9 @@
 //!   explicit rank, size and unique id, and uses owned (`SharedSymBuf`) buffers.
 //! * `scale [BARRIERS]` — one `SCALE ...` line per PE: init time, mean barrier time, resident
 //!   memory and the sockets held after init (for `scripts/scale-test` and `tests/tests/scale.rs`).
-//! * `tcp-stop`, `tcp-idle` — the TCP transport with a stopped peer, and with idle and hostile
-//!   connections at init (see `scenarios/tcpnet.rs`).
+//! * `tcp-stop`, `tcp-idle`, `tcp-lazy` — the TCP transport with a stopped peer, with idle and
+//!   hostile connections at init and after it, and connections opened at first use by several
+//!   threads at once (see `scenarios/tcpnet.rs`).
 
 mod check;
 mod scenarios;
@@ -92,6 +93,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("heap-huge", false),
     ("tcp-big", false),
     ("tcp-idle", false),
+    ("tcp-lazy", false),
     ("tcp-stop", true),
     ("transports", false),
     ("errors", false),
@@ -132,6 +134,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "heap-huge" => heap::huge,
         "tcp-big" => rma::big,
         "tcp-idle" => tcpnet::idle,
+        "tcp-lazy" => tcpnet::lazy,
         "transports" => transports::run,
         "idle" => idle::run,
         "sync-cost" => synccost::run,

@@ -16,6 +16,13 @@ struct Pe {
     sockets: usize,
     tcp: usize,
     unix: usize,
+    /// TCP transport connections opened and accepted at init, and after the barriers.
+    xout: usize,
+    xin: usize,
+    xout_b: usize,
+    xin_b: usize,
+    /// TCP sockets after the barriers.
+    tcp_b: usize,
 }
 
 fn parse(stdout: &str) -> Vec<Pe> {
@@ -35,6 +42,11 @@ fn parse(stdout: &str) -> Vec<Pe> {
                 sockets: field("sockets") as usize,
                 tcp: field("tcp") as usize,
                 unix: field("unix") as usize,
+                xout: field("xout") as usize,
+                xin: field("xin") as usize,
+                xout_b: field("xout_b") as usize,
+                xin_b: field("xin_b") as usize,
+                tcp_b: field("tcp_b") as usize,
             }
         })
         .collect()
@@ -90,4 +102,57 @@ fn scale_6pes() {
 #[test]
 fn scale_32pes() {
     scale(32);
+}
+
+/// Every PE its own node (`RSHMEM_DISABLE_P2P=1`), so every other PE is reached over rshmem's
+/// TCP transport: after init and after the barriers each PE holds transport connections only
+/// to and from its barrier partners (`me ± 2^k`: 2⌈log2 N⌉ − 1 each way at N = 2^j), not to all N − 1 PEs
+/// (before 2026-11-28: 15 outgoing and 15 incoming at 16 PEs, one service thread each).
+fn scale_tcp(n: usize) {
+    let r = common::job(n, "scale")
+        .arg("5")
+        .env("RSHMEM_HEAP_INITIAL", "2M")
+        .env("RSHMEM_HEAP_LIMIT", "16M")
+        .env("RSHMEM_BACKEND", "cpu")
+        .env("RSHMEM_DISABLE_P2P", "1")
+        .env("RSHMEM_TIMEOUT", "120")
+        .timeout(240)
+        .run();
+    r.assert_ok(0..n, "scale");
+    let pes = parse(&r.stdout);
+    r.check(pes.len() == n, "every PE prints its SCALE line");
+    let k = ceil_log2(n);
+    for p in &pes {
+        // The barrier partners me ± 2^k, each once.
+        let mut partners: Vec<usize> = (0..k)
+            .flat_map(|j| [(p.pe + (1 << j)) % n, (p.pe + n - (1 << j)) % n])
+            .collect();
+        partners.sort_unstable();
+        partners.dedup();
+        let want = partners.len();
+        r.check(
+            p.xout == want && p.xin <= want && p.xout_b == want && p.xin_b == want,
+            &format!(
+                "PE {} holds {} / {} TCP transport connections out / in after init and {} / {} after the barriers: expected {want} each way (its barrier partners)",
+                p.pe, p.xout, p.xin, p.xout_b, p.xin_b
+            ),
+        );
+        // Bootstrap links (2·⌈log2 N⌉), transport connections (2 × 2·⌈log2 N⌉), and a few that
+        // are neither (listeners, the launcher's; 5 at 16 PEs).
+        r.check(
+            p.tcp <= 6 * k + 6 && p.tcp_b <= 6 * k + 6,
+            &format!(
+                "PE {} holds {} TCP sockets after init, {} after the barriers: more than the {} of {n} PEs",
+                p.pe,
+                p.tcp,
+                p.tcp_b,
+                6 * k + 6
+            ),
+        );
+    }
+}
+
+#[test]
+fn scale_tcp_16pes() {
+    scale_tcp(16);
 }

@@ -117,3 +117,22 @@ fn connect_failure_names_the_last_error() {
         "the error must say what really happened",
     );
 }
+
+/// Connections at first use: after init each PE holds outgoing TCP transport connections only
+/// to its barrier partners (`me ± 2^k`), and four threads putting at once to a fresh peer open
+/// exactly one connection and deliver every word (before 2026-11-28 every PE connected to
+/// every other at init: 7 connections at 8 PEs, 11 at 12, where the partners are 5 and 6).
+fn lazy_connections(n: usize) {
+    let r = tcp_job(n, "tcp-lazy", "30").timeout(90).run();
+    r.assert_ok(0..n, "tcp-lazy");
+}
+
+#[test]
+fn lazy_connections_12pes() {
+    lazy_connections(12);
+}
+
+#[test]
+fn lazy_connections_8pes() {
+    lazy_connections(8);
+}

@@ -4,6 +4,9 @@
 //! SCALE pe=<me> n=<n> init_ms=<World::init_time> up_ms=<process age when init returned>
 //!       barrier_us=<mean barrier_all> rss_kib=<VmRSS>
 //!       sockets=<sockets held after init> tcp=<TCP sockets> unix=<Unix sockets> fds=<all fds>
+//!       xout=<TCP transport connections opened at init> xin=<accepted at init>
+//!       xout_b=<opened after the barriers> xin_b=<accepted after them>
+//!       tcp_b=<TCP sockets after them>
 //!       at_s=<wall-clock time of the line, seconds since the epoch>
 //! ```
 //!
@@ -102,6 +105,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     // Right after init: the process's age covers its start, the bootstrap and init.
     let age = process_age().unwrap_or_default();
     let (fds, sockets, tcp, unix) = count_fds()?;
+    let at_init = w.comm_counters();
     let init = w.init_time();
     let rounds: u32 = match c.args.first() {
         Some(a) => a
@@ -115,6 +119,8 @@ pub fn run(c: &Ctx<'_>) -> R {
         c.barrier("a timed barrier")?;
     }
     let per = t.elapsed() / rounds.max(1);
+    let after = w.comm_counters();
+    let (_, _, tcp_b, _) = count_fds()?;
     let rss = rss_kib()?;
     let cell = w.calloc::<u64>(1).ctx("calloc")?;
     w.p(cell.at(0), c.me as u64 + 1, c.succ())
@@ -129,12 +135,16 @@ pub fn run(c: &Ctx<'_>) -> R {
     crate::check::say(
         false,
         &format!(
-            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} at_s={:.3}",
+            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} xout={} xin={} xout_b={} xin_b={} tcp_b={tcp_b} at_s={:.3}",
             c.me,
             c.n,
             init.as_secs_f64() * 1e3,
             age.as_secs_f64() * 1e3,
             per.as_secs_f64() * 1e6,
+            at_init.tcp_opened,
+            at_init.tcp_accepted,
+            after.tcp_opened,
+            after.tcp_accepted,
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),

@@ -12,7 +12,10 @@
 //!   time), and the listener must have been bound to loopback, the address the one-host job
 //!   advertises, not to every interface. Then a ring of puts checks the mesh works. The
 //!   bootstrap's link listener (each PE's, for its links to PEs `me ± 2^k`) is crowded the same
-//!   way and must not delay init either.
+//!   way and must not delay init either. After init the transport's listener must still be
+//!   open (PEs connect at first use) and refuse a connection that sends garbage, without an
+//!   answer, while a silent one stays connected through the ring of puts.
+//! * `tcp-lazy` (8+ PEs): connections are made at first use (see [`lazy`]).
 //!
 //! What a target refuses (requests outside its live allocations or the runtime's own flag
 //! accesses) cannot be produced through the host API, which checks ranges on the issuing side
@@ -111,6 +114,33 @@ pub fn idle(c: &Ctx<'_>) -> R {
         "PE {me}: init took {:?} with {crowded} crowding connections on {listened:?}",
         w.init_time()
     );
+    // After init the transport's listener stays open (connections are made at first use):
+    // a stranger that reaches it now is refused without an answer, and one that says nothing
+    // stays connected through the ring of puts below without delaying it.
+    let mut silent = None;
+    if n > 1 {
+        let at = listened[1];
+        let mut bad = TcpStream::connect_timeout(&at, Duration::from_secs(2)).map_err(|e| {
+            Fail(format!(
+                "the TCP transport's listener {at} must stay open after init: {e}"
+            ))
+        })?;
+        bad.write_all(&[0x5a; 64])
+            .map_err(|e| Fail(format!("writing garbage to {at}: {e}")))?;
+        bad.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        let mut b = [0u8; 8];
+        let got = std::io::Read::read(&mut bad, &mut b).unwrap_or(0);
+        ensure!(
+            got == 0,
+            "a connection with garbage instead of the job token was answered: {:?}",
+            &b[..got]
+        );
+        silent = TcpStream::connect_timeout(&at, Duration::from_secs(2)).ok();
+        ensure!(
+            silent.is_some(),
+            "a second connection to {at} after init failed"
+        );
+    }
     let buf = w.calloc::<u64>(1).ctx("calloc")?;
     c.barrier("calloc")?;
     let right = (me + 1) % n;
@@ -120,6 +150,7 @@ pub fn idle(c: &Ctx<'_>) -> R {
     let want = 1000 + ((me + n - 1) % n) as u64;
     ensure!(got == want, "ring value: expected {want}, got {got}");
     w.free(buf).ctx("free")?;
+    drop(silent);
     Ok(())
 }
 
@@ -189,3 +220,84 @@ pub fn stop(c: &Ctx<'_>) -> R {
     // The job cannot go on; the launcher stops the others.
     std::process::exit(3);
 }
+
+/// `tcp-lazy` (8+ PEs, every other PE over TCP): connections are opened at first use. After
+/// init a PE holds outgoing connections only to its barrier partners (`me ± 2^k`);
+/// then [`THREADS`] threads put at once to PE `me + 3`, which is none of them (a fresh peer:
+/// they race to open the one connection), each its own words, and quiet; after a barrier
+/// every PE checks the words PE `me − 3` put, and that exactly one connection was added.
+pub fn lazy(c: &Ctx<'_>) -> R {
+    let (w, me, n) = (c.w, c.me, c.n);
+    ensure!(n >= 8, "tcp-lazy needs 8 PEs or more");
+    // The barrier partners both ways, PEs me ± 2^k.
+    let mut distinct: Vec<usize> = std::iter::successors(Some(1usize), |d| Some(d * 2))
+        .take_while(|&d| d < n)
+        .flat_map(|d| [(me + d) % n, (me + n - d) % n])
+        .filter(|&p| p != me)
+        .collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let partners = distinct.clone();
+    let at_init = w.comm_counters();
+    ensure!(
+        at_init.tcp_opened == distinct.len(),
+        "after init PE {me} holds {} outgoing TCP transport connections; expected {} (its barrier partners {distinct:?})",
+        at_init.tcp_opened,
+        distinct.len()
+    );
+    ensure!(
+        at_init.tcp_accepted <= distinct.len(),
+        "after init PE {me} accepted {} TCP transport connections, more than its {} barrier partners",
+        at_init.tcp_accepted,
+        distinct.len()
+    );
+    let far = (me + 3) % n;
+    ensure!(!partners.contains(&far), "PE {far} is a barrier partner");
+    let buf = w.calloc::<u64>(THREADS * 64).ctx("calloc")?;
+    c.barrier("calloc")?;
+    let before = w.comm_counters().tcp_opened;
+    let start = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|s| -> R {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (start, buf) = (&start, &buf);
+                s.spawn(move || -> R {
+                    let mine: Vec<u64> = (0..64)
+                        .map(|i| ((me as u64) << 32) | ((t as u64) << 16) | i)
+                        .collect();
+                    start.wait();
+                    w.put(buf.at(t * 64), &mine, far)
+                        .ctx("put to a fresh peer")?;
+                    w.quiet().ctx("quiet")
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join()
+                .map_err(|_| Fail("a putting thread panicked".into()))??;
+        }
+        Ok(())
+    })?;
+    let added = w.comm_counters().tcp_opened - before;
+    ensure!(
+        added == 1,
+        "{THREADS} threads putting to the fresh PE {far} at once opened {added} connections; expected 1"
+    );
+    c.barrier("the puts")?;
+    let from = (me + n - 3) % n;
+    for t in 0..THREADS {
+        for i in 0..64 {
+            let want = ((from as u64) << 32) | ((t as u64) << 16) | i as u64;
+            let got = buf.read(t * 64 + i).ctx("read")?;
+            ensure!(
+                got == want,
+                "word {i} of thread {t} of PE {from}: got {got:#x}, expected {want:#x}"
+            );
+        }
+    }
+    w.free(buf).ctx("free")?;
+    Ok(())
+}
+
+/// Threads of `tcp-lazy` that put to the fresh peer at once.
+pub const THREADS: usize = 4;

@@ -131,13 +131,6 @@ fn heap_name(h: u8) -> &'static str {
 }
 
 impl Net {
-    fn link(&self, call: &'static str, pe: usize) -> Result<&Link> {
-        self.links
-            .get(pe)
-            .and_then(|l| l.as_ref())
-            .ok_or_else(|| Error::invalid(call, format!("PE {pe} is not a TCP peer")))
-    }
-
     /// The error for a connection to `pe` that failed with `e` while `doing`; the peer is
     /// reported lost (the connection cannot be used again).
     fn lost(&self, call: &'static str, pe: usize, doing: Doing, e: &std::io::Error) -> Error {
@@ -288,8 +281,8 @@ impl Net {
 
     /// Writes the deferred output of every connection.
     pub fn push(&self, call: &'static str) -> Result<()> {
-        for pe in 0..self.links.len() {
-            let Some(link) = &self.links[pe] else {
+        for pe in 0..self.slots.len() {
+            let Some(link) = self.slots[pe].link.get() else {
                 continue;
             };
             if link.deferred.swap(false, Ordering::AcqRel) {
@@ -303,9 +296,9 @@ impl Net {
     /// Before a round trip: nothing deferred may wait behind it (a reply may depend on it).
     fn push_all(&self, call: &'static str) -> Result<()> {
         if self
-            .links
+            .slots
             .iter()
-            .flatten()
+            .filter_map(|s| s.link.get())
             .any(|l| l.deferred.load(Ordering::Acquire))
         {
             self.push(call)?;
@@ -562,8 +555,8 @@ impl Net {
         let mut sent: Vec<(usize, std::sync::MutexGuard<'_, super::client::Conn>)> = Vec::new();
         let mut result = Ok(());
         // Locks are taken in PE order (every other path holds one lock at a time).
-        for pe in 0..self.links.len() {
-            let Some(link) = &self.links[pe] else {
+        for pe in 0..self.slots.len() {
+            let Some(link) = self.slots[pe].link.get() else {
                 continue;
             };
             if !link.dirty.swap(false, Ordering::AcqRel) {

@@ -472,17 +472,20 @@ fn idle_connection_stays_up() {
     t.join().unwrap();
 }
 
-/// A connection attempt that keeps failing ends at the deadline with the last real error.
+/// A refused connection (the peer's listener is closed: it left) is `PeerLost` naming the PE
+/// and its address at once, not a wait until the deadline.
 #[test]
-fn connect_failure_names_the_last_error() {
+fn refused_connection_is_peer_lost_at_once() {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let sa = (Ipv4Addr::LOCALHOST, port).into();
     let abort = AtomicBool::new(false);
-    let t = Duration::from_millis(300);
+    let t = Duration::from_secs(30);
+    let t0 = Instant::now();
     let e = connect_peer(
+        "putmem",
         0,
         1,
         sa,
@@ -492,10 +495,106 @@ fn connect_failure_names_the_last_error() {
         &abort,
     )
     .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let msg = e.to_string();
-    assert!(matches!(e, Error::Timeout { pe: Some(1), .. }), "{msg}");
+    assert!(matches!(e, Error::PeerLost { pe: 1, .. }), "{msg}");
     assert!(msg.contains("refused"), "{msg}");
+    assert!(msg.contains("putmem"), "{msg}");
     assert!(msg.contains(&sa.to_string()), "{msg}");
+}
+
+/// A peer whose listener takes the connection but never answers the hello (stopped, or not
+/// rshmem) is a timeout naming it, within the deadline.
+#[test]
+fn silent_listener_is_a_timeout() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sa = l.local_addr().unwrap();
+    let abort = AtomicBool::new(false);
+    let t = Duration::from_millis(400);
+    let t0 = Instant::now();
+    let e = connect_peer(
+        "getmem",
+        0,
+        3,
+        sa,
+        &[0; 16],
+        Some(Instant::now() + t),
+        Some(t),
+        &abort,
+    )
+    .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Timeout { pe: Some(3), .. }), "{msg}");
+    drop(l);
+}
+
+/// The transport of a job of one PE over a fixture.
+fn one_pe_net(f: &Fixture, timeout: Duration) -> Net {
+    Net::establish(
+        &f.boot,
+        &[None],
+        &[9; 16],
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Some(timeout),
+        f.live.clone(),
+        [
+            Region::user(&f.heap, None),
+            Region::ctrl(&f.ctrl),
+            Region::regions(&f.regions),
+        ],
+    )
+    .unwrap()
+}
+
+/// After init the listener stays open (connections are made at first use), and what reaches
+/// it without the job's token is refused and logged without disturbing the PE: a wrong token,
+/// a valid token claiming a PE that does not reach this one over TCP, a connection that never
+/// says anything (closed at its hello limit). Nothing is served, no peer is reported lost, and
+/// dropping the transport ends its accept loop promptly.
+#[test]
+fn open_listener_refuses_strangers_after_init() {
+    let f = fixture();
+    let net = one_pe_net(&f, Duration::from_millis(600));
+    let at = net.listened();
+    assert_eq!(net.connections(), (0, 0));
+    let closed = |mut s: TcpStream, what: &str| {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 8];
+        let t0 = Instant::now();
+        let got = std::io::Read::read(&mut s, &mut b).unwrap_or(0);
+        assert_eq!(got, 0, "{what}: answered {:?}", &b[..got]);
+        t0.elapsed()
+    };
+    let mut wrong = TcpStream::connect(at).expect("the listener must stay open after init");
+    wrong
+        .write_all(&wire::hello(&[8; 16], 1, wire::VERSION))
+        .unwrap();
+    closed(wrong, "a wrong token");
+    let mut me_again = TcpStream::connect(at).unwrap();
+    me_again
+        .write_all(&wire::hello(&[9; 16], 0, wire::VERSION))
+        .unwrap();
+    closed(me_again, "the right token claiming PE 0 (this PE)");
+    let silent = TcpStream::connect(at).unwrap();
+    let waited = closed(silent, "a silent connection");
+    assert!(
+        waited < Duration::from_secs(3),
+        "a silent connection must be closed at the hello limit (RSHMEM_TIMEOUT here), took {waited:?}"
+    );
+    assert_eq!(net.connections(), (0, 0));
+    assert!(f.live.failed().is_none());
+    let t0 = Instant::now();
+    drop(net);
+    assert!(
+        t0.elapsed() < Duration::from_millis(300),
+        "dropping the transport took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        TcpStream::connect(at).is_err(),
+        "the listener must close with the transport"
+    );
 }
 
 /// The listener binds the advertised address only (here loopback), never every interface.
