@@ -91,6 +91,14 @@ impl World {
         }
     }
 
+    /// **Local.** Where rshmem's TCP transport of this PE listens (None when the job has no
+    /// TCP transport). The listener stays open for the whole job, since PEs connect at first
+    /// use; every connection to it must present the job token in its handshake or is closed
+    /// (docs/transports.md). For diagnostics and tests.
+    pub fn tcp_listener(&self) -> Option<std::net::SocketAddr> {
+        self.remotes.tcp().map(|n| n.listened())
+    }
+
     #[cold]
     fn fence_after_loss(&self) {
         if let Some((pe, reason)) = self.live.failed() {

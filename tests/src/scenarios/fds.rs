@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use crate::check::{Ctx, R};
+use crate::check::{Ctx, Fail, R};
 use crate::ensure;
 
 static BEFORE: OnceLock<BTreeSet<i32>> = OnceLock::new();
@@ -67,10 +67,17 @@ pub fn run(c: &Ctx<'_>) -> R {
         leaks.join(", ")
     );
     // Listeners opened during init (UCX's TCP transport listens on every interface) take no
-    // new connection once init is done.
+    // new connection once init is done, except rshmem's own TCP transport's: its PEs connect at
+    // first use, so it stays open, and it must close a connection that does not present the
+    // job token without answering it.
+    let mine = w.tcp_listener();
+    if let Some(addr) = mine {
+        refuses_stranger(addr)?;
+    }
     let open: Vec<String> = listeners()
         .into_iter()
         .filter(|(fd, _)| !before.contains(fd))
+        .filter(|(_, addr)| Some(*addr) != mine)
         .filter(|(_, addr)| {
             std::net::TcpStream::connect_timeout(addr, std::time::Duration::from_millis(300))
                 .is_ok()
@@ -85,6 +92,31 @@ pub fn run(c: &Ctx<'_>) -> R {
     w.free(buf)?;
     w.barrier_all()?;
     Ok(())
+}
+
+/// rshmem's TCP transport listener at `addr` takes a connection, and closes it without a byte
+/// of answer when what arrives is not a handshake with the job token.
+fn refuses_stranger(addr: std::net::SocketAddr) -> R {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| Fail(format!("rshmem's TCP listener {addr}: connect: {e}")))?;
+    // Longer than the listener's handshake limit (at most 5 s), so a listener that neither
+    // answers nor closes fails here.
+    s.set_read_timeout(Some(Duration::from_secs(8)))
+        .map_err(|e| Fail(format!("set_read_timeout: {e}")))?;
+    let _ = s.write_all(&[0x5a; 64]);
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(()),
+        Ok(n) => Err(Fail(format!(
+            "rshmem's TCP listener {addr} answered {n} bytes to a connection without the job token"
+        ))),
+        Err(e) => Err(Fail(format!(
+            "rshmem's TCP listener {addr} neither answered nor closed a connection without the job token: {e}"
+        ))),
+    }
 }
 
 /// This process's listening TCP sockets and the address to reach each.

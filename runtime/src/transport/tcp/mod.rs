@@ -546,7 +546,6 @@ impl Net {
     }
 
     /// The address this PE's listener is bound to.
-    #[cfg(test)]
     pub fn listened(&self) -> SocketAddr {
         self.listened
     }
