@@ -56,18 +56,29 @@ fn ceil_log2(n: usize) -> usize {
     (usize::BITS - (n - 1).leading_zeros()) as usize
 }
 
-fn scale(n: usize) {
-    let r = common::job(n, "scale")
+/// Runs `rshmem-testpe scale 5` on `n` PEs of the CPU backend with small heaps (every PE its
+/// own node when `own_nodes`) and returns the job and every PE's SCALE line.
+fn run_scale(n: usize, own_nodes: bool) -> (common::Run, Vec<Pe>) {
+    let mut job = common::job(n, "scale");
+    job = job
         .arg("5")
         .env("RSHMEM_HEAP_INITIAL", "2M")
         .env("RSHMEM_HEAP_LIMIT", "16M")
         .env("RSHMEM_BACKEND", "cpu")
         .env("RSHMEM_TIMEOUT", "120")
-        .timeout(240)
-        .run();
+        .timeout(240);
+    if own_nodes {
+        job = job.env("RSHMEM_DISABLE_P2P", "1");
+    }
+    let r = job.run();
     r.assert_ok(0..n, "scale");
     let pes = parse(&r.stdout);
     r.check(pes.len() == n, "every PE prints its SCALE line");
+    (r, pes)
+}
+
+fn scale(n: usize) {
+    let (r, pes) = run_scale(n, false);
     let links = 2 * ceil_log2(n);
     for p in &pes {
         // Bootstrap links (TCP) and node links (Unix), both 2·ceil(log2 N); a few more for
@@ -109,18 +120,7 @@ fn scale_32pes() {
 /// to and from its barrier partners (`me ± 2^k`: 2⌈log2 N⌉ − 1 each way at N = 2^j), not to all N − 1 PEs
 /// (before 2026-11-28: 15 outgoing and 15 incoming at 16 PEs, one service thread each).
 fn scale_tcp(n: usize) {
-    let r = common::job(n, "scale")
-        .arg("5")
-        .env("RSHMEM_HEAP_INITIAL", "2M")
-        .env("RSHMEM_HEAP_LIMIT", "16M")
-        .env("RSHMEM_BACKEND", "cpu")
-        .env("RSHMEM_DISABLE_P2P", "1")
-        .env("RSHMEM_TIMEOUT", "120")
-        .timeout(240)
-        .run();
-    r.assert_ok(0..n, "scale");
-    let pes = parse(&r.stdout);
-    r.check(pes.len() == n, "every PE prints its SCALE line");
+    let (r, pes) = run_scale(n, true);
     let k = ceil_log2(n);
     for p in &pes {
         // The barrier partners me ± 2^k, each once.

@@ -472,6 +472,31 @@ fn idle_connection_stays_up() {
     t.join().unwrap();
 }
 
+/// PE 0's connection to PE `pe` at `sa` with timeout `t`, which must fail within `within`.
+fn connect_fails(
+    call: &'static str,
+    pe: usize,
+    sa: SocketAddr,
+    t: Duration,
+    within: Duration,
+) -> Error {
+    let abort = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let e = connect_peer(
+        call,
+        0,
+        pe,
+        sa,
+        &[0; 16],
+        Some(Instant::now() + t),
+        Some(t),
+        &abort,
+    )
+    .unwrap_err();
+    assert!(t0.elapsed() < within, "{:?}", t0.elapsed());
+    e
+}
+
 /// A refused connection (the peer's listener is closed: it left) is `PeerLost` naming the PE
 /// and its address at once, not a wait until the deadline.
 #[test]
@@ -481,21 +506,13 @@ fn refused_connection_is_peer_lost_at_once() {
         l.local_addr().unwrap().port()
     };
     let sa = (Ipv4Addr::LOCALHOST, port).into();
-    let abort = AtomicBool::new(false);
-    let t = Duration::from_secs(30);
-    let t0 = Instant::now();
-    let e = connect_peer(
+    let e = connect_fails(
         "putmem",
-        0,
         1,
         sa,
-        &[0; 16],
-        Some(Instant::now() + t),
-        Some(t),
-        &abort,
-    )
-    .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+    );
     let msg = e.to_string();
     assert!(matches!(e, Error::PeerLost { pe: 1, .. }), "{msg}");
     assert!(msg.contains("refused"), "{msg}");
@@ -509,21 +526,13 @@ fn refused_connection_is_peer_lost_at_once() {
 fn silent_listener_is_a_timeout() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let sa = l.local_addr().unwrap();
-    let abort = AtomicBool::new(false);
-    let t = Duration::from_millis(400);
-    let t0 = Instant::now();
-    let e = connect_peer(
+    let e = connect_fails(
         "getmem",
-        0,
         3,
         sa,
-        &[0; 16],
-        Some(Instant::now() + t),
-        Some(t),
-        &abort,
-    )
-    .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        Duration::from_millis(400),
+        Duration::from_secs(3),
+    );
     let msg = e.to_string();
     assert!(matches!(e, Error::Timeout { pe: Some(3), .. }), "{msg}");
     drop(l);
