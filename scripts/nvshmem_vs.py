@@ -794,7 +794,7 @@ def info_text(a):
         if shutil.which("nvidia-smi") else "(no nvidia-smi)"
     return (f"date: {datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')}\n"
             f"host: {os.uname().nodename}\nrshmem: {git_describe()}\n"
-            f"command: {' '.join(shlex.quote(x) for x in sys.argv)}\n"
+            f"command: {' '.join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}\n"
             f"build: {a.build}/BUILD-INFO.json\ngpus:\n{gpus}\n")
 
 
