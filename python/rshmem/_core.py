@@ -62,13 +62,16 @@ def _dtype_name(dtype, call="rshmem"):
     return name
 
 
-# torch dtype object -> canonical name, filled as dtypes are met (a dict lookup on the hot path).
-_TORCH_DTYPES = {}
+# torch or NumPy dtype object -> canonical name, filled as dtypes are met: a dict lookup on the
+# hot path instead of building the dtype's string (several µs for a NumPy dtype).
+_DTYPE_NAMES = {}
 
 
-def _torch_dtype_name(dt, call):
-    name = _dtype_name(dt, call)
-    _TORCH_DTYPES[dt] = name
+def _cached_dtype_name(dt, call):
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _dtype_name(dt, call)
+        _DTYPE_NAMES[dt] = name
     return name
 
 
@@ -512,8 +515,7 @@ def _view(x, call, what, writable=False):
         if not x.is_contiguous():
             raise Error(f"{call}: {what} is not contiguous (call .contiguous() first)")
         v.ptr, v.shape, v.nbytes = x.data_ptr(), x.shape, x.nbytes
-        dt = _TORCH_DTYPES.get(x.dtype)
-        v.dtype = dt if dt is not None else _torch_dtype_name(x.dtype, call)
+        v.dtype = _cached_dtype_name(x.dtype, call)
         v.cuda = x.is_cuda
         v.kind = "torch"
         if v.cuda and x.get_device() != _STATE.device and _STATE.gpu:
@@ -547,7 +549,7 @@ def _view(x, call, what, writable=False):
         if writable and not a.flags.writeable:
             raise Error(f"{call}: {what} is read-only")
         v.ptr, v.shape, v.nbytes = a.ctypes.data, a.shape, a.nbytes
-        v.dtype = _dtype_name(a.dtype, call)
+        v.dtype = _cached_dtype_name(a.dtype, call)
         v.cuda = False
         v.kind = "numpy"
         return v
@@ -565,11 +567,12 @@ def _register_torch():
     t = sys.modules.get("torch")
     if _TORCH_REGISTERED or t is None:
         return
+    supported = {}  # torch dtype -> canonical name, for every dtype rshmem moves
     for name in _DTYPES:
         dt = getattr(t, name, None)
         if isinstance(dt, t.dtype):
-            _TORCH_DTYPES[dt] = name
-    _rshmem.register_torch(t.Tensor, _TORCH_DTYPES,
+            supported[dt] = name
+    _rshmem.register_torch(t.Tensor, supported,
                            getattr(t._C, "_cuda_getCurrentRawStream", None))
     _TORCH_REGISTERED = True
 
