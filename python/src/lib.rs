@@ -341,9 +341,12 @@ fn check_stream_ctx(call: &'static str, g: &rt::cuda::Gpu, handle: usize) -> PyR
     if r != sys::CUresult::CUDA_SUCCESS {
         return Err(err(
             call,
-            format!(
-                "cuStreamGetCtx on stream {handle:#x} failed ({r:?}): is it a live CUDA stream?"
-            ),
+            match rt::cuda::failed_context_note(&format!("{r:?}")) {
+                "" => format!(
+                    "cuStreamGetCtx on stream {handle:#x} failed ({r:?}): is it a live CUDA stream?"
+                ),
+                note => format!("cuStreamGetCtx on stream {handle:#x} failed ({r:?}){note}"),
+            },
         ));
     }
     if ctx != g.ctx.cu_ctx() {

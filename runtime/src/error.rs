@@ -97,7 +97,7 @@ pub enum Error {
     },
 
     /// A CUDA driver call failed.
-    #[error("{call}: CUDA error {code} while {what}")]
+    #[error("{call}: CUDA error {code} while {what}{}", failed_context_note(.code))]
     Cuda {
         /// The rshmem call.
         call: &'static str,
@@ -218,6 +218,33 @@ impl std::fmt::Debug for Error {
             }
         }
         Ok(())
+    }
+}
+
+/// The driver's statuses after which the CUDA context is unusable: a kernel faulted, and every
+/// later call in the process returns the same status.
+const STICKY: [&str; 9] = [
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+];
+
+/// What to add to a message that reports the driver status `code` (as the driver names it, or
+/// its `Debug` text): for a status that breaks the context, that the cause is an earlier kernel
+/// and not this call; nothing for any other.
+pub fn failed_context_note(code: &str) -> &'static str {
+    if STICKY.iter().any(|s| code.contains(s)) {
+        " (the CUDA context of this process failed earlier: a kernel that ran before this call \
+         faulted, and every CUDA call of the process fails from then on; compute-sanitizer names \
+         the kernel)"
+    } else {
+        ""
     }
 }
 

@@ -42,7 +42,12 @@ pub(crate) fn on_stream(
         if r != sys::CUresult::CUDA_SUCCESS {
             return fail(
                 Code::Cuda,
-                format!("cuStreamGetCtx on the stream failed ({r:?}): is it a live CUDA stream?"),
+                match rt::cuda::failed_context_note(&format!("{r:?}")) {
+                    "" => format!(
+                        "cuStreamGetCtx on the stream failed ({r:?}): is it a live CUDA stream?"
+                    ),
+                    note => format!("cuStreamGetCtx on the stream failed ({r:?}){note}"),
+                },
             );
         }
         if ctx != g.ctx.cu_ctx() {

@@ -31,6 +31,8 @@ pub(crate) fn check(r: CUresult, call: &'static str, what: &str) -> Result<()> {
     }
 }
 
+pub use crate::error::failed_context_note;
+
 /// True if libcuda can be loaded (never panics).
 pub fn driver_present() -> bool {
     // SAFETY: only probes for the library with dlopen.
@@ -619,7 +621,33 @@ pub(crate) fn unmap(addr: usize, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::work_queues;
+    use super::{failed_context_note, work_queues};
+    use crate::error::Error;
+
+    #[test]
+    fn a_failed_context_is_named_as_the_cause() {
+        // The message of the module load that followed moe_shuffle's faulting kernel.
+        let e = Error::Cuda {
+            call: "barrier_all_on_stream",
+            what: "loading a module".into(),
+            code: "DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, \"an illegal memory access\")".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{text}");
+        assert!(text.contains("failed earlier: a kernel that ran before this call faulted"));
+        // Any other status is reported as it was.
+        let e = Error::Cuda {
+            call: "malloc",
+            what: "creating memory".into(),
+            code: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "malloc: CUDA error CUDA_ERROR_OUT_OF_MEMORY while creating memory"
+        );
+        assert_eq!(failed_context_note("CUDA_ERROR_INVALID_HANDLE"), "");
+        assert!(!failed_context_note("CUDA_ERROR_LAUNCH_FAILED").is_empty());
+    }
 
     #[test]
     fn work_queues_fit_the_mps_pool() {
