@@ -427,17 +427,11 @@ impl World {
         synced
     }
 
-    /// Pulls block `j` (`nelems` elements at `src`) of every member `j` of `g` into block `j`
-    /// of `dest`, starting with my own block, then the next members': at any moment the
+    /// Pulls block `j` (`nelems` elements at `source`) of every member `j` of the group into
+    /// block `j` of `dest`, starting with my own block, then the next members': at any moment the
     /// members read different sources.
-    fn pull_blocks<T: RmaType>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        dest: *mut T,
-        src: *const T,
-        nelems: usize,
-    ) -> Result<()> {
+    fn pull_blocks<T: RmaType>(&self, call: &'static str, op: Op<'_, T>) -> Result<()> {
+        let (g, dest, src, nelems) = op.parts();
         let n = g.n();
         let me = g.me();
         if matches!(self.xport, Transport::Shm) {
@@ -555,9 +549,7 @@ impl World {
                 self.fcollect_push(call, s, dest.cast(), source.cast(), block)
             });
         }
-        self.one_phase(call, g, &check, || {
-            self.pull_blocks(call, g, dest, source, nelems)
-        })
+        self.one_phase(call, g, &check, || self.pull_blocks(call, op))
     }
 
     /// The collect of teams and active sets. The members announce their counts before the
@@ -708,20 +700,25 @@ impl World {
         ]);
         let n = g.n();
         let me = g.me();
+        let ext = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
         let Strided {
             dspan,
             bspan,
             dbytes: db,
-        } = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
+        } = ext;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
+        let mine = Op {
+            source: start,
+            ..op
+        };
         debug_assert_eq!(self.engine(Kind::Alltoall, g, false), Engine::Direct);
         self.one_phase(call, g, &check, || {
             if nelems == 0 {
                 return Ok(());
             }
             if dst == 1 && sst == 1 {
-                return self.pull_blocks(call, g, dest, start, nelems);
+                return self.pull_blocks(call, mine);
             }
             if let Some(srcs) = self.member_ptrs(call, g, start, bspan)? {
                 // Strided, every member's memory reachable: element by element, straight
@@ -743,7 +740,7 @@ impl World {
                 return Ok(());
             }
             // Otherwise through private buffers.
-            let v = self.gather_strided(call, g, start, nelems, sst, bspan)?;
+            let v = self.gather_strided(call, mine, sst, &ext)?;
             self.scatter_mine(call, dest, v, dst, dspan)
         })
     }
@@ -779,17 +776,18 @@ impl World {
         })
     }
 
-    /// My strided block of a strided alltoall (`nelems` elements `sst` apart from `start`,
-    /// an extent of `bspan`) from every member of `g`, in member order, in a private buffer.
+    /// My strided block of a strided alltoall (`nelems` elements `sst` apart from `source`,
+    /// an extent of `ext.bspan`) from every member of the group, in member order, in a private
+    /// buffer (`op.dest` is not used).
     fn gather_strided<T: RmaType>(
         &self,
         call: &'static str,
-        g: Group<'_>,
-        start: *const T,
-        nelems: usize,
+        op: Op<'_, T>,
         sst: usize,
-        bspan: usize,
+        ext: &Strided,
     ) -> Result<Vec<T>> {
+        let (g, _, start, nelems) = op.parts();
+        let bspan = ext.bspan;
         let mut v = vec![T::default_value(); g.n() * nelems];
         if nelems == 0 {
             return Ok(v);
