@@ -879,7 +879,7 @@ impl World {
                 if nelems == 0 {
                     return Ok(());
                 }
-                self.reduce_push::<T, O>(call, s, dest, source, nelems)
+                self.reduce_push::<T, O>(call, s, op)
             }),
             (Engine::Direct, _, Some(srcs), Some(dsts)) => {
                 // Partitioned: my cache-line-aligned slice of the result, combined from every
