@@ -227,7 +227,8 @@ impl World {
 
         /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
         /// different `nelems` per member; the counts travel in the last word of `pSync`, which
-        /// is zero again on return (`shmem_collect32/64`).
+        /// is zero again on return (`shmem_collect32/64`). A member's bad `source` or `nelems`
+        /// fails the call on every member.
         set_collect => collect_in(Op { g: Group::Set(set), dest, source, nelems });
     }
 
