@@ -123,6 +123,17 @@ pub fn device_contract() -> String {
     field!("rshmem_proxy_req", Slot, result);
     field!("rshmem_proxy_req", Slot, ack);
     field!("rshmem_proxy_req", Slot, data);
+    for (n, v) in [
+        ("RSHMEM_PROXY_CONSUMED", fifo::ctrl::CONSUMED),
+        ("RSHMEM_PROXY_COMPLETED", fifo::ctrl::COMPLETED),
+        ("RSHMEM_PROXY_ERROR", fifo::ctrl::ERROR),
+        ("RSHMEM_PROXY_ERROR_PE", fifo::ctrl::ERROR_PE),
+        ("RSHMEM_PROXY_ERROR_TICKET", fifo::ctrl::ERROR_TICKET),
+        ("RSHMEM_INTERNAL_PROXY_HEAD", fifo::HEAD),
+        ("RSHMEM_INTERNAL_PROXY_FREE", fifo::FREE_HINT),
+    ] {
+        eq(n, v as u64);
+    }
     eq("RSHMEM_PROXY_INLINE", fifo::INLINE as u64);
     eq("RSHMEM_PROXY_FLAG_INLINE", fifo::FLAG_INLINE as u64);
     eq("RSHMEM_PROXY_FLAG_FETCH", fifo::FLAG_FETCH as u64);

@@ -1,6 +1,7 @@
 //! Little-endian frames, the one codec of the runtime's wire formats: the fixed-layout headers
 //! of the TCP transport and of UCX's atomic messages ([`put`] and [`get`] at constant offsets
-//! of a byte array whose length the caller fixed or checked), and the variable payloads PEs
+//! of a byte array whose length the caller fixed or checked, [`bits`] and [`unbits`] for a
+//! byte of flags), and the variable payloads PEs
 //! exchange at set-up ([`push`] appends, [`Reader`] reads back and names what was missing, so
 //! a malformed payload from a peer is an error, never a panic).
 
@@ -42,6 +43,25 @@ pub fn put<T: Le>(b: &mut [u8], at: usize, v: T) {
 /// checked the length of a frame a peer sent).
 pub fn get<T: Le>(b: &[u8], at: usize) -> T {
     T::read(&b[at..at + T::N])
+}
+
+/// A byte of flags: `flags[i]` is bit `i` (at most 8).
+pub fn bits<const N: usize>(flags: [bool; N]) -> u8 {
+    const { assert!(N <= 8) };
+    flags
+        .iter()
+        .enumerate()
+        .fold(0, |b, (i, &on)| b | (u8::from(on) << i))
+}
+
+/// The inverse of [`bits`]: bit `i` of `b` as element `i`; None when a bit above the `N` known
+/// ones is set (a flag this side does not know).
+pub fn unbits<const N: usize>(b: u8) -> Option<[bool; N]> {
+    const { assert!(N <= 8) };
+    if N < 8 && b >> N != 0 {
+        return None;
+    }
+    Some(std::array::from_fn(|i| b >> i & 1 != 0))
 }
 
 /// Appends `v` to a payload.
@@ -143,6 +163,10 @@ mod tests {
         assert_eq!((r.u32(), r.u64()), (Ok(7), Ok(9)));
         let e = r.u8().expect_err("nothing left");
         assert!(e.contains("truncated test payload"), "{e}");
+        assert_eq!(bits([true, false, true]), 0b101);
+        assert_eq!(unbits::<3>(0b101), Some([true, false, true]));
+        assert_eq!(unbits::<3>(0b1000), None, "an unknown flag");
+        assert_eq!(unbits::<8>(0xff), Some([true; 8]));
         let e = Reader::open(&out, "test payload", *b"RSHM", 4)
             .err()
             .expect("version");

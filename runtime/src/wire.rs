@@ -116,9 +116,17 @@ macro_rules! codes {
 }
 
 /// `From` both ways between a runtime enum and its wire code, whose variants have the same
-/// names: each pair listed once (the matches stay exhaustive both ways).
+/// names: each pair listed once (the matches stay exhaustive both ways); and `TryFrom` of the
+/// raw number (`$repr`) for the runtime enum, through the wire code.
 macro_rules! same_variants {
-    ($a:ident <=> $b:ident { $($v:ident),+ }) => {
+    ($a:ident <=> $b:ident : $repr:ty { $($v:ident),+ }) => {
+        impl TryFrom<$repr> for $a {
+            type Error = UnknownCode;
+            fn try_from(c: $repr) -> Result<$a, UnknownCode> {
+                $b::try_from(c).map($a::from)
+            }
+        }
+
         impl From<$a> for $b {
             fn from(x: $a) -> $b {
                 match x {
@@ -261,14 +269,7 @@ codes! {
     }
 }
 
-same_variants!(Cmp <=> CmpCode { Eq, Ne, Gt, Ge, Lt, Le });
-
-impl TryFrom<i32> for Cmp {
-    type Error = UnknownCode;
-    fn try_from(c: i32) -> Result<Cmp, UnknownCode> {
-        CmpCode::try_from(c).map(Cmp::from)
-    }
-}
+same_variants!(Cmp <=> CmpCode: i32 { Eq, Ne, Gt, Ge, Lt, Le });
 
 codes! {
     /// A signal operation's code (`RSHMEM_SIGNAL_*`; also the proxy's signal request `amo` byte).
@@ -280,14 +281,7 @@ codes! {
     }
 }
 
-same_variants!(SignalOp <=> SignalCode { Set, Add });
-
-impl TryFrom<i32> for SignalOp {
-    type Error = UnknownCode;
-    fn try_from(c: i32) -> Result<SignalOp, UnknownCode> {
-        SignalCode::try_from(c).map(SignalOp::from)
-    }
-}
+same_variants!(SignalOp <=> SignalCode: i32 { Set, Add });
 
 codes! {
     /// A reduction operator's code in the device collectives (`RSHMEM_OP_*` in coll.cuh).

@@ -19,14 +19,11 @@
 //! engines need a team's signal words, so an active set never gets them. Buffers are symmetric
 //! addresses (heap or a registered region), checked before anything moves.
 
-use super::{bytes_of, Check, Op, ReduceOp, ReduceType};
+use super::{Check, Op, ReduceOp, ReduceType};
 use crate::error::{Error, Result};
 use crate::team::Team;
 use crate::types::{Cmp, RmaType};
 use crate::world::World;
-
-/// An active set's first sync compares nothing (its `pSync` barrier carries no check).
-const NO_CHECK: Check<'static> = Check(&[]);
 
 /// An active set with its `pSync` (see the module docs), made by [`World::active_set`].
 #[derive(Debug, Clone)]
@@ -49,6 +46,11 @@ impl ActiveSet {
     /// This PE's index in the set.
     pub fn my_index(&self) -> usize {
         self.me
+    }
+
+    /// The last word of `pSync`, where `collect` announces the members' counts.
+    pub(super) fn count_word(&self) -> *mut i64 {
+        self.psync.wrapping_add(self.words - 1)
     }
 }
 
@@ -206,124 +208,50 @@ impl World {
         Ok(())
     }
 
-    /// **Collective over the set.** Copies `nelems` elements of `source` on set member `root`
-    /// to `dest` on every other member; the root's `dest` is not written (as OpenSHMEM 1.4's
-    /// `shmem_broadcast32/64`).
-    pub fn set_broadcast<T: RmaType>(
-        &self,
-        set: &ActiveSet,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        root: usize,
-    ) -> Result<()> {
-        let op = Op::new(
-            "set_broadcast",
-            Group::Set(set),
-            &NO_CHECK,
-            dest,
-            source,
-            nelems,
-        );
-        self.bcast_engine(op, root, false)
+    calls! {
+        [T: RmaType] (set: &ActiveSet, dest: *mut T, source: *const T, nelems: usize, root: usize)
+            -> Result<()>;
+
+        /// **Collective over the set.** Copies `nelems` elements of `source` on set member
+        /// `root` to `dest` on every other member; the root's `dest` is not written (as
+        /// OpenSHMEM 1.4's `shmem_broadcast32/64`).
+        set_broadcast => broadcast_in(Op { g: Group::Set(set), dest, source, nelems }, root);
     }
 
-    /// **Collective over the set.** Concatenates every member's `nelems` elements of `source`
-    /// in set order into every member's `dest` (`shmem_fcollect32/64`).
-    pub fn set_fcollect<T: RmaType>(
-        &self,
-        set: &ActiveSet,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
-        let call = "set_fcollect";
-        self.fcollect_engine(Op::new(
-            call,
-            Group::Set(set),
-            &NO_CHECK,
-            dest,
-            source,
-            nelems,
-        ))
+    calls! {
+        [T: RmaType] (set: &ActiveSet, dest: *mut T, source: *const T, nelems: usize) -> Result<()>;
+
+        /// **Collective over the set.** Concatenates every member's `nelems` elements of
+        /// `source` in set order into every member's `dest` (`shmem_fcollect32/64`).
+        set_fcollect => fcollect_in(Op { g: Group::Set(set), dest, source, nelems });
+
+        /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
+        /// different `nelems` per member; the counts travel in the last word of `pSync`, which
+        /// is zero again on return (`shmem_collect32/64`). A member's bad `source` or `nelems`
+        /// fails the call on every member.
+        set_collect => collect_in(Op { g: Group::Set(set), dest, source, nelems });
     }
 
-    /// **Collective over the set.** Like [`set_fcollect`](World::set_fcollect) with a
-    /// different `nelems` per member; the counts travel in the last word of `pSync`, which is
-    /// zero again on return (`shmem_collect32/64`).
-    pub fn set_collect<T: RmaType>(
-        &self,
-        set: &ActiveSet,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
-        let call = "set_collect";
-        let g = Group::Set(set);
-        self.coll_buf(call, "source", source, nelems)?;
-        let word = set.psync.wrapping_add(set.words - 1);
-        let count = i64::try_from(nelems)
-            .map_err(|_| Error::invalid(call, format!("nelems {nelems} is too large")))?;
-        self.quiet_all(call)?;
-        self.write_mine(call, word, &[count])?;
-        self.quiet_all(call)?;
-        self.group_sync(call, g)?;
-        let gathered = (|| -> Result<()> {
-            let mut counts = Vec::with_capacity(g.n());
-            for j in 0..g.n() {
-                let c = self.g(word.cast_const(), g.pe(j))?;
-                counts.push(usize::try_from(c).map_err(|_| {
-                    Error::invalid(call, format!("set member {j} announced {c} elements"))
-                })?);
-            }
-            let sb = bytes_of::<T>(call, "source", nelems)?;
-            self.pull_counted(call, g, dest, source, sb, &counts)
-        })();
-        // Nobody reads my word any more once every member's gather is done; the word is the
-        // caller's pSync: give it back zeroed.
-        let q = self.quiet_all(call);
-        let synced = self.group_sync(call, g);
-        let zeroed = self.write_mine(call, word, &[0i64]);
-        gathered?;
-        q?;
-        synced?;
-        zeroed?;
-        self.quiet_all(call)
+    calls! {
+        [T: RmaType]
+        (set: &ActiveSet, dest: *mut T, source: *const T, dst: usize, sst: usize, nelems: usize)
+            -> Result<()>;
+
+        /// **Collective over the set.** Strided alltoall over the set: element `k` of block `j`
+        /// is `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]`; elements of `dest`
+        /// between the strided ones are left alone (`shmem_alltoall(s)32/64`).
+        set_alltoalls => alltoall_in(Op { g: Group::Set(set), dest, source, nelems }, dst, sst);
     }
 
-    /// **Collective over the set.** Strided alltoall over the set: element `k` of block `j` is
-    /// `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]`; elements of `dest` between
-    /// the strided ones are left alone (`shmem_alltoall(s)32/64`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_alltoalls<T: RmaType>(
-        &self,
-        set: &ActiveSet,
-        dest: *mut T,
-        source: *const T,
-        dst: usize,
-        sst: usize,
-        nelems: usize,
-    ) -> Result<()> {
-        let call = "set_alltoalls";
-        let op = Op::new(call, Group::Set(set), &NO_CHECK, dest, source, nelems);
-        self.alltoall_engine(op, dst, sst)
-    }
+    calls! {
+        [T: ReduceType, O: ReduceOp<T>]
+        (set: &ActiveSet, dest: *mut T, source: *const T, nelems: usize, op: O) -> Result<()>;
 
-    /// **Collective over the set.** Element-wise reduction with `op` of every member's
-    /// `source` into every member's `dest`, combined in set order (bit-identical results on
-    /// every member); `dest` and `source` may be the very same range
-    /// (`shmem_TYPE_OP_to_all`).
-    pub fn set_reduce<T: ReduceType, O: ReduceOp<T>>(
-        &self,
-        set: &ActiveSet,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        op: O,
-    ) -> Result<()> {
-        let _ = op;
-        let g = Group::Set(set);
-        self.reduce_engine::<T, O>(Op::new(O::CALL, g, &NO_CHECK, dest, source, nelems))
+        /// **Collective over the set.** Element-wise reduction with `op` of every member's
+        /// `source` into every member's `dest`, combined in set order (bit-identical results on
+        /// every member); `dest` and `source` may be the very same range
+        /// (`shmem_TYPE_OP_to_all`).
+        set_reduce => reduce_in(Op { g: Group::Set(set), dest, source, nelems }, op);
     }
 
     /// **Collective over the team or set.** Reduction of `nelems` elements of `elem_size`
@@ -392,9 +320,7 @@ impl World {
         upto: &dyn Fn(&Group<'_>) -> usize,
         combine: &mut dyn FnMut(&mut [u8], &[u8]),
     ) -> Result<()> {
-        if let Group::Team(t) = group {
-            self.team_check(call, t)?;
-        }
+        self.group_check(call, group)?;
         let bytes = nelems
             .checked_mul(elem_size)
             .ok_or_else(|| Error::invalid(call, "nelems × element size overflows"))?;
@@ -402,7 +328,7 @@ impl World {
         // 16-byte aligned staging (long double needs it).
         let words = bytes.div_ceil(16);
         let upto = upto(&group);
-        let check = Check(&[
+        let check = Check::new(&[
             ("nelems", nelems as u64),
             ("element size", elem_size as u64),
         ]);

@@ -98,19 +98,40 @@ struct Strided {
 
 /// The arguments a collective compares across the members at its first sync (every member
 /// must pass the same), with their names for the error (formatted only then).
-struct Check<'a>(&'a [(&'static str, u64)]);
+struct Check {
+    args: [(&'static str, u64); 4],
+    len: usize,
+}
 
-impl Check<'_> {
-    fn digest(&self, call: &str) -> u64 {
-        let mut v = [0u64; 4];
-        for (d, &(_, x)) in v.iter_mut().zip(self.0) {
-            *d = x;
+impl Check {
+    /// The first four of `args`.
+    fn new(args: &[(&'static str, u64)]) -> Check {
+        debug_assert!(args.len() <= 4, "a check compares four arguments at most");
+        let mut c = Check {
+            args: [("", 0); 4],
+            len: args.len().min(4),
+        };
+        c.args[..c.len].copy_from_slice(&args[..c.len]);
+        c
+    }
+
+    /// `args` of a collective on elements of `T`, then the element size (four at most).
+    fn of<T>(args: &[(&'static str, u64)]) -> Check {
+        let mut c = Check::new(args);
+        if c.len < 4 {
+            c.args[c.len] = ("element size", std::mem::size_of::<T>() as u64);
+            c.len += 1;
         }
-        crate::sync::digest(call, &v[..self.0.len().min(4)])
+        c
+    }
+
+    fn digest(&self, call: &str) -> u64 {
+        let v = self.args.map(|(_, x)| x);
+        crate::sync::digest(call, &v[..self.len])
     }
 
     fn shown(&self) -> String {
-        self.0
+        self.args[..self.len]
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
@@ -118,36 +139,29 @@ impl Check<'_> {
     }
 }
 
-/// One call of a collective whose engine teams and active sets share: the call's name, the
-/// group, the arguments its first sync compares, and the buffers.
+/// What one call of a collective that teams and active sets share works on: the group and
+/// `nelems` elements of `dest` and `source` (each engine says what `nelems` counts).
 #[derive(Clone, Copy)]
 struct Op<'a, T> {
-    call: &'static str,
     g: Group<'a>,
-    check: &'a Check<'a>,
     dest: *mut T,
     source: *const T,
     nelems: usize,
 }
 
 impl<'a, T> Op<'a, T> {
-    fn new(
-        call: &'static str,
-        g: Group<'a>,
-        check: &'a Check<'a>,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Self {
-        Op {
-            call,
-            g,
-            check,
-            dest,
-            source,
-            nelems,
-        }
+    /// The group, `dest`, `source` and `nelems`.
+    fn parts(self) -> (Group<'a>, *mut T, *const T, usize) {
+        (self.g, self.dest, self.source, self.nelems)
     }
+}
+
+/// Where the members of a collect announce their counts: a team in the first control word of
+/// its slot (an offset in the control heap), an active set in the last word of its `pSync`.
+#[derive(Clone, Copy)]
+enum CountWord {
+    Slot(usize),
+    PSync(*mut i64),
 }
 
 /// True if the byte ranges `[a, a+al)` and `[b, b+bl)` share a byte.
@@ -295,7 +309,7 @@ impl World {
     /// The first team sync of a collective, which also compares the call's arguments across
     /// the members (no extra round trip: they travel with the sync's flags). On a mismatch
     /// every member returns the same [`Error::AsymmetricCall`] before anything moves.
-    fn checked_team_sync(&self, call: &'static str, team: &Team, check: &Check<'_>) -> Result<()> {
+    fn checked_team_sync(&self, call: &'static str, team: &Team, check: &Check) -> Result<()> {
         let d = check.digest(call);
         match self.team_sync_checked(call, team, Some(d))? {
             None => Ok(()),
@@ -313,10 +327,19 @@ impl World {
     /// The first sync of a collective over `g`: a team's compares `check` (the call's
     /// arguments) across the members ([`checked_team_sync`](World::checked_team_sync)); an
     /// active set's is its `pSync` barrier, which carries no check.
-    fn first_sync(&self, call: &'static str, g: Group<'_>, check: &Check<'_>) -> Result<()> {
+    fn first_sync(&self, call: &'static str, g: Group<'_>, check: &Check) -> Result<()> {
         match g {
             Group::Team(t) => self.checked_team_sync(call, t, check),
             Group::Set(s) => self.set_sync_named(call, s),
+        }
+    }
+
+    /// Rejects a team that is not usable (see `team_check`); an active set was checked when it
+    /// was made.
+    fn group_check(&self, call: &'static str, g: Group<'_>) -> Result<()> {
+        match g {
+            Group::Team(t) => self.team_check(call, t),
+            Group::Set(_) => Ok(()),
         }
     }
 
@@ -335,7 +358,7 @@ impl World {
         &self,
         call: &'static str,
         g: Group<'_>,
-        check: &Check<'_>,
+        check: &Check,
         gather: impl FnOnce() -> Result<V>,
         write: impl FnOnce(V) -> Result<()>,
     ) -> Result<()> {
@@ -356,7 +379,7 @@ impl World {
         &self,
         call: &'static str,
         g: Group<'_>,
-        check: &Check<'_>,
+        check: &Check,
         work: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
@@ -376,7 +399,7 @@ impl World {
         &self,
         call: &'static str,
         team: &Team,
-        check: Option<&Check<'_>>,
+        check: Option<&Check>,
         work: impl FnOnce(&Signals<'_>) -> Result<()>,
     ) -> Result<()> {
         self.quiet_all(call)?;
@@ -404,17 +427,11 @@ impl World {
         synced
     }
 
-    /// Pulls block `j` (`nelems` elements at `src`) of every member `j` of `g` into block `j`
-    /// of `dest`, starting with my own block, then the next members': at any moment the
+    /// Pulls block `j` (`nelems` elements at `source`) of every member `j` of the group into
+    /// block `j` of `dest`, starting with my own block, then the next members': at any moment the
     /// members read different sources.
-    fn pull_blocks<T: RmaType>(
-        &self,
-        call: &'static str,
-        g: Group<'_>,
-        dest: *mut T,
-        src: *const T,
-        nelems: usize,
-    ) -> Result<()> {
+    fn pull_blocks<T: RmaType>(&self, call: &'static str, op: Op<'_, T>) -> Result<()> {
+        let (g, dest, src, nelems) = op.parts();
         let n = g.n();
         let me = g.me();
         if matches!(self.xport, Transport::Shm) {
@@ -442,51 +459,35 @@ impl World {
         Ok(())
     }
 
-    /// **Collective over the team.** Copies `nelems` elements of `source` on team PE `root`
-    /// to `dest` on every member, the root included. `dest` and `source` may be the very same
-    /// range but must not overlap otherwise. Like `shmem_broadcast`.
-    pub fn broadcast<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        root: usize,
-    ) -> Result<()> {
-        let call = "broadcast";
-        self.team_check(call, team)?;
-        let g = Group::Team(team);
-        let check = Check(&[
-            ("root", root as u64),
-            ("nelems", nelems as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
-        let op = Op::new(call, g, &check, dest, source, nelems);
-        self.bcast_engine(op, root, true)
+    calls! {
+        [T: RmaType] (team: &Team, dest: *mut T, source: *const T, nelems: usize, root: usize)
+            -> Result<()>;
+
+        /// **Collective over the team.** Copies `nelems` elements of `source` on team PE `root`
+        /// to `dest` on every member, the root included. `dest` and `source` may be the very
+        /// same range but must not overlap otherwise. Like `shmem_broadcast`.
+        broadcast => broadcast_in(Op { g: Group::Team(team), dest, source, nelems }, root);
     }
 
-    /// The broadcast of teams and active sets (`root_writes`: the root's `dest` gets the data
-    /// too) by the engine [`World::engine`] picks, after checking `root` and the buffers.
-    fn bcast_engine<T: RmaType>(
+    /// The broadcast of teams and active sets by the engine [`World::engine`] picks, after
+    /// checking `root` and the buffers. A team's root gets the data in its `dest` too; an
+    /// active set's root's `dest` is not written (OpenSHMEM 1.4's `shmem_broadcast32/64`).
+    fn broadcast_in<T: RmaType>(
         &self,
+        call: &'static str,
         op: Op<'_, T>,
         root: usize,
-        root_writes: bool,
     ) -> Result<()> {
-        let Op {
-            call,
-            g,
-            check,
-            dest,
-            source,
-            nelems,
-        } = op;
+        let (g, dest, source, nelems) = op.parts();
+        self.group_check(call, g)?;
+        let check = Check::of::<T>(&[("root", root as u64), ("nelems", nelems as u64)]);
+        let root_writes = matches!(g, Group::Team(_));
         g.check_root(call, root)?;
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let bytes = bytes_of::<T>(call, "block", nelems)?;
         let at_root = g.me() == root;
         if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Broadcast, g, false), g) {
-            return self.pushed(call, team, Some(check), |s| {
+            return self.pushed(call, team, Some(&check), |s| {
                 if bytes == 0 {
                     return Ok(());
                 }
@@ -502,7 +503,7 @@ impl World {
                 self.bcast_push(call, s, d, from, bytes, root)
             });
         }
-        self.one_phase(call, g, check, || {
+        self.one_phase(call, g, &check, || {
             if at_root && (!root_writes || dest.cast_const() == source) {
                 // The root's dest is left alone, or already holds the data (in place; the
                 // others are reading it).
@@ -513,78 +514,58 @@ impl World {
         })
     }
 
-    /// **Collective over the team.** Concatenates every member's `source` block of
-    /// `nelems` elements in team order into every member's `dest` (`n_pes()·nelems`
-    /// elements); `dest` and `source` must not overlap. Like `shmem_fcollect`.
-    pub fn fcollect<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
-        let call = "fcollect";
-        self.team_check(call, team)?;
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
-        self.fcollect_engine(Op::new(
-            call,
-            Group::Team(team),
-            &check,
-            dest,
-            source,
-            nelems,
-        ))
+    calls! {
+        [T: RmaType] (team: &Team, dest: *mut T, source: *const T, nelems: usize) -> Result<()>;
+
+        /// **Collective over the team.** Concatenates every member's `source` block of
+        /// `nelems` elements in team order into every member's `dest` (`n_pes()·nelems`
+        /// elements); `dest` and `source` must not overlap. Like `shmem_fcollect`.
+        fcollect => fcollect_in(Op { g: Group::Team(team), dest, source, nelems });
+
+        /// **Collective over the team.** Like [`fcollect`](World::fcollect) but every member
+        /// may contribute a different `nelems`; `dest` receives the blocks back to back in team
+        /// order and must hold their sum. Like `shmem_collect`.
+        collect => collect_in(Op { g: Group::Team(team), dest, source, nelems });
+
+        /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team
+        /// PE `i` goes to block `i` of `dest` on team PE `j`. Both hold `n_pes()·nelems`
+        /// elements and must not overlap. Like `shmem_alltoall`.
+        alltoall => alltoall_in(Op { g: Group::Team(team), dest, source, nelems }, 1, 1);
     }
 
     /// The fcollect of teams and active sets by the engine [`World::engine`] picks.
-    fn fcollect_engine<T: RmaType>(&self, op: Op<'_, T>) -> Result<()> {
-        let Op {
-            call,
-            g,
-            check,
-            dest,
-            source,
-            nelems,
-        } = op;
+    fn fcollect_in<T: RmaType>(&self, call: &'static str, op: Op<'_, T>) -> Result<()> {
+        let (g, dest, source, nelems) = op.parts();
+        self.group_check(call, g)?;
+        let check = Check::of::<T>(&[("nelems", nelems as u64)]);
         let total = team_total(call, nelems, g.n())?;
         self.coll_bufs(call, dest, total, source, nelems, false)?;
         let block = bytes_of::<T>(call, "block", nelems)?;
         if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Fcollect, g, false), g) {
-            return self.pushed(call, team, Some(check), |s| {
+            return self.pushed(call, team, Some(&check), |s| {
                 if block == 0 {
                     return Ok(());
                 }
                 self.fcollect_push(call, s, dest.cast(), source.cast(), block)
             });
         }
-        self.one_phase(call, g, check, || {
-            self.pull_blocks(call, g, dest, source, nelems)
-        })
+        self.one_phase(call, g, &check, || self.pull_blocks(call, op))
     }
 
-    /// **Collective over the team.** Like [`fcollect`](World::fcollect) but every member may
-    /// contribute a different `nelems`; `dest` receives the blocks back to back in team order
-    /// and must hold their sum. Like `shmem_collect`.
-    pub fn collect<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
-        let call = "collect";
-        self.team_check(call, team)?;
-        // My arguments, checked before the exchange; a bad count is announced, not hidden, so
-        // the other members fail too instead of waiting.
+    /// The collect of teams and active sets. The members announce their counts before the
+    /// first sync (a team in its slot's first control word, an active set in the last word of
+    /// its `pSync`, which is zero again on return); a member whose own arguments are bad
+    /// announces [`BAD_COUNT`], so the others fail too instead of waiting.
+    fn collect_in<T: RmaType>(&self, call: &'static str, op: Op<'_, T>) -> Result<()> {
+        let (g, dest, source, nelems) = op.parts();
+        self.group_check(call, g)?;
+        // My arguments, checked before the exchange.
         let mine = self.coll_buf(call, "source", source, nelems);
         let word = match &mine {
             Ok(_) if (nelems as u64) < BAD_COUNT => nelems as u64,
             _ => BAD_COUNT,
         };
-        if self.engine(Kind::Collect, Group::Team(team), false) == Engine::Push {
+        if let (Engine::Push, Group::Team(team)) = (self.engine(Kind::Collect, g, false), g) {
             return self.pushed(call, team, None, |s| {
                 let (off, total) = match self.collect_offsets(call, s, word) {
                     Ok(v) => v,
@@ -609,42 +590,74 @@ impl World {
                 pulled
             });
         }
-        let slot_word = self.teams.slot_off(team.inner.slot, 0);
+        let (at, who) = match g {
+            Group::Team(t) => (
+                CountWord::Slot(self.teams.slot_off(t.inner.slot, 0)),
+                "team PE",
+            ),
+            Group::Set(s) => (CountWord::PSync(s.count_word()), "active set member"),
+        };
         self.quiet_all(call)?;
-        // Between the two syncs of a collective only their owner writes the slot's words.
-        self.ctrl_store(call, self.me, slot_word, word)?;
-        self.team_sync_named(call, team)?;
-        let g = Group::Team(team);
+        // Between the two syncs of a collective only their owner writes the count words.
+        self.count_store(call, at, word)?;
+        self.group_sync(call, g)?;
         let gathered = (|| {
             let sb = mine?;
             let mut counts = Vec::with_capacity(g.n());
             for j in 0..g.n() {
                 let pe = g.pe(j);
-                let c = self.ctrl_load(call, pe, slot_word)?;
+                let c = self.count_load(call, at, pe)?;
                 if c == BAD_COUNT {
                     return Err(Error::invalid(
                         call,
-                        format!("team PE {j} (PE {pe}) passed a bad source or nelems"),
+                        format!("{who} {j} (PE {pe}) passed a bad source or nelems"),
                     ));
                 }
                 counts.push(c as usize);
             }
-            self.pull_counted(call, g, dest, source, sb, &counts)
+            self.pull_counted(call, op, sb, &counts)
         })();
-        self.finish(call, g, gathered)
+        let done = self.finish(call, g, gathered);
+        let CountWord::PSync(w) = at else {
+            return done;
+        };
+        // Nobody reads my count any more once every member's gather is done; the word is the
+        // caller's pSync: give it back zeroed.
+        let zeroed = self.write_mine(call, w, &[0i64]);
+        done?;
+        zeroed?;
+        self.quiet_all(call)
+    }
+
+    /// Announces my count in `at` (complete on return).
+    fn count_store(&self, call: &'static str, at: CountWord, count: u64) -> Result<()> {
+        match at {
+            CountWord::Slot(off) => self.ctrl_store(call, self.me, off, count),
+            CountWord::PSync(w) => {
+                self.write_mine(call, w, &[count as i64])?;
+                self.quiet_all(call)
+            }
+        }
+    }
+
+    /// The count world PE `pe` announced in `at`.
+    fn count_load(&self, call: &'static str, at: CountWord, pe: usize) -> Result<u64> {
+        match at {
+            CountWord::Slot(off) => self.ctrl_load(call, pe, off),
+            CountWord::PSync(w) => Ok(self.g(w.cast_const(), pe)? as u64),
+        }
     }
 
     /// The data of a collect whose members' counts are known (`sb`: my source's bytes):
     /// checks `dest` against their sum and pulls each member's block into place.
-    pub(super) fn pull_counted<T: RmaType>(
+    fn pull_counted<T: RmaType>(
         &self,
         call: &'static str,
-        g: Group<'_>,
-        dest: *mut T,
-        source: *const T,
+        op: Op<'_, T>,
         sb: usize,
         counts: &[usize],
     ) -> Result<()> {
+        let (g, dest, source, _) = op.parts();
         let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
         let total = total.ok_or_else(|| Error::invalid(call, "the members' nelems overflow"))?;
         let db = self.coll_buf(call, "dest", dest, total)?;
@@ -657,84 +670,55 @@ impl World {
         Ok(())
     }
 
-    /// **Collective over the team.** Block `j` (of `nelems` elements) of `source` on team PE
-    /// `i` goes to block `i` of `dest` on team PE `j`. Both hold `n_pes()·nelems` elements and
-    /// must not overlap. Like `shmem_alltoall`.
-    pub fn alltoall<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-    ) -> Result<()> {
-        self.alltoall_impl("alltoall", team, dest, source, 1, 1, nelems)
-    }
+    calls! {
+        [T: RmaType]
+        (team: &Team, dest: *mut T, source: *const T, dst: usize, sst: usize, nelems: usize)
+            -> Result<()>;
 
-    /// **Collective over the team.** Strided [`alltoall`](World::alltoall): element `k` of
-    /// block `j` is `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]`; strides
-    /// count elements and must be at least 1. Elements of `dest` between the strided ones are
-    /// left alone. Like `shmem_alltoalls`.
-    pub fn alltoalls<T: RmaType>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        dst: usize,
-        sst: usize,
-        nelems: usize,
-    ) -> Result<()> {
-        self.alltoall_impl("alltoalls", team, dest, source, dst, sst, nelems)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn alltoall_impl<T: RmaType>(
-        &self,
-        call: &'static str,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        dst: usize,
-        sst: usize,
-        nelems: usize,
-    ) -> Result<()> {
-        self.team_check(call, team)?;
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("dst", dst as u64),
-            ("sst", sst as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
-        let op = Op::new(call, Group::Team(team), &check, dest, source, nelems);
-        self.alltoall_engine(op, dst, sst)
+        /// **Collective over the team.** Strided [`alltoall`](World::alltoall): element `k` of
+        /// block `j` is `dest[(j·nelems + k)·dst]` and `source[(j·nelems + k)·sst]`; strides
+        /// count elements and must be at least 1. Elements of `dest` between the strided ones
+        /// are left alone. Like `shmem_alltoalls`.
+        alltoalls => alltoall_in(Op { g: Group::Team(team), dest, source, nelems }, dst, sst);
     }
 
     /// The (strided) alltoall of teams and active sets: every member pulls its block of each
     /// member's `source` (one message per member: alltoall is O(n) per PE by nature).
-    fn alltoall_engine<T: RmaType>(&self, op: Op<'_, T>, dst: usize, sst: usize) -> Result<()> {
-        let Op {
-            call,
-            g,
-            check,
-            dest,
-            source,
-            nelems,
-        } = op;
+    fn alltoall_in<T: RmaType>(
+        &self,
+        call: &'static str,
+        op: Op<'_, T>,
+        dst: usize,
+        sst: usize,
+    ) -> Result<()> {
+        let (g, dest, source, nelems) = op.parts();
+        self.group_check(call, g)?;
+        let check = Check::of::<T>(&[
+            ("nelems", nelems as u64),
+            ("dst", dst as u64),
+            ("sst", sst as u64),
+        ]);
         let n = g.n();
         let me = g.me();
+        let ext = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
         let Strided {
             dspan,
             bspan,
             dbytes: db,
-        } = self.strided_args(call, dest, source, dst, sst, nelems, n)?;
+        } = ext;
         // My block in every member's source starts at element me·nelems·sst.
         let start = source.wrapping_add(me * nelems * sst);
+        let mine = Op {
+            source: start,
+            ..op
+        };
         debug_assert_eq!(self.engine(Kind::Alltoall, g, false), Engine::Direct);
-        self.one_phase(call, g, check, || {
+        self.one_phase(call, g, &check, || {
             if nelems == 0 {
                 return Ok(());
             }
             if dst == 1 && sst == 1 {
-                return self.pull_blocks(call, g, dest, start, nelems);
+                return self.pull_blocks(call, mine);
             }
             if let Some(srcs) = self.member_ptrs(call, g, start, bspan)? {
                 // Strided, every member's memory reachable: element by element, straight
@@ -756,7 +740,7 @@ impl World {
                 return Ok(());
             }
             // Otherwise through private buffers.
-            let v = self.gather_strided(call, g, start, nelems, sst, bspan)?;
+            let v = self.gather_strided(call, mine, sst, &ext)?;
             self.scatter_mine(call, dest, v, dst, dspan)
         })
     }
@@ -792,17 +776,18 @@ impl World {
         })
     }
 
-    /// My strided block of a strided alltoall (`nelems` elements `sst` apart from `start`,
-    /// an extent of `bspan`) from every member of `g`, in member order, in a private buffer.
+    /// My strided block of a strided alltoall (`nelems` elements `sst` apart from `source`,
+    /// an extent of `ext.bspan`) from every member of the group, in member order, in a private
+    /// buffer (`op.dest` is not used).
     fn gather_strided<T: RmaType>(
         &self,
         call: &'static str,
-        g: Group<'_>,
-        start: *const T,
-        nelems: usize,
+        op: Op<'_, T>,
         sst: usize,
-        bspan: usize,
+        ext: &Strided,
     ) -> Result<Vec<T>> {
+        let (g, _, start, nelems) = op.parts();
+        let bspan = ext.bspan;
         let mut v = vec![T::default_value(); g.n() * nelems];
         if nelems == 0 {
             return Ok(v);
@@ -859,48 +844,32 @@ impl World {
         self.write_mine(call, dest, &ext)
     }
 
-    /// **Collective over the team.** Element-wise reduction with `op` of every member's
-    /// `source` (`nelems` elements) into every member's `dest`. `dest` and `source` may be the
-    /// very same range but must not overlap otherwise. Values are combined in team PE order,
-    /// so every member gets bit-identical results (floats included). Like
-    /// `shmem_TYPE_OP_reduce`; `op` is [`Sum`], [`Prod`], [`Min`], [`Max`], or, for
-    /// integers, [`And`], [`Or`], [`Xor`]. Errors name the OpenSHMEM call (`sum_reduce`, …).
-    pub fn reduce<T: ReduceType, O: ReduceOp<T>>(
-        &self,
-        team: &Team,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
-        op: O,
-    ) -> Result<()> {
-        let _ = op;
-        let call = O::CALL;
-        self.team_check(call, team)?;
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
-        self.reduce_engine::<T, O>(Op::new(
-            call,
-            Group::Team(team),
-            &check,
-            dest,
-            source,
-            nelems,
-        ))
+    calls! {
+        [T: ReduceType, O: ReduceOp<T>]
+        (team: &Team, dest: *mut T, source: *const T, nelems: usize, op: O) -> Result<()>;
+
+        /// **Collective over the team.** Element-wise reduction with `op` of every member's
+        /// `source` (`nelems` elements) into every member's `dest`. `dest` and `source` may be
+        /// the very same range but must not overlap otherwise. Values are combined in team PE
+        /// order, so every member gets bit-identical results (floats included). Like
+        /// `shmem_TYPE_OP_reduce`; `op` is [`Sum`], [`Prod`], [`Min`], [`Max`], or, for
+        /// integers, [`And`], [`Or`], [`Xor`]. Errors name the OpenSHMEM call (`sum_reduce`, …).
+        reduce => reduce_in(Op { g: Group::Team(team), dest, source, nelems }, op);
     }
 
     /// The element-wise reduction of teams and active sets by the engine [`World::engine`]
-    /// picks; every engine combines in member order (bit-identical results).
-    fn reduce_engine<T: ReduceType, O: ReduceOp<T>>(&self, op: Op<'_, T>) -> Result<()> {
-        let Op {
-            call,
-            g,
-            check,
-            dest,
-            source,
-            nelems,
-        } = op;
+    /// picks; every engine combines in member order (bit-identical results). Errors name the
+    /// OpenSHMEM call (`O::CALL`, `sum_reduce`, …) whichever form (`_form`) was called.
+    fn reduce_in<T: ReduceType, O: ReduceOp<T>>(
+        &self,
+        _form: &str,
+        op: Op<'_, T>,
+        _: O,
+    ) -> Result<()> {
+        let call = O::CALL;
+        let (g, dest, source, nelems) = op.parts();
+        self.group_check(call, g)?;
+        let check = &Check::of::<T>(&[("nelems", nelems as u64)]);
         self.coll_bufs(call, dest, nelems, source, nelems, true)?;
         let srcs = self.member_ptrs(call, g, source, nelems)?;
         let dsts = self.member_ptrs(call, g, dest.cast_const(), nelems)?;
@@ -910,7 +879,7 @@ impl World {
                 if nelems == 0 {
                     return Ok(());
                 }
-                self.reduce_push::<T, O>(call, s, dest, source, nelems)
+                self.reduce_push::<T, O>(call, s, op)
             }),
             (Engine::Direct, _, Some(srcs), Some(dsts)) => {
                 // Partitioned: my cache-line-aligned slice of the result, combined from every
@@ -963,10 +932,7 @@ impl World {
         let total = team_total(call, nelems, team.n_pes())?;
         let db = self.coll_bufs(call, dest, nelems, source, total, false)?;
         let start = source.wrapping_add(team.my_pe() * nelems);
-        let check = Check(&[
-            ("nelems", nelems as u64),
-            ("element size", std::mem::size_of::<T>() as u64),
-        ]);
+        let check = Check::of::<T>(&[("nelems", nelems as u64)]);
         let g = Group::Team(team);
         let srcs = self.member_ptrs(call, g, start, nelems)?;
         match (self.engine(Kind::ReduceScatter, g, srcs.is_some()), srcs) {

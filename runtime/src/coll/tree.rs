@@ -29,7 +29,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{bytes_of, ReduceOp, ReduceType, BAD_COUNT};
+use super::{bytes_of, Op, ReduceOp, ReduceType, BAD_COUNT};
 use crate::error::{Error, Result};
 
 use crate::team::{Team, SCRATCH};
@@ -376,16 +376,15 @@ impl World {
     }
 
     /// The chain reduction with a broadcast of the result (see the module docs): every
-    /// member's `dest` gets the combination, in team order, of every member's `source`
-    /// (`nelems` elements each; `dest` and `source` are the same range or disjoint).
+    /// member's `dest` gets the combination, in team order, of every member's `source` (`op`:
+    /// `nelems` elements each; `dest` and `source` are the same range or disjoint).
     pub(super) fn reduce_push<T: ReduceType, O: ReduceOp<T>>(
         &self,
         call: &'static str,
         s: &Signals<'_>,
-        dest: *mut T,
-        source: *const T,
-        nelems: usize,
+        op: Op<'_, T>,
     ) -> Result<()> {
+        let (_, dest, source, nelems) = op.parts();
         let n = s.team.n_pes();
         let me = s.team.my_pe();
         let bytes = bytes_of::<T>(call, "block", nelems)?;

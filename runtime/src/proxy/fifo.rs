@@ -26,8 +26,7 @@ mod protocol;
 
 use std::sync::atomic::AtomicU64;
 
-#[cfg(test)]
-use protocol::ctrl;
+pub use protocol::ctrl;
 use protocol::{Consumer, Memory};
 
 /// Bytes of one request slot.

@@ -1,8 +1,9 @@
 //! `active-set`: the collectives over an OpenSHMEM 1.4 active set ([`rshmem::World::active_set`]):
 //! the set of every other PE (start 0 and start 1, log stride 1) and the whole job; set_barrier,
 //! set_sync, set_broadcast (the root's `dest` untouched), set_fcollect, set_collect (a different
-//! count per member), set_alltoalls (strided), set_reduce and reduce_with (a caller's combine,
-//! over the set and over a team), with `pSync` checked to be all zeros again after every call;
+//! count per member; one member's bad source fails every member), set_alltoalls (strided),
+//! set_reduce and reduce_with (a caller's combine, over the set and over a team), with `pSync`
+//! checked to be all zeros again after every call;
 //! and the errors of a bad set (this PE not in it, PEs outside the job, a short or NULL pSync).
 
 use rshmem::{Group, Sum};
@@ -91,6 +92,23 @@ pub fn run(c: &Ctx<'_>) -> R {
             }
         }
         zeros("set_collect")?;
+        // Member 0's source is not symmetric: it announces a bad count, so every member fails
+        // (none is left waiting) and pSync is zero again.
+        let stack = [0u64; 8];
+        let source = if i == 0 { stack.as_ptr() } else { src.as_ptr() };
+        let (kind, what) = if i == 0 {
+            (Kind::NotSymmetric, "source")
+        } else {
+            (Kind::Invalid, "active set member 0")
+        };
+        let e = expect_err(
+            "set_collect with member 0's source on its stack",
+            w.set_collect(&set, dst.as_ptr(), source, 1),
+            kind,
+            "set_collect",
+        )?;
+        ensure!(e.to_string().contains(what), "set_collect error: {e}");
+        zeros("set_collect with a bad source")?;
 
         // Strided: source stride 2, dest stride 3; block j of member i goes to block i of j.
         for e in 0..2 * n {

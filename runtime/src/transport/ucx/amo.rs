@@ -31,7 +31,7 @@
 //! since the last flush (remote completion), so the data of a put-with-signal is in the target's
 //! memory before the signal is applied.
 
-use crate::frame::{get, put};
+use crate::frame::{bits, get, put, unbits};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -46,15 +46,6 @@ pub const AM_REPLY: u32 = 0x5254;
 
 /// Version byte of the request format.
 const VERSION: u8 = 3;
-
-/// Request flag bits (byte 3): no old value wanted, the control heap, no answer wanted, counted
-/// (posted: the outcome goes into the target's [`Tally`]), settle, a symmetric region.
-const NO_FETCH: u8 = 1;
-const CTRL: u8 = 2;
-const NO_ANSWER: u8 = 4;
-const COUNTED: u8 = 8;
-const SETTLE: u8 = 16;
-const REGION: u8 = 32;
 
 /// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 40;
@@ -115,20 +106,23 @@ impl Request {
         }
     }
 
-    /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; flags as
-    /// the `NO_FETCH` ... `SETTLE` bits.
+    /// `[version, op, size, flags, from: u32, seq, off, value, cond]`, little-endian; the flags
+    /// byte holds, from bit 0 up: no old value wanted, the control heap, no answer wanted,
+    /// counted (posted: the outcome goes into the target's [`Tally`]), settle, a symmetric
+    /// region.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut b = [0u8; REQUEST_LEN];
         b[0] = VERSION;
         b[1] = self.op;
         b[2] = self.size;
-        let bit = |on: bool, f: u8| if on { f } else { 0 };
-        b[3] = bit(!self.fetch, NO_FETCH)
-            | bit(self.heap == HeapId::Ctrl, CTRL)
-            | bit(self.heap == HeapId::Region, REGION)
-            | bit(!self.answer, NO_ANSWER)
-            | bit(self.counted, COUNTED)
-            | bit(self.settle, SETTLE);
+        b[3] = bits([
+            !self.fetch,
+            self.heap == HeapId::Ctrl,
+            !self.answer,
+            self.counted,
+            self.settle,
+            self.heap == HeapId::Region,
+        ]);
         put(&mut b, 4, self.from);
         for (i, v) in [self.seq, self.off, self.value, self.cond]
             .into_iter()
@@ -141,10 +135,11 @@ impl Request {
 
     /// The inverse of [`Request::encode`]; None for anything else (wrong length or version).
     pub fn decode(b: &[u8]) -> Option<Request> {
-        if b.len() != REQUEST_LEN || b[0] != VERSION || b[3] >= REGION << 1 {
+        if b.len() != REQUEST_LEN || b[0] != VERSION {
             return None;
         }
-        let heap = match (b[3] & CTRL != 0, b[3] & REGION != 0) {
+        let [no_fetch, ctrl, no_answer, counted, settle, region] = unbits(b[3])?;
+        let heap = match (ctrl, region) {
             (false, false) => HeapId::User,
             (true, false) => HeapId::Ctrl,
             (false, true) => HeapId::Region,
@@ -155,11 +150,11 @@ impl Request {
         Some(Request {
             op: b[1],
             size: b[2],
-            fetch: b[3] & NO_FETCH == 0,
+            fetch: !no_fetch,
             heap,
-            answer: b[3] & NO_ANSWER == 0,
-            counted: b[3] & COUNTED != 0,
-            settle: b[3] & SETTLE != 0,
+            answer: !no_answer,
+            counted,
+            settle,
             from: get(b, 4),
             seq: w(0),
             off: w(1),
@@ -457,7 +452,8 @@ mod tests {
         bad[3] = 64;
         assert_eq!(Request::decode(&bad), None, "unknown flag");
         let mut bad = b;
-        bad[3] = CTRL | REGION;
+        // The control heap and a region.
+        bad[3] = bits([false, true, false, false, false, true]);
         assert_eq!(Request::decode(&bad), None, "two memories at once");
     }
 
