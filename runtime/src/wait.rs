@@ -7,11 +7,15 @@
 //! a PE that sits in a barrier or a wait answers its peers at once, instead of waking a
 //! progress thread that shares its core. Once a wait naps, it leaves that to the transport.
 //!
+//! When a wait starts napping it tells the transport so ([`Progress::napping`]): UCX's progress
+//! thread then serves the peers at once instead of leaving that to the waiter.
+//!
 //! A napping wait sleeps on the PE's [`Doorbell`] when it has one: the threads that apply
-//! peers' writes to this PE (the TCP transport's service threads) ring it after each write, so
-//! the waiter wakes when its condition may have changed instead of at the end of a fixed nap.
-//! When those threads are the only writers of the PE's memory (CPU heap, no PE of its own host
-//! mapped, every other PE reached over TCP), a nap lasts up to [`NAP_RUNG`] — a PE no longer
+//! peers' writes to this PE (the TCP transport's service threads, and UCX's worker progress,
+//! which applies RMA over TCP) ring it after each write, so the waiter wakes when its condition
+//! may have changed instead of at the end of a fixed nap. When those threads are the only
+//! writers of the PE's memory (CPU heap, no PE of its own host mapped, every other PE reached
+//! over TCP or over UCX on TCP only), a nap lasts up to [`NAP_RUNG`] — a PE no longer
 //! wakes thousands of times a second to look at memory nobody wrote, which is what kept 32 PEs
 //! on 2 cores busy doing nothing in each other's way; otherwise up to [`NAP`].
 
@@ -201,6 +205,12 @@ impl WaitPolicy {
     /// (see [`WaitPolicy::new`]).
     pub fn serving_threads_share_core(&self) -> bool {
         self.serving_threads_share_core
+    }
+
+    /// True if this host's PEs outnumber the CPUs this PE may run on (its waits nap after a
+    /// few checks).
+    pub fn pes_outnumber_cores(&self) -> bool {
+        self.nap_after.is_zero()
     }
 
     /// Makes every wait call `p` between its checks until it naps (see the module docs).

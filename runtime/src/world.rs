@@ -513,6 +513,7 @@ impl World {
             let ucx_writes_in_progress = match ucx {
                 Some(u) => {
                     u.set_bell(bell.clone());
+                    u.set_crowded(wait.pes_outnumber_cores());
                     u.writes_only_in_progress()
                 }
                 None => false,

@@ -29,7 +29,10 @@
 //! (`ucp_worker_arm`) and sleeps in `poll` on the worker's event fd (`ucp_worker_get_efd`) and a
 //! stop eventfd, so it uses no CPU while nothing is in flight. While this PE's threads use or
 //! progress the worker, the progress thread leaves the event fd alone and naps ([`HELPED`]);
-//! a call that finds it asleep on the event fd wakes it to nap instead ([`super::wake`]).
+//! a call that finds it asleep on the event fd wakes it to nap instead ([`super::wake`]), and a
+//! waiting thread that stops progressing to nap ends that nap ([`Ucx::napping`]). Every
+//! progress call that did something rings the PE's doorbell ([`Ucx::set_bell`]), which napping
+//! waits sleep on.
 
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -443,6 +446,9 @@ pub struct Ucx {
     peer_errors: AtomicBool,
     progress: Option<JoinHandle<()>>,
     timeout: Option<Duration>,
+    /// The host's PEs outnumber its cores ([`Ucx::set_crowded`]): a thread waiting for a
+    /// request sleeps on the worker's events after a few polls instead of polling for [`SPIN`].
+    crowded: AtomicBool,
     /// Declared last: dropped after the worker (in `Drop for Ucx`) is destroyed.
     ctx: Ctx,
 }
@@ -693,6 +699,7 @@ impl Ucx {
             peer_errors: AtomicBool::new(true),
             progress: None,
             timeout,
+            crowded: AtomicBool::new(false),
             ctx,
         })
     }
@@ -763,6 +770,14 @@ impl Ucx {
         if s.helped_nap.load(Ordering::Relaxed) {
             s.kick.kick();
         }
+    }
+
+    /// The host's PEs outnumber its cores: a thread waiting for a request (a flush, a blocking
+    /// put or get, an atomic's answer) polls the worker only a few times before it sleeps on
+    /// the worker's events. Polling for [`SPIN`] kept a CPU from the PEs whose progress
+    /// answers the request (the TCP transport's service threads stop polling likewise).
+    pub(crate) fn set_crowded(&self, on: bool) {
+        self.crowded.store(on, Ordering::Relaxed);
     }
 
     /// Makes the worker's progress ring `bell` whenever it did something (see
@@ -1252,6 +1267,11 @@ impl Ucx {
         abandon: impl FnOnce(),
     ) -> Result<T> {
         let lib = self.shared.lib;
+        let (arm_every, spin) = if self.crowded.load(Ordering::Relaxed) {
+            (4, Duration::ZERO)
+        } else {
+            (64, SPIN)
+        };
         let mut spins = 0u32;
         loop {
             self.shared.progress_once(g);
@@ -1263,7 +1283,7 @@ impl Ucx {
                 // This thread progresses the worker: the progress thread may nap.
                 self.shared.mark_in_use();
             }
-            if spins % 64 == 0 && t0.elapsed() >= SPIN {
+            if spins % arm_every == 0 && t0.elapsed() >= spin {
                 // Nothing for a while: sleep on the worker's event fd instead of taking a core
                 // from the peers we wait for (and their progress threads).
                 // SAFETY: live worker under the lock.
