@@ -2129,7 +2129,7 @@ mod tests {
         }
     }
 
-    /// Over UCX on TCP, a peer's put and atomic are applied to this PE by its worker's
+    /// Over UCX on TCP, a peer's puts are applied to this PE by its worker's
     /// progress, here by the progress thread alone: it must ring the PE's doorbell after
     /// each (a napping wait sleeps on it up to 2 ms).
     #[test]
@@ -2167,17 +2167,13 @@ mod tests {
         };
         rang(rung, "put");
         let after_put = bell.seq();
-        a.amo_nf("atomic", at(20), Amo::set64(99)).expect("atomic");
+        // The next one rings again (UCX's own atomics are not used: over TCP with peer-failure
+        // handling, UCX 1.22 cancels them, which is why the runtime applies them on the target).
+        let v = [99u64];
+        a.put("put", at(20), v.as_ptr().cast(), 8).expect("put");
         a.quiet("quiet").expect("quiet");
-        let t0 = Instant::now();
-        while word(20) != 99 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "the atomic never landed"
-            );
-            std::thread::yield_now();
-        }
-        rang(after_put, "atomic");
+        assert_eq!(word(20), 99);
+        rang(after_put, "second put");
         // The transports unmap the heaps before they are freed.
         drop((a, b));
         drop(heaps);
