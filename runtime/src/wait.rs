@@ -7,11 +7,15 @@
 //! a PE that sits in a barrier or a wait answers its peers at once, instead of waking a
 //! progress thread that shares its core. Once a wait naps, it leaves that to the transport.
 //!
+//! When a wait starts napping it tells the transport so ([`Progress::napping`]): UCX's progress
+//! thread then serves the peers at once instead of leaving that to the waiter.
+//!
 //! A napping wait sleeps on the PE's [`Doorbell`] when it has one: the threads that apply
-//! peers' writes to this PE (the TCP transport's service threads) ring it after each write, so
-//! the waiter wakes when its condition may have changed instead of at the end of a fixed nap.
-//! When those threads are the only writers of the PE's memory (CPU heap, no PE of its own host
-//! mapped, every other PE reached over TCP), a nap lasts up to [`NAP_RUNG`] — a PE no longer
+//! peers' writes to this PE (the TCP transport's service threads, and UCX's worker progress,
+//! which applies RMA over TCP) ring it after each write, so the waiter wakes when its condition
+//! may have changed instead of at the end of a fixed nap. When those threads are the only
+//! writers of the PE's memory (CPU heap, no PE of its own host mapped, every other PE reached
+//! over TCP or over UCX on TCP only), a nap lasts up to [`NAP_RUNG`] — a PE no longer
 //! wakes thousands of times a second to look at memory nobody wrote, which is what kept 32 PEs
 //! on 2 cores busy doing nothing in each other's way; otherwise up to [`NAP`].
 
@@ -124,8 +128,16 @@ fn cores_shared(
 }
 
 /// What a waiting thread calls between two checks of its condition: progress of a remote
-/// transport. It must be cheap when there is nothing to do and must never block.
-pub(crate) type Progress = Arc<dyn Fn() + Send + Sync>;
+/// transport ([`Progress::progress`], cheap when there is nothing to do, never blocking), and,
+/// once, when it stops doing so to nap ([`Progress::napping`]): from then on the transport's
+/// own thread serves the peers (and rings the PE's doorbell), so it must not wait for the
+/// waiter to come back.
+pub(crate) trait Progress: Send + Sync {
+    /// Progresses the transport once.
+    fn progress(&self);
+    /// The waiting thread stops progressing the transport and naps.
+    fn napping(&self);
+}
 
 /// Parameters shared by every wait of one PE.
 #[derive(Clone)]
@@ -135,7 +147,7 @@ pub(crate) struct WaitPolicy {
     /// Spins before the first yield (small when PEs outnumber cores).
     pub spins: u32,
     /// Called between checks (see the module docs); None when no transport needs it.
-    progress: Option<Progress>,
+    progress: Option<Arc<dyn Progress>>,
     /// When a wait starts napping.
     nap_after: Duration,
     /// The threads that apply peers' requests to this PE share its cores with it
@@ -195,8 +207,14 @@ impl WaitPolicy {
         self.serving_threads_share_core
     }
 
+    /// True if this host's PEs outnumber the CPUs this PE may run on (its waits nap after a
+    /// few checks).
+    pub fn pes_outnumber_cores(&self) -> bool {
+        self.nap_after.is_zero()
+    }
+
     /// Makes every wait call `p` between its checks until it naps (see the module docs).
-    pub fn set_progress(&mut self, p: Option<Progress>) {
+    pub fn set_progress(&mut self, p: Option<Arc<dyn Progress>>) {
         let own_core = self.spins == SPINS_OWN_CORE;
         if p.is_some() && own_core {
             self.nap_after = NAP_AFTER_PROGRESSING;
@@ -214,7 +232,7 @@ impl WaitPolicy {
     #[inline]
     fn progress(&self) {
         if let Some(p) = &self.progress {
-            p();
+            p.progress();
         }
     }
 
@@ -253,6 +271,7 @@ impl WaitPolicy {
     ) -> Result<T> {
         let start = Instant::now();
         let mut waiting = crate::hang::Waiting::enter(call, pe, start);
+        let mut napped = false;
         loop {
             if start.elapsed() <= self.nap_after {
                 // Past this, the waiter naps and the transport's own progress thread serves
@@ -301,6 +320,12 @@ impl WaitPolicy {
                 }
             }
             if waited > self.nap_after {
+                if !napped {
+                    napped = true;
+                    if let Some(p) = &self.progress {
+                        p.napping();
+                    }
+                }
                 match &self.bell {
                     Some((b, nap)) => b.sleep(rung, *nap),
                     None => std::thread::sleep(NAP),

@@ -504,12 +504,34 @@ impl World {
             if wait.serving_threads_share_core() {
                 net.spin_at_least(tcp::SHARED_CORE_SPIN);
             }
-            // The service threads are the only writers of this PE's memory when it is in host
-            // memory, no other PE maps it, and every other PE reaches it over TCP.
-            let only_tcp_writes = gpu.is_none()
+        }
+        // One doorbell per PE, rung by the TCP service threads after each write they apply and
+        // by UCX's progress when it did something (over TCP, UCX applies peers' writes there).
+        let ucx = remotes.ucx();
+        if tcp.is_some() || ucx.is_some() {
+            let bell = tcp.map_or_else(Default::default, |net| net.bell());
+            let ucx_writes_in_progress = match ucx {
+                Some(u) => {
+                    u.set_bell(bell.clone());
+                    u.set_crowded(wait.pes_outnumber_cores());
+                    u.writes_only_in_progress()
+                }
+                None => false,
+            };
+            // The rung writers are the only writers of this PE's memory when it is in host
+            // memory, no other PE maps it, and every other PE reaches it over TCP, or over a
+            // UCX that writes only in its progress.
+            let only_rung_writes = gpu.is_none()
                 && node.len() == 1
-                && (0..n).all(|p| p == me || remotes.via(p) == Via::Tcp);
-            wait.set_doorbell(net.bell(), only_tcp_writes);
+                && (0..n).all(|p| {
+                    p == me
+                        || match remotes.via(p) {
+                            Via::Tcp => true,
+                            Via::Ucx => ucx_writes_in_progress,
+                            _ => false,
+                        }
+                });
+            wait.set_doorbell(bell, only_rung_writes);
         }
         wait.set_progress(remotes.progress());
         let world = World {

@@ -447,9 +447,15 @@ impl Remotes {
 
     /// What this PE's waits call between checks: progress of the UCX worker (its peers'
     /// RMA and atomics over TCP are applied by it); None without UCX.
-    pub(crate) fn progress(&self) -> Option<crate::wait::Progress> {
+    pub(crate) fn progress(&self) -> Option<Arc<dyn crate::wait::Progress>> {
         let u = self.ucx.clone()?;
-        Some(Arc::new(move || u.progress_now()))
+        Some(u)
+    }
+
+    /// The UCX transport, for what only it offers (its doorbell); None when no PE is reached
+    /// through it.
+    pub(crate) fn ucx(&self) -> Option<&Arc<ucx::Ucx>> {
+        self.ucx.as_ref()
     }
 
     /// Every remote transport that was set up, for the calls that walk all of them.
