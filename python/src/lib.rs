@@ -341,12 +341,10 @@ fn check_stream_ctx(call: &'static str, g: &rt::cuda::Gpu, handle: usize) -> PyR
     if r != sys::CUresult::CUDA_SUCCESS {
         return Err(err(
             call,
-            match rt::cuda::failed_context_note(&format!("{r:?}")) {
-                "" => format!(
-                    "cuStreamGetCtx on stream {handle:#x} failed ({r:?}): is it a live CUDA stream?"
-                ),
-                note => format!("cuStreamGetCtx on stream {handle:#x} failed ({r:?}){note}"),
-            },
+            format!(
+                "cuStreamGetCtx on stream {handle:#x} failed ({r:?}){}",
+                rt::cuda::stream_query_hint(&format!("{r:?}"))
+            ),
         ));
     }
     if ctx != g.ctx.cu_ctx() {

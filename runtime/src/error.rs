@@ -248,6 +248,15 @@ pub fn failed_context_note(code: &str) -> &'static str {
     }
 }
 
+/// The hint for a failed query of a program's stream with status `code`: the failed context
+/// when the status says so, otherwise the likeliest cause, a stream that is not live.
+pub fn stream_query_hint(code: &str) -> &'static str {
+    match failed_context_note(code) {
+        "" => ": is it a live CUDA stream?",
+        note => note,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,12 +42,10 @@ pub(crate) fn on_stream(
         if r != sys::CUresult::CUDA_SUCCESS {
             return fail(
                 Code::Cuda,
-                match rt::cuda::failed_context_note(&format!("{r:?}")) {
-                    "" => format!(
-                        "cuStreamGetCtx on the stream failed ({r:?}): is it a live CUDA stream?"
-                    ),
-                    note => format!("cuStreamGetCtx on the stream failed ({r:?}){note}"),
-                },
+                format!(
+                    "cuStreamGetCtx on the stream failed ({r:?}){}",
+                    rt::cuda::stream_query_hint(&format!("{r:?}"))
+                ),
             );
         }
         if ctx != g.ctx.cu_ctx() {

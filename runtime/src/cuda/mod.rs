@@ -31,7 +31,7 @@ pub(crate) fn check(r: CUresult, call: &'static str, what: &str) -> Result<()> {
     }
 }
 
-pub use crate::error::failed_context_note;
+pub use crate::error::{failed_context_note, stream_query_hint};
 
 /// True if libcuda can be loaded (never panics).
 pub fn driver_present() -> bool {
@@ -647,6 +647,15 @@ mod tests {
         );
         assert_eq!(failed_context_note("CUDA_ERROR_INVALID_HANDLE"), "");
         assert!(!failed_context_note("CUDA_ERROR_LAUNCH_FAILED").is_empty());
+        // A failed stream query: the failed context, or else a stream that is not live.
+        assert_eq!(
+            super::stream_query_hint("CUDA_ERROR_INVALID_HANDLE"),
+            ": is it a live CUDA stream?"
+        );
+        assert_eq!(
+            super::stream_query_hint("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            failed_context_note("CUDA_ERROR_ILLEGAL_ADDRESS")
+        );
     }
 
     #[test]
