@@ -90,6 +90,15 @@ fn scale(n: usize) {
                 p.pe, p.sockets, p.tcp, p.unix
             ),
         );
+        // Every socket is a bootstrap link (TCP) or a node link (Unix), and there are both: a
+        // count that classifies nothing would pass the bounds above.
+        r.check(
+            p.tcp + p.unix == p.sockets && p.tcp > 0 && p.unix > 0,
+            &format!(
+                "PE {}: {} sockets, of which {} TCP and {} Unix (each socket must be one or the other, both kinds present)",
+                p.pe, p.sockets, p.tcp, p.unix
+            ),
+        );
     }
     let mut others: Vec<u64> = pes
         .iter()
