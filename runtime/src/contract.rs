@@ -26,6 +26,9 @@ pub fn device_contract() -> String {
     for &(v, n) in ProxyOp::ALL {
         eq(n, v.code() as u64);
     }
+    for &(v, n) in fifo::Failure::ALL {
+        eq(n, v.code());
+    }
     for &(v, n) in CmpCode::ALL {
         eq(n, v.code() as u64);
     }

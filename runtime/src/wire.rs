@@ -85,8 +85,9 @@ macro_rules! code_enum {
 }
 pub(crate) use code_enum;
 
-/// [`code_enum!`] for the codes the device library shares: also `TryFrom` of the raw number
-/// and the list of (variant, device name, code) the contract generator uses.
+/// [`code_enum!`] for the codes the device library shares (these here and the proxy's failures,
+/// `proxy::fifo::Failure`): also `TryFrom` of the raw number and the list of (variant, device
+/// name) the contract generator uses.
 macro_rules! codes {
     (
         $(#[$meta:meta])*
@@ -107,13 +108,14 @@ macro_rules! codes {
         }
 
         impl TryFrom<$repr> for $name {
-            type Error = UnknownCode;
-            fn try_from(c: $repr) -> Result<Self, UnknownCode> {
-                $name::from_code(c).ok_or(UnknownCode { kind: $kind, code: c as i64 })
+            type Error = $crate::wire::UnknownCode;
+            fn try_from(c: $repr) -> Result<Self, $crate::wire::UnknownCode> {
+                $name::from_code(c).ok_or($crate::wire::UnknownCode { kind: $kind, code: c as i64 })
             }
         }
     };
 }
+pub(crate) use codes;
 
 /// `From` both ways between a runtime enum and its wire code, whose variants have the same
 /// names: each pair listed once (the matches stay exhaustive both ways); and `TryFrom` of the

@@ -880,26 +880,29 @@ impl World {
                 return r;
             }
         }
-        if let Some(l) = local {
-            let off = self.heap.check_range(call, addr, len)?;
-            return Ok(Target::Local(self.heap.peer_addr(l, off)));
-        }
-        self.target_remote(call, addr, len, pe)
+        self.heap_target(call, addr, len, pe, local)
     }
 
-    /// [`target`](World::target) for a PE this one does not reach by load/store (kept out of
-    /// line: the local path is the hot one).
+    /// [`target`](World::target) in the heap past the range cache (kept out of line: the
+    /// cached path is the hot one): at `local` (PE `pe`'s local index) or, for a PE this one
+    /// does not reach by load/store, over the remote transport.
     #[cold]
-    fn target_remote(
+    fn heap_target(
         &self,
         call: &'static str,
         addr: usize,
         len: usize,
         pe: usize,
+        local: Option<usize>,
     ) -> Result<Target> {
-        self.check_pe(call, pe)?;
+        if local.is_none() {
+            self.check_pe(call, pe)?;
+        }
         let off = self.heap.check_range(call, addr, len)?;
-        Ok(Target::Remote { pe, off })
+        Ok(match local {
+            Some(l) => Target::Local(self.heap.peer_addr(l, off)),
+            None => Target::Remote { pe, off },
+        })
     }
 
     fn net(&self, call: &'static str) -> Result<&Net> {

@@ -268,13 +268,17 @@ fn device_contract_catches_a_one_sided_change_or_skip() {
     if !nvrtc_or_skip("device_contract_catches_a_one_sided_change_or_skip") {
         return;
     }
-    // What a change of one side alone looks like: the host's ADD code or the device state's
-    // size no longer matching the header.
+    // What a change of one side alone looks like: the host's ADD code, the proxy's timeout
+    // failure code or the device state's size no longer matching the header.
     let contract = rshmem::contract::device_contract();
     for (from, to) in [
         (
             "(RSHMEM_PROXY_AMO_ADD) == 4ull",
             "(RSHMEM_PROXY_AMO_ADD) == 5ull",
+        ),
+        (
+            "(RSHMEM_PROXY_FAIL_TIMEOUT) == 2ull",
+            "(RSHMEM_PROXY_FAIL_TIMEOUT) == 3ull",
         ),
         (
             "(sizeof(rshmem_device_state)) == 136ull",

@@ -53,6 +53,12 @@
 #define RSHMEM_PROXY_ERROR_PE 136
 #define RSHMEM_PROXY_ERROR_TICKET 144
 
+// Codes of the error word (the host's ProxyFailure; 0 while no request failed).
+#define RSHMEM_PROXY_FAIL_PEER_LOST 1
+#define RSHMEM_PROXY_FAIL_TIMEOUT 2
+#define RSHMEM_PROXY_FAIL_BAD_REQUEST 3
+#define RSHMEM_PROXY_FAIL_CUDA 4
+
 // AMO codes (the host's AmoOp).
 #define RSHMEM_PROXY_AMO_FETCH 0
 #define RSHMEM_PROXY_AMO_SET 1
@@ -125,10 +131,11 @@ static __device__ __noinline__ RSHMEM_NORETURN void proxy_fail(const char* call,
     // Acquire: the host stores the failed request's PE and ticket before the error word.
     uint64_t err = ld_acquire_sys(proxy_word(RSHMEM_PROXY_ERROR));
     if (err != 0) {
-        const char* why = err == 1   ? "a PE it sent to is gone"
-                          : err == 2 ? "a wait of the host proxy timed out"
-                          : err == 3 ? "a request was malformed or rejected by its target"
-                                     : "a CUDA call of the host proxy failed";
+        const char* why = err == RSHMEM_PROXY_FAIL_PEER_LOST ? "a PE it sent to is gone"
+                          : err == RSHMEM_PROXY_FAIL_TIMEOUT ? "a wait of the host proxy timed out"
+                          : err == RSHMEM_PROXY_FAIL_BAD_REQUEST
+                              ? "a request was malformed or rejected by its target"
+                              : "a CUDA call of the host proxy failed";
         printf("rshmem: %s on PE %d: the host proxy failed request #%llu (to PE %lld): %s (the "
                "host printed the details)\n",
                call, rshmem_state.my_pe,

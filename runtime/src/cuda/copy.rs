@@ -15,81 +15,62 @@ use cudarc::driver::CudaStream;
 use super::check;
 use crate::error::{Error, Result};
 
-/// Queues on `stream` a copy of `n` bytes of host memory at `src` into GPU memory at `dst`
-/// (`cuMemcpyHtoDAsync`). A pageable source is copied by the driver before it returns; a
-/// pinned one must stay untouched until the stream has run the copy.
-///
-/// # Safety
-/// `src` must be valid for `n` bytes of reads; `dst..dst+n` must be GPU memory of `stream`'s
-/// context, which is current on this thread.
-pub(crate) unsafe fn host_to_device(
-    call: &'static str,
-    what: &str,
-    dst: u64,
-    src: *const u8,
-    n: usize,
-    stream: &CudaStream,
-) -> Result<()> {
-    // SAFETY: forwarded from the caller; the stream is alive (borrowed).
-    let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n, stream.cu_stream()) };
-    check(r, call, what)
+/// The stream-ordered wrappers, each `NAME(call, what, A, B, n, stream)`: one driver call
+/// `DRIVER(args.., n, stream)` queued on `stream`, its status checked ([`check`]).
+macro_rules! on_stream {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($a:ident: $aty:ty, $b:ident: $bty:ty) => $driver:ident($($arg:expr),+);
+    )+) => {$(
+        $(#[$doc])*
+        pub(crate) unsafe fn $name(
+            call: &'static str,
+            what: &str,
+            $a: $aty,
+            $b: $bty,
+            n: usize,
+            stream: &CudaStream,
+        ) -> Result<()> {
+            // SAFETY: forwarded from the caller; the stream is alive (borrowed).
+            let r = unsafe { sys::$driver($($arg,)+ n, stream.cu_stream()) };
+            check(r, call, what)
+        }
+    )+};
 }
 
-/// Queues on `stream` a copy of `n` bytes of GPU memory at `src` into host memory at `dst`
-/// (`cuMemcpyDtoHAsync`); `dst` holds the bytes once the stream has run the copy.
-///
-/// # Safety
-/// `dst` must stay valid for `n` bytes of writes until the stream has run the copy;
-/// `src..src+n` must be GPU memory of `stream`'s context, which is current on this thread.
-pub(crate) unsafe fn device_to_host(
-    call: &'static str,
-    what: &str,
-    dst: *mut u8,
-    src: u64,
-    n: usize,
-    stream: &CudaStream,
-) -> Result<()> {
-    // SAFETY: forwarded from the caller; the stream is alive (borrowed).
-    let r = unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream.cu_stream()) };
-    check(r, call, what)
-}
+on_stream! {
+    /// Queues on `stream` a copy of `n` bytes of host memory at `src` into GPU memory at `dst`
+    /// (`cuMemcpyHtoDAsync`). A pageable source is copied by the driver before it returns; a
+    /// pinned one must stay untouched until the stream has run the copy.
+    ///
+    /// # Safety
+    /// `src` must be valid for `n` bytes of reads; `dst..dst+n` must be GPU memory of
+    /// `stream`'s context, which is current on this thread.
+    fn host_to_device(dst: u64, src: *const u8) => cuMemcpyHtoDAsync_v2(dst, src.cast());
 
-/// Queues on `stream` a copy of `n` bytes from `src` to `dst`, both device-accessible
-/// addresses (GPU memory of this or a peer GPU mapped here, unified addressing):
-/// `cuMemcpyAsync`.
-///
-/// # Safety
-/// `src..src+n` and `dst..dst+n` must be device-accessible memory of `stream`'s context,
-/// which is current on this thread, and stay so until the stream has run the copy.
-pub(crate) unsafe fn device_to_device(
-    call: &'static str,
-    what: &str,
-    dst: u64,
-    src: u64,
-    n: usize,
-    stream: &CudaStream,
-) -> Result<()> {
-    // SAFETY: forwarded from the caller; the stream is alive (borrowed).
-    let r = unsafe { sys::cuMemcpyAsync(dst, src, n, stream.cu_stream()) };
-    check(r, call, what)
-}
+    /// Queues on `stream` a copy of `n` bytes of GPU memory at `src` into host memory at `dst`
+    /// (`cuMemcpyDtoHAsync`); `dst` holds the bytes once the stream has run the copy.
+    ///
+    /// # Safety
+    /// `dst` must stay valid for `n` bytes of writes until the stream has run the copy;
+    /// `src..src+n` must be GPU memory of `stream`'s context, which is current on this thread.
+    fn device_to_host(dst: *mut u8, src: u64) => cuMemcpyDtoHAsync_v2(dst.cast(), src);
 
-/// Queues on `stream` a fill of `n` bytes of GPU memory at `dst` with `value`
-/// (`cuMemsetD8Async`).
-///
-/// # Safety
-/// `dst..dst+n` must be GPU memory of `stream`'s context, which is current on this thread.
-pub(crate) unsafe fn fill(
-    call: &'static str,
-    what: &str,
-    dst: u64,
-    value: u8,
-    n: usize,
-    stream: &CudaStream,
-) -> Result<()> {
-    // SAFETY: forwarded from the caller; the stream is alive (borrowed).
-    let r = unsafe { sys::cuMemsetD8Async(dst, value, n, stream.cu_stream()) };
-    check(r, call, what)
+    /// Queues on `stream` a copy of `n` bytes from `src` to `dst`, both device-accessible
+    /// addresses (GPU memory of this or a peer GPU mapped here, unified addressing):
+    /// `cuMemcpyAsync`.
+    ///
+    /// # Safety
+    /// `src..src+n` and `dst..dst+n` must be device-accessible memory of `stream`'s context,
+    /// which is current on this thread, and stay so until the stream has run the copy.
+    fn device_to_device(dst: u64, src: u64) => cuMemcpyAsync(dst, src);
+
+    /// Queues on `stream` a fill of `n` bytes of GPU memory at `dst` with `value`
+    /// (`cuMemsetD8Async`).
+    ///
+    /// # Safety
+    /// `dst..dst+n` must be GPU memory of `stream`'s context, which is current on this thread.
+    fn fill(dst: u64, value: u8) => cuMemsetD8Async(dst, value);
 }
 
 /// Copies `n` bytes of GPU memory at `src` into host memory at `dst`, complete on return

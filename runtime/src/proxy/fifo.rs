@@ -66,17 +66,18 @@ pub const FLAG_INLINE: u8 = 1;
 /// `flags`: the device waits for `done` and acknowledges the result.
 pub const FLAG_FETCH: u8 = 2;
 
-crate::wire::code_enum! {
-    /// Codes of the control block's `error` word.
-    pub enum Failure: u64 {
+crate::wire::codes! {
+    /// Codes of the control block's `error` word (0 while no request failed;
+    /// `RSHMEM_PROXY_FAIL_*` in proxy.cuh): why the host proxy gave up, for the device's message.
+    pub enum Failure: u64, "proxy failure" {
         /// The target PE exited or its connection failed.
-        PeerLost = 1,
+        PeerLost = 1 => "RSHMEM_PROXY_FAIL_PEER_LOST",
         /// A wait of the host proxy timed out.
-        Timeout = 2,
+        Timeout = 2 => "RSHMEM_PROXY_FAIL_TIMEOUT",
         /// The request was malformed or the target rejected it.
-        BadRequest = 3,
+        BadRequest = 3 => "RSHMEM_PROXY_FAIL_BAD_REQUEST",
         /// A CUDA call of the host proxy failed.
-        Cuda = 4,
+        Cuda = 4 => "RSHMEM_PROXY_FAIL_CUDA",
     }
 }
 
