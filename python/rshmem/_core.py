@@ -277,7 +277,9 @@ def _device_ordinal(dev):
 
 def finalize():
     """**Collective.** Stops rshmem. Arrays still allocated are released with the heap: using
-    them afterwards is invalid (free them first; a warning names how many were left)."""
+    them afterwards is invalid (free them first; a warning names how many were left).
+    Expert-parallel handles (:class:`rshmem.ep.Buffer`) still live are freed first, in the
+    order they were made (collective, as their ``free``), with a warning."""
     live = [a for a in _ALLOCS.values() if not a.freed]
     if live:
         warnings.warn(f"rshmem.finalize: {len(live)} symmetric allocation(s) were not freed; "
@@ -289,7 +291,11 @@ def finalize():
         a.freed = True
     _ALLOCS.clear()
     _STATE.gpu, _STATE.device = False, None
-    _rshmem.finalize()
+    handles = _rshmem.finalize()
+    if handles:
+        warnings.warn(f"rshmem.finalize: freed {handles} expert-parallel handle(s) "
+                      "(rshmem.ep.Buffer) that were still live; their views must not be used",
+                      ResourceWarning, stacklevel=2)
 
 
 is_initialized = _rshmem.is_initialized
