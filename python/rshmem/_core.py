@@ -501,7 +501,7 @@ def peer_tensor(arr, pe):
 # ---------------------------------------------------------------------------------------------
 
 class _View:
-    __slots__ = ("ptr", "nbytes", "shape", "dtype", "cuda", "kind", "obj")
+    __slots__ = ("ptr", "nbytes", "shape", "dtype", "cuda", "kind", "obj", "what")
 
     @property
     def nelems(self):
@@ -512,6 +512,7 @@ def _view(x, call, what, writable=False):
     """Address, size, dtype and device of a C-contiguous array/tensor ``x``."""
     v = _View()
     v.obj = x
+    v.what = what
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "data_ptr"):
         # Plain attribute reads and C methods only (no torch.device objects, no dtype strings).

@@ -173,11 +173,13 @@ class Buffer:
     def _live(self, call):
         if self._h is None:
             raise Error(f"{call}: the buffer was freed")
+        if not _rshmem.is_initialized():
+            raise Error(f"{call}: rshmem is not initialized (rshmem.finalize freed this buffer)")
         return self._h
 
     def _tensor(self, call, what, a, dtype, cols, cols_name, rows=None, writable=False):
-        """The view of a 2-D ``[rows, cols]`` CUDA tensor argument, checked: shape, dtype,
-        contiguity, device."""
+        """The view of a 2-D ``[rows, cols]`` tensor argument, checked: contiguity, shape,
+        dtype (the device is checked by ``_on_gpu``, after every argument's shape)."""
         v = _core._view(a, call, what, writable)
         shape = tuple(int(d) for d in v.shape)
         if len(shape) != 2 or shape[1] != cols:
@@ -187,13 +189,14 @@ class Buffer:
             raise Error(f"{call}: {what}: dtype {v.dtype}; expected {dtype}")
         if rows is not None and shape[0] != rows:
             raise Error(f"{call}: {what}: {shape[0]} rows, but x has {rows} tokens")
-        self._on_gpu(call, what, v)
         return v
 
-    def _on_gpu(self, call, what, v):
-        if not v.cuda:
-            raise Error(f"{call}: {what} is in host memory ({v.kind}); pass a CUDA tensor on "
-                        f"cuda:{_core._STATE.device}")
+    @staticmethod
+    def _on_gpu(call, views):
+        for v in views:
+            if not v.cuda:
+                raise Error(f"{call}: {v.what} is in host memory ({v.kind}); pass a CUDA tensor "
+                            f"on cuda:{_core._STATE.device}")
 
     def _stream(self, call, stream, views):
         s = _core._stream_handle(stream, views, call)
@@ -231,6 +234,7 @@ class Buffer:
         iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
         wv = self._tensor(call, "topk_weights", topk_weights, "float32", self.topk, "topk",
                           rows=t)
+        self._on_gpu(call, [xv, iv, wv])
         s = self._stream(call, stream, [xv, iv, wv])
         h.dispatch(xv.ptr, iv.ptr, wv.ptr, t, s)
         self._t, self._rows = t, None
@@ -301,6 +305,7 @@ class Buffer:
                 raise Error(f"{call}: out: {ov.shape[0]} rows, fewer than the {t} tokens of the "
                             "last dispatch")
             views.append(ov)
+        self._on_gpu(call, views)
         s = self._stream(call, stream, views)
         if t is None:  # no dispatch yet: the runtime says so
             launch(s, 0)
@@ -326,6 +331,7 @@ class Buffer:
         xv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden")
         t = int(xv.shape[0])
         iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
+        self._on_gpu(call, [xv, iv])
         s = self._stream(call, stream, [xv, iv])
         h.ll_dispatch(xv.ptr, iv.ptr, t, s)
         self._ll_t = t
@@ -358,7 +364,6 @@ class Buffer:
                             "output's layout)")
             if yv.dtype != self.dtype:
                 raise Error(f"{call}: y: dtype {yv.dtype}; expected {self.dtype}")
-            self._on_gpu(call, "y", yv)
             ya = yv.ptr
             views.append(yv)
         t = self._ll_t

@@ -12,7 +12,7 @@
 //! raise `rshmem.Error`.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -28,6 +28,17 @@ static NEXT_EP: AtomicI64 = AtomicI64::new(1);
 
 /// A handle owned by the process's state.
 pub(crate) type EpBox = Ep<'static>;
+
+/// A handle as the state keeps it: its own lock, so that a call that blocks on one handle
+/// (`check`, `free`) holds up no other handle's calls.
+pub(crate) type EpSlot = Arc<Mutex<EpBox>>;
+
+fn poisoned(call: &'static str) -> rt::Error {
+    rt::Error::State {
+        call,
+        reason: "internal error (handle lock poisoned)".into(),
+    }
+}
 
 fn dtype_of(call: &str, dtype: &str) -> PyResult<EpDtype> {
     match dtype {
@@ -140,24 +151,28 @@ pub(crate) struct EpHandle {
 }
 
 /// Runs `f` on the live handle `id` of `st` (without the GIL: the caller is `detached` or
-/// `on_stream`, so the lock is never waited for while holding the GIL).
+/// `on_stream`, so no lock is waited for while holding the GIL). The list's lock is held only
+/// to find the handle; the handle's own lock for the call.
 fn with_ep<R>(
     st: &State,
     call: &'static str,
     id: i64,
     f: impl FnOnce(&EpBox) -> rt::Result<R>,
 ) -> rt::Result<R> {
-    let eps = st.eps.lock().map_err(|_| rt::Error::State {
-        call,
-        reason: "internal error (handle lock poisoned)".into(),
-    })?;
-    match eps.iter().find(|(k, _)| *k == id) {
-        Some((_, ep)) => f(ep),
-        None => Err(rt::Error::State {
+    let slot = {
+        let eps = st.eps.lock().map_err(|_| poisoned(call))?;
+        eps.iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, e)| Arc::clone(e))
+    };
+    let Some(slot) = slot else {
+        return Err(rt::Error::State {
             call,
             reason: "the handle was freed (Buffer.free, or rshmem.finalize): make a new one".into(),
-        }),
-    }
+        });
+    };
+    let ep = slot.lock().map_err(|_| poisoned(call))?;
+    f(&ep)
 }
 
 /// **Collective.** Makes a handle (the runtime's `Ep::new`): the configuration is checked
@@ -205,11 +220,8 @@ pub(crate) fn ep_new(
         // and emptied by `finalize` before the World is finalized, so the handle never
         // outlives the World it borrows.
         let ep: EpBox = unsafe { std::mem::transmute::<Ep<'_>, Ep<'static>>(ep) };
-        let mut eps = s2.eps.lock().map_err(|_| rt::Error::State {
-            call,
-            reason: "internal error (handle lock poisoned)".into(),
-        })?;
-        eps.push((id, ep));
+        let mut eps = s2.eps.lock().map_err(|_| poisoned(call))?;
+        eps.push((id, Arc::new(Mutex::new(ep))));
         Ok(())
     })?;
     Ok(EpHandle { id })
@@ -217,11 +229,17 @@ pub(crate) fn ep_new(
 
 /// Frees every live handle of `eps` in creation order (collective: `finalize` calls it on every
 /// PE). Returns the number freed and the first error.
-pub(crate) fn free_all(eps: Vec<(i64, EpBox)>) -> (usize, Option<rt::Error>) {
+pub(crate) fn free_all(eps: Vec<(i64, EpSlot)>) -> (usize, Option<rt::Error>) {
     let n = eps.len();
     let mut first = None;
-    for (_, ep) in eps {
-        if let Err(e) = ep.free() {
+    for (_, slot) in eps {
+        let r = match Arc::try_unwrap(slot) {
+            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()).free(),
+            // Not reached: finalize holds the only reference to the state, and calls hold
+            // their slot only while they hold the state. Dropped (not freed) if it were.
+            Err(_) => Err(poisoned("rshmem.finalize")),
+        };
+        if let Err(e) = r {
             first.get_or_insert(e);
         }
     }
@@ -237,11 +255,8 @@ impl EpHandle {
         let st = state("rshmem.ep.Buffer.free")?;
         let id = self.id;
         detached(py, || {
-            let ep = {
-                let mut eps = st.eps.lock().map_err(|_| rt::Error::State {
-                    call,
-                    reason: "internal error (handle lock poisoned)".into(),
-                })?;
+            let mut slot = {
+                let mut eps = st.eps.lock().map_err(|_| poisoned(call))?;
                 let at =
                     eps.iter()
                         .position(|(k, _)| *k == id)
@@ -252,6 +267,18 @@ impl EpHandle {
                                     .into(),
                         })?;
                 eps.remove(at).1
+            };
+            // Out of the list, so no new call finds it; a call of another thread that found it
+            // before holds a reference until its (stream-ordered, short) call returns.
+            let ep = loop {
+                match Arc::try_unwrap(slot) {
+                    Ok(m) => break m.into_inner().unwrap_or_else(|p| p.into_inner()),
+                    Err(s) => {
+                        drop(s.lock().map_err(|_| poisoned(call))?);
+                        std::thread::yield_now();
+                        slot = s;
+                    }
+                }
             };
             ep.free()
         })

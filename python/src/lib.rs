@@ -39,7 +39,7 @@ pub(crate) struct State {
     /// Expert-parallel handles (`ep.rs`), in creation order, with their keys. They borrow
     /// `world`: declared before it so that they drop first, and freed by `finalize` before the
     /// world is.
-    eps: Mutex<Vec<(i64, ep::EpBox)>>,
+    eps: Mutex<Vec<(i64, ep::EpSlot)>>,
     pub(crate) world: Arc<rt::World>,
     /// Teams by handle: 0 world, 1 shared, 2 node, then splits.
     teams: Mutex<HashMap<i64, rt::Team>>,
