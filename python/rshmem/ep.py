@@ -151,8 +151,11 @@ class Buffer:
         self._rows = None   # rows it received, once read on the host (recv_counts)
         self._ll_t = None   # tokens of the last low-latency dispatch
 
-    def _view(self, addr, shape, dtype):
-        return _core._wrap(_core._Memory(addr, shape, dtype, owner=self), None)
+    @staticmethod
+    def _view(addr, shape, dtype):
+        # No owner: the memory belongs to the handle in the runtime state until free/finalize
+        # (a reference to the Buffer from its own views would only make a cycle).
+        return _core._wrap(_core._Memory(addr, shape, dtype), None)
 
     def __repr__(self):
         state = "live" if self._h is not None and self._h.live() else "freed"

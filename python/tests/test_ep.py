@@ -11,7 +11,6 @@ Every PE runs every test (the handles and their calls are collective)."""
 import os
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -316,40 +315,72 @@ def expected_out(torch, case, routing, me, e_all):
     return want, mag
 
 
-def check_out(torch, case, got, want, mag, what):
+class Fails(list):
+    """Failures collected while the collective calls go on: a PE that stopped at its first
+    failed assert would leave the others waiting in the next exchange. The test asserts once,
+    after its last collective call."""
+
+    def check(self, ok, what):
+        if not ok:
+            self.append(what() if callable(what) else what)
+        return ok
+
+    def call(self, what, fn, *args, **kw):
+        """A local call that may raise (check): recorded, not raised."""
+        try:
+            return fn(*args, **kw)
+        except rshmem.Error as e:
+            self.append(f"{what}: {e}")
+            return None
+
+    def done(self):
+        assert not self, f"PE {rshmem.my_pe()}: {len(self)} failures: " + "; ".join(self[:6])
+
+
+def check_out(torch, f, case, got, want, mag, what):
     g = got.to(torch.float64).cpu()
-    assert g.shape == want.shape, f"{what}: out shape {tuple(g.shape)}"
+    if not f.check(g.shape == want.shape, f"{what}: out shape {tuple(g.shape)}"):
+        return
     if case.dtype == "float32":
         bad = (g != want).nonzero()
-        assert bad.numel() == 0, (f"{what}: {bad.shape[0]} elements differ; first "
-                                  f"out{tuple(bad[0].tolist())} = {g[tuple(bad[0])]} "
-                                  f"want {want[tuple(bad[0])]}")
+        f.check(bad.shape[0] == 0, lambda: (
+            f"{what}: {bad.shape[0]} elements differ; first out{tuple(bad[0].tolist())} = "
+            f"{float(g[tuple(bad[0])])}, want {float(want[tuple(bad[0])])}"))
     else:
         err = (g - want).abs()
         ok = err <= mag / 64
-        assert bool(ok.all()), (f"{what}: {int((~ok).sum())} elements beyond the bf16 "
-                                f"tolerance; worst error {float(err.max())}")
+        f.check(bool(ok.all()), lambda: (
+            f"{what}: {int((~ok).sum())} elements beyond the bf16 tolerance; worst error "
+            f"{float(err.max())}"))
 
 
-def check_dispatch_output(torch, buf, case, routing, me, seed):
+def check_dispatch_output(torch, f, buf, case, routing, me, seed):
     """The dispatch output against the reference: rows per expert, sources, data."""
     e_all = n_experts()
+    what = f"{case.name} seed {seed}"
     exp = expected_rows(routing, e_all, me)
     counts = buf.recv_counts()
-    assert counts == [len(r) for r in exp], f"{case.name} seed {seed}: rows per expert"
+    if not f.check(counts == [len(r) for r in exp],
+                   f"{what}: rows per expert {counts}, want {[len(r) for r in exp]}"):
+        return
     if me == 0:
-        assert counts[EMPTY] == 0  # nobody routes to it
+        f.check(counts[EMPTY] == 0, f"{what}: the expert nobody routes to got rows")
     offs = buf.output.offsets.cpu().tolist()
-    assert offs == [sum(counts[:i]) for i in range(len(counts) + 1)]
+    f.check(offs == [sum(counts[:i]) for i in range(len(counts) + 1)],
+            f"{what}: offsets {offs} against counts {counts}")
     src = buf.output.src.cpu()
     xs = buf.output.x[:offs[-1]].to(torch.float32).cpu()
     for lx, rows in enumerate(exp):
         got = [tuple(p) for p in src[offs[lx]:offs[lx + 1]].tolist()]
-        assert [s for s, _ in got] == sorted(s for s, _ in got), "sources not in PE order"
-        assert sorted(got) == sorted(rows), f"{case.name}: expert {lx}: (source, token) pairs"
+        f.check([s for s, _ in got] == sorted(s for s, _ in got),
+                f"{what}: expert {lx}: sources not in PE order")
+        if not f.check(sorted(got) == sorted(rows),
+                       f"{what}: expert {lx}: wrong (source PE, token) pairs"):
+            continue
         for i, (s, t) in enumerate(got):
             want = routing[s][0][t].to(getattr(torch, case.dtype)).to(torch.float32)
-            assert torch.equal(xs[offs[lx] + i], want), f"expert {lx} row {i}: data of {s}:{t}"
+            f.check(torch.equal(xs[offs[lx] + i], want),
+                    f"{what}: expert {lx} row {i}: not the data of PE {s} token {t}")
 
 
 CASES = [
@@ -366,39 +397,45 @@ def test_dispatch_combine_against_the_reference(gpu, case):
     me, n = me_n()
     e_all = n_experts()
     lx = e_all // n
+    f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, getattr(torch, case.dtype)) as buf:
-        assert buf.num_local_experts == lx and buf.max_rows == n * case.m * min(case.k, lx)
+        f.check(buf.num_local_experts == lx and buf.max_rows == n * case.m * min(case.k, lx),
+                f"L {buf.num_local_experts}, max_rows {buf.max_rows}")
         for seed, how in ((1, "full"), (2, "rows"), (3, "in place")):
+            what = f"{case.name} seed {seed} ({how})"
             routing = case.routing(torch, seed)
             x, idx, w = upload(torch, case, *routing[me])
             got = buf.dispatch(x, idx, w)
-            assert got.x.data_ptr() == buf.output.x.data_ptr()  # views of the handle, no copy
-            assert got.x.shape == (buf.max_rows, case.h) and got.x.dtype == x.dtype
-            buf.check()
-            check_dispatch_output(torch, buf, case, routing, me, seed)
+            # Views of the handle's own buffer (no copy), the same every call.
+            f.check(got.x.data_ptr() == buf.output.x.data_ptr(), f"{what}: not the handle's x")
+            f.check(got.x.shape == (buf.max_rows, case.h) and got.x.dtype == x.dtype,
+                    f"{what}: x view {tuple(got.x.shape)} {got.x.dtype}")
+            f.call(f"{what}: dispatch", buf.check)
+            check_dispatch_output(torch, f, buf, case, routing, me, seed)
             experts = buf.per_expert()
             ys = [v * scale(me * lx + i) for i, v in enumerate(experts)]
-            if how == "full":
+            if how == "full":  # y in the dispatch output's layout, NaN beyond the rows
                 y = torch.full_like(got.x, float("nan"))
                 at = 0
                 for v in ys:
                     y[at:at + v.shape[0]] = v
                     at += v.shape[0]
                 out = buf.combine(y)
-            elif how == "rows":
-                out = torch.full((case.m, case.h), float("nan"), dtype=x.dtype, device="cuda")
-                r = buf.combine(torch.cat(ys), out=out)
-                assert r.data_ptr() == out.data_ptr() and r.shape == (x.shape[0], case.h)
-                out = r
-            else:
+            elif how == "rows":  # only the received rows, into a larger out
+                big = torch.full((case.m, case.h), float("nan"), dtype=x.dtype, device="cuda")
+                out = buf.combine(torch.cat(ys), out=big)
+                f.check(out.data_ptr() == big.data_ptr(), f"{what}: out is not the given one")
+            else:  # in place
                 for v, yv in zip(experts, ys):
                     v.copy_(yv)
                 out = buf.combine()
-            assert out.shape == (x.shape[0], case.h) and out.dtype == x.dtype and out.is_cuda
+            f.check(out.shape == (x.shape[0], case.h) and out.dtype == x.dtype and out.is_cuda,
+                    f"{what}: out {tuple(out.shape)} {out.dtype}")
             want, mag = expected_out(torch, case, routing, me, e_all)
-            check_out(torch, case, out, want, mag, f"{case.name} seed {seed} ({how})")
-            buf.check()
+            check_out(torch, f, case, out, want, mag, what)
+            f.call(f"{what}: combine", buf.check)
         rshmem.barrier_all()
+    f.done()
 
 
 LL_CASES = [
@@ -414,13 +451,16 @@ def test_low_latency_against_the_reference(gpu, case):
     me, n = me_n()
     e_all = n_experts()
     lx = e_all // n
+    f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, case.dtype, low_latency=True) as buf:
         for seed, in_place in ((5, False), (6, True), (7, False)):
+            what = f"{case.name} seed {seed}{' (in place)' if in_place else ''}"
             routing = case.routing(torch, seed)
             x, idx, w = upload(torch, case, *routing[me])
             got = buf.ll_dispatch(x, idx)
-            assert got.x.shape == (lx, n, case.m, case.h) and got.count.shape == (lx, n)
-            buf.check()
+            f.check(got.x.shape == (lx, n, case.m, case.h) and got.count.shape == (lx, n),
+                    f"{what}: views {tuple(got.x.shape)} {tuple(got.count.shape)}")
+            f.call(f"{what}: dispatch", buf.check)
             count = got.count.cpu()
             src = got.src.cpu()
             xs = got.x.to(torch.float32).cpu()
@@ -431,12 +471,17 @@ def test_low_latency_against_the_reference(gpu, case):
                                   for j, e in enumerate(sidx[t].tolist())
                                   if e >= 0 and e == me * lx + lo)
                     c = int(count[lo, s])
-                    assert c == len(want), f"block ({lo}, {s}): {c} rows, want {len(want)}"
+                    if not f.check(c == len(want),
+                                   f"{what}: block ({lo}, {s}): {c} rows, want {len(want)}"):
+                        continue
                     pairs = [tuple(p) for p in src[lo, s, :c].tolist()]
-                    assert sorted(pairs) == want, f"block ({lo}, {s}): (token, slot) pairs"
+                    if not f.check(sorted(pairs) == want,
+                                   f"{what}: block ({lo}, {s}): wrong (token, slot) pairs"):
+                        continue
                     for i, (t, _) in enumerate(pairs):
                         wx = routing[s][0][t].to(x.dtype).to(torch.float32)
-                        assert torch.equal(xs[lo, s, i], wx), f"block ({lo}, {s}) row {i}"
+                        f.check(torch.equal(xs[lo, s, i], wx),
+                                f"{what}: block ({lo}, {s}) row {i}: not token {t}'s data")
             sc = torch.tensor([scale(me * lx + lo) for lo in range(lx)], dtype=torch.float32,
                               device="cuda").to(x.dtype).view(lx, 1, 1, 1)
             if in_place:
@@ -445,9 +490,10 @@ def test_low_latency_against_the_reference(gpu, case):
             else:
                 out = buf.ll_combine(got.x * sc, w)
             want, mag = expected_out(torch, case, routing, me, e_all)
-            check_out(torch, case, out, want, mag, f"{case.name} seed {seed}")
-            buf.check()
+            check_out(torch, f, case, out, want, mag, what)
+            f.call(f"{what}: combine", buf.check)
         rshmem.barrier_all()
+    f.done()
 
 
 def test_calls_are_ordered_on_the_callers_stream(gpu):
@@ -458,14 +504,16 @@ def test_calls_are_ordered_on_the_callers_stream(gpu):
     case = Case("side stream", "bfloat16", 4, 256, [32])
     routing = case.routing(torch, 11)
     s = torch.cuda.Stream()
+    f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, "bfloat16") as buf:
         torch.cuda.synchronize()
         with torch.cuda.stream(s):
-            torch.cuda._sleep(50_000_000)  # the uploads below finish long after the host returns
+            torch.cuda._sleep(50_000_000)  # the work below runs long after the host returns
             x, idx, w = upload(torch, case, *routing[me])
             got = buf.dispatch(x, idx, w)  # the current stream: s
         counts = buf.recv_counts(stream=s)  # waits for s
-        assert counts == [len(r) for r in expected_rows(routing, e_all, me)]
+        f.check(counts == [len(r) for r in expected_rows(routing, e_all, me)],
+                f"rows per expert {counts}")
         at = 0
         with torch.cuda.stream(s):
             for i, c in enumerate(counts):
@@ -474,9 +522,10 @@ def test_calls_are_ordered_on_the_callers_stream(gpu):
         out = buf.combine(stream=s)  # the explicit form
         s.synchronize()
         want, mag = expected_out(torch, case, routing, me, e_all)
-        check_out(torch, case, out, want, mag, "side stream")
-        buf.check(stream=s)
+        check_out(torch, f, case, out, want, mag, "side stream")
+        f.call("side stream", buf.check, stream=s)
         rshmem.barrier_all()
+    f.done()
 
 
 def test_errors_on_the_gpu(gpu):
@@ -513,12 +562,17 @@ def test_errors_on_the_gpu(gpu):
     if me == 0:
         routing[0][1][3, 2] = e_all + 5
     x, idx, w = upload(torch, case, *routing[me])
-    got = buf.dispatch(x, idx, w)
+    f = Fails()  # PE-local outcomes: asserted after the last collective call
+    buf.dispatch(x, idx, w)
     buf.combine()
     if me == 0:
-        raises([f"ep_dispatch: topk_idx[3][2] = {e_all + 5} is out of range"], buf.check)
-    buf.check()  # cleared (and nothing on the other PEs)
-    assert got.x.shape[0] == buf.max_rows
+        want = f"ep_dispatch: topk_idx[3][2] = {e_all + 5} is out of range"
+        try:
+            buf.check()
+            f.append("the out-of-range expert index was not reported")
+        except rshmem.Error as e:
+            f.check(want in str(e), f"check said {e!r}, not {want!r}")
+    f.call("check after the report (cleared; nothing on the other PEs)", buf.check)
     rshmem.barrier_all()
     buf.free()
     raises(["rshmem.ep.Buffer.dispatch: the buffer was freed"], buf.dispatch, x, idx, w)
@@ -530,10 +584,15 @@ def test_errors_on_the_gpu(gpu):
         small.combine()
         rows = sum(len(r) for r in expected_rows(routing, e_all, me))
         if rows > 4:
-            raises(["max_recv_rows", "more than the 4"], small.check)
+            try:
+                small.check()
+                f.append(f"{rows} rows into a handle of 4: not reported")
+            except rshmem.Error as e:
+                f.check("max_recv_rows" in str(e) and "more than the 4" in str(e), str(e))
         else:
-            small.check()
+            f.call("small capacity", small.check)
         rshmem.barrier_all()
+    f.done()
 
 
 FINALIZE_CHILD = r"""
