@@ -16,6 +16,11 @@ Run:  rshmemrun -n 4 python examples/python/moe_dispatch.py
 
 import sys
 
+try:
+    import torch  # before rshmem.init(), which then makes rshmem's GPU torch's current device
+except ImportError:  # the CPU backend needs no torch
+    torch = None
+
 import rshmem
 
 
@@ -24,7 +29,7 @@ def say(text):
     sys.stdout.flush()
 
 
-def layer(torch, x, idx, w, e_all):
+def layer(x, idx, w, e_all):
     """The MoE layer computed locally in fp32: out[t] = sum_j w[t, j] * scale(idx[t, j]) * x[t]."""
     scales = 1.0 + idx.clamp(min=0).to(torch.float32) / e_all
     coef = torch.where(idx >= 0, w * scales, torch.zeros_like(w)).sum(dim=1, keepdim=True)
@@ -41,7 +46,8 @@ def main():
             except rshmem.Error as e:
                 say(f"{me}: {e}; nothing dispatched")
             return
-        import torch
+        if torch is None:
+            raise SystemExit("moe_dispatch.py: the GPU backend needs torch")
         lx = e_all // n
         t_n = max_tokens - 16 * (me % 4)  # the PEs pass different numbers of tokens
         g = torch.Generator(device="cuda").manual_seed(1234 + me)
@@ -50,7 +56,7 @@ def main():
         top, idx = scores.topk(k, dim=1)              # k distinct experts per token
         idx = idx.contiguous()
         w = torch.softmax(top, dim=1).contiguous()    # float32 routing weights
-        want = layer(torch, x, idx, w, e_all)
+        want = layer(x, idx, w, e_all)
         tol = 2.0 ** -6 * want.abs().max().item() + 1e-3
         with rshmem.ep.Buffer(e_all, hidden, k, max_tokens, torch.bfloat16,
                               low_latency=True) as buf:
