@@ -23,6 +23,11 @@ def me_n():
     return rshmem.my_pe(), rshmem.n_pes()
 
 
+def dev():
+    """This PE's CUDA device, named explicitly."""
+    return f"cuda:{rshmem.device()}"
+
+
 def n_experts():
     """8 experts per PE (16 on one PE, so that k = 8 distinct experts avoiding the empty one
     exist)."""
@@ -280,7 +285,7 @@ class Case:
 
 def upload(torch, case, x, idx, w):
     dt = getattr(torch, case.dtype)
-    return x.to(dt).cuda(), idx.cuda(), w.cuda()
+    return x.to(dt).to(dev()), idx.to(dev()), w.to(dev())
 
 
 def expected_rows(routing, e_all, me):
@@ -422,7 +427,7 @@ def test_dispatch_combine_against_the_reference(gpu, case):
                     at += v.shape[0]
                 out = buf.combine(y)
             elif how == "rows":  # only the received rows, into a larger out
-                big = torch.full((case.m, case.h), float("nan"), dtype=x.dtype, device="cuda")
+                big = torch.full((case.m, case.h), float("nan"), dtype=x.dtype, device=dev())
                 out = buf.combine(torch.cat(ys), out=big)
                 f.check(out.data_ptr() == big.data_ptr(), f"{what}: out is not the given one")
             else:  # in place
@@ -483,7 +488,7 @@ def test_low_latency_against_the_reference(gpu, case):
                         f.check(torch.equal(xs[lo, s, i], wx),
                                 f"{what}: block ({lo}, {s}) row {i}: not token {t}'s data")
             sc = torch.tensor([scale(me * lx + lo) for lo in range(lx)], dtype=torch.float32,
-                              device="cuda").to(x.dtype).view(lx, 1, 1, 1)
+                              device=dev()).to(x.dtype).view(lx, 1, 1, 1)
             if in_place:
                 got.x.mul_(sc)
                 out = buf.ll_combine(None, w)
@@ -503,7 +508,7 @@ def test_calls_are_ordered_on_the_callers_stream(gpu):
     lx = e_all // n
     case = Case("side stream", "bfloat16", 4, 256, [32])
     routing = case.routing(torch, 11)
-    s = torch.cuda.Stream()
+    s = torch.cuda.Stream(device=dev())
     f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, "bfloat16") as buf:
         torch.cuda.synchronize()
@@ -535,9 +540,9 @@ def test_errors_on_the_gpu(gpu):
     h, k, m = 64, 4, 16
     buf = ep.Buffer(e_all, h, k, m, "float32")
     d = "rshmem.ep.Buffer.dispatch"
-    x = torch.zeros((m, h), device="cuda")
-    idx = torch.zeros((m, k), dtype=torch.int64, device="cuda")
-    w = torch.ones((m, k), device="cuda")
+    x = torch.zeros((m, h), device=dev())
+    idx = torch.zeros((m, k), dtype=torch.int64, device=dev())
+    w = torch.ones((m, k), device=dev())
     # Every PE makes the same bad call: each is refused before anything is enqueued.
     raises(["ep_combine: no dispatch on this handle yet"], buf.combine)
     raises(["ep_ll_dispatch", "low_latency"], buf.ll_dispatch, x, idx)
@@ -545,14 +550,14 @@ def test_errors_on_the_gpu(gpu):
     raises([d, "topk_idx is in host memory"], buf.dispatch, x, idx.cpu(), w)
     raises([d, "x: dtype bfloat16; expected float32"], buf.dispatch, x.bfloat16(), idx, w)
     raises([d, "topk_idx: dtype int32"], buf.dispatch, x, idx.int(), w)
-    raises([d, "x is not contiguous"], buf.dispatch, torch.zeros((h, m), device="cuda").t(),
+    raises([d, "x is not contiguous"], buf.dispatch, torch.zeros((h, m), device=dev()).t(),
            idx, w)
-    big = torch.zeros((m + 1, h), device="cuda")
+    big = torch.zeros((m + 1, h), device=dev())
     raises(["ep_dispatch: num_tokens: 17 is more than the handle's max_tokens 16"],
-           buf.dispatch, big, torch.zeros((m + 1, k), dtype=torch.int64, device="cuda"),
-           torch.ones((m + 1, k), device="cuda"))
+           buf.dispatch, big, torch.zeros((m + 1, k), dtype=torch.int64, device=dev()),
+           torch.ones((m + 1, k), device=dev()))
     # A row that does not start on 16 bytes (the kernels' vector stores): the runtime names x.
-    flat = torch.zeros(m * h + 1, device="cuda")
+    flat = torch.zeros(m * h + 1, device=dev())
     raises(["ep_dispatch: x: address", "16-byte aligned"], buf.dispatch,
            flat[1:].view(m, h), idx, w)
     # An expert index out of range on PE 0: skipped, reported by check there, the exchange
