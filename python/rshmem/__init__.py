@@ -2,7 +2,8 @@
 
 Arrays and tensors on rshmem's symmetric heap (NumPy on the CPU backend, torch/CuPy on the GPU
 backend, all zero-copy), one-sided puts, gets, atomics and signals, teams and collectives, and
-CUDA kernels that call the device library, compiled at run time. A thin layer over the Rust
+CUDA kernels that call the device library, compiled at run time, and expert-parallel MoE
+dispatch/combine on torch tensors (:class:`rshmem.ep.Buffer`). A thin layer over the Rust
 runtime crate (``rshmem._rshmem``): every check and message of the runtime is the one raised here
 as :class:`rshmem.Error`. Reference: docs/python.md.
 
@@ -69,6 +70,7 @@ from ._core import (
     wait_until,
     zeros,
 )
+from . import ep
 
 __all__ = [name for name in dir() if not name.startswith("_")]
 __version__ = "0.1.0"

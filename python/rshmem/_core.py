@@ -277,7 +277,9 @@ def _device_ordinal(dev):
 
 def finalize():
     """**Collective.** Stops rshmem. Arrays still allocated are released with the heap: using
-    them afterwards is invalid (free them first; a warning names how many were left)."""
+    them afterwards is invalid (free them first; a warning names how many were left).
+    Expert-parallel handles (:class:`rshmem.ep.Buffer`) still live are freed first, in the
+    order they were made (collective, as their ``free``), with a warning."""
     live = [a for a in _ALLOCS.values() if not a.freed]
     if live:
         warnings.warn(f"rshmem.finalize: {len(live)} symmetric allocation(s) were not freed; "
@@ -289,7 +291,11 @@ def finalize():
         a.freed = True
     _ALLOCS.clear()
     _STATE.gpu, _STATE.device = False, None
-    _rshmem.finalize()
+    handles = _rshmem.finalize()
+    if handles:
+        warnings.warn(f"rshmem.finalize: freed {handles} expert-parallel handle(s) "
+                      "(rshmem.ep.Buffer) that were still live; their views must not be used",
+                      ResourceWarning, stacklevel=2)
 
 
 is_initialized = _rshmem.is_initialized
@@ -495,7 +501,7 @@ def peer_tensor(arr, pe):
 # ---------------------------------------------------------------------------------------------
 
 class _View:
-    __slots__ = ("ptr", "nbytes", "shape", "dtype", "cuda", "kind", "obj")
+    __slots__ = ("ptr", "nbytes", "shape", "dtype", "cuda", "kind", "obj", "what")
 
     @property
     def nelems(self):
@@ -506,6 +512,7 @@ def _view(x, call, what, writable=False):
     """Address, size, dtype and device of a C-contiguous array/tensor ``x``."""
     v = _View()
     v.obj = x
+    v.what = what
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "data_ptr"):
         # Plain attribute reads and C methods only (no torch.device objects, no dtype strings).

@@ -23,6 +23,7 @@ use rt::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncO
 use rt::{Cmp, SignalOp};
 
 mod dlpack;
+mod ep;
 mod kernel;
 mod tensor;
 
@@ -35,6 +36,10 @@ pyo3::create_exception!(
 
 /// The running runtime of this process.
 pub(crate) struct State {
+    /// Expert-parallel handles (`ep.rs`), in creation order, with their keys. They borrow
+    /// `world`: declared before it so that they drop first, and freed by `finalize` before the
+    /// world is.
+    eps: Mutex<Vec<(i64, ep::EpSlot)>>,
     pub(crate) world: Arc<rt::World>,
     /// Teams by handle: 0 world, 1 shared, 2 node, then splits.
     teams: Mutex<HashMap<i64, rt::Team>>,
@@ -154,6 +159,7 @@ fn init(
     teams.insert(1, world.team_shared());
     teams.insert(2, world.team_node());
     *g = Some(Arc::new(State {
+        eps: Mutex::new(Vec::new()),
         world,
         teams: Mutex::new(teams),
         checked_stream: AtomicUsize::new(usize::MAX),
@@ -162,9 +168,11 @@ fn init(
     Ok(())
 }
 
-/// Stops the runtime (collective). Every allocation is released.
+/// Stops the runtime (collective). Every allocation is released, and every expert-parallel
+/// handle still live is freed first (collective, in creation order). Returns the number of
+/// handles it freed.
 #[pyfunction]
-fn finalize(py: Python<'_>) -> PyResult<()> {
+fn finalize(py: Python<'_>) -> PyResult<usize> {
     let call = "rshmem.finalize";
     let st = {
         let mut g = STATE
@@ -173,14 +181,26 @@ fn finalize(py: Python<'_>) -> PyResult<()> {
         g.take()
             .ok_or_else(|| err(call, "rshmem is not initialized"))?
     };
-    let State { world, teams, .. } = Arc::try_unwrap(st).map_err(|_| {
+    let State {
+        eps, world, teams, ..
+    } = Arc::try_unwrap(st).map_err(|_| {
         err(
             call,
             "another thread is inside an rshmem call: finish it before finalize",
         )
     })?;
+    // The handles borrow the world: freed (or at least dropped) before it goes.
+    let eps = eps.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (freed, ep_err) = detached(py, || Ok(ep::free_all(eps)))?;
     drop(teams);
-    detached(py, || rt::World::finalize_shared(world))
+    detached(py, || rt::World::finalize_shared(world))?;
+    match ep_err {
+        Some(e) => Err(err(
+            call,
+            format!("freeing the {freed} live expert-parallel handle(s) failed: {e}"),
+        )),
+        None => Ok(freed),
+    }
 }
 
 /// True between init and finalize.
@@ -1153,6 +1173,10 @@ fn _rshmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor::alltoall_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_capsule, m)?)?;
     m.add_class::<kernel::Module>()?;
+    m.add_class::<ep::EpHandle>()?;
+    m.add_function(wrap_pyfunction!(ep::ep_new, m)?)?;
+    m.add_function(wrap_pyfunction!(ep::ep_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(ep::ep_check_routing, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::load_module, m)?)?;
     Ok(())
 }

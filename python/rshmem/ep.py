@@ -1,0 +1,406 @@
+"""Expert-parallel Mixture-of-Experts dispatch and combine on torch tensors.
+
+:class:`Buffer` is the runtime's ``rshmem::ep::Ep`` handle (docs/moe.md): made collectively for
+one MoE layer shape, it sends every token to the PEs that hold its top-k experts
+(:meth:`Buffer.dispatch`), lays the received tokens out per local expert, and brings the expert
+outputs back, weighted and summed, in the tokens' original order (:meth:`Buffer.combine`); the
+low-latency pair (:meth:`Buffer.ll_dispatch`, :meth:`Buffer.ll_combine`) trades bandwidth for
+one fewer synchronization. Every exchange is a set of kernels on the caller's stream (the
+current torch stream by default), with device-initiated NVLink stores; nothing waits on the
+host. The outputs are views of the handle's own GPU buffers (no copy), valid until the next
+dispatch of the same kind.
+
+The name follows DeepEP's ``deep_ep.Buffer`` (a handle per layer shape, ``dispatch``/``combine``
+and a low-latency pair); the arguments and outputs are rshmem's own (docs/python.md says how
+they map).
+"""
+
+import collections
+import operator
+
+from . import _core, _rshmem
+from ._rshmem import Error
+
+__all__ = ["Buffer", "Dispatched", "LowLatencyDispatched", "check_routing", "sizes"]
+
+#: What :meth:`Buffer.dispatch` returns: ``x`` the dispatch output ``[max_rows, hidden]``
+#: (local expert ``l``'s rows are ``offsets[l]:offsets[l + 1]``), ``offsets`` ``[L + 1]``
+#: int64, ``src`` ``[max_rows, 2]`` int32 (source PE, source token of each row). CUDA tensors,
+#: views of the handle's buffers.
+Dispatched = collections.namedtuple("Dispatched", "x offsets src")
+
+#: What :meth:`Buffer.ll_dispatch` returns: ``x`` ``[L, n_pes, max_tokens, hidden]`` (rows
+#: ``0 .. count[l, s]`` of block ``(l, s)`` are valid), ``count`` ``[L, n_pes]`` int32, ``src``
+#: ``[L, n_pes, max_tokens, 2]`` int32 (source token, slot of each row).
+LowLatencyDispatched = collections.namedtuple("LowLatencyDispatched", "x count src")
+
+
+def _int(call, name, v, optional=False):
+    """``v`` as a non-negative int (None passes when ``optional``)."""
+    if v is None and optional:
+        return None
+    if isinstance(v, bool):
+        raise Error(f"{call}: {name}: {v!r} is not an integer")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise Error(f"{call}: {name}: {v!r} is not an integer") from None
+    if i < 0:
+        raise Error(f"{call}: {name}: {i} is negative")
+    return i
+
+
+def _dtype(call, dtype):
+    name = _core._dtype_name(dtype, call)
+    if name not in ("float32", "bfloat16"):
+        raise Error(f"{call}: dtype: {name}; the expert-parallel kernels take float32 or "
+                    "bfloat16")
+    return name
+
+
+def sizes(num_experts, hidden, topk, max_tokens, dtype="bfloat16", *, n_pes=None,
+          max_recv_rows=None, num_sms=None, low_latency=False):
+    """**Local.** The buffer sizes of a :class:`Buffer` of this shape on ``n_pes`` PEs (default:
+    the job's), as the runtime computes them (``EpConfig::sizes``, which also checks the shape):
+    a dict of ``local_experts``, ``row_bytes``, ``max_rows``, ``symmetric_bytes``,
+    ``local_bytes`` (per PE). Needs no GPU."""
+    call = "rshmem.ep.sizes"
+    if n_pes is None:
+        n_pes = _rshmem.n_pes()
+    return _rshmem.ep_sizes(_int(call, "n_pes", n_pes), _int(call, "num_experts", num_experts),
+                            _int(call, "hidden", hidden), _int(call, "topk", topk),
+                            _int(call, "max_tokens", max_tokens), _dtype(call, dtype),
+                            _int(call, "max_recv_rows", max_recv_rows, True),
+                            _int(call, "num_sms", num_sms, True), bool(low_latency))
+
+
+def check_routing(topk_idx, num_experts):
+    """**Local.** The runtime's host check of routing indices: every entry of ``topk_idx``
+    (``[T, k]`` int64; ``-1`` = no expert) must lie in ``-1 .. num_experts``. Raises
+    :class:`Error` naming the first bad entry. A CUDA tensor is copied to the host first (which
+    waits for the current stream). The kernels check the indices too (skipped and reported by
+    :meth:`Buffer.check`); this finds them before the dispatch."""
+    call = "rshmem.ep.check_routing"
+    if hasattr(topk_idx, "is_cuda") and topk_idx.is_cuda:
+        topk_idx = topk_idx.cpu()
+    v = _core._view(topk_idx, call, "topk_idx")
+    if v.dtype != "int64":
+        raise Error(f"{call}: topk_idx: dtype {v.dtype}; expected int64")
+    if len(v.shape) != 2:
+        raise Error(f"{call}: topk_idx: shape {tuple(v.shape)}; expected [num_tokens, topk]")
+    t, k = int(v.shape[0]), int(v.shape[1])
+    _rshmem.ep_check_routing(v.ptr, t, k, _int(call, "num_experts", num_experts))
+
+
+class Buffer:
+    """**Collective.** An expert-parallel handle for one MoE layer shape (every PE passes the
+    same values): ``num_experts`` (E, a multiple of the PEs, at most 1024; expert ``e`` lives on
+    PE ``e // L`` as local expert ``e % L``, ``L = E / n_pes``), ``hidden`` (H elements per token;
+    a row must be a multiple of 16 bytes), ``topk`` (k, 1..32), ``max_tokens`` (most tokens a PE
+    passes to one dispatch; at most 256 with ``low_latency``), ``dtype`` ("float32" or
+    "bfloat16", or the torch dtypes), ``max_recv_rows`` (rows of the dispatch output per PE;
+    default the worst case ``n_pes × max_tokens × min(k, L)``), ``num_sms`` (blocks per kernel;
+    default the GPU's SMs divided among the PEs sharing it), ``low_latency`` (also allocate the
+    low-latency mode's buffers).
+
+    Needs the GPU backend with every PE on this host; on the CPU backend it raises
+    :class:`rshmem.Error` with the runtime's message. Free it with :meth:`free` (collective) or
+    use it as a context manager; ``rshmem.finalize`` frees the handles left live (with a
+    ``ResourceWarning``).
+
+    Every call of a handle is collective (every PE makes the same sequence of dispatch/combine
+    calls) and stream-ordered on ``stream`` (a ``torch.cuda.Stream``, a CuPy stream or a
+    ``CUstream`` handle; default: the current torch stream); the calls of one handle must be
+    ordered (one stream, or streams ordered by events).
+    """
+
+    def __init__(self, num_experts, hidden, topk, max_tokens, dtype="bfloat16", *,
+                 max_recv_rows=None, num_sms=None, low_latency=False):
+        call = "rshmem.ep.Buffer"
+        self._h = None
+        self.num_experts = _int(call, "num_experts", num_experts)
+        self.hidden = _int(call, "hidden", hidden)
+        self.topk = _int(call, "topk", topk)
+        self.max_tokens = _int(call, "max_tokens", max_tokens)
+        #: "float32" or "bfloat16".
+        self.dtype = _dtype(call, dtype)
+        max_recv_rows = _int(call, "max_recv_rows", max_recv_rows, True)
+        num_sms = _int(call, "num_sms", num_sms, True)
+        if num_sms is not None and num_sms >= 1 << 32:
+            raise Error(f"{call}: num_sms: {num_sms} is too large")
+        self.low_latency = bool(low_latency)
+        self._h = _rshmem.ep_new(self.num_experts, self.hidden, self.topk, self.max_tokens,
+                                 self.dtype, max_recv_rows, num_sms, self.low_latency)
+        #: Rows of the dispatch output; experts on this PE (L); blocks per kernel.
+        self.max_rows, self.num_local_experts, self.num_sms = self._h.info()
+        self.n_pes = _rshmem.n_pes()
+        xa, oa, sa = self._h.output()
+        self._out = Dispatched(
+            self._view(xa, (self.max_rows, self.hidden), self.dtype),
+            self._view(oa, (self.num_local_experts + 1,), "int64"),
+            self._view(sa, (self.max_rows, 2), "int32"))
+        self._ll_out = None
+        if self.low_latency:
+            xa, ca, sa = self._h.ll_output()
+            blocks = (self.num_local_experts, self.n_pes, self.max_tokens)
+            self._ll_out = LowLatencyDispatched(
+                self._view(xa, blocks + (self.hidden,), self.dtype),
+                self._view(ca, blocks[:2], "int32"),
+                self._view(sa, blocks + (2,), "int32"))
+        self._t = None      # tokens of the last dispatch (this PE)
+        self._rows = None   # rows it received, once read on the host (recv_counts)
+        self._ll_t = None   # tokens of the last low-latency dispatch
+
+    @staticmethod
+    def _view(addr, shape, dtype):
+        # No owner: the memory belongs to the handle in the runtime state until free/finalize
+        # (a reference to the Buffer from its own views would only make a cycle).
+        return _core._wrap(_core._Memory(addr, shape, dtype), None)
+
+    def __repr__(self):
+        state = "live" if self._h is not None and self._h.live() else "freed"
+        return (f"<rshmem.ep.Buffer E={self.num_experts} H={self.hidden} k={self.topk} "
+                f"max_tokens={self.max_tokens} {self.dtype}"
+                f"{' low_latency' if self.low_latency else ''} ({state})>")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._h is not None and _rshmem.is_initialized() and self._h.live():
+            self.free()
+        return False
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _live(self, call):
+        if self._h is None:
+            raise Error(f"{call}: the buffer was freed")
+        if not _rshmem.is_initialized():
+            raise Error(f"{call}: rshmem is not initialized (rshmem.finalize freed this buffer)")
+        return self._h
+
+    def _tensor(self, call, what, a, dtype, cols, cols_name, rows=None, writable=False):
+        """The view of a 2-D ``[rows, cols]`` tensor argument, checked: contiguity, shape,
+        dtype (the device is checked by ``_on_gpu``, after every argument's shape)."""
+        v = _core._view(a, call, what, writable)
+        shape = tuple(int(d) for d in v.shape)
+        if len(shape) != 2 or shape[1] != cols:
+            raise Error(f"{call}: {what}: shape {shape}; expected [num_tokens, {cols}] "
+                        f"({cols_name} {cols})")
+        if v.dtype != dtype:
+            raise Error(f"{call}: {what}: dtype {v.dtype}; expected {dtype}")
+        if rows is not None and shape[0] != rows:
+            raise Error(f"{call}: {what}: {shape[0]} rows, but x has {rows} tokens")
+        return v
+
+    @staticmethod
+    def _on_gpu(call, views):
+        for v in views:
+            if not v.cuda:
+                raise Error(f"{call}: {v.what} is in host memory ({v.kind}); pass a CUDA tensor "
+                            f"on cuda:{_core._STATE.device}")
+
+    def _stream(self, call, stream, views):
+        s = _core._stream_handle(stream, views, call)
+        if s is None:
+            raise Error(f"{call}: no stream: pass stream= (a torch.cuda.Stream or a CUstream "
+                        "handle)")
+        return s
+
+    @staticmethod
+    def _own_out(out, stream):
+        """Ties a tensor this call allocated to the side stream it is written on."""
+        if stream is not None and hasattr(stream, "cuda_stream") and hasattr(out,
+                                                                              "record_stream"):
+            out.record_stream(stream)
+
+    def _empty(self, rows):
+        import torch
+        return torch.empty((rows, self.hidden), dtype=getattr(torch, self.dtype),
+                           device=f"cuda:{_core._STATE.device}")
+
+    # -- normal mode ----------------------------------------------------------------------------
+
+    def dispatch(self, x, topk_idx, topk_weights, *, stream=None):
+        """**Collective, stream-ordered.** Sends every token (row of ``x``, ``[T, hidden]`` of
+        the handle's dtype, ``T ≤ max_tokens``, ``T = 0`` is fine) to the PEs of its experts
+        (``topk_idx`` ``[T, k]`` int64, ``-1`` = none; ``topk_weights`` ``[T, k]`` float32), once
+        per destination PE. Returns :class:`Dispatched` ``(x, offsets, src)``: views of the
+        handle's output, valid after the kernels ran (stream order) until the next dispatch.
+        The inputs must stay unchanged until the kernels ran. Expert indices outside
+        ``-1 .. E`` are skipped and reported by :meth:`check`."""
+        call = "rshmem.ep.Buffer.dispatch"
+        h = self._live(call)
+        xv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden")
+        t = int(xv.shape[0])
+        iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
+        wv = self._tensor(call, "topk_weights", topk_weights, "float32", self.topk, "topk",
+                          rows=t)
+        self._on_gpu(call, [xv, iv, wv])
+        s = self._stream(call, stream, [xv, iv, wv])
+        h.dispatch(xv.ptr, iv.ptr, wv.ptr, t, s)
+        self._t, self._rows = t, None
+        return self._out
+
+    @property
+    def output(self):
+        """The dispatch output :class:`Dispatched` (the same views :meth:`dispatch` returns)."""
+        self._live("rshmem.ep.Buffer.output")
+        return self._out
+
+    def recv_counts(self, *, stream=None):
+        """**Local.** Waits for ``stream`` (default: the current torch stream) and returns the
+        number of rows each local expert received in the last dispatch (a list of L ints, like
+        DeepEP's ``num_recv_tokens_per_expert_list``). Afterwards :meth:`combine` also accepts
+        a ``y`` of just those rows."""
+        call = "rshmem.ep.Buffer.recv_counts"
+        h = self._live(call)
+        offs = h.read_offsets(self._stream(call, stream, []))
+        self._rows = int(offs[-1])
+        return [int(offs[i + 1] - offs[i]) for i in range(self.num_local_experts)]
+
+    def per_expert(self, *, stream=None):
+        """**Local.** :meth:`recv_counts`, then the dispatch output split per local expert: a
+        list of L views ``[rows_l, hidden]`` (an expert that received nothing gets ``[0,
+        hidden]``)."""
+        counts = self.recv_counts(stream=stream)
+        views, at = [], 0
+        for c in counts:
+            views.append(self._out.x[at:at + c])
+            at += c
+        return views
+
+    def combine(self, y=None, *, out=None, stream=None):
+        """**Collective, stream-ordered.** Brings the expert outputs back: ``y`` holds them in
+        the layout of the dispatch output (``[max_rows, hidden]``, e.g. ``torch.empty_like``
+        of it, or only the received rows once :meth:`recv_counts`/:meth:`per_expert` read
+        them); ``None``: they were written in place into the dispatch output. Returns ``out``
+        (``[T, hidden]`` of the last dispatch's T tokens, allocated when not given; a given
+        ``out`` may have more rows, the first T are written and returned):
+        ``out[t] = Σ_j topk_weights[t, j] · y(row of token t at expert topk_idx[t, j])``, summed
+        in fp32 and rounded to the dtype; zeros for a token with no expert."""
+        call = "rshmem.ep.Buffer.combine"
+        h = self._live(call)
+        views, ya = [], 0
+        if y is not None:
+            yv = self._tensor(call, "y", y, self.dtype, self.hidden, "hidden")
+            need = self.max_rows if self._rows is None else self._rows
+            if yv.shape[0] < need:
+                why = ("the dispatch output's max_rows (recv_counts() reads how many were "
+                       "received)" if self._rows is None else
+                       "the rows the last dispatch received")
+                raise Error(f"{call}: y: {yv.shape[0]} rows, fewer than {need}: {why}")
+            # A y of no rows receives nothing; 0 would mean "in place", which reads nothing
+            # either.
+            ya = yv.ptr
+            views.append(yv)
+        return self._finish(call, out, stream, views, self._t,
+                            lambda s, o: h.combine(ya, o, s))
+
+    def _finish(self, call, out, stream, views, t, launch):
+        """Checks or allocates ``out`` for ``t`` tokens, runs ``launch(stream, out address)``,
+        returns the written rows of ``out``."""
+        if out is not None:
+            ov = self._tensor(call, "out", out, self.dtype, self.hidden, "hidden",
+                              writable=True)
+            if t is not None and ov.shape[0] < t:
+                raise Error(f"{call}: out: {ov.shape[0]} rows, fewer than the {t} tokens of the "
+                            "last dispatch")
+            views.append(ov)
+        self._on_gpu(call, views)
+        s = self._stream(call, stream, views)
+        if t is None:  # no dispatch yet: the runtime says so
+            launch(s, 0)
+            raise Error(f"{call}: no dispatch on this handle yet")
+        if out is None:
+            out = self._empty(t)
+            self._own_out(out, stream)
+            ov = _core._view(out, call, "out")
+        launch(s, ov.ptr)
+        return out if out.shape[0] == t else out[:t]
+
+    # -- low-latency mode -----------------------------------------------------------------------
+
+    def ll_dispatch(self, x, topk_idx, *, stream=None):
+        """**Collective, stream-ordered.** Low-latency dispatch (handle made with
+        ``low_latency=True``): every (token, expert) pair is stored straight into its expert's
+        block on the expert's PE, no count exchange first. ``x`` ``[T, hidden]``, ``topk_idx``
+        ``[T, k]`` int64 (the weights go to :meth:`ll_combine`). Returns
+        :class:`LowLatencyDispatched` ``(x, count, src)``: views valid until any PE's next
+        low-latency dispatch (after this PE's :meth:`ll_combine` when they alternate)."""
+        call = "rshmem.ep.Buffer.ll_dispatch"
+        h = self._live(call)
+        xv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden")
+        t = int(xv.shape[0])
+        iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
+        self._on_gpu(call, [xv, iv])
+        s = self._stream(call, stream, [xv, iv])
+        h.ll_dispatch(xv.ptr, iv.ptr, t, s)
+        self._ll_t = t
+        return self._ll_out
+
+    @property
+    def ll_output(self):
+        """The low-latency output :class:`LowLatencyDispatched` (None without
+        ``low_latency``)."""
+        self._live("rshmem.ep.Buffer.ll_output")
+        return self._ll_out
+
+    def ll_combine(self, y, topk_weights, *, out=None, stream=None):
+        """**Collective, stream-ordered.** Low-latency combine: ``y`` the expert outputs in the
+        low-latency output's layout (``[L, n_pes, max_tokens, hidden]``, or ``None``: written in
+        place into it), ``topk_weights`` ``[T, k]`` float32 of the last low-latency dispatch's
+        T tokens. Returns ``out`` ``[T, hidden]`` (allocated when not given):
+        ``out[t] = Σ_j topk_weights[t, j] · y(t, j)`` over the slots that were sent, in slot
+        order (fp32 fused multiply-adds), rounded once."""
+        call = "rshmem.ep.Buffer.ll_combine"
+        h = self._live(call)
+        views, ya = [], 0
+        if y is not None:
+            yv = _core._view(y, call, "y")
+            need = self.num_local_experts * self.n_pes * self.max_tokens
+            shape = tuple(int(d) for d in yv.shape)
+            if not shape or shape[-1] != self.hidden or yv.nelems < need * self.hidden:
+                raise Error(f"{call}: y: shape {shape}; expected [{self.num_local_experts}, "
+                            f"{self.n_pes}, {self.max_tokens}, {self.hidden}] (the low-latency "
+                            "output's layout)")
+            if yv.dtype != self.dtype:
+                raise Error(f"{call}: y: dtype {yv.dtype}; expected {self.dtype}")
+            ya = yv.ptr
+            views.append(yv)
+        t = self._ll_t
+        wv = self._tensor(call, "topk_weights", topk_weights, "float32", self.topk, "topk")
+        if t is not None and wv.shape[0] != t:
+            raise Error(f"{call}: topk_weights: {wv.shape[0]} rows, but the last low-latency "
+                        f"dispatch had {t} tokens")
+        views.append(wv)
+        return self._finish(call, out, stream, views, t,
+                            lambda s, o: h.ll_combine(ya, wv.ptr, o, s))
+
+    # -- checks, release ------------------------------------------------------------------------
+
+    def check(self, *, stream=None):
+        """**Local.** Waits for ``stream`` (default: the current torch stream) and raises
+        :class:`Error` for what the kernels found wrong since the last check: an expert index
+        outside ``-1 .. E`` (that entry was skipped; the exchange completed), or more rows than
+        ``max_recv_rows`` (dropped). Clears it."""
+        call = "rshmem.ep.Buffer.check"
+        self._live(call).check(self._stream(call, stream, []))
+
+    def check_routing(self, topk_idx):
+        """**Local.** :func:`check_routing` with this handle's number of experts (and k)."""
+        call = "rshmem.ep.Buffer.check_routing"
+        v = _core._view(topk_idx, call, "topk_idx")
+        if len(v.shape) != 2 or int(v.shape[1]) != self.topk:
+            raise Error(f"{call}: topk_idx: shape {tuple(v.shape)}; expected [num_tokens, "
+                        f"{self.topk}] (topk {self.topk})")
+        check_routing(topk_idx, self.num_experts)
+
+    def free(self):
+        """**Collective.** Releases the handle (waits for this PE's GPU work first). The views
+        it returned must not be used afterwards."""
+        h = self._live("rshmem.ep.Buffer.free")
+        self._h = None
+        self._out = self._ll_out = None
+        h.free()
