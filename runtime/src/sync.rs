@@ -21,8 +21,11 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::heap::internal::{BARRIER_FLAGS, BARRIER_ROUNDS, CHECK_WORDS, FLAG_STRIDE, PEER_NOTICE};
+use crate::heap::internal::{
+    BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE, PEER_NOTICE,
+};
 use crate::types::{AmoInt, Bits, Cmp};
+use crate::wait::SharedBell;
 use crate::world::World;
 
 /// Declares the public wait and test calls on a set of variables, one row a pair of calls:
@@ -289,11 +292,14 @@ impl World {
             // mapped for the World's lifetime.
             let flag = || unsafe { u64::load(mine, Ordering::Acquire) };
             let up = || (flag() & EPOCH_MASK) >= epoch;
+            // A local partner's flag store rings my bell ([`World::ctrl_store`]).
+            let bell = (!remote).then(|| SharedBell::at(self.ctrl.internal_addr(my_local, BELL)));
             self.wait
-                .wait(
+                .wait_rung(
                     &self.live,
                     call,
                     Some(from_pe),
+                    bell,
                     || {
                         if up() {
                             return Some(Ok(()));

@@ -110,6 +110,93 @@ impl Doorbell {
     }
 }
 
+/// A bell in shared memory: two 32-bit words at `addr` in a PE's control heap (a ring count, the
+/// count of that PE's waits asleep on it; `crate::heap::internal::BELL`). The PEs of a host
+/// ring each other's bells after storing a barrier or team flag into each other's control heap
+/// ([`SharedBell::ring`]), and a napping wait on a flag that only those stores raise sleeps on
+/// its own PE's bell (a futex shared between processes) instead of waking every [`NAP`] to look:
+/// with many PEs to a core, each nap was a context switch that kept the CPU from the PEs with
+/// work to do.
+///
+/// No ring is lost: the waiter counts itself asleep, then checks its condition again, then
+/// sleeps only while the ring count is what it read before that check; a ringer stores its flag,
+/// then (sequentially consistent) reads the sleeper count and, when someone sleeps, bumps the
+/// ring count and wakes them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SharedBell {
+    /// The ring count (the futex word); the sleeper count is the next word.
+    addr: usize,
+}
+
+impl SharedBell {
+    /// The bell at `addr` (8 bytes, 4-aligned, mapped as long as the bell is used).
+    pub(crate) fn at(addr: usize) -> SharedBell {
+        SharedBell { addr }
+    }
+
+    fn seq(&self) -> &AtomicU32 {
+        // SAFETY: `at`'s contract: a 4-aligned word mapped while the bell is used.
+        unsafe { &*(self.addr as *const AtomicU32) }
+    }
+
+    fn sleepers(&self) -> &AtomicU32 {
+        // SAFETY: as in `seq`, the word after it.
+        unsafe { &*((self.addr + 4) as *const AtomicU32) }
+    }
+
+    /// After a store that a wait on this bell's PE may be waiting for: wakes its sleepers.
+    #[inline]
+    pub(crate) fn ring(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.sleepers().load(Ordering::SeqCst) > 0 {
+            self.wake();
+        }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        self.seq().fetch_add(1, Ordering::SeqCst);
+        // SAFETY: FUTEX_WAKE on a mapped, aligned u32; shared (not private): the sleepers are
+        // other processes mapping the same page.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.addr as *const u32,
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            );
+        }
+    }
+
+    /// Sleeps up to `nap` unless `done` holds once this wait counts as asleep, or the bell
+    /// rings. Returns `done`'s value when it held.
+    fn sleep<T>(&self, nap: Duration, done: &mut dyn FnMut() -> Option<T>) -> Option<T> {
+        let seen = self.seq().load(Ordering::SeqCst);
+        self.sleepers().fetch_add(1, Ordering::SeqCst);
+        let v = done();
+        if v.is_none() {
+            let ts = libc::timespec {
+                tv_sec: nap.as_secs() as libc::time_t,
+                tv_nsec: nap.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: FUTEX_WAIT on a mapped, aligned u32 with a relative timeout; it returns
+            // at once when the word no longer holds `seen` (a ring since), when woken, on a
+            // signal, or at the timeout: the caller checks its condition again in every case.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.addr as *const u32,
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &ts as *const libc::timespec,
+                );
+            }
+        }
+        self.sleepers().fetch_sub(1, Ordering::SeqCst);
+        v
+    }
+}
+
 /// Whether a PE's waits share its cores (with other PEs of the host, or with the threads that
 /// apply peers' requests to it), and whether those threads share them with it and should poll
 /// for a while after each request: `local_pes` PEs on `cores` CPUs (this process's affinity) of
@@ -244,6 +331,22 @@ impl WaitPolicy {
         live: &Liveness,
         call: &'static str,
         pe: Option<usize>,
+        done: impl FnMut() -> Option<T>,
+        describe: impl Fn() -> String,
+    ) -> Result<T> {
+        self.wait_rung(live, call, pe, None, done, describe)
+    }
+
+    /// [`wait`](WaitPolicy::wait) for a condition that only stores followed by a ring of
+    /// `bell` (this PE's [`SharedBell`]) can make true, besides the writes that ring the PE's
+    /// [`Doorbell`]: a napping wait sleeps on `bell` for up to [`NAP_RUNG`].
+    #[inline]
+    pub fn wait_rung<T>(
+        &self,
+        live: &Liveness,
+        call: &'static str,
+        pe: Option<usize>,
+        bell: Option<SharedBell>,
         mut done: impl FnMut() -> Option<T>,
         describe: impl Fn() -> String,
     ) -> Result<T> {
@@ -257,15 +360,17 @@ impl WaitPolicy {
                 return Ok(v);
             }
         }
-        self.wait_slow(live, call, pe, &mut done, &describe)
+        self.wait_slow(live, call, pe, bell, &mut done, &describe)
     }
 
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn wait_slow<T>(
         &self,
         live: &Liveness,
         call: &'static str,
         pe: Option<usize>,
+        shared: Option<SharedBell>,
         done: &mut dyn FnMut() -> Option<T>,
         describe: &dyn Fn() -> String,
     ) -> Result<T> {
@@ -326,9 +431,14 @@ impl WaitPolicy {
                         p.napping();
                     }
                 }
-                match &self.bell {
-                    Some((b, nap)) => b.sleep(rung, *nap),
-                    None => std::thread::sleep(NAP),
+                match (&shared, &self.bell) {
+                    (Some(b), _) => {
+                        if let Some(v) = b.sleep(NAP_RUNG, done) {
+                            return Ok(v);
+                        }
+                    }
+                    (None, Some((b, nap))) => b.sleep(rung, *nap),
+                    (None, None) => std::thread::sleep(NAP),
                 }
                 continue;
             }
@@ -375,6 +485,54 @@ mod tests {
         // Not rung: the nap runs to its end.
         let t0 = Instant::now();
         b.sleep(b.seq(), Duration::from_millis(30));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn a_shared_bell_wakes_its_sleeper_and_no_ring_is_lost() {
+        use super::SharedBell;
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        // The two words as they lie in a control heap (ring count, sleepers).
+        let words: &'static [AtomicU32; 2] =
+            Box::leak(Box::new([AtomicU32::new(0), AtomicU32::new(0)]));
+        let bell = SharedBell::at(words.as_ptr() as usize);
+        let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let up = || flag.load(Ordering::Acquire).then_some(());
+        // Raised before the sleep: the check made once asleep sees it, no wait at all.
+        flag.store(true, Ordering::Release);
+        let t0 = Instant::now();
+        assert_eq!(bell.sleep(Duration::from_secs(20), &mut { up }), Some(()));
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        // A ring with nobody asleep costs no wake-up (the ring count stays).
+        bell.ring();
+        assert_eq!(words[0].load(Ordering::SeqCst), 0);
+        // Raised and rung while it sleeps: it wakes long before its nap ends.
+        flag.store(false, Ordering::Release);
+        let sleeper = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut up = || flag.load(Ordering::Acquire).then_some(());
+            while bell.sleep(Duration::from_secs(20), &mut up).is_none() {}
+            t0.elapsed()
+        });
+        while words[1].load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        flag.store(true, Ordering::Release);
+        bell.ring();
+        let slept = sleeper.join().unwrap();
+        assert!(
+            slept < Duration::from_secs(10),
+            "the ring did not wake the sleeper ({slept:?})"
+        );
+        assert_eq!(
+            words[1].load(Ordering::SeqCst),
+            0,
+            "the sleeper did not count itself out"
+        );
+        // Not rung: the nap runs to its end.
+        flag.store(false, Ordering::Release);
+        let t0 = Instant::now();
+        assert_eq!(bell.sleep(Duration::from_millis(30), &mut { up }), None);
         assert!(t0.elapsed() >= Duration::from_millis(30));
     }
 

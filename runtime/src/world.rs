@@ -15,7 +15,7 @@ use crate::device::state::{
 };
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::heap::internal::PEER_NOTICE;
+use crate::heap::internal::{BELL, PEER_NOTICE};
 use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
@@ -26,6 +26,7 @@ use crate::transport::{
     TransportOps as _,
 };
 use crate::types::Bits;
+use crate::wait::SharedBell;
 use crate::wait::WaitPolicy;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -1067,6 +1068,8 @@ impl World {
                 // SAFETY: runtime-internal control words are aligned u64s inside every local
                 // PE's first control-heap chunk, mapped for the World's lifetime.
                 unsafe { u64::store(a, v, Ordering::Release) };
+                // Its napping barrier wait sleeps on its bell (`crate::wait::SharedBell`).
+                SharedBell::at(self.ctrl.internal_addr(*l, BELL)).ring();
                 Ok(())
             }
             Some(None) => {

@@ -56,6 +56,10 @@ pub mod internal {
     /// The control heap's "gone PE" notice word: PE + 1 of the first PE this PE saw gone (0:
     /// none), read by local peers when this PE leaves (`crate::node::Liveness`).
     pub const PEER_NOTICE: usize = 0x7000;
+    /// The PE's shared-memory bell (`crate::wait::SharedBell`): a 32-bit ring count and a
+    /// 32-bit count of the PE's waits asleep on it. Local peers ring it after storing a flag
+    /// into this PE's control heap; a napping barrier wait sleeps on it (a futex word).
+    pub const BELL: usize = 0x7040;
     /// The proxy's own dissemination barrier (device barriers when some PE is on another
     /// node; `crate::proxy::service`): one flag per round at [`FLAG_STRIDE`], written by the
     /// same PE as the host barrier's round. Here, not in the proxy, because the transports'
@@ -68,6 +72,8 @@ pub mod internal {
     const _: () = {
         assert!(BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE <= CHECK_WORDS);
         assert!(CHECK_WORDS + BARRIER_ROUNDS * FLAG_STRIDE <= PEER_NOTICE);
+        assert!(PEER_NOTICE + 8 <= BELL && BELL % 64 == 0);
+        assert!(BELL + 64 <= PROXY_BARRIER_FLAGS);
     };
 }
 
