@@ -303,34 +303,20 @@ impl EpHandle {
 
     /// Device addresses of the dispatch output: `(expert_x, expert_offsets, expert_src)`.
     fn output(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
-        let st = state("rshmem.ep.Buffer")?;
-        let Some(g) = st.world.gpu() else {
-            return Err(err("rshmem.ep.Buffer", "no GPU backend"));
-        };
-        let stream = g.stream.clone();
-        detached(py, || {
-            with_ep(&st, "ep_output", self.id, |ep| {
-                let (o, _a) = ep.expert_offsets().device_ptr(&stream);
-                let (s, _b) = ep.expert_src().device_ptr(&stream);
-                Ok((ep.expert_x_addr(), o, s))
-            })
+        self.addresses(py, "ep_output", |ep, stream| {
+            let (o, _a) = ep.expert_offsets().device_ptr(stream);
+            let (s, _b) = ep.expert_src().device_ptr(stream);
+            (ep.expert_x_addr(), o, s)
         })
     }
 
     /// Device addresses of the low-latency output: `(recv_x, count, src)` (symmetric rows
     /// `[L][n][max_tokens]`, `[L][n]` `int32` counts, `[L][n][max_tokens][2]` `int32`).
     fn ll_output(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
-        let st = state("rshmem.ep.Buffer")?;
-        let Some(g) = st.world.gpu() else {
-            return Err(err("rshmem.ep.Buffer", "no GPU backend"));
-        };
-        let stream = g.stream.clone();
-        detached(py, || {
-            with_ep(&st, "ep_ll_output", self.id, |ep| {
-                let (c, _a) = ep.ll_count().device_ptr(&stream);
-                let (s, _b) = ep.ll_src().device_ptr(&stream);
-                Ok((ep.ll_recv_x_addr(), c, s))
-            })
+        self.addresses(py, "ep_ll_output", |ep, stream| {
+            let (c, _a) = ep.ll_count().device_ptr(stream);
+            let (s, _b) = ep.ll_src().device_ptr(stream);
+            (ep.ll_recv_x_addr(), c, s)
         })
     }
 
@@ -345,34 +331,38 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        let call = "ep_dispatch";
-        let st = state("rshmem.ep.Buffer.dispatch")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.dispatch",
+            "ep_dispatch",
+            stream,
+            |ep, s| {
                 // SAFETY: the Python half passes the data pointers of live, contiguous CUDA
                 // tensors of this PE's device holding num_tokens rows of the handle's hidden
                 // size and dtype, num_tokens × topk int64 / float32 (checked there), which the
                 // caller's stream order keeps valid until the kernels ran.
                 unsafe { ep.dispatch_raw(x, topk_idx, topk_weights, num_tokens, s) }
-            })
-        })
+            },
+        )
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::combine_raw`; `y` 0: the expert
     /// outputs are in the dispatch output itself.
     fn combine(&self, py: Python<'_>, y: u64, out: u64, stream: usize) -> PyResult<()> {
-        let call = "ep_combine";
-        let st = state("rshmem.ep.Buffer.combine")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.combine",
+            "ep_combine",
+            stream,
+            |ep, s| {
                 let y = if y == 0 { ep.expert_x_addr() } else { y };
                 // SAFETY: `y` is the handle's dispatch output or a live contiguous CUDA tensor
                 // of the handle's dtype with at least the rows the last dispatch received
                 // (checked by the Python half); `out` one of the last dispatch's num_tokens
                 // rows; both on this PE's device, valid in the caller's stream order.
                 unsafe { ep.combine_raw(y, out, s) }
-            })
-        })
+            },
+        )
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::ll_dispatch_raw`.
@@ -384,14 +374,16 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        let call = "ep_ll_dispatch";
-        let st = state("rshmem.ep.Buffer.ll_dispatch")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.ll_dispatch",
+            "ep_ll_dispatch",
+            stream,
+            |ep, s| {
                 // SAFETY: as in `dispatch` (no weights in this mode).
                 unsafe { ep.ll_dispatch_raw(x, topk_idx, num_tokens, s) }
-            })
-        })
+            },
+        )
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::ll_combine_raw`; `y` 0: the expert
@@ -404,41 +396,80 @@ impl EpHandle {
         out: u64,
         stream: usize,
     ) -> PyResult<()> {
-        let call = "ep_ll_combine";
-        let st = state("rshmem.ep.Buffer.ll_combine")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.ll_combine",
+            "ep_ll_combine",
+            stream,
+            |ep, s| {
                 let y = if y == 0 { ep.ll_recv_x_addr() } else { y };
                 // SAFETY: `y` is the handle's low-latency output or a live contiguous CUDA
                 // tensor of its full `[L][n][max_tokens]` rows, `topk_weights` the last
                 // low-latency dispatch's num_tokens × topk float32, `out` its num_tokens rows
                 // (all checked by the Python half), valid in the caller's stream order.
                 unsafe { ep.ll_combine_raw(y, topk_weights, out, s) }
-            })
-        })
+            },
+        )
     }
 
     /// **Local.** Synchronizes `stream` and raises what the kernels found wrong since the last
     /// check (the runtime's `Ep::check`).
     fn check(&self, py: Python<'_>, stream: usize) -> PyResult<()> {
-        let call = "ep_dispatch";
-        let st = state("rshmem.ep.Buffer.check")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| ep.check(s))
-        })
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.check",
+            "ep_dispatch",
+            stream,
+            |ep, s| ep.check(s),
+        )
     }
 
     /// **Local.** Synchronizes `stream` and returns the `L + 1` row offsets of the last
     /// dispatch's output.
     fn read_offsets(&self, py: Python<'_>, stream: usize) -> PyResult<Vec<i64>> {
-        let call = "ep_read_offsets";
-        let st = state("rshmem.ep.Buffer.recv_counts")?;
-        on_stream(py, &st, call, stream, |_, s| {
-            with_ep(&st, call, self.id, |ep| {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.recv_counts",
+            "ep_read_offsets",
+            stream,
+            |ep, s| {
                 let v = s.clone_dtoh(ep.expert_offsets())?;
                 s.synchronize()?;
                 Ok(v)
-            })
+            },
+        )
+    }
+}
+
+impl EpHandle {
+    /// Runs `f` on this live handle and the program's stream `stream` (see `on_stream`),
+    /// without the GIL; `what` names the Python call when rshmem is not initialized.
+    fn on_stream<R>(
+        &self,
+        py: Python<'_>,
+        what: &'static str,
+        call: &'static str,
+        stream: usize,
+        f: impl FnOnce(&EpBox, &Arc<rt::cudarc::driver::CudaStream>) -> rt::Result<R> + Send,
+    ) -> PyResult<R> {
+        let st = state(what)?;
+        on_stream(py, &st, call, stream, |_, s| {
+            with_ep(&st, call, self.id, |ep| f(ep, s))
         })
+    }
+
+    /// Three device addresses of this handle's buffers, read by `f` on the world's stream.
+    fn addresses(
+        &self,
+        py: Python<'_>,
+        call: &'static str,
+        f: impl FnOnce(&EpBox, &rt::cudarc::driver::CudaStream) -> (u64, u64, u64) + Send,
+    ) -> PyResult<(u64, u64, u64)> {
+        let st = state("rshmem.ep.Buffer")?;
+        let Some(g) = st.world.gpu() else {
+            return Err(err("rshmem.ep.Buffer", "no GPU backend"));
+        };
+        let stream = g.stream.clone();
+        detached(py, || with_ep(&st, call, self.id, |ep| Ok(f(ep, &stream))))
     }
 }

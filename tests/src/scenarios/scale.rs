@@ -24,28 +24,30 @@ use std::time::Instant;
 use crate::check::{Context, Ctx, Fail, R};
 use crate::ensure;
 
-/// The kind of socket `fd` is: its domain and protocol (`SO_DOMAIN`, `SO_PROTOCOL`). Asked of
-/// the socket itself, so the cost does not grow with the host's sockets: reading
-/// `/proc/net/tcp` and `/proc/net/unix` instead (every socket of the host, in every PE) made
-/// this count most of a 256-PE job's time.
-fn socket_kind(fd: i32) -> Option<(i32, i32)> {
-    let opt = |name| {
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `v` and `len` are valid for writes of a c_int and a socklen_t; an fd that is
-        // not a socket (or was closed meanwhile) gives an error, nothing else.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                name,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(v)
+/// What socket `fd` is, when it is one: a TCP socket (IPv4 or IPv6, stream) or a Unix socket.
+/// Asked of the socket itself (its address family and type), so the cost does not grow with the
+/// host's sockets: reading `/proc/net/tcp` and `/proc/net/unix` instead (every socket of the
+/// host, in every PE) made this count most of a 256-PE job's time.
+fn socket_kind(fd: i32) -> Option<Sock> {
+    use nix::sys::socket::{
+        getsockname, getsockopt, sockopt, AddressFamily, SockType, SockaddrLike, SockaddrStorage,
     };
-    Some((opt(libc::SO_DOMAIN)?, opt(libc::SO_PROTOCOL)?))
+    let family = getsockname::<SockaddrStorage>(fd).ok()?.family()?;
+    // SAFETY: `fd` is one of this process's descriptors listed in /proc/self/fd a moment ago;
+    // the borrow lasts for this one call, and a descriptor closed meanwhile makes it fail.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let stream = getsockopt(&fd, sockopt::SockType).ok()? == SockType::Stream;
+    match family {
+        AddressFamily::Inet | AddressFamily::Inet6 if stream => Some(Sock::Tcp),
+        AddressFamily::Unix => Some(Sock::Unix),
+        _ => None,
+    }
+}
+
+/// The sockets [`count_fds`] tells apart.
+enum Sock {
+    Tcp,
+    Unix,
 }
 
 /// (all fds, sockets, TCP sockets, Unix sockets) open in this process.
@@ -64,9 +66,9 @@ pub fn count_fds() -> R<(usize, usize, usize, usize)> {
         sockets += 1;
         let fd = e.file_name().to_string_lossy().parse::<i32>().ok();
         match fd.and_then(socket_kind) {
-            Some((libc::AF_INET | libc::AF_INET6, libc::IPPROTO_TCP)) => n_tcp += 1,
-            Some((libc::AF_UNIX, _)) => n_unix += 1,
-            _ => {}
+            Some(Sock::Tcp) => n_tcp += 1,
+            Some(Sock::Unix) => n_unix += 1,
+            None => {}
         }
     }
     Ok((fds, sockets, n_tcp, n_unix))
