@@ -514,6 +514,27 @@ fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
         ep.dispatch(&big, &bigi, &bigw, 65, stream),
         &["num_tokens"],
     );
+    // A null y on PEs with no tokens of their own (their experts may still receive rows): refused
+    // before anything is launched, naming y; the exchange then completes with the real y.
+    let none = case.routing(6, me);
+    let none = Routing {
+        num_tokens: 0,
+        ..none
+    };
+    let iv0 = upload(stream, &none.topk_idx)?;
+    let wv0 = upload(stream, &none.topk_weights)?;
+    ep.dispatch(&x, &iv0, &wv0, 0, stream)?;
+    let (oa, guard) = rshmem::cudarc::driver::DevicePtr::device_ptr(&out, stream);
+    // SAFETY: `out` is device memory of this context with room for every token; y is refused.
+    let res = unsafe { ep.combine_raw(0, oa, stream) };
+    drop(guard);
+    expect_err(
+        &mut c,
+        "null y with T = 0",
+        res,
+        &["ep_combine", "y:", "null"],
+    );
+    ep.combine_in_place(&mut out, stream)?;
     // An expert index out of range on PE 0 (token 3, slot 2): skipped, reported by check; the
     // exchange completes on every PE.
     let mut r = case.routing(7, me);

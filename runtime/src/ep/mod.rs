@@ -755,7 +755,10 @@ impl<'w> Ep<'w> {
                 "no dispatch on this handle yet: combine returns the tokens of the last dispatch",
             )
         })?;
-        addrs_ok(call, t, &[("y", y, 16), ("out", out, 16)])?;
+        // `y` is read for the rows this PE received, which a PE with no tokens of its own
+        // (t = 0) may have too: never null.
+        addrs_ok(call, 1, &[("y", y, 16)])?;
+        addrs_ok(call, t, &[("out", out, 16)])?;
         let p = EpParams {
             num_tokens: t as i64,
             y,
@@ -905,14 +908,12 @@ impl<'w> Ep<'w> {
         let t = self.last_ll_tokens.get().ok_or_else(|| {
             Error::invalid(call, "no low-latency dispatch on this handle yet: combine returns the tokens of the last one")
         })?;
+        // `y` is read for the rows this PE's experts received, also when t = 0: never null.
+        addrs_ok(call, 1, &[("y", y, 16)])?;
         addrs_ok(
             call,
             t,
-            &[
-                ("y", y, 16),
-                ("out", out, 16),
-                ("topk_weights", topk_weights, 4),
-            ],
+            &[("out", out, 16), ("topk_weights", topk_weights, 4)],
         )?;
         let p = EpParams {
             num_tokens: t as i64,
