@@ -173,6 +173,9 @@ impl SharedBell {
     fn sleep<T>(&self, nap: Duration, done: &mut dyn FnMut() -> Option<T>) -> Option<T> {
         let seen = self.seq().load(Ordering::SeqCst);
         self.sleepers().fetch_add(1, Ordering::SeqCst);
+        // Pairs with the ringer's fence: either it sees this sleeper, or this check sees its
+        // store.
+        std::sync::atomic::fence(Ordering::SeqCst);
         let v = done();
         if v.is_none() {
             let ts = libc::timespec {
