@@ -85,6 +85,12 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Treat every PE as its own host: no load/store between PEs, every other PE is reached over the TCP transport (CPU backend). For testing the remote path on one host.",
     },
     EnvVar {
+        name: "RSHMEM_LAZY_MAPPING",
+        kind: "bool",
+        default: "1",
+        help: "Host heaps (the CPU backend's heap, every backend's control heap): map another PE of this host at this PE's first access to it, through /proc/PID/fd, instead of mapping every PE of the host at init and at every heap growth. 0 maps them all eagerly (needed where /proc of another process of the same user cannot be opened). Lazy needs every PE of the host to ask for it and to share one PID namespace; otherwise the host maps eagerly.",
+    },
+    EnvVar {
         name: "RSHMEM_TCP_ADDR",
         kind: "IP address",
         default: "the local address of the route to the bootstrap host (loopback when that is this host or unknown)",
@@ -184,6 +190,8 @@ pub struct Config {
     pub device_checks: bool,
     /// Every PE is its own node (no load/store between PEs).
     pub disable_p2p: bool,
+    /// Map local PEs' host heaps at first access (`RSHMEM_LAZY_MAPPING`).
+    pub lazy_mapping: bool,
     /// Address of the TCP transport.
     pub tcp_addr: Option<String>,
     /// Transport to PEs on other hosts.
@@ -228,6 +236,7 @@ impl Default for Config {
             device: None,
             device_checks: cfg!(debug_assertions),
             disable_p2p: false,
+            lazy_mapping: true,
             tcp_addr: None,
             remote_transport: RemoteChoice::Auto,
             ib_device: None,
@@ -294,6 +303,9 @@ impl Config {
         }
         if let Some(on) = flag("RSHMEM_DISABLE_P2P")? {
             c.disable_p2p = on;
+        }
+        if let Some(on) = flag("RSHMEM_LAZY_MAPPING")? {
+            c.lazy_mapping = on;
         }
         if let Some(v) = get("RSHMEM_TCP_ADDR").filter(|v| !v.trim().is_empty()) {
             if v.trim().parse::<std::net::IpAddr>().is_err() {

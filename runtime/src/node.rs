@@ -225,6 +225,8 @@ pub struct Node {
     inn: Vec<UnixStream>,
     /// Process id and start time (clock ticks after boot) of each local PE, as it reported them.
     procs: Vec<(u32, u64)>,
+    /// Every local PE runs in this process's PID namespace (as they reported it).
+    one_pidns: bool,
     timeout: Option<Duration>,
     /// The liveness thread, the write end of its stop pipe, and a second read end kept open
     /// here so that the stop write never meets a closed pipe (EPIPE, and SIGPIPE in C
@@ -257,28 +259,36 @@ impl Node {
         let call = "init";
         let n = boot.size();
         let my_pe = boot.rank();
-        // Host identity, with this process's id and start time (for the liveness watch).
-        let mut mine = Vec::with_capacity(12 + node_id.len());
+        // Host identity, with this process's id, start time and PID namespace (for the
+        // liveness watch and for opening a local PE's heap through /proc).
+        let mut mine = Vec::with_capacity(ID_AT + node_id.len());
         mine.extend_from_slice(&std::process::id().to_le_bytes());
         mine.extend_from_slice(
             &proc_start_time(std::process::id())
                 .unwrap_or(0)
                 .to_le_bytes(),
         );
+        mine.extend_from_slice(&pid_namespace().unwrap_or(0).to_le_bytes());
         mine.extend_from_slice(node_id.as_bytes());
         let all = boot.allgather(&mine)?;
-        let same_host = |b: &[u8]| b.get(12..) == Some(node_id.as_bytes());
+        let same_host = |b: &[u8]| b.get(ID_AT..) == Some(node_id.as_bytes());
         let pes: Vec<usize> = (0..n).filter(|&p| same_host(&all[p])).collect();
+        let word = |b: &[u8], at: usize| {
+            let mut t = [0u8; 8];
+            t.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(t)
+        };
         let procs: Vec<(u32, u64)> = pes
             .iter()
             .map(|&p| {
                 let b = &all[p];
-                let pid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let mut t = [0u8; 8];
-                t.copy_from_slice(&b[4..12]);
-                (pid, u64::from_le_bytes(t))
+                (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), word(b, 4))
             })
             .collect();
+        // One PID namespace for the host's PEs (and a known one): their process ids are valid
+        // here, so a pidfd or /proc/PID needs no check of the start time.
+        let my_ns = word(&all[my_pe], 12);
+        let one_pidns = my_ns != 0 && pes.iter().all(|&p| word(&all[p], 12) == my_ns);
         let mut local_of = vec![None; n];
         for (i, &p) in pes.iter().enumerate() {
             local_of[p] = Some(i);
@@ -436,12 +446,24 @@ impl Node {
             out,
             inn,
             procs,
+            one_pidns,
             timeout,
             monitor: None,
         })
     }
 
     /// Number of PEs on this host.
+    /// Process id and start time of local PE `j`, and whether every local PE shares this
+    /// process's PID namespace (so that the id means the same process here).
+    pub(crate) fn process(&self, j: usize) -> ((u32, u64), bool) {
+        (self.procs[j], self.one_pidns)
+    }
+
+    /// The job's timeout for waits on local PEs.
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
     pub fn len(&self) -> usize {
         self.pes.len()
     }
@@ -630,15 +652,17 @@ impl Node {
         &mut self,
         live: Arc<Liveness>,
         notice: impl Fn(usize) -> usize,
+        notice_mapped: impl Fn(usize) -> bool + Send + 'static,
     ) -> Result<()> {
         let mut watched = Vec::new();
         let n = self.pes.len();
         for j in (0..n).filter(|&j| j != self.me) {
             // The process itself where a pidfd can be had (no connection needed), else the link
             // socket to it where there is one.
-            if let Some(fd) = pidfd_of(self.procs[j]) {
+            if let Some(fd) = pidfd_of(self.procs[j], self.one_pidns) {
                 watched.push(Watched {
                     pe: self.pes[j],
+                    local: j,
                     fd,
                     events: libc::POLLIN,
                     notice: notice(j),
@@ -657,6 +681,7 @@ impl Node {
             match link {
                 Some(s) => watched.push(Watched {
                     pe: self.pes[j],
+                    local: j,
                     fd: s
                         .as_fd()
                         .try_clone_to_owned()
@@ -681,7 +706,7 @@ impl Node {
             .map_err(|e| Error::os("init", "dup", e))?;
         let h = std::thread::Builder::new()
             .name("rshmem-liveness".into())
-            .spawn(move || monitor_loop(watched, stop_r, live))
+            .spawn(move || monitor_loop(watched, stop_r, live, notice_mapped))
             .map_err(|e| Error::os("init", "spawning the liveness thread", e))?;
         self.monitor = Some((h, stop_w, keep_r));
         Ok(())
@@ -724,6 +749,8 @@ impl Drop for Node {
 /// A local PE the liveness thread watches.
 struct Watched {
     pe: usize,
+    /// Its local index.
+    local: usize,
     /// Its pidfd (readable once it exited) or a socket linked to it (hung up once it exited).
     fd: OwnedFd,
     /// The poll events meaning "gone": `POLLIN` for a pidfd, `POLLRDHUP` for a socket.
@@ -732,7 +759,12 @@ struct Watched {
     notice: usize,
 }
 
-fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
+fn monitor_loop(
+    watched: Vec<Watched>,
+    stop: OwnedFd,
+    live: Arc<Liveness>,
+    notice_mapped: impl Fn(usize) -> bool,
+) {
     let mut alive: Vec<bool> = vec![true; watched.len()];
     loop {
         let idx: Vec<usize> = (0..watched.len()).filter(|&i| alive[i]).collect();
@@ -771,11 +803,13 @@ fn monitor_loop(watched: Vec<Watched>, stop: OwnedFd, live: Arc<Liveness>) {
             {
                 alive[i] = false;
                 let w = &watched[i];
-                let blamed = (w.notice != 0)
+                // A PE whose control heap this PE never mapped (lazy mapping) cannot be read
+                // any more: it is blamed itself.
+                let blamed = (w.notice != 0 && notice_mapped(w.local))
                     .then(|| {
                         // SAFETY: the notice word is an aligned u64 in that PE's control-heap
-                        // slice, mapped in this process until the monitor is stopped (the
-                        // memory stays valid after its owner exits).
+                        // slice, mapped in this process (checked above) until the monitor is
+                        // stopped (the memory stays valid after its owner exits).
                         unsafe { &*(w.notice as *const AtomicU64) }.load(Ordering::Acquire)
                     })
                     .and_then(|v| v.checked_sub(1))
@@ -835,8 +869,19 @@ fn log2_ceil(n: usize) -> usize {
     }
 }
 
+/// Where the host identity starts in a PE's [`Node::establish`] record, after its process
+/// id (4 bytes), start time (8) and PID namespace (8).
+const ID_AT: usize = 20;
+
+/// This process's PID namespace: the inode of `/proc/self/ns/pid` (None where it cannot be
+/// read).
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// Start time of process `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
-fn proc_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -844,8 +889,11 @@ fn proc_start_time(pid: u32) -> Option<u64> {
 }
 
 /// A pidfd for local PE process `(pid, start time)`, if this kernel has pidfds and the process
-/// with that id here is that PE (not another process of another PID namespace).
-fn pidfd_of((pid, start): (u32, u64)) -> Option<OwnedFd> {
+/// with that id here is that PE (not another process of another PID namespace). With
+/// `one_pidns` (every local PE reported this process's PID namespace) the start time is not
+/// read again: the PE was alive when it reported its id moments ago, and for another process
+/// to hold that id since, the kernel would have had to hand out every other id first.
+fn pidfd_of((pid, start): (u32, u64), one_pidns: bool) -> Option<OwnedFd> {
     if pid == 0 || start == 0 {
         return None;
     }
@@ -859,7 +907,7 @@ fn pidfd_of((pid, start): (u32, u64)) -> Option<OwnedFd> {
     // else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(r as RawFd) };
     // Checked after opening: the pidfd holds on to the process it was opened for.
-    (proc_start_time(pid) == Some(start)).then_some(fd)
+    (one_pidns || proc_start_time(pid) == Some(start)).then_some(fd)
 }
 
 /// This PE's rank among the PEs of its host (picks the GPU) and how many PEs the host runs.
@@ -890,6 +938,11 @@ mod tests {
     /// Runs the liveness thread on `peers` (PE, its notice value) whose other ends are already
     /// closed, until it has seen every hang-up; returns what it recorded.
     fn monitor_after_hangups(n: usize, peers: &[(usize, u64)]) -> Liveness {
+        monitor_after_hangups_mapped(n, peers, true)
+    }
+
+    /// As above; `mapped`: whether the notice words count as mapped (lazy mapping).
+    fn monitor_after_hangups_mapped(n: usize, peers: &[(usize, u64)], mapped: bool) -> Liveness {
         let live = Arc::new(Liveness::new(n));
         let notices: Vec<Box<AtomicU64>> = peers
             .iter()
@@ -901,6 +954,7 @@ mod tests {
             drop(b);
             watched.push(Watched {
                 pe,
+                local: pe,
                 fd: OwnedFd::from(a),
                 events: libc::POLLRDHUP,
                 notice: &**notice as *const AtomicU64 as usize,
@@ -909,7 +963,7 @@ mod tests {
         let (stop_r, _stop_w) = nix::unistd::pipe().expect("pipe");
         let l = live.clone();
         // Returns once every watched PE hung up (all did before it started).
-        std::thread::spawn(move || monitor_loop(watched, stop_r, l))
+        std::thread::spawn(move || monitor_loop(watched, stop_r, l, move |_| mapped))
             .join()
             .expect("monitor thread");
         drop(notices);
@@ -931,6 +985,10 @@ mod tests {
         // No notice: the PE that hung up is the failure.
         let live = monitor_after_hangups(4, &[(2, 0)]);
         assert_eq!(live.failed().map(|f| f.0), Some(2));
+        // A notice in a control heap this PE never mapped (lazy mapping) is not read: the PE
+        // that hung up is the failure.
+        let live = monitor_after_hangups_mapped(4, &[(1, 4)], false);
+        assert_eq!(live.failed().map(|f| f.0), Some(1));
     }
 
     #[test]

@@ -91,6 +91,8 @@ impl World {
             tcp_one_way,
             tcp_opened,
             tcp_accepted,
+            heap_peers_mapped: self.heap.peers_mapped(),
+            ctrl_peers_mapped: self.ctrl.peers_mapped(),
         }
     }
 
@@ -286,7 +288,16 @@ impl World {
             };
             let tag = kinds.as_deref().copied().unwrap_or(0);
             self.ctrl_store(call, to, slot, epoch | tag)?;
-            let remote = self.node.local_of[from_pe].is_none();
+            let remote = match self.node.local_of[from_pe] {
+                // The partner this PE waits on, mapped here (lazy mapping) while it is alive,
+                // so that its notice word can be read should it leave ([`World::root_cause`]).
+                // A failure here is seen by the wait below.
+                Some(l) => {
+                    let _ = self.ctrl_mapped(call, l);
+                    false
+                }
+                None => true,
+            };
             let mut seen_gone: Option<std::time::Instant> = None;
             // SAFETY: flag slots are aligned u64s inside my control heap's internal area,
             // mapped for the World's lifetime.
@@ -373,6 +384,11 @@ impl World {
         let Some(Some(l)) = self.node.local_of.get(pe) else {
             return pe;
         };
+        // Not mapped here (lazy mapping) and no longer mappable: that PE is gone, and so is
+        // what it would have said.
+        if self.ctrl_mapped("finalize", *l).is_err() {
+            return pe;
+        }
         let at = self.ctrl.internal_addr(*l, PEER_NOTICE);
         // SAFETY: the notice word is an aligned u64 in that PE's control-heap slice, mapped for
         // the World's lifetime (and valid after its owner exited).
@@ -613,6 +629,11 @@ pub struct CommCounters {
     pub tcp_opened: usize,
     /// Connections of rshmem's TCP transport that other PEs opened to this one.
     pub tcp_accepted: usize,
+    /// Other PEs of this host whose heap is mapped in this process: all of them, or with
+    /// `RSHMEM_LAZY_MAPPING` on the CPU backend those this PE has reached so far.
+    pub heap_peers_mapped: usize,
+    /// The same for the control heaps (barrier flags): at least the barrier partners.
+    pub ctrl_peers_mapped: usize,
 }
 
 /// The members of one dissemination barrier and where their flags live (all PEs: the

@@ -416,9 +416,22 @@ impl World {
         let mut node = Node::establish(boot.as_ref(), &id, cfg.timeout)?;
         let live = Arc::new(Liveness::new(n));
         // The host control heap first: before a CUDA context fills the address space.
-        let ctrl = Heap::create(boot.as_ref(), &node, &live, Backing::Host, 0, 0)?;
+        let ctrl = Heap::create(
+            boot.as_ref(),
+            &node,
+            &live,
+            Backing::Host,
+            0,
+            0,
+            "ctrl",
+            cfg.lazy_mapping,
+        )?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
+        if gpu.is_some() {
+            // The GPU proxy reaches every local PE's control heap: map them all now.
+            ctrl.map_every_peer("init", Some(&live))?;
+        }
         let sharing = match &gpu {
             Some(g) => crate::device::sharing::detect(boot.as_ref(), &node, g)?,
             None => Default::default(),
@@ -434,6 +447,8 @@ impl World {
             backing,
             cfg.heap_limit,
             cfg.heap_initial,
+            "heap",
+            cfg.lazy_mapping,
         )?);
         let dstate = Arc::new(Mutex::new(DeviceState::default()));
         let xport = match &gpu {
@@ -496,7 +511,16 @@ impl World {
             )?),
             _ => None,
         };
-        node.start_monitor(live.clone(), |j| ctrl.internal_addr(j, PEER_NOTICE))?;
+        let ctrl_spans = ctrl.peer_spans();
+        node.start_monitor(
+            live.clone(),
+            |j| ctrl.internal_addr(j, PEER_NOTICE),
+            move |j| {
+                ctrl_spans
+                    .as_ref()
+                    .is_none_or(|s| s.covers(j, PEER_NOTICE + 8))
+            },
+        )?;
         // The PEs of the host share its cores, also when RSHMEM_DISABLE_P2P makes every PE
         // its own node (then node.len() is 1, and 32 PEs on 2 cores each spun as if alone).
         let tcp = remotes.tcp();
@@ -873,7 +897,9 @@ impl World {
             // The hot path: an allocation of the heap the range cache remembers (never a
             // region's address: the cache holds heap allocations only).
             if let Some(off) = self.heap.cached_offset(addr, len) {
-                return Ok(Target::Local(self.heap.peer_addr(l, off)));
+                if self.heap.peer_mapped(l, off + len.max(1)) {
+                    return Ok(Target::Local(self.heap.peer_addr(l, off)));
+                }
             }
         }
         if self.regions.may_hold(addr) {
@@ -901,7 +927,12 @@ impl World {
         }
         let off = self.heap.check_range(call, addr, len)?;
         Ok(match local {
-            Some(l) => Target::Local(self.heap.peer_addr(l, off)),
+            Some(l) => {
+                // A local PE's slice is mapped here at this PE's first access to it (lazy).
+                self.heap
+                    .map_peer(call, l, off + len.max(1), Some(&self.live))?;
+                Target::Local(self.heap.peer_addr(l, off))
+            }
             None => Target::Remote { pe, off },
         })
     }
@@ -1064,9 +1095,10 @@ impl World {
     ) -> Result<()> {
         match self.node.local_of.get(pe) {
             Some(Some(l)) => {
+                self.ctrl_mapped(call, *l)?;
                 let a = self.ctrl.internal_addr(*l, off);
                 // SAFETY: runtime-internal control words are aligned u64s inside every local
-                // PE's first control-heap chunk, mapped for the World's lifetime.
+                // PE's first control-heap chunk, mapped (above) for the World's lifetime.
                 unsafe { u64::store(a, v, Ordering::Release) };
                 // Its napping barrier wait sleeps on its bell (`crate::wait::SharedBell`).
                 SharedBell::at(self.ctrl.internal_addr(*l, BELL)).ring();
@@ -1080,10 +1112,23 @@ impl World {
         }
     }
 
+    /// Maps local PE `l`'s control heap here if it is not yet (lazy mapping; the control heap
+    /// is one chunk, its internal area).
+    #[inline(always)]
+    pub(crate) fn ctrl_mapped(&self, call: &'static str, l: usize) -> Result<()> {
+        if self.ctrl.peer_mapped(l, self.ctrl.internal()) {
+            Ok(())
+        } else {
+            self.ctrl
+                .map_peer(call, l, self.ctrl.internal(), Some(&self.live))
+        }
+    }
+
     /// Reads (acquire) the runtime-internal word at `off` of PE `pe`'s control heap.
     pub(crate) fn ctrl_load(&self, call: &'static str, pe: usize, off: usize) -> Result<u64> {
         match self.node.local_of.get(pe) {
             Some(Some(l)) => {
+                self.ctrl_mapped(call, *l)?;
                 let a = self.ctrl.internal_addr(*l, off);
                 // SAFETY: as in `ctrl_store`.
                 Ok(unsafe { u64::load(a, Ordering::Acquire) })

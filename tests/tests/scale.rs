@@ -23,6 +23,12 @@ struct Pe {
     xin_b: usize,
     /// TCP sockets after the barriers.
     tcp_b: usize,
+    /// Local PEs whose heap / control heap is mapped in this PE: at init, after the barriers,
+    /// after the ring put.
+    hmap: usize,
+    cmap: usize,
+    cmap_b: usize,
+    hmap_r: usize,
 }
 
 fn parse(stdout: &str) -> Vec<Pe> {
@@ -47,6 +53,10 @@ fn parse(stdout: &str) -> Vec<Pe> {
                 xout_b: field("xout_b") as usize,
                 xin_b: field("xin_b") as usize,
                 tcp_b: field("tcp_b") as usize,
+                hmap: field("hmap") as usize,
+                cmap: field("cmap") as usize,
+                cmap_b: field("cmap_b") as usize,
+                hmap_r: field("hmap_r") as usize,
             }
         })
         .collect()
@@ -59,7 +69,14 @@ fn ceil_log2(n: usize) -> usize {
 /// Runs `rshmem-testpe scale 5` on `n` PEs of the CPU backend with small heaps (every PE its
 /// own node when `own_nodes`) and returns the job and every PE's SCALE line.
 fn run_scale(n: usize, own_nodes: bool) -> (common::Run, Vec<Pe>) {
+    run_scale_with(n, own_nodes, &[])
+}
+
+fn run_scale_with(n: usize, own_nodes: bool, env: &[(&str, &str)]) -> (common::Run, Vec<Pe>) {
     let mut job = common::job(n, "scale");
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
     job = job
         .arg("5")
         .env("RSHMEM_HEAP_INITIAL", "2M")
@@ -114,6 +131,56 @@ fn scale(n: usize) {
     );
 }
 
+/// The barrier partners of `pe` among `n` PEs: `pe ± 2^k` (k < ⌈log2 n⌉), each once.
+fn partners(pe: usize, n: usize) -> usize {
+    let mut p: Vec<usize> = (0..ceil_log2(n))
+        .flat_map(|j| [(pe + (1 << j)) % n, (pe + n - (1 << j)) % n])
+        .collect();
+    p.sort_unstable();
+    p.dedup();
+    p.len()
+}
+
+/// Lazy mapping (the default on the CPU backend): at init a PE maps no other PE's heap and
+/// only its barrier partners' control heaps, not all N − 1 of each; after the ring put it maps
+/// exactly one heap, its successor's (before 2026-11-29 every PE mapped every local PE's
+/// chunks at init). With `RSHMEM_LAZY_MAPPING=0` every PE maps all of them at init, and the
+/// same ring put works.
+fn lazy_mapping(n: usize) {
+    let (r, pes) = run_scale(n, false);
+    for p in &pes {
+        r.check(
+            p.hmap == 0 && p.cmap <= partners(p.pe, n) && p.cmap_b <= partners(p.pe, n),
+            &format!(
+                "PE {}: {} heaps and {} / {} control heaps of local PEs mapped at init / after the barriers: expected no heap and at most its {} barrier partners' control heaps",
+                p.pe, p.hmap, p.cmap, p.cmap_b, partners(p.pe, n)
+            ),
+        );
+        r.check(
+            p.hmap_r == 1,
+            &format!(
+                "PE {} maps {} other heaps after putting to its successor only: expected 1",
+                p.pe, p.hmap_r
+            ),
+        );
+    }
+    let (r, pes) = run_scale_with(n, false, &[("RSHMEM_LAZY_MAPPING", "0")]);
+    for p in &pes {
+        r.check(
+            p.hmap == n - 1 && p.cmap == n - 1 && p.hmap_r == n - 1,
+            &format!(
+                "PE {} with RSHMEM_LAZY_MAPPING=0 maps {} heaps and {} control heaps at init: expected all {}",
+                p.pe, p.hmap, p.cmap, n - 1
+            ),
+        );
+    }
+}
+
+#[test]
+fn lazy_mapping_16pes() {
+    lazy_mapping(16);
+}
+
 #[test]
 fn scale_6pes() {
     scale(6);
@@ -132,13 +199,7 @@ fn scale_tcp(n: usize) {
     let (r, pes) = run_scale(n, true);
     let k = ceil_log2(n);
     for p in &pes {
-        // The barrier partners me ± 2^k, each once.
-        let mut partners: Vec<usize> = (0..k)
-            .flat_map(|j| [(p.pe + (1 << j)) % n, (p.pe + n - (1 << j)) % n])
-            .collect();
-        partners.sort_unstable();
-        partners.dedup();
-        let want = partners.len();
+        let want = partners(p.pe, n);
         r.check(
             p.xout == want && p.xin <= want && p.xout_b == want && p.xin_b == want,
             &format!(

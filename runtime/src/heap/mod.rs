@@ -12,7 +12,9 @@
 
 pub mod alloc;
 pub mod host;
+pub(crate) mod lazy;
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -69,7 +71,14 @@ pub mod internal {
     /// (`crate::team`); nothing else may use them.
     pub const TEAM_AREA_START: usize = 64 << 10;
 
+    /// A lazily mapped heap's table of its chunks' descriptor numbers (`crate::heap::lazy`):
+    /// [`MAX_CHUNKS`] 32-bit slots in the PE's own first chunk, descriptor + 1 (0: none yet).
+    pub const CHUNK_FDS: usize = 0x7400;
+    /// Chunks a lazily mapped heap may have (the heap at least doubles as it grows).
+    pub const MAX_CHUNKS: usize = 256;
+
     const _: () = {
+        assert!(BELL + 64 <= CHUNK_FDS && CHUNK_FDS + 4 * MAX_CHUNKS <= PROXY_BARRIER_FLAGS);
         assert!(BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE <= CHECK_WORDS);
         assert!(CHECK_WORDS + BARRIER_ROUNDS * FLAG_STRIDE <= PEER_NOTICE);
         assert!(PEER_NOTICE + 8 <= BELL && BELL % 64 == 0);
@@ -102,6 +111,11 @@ pub struct Heap {
     /// Allocations that range checks hit recently (cleared when one disappears or shrinks).
     hits: HitCache,
     grow_lock: Mutex<u64>,
+    /// Local PEs' slices mapped at first access (host heaps under `RSHMEM_LAZY_MAPPING`);
+    /// None: every local PE's chunks are mapped as the heap grows.
+    lazy: Option<lazy::Lazy>,
+    /// `heap` or `ctrl` (names of the chunks).
+    label: &'static str,
 }
 
 crate::debug_fields!(Heap, |h| {
@@ -181,6 +195,11 @@ impl HitCache {
 
 impl Heap {
     /// Collective over all PEs: reserves the node's address range and maps the first chunk.
+    /// Reserves the node's slices and maps the first `initial` bytes of mine. Collective over
+    /// the job. `label` names the heap's chunks (`heap`, `ctrl`); `lazy` asks for local PEs'
+    /// slices to be mapped at first access ([`lazy`]), which the host heaps of a node get
+    /// when every PE of the node asks for it and they share a PID namespace.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         boot: &dyn Bootstrap,
         node: &Node,
@@ -188,6 +207,8 @@ impl Heap {
         backing: Backing,
         limit: usize,
         initial: usize,
+        label: &'static str,
+        lazy: bool,
     ) -> Result<Self> {
         // `end` is the most a slice may map; `slice` (the address-space stride between PEs)
         // rounds it up to BASE_ALIGN so every slice starts equally aligned.
@@ -224,6 +245,16 @@ impl Heap {
         let first = checked_round_up(initial.saturating_add(internal), GRANULE)
             .unwrap_or(end)
             .min(end);
+        // My first chunk is made before the others know its descriptor number, which the
+        // node learns in the same all-gather that settles the mapping mode.
+        let first_fd = match &backing {
+            Backing::Host => Some(host::create_chunk(
+                &lazy::chunk_name(node.pes[node.me], label, 0),
+                first,
+            )?),
+            Backing::Cuda(_) => None,
+        };
+        let lazy = settle_lazy(boot, node, lazy, first_fd.as_ref(), label)?;
         let heap = Heap {
             end,
             backing,
@@ -240,18 +271,23 @@ impl Heap {
             hits: HitCache::new(),
             grow_lock: Mutex::new(0),
             res,
+            lazy,
+            label,
         };
-        heap.grow_to(node, live, "init", first)?;
+        heap.grow_to(node, live, "init", first, first_fd)?;
         Ok(heap)
     }
 
-    /// Maps `[mapped, new_end)` in every local slice. Collective over the host's PEs.
+    /// Maps `[mapped, new_end)` in my slice and, unless the heap maps its peers lazily, in
+    /// every local slice (collective over the host's PEs). `made`: my chunk, when the caller
+    /// created it already.
     fn grow_to(
         &self,
         node: &Node,
         live: &Liveness,
         call: &'static str,
         new_end: usize,
+        made: Option<OwnedFd>,
     ) -> Result<()> {
         let mut chunk_no = self.grow_lock.lock().map_err(|_| poisoned(call))?;
         let old = self.mapped.load(Ordering::Acquire);
@@ -259,10 +295,13 @@ impl Heap {
         let mine = self.my_base + old;
         let fd = match &self.backing {
             Backing::Host => {
-                let fd = host::create_chunk(
-                    &format!("rshmem-pe{}-chunk{}", node.pes[node.me], *chunk_no),
-                    len,
-                )?;
+                let fd = match made {
+                    Some(fd) => fd,
+                    None => host::create_chunk(
+                        &lazy::chunk_name(node.pes[node.me], self.label, *chunk_no as usize),
+                        len,
+                    )?,
+                };
                 host::map_chunk(&fd, mine, len, &self.res)?;
                 fd
             }
@@ -275,6 +314,10 @@ impl Heap {
                 fd
             }
         };
+        if let Some(z) = &self.lazy {
+            z.add_mine(call, self.me_local, self.my_base, old, len, fd)?;
+            return self.grown(call, &mut chunk_no, new_end);
+        }
         let peers = node.exchange_fds(call, *chunk_no, &fd, live)?;
         for (j, pfd) in peers.iter().enumerate() {
             if let Some(pfd) = pfd {
@@ -291,14 +334,68 @@ impl Heap {
                 }
             }
         }
+        self.grown(call, &mut chunk_no, new_end)
+    }
+
+    /// The end of a growth: the chunk counted and the new end published to the allocator.
+    fn grown(&self, call: &'static str, chunk_no: &mut u64, new_end: usize) -> Result<()> {
         *chunk_no += 1;
-        self.mapped.store(new_end, Ordering::Release);
+        let old = self.mapped.swap(new_end, Ordering::AcqRel);
         let mut a = self.alloc.write().map_err(|_| poisoned(call))?;
         if new_end > a.mapped_end() {
             a.grow(new_end);
         }
         tracing::debug!(target: "rshmem::heap", call, from = old, to = new_end, "heap grew");
         Ok(())
+    }
+
+    /// Whether local PE `local`'s slice is mapped here up to offset `end` (always true unless
+    /// the heap maps its peers lazily). The hot check before a load/store to a peer.
+    #[inline(always)]
+    pub(crate) fn peer_mapped(&self, local: usize, end: usize) -> bool {
+        self.lazy
+            .as_ref()
+            .is_none_or(|z| z.spans.covers(local, end))
+    }
+
+    /// Makes sure `[0, end)` of local PE `local`'s slice is mapped here (a no-op unless the
+    /// heap maps its peers lazily): maps every chunk of it this PE knows of.
+    #[inline]
+    pub(crate) fn map_peer(
+        &self,
+        call: &'static str,
+        local: usize,
+        end: usize,
+        live: Option<&Liveness>,
+    ) -> Result<()> {
+        match &self.lazy {
+            Some(z) if !z.spans.covers(local, end) => {
+                z.map_peer(call, local, end, self.slice_base(local), &self.res, live)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Maps every local PE's slice as far as the heap has grown (for users that need them all,
+    /// such as the GPU proxy).
+    pub(crate) fn map_every_peer(&self, call: &'static str, live: Option<&Liveness>) -> Result<()> {
+        let end = self.mapped();
+        (0..self.n_local).try_for_each(|l| self.map_peer(call, l, end, live))
+    }
+
+    /// Other local PEs whose slice is mapped here (all of them unless the heap maps lazily).
+    pub(crate) fn peers_mapped(&self) -> usize {
+        match &self.lazy {
+            Some(z) => (0..self.n_local)
+                .filter(|&j| j != self.me_local && z.spans.covers(j, 1))
+                .count(),
+            None => self.n_local - 1,
+        }
+    }
+
+    /// Per local PE, how much of its slice is mapped here; None when all of it always is.
+    pub(crate) fn peer_spans(&self) -> Option<std::sync::Arc<lazy::PeerSpans>> {
+        self.lazy.as_ref().map(|z| z.spans.clone())
     }
 
     /// Allocates `size` bytes at `align`, growing the heap collectively when needed. Returns the
@@ -363,7 +460,7 @@ impl Heap {
                 });
             }
             let target = round_up(need.max(cur.saturating_mul(2)), GRANULE).min(limit);
-            self.grow_to(node, live, call, target)?;
+            self.grow_to(node, live, call, target, None)?;
         }
     }
 
@@ -717,6 +814,41 @@ impl Drop for Heap {
             }
         }
     }
+}
+
+/// Settles whether a heap maps its local peers lazily: every PE of the job tells whether it
+/// asks for it (with a host heap) and its first chunk's descriptor number; the node's PEs map
+/// lazily when all of them ask and they share a PID namespace (the same answer on each of them).
+fn settle_lazy(
+    boot: &dyn Bootstrap,
+    node: &Node,
+    want: bool,
+    first: Option<&OwnedFd>,
+    label: &'static str,
+) -> Result<Option<lazy::Lazy>> {
+    let ((_, _), one_pidns) = node.process(node.me);
+    let num = first.map_or(-1, |f| f.as_raw_fd());
+    let mut mine = [0u8; 5];
+    mine[0] = u8::from(want && first.is_some() && one_pidns);
+    mine[1..].copy_from_slice(&num.to_le_bytes());
+    let all = boot.allgather(&mine)?;
+    let local: Vec<&Vec<u8>> = node.pes.iter().map(|&p| &all[p]).collect();
+    if local.iter().any(|b| b.len() != 5 || b[0] != 1) {
+        return Ok(None);
+    }
+    let first_fd = local
+        .iter()
+        .map(|b| i32::from_le_bytes([b[1], b[2], b[3], b[4]]))
+        .collect();
+    let procs = (0..node.len()).map(|j| node.process(j).0).collect();
+    Ok(Some(lazy::Lazy::new(
+        node.me,
+        first_fd,
+        procs,
+        node.pes.clone(),
+        label,
+        node.timeout(),
+    )))
 }
 
 /// Where a user buffer of `len` bytes goes in a slice of `slice` bytes whose heap is mapped up

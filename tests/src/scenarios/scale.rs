@@ -7,6 +7,8 @@
 //!       xout=<TCP transport connections opened at init> xin=<accepted at init>
 //!       xout_b=<opened after the barriers> xin_b=<accepted after them>
 //!       tcp_b=<TCP sockets after them>
+//!       hmap=<local PEs whose heap is mapped here at init> cmap=<same, control heaps>
+//!       cmap_b=<control heaps mapped after the barriers> hmap_r=<heaps mapped after the ring put>
 //!       at_s=<wall-clock time of the line, seconds since the epoch>
 //! ```
 //!
@@ -130,6 +132,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     w.p(cell.at(0), c.me as u64 + 1, c.succ())
         .ctx("p to the successor")?;
     c.barrier("the ring put")?;
+    let ring = w.comm_counters();
     let got = cell.read(0).ctx("read")?;
     ensure!(
         got == c.pred() as u64 + 1,
@@ -139,7 +142,7 @@ pub fn run(c: &Ctx<'_>) -> R {
     crate::check::say(
         false,
         &format!(
-            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} xout={} xin={} xout_b={} xin_b={} tcp_b={tcp_b} at_s={:.3}",
+            "SCALE pe={} n={} init_ms={:.3} up_ms={:.0} barrier_us={:.1} rss_kib={rss} sockets={sockets} tcp={tcp} unix={unix} fds={fds} xout={} xin={} xout_b={} xin_b={} tcp_b={tcp_b} hmap={} cmap={} cmap_b={} hmap_r={} at_s={:.3}",
             c.me,
             c.n,
             init.as_secs_f64() * 1e3,
@@ -149,6 +152,10 @@ pub fn run(c: &Ctx<'_>) -> R {
             at_init.tcp_accepted,
             after.tcp_opened,
             after.tcp_accepted,
+            at_init.heap_peers_mapped,
+            at_init.ctrl_peers_mapped,
+            after.ctrl_peers_mapped,
+            ring.heap_peers_mapped,
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),

@@ -37,9 +37,20 @@ fn fixture() -> Fixture {
     let boot = SingletonBootstrap::new();
     let node = Node::establish(&boot, "tcp-unit-test", Some(Duration::from_secs(10))).unwrap();
     let live = Arc::new(Liveness::new(1));
-    let ctrl = Heap::create(&boot, &node, &live, Backing::Host, 0, 0).unwrap();
-    let heap =
-        Arc::new(Heap::create(&boot, &node, &live, Backing::Host, 64 << 20, 4 << 20).unwrap());
+    let ctrl = Heap::create(&boot, &node, &live, Backing::Host, 0, 0, "ctrl", true).unwrap();
+    let heap = Arc::new(
+        Heap::create(
+            &boot,
+            &node,
+            &live,
+            Backing::Host,
+            64 << 20,
+            4 << 20,
+            "heap",
+            true,
+        )
+        .unwrap(),
+    );
     let obj = heap.alloc(&node, &live, "malloc", 4096, 64).unwrap();
     let region = Box::new([0u64; 512]);
     let regions = Arc::new(crate::transport::RegionTargets::default());
