@@ -802,6 +802,10 @@ impl World {
     /// The collective part of finalize: the two barriers (the monitor of peers goes on until
     /// the world is dropped; after the last barrier it only marks PEs gone).
     fn finalize_collective(&self) -> Result<()> {
+        // The last barrier's partners' control heaps, mapped while every PE is still here
+        // (lazy mapping: a PE that passed the last barrier may leave, and with it the way to
+        // map it).
+        self.map_sync_partners();
         // First barrier: every PE is done with its operations (and still watched: a PE that
         // dies before it is reported).
         let r = self.barrier_all_named("finalize");

@@ -46,6 +46,8 @@
 //! * `symmetry` — mismatched allocations under `RSHMEM_DEBUG_SYMMETRY=1`.
 //! * `finalize-mismatch` — PE 0 calls finalize while the others call barrier_all: every PE
 //!   gets `AsymmetricCall` (2+ PEs).
+//! * `heap-mismatch` — PE 0 calls malloc while the others call barrier_all: every PE gets
+//!   `AsymmetricCall` naming both calls (3+ PEs on one host).
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
 //! * `panic` — PE 1 panics (status 101) while the others wait in a barrier and exit 1 as soon
 //!   as it is gone (2+ PEs): the launcher must blame PE 1 all the same.
@@ -106,6 +108,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("die", true),
     ("die-finalize", true),
     ("finalize-mismatch", true),
+    ("heap-mismatch", true),
     ("crash", true),
     ("panic", true),
     ("kill-stream", true),
@@ -144,6 +147,7 @@ fn dispatch(name: &str, c: &Ctx<'_>) -> R<End> {
         "symmetry" => symmetry::run,
         "timeout" => return timeout::run(c).map(|()| End::NoFinalize),
         "die" => return die::run(c).map(|()| End::NoFinalize),
+        "heap-mismatch" => return symmetry::heap_mismatch(c).map(|()| End::NoFinalize),
         "crash" => return crash::run(c).map(|()| End::NoFinalize),
         "panic" => return crash::panic(c).map(|()| End::NoFinalize),
         "kill-stream" => return kill::stream(c).map(|()| End::NoFinalize),

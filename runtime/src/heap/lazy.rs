@@ -222,7 +222,7 @@ impl Lazy {
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| self.open_failed(call, j, &format!("opening {path}: {e}")))?
+            .map_err(|e| self.open_failed(call, j, &e, &path))?
             .into();
         let want = chunk_name(self.pes[j], self.label, c);
         let name = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -248,13 +248,17 @@ impl Lazy {
         Ok(fd)
     }
 
-    /// An open that failed: the PE is gone when its process is, else /proc refused.
-    fn open_failed(&self, call: &'static str, j: usize, why: &str) -> Error {
+    /// An open that failed: the PE is gone when its process is, or when the descriptor is (a
+    /// process that closed its heap is leaving: an exiting one keeps its /proc entry until
+    /// reaped, with no descriptors left); else /proc refused.
+    fn open_failed(&self, call: &'static str, j: usize, e: &std::io::Error, path: &str) -> Error {
         let (pid, started) = self.procs[j];
-        if crate::node::proc_start_time(pid) != Some(started) {
+        if e.kind() == std::io::ErrorKind::NotFound
+            || crate::node::proc_start_time(pid) != Some(started)
+        {
             self.gone(call, j)
         } else {
-            self.refused(call, j, why)
+            self.refused(call, j, &format!("opening {path}: {e}"))
         }
     }
 

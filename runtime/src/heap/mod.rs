@@ -67,6 +67,16 @@ pub mod internal {
     /// same PE as the host barrier's round. Here, not in the proxy, because the transports'
     /// targets must know it too (they accept exactly these runtime flag stores).
     pub const PROXY_BARRIER_FLAGS: usize = 0x8000;
+    /// The host barrier (`crate::sync`: world syncs when every PE is on one host), in local
+    /// PE 0's control heap: the arrival count, the last completed epoch, the kinds of call seen
+    /// (two words, by epoch parity) and the barrier's bell, each on a cache line of its own;
+    /// then [`HOST_BARRIER_SLOTS`].
+    pub const HOST_BARRIER: usize = 0x9000;
+    /// Each local PE's last barrier epoch (32 bits, by local index), for naming a PE that has
+    /// not arrived; room for [`HOST_BARRIER_NAMED`] PEs.
+    pub const HOST_BARRIER_SLOTS: usize = HOST_BARRIER + 5 * 64;
+    /// PEs whose arrival the host barrier records (beyond them a timeout names no PE).
+    pub const HOST_BARRIER_NAMED: usize = (TEAM_AREA_START - HOST_BARRIER_SLOTS) / 4;
     /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
     /// (`crate::team`); nothing else may use them.
     pub const TEAM_AREA_START: usize = 64 << 10;
@@ -83,6 +93,8 @@ pub mod internal {
         assert!(CHECK_WORDS + BARRIER_ROUNDS * FLAG_STRIDE <= PEER_NOTICE);
         assert!(PEER_NOTICE + 8 <= BELL && BELL % 64 == 0);
         assert!(BELL + 64 <= PROXY_BARRIER_FLAGS);
+        assert!(PROXY_BARRIER_FLAGS + BARRIER_ROUNDS * FLAG_STRIDE <= HOST_BARRIER);
+        assert!(HOST_BARRIER_SLOTS + 4 * HOST_BARRIER_NAMED <= TEAM_AREA_START);
     };
 }
 

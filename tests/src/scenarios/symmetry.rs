@@ -217,3 +217,31 @@ pub fn finalize_mismatch(world: rshmem::World) -> R {
         ))),
     }
 }
+
+/// `heap-mismatch` (3+ PEs, all on one host): PE 0 calls `malloc` (a heap call, whose barrier
+/// carries an argument check) while every other PE calls `barrier_all`. In the host barrier
+/// both kinds of call meet: every PE must get `AsymmetricCall` naming its call and the other,
+/// none a success and none a hang (in a dissemination barrier the two pair up, and the
+/// barrier_all PEs returned Ok).
+pub fn heap_mismatch(c: &Ctx<'_>) -> R {
+    let (w, me) = (c.w, c.me);
+    let (r, mine, other) = if me == 0 {
+        (w.malloc::<u64>(4).map(drop), "malloc", "barrier_all")
+    } else {
+        (w.barrier_all(), "barrier_all", "heap call")
+    };
+    match r {
+        Err(e @ rshmem::Error::AsymmetricCall { .. }) => {
+            let msg = e.to_string();
+            crate::ensure!(
+                msg.starts_with(&format!("{mine}: ")) && msg.contains(other),
+                "the error must name this PE's call and the other: {msg}"
+            );
+            crate::note!("PE {me}: {mine} failed as expected: {msg}");
+            Ok(())
+        }
+        other => Err(crate::check::Fail(format!(
+            "{mine} with PE 0 in malloc and the others in barrier_all: expected AsymmetricCall, got {other:?}"
+        ))),
+    }
+}
