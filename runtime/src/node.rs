@@ -44,6 +44,10 @@ pub struct Liveness {
     /// failure is written there (PE + 1), so that local peers that see this PE leave in
     /// reaction can blame the PE that died first.
     notice: AtomicUsize,
+    /// Shared-memory bells this PE's waits may sleep on (its own, the host barrier's), rung
+    /// when a failure is recorded so that they see it at once (addresses, mapped as long as
+    /// the notice word is).
+    bells: Mutex<Vec<usize>>,
     /// Per PE, how its connection to this PE ended, as the target side of a remote transport
     /// saw it: 0 not (yet), [`LEFT_SILENTLY`] without a notice, else 1 + the PE it said it
     /// left because of (a wire notice sent before it closed).
@@ -65,6 +69,7 @@ impl Liveness {
             finalizing: AtomicBool::new(false),
             lost: (0..n_pes).map(|_| AtomicBool::new(false)).collect(),
             notice: AtomicUsize::new(0),
+            bells: Mutex::new(Vec::new()),
             departed: (0..n_pes).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
@@ -158,6 +163,28 @@ impl Liveness {
                     // users) is dropped; peers only read it.
                     unsafe { &*(at as *const AtomicU64) }.store(pe as u64 + 1, Ordering::Release);
                 }
+                // Waits asleep on a shared-memory bell see the failure now, not after a nap.
+                if let Ok(bells) = self.bells.lock() {
+                    for &b in bells.iter() {
+                        crate::wait::SharedBell::at(b).ring();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets the bells (their memory is about to be unmapped).
+    pub(crate) fn clear_bells(&self) {
+        if let Ok(mut b) = self.bells.lock() {
+            b.clear();
+        }
+    }
+
+    /// Adds a shared-memory bell (see the field) to ring when a failure is recorded.
+    pub(crate) fn ring_on_failure(&self, bell: usize) {
+        if let Ok(mut b) = self.bells.lock() {
+            if !b.contains(&bell) {
+                b.push(bell);
             }
         }
     }

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::heap::internal::{
-    BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE, HOST_BARRIER,
+    BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE, HOST_BARRIER, HOST_BARRIER_BELL,
     HOST_BARRIER_NAMED, HOST_BARRIER_SLOTS, PEER_NOTICE,
 };
 use crate::types::{AmoInt, Bits, Cmp};
@@ -187,7 +187,7 @@ impl World {
         // leave once they passed it, which only per-partner flags tell apart from leaving
         // early); it follows finalize's first barrier, which every PE passed only if every PE
         // is in finalize.
-        if !last && self.node.len() == self.n && self.n > 2 && self.n < 1 << ARRIVED_BITS {
+        if !last && host_barrier_serves(self.node.len(), self.n) {
             let mine = kind
                 | if check.is_some() {
                     KIND_CHECKED
@@ -262,7 +262,7 @@ impl World {
         };
         let (arrived, done) = (word(0), word(1));
         let sum = word(2 + (epoch & 1) as usize);
-        let bell = SharedBell::at(self.ctrl.internal_addr(0, HOST_BARRIER + 4 * 64));
+        let bell = SharedBell::at(self.ctrl.internal_addr(0, HOST_BARRIER_BELL));
         let slot = |l: usize| {
             (l < HOST_BARRIER_NAMED).then(|| {
                 // SAFETY: as `word`: an aligned u32 of the slots, below the team area.
@@ -833,6 +833,13 @@ const KIND_FINALIZE: u64 = 1 << 57;
 /// seen by both.
 const KIND_CHECKED: u64 = 1 << 58;
 const KIND_PLAIN: u64 = 1 << 59;
+
+/// Whether world barriers are host barriers ([`World::host_barrier`]): every one of the `n`
+/// PEs is on this host (`n_local` of them), more than two (two PEs are faster with one flag
+/// each way), and no more than the arrival word counts.
+pub(crate) fn host_barrier_serves(n_local: usize, n: usize) -> bool {
+    n_local == n && n > 2 && n < 1 << ARRIVED_BITS
+}
 
 /// Bits of each count in the host barrier's arrival word (arrivals, finalizes, checked heap
 /// calls): the host barrier serves up to 2^21 − 1 PEs.

@@ -15,7 +15,7 @@ use crate::device::state::{
 };
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::heap::internal::{BELL, PEER_NOTICE};
+use crate::heap::internal::{BELL, HOST_BARRIER_BELL, PEER_NOTICE};
 use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
@@ -427,6 +427,12 @@ impl World {
             cfg.lazy_mapping,
         )?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
+        // The bells this PE's barrier waits sleep on, rung when a peer is found lost.
+        live.ring_on_failure(ctrl.internal_addr(ctrl.me_local(), BELL));
+        if crate::sync::host_barrier_serves(node.len(), n) {
+            ctrl.map_peer("init", 0, ctrl.internal(), Some(&live))?;
+            live.ring_on_failure(ctrl.internal_addr(0, HOST_BARRIER_BELL));
+        }
         let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
         if gpu.is_some() {
             // The GPU proxy reaches every local PE's control heap: map them all now.
@@ -1349,6 +1355,7 @@ impl Drop for World {
         // A peer found lost while the transports shut down is still recorded, but no longer
         // announced in the control heap, which is unmapped after them.
         self.live.set_notice(0);
+        self.live.clear_bells();
         if let Some(g) = &self.dev.gpu {
             crate::device::units::retire(g);
         }

@@ -72,6 +72,8 @@ pub mod internal {
     /// (two words, by epoch parity) and the barrier's bell, each on a cache line of its own;
     /// then [`HOST_BARRIER_SLOTS`].
     pub const HOST_BARRIER: usize = 0x9000;
+    /// The host barrier's bell (`crate::wait::SharedBell`).
+    pub const HOST_BARRIER_BELL: usize = HOST_BARRIER + 4 * 64;
     /// Each local PE's last barrier epoch (32 bits, by local index), for naming a PE that has
     /// not arrived; room for [`HOST_BARRIER_NAMED`] PEs.
     pub const HOST_BARRIER_SLOTS: usize = HOST_BARRIER + 5 * 64;
