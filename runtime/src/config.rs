@@ -85,6 +85,12 @@ pub static ENV_VARS: &[EnvVar] = &[
         help: "Treat every PE as its own host: no load/store between PEs, every other PE is reached over the TCP transport (CPU backend). For testing the remote path on one host.",
     },
     EnvVar {
+        name: "RSHMEM_HOST_BARRIER",
+        kind: "auto|0|1",
+        default: "auto",
+        help: "World barriers (barrier_all, sync_all, the barriers of heap calls and finalize) when every PE is on one host: 1 counts arrivals in one shared word and wakes the sleepers with one futex call (the host barrier), 0 uses the dissemination barrier (a flag per round), auto the host barrier when the PEs outnumber the host's CPUs. Must be the same on every PE.",
+    },
+    EnvVar {
         name: "RSHMEM_LAZY_MAPPING",
         kind: "bool",
         default: "1",
@@ -192,6 +198,9 @@ pub struct Config {
     pub disable_p2p: bool,
     /// Map local PEs' host heaps at first access (`RSHMEM_LAZY_MAPPING`).
     pub lazy_mapping: bool,
+    /// World barriers of a one-host job as host barriers (`RSHMEM_HOST_BARRIER`): None is
+    /// auto (when the PEs outnumber the host's CPUs).
+    pub host_barrier: Option<bool>,
     /// Address of the TCP transport.
     pub tcp_addr: Option<String>,
     /// Transport to PEs on other hosts.
@@ -237,6 +246,7 @@ impl Default for Config {
             device_checks: cfg!(debug_assertions),
             disable_p2p: false,
             lazy_mapping: true,
+            host_barrier: None,
             tcp_addr: None,
             remote_transport: RemoteChoice::Auto,
             ib_device: None,
@@ -306,6 +316,15 @@ impl Config {
         }
         if let Some(on) = flag("RSHMEM_LAZY_MAPPING")? {
             c.lazy_mapping = on;
+        }
+        if let Some(v) = get("RSHMEM_HOST_BARRIER") {
+            c.host_barrier = match v.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => None,
+                other => Some(
+                    parse_bool(other)
+                        .ok_or_else(|| bad("RSHMEM_HOST_BARRIER", &v, "expected auto, 0 or 1"))?,
+                ),
+            };
         }
         if let Some(v) = get("RSHMEM_TCP_ADDR").filter(|v| !v.trim().is_empty()) {
             if v.trim().parse::<std::net::IpAddr>().is_err() {

@@ -205,6 +205,14 @@ impl SharedBell {
     }
 }
 
+/// The CPUs online on this host (not this process's affinity: the same answer in every PE of
+/// the host).
+pub(crate) fn host_cpus() -> Option<usize> {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).ok().filter(|&c| c > 0)
+}
+
 /// Whether a PE's waits share its cores (with other PEs of the host, or with the threads that
 /// apply peers' requests to it), and whether those threads share them with it and should poll
 /// for a while after each request: `local_pes` PEs on `cores` CPUs (this process's affinity) of
@@ -275,9 +283,7 @@ impl WaitPolicy {
     ) -> Self {
         // The CPUs this process may run on (its affinity mask), not the host's.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SAFETY: sysconf has no preconditions.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let host_cpus = usize::try_from(online).unwrap_or(cores);
+        let host_cpus = host_cpus().unwrap_or(cores);
         let (shared, serving) = cores_shared(local_pes, cores, host_cpus, served_by_threads);
         WaitPolicy {
             me,

@@ -332,6 +332,8 @@ pub struct World {
     pub(crate) live: Arc<Liveness>,
     pub(crate) cfg: Config,
     pub(crate) barrier_epoch: AtomicU64,
+    /// World barriers are host barriers (`crate::sync::host_barrier_serves`).
+    pub(crate) host_barrier: bool,
     /// Dissemination rounds run so far (every barrier and team sync; [`CommCounters`]).
     pub(crate) sync_rounds: AtomicU64,
     pub(crate) coll_seq: AtomicU64,
@@ -429,7 +431,10 @@ impl World {
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         // The bells this PE's barrier waits sleep on, rung when a peer is found lost.
         live.ring_on_failure(ctrl.internal_addr(ctrl.me_local(), BELL));
-        if crate::sync::host_barrier_serves(node.len(), n) {
+        let host_cpus = crate::wait::host_cpus().unwrap_or(1);
+        let host_barrier =
+            crate::sync::host_barrier_serves(node.len(), n, host_cpus, cfg.host_barrier);
+        if host_barrier {
             ctrl.map_peer("init", 0, ctrl.internal(), Some(&live))?;
             live.ring_on_failure(ctrl.internal_addr(0, HOST_BARRIER_BELL));
         }
@@ -585,6 +590,7 @@ impl World {
             wait,
             cfg,
             barrier_epoch: AtomicU64::new(0),
+            host_barrier,
             sync_rounds: AtomicU64::new(0),
             coll_seq: AtomicU64::new(0),
             teams: crate::team::handle::Teams::new(n),

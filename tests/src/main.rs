@@ -47,7 +47,7 @@
 //! * `finalize-mismatch` — PE 0 calls finalize while the others call barrier_all: every PE
 //!   gets `AsymmetricCall` (2+ PEs).
 //! * `heap-mismatch` — PE 0 calls malloc while the others call barrier_all: every PE gets
-//!   `AsymmetricCall` naming both calls (3+ PEs on one host).
+//!   `AsymmetricCall` naming both calls (3+ PEs on one host, with the host barrier).
 //! * `crash` — PE 1 aborts while the others wait in a barrier (2+ PEs).
 //! * `panic` — PE 1 panics (status 101) while the others wait in a barrier and exit 1 as soon
 //!   as it is gone (2+ PEs): the launcher must blame PE 1 all the same.

@@ -218,7 +218,7 @@ pub fn finalize_mismatch(world: rshmem::World) -> R {
     }
 }
 
-/// `heap-mismatch` (3+ PEs, all on one host): PE 0 calls `malloc` (a heap call, whose barrier
+/// `heap-mismatch` (3+ PEs, all on one host, with the host barrier: `RSHMEM_HOST_BARRIER=1`): PE 0 calls `malloc` (a heap call, whose barrier
 /// carries an argument check) while every other PE calls `barrier_all`. In the host barrier
 /// both kinds of call meet: every PE must get `AsymmetricCall` naming its call and the other,
 /// none a success and none a hang (in a dissemination barrier the two pair up, and the
