@@ -23,7 +23,8 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::heap::internal::{
     BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE, HOST_BARRIER, HOST_BARRIER_BELL,
-    HOST_BARRIER_NAMED, HOST_BARRIER_SLOTS, PEER_NOTICE,
+    HOST_BARRIER_GROUP, HOST_BARRIER_GROUPS, HOST_BARRIER_GROUP_BELLS, HOST_BARRIER_NAMED,
+    HOST_BARRIER_SLOTS, PEER_NOTICE,
 };
 use crate::types::{AmoInt, Bits, Cmp};
 use crate::wait::SharedBell;
@@ -261,7 +262,8 @@ impl World {
         };
         let (arrived, done) = (word(0), word(1));
         let sum = word(2 + (epoch & 1) as usize);
-        let bell = SharedBell::at(self.ctrl.internal_addr(0, HOST_BARRIER_BELL));
+        let (bell, leader) = host_barrier_bell(&self.ctrl, self.ctrl.me_local());
+        let leaders = SharedBell::at(self.ctrl.internal_addr(0, HOST_BARRIER_BELL));
         let slot = |l: usize| {
             (l < HOST_BARRIER_NAMED).then(|| {
                 // SAFETY: as `word`: an aligned u32 of the slots, below the team area.
@@ -284,8 +286,8 @@ impl World {
         if field(all, 0) == self.n as u64 {
             sum.store(all, Ordering::Relaxed);
             arrived.store(0, Ordering::Relaxed);
-            done.store(epoch, Ordering::Release);
-            bell.ring();
+            done.store(epoch, Ordering::SeqCst);
+            leaders.ring();
         } else {
             // The first PE (local index) that has not arrived, when the slots tell.
             let missing = || {
@@ -327,6 +329,11 @@ impl World {
                 },
                 e => e,
             })?;
+        }
+        // A group's leader wakes its group: the wake-ups of one barrier are spread over the
+        // leaders instead of one `futex` call waking every PE in turn.
+        if let Some(g) = leader {
+            g.ring();
         }
         // Ordered after the acquire of `done` (or written by this PE).
         let all = sum.load(Ordering::Relaxed);
@@ -832,6 +839,28 @@ const KIND_FINALIZE: u64 = 1 << 57;
 /// seen by both.
 const KIND_CHECKED: u64 = 1 << 58;
 const KIND_PLAIN: u64 = 1 << 59;
+
+/// The bell local PE `l` sleeps on in a host barrier, and the group bell it rings once the
+/// barrier is done when it leads a group (the first PE of each group of
+/// [`HOST_BARRIER_GROUP`] with a bell of its own): the others of a group sleep on the group's
+/// bell, the leaders (and the PEs of groups beyond [`HOST_BARRIER_GROUPS`]) on the host
+/// barrier's.
+pub(crate) fn host_barrier_bell(
+    ctrl: &crate::heap::Heap,
+    l: usize,
+) -> (SharedBell, Option<SharedBell>) {
+    let g = l / HOST_BARRIER_GROUP;
+    let leaders = SharedBell::at(ctrl.internal_addr(0, HOST_BARRIER_BELL));
+    if g >= HOST_BARRIER_GROUPS {
+        return (leaders, None);
+    }
+    let group = SharedBell::at(ctrl.internal_addr(0, HOST_BARRIER_GROUP_BELLS + 8 * g));
+    if l % HOST_BARRIER_GROUP == 0 {
+        (leaders, Some(group))
+    } else {
+        (group, None)
+    }
+}
 
 /// Whether world barriers are host barriers ([`World::host_barrier`]): every one of the `n`
 /// PEs is on this host (`n_local` of them), they outnumber the host's CPUs (`host_cpus`, the

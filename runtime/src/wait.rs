@@ -139,6 +139,11 @@ impl SharedBell {
         SharedBell { addr }
     }
 
+    /// Its address.
+    pub(crate) fn addr(&self) -> usize {
+        self.addr
+    }
+
     fn seq(&self) -> &AtomicU32 {
         // SAFETY: `at`'s contract: a 4-aligned word mapped while the bell is used.
         unsafe { &*(self.addr as *const AtomicU32) }

@@ -15,7 +15,7 @@ use crate::device::state::{
 };
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::heap::internal::{BELL, HOST_BARRIER_BELL, PEER_NOTICE};
+use crate::heap::internal::{BELL, PEER_NOTICE};
 use crate::heap::{Backing, Heap};
 use crate::node::{host_identity, Liveness, Node};
 use crate::transport::remote::Remotes;
@@ -436,7 +436,8 @@ impl World {
             crate::sync::host_barrier_serves(node.len(), n, host_cpus, cfg.host_barrier);
         if host_barrier {
             ctrl.map_peer("init", 0, ctrl.internal(), Some(&live))?;
-            live.ring_on_failure(ctrl.internal_addr(0, HOST_BARRIER_BELL));
+            let (sleeps_on, _) = crate::sync::host_barrier_bell(&ctrl, ctrl.me_local());
+            live.ring_on_failure(sleeps_on.addr());
         }
         let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
         if gpu.is_some() {

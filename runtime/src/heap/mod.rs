@@ -72,11 +72,19 @@ pub mod internal {
     /// (two words, by epoch parity) and the barrier's bell, each on a cache line of its own;
     /// then [`HOST_BARRIER_SLOTS`].
     pub const HOST_BARRIER: usize = 0x9000;
-    /// The host barrier's bell (`crate::wait::SharedBell`).
+    /// The host barrier's bell (`crate::wait::SharedBell`), on which the group leaders sleep.
     pub const HOST_BARRIER_BELL: usize = HOST_BARRIER + 4 * 64;
+    /// The bells of the host barrier's groups of [`HOST_BARRIER_GROUP`] local PEs (8 bytes
+    /// each), on which the PEs of a group other than its leader sleep; for the first
+    /// [`HOST_BARRIER_GROUPS`] groups (the PEs beyond sleep on the leaders' bell).
+    pub const HOST_BARRIER_GROUP_BELLS: usize = HOST_BARRIER + 5 * 64;
+    /// Local PEs per group of the host barrier.
+    pub const HOST_BARRIER_GROUP: usize = 32;
+    /// Groups with a bell of their own.
+    pub const HOST_BARRIER_GROUPS: usize = 256;
     /// Each local PE's last barrier epoch (32 bits, by local index), for naming a PE that has
     /// not arrived; room for [`HOST_BARRIER_NAMED`] PEs.
-    pub const HOST_BARRIER_SLOTS: usize = HOST_BARRIER + 5 * 64;
+    pub const HOST_BARRIER_SLOTS: usize = HOST_BARRIER_GROUP_BELLS + 8 * HOST_BARRIER_GROUPS;
     /// PEs whose arrival the host barrier records (beyond them a timeout names no PE).
     pub const HOST_BARRIER_NAMED: usize = (TEAM_AREA_START - HOST_BARRIER_SLOTS) / 4;
     /// Bytes 64 KiB .. 2 MiB of the host control heap's internal area hold the team slots
