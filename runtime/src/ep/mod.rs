@@ -922,6 +922,7 @@ impl<'w> Ep<'w> {
         W: DevicePtr<f32>,
     {
         let call = "ep_dispatch";
+        fp8_only::<()>(call, self.cfg.dtype)?;
         self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
         let k = self.cfg.topk;
         Self::len_ok(
@@ -1153,6 +1154,7 @@ impl<'w> Ep<'w> {
         I: DevicePtr<i64>,
     {
         let call = "ep_ll_dispatch";
+        fp8_only::<()>(call, self.cfg.dtype)?;
         self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
         self.scales_len_ok(call, x_scales.len(), num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
@@ -1502,14 +1504,22 @@ fn scales_arg(
                 addrs_ok(call, num_tokens, &[("x_scales", a, 4)])?;
                 Ok(a)
             }
-            (d, Some(_)) => Err(Error::invalid(
-                call,
-                format!(
-                    "x_scales: the handle was made for {d:?}; per-block scales go with Fp8E4m3 tokens"
-                ),
-            )),
+            (d, Some(_)) => fp8_only(call, d),
             (_, None) => Ok(0),
         }
+}
+
+/// The `*_fp8` dispatches need an fp8 handle: on another one the error names `x_scales`.
+fn fp8_only<T: Default>(call: &'static str, dtype: EpDtype) -> Result<T> {
+    if dtype == EpDtype::Fp8E4m3 {
+        return Ok(T::default());
+    }
+    Err(Error::invalid(
+        call,
+        format!(
+            "x_scales: the handle was made for {dtype:?}; per-block scales go with Fp8E4m3 tokens"
+        ),
+    ))
 }
 
 /// Refuses `y` = `output` (the handle's dispatch output) for the combine of an fp8 handle: that
@@ -1701,6 +1711,13 @@ mod tests {
         let m = msg(scales_arg("ep_dispatch", EpDtype::Bf16, Some(0x1000), 4));
         assert!(m.contains("x_scales: the handle was made for Bf16"), "{m}");
         assert_eq!(scales_arg("ep_dispatch", EpDtype::F32, None, 4).unwrap(), 0);
+        // The typed *_fp8 calls check the handle first (before the elements of x).
+        let m = msg(fp8_only::<()>("ep_ll_dispatch", EpDtype::F32));
+        assert!(
+            m.contains("ep_ll_dispatch: x_scales: the handle was made for F32"),
+            "{m}"
+        );
+        fp8_only::<()>("ep_dispatch", EpDtype::Fp8E4m3).unwrap();
     }
 
     #[test]
