@@ -19,9 +19,14 @@
 //!
 //! `--graph` runs only the CUDA-graph check instead: dispatch + combine captured once and
 //! replayed with new data (see `graph_replay`); `--ll` only the low-latency mode's cases
-//! (see `low_latency`).
+//! (see `low_latency`); `--fp8` only the fp8 cases, normal and low-latency (tokens quantized
+//! per 128-element block with scale = amax / 448, dispatched with their scales and compared
+//! byte for byte; the stand-in expert dequantizes and writes bf16; the bf16 combine checked
+//! against the reference and against the unquantized sum within the fp8 error: see
+//! `fp8_check_out`).
 //!
-//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph | --ll]`
+//! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph | --ll |
+//! --fp8]`
 
 // Only common::main is used here.
 #[allow(dead_code)]
@@ -210,46 +215,23 @@ impl Checker {
     }
 }
 
-/// One round of dispatch → expert → combine, checked. Returns the number of failures.
-fn round<E: El>(
-    world: &World,
-    ep: &Ep<'_>,
+/// The dispatch output's layout against the reference: every local expert's row range
+/// (contiguous, in expert order), sources in PE order, the same (source PE, token) multiset as
+/// the reference; then the data of every row: `row_bad(r, s, t)` is the number of values of row
+/// `r` that differ from token `t` of PE `s`.
+#[allow(clippy::too_many_arguments)]
+fn check_layout(
+    c: &mut Checker,
     case: &Case,
-    seed: u64,
-    stream: &Arc<CudaStream>,
-) -> rshmem::Result<usize> {
-    let (me, n) = (world.my_pe(), world.n_pes());
-    let (e_all, h, k) = (case.experts, case.hidden, case.k);
-    let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    ep.dispatch(&x, &idx, &w, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || format!("{}: dispatch reported {e}", case.name));
-    }
-    // Dispatch output against the reference.
-    let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
-    let rows = offs[l_n] as usize;
-    let src = download(stream, ep.expert_src(), rows * 2)?;
-    let row_bytes = h * std::mem::size_of::<E>();
-    let xb = download(stream, ep.expert_x(), rows * row_bytes)?;
-    let xe: Vec<E> = xb
-        .chunks_exact(std::mem::size_of::<E>())
-        .map(|b| {
-            let mut v = E::default();
-            // SAFETY: E is f32 or u16, plain bytes of exactly this size.
-            unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut E).cast::<u8>(), b.len())
-            };
-            v
-        })
-        .collect();
-    let expect = reference::expected_rows(&routing, e_all, k, me);
+    routing: &[Routing],
+    me: usize,
+    offs: &[i64],
+    src: &[i32],
+    rows: usize,
+    row_bad: &dyn Fn(usize, usize, usize) -> usize,
+) {
+    let n = routing.len();
+    let expect = reference::expected_rows(routing, case.experts, case.k, me);
     let mut at = 0usize;
     for (l, exp) in expect.iter().enumerate() {
         let (lo, hi) = (offs[l] as usize, offs[l + 1] as usize);
@@ -290,17 +272,62 @@ fn round<E: El>(
                 continue;
             }
             let r = lo + i;
-            let bad = (0..h)
-                .filter(|&j| xe[r * h + j] != E::from_f32(x_val(seed, s, t, j)))
-                .count();
+            let bad = row_bad(r, s, t);
             c.check(bad == 0, || {
                 format!(
-                    "{}: row {r} (PE {s} token {t}): {bad} of {h} elements differ",
+                    "{}: row {r} (PE {s} token {t}): {bad} values differ from the source's",
                     case.name
                 )
             });
         }
     }
+}
+
+/// One round of dispatch → expert → combine, checked. Returns the number of failures.
+fn round<E: El>(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k) = (case.experts, case.hidden, case.k);
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    ep.dispatch(&x, &idx, &w, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || format!("{}: dispatch reported {e}", case.name));
+    }
+    // Dispatch output against the reference.
+    let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
+    let rows = offs[l_n] as usize;
+    let src = download(stream, ep.expert_src(), rows * 2)?;
+    let row_bytes = h * std::mem::size_of::<E>();
+    let xb = download(stream, ep.expert_x(), rows * row_bytes)?;
+    let xe: Vec<E> = xb
+        .chunks_exact(std::mem::size_of::<E>())
+        .map(|b| {
+            let mut v = E::default();
+            // SAFETY: E is f32 or u16, plain bytes of exactly this size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut E).cast::<u8>(), b.len())
+            };
+            v
+        })
+        .collect();
+    let row_bad = |r: usize, s: usize, t: usize| {
+        (0..h)
+            .filter(|&j| xe[r * h + j] != E::from_f32(x_val(seed, s, t, j)))
+            .count()
+    };
+    check_layout(&mut c, case, &routing, me, &offs, &src, rows, &row_bad);
     // Stand-in expert on the host: y[r] = x[r] · scale(expert of r).
     let mut y = vec![E::default(); ep.sizes().max_rows.max(1) * h];
     for l in 0..l_n {
@@ -335,7 +362,7 @@ fn round<E: El>(
             let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
             let tol = match case.dtype {
                 EpDtype::F32 => 0.0,
-                EpDtype::Bf16 => mag / 64.0,
+                _ => mag / 64.0,
             };
             let err = (g - r).abs();
             worst = worst.max(err);
@@ -366,6 +393,7 @@ fn run_case(world: &World, case: &Case, stream: &Arc<CudaStream>) -> rshmem::Res
         fails += match case.dtype {
             EpDtype::F32 => round::<f32>(world, &ep, case, seed, stream)?,
             EpDtype::Bf16 => round::<u16>(world, &ep, case, seed, stream)?,
+            EpDtype::Fp8E4m3 => fp8_round(world, &ep, case, seed, stream)?,
         };
     }
     world.barrier_all()?;
@@ -393,7 +421,7 @@ fn expect_err<T>(c: &mut Checker, what: &str, r: rshmem::Result<T>, needles: &[&
 /// Bad configurations: host checks only (also on the CPU backend).
 fn config_checks(c: &mut Checker, n: usize) {
     let ok = EpConfig::new(8 * n, 64, 2, 16, EpDtype::Bf16);
-    let cases: [(&str, EpConfig, &[&str]); 5] = [
+    let cases: [(&str, EpConfig, &[&str]); 6] = [
         (
             "experts not a multiple of PEs",
             EpConfig {
@@ -433,6 +461,15 @@ fn config_checks(c: &mut Checker, n: usize) {
                 ..ok.clone()
             },
             &["num_sms"],
+        ),
+        (
+            "fp8 hidden not a multiple of 128",
+            EpConfig {
+                dtype: EpDtype::Fp8E4m3,
+                hidden: 192,
+                ..ok.clone()
+            },
+            &["hidden", "multiple of 128"],
         ),
     ];
     for (what, cfg, needles) in cases {
@@ -809,7 +846,7 @@ fn ll_round<E: El>(
             let mag: f32 = slots.iter().map(|s| (s.2 * yf(s.1, t)[j]).abs()).sum();
             let tol = match case.dtype {
                 EpDtype::F32 => 0.0,
-                EpDtype::Bf16 => mag / 64.0,
+                _ => mag / 64.0,
             };
             worst = worst.max((g - r).abs());
             c.check((g - r).abs() <= tol, || {
@@ -904,6 +941,7 @@ fn low_latency(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize>
             f += match case.dtype {
                 EpDtype::F32 => ll_round::<f32>(world, &ep, case, seed, big, stream)?,
                 EpDtype::Bf16 => ll_round::<u16>(world, &ep, case, seed, big, stream)?,
+                EpDtype::Fp8E4m3 => fp8_ll_round(world, &ep, case, seed, stream)?,
             };
         }
         world.barrier_all()?;
@@ -942,6 +980,424 @@ fn low_latency(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize>
     Ok(fails + c.failures)
 }
 
+// ---------------------------------------------------------------------------------------------
+// fp8 (`--fp8`): tokens quantized per 128-element block (scale = block amax / 448, as
+// `reference::quantize_fp8`), dispatched with their scales, dequantized by the stand-in expert,
+// which writes bf16; the combine runs in bf16.
+
+/// PE `pe`'s tokens of round `seed`, quantized: (e4m3 bytes `[t_n, h]`, scales `[t_n, h/128]`).
+fn fp8_tokens(seed: u64, pe: usize, t_n: usize, h: usize) -> (Vec<u8>, Vec<f32>) {
+    let x: Vec<f32> = (0..t_n * h)
+        .map(|i| x_val(seed, pe, i / h, i % h))
+        .collect();
+    reference::quantize_fp8(&x, h)
+}
+
+/// The stand-in expert `e` on a dequantized row: bf16(value · scale(e)).
+fn fp8_expert(q: &[u8], scales: &[f32], h: usize, e: usize) -> Vec<u16> {
+    reference::dequantize_fp8(q, scales, h)
+        .into_iter()
+        .map(|v| reference::f32_to_bf16(v * scale(e)))
+        .collect()
+}
+
+/// The combine output of an fp8 round checked twice: against the host reference (the same
+/// quantized tokens, the bf16 combine: within 2⁻⁶ of the terms' magnitude, normally exactly),
+/// and against the exact sum of the unquantized tokens, within the fp8 quantization error:
+/// `Σ_j |w_j·scale_j| · (|x|/16 + s/1024)` (e4m3 keeps 3 mantissa bits, so a value moves by at
+/// most 2⁻⁴ of itself, or by half the subnormal step 2⁻⁹·s near zero, s the block's scale) plus
+/// 2⁻⁶ of the magnitude for the bf16 roundings.
+#[allow(clippy::too_many_arguments)]
+fn fp8_check_out(
+    c: &mut Checker,
+    case: &Case,
+    seed: u64,
+    mine: &Routing,
+    me: usize,
+    got: &[u16],
+    want: &[f32],
+    yf: &dyn Fn(usize, usize) -> Vec<f32>,
+) -> (usize, f32) {
+    let (e_all, h, k) = (case.experts, case.hidden, case.k);
+    let (_, my_scales) = fp8_tokens(seed, me, mine.num_tokens, h);
+    let sw = h / rshmem::ep::FP8_BLOCK;
+    let (mut inexact, mut worst_q) = (0usize, 0f32);
+    for t in 0..mine.num_tokens {
+        let slots = mine.slots(t, k, e_all);
+        let ys: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| yf(e, t)).collect();
+        let a: f32 = slots.iter().map(|s| (s.2 * scale(s.1)).abs()).sum();
+        for j in 0..h {
+            let (g, r) = (reference::bf16_to_f32(got[t * h + j]), want[t * h + j]);
+            let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
+            if g.to_bits() != r.to_bits() {
+                inexact += 1;
+                let tol = mag / 64.0;
+                c.check((g - r).abs() <= tol, || {
+                    format!(
+                        "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
+                        case.name
+                    )
+                });
+            }
+            let x = x_val(seed, me, t, j);
+            let exact: f64 = slots
+                .iter()
+                .map(|s| s.2 as f64 * scale(s.1) as f64 * x as f64)
+                .sum();
+            let sb = my_scales[t * sw + j / rshmem::ep::FP8_BLOCK];
+            let tol_q = a * (x.abs() / 16.0 + sb / 1024.0) + mag / 64.0;
+            let err = (g as f64 - exact).abs() as f32;
+            worst_q = worst_q.max(err);
+            c.check(err <= tol_q, || {
+                format!(
+                    "{}: out[{t}][{j}] = {g}, unquantized {exact}: error {err} beyond the fp8 tolerance {tol_q}",
+                    case.name
+                )
+            });
+        }
+    }
+    (inexact, worst_q)
+}
+
+/// One fp8 round of the normal mode: dispatch_fp8, every row's bytes and scales against the
+/// source's (bit for bit), the stand-in expert (dequantize, scale, bf16), combine, every output
+/// element checked ([`fp8_check_out`]).
+fn fp8_round(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k) = (case.experts, case.hidden, case.k);
+    let sw = h / rshmem::ep::FP8_BLOCK;
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let src_tokens: Vec<(Vec<u8>, Vec<f32>)> = (0..n)
+        .map(|pe| fp8_tokens(seed, pe, routing[pe].num_tokens, h))
+        .collect();
+    let x = upload(stream, &src_tokens[me].0)?;
+    let xs = upload(stream, &src_tokens[me].1)?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    ep.dispatch_fp8(&x, &xs, &idx, &w, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || format!("{}: dispatch reported {e}", case.name));
+    }
+    let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
+    let rows = offs[l_n] as usize;
+    let src = download(stream, ep.expert_src(), rows * 2)?;
+    let xb = download(stream, ep.expert_x(), rows * h)?;
+    let sb = download(stream, ep.expert_scales(), rows * sw)?;
+    let row_bad = |r: usize, s: usize, t: usize| {
+        let (q, qs) = &src_tokens[s];
+        let bytes = (0..h).filter(|&j| xb[r * h + j] != q[t * h + j]).count();
+        let scales = (0..sw)
+            .filter(|&b| sb[r * sw + b].to_bits() != qs[t * sw + b].to_bits())
+            .count();
+        bytes + scales
+    };
+    check_layout(&mut c, case, &routing, me, &offs, &src, rows, &row_bad);
+    // The stand-in expert on the received rows: bf16(dequantized · scale(expert)).
+    let mut y = vec![0u16; ep.sizes().max_rows.max(1) * h];
+    for l in 0..l_n {
+        for r in offs[l] as usize..offs[l + 1] as usize {
+            let yr = fp8_expert(
+                &xb[r * h..(r + 1) * h],
+                &sb[r * sw..(r + 1) * sw],
+                h,
+                me * l_n + l,
+            );
+            y[r * h..(r + 1) * h].copy_from_slice(&yr);
+        }
+    }
+    let y = upload(stream, &y)?;
+    let mut out = upload(stream, &vec![0x7fc0u16; (t_n * h).max(1)])?;
+    ep.combine(&y, &mut out, stream)?;
+    let got = download(stream, &out, t_n * h)?;
+    let (q, qs) = &src_tokens[me];
+    let yf = |e: usize, t: usize| -> Vec<f32> {
+        fp8_expert(&q[t * h..(t + 1) * h], &qs[t * sw..(t + 1) * sw], h, e)
+            .into_iter()
+            .map(reference::bf16_to_f32)
+            .collect()
+    };
+    let want = reference::combine(&routing, e_all, k, me, h, EpDtype::Fp8E4m3, &yf);
+    let (inexact, worst_q) = fp8_check_out(&mut c, case, seed, mine, me, &got, &want, &yf);
+    println!(
+        "PE {me}: {} seed {seed}: T {t_n}, received {rows} fp8 rows with {sw} scales each, combine: {inexact} of {} elements not bit-identical to the reference, worst error against the unquantized sum {worst_q}, {} failures",
+        case.name,
+        t_n * h,
+        c.failures
+    );
+    Ok(c.failures)
+}
+
+/// One fp8 round of the low-latency mode: every (expert, source) block's count, (token, slot)
+/// set, row bytes and scales; the stand-in expert into a bf16 `y` in the output's layout;
+/// combine; every output element ([`fp8_check_out`] with the low-latency reference).
+fn fp8_ll_round(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
+    let sw = h / rshmem::ep::FP8_BLOCK;
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let src_tokens: Vec<(Vec<u8>, Vec<f32>)> = (0..n)
+        .map(|pe| fp8_tokens(seed, pe, routing[pe].num_tokens, h))
+        .collect();
+    let x = upload(stream, &src_tokens[me].0)?;
+    let xs = upload(stream, &src_tokens[me].1)?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    ep.ll_dispatch_fp8(&x, &xs, &idx, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || {
+            format!("{}: low-latency dispatch reported {e}", case.name)
+        });
+    }
+    let counts = download(stream, ep.ll_count(), l_n * n)?;
+    let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
+    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
+    let mut y = vec![0u16; l_n * n * m * h];
+    let mut rows_total = 0;
+    for (b, exp) in expect.iter().enumerate() {
+        let (l, s) = (b / n, b % n);
+        let cnt = counts[b] as usize;
+        c.check(cnt == exp.len(), || {
+            format!(
+                "{}: block (expert {l}, PE {s}): {cnt} rows, expected {}",
+                case.name,
+                exp.len()
+            )
+        });
+        if cnt != exp.len() || cnt > m {
+            continue;
+        }
+        rows_total += cnt;
+        let mut got: Vec<(usize, usize)> = (0..cnt)
+            .map(|i| {
+                (
+                    src[(b * m + i) * 2] as usize,
+                    src[(b * m + i) * 2 + 1] as usize,
+                )
+            })
+            .collect();
+        let bytes = ep.ll_read_rows(l, s, cnt, stream)?;
+        let scales = ep.ll_read_scales(l, s, cnt, stream)?;
+        let (q, qs) = &src_tokens[s];
+        for (i, &(t, _)) in got.iter().enumerate() {
+            if t >= routing[s].num_tokens {
+                c.check(false, || {
+                    format!("{}: block ({l}, {s}) row {i} names token {t}", case.name)
+                });
+                continue;
+            }
+            let rb = &bytes[i * h..(i + 1) * h];
+            let rs = &scales[i * sw..(i + 1) * sw];
+            let bad = (0..h).filter(|&j| rb[j] != q[t * h + j]).count()
+                + (0..sw)
+                    .filter(|&j| rs[j].to_bits() != qs[t * sw + j].to_bits())
+                    .count();
+            c.check(bad == 0, || {
+                format!(
+                    "{}: block ({l}, {s}) row {i} (token {t}): {bad} bytes or scales differ",
+                    case.name
+                )
+            });
+            let at = (b * m + i) * h;
+            y[at..at + h].copy_from_slice(&fp8_expert(rb, rs, h, me * l_n + l));
+        }
+        let mut want = exp.clone();
+        got.sort_unstable();
+        want.sort_unstable();
+        c.check(got == want, || {
+            format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
+        });
+    }
+    let yd = upload(stream, &y)?;
+    let mut out = upload(stream, &vec![0x7fc0u16; (t_n * h).max(1)])?;
+    ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
+    let got = download(stream, &out, t_n * h)?;
+    let (q, qs) = &src_tokens[me];
+    let yf = |e: usize, t: usize| -> Vec<f32> {
+        fp8_expert(&q[t * h..(t + 1) * h], &qs[t * sw..(t + 1) * sw], h, e)
+            .into_iter()
+            .map(reference::bf16_to_f32)
+            .collect()
+    };
+    let want = reference::combine_ll(mine, e_all, k, h, EpDtype::Fp8E4m3, &yf);
+    let (inexact, worst_q) = fp8_check_out(&mut c, case, seed, mine, me, &got, &want, &yf);
+    println!(
+        "PE {me}: {} (low latency) seed {seed}: T {t_n}, received {rows_total} fp8 rows with {sw} scales each, combine: {inexact} of {} elements not bit-identical to the reference, worst error against the unquantized sum {worst_q}, {} failures",
+        case.name,
+        t_n * h,
+        c.failures
+    );
+    Ok(c.failures)
+}
+
+/// fp8 argument errors (naming the argument, nothing enqueued): scales missing, scales on a
+/// bf16 handle, short scales, the combine in place, fp8 elements as y.
+fn fp8_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let mut c = Checker { me, failures: 0 };
+    let (e_all, h, k, t) = (8 * n, 256, 4, 16);
+    let f8 = Ep::new(
+        world,
+        EpConfig {
+            low_latency: true,
+            ..EpConfig::new(e_all, h, k, 32, EpDtype::Fp8E4m3)
+        },
+    )?;
+    let x = stream.alloc_zeros::<u8>(t * h)?;
+    let xs = stream.alloc_zeros::<f32>(t * h / 128)?;
+    let xs_short = stream.alloc_zeros::<f32>(t * h / 128 - 1)?;
+    let idx = upload(stream, &vec![-1i64; t * k])?;
+    let w = stream.alloc_zeros::<f32>(t * k)?;
+    let xb = stream.alloc_zeros::<u16>(t * h)?;
+    expect_err(
+        &mut c,
+        "fp8 handle without scales",
+        f8.dispatch(&x, &idx, &w, t, stream),
+        &["ep_dispatch", "x_scales", "dispatch_fp8"],
+    );
+    expect_err(
+        &mut c,
+        "fp8 low-latency handle without scales",
+        f8.ll_dispatch(&x, &idx, t, stream),
+        &["ep_ll_dispatch", "x_scales"],
+    );
+    expect_err(
+        &mut c,
+        "short x_scales",
+        f8.dispatch_fp8(&x, &xs_short, &idx, &w, t, stream),
+        &["ep_dispatch", "x_scales: holds", "hidden / 128"],
+    );
+    expect_err(
+        &mut c,
+        "bf16 tokens into an fp8 handle",
+        f8.dispatch(&xb, &idx, &w, t, stream),
+        &["x:", "Fp8E4m3"],
+    );
+    // A real (empty-routing) dispatch, then the combine's checks.
+    f8.dispatch_fp8(&x, &xs, &idx, &w, t, stream)?;
+    let mut out = stream.alloc_zeros::<u16>(t * h)?;
+    expect_err(
+        &mut c,
+        "fp8 combine in place",
+        f8.combine_in_place(&mut out, stream),
+        &["ep_combine", "y:", "bf16"],
+    );
+    let y8 = stream.alloc_zeros::<u8>(f8.sizes().max_rows * h)?;
+    let mut out8 = stream.alloc_zeros::<u8>(t * h)?;
+    expect_err(
+        &mut c,
+        "fp8 elements as y",
+        f8.combine(&y8, &mut out8, stream),
+        &["y: elements are Fp8E4m3", "takes Bf16"],
+    );
+    let y = stream.alloc_zeros::<u16>(f8.sizes().max_rows * h)?;
+    f8.combine(&y, &mut out, stream)?;
+    f8.ll_dispatch_fp8(&x, &xs, &idx, t, stream)?;
+    expect_err(
+        &mut c,
+        "fp8 low-latency combine in place",
+        f8.ll_combine::<u16, CudaSlice<u16>, _, _>(None, &w, &mut out, stream),
+        &["ep_ll_combine", "y:"],
+    );
+    let yl = stream.alloc_zeros::<u16>(e_all * 32 * h)?;
+    f8.ll_combine(Some(&yl), &w, &mut out, stream)?;
+    f8.check(stream)?;
+    world.barrier_all()?;
+    f8.free()?;
+    let bf = Ep::new(world, EpConfig::new(e_all, h, k, 32, EpDtype::Bf16))?;
+    expect_err(
+        &mut c,
+        "scales on a bf16 handle",
+        bf.dispatch_fp8(&x, &xs, &idx, &w, t, stream),
+        &["x_scales", "made for Bf16"],
+    );
+    world.barrier_all()?;
+    bf.free()?;
+    Ok(c.failures)
+}
+
+/// `--fp8`: fp8 cases of the normal and the low-latency mode, then the fp8 argument errors.
+fn fp8_cases(world: &World, stream: &Arc<CudaStream>, quick: bool) -> rshmem::Result<usize> {
+    let me = world.my_pe();
+    let case = |name, hidden, k, max_tokens, base, zero_odd, experts| Case {
+        name,
+        dtype: EpDtype::Fp8E4m3,
+        experts,
+        hidden,
+        k,
+        max_tokens,
+        base,
+        zero_odd,
+        max_recv_rows: None,
+    };
+    let mut normal = vec![
+        case("fp8-k8", 512, 8, 256, 150, false, 32),
+        case("fp8-k1-H128", 128, 1, 320, 300, false, 32),
+        case("fp8-k4-T0-odd", 384, 4, 128, 100, true, 32),
+    ];
+    let mut ll = vec![
+        case("ll-fp8-k8", 256, 8, 192, 120, false, 32),
+        case("ll-fp8-k1-H128-T0-odd", 128, 1, 96, 50, true, 32),
+    ];
+    if !quick {
+        normal.push(case("fp8-E256-H7168-k8", 7168, 8, 192, 128, false, 256));
+        ll.push(case("ll-fp8-E256-H7168-k8", 7168, 8, 160, 110, false, 256));
+    }
+    let mut fails = 0;
+    for (low_latency, cases) in [(false, &normal), (true, &ll)] {
+        for case in cases {
+            let ep = Ep::new(
+                world,
+                EpConfig {
+                    low_latency,
+                    ..case.config()
+                },
+            )?;
+            let mut f = 0;
+            for seed in [1u64, 2] {
+                f += if low_latency {
+                    fp8_ll_round(world, &ep, case, seed, stream)?
+                } else {
+                    fp8_round(world, &ep, case, seed, stream)?
+                };
+            }
+            world.barrier_all()?;
+            ep.free()?;
+            println!(
+                "PE {me}: case {}: {}",
+                case.name,
+                if f == 0 { "ok" } else { "FAILED" }
+            );
+            fails += f;
+        }
+    }
+    let f = fp8_bad_args(world, stream)?;
+    println!(
+        "PE {me}: fp8 bad arguments: {}",
+        if f == 0 { "ok" } else { "FAILED" }
+    );
+    Ok(fails + f)
+}
+
 fn run() -> rshmem::Result<bool> {
     let quick = std::env::args().any(|a| a == "--quick");
     let world = rshmem::init()?;
@@ -971,6 +1427,10 @@ fn run() -> rshmem::Result<bool> {
     if std::env::args().any(|a| a == "--graph") {
         let f = graph_replay(&world, &stream)?;
         return finish(world, c.failures + f, "graph replay");
+    }
+    if std::env::args().any(|a| a == "--fp8") {
+        let f = fp8_cases(&world, &stream, quick)?;
+        return finish(world, c.failures + f, "fp8");
     }
     let e = 32;
     let mut cases = vec![

@@ -636,15 +636,19 @@ RSHMEMI_FOR_REDUCE_HALF_TYPES(RSHMEMI_DECL_REDUCE_STREAM_ARITH)
 /* ------------------------------------------------------------------------------------------ */
 /* Expert-parallel MoE dispatch and combine (GPU backend, every PE on this host; docs/moe.md). */
 /* Tokens: [T, hidden] of dtype; topk_idx: [T, topk] int64 (-1 = none); weights: [T, topk].   */
+/* fp8 (RSHMEMX_EP_FP8_E4M3): tokens as e4m3 bytes with one float scale per 128 elements      */
+/* ([T, hidden / 128], hidden a multiple of 128), dispatched by the *_fp8_* calls, rows and    */
+/* scales delivered unchanged; the combine of such a handle takes and writes bf16 rows.       */
 #define RSHMEMX_EP_F32 0
 #define RSHMEMX_EP_BF16 1
+#define RSHMEMX_EP_FP8_E4M3 2
 typedef struct rshmemx_ep rshmemx_ep_t; /* opaque handle */
 typedef struct {
     size_t num_experts;   /* E, a multiple of the PEs, at most 1024 */
-    size_t hidden;        /* H; H x element size a multiple of 16 bytes */
+    size_t hidden;        /* H; H x element size a multiple of 16 bytes (fp8: of 128 elements) */
     size_t topk;          /* k, 1..32 */
     size_t max_tokens;    /* most tokens per dispatch on a PE */
-    int dtype;            /* RSHMEMX_EP_F32 or RSHMEMX_EP_BF16 */
+    int dtype;            /* RSHMEMX_EP_F32, RSHMEMX_EP_BF16 or RSHMEMX_EP_FP8_E4M3 */
     int num_sms;          /* blocks per kernel; 0: the GPU's SMs (shared among its PEs) */
     size_t max_recv_rows; /* rows of the dispatch output; 0: the worst case */
     int low_latency;      /* nonzero: also the low-latency mode (max_tokens <= 256) */
@@ -658,8 +662,15 @@ int rshmemx_ep_destroy(rshmemx_ep_t *ep);
 int rshmemx_ep_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
                                   const float *topk_weights, size_t num_tokens,
                                   cudaStream_t stream);
+/* The same for fp8 handles: x [T, hidden] e4m3 bytes, x_scales [T, hidden / 128] floats; the
+   received rows' scales: rshmemx_ep_output_scales (same row order). The other dispatch calls
+   refuse an fp8 handle (naming x_scales), and these refuse the other dtypes. */
+int rshmemx_ep_dispatch_fp8_on_stream(rshmemx_ep_t *ep, const void *x, const float *x_scales,
+                                      const int64_t *topk_idx, const float *topk_weights,
+                                      size_t num_tokens, cudaStream_t stream);
 /* Collective, stream-ordered: out[t] = sum_j w[t][j] * y(row of t at expert idx[t][j]) for the
-   last dispatch's tokens; y in the dispatch output's layout (NULL: the output itself). */
+   last dispatch's tokens; y in the dispatch output's layout (NULL: the output itself; not for
+   fp8 handles, whose y and out are bf16 [rows, hidden]). */
 int rshmemx_ep_combine_on_stream(rshmemx_ep_t *ep, const void *y, void *out,
                                  cudaStream_t stream);
 /* Local: synchronizes stream; reports an expert index out of range or too many rows. */
@@ -668,15 +679,25 @@ int rshmemx_ep_check(rshmemx_ep_t *ep, cudaStream_t stream);
    source token) int32 pairs) and its capacity in rows; any out-pointer may be NULL. */
 int rshmemx_ep_output(rshmemx_ep_t *ep, void **expert_x, const int64_t **expert_offsets,
                       const int32_t **expert_src, size_t *max_rows);
+/* Local: the dispatch output's scales, [max_rows][*scales_per_row] floats (fp8 handles: hidden
+   / 128 per row; NULL and 0 otherwise); any out-pointer may be NULL. */
+int rshmemx_ep_output_scales(rshmemx_ep_t *ep, const float **expert_scales,
+                             size_t *scales_per_row);
 /* The low-latency mode (config->low_latency): every (token, expert) pair stored into fixed
    per-expert regions [L][n][max_tokens] rows, no count exchange; combine takes the weights. */
 int rshmemx_ep_ll_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
                                      size_t num_tokens, cudaStream_t stream);
+int rshmemx_ep_ll_dispatch_fp8_on_stream(rshmemx_ep_t *ep, const void *x, const float *x_scales,
+                                         const int64_t *topk_idx, size_t num_tokens,
+                                         cudaStream_t stream);
 int rshmemx_ep_ll_combine_on_stream(rshmemx_ep_t *ep, const void *y, const float *topk_weights,
                                     void *out, cudaStream_t stream);
 /* Local: rows [L][n][max_tokens], counts [L][n] int32, (token, slot) int32 pairs per row. */
 int rshmemx_ep_ll_output(rshmemx_ep_t *ep, void **recv_x, const int32_t **count,
                          const int32_t **src);
+/* Local (fp8 handles with low_latency): the rows' scales, [L][n][max_tokens][hidden / 128]
+   floats; an error on other handles. */
+int rshmemx_ep_ll_output_scales(rshmemx_ep_t *ep, const float **recv_scales);
 
 #ifdef __cplusplus
 }

@@ -21,18 +21,25 @@ import operator
 from . import _core, _rshmem
 from ._rshmem import Error
 
-__all__ = ["Buffer", "Dispatched", "LowLatencyDispatched", "check_routing", "sizes"]
+__all__ = ["Buffer", "Dispatched", "LowLatencyDispatched", "FP8", "FP8_BLOCK", "check_routing",
+           "sizes"]
 
 #: What :meth:`Buffer.dispatch` returns: ``x`` the dispatch output ``[max_rows, hidden]``
 #: (local expert ``l``'s rows are ``offsets[l]:offsets[l + 1]``), ``offsets`` ``[L + 1]``
 #: int64, ``src`` ``[max_rows, 2]`` int32 (source PE, source token of each row). CUDA tensors,
-#: views of the handle's buffers.
+#: views of the handle's buffers. On a float8_e4m3fn buffer ``x`` is the pair ``(x, scales)``:
+#: ``[max_rows, hidden]`` float8_e4m3fn and ``[max_rows, hidden // 128]`` float32, the same rows.
 Dispatched = collections.namedtuple("Dispatched", "x offsets src")
 
 #: What :meth:`Buffer.ll_dispatch` returns: ``x`` ``[L, n_pes, max_tokens, hidden]`` (rows
 #: ``0 .. count[l, s]`` of block ``(l, s)`` are valid), ``count`` ``[L, n_pes]`` int32, ``src``
-#: ``[L, n_pes, max_tokens, 2]`` int32 (source token, slot of each row).
+#: ``[L, n_pes, max_tokens, 2]`` int32 (source token, slot of each row). On a float8_e4m3fn
+#: buffer ``x`` is the pair ``(x, scales)``, scales ``[L, n_pes, max_tokens, hidden // 128]``.
 LowLatencyDispatched = collections.namedtuple("LowLatencyDispatched", "x count src")
+
+#: The fp8 dtype of the tokens (torch's ``float8_e4m3fn``), and the elements per scale.
+FP8 = "float8_e4m3fn"
+FP8_BLOCK = 128
 
 
 def _int(call, name, v, optional=False):
@@ -50,11 +57,18 @@ def _int(call, name, v, optional=False):
     return i
 
 
+def _is_fp8(dtype):
+    """Whether ``dtype`` (a string or a torch dtype) names float8_e4m3fn."""
+    return str(dtype) in (FP8, "torch." + FP8)
+
+
 def _dtype(call, dtype):
+    if _is_fp8(dtype):
+        return FP8
     name = _core._dtype_name(dtype, call)
     if name not in ("float32", "bfloat16"):
-        raise Error(f"{call}: dtype: {name}; the expert-parallel kernels take float32 or "
-                    "bfloat16")
+        raise Error(f"{call}: dtype: {name}; the expert-parallel kernels take float32, "
+                    "bfloat16 or float8_e4m3fn")
     return name
 
 
@@ -62,8 +76,10 @@ def sizes(num_experts, hidden, topk, max_tokens, dtype="bfloat16", *, n_pes=None
           max_recv_rows=None, num_sms=None, low_latency=False):
     """**Local.** The buffer sizes of a :class:`Buffer` of this shape on ``n_pes`` PEs (default:
     the job's), as the runtime computes them (``EpConfig::sizes``, which also checks the shape):
-    a dict of ``local_experts``, ``row_bytes``, ``max_rows``, ``symmetric_bytes``,
-    ``local_bytes`` (per PE). Needs no GPU."""
+    a dict of ``local_experts``, ``row_bytes`` (dispatched rows), ``comb_row_bytes`` (combine
+    rows: bf16 for float8_e4m3fn), ``scale_words`` (float32 scales per row: ``hidden // 128``
+    for float8_e4m3fn, else 0), ``max_rows``, ``symmetric_bytes``, ``local_bytes`` (per PE).
+    Needs no GPU."""
     call = "rshmem.ep.sizes"
     if n_pes is None:
         n_pes = _rshmem.n_pes()
@@ -96,9 +112,11 @@ class Buffer:
     """**Collective.** An expert-parallel handle for one MoE layer shape (every PE passes the
     same values): ``num_experts`` (E, a multiple of the PEs, at most 1024; expert ``e`` lives on
     PE ``e // L`` as local expert ``e % L``, ``L = E / n_pes``), ``hidden`` (H elements per token;
-    a row must be a multiple of 16 bytes), ``topk`` (k, 1..32), ``max_tokens`` (most tokens a PE
-    passes to one dispatch; at most 256 with ``low_latency``), ``dtype`` ("float32" or
-    "bfloat16", or the torch dtypes), ``max_recv_rows`` (rows of the dispatch output per PE;
+    a row must be a multiple of 16 bytes, and H a multiple of 128 for fp8), ``topk`` (k, 1..32),
+    ``max_tokens`` (most tokens a PE passes to one dispatch; at most 256 with ``low_latency``),
+    ``dtype`` ("float32", "bfloat16" or "float8_e4m3fn", or the torch dtypes; float8_e4m3fn
+    tokens travel with one float32 scale per 128 elements and are combined in bf16, see
+    :meth:`dispatch`), ``max_recv_rows`` (rows of the dispatch output per PE;
     default the worst case ``n_pes × max_tokens × min(k, L)``), ``num_sms`` (blocks per kernel;
     default the GPU's SMs divided among the PEs sharing it), ``low_latency`` (also allocate the
     low-latency mode's buffers).
@@ -122,8 +140,11 @@ class Buffer:
         self.hidden = _int(call, "hidden", hidden)
         self.topk = _int(call, "topk", topk)
         self.max_tokens = _int(call, "max_tokens", max_tokens)
-        #: "float32" or "bfloat16".
+        #: "float32", "bfloat16" or "float8_e4m3fn".
         self.dtype = _dtype(call, dtype)
+        #: The dtype of the combine's ``y`` and ``out``: "bfloat16" for float8_e4m3fn.
+        self.combine_dtype = "bfloat16" if self.dtype == FP8 else self.dtype
+        fp8 = self.dtype == FP8
         max_recv_rows = _int(call, "max_recv_rows", max_recv_rows, True)
         num_sms = _int(call, "num_sms", num_sms, True)
         if num_sms is not None and num_sms >= 1 << 32:
@@ -135,16 +156,23 @@ class Buffer:
         self.max_rows, self.num_local_experts, self.num_sms = self._h.info()
         self.n_pes = _rshmem.n_pes()
         xa, oa, sa = self._h.output()
+        scales = self._h.scales_output() if fp8 else None
+        x = self._view(xa, (self.max_rows, self.hidden), self.dtype)
+        if fp8:
+            x = (x, self._view(scales[0], (self.max_rows, scales[2]), "float32"))
         self._out = Dispatched(
-            self._view(xa, (self.max_rows, self.hidden), self.dtype),
+            x,
             self._view(oa, (self.num_local_experts + 1,), "int64"),
             self._view(sa, (self.max_rows, 2), "int32"))
         self._ll_out = None
         if self.low_latency:
             xa, ca, sa = self._h.ll_output()
             blocks = (self.num_local_experts, self.n_pes, self.max_tokens)
+            x = self._view(xa, blocks + (self.hidden,), self.dtype)
+            if fp8:
+                x = (x, self._view(scales[1], blocks + (scales[2],), "float32"))
             self._ll_out = LowLatencyDispatched(
-                self._view(xa, blocks + (self.hidden,), self.dtype),
+                x,
                 self._view(ca, blocks[:2], "int32"),
                 self._view(sa, blocks + (2,), "int32"))
         self._t = None      # tokens of the last dispatch (this PE)
@@ -155,6 +183,15 @@ class Buffer:
     def _view(addr, shape, dtype):
         # No owner: the memory belongs to the handle in the runtime state until free/finalize
         # (a reference to the Buffer from its own views would only make a cycle).
+        if dtype == FP8:
+            # Bytes, seen as float8_e4m3fn by torch (same element size; DLPack has no fp8
+            # code every torch reads).
+            if not _core._importable("torch"):
+                raise Error("rshmem.ep.Buffer: float8_e4m3fn views need torch (not importable; "
+                            "rshmem.finalize frees the handle)")
+            import torch
+            return _core._wrap(_core._Memory(addr, shape, "uint8"), "torch").view(
+                torch.float8_e4m3fn)
         return _core._wrap(_core._Memory(addr, shape, dtype), None)
 
     def __repr__(self):
@@ -183,7 +220,10 @@ class Buffer:
     def _tensor(self, call, what, a, dtype, cols, cols_name, rows=None, writable=False):
         """The view of a 2-D ``[rows, cols]`` tensor argument, checked: contiguity, shape,
         dtype (the device is checked by ``_on_gpu``, after every argument's shape)."""
-        v = _core._view(a, call, what, writable)
+        if isinstance(a, tuple) and what == "x":
+            raise Error(f"{call}: x: a (tokens, scales) pair is for float8_e4m3fn buffers; this "
+                        f"one is {self.dtype}")
+        v = self._any_view(call, what, a, writable)
         shape = tuple(int(d) for d in v.shape)
         if len(shape) != 2 or shape[1] != cols:
             raise Error(f"{call}: {what}: shape {shape}; expected [num_tokens, {cols}] "
@@ -193,6 +233,37 @@ class Buffer:
         if rows is not None and shape[0] != rows:
             raise Error(f"{call}: {what}: {shape[0]} rows, but x has {rows} tokens")
         return v
+
+    @staticmethod
+    def _any_view(call, what, a, writable=False):
+        """``_core._view``, also of a torch float8_e4m3fn tensor (viewed as its bytes, its dtype
+        named float8_e4m3fn)."""
+        if _is_fp8(getattr(a, "dtype", None)) and hasattr(a, "data_ptr"):
+            import torch
+            v = _core._view(a.view(torch.uint8), call, what, writable)
+            v.dtype, v.obj = FP8, a
+            return v
+        return _core._view(a, call, what, writable)
+
+    def _fp8_x(self, call, x, rows_of=None):
+        """The ``(x, x_scales)`` pair of an fp8 dispatch, checked: views of x ``[T, hidden]``
+        float8_e4m3fn and x_scales ``[T, hidden // 128]`` float32."""
+        if not (isinstance(x, tuple) and len(x) == 2):
+            raise Error(f"{call}: x: a float8_e4m3fn buffer takes the pair (x, x_scales): x "
+                        f"[num_tokens, {self.hidden}] float8_e4m3fn and x_scales [num_tokens, "
+                        f"{self.hidden // FP8_BLOCK}] float32 (one scale per {FP8_BLOCK} "
+                        "elements)")
+        xv = self._any_view(call, "x", x[0])
+        shape = tuple(int(d) for d in xv.shape)
+        if len(shape) != 2 or shape[1] != self.hidden:
+            raise Error(f"{call}: x: shape {shape}; expected [num_tokens, {self.hidden}] "
+                        f"(hidden {self.hidden})")
+        if xv.dtype != FP8:
+            raise Error(f"{call}: x: dtype {xv.dtype}; expected {FP8}")
+        t = shape[0]
+        sv = self._tensor(call, "x_scales", x[1], "float32", self.hidden // FP8_BLOCK,
+                          "hidden / 128", rows=t)
+        return xv, sv, t
 
     @staticmethod
     def _on_gpu(call, views):
@@ -217,8 +288,14 @@ class Buffer:
 
     def _empty(self, rows):
         import torch
-        return torch.empty((rows, self.hidden), dtype=getattr(torch, self.dtype),
+        return torch.empty((rows, self.hidden), dtype=getattr(torch, self.combine_dtype),
                            device=f"cuda:{_core._STATE.device}")
+
+    def _not_in_place(self, call, what):
+        if self.dtype == FP8:
+            raise Error(f"{call}: y: the {what} of a float8_e4m3fn buffer holds fp8 rows, and "
+                        "its combine takes the expert outputs in bfloat16: pass them as y (no "
+                        "combine in place)")
 
     # -- normal mode ----------------------------------------------------------------------------
 
@@ -229,17 +306,29 @@ class Buffer:
         per destination PE. Returns :class:`Dispatched` ``(x, offsets, src)``: views of the
         handle's output, valid after the kernels ran (stream order) until the next dispatch.
         The inputs must stay unchanged until the kernels ran. Expert indices outside
-        ``-1 .. E`` are skipped and reported by :meth:`check`."""
+        ``-1 .. E`` are skipped and reported by :meth:`check`.
+
+        On a float8_e4m3fn buffer ``x`` is the pair ``(x, x_scales)`` (as DeepEP takes it):
+        ``x`` ``[T, hidden]`` float8_e4m3fn and ``x_scales`` ``[T, hidden // 128]`` float32, the
+        scale of each 128-element block of each token; the output's ``x`` is the pair of the
+        received rows and their scales, unchanged, in the same row order."""
         call = "rshmem.ep.Buffer.dispatch"
         h = self._live(call)
-        xv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden")
-        t = int(xv.shape[0])
+        if self.dtype == FP8:
+            xv, sv, t = self._fp8_x(call, x)
+        else:
+            xv, sv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden"), None
+            t = int(xv.shape[0])
         iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
         wv = self._tensor(call, "topk_weights", topk_weights, "float32", self.topk, "topk",
                           rows=t)
-        self._on_gpu(call, [xv, iv, wv])
-        s = self._stream(call, stream, [xv, iv, wv])
-        h.dispatch(xv.ptr, iv.ptr, wv.ptr, t, s)
+        views = [xv] + ([sv] if sv is not None else []) + [iv, wv]
+        self._on_gpu(call, views)
+        s = self._stream(call, stream, views)
+        if sv is not None:
+            h.dispatch_fp8(xv.ptr, sv.ptr, iv.ptr, wv.ptr, t, s)
+        else:
+            h.dispatch(xv.ptr, iv.ptr, wv.ptr, t, s)
         self._t, self._rows = t, None
         return self._out
 
@@ -263,11 +352,14 @@ class Buffer:
     def per_expert(self, *, stream=None):
         """**Local.** :meth:`recv_counts`, then the dispatch output split per local expert: a
         list of L views ``[rows_l, hidden]`` (an expert that received nothing gets ``[0,
-        hidden]``)."""
+        hidden]``); on a float8_e4m3fn buffer, L pairs ``(x, scales)`` of views."""
         counts = self.recv_counts(stream=stream)
         views, at = [], 0
         for c in counts:
-            views.append(self._out.x[at:at + c])
+            if self.dtype == FP8:
+                views.append((self._out.x[0][at:at + c], self._out.x[1][at:at + c]))
+            else:
+                views.append(self._out.x[at:at + c])
             at += c
         return views
 
@@ -279,12 +371,15 @@ class Buffer:
         (``[T, hidden]`` of the last dispatch's T tokens, allocated when not given; a given
         ``out`` may have more rows, the first T are written and returned):
         ``out[t] = Σ_j topk_weights[t, j] · y(row of token t at expert topk_idx[t, j])``, summed
-        in fp32 and rounded to the dtype; zeros for a token with no expert."""
+        in fp32 and rounded to the dtype; zeros for a token with no expert. On a float8_e4m3fn
+        buffer ``y`` and ``out`` are bfloat16 (:attr:`combine_dtype`) and ``y`` is required."""
         call = "rshmem.ep.Buffer.combine"
         h = self._live(call)
         views, ya = [], 0
-        if y is not None:
-            yv = self._tensor(call, "y", y, self.dtype, self.hidden, "hidden")
+        if y is None:
+            self._not_in_place(call, "dispatch output")
+        else:
+            yv = self._tensor(call, "y", y, self.combine_dtype, self.hidden, "hidden")
             need = self.max_rows if self._rows is None else self._rows
             if yv.shape[0] < need:
                 why = ("the dispatch output's max_rows (recv_counts() reads how many were "
@@ -302,7 +397,7 @@ class Buffer:
         """Checks or allocates ``out`` for ``t`` tokens, runs ``launch(stream, out address)``,
         returns the written rows of ``out``."""
         if out is not None:
-            ov = self._tensor(call, "out", out, self.dtype, self.hidden, "hidden",
+            ov = self._tensor(call, "out", out, self.combine_dtype, self.hidden, "hidden",
                               writable=True)
             if t is not None and ov.shape[0] < t:
                 raise Error(f"{call}: out: {ov.shape[0]} rows, fewer than the {t} tokens of the "
@@ -325,18 +420,26 @@ class Buffer:
     def ll_dispatch(self, x, topk_idx, *, stream=None):
         """**Collective, stream-ordered.** Low-latency dispatch (handle made with
         ``low_latency=True``): every (token, expert) pair is stored straight into its expert's
-        block on the expert's PE, no count exchange first. ``x`` ``[T, hidden]``, ``topk_idx``
+        block on the expert's PE, no count exchange first. ``x`` ``[T, hidden]`` (the pair
+        ``(x, x_scales)`` on a float8_e4m3fn buffer, as :meth:`dispatch`), ``topk_idx``
         ``[T, k]`` int64 (the weights go to :meth:`ll_combine`). Returns
         :class:`LowLatencyDispatched` ``(x, count, src)``: views valid until any PE's next
         low-latency dispatch (after this PE's :meth:`ll_combine` when they alternate)."""
         call = "rshmem.ep.Buffer.ll_dispatch"
         h = self._live(call)
-        xv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden")
-        t = int(xv.shape[0])
+        if self.dtype == FP8:
+            xv, sv, t = self._fp8_x(call, x)
+        else:
+            xv, sv = self._tensor(call, "x", x, self.dtype, self.hidden, "hidden"), None
+            t = int(xv.shape[0])
         iv = self._tensor(call, "topk_idx", topk_idx, "int64", self.topk, "topk", rows=t)
-        self._on_gpu(call, [xv, iv])
-        s = self._stream(call, stream, [xv, iv])
-        h.ll_dispatch(xv.ptr, iv.ptr, t, s)
+        views = [xv] + ([sv] if sv is not None else []) + [iv]
+        self._on_gpu(call, views)
+        s = self._stream(call, stream, views)
+        if sv is not None:
+            h.ll_dispatch_fp8(xv.ptr, sv.ptr, iv.ptr, t, s)
+        else:
+            h.ll_dispatch(xv.ptr, iv.ptr, t, s)
         self._ll_t = t
         return self._ll_out
 
@@ -353,20 +456,23 @@ class Buffer:
         place into it), ``topk_weights`` ``[T, k]`` float32 of the last low-latency dispatch's
         T tokens. Returns ``out`` ``[T, hidden]`` (allocated when not given):
         ``out[t] = Σ_j topk_weights[t, j] · y(t, j)`` over the slots that were sent, in slot
-        order (fp32 fused multiply-adds), rounded once."""
+        order (fp32 fused multiply-adds), rounded once. On a float8_e4m3fn buffer ``y`` and
+        ``out`` are bfloat16 and ``y`` is required."""
         call = "rshmem.ep.Buffer.ll_combine"
         h = self._live(call)
         views, ya = [], 0
-        if y is not None:
-            yv = _core._view(y, call, "y")
+        if y is None:
+            self._not_in_place(call, "low-latency output")
+        else:
+            yv = self._any_view(call, "y", y)
             need = self.num_local_experts * self.n_pes * self.max_tokens
             shape = tuple(int(d) for d in yv.shape)
             if not shape or shape[-1] != self.hidden or yv.nelems < need * self.hidden:
                 raise Error(f"{call}: y: shape {shape}; expected [{self.num_local_experts}, "
                             f"{self.n_pes}, {self.max_tokens}, {self.hidden}] (the low-latency "
                             "output's layout)")
-            if yv.dtype != self.dtype:
-                raise Error(f"{call}: y: dtype {yv.dtype}; expected {self.dtype}")
+            if yv.dtype != self.combine_dtype:
+                raise Error(f"{call}: y: dtype {yv.dtype}; expected {self.combine_dtype}")
             ya = yv.ptr
             views.append(yv)
         t = self._ll_t

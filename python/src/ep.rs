@@ -44,9 +44,12 @@ fn dtype_of(call: &str, dtype: &str) -> PyResult<EpDtype> {
     match dtype {
         "float32" => Ok(EpDtype::F32),
         "bfloat16" => Ok(EpDtype::Bf16),
+        "float8_e4m3fn" => Ok(EpDtype::Fp8E4m3),
         d => Err(err(
             call,
-            format!("dtype: {d}; the expert-parallel kernels take float32 or bfloat16"),
+            format!(
+                "dtype: {d}; the expert-parallel kernels take float32, bfloat16 or float8_e4m3fn"
+            ),
         )),
     }
 }
@@ -78,8 +81,8 @@ fn config(
 }
 
 /// The buffer sizes of a configuration for `n_pes` PEs (the runtime's `EpConfig::sizes`, which
-/// checks the configuration): a dict of `local_experts`, `row_bytes`, `max_rows`,
-/// `symmetric_bytes`, `local_bytes`. Local; needs no init.
+/// checks the configuration): a dict of `local_experts`, `row_bytes`, `comb_row_bytes`,
+/// `scale_words`, `max_rows`, `symmetric_bytes`, `local_bytes`. Local; needs no init.
 #[pyfunction]
 #[pyo3(signature = (n_pes, num_experts, hidden, topk, max_tokens, dtype, max_recv_rows=None,
                     num_sms=None, low_latency=false))]
@@ -111,6 +114,8 @@ pub(crate) fn ep_sizes<'py>(
     let d = PyDict::new(py);
     d.set_item("local_experts", s.local_experts)?;
     d.set_item("row_bytes", s.row_bytes)?;
+    d.set_item("comb_row_bytes", s.comb_row_bytes)?;
+    d.set_item("scale_words", s.scale_words)?;
     d.set_item("max_rows", s.max_rows)?;
     d.set_item("symmetric_bytes", s.symmetric_bytes)?;
     d.set_item("local_bytes", s.local_bytes)?;
@@ -342,6 +347,66 @@ impl EpHandle {
                 // size and dtype, num_tokens × topk int64 / float32 (checked there), which the
                 // caller's stream order keeps valid until the kernels ran.
                 unsafe { ep.dispatch_raw(x, topk_idx, topk_weights, num_tokens, s) }
+            },
+        )
+    }
+
+    /// Device addresses of the received rows' scales (fp8 handles, else 0):
+    /// `(expert_scales, ll_recv_scales, scale_words)`.
+    fn scales_output(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
+        self.addresses(py, "ep_output", |ep, _| {
+            (
+                ep.expert_scales_addr(),
+                ep.ll_recv_scales_addr(),
+                ep.sizes().scale_words as u64,
+            )
+        })
+    }
+
+    /// **Collective, stream-ordered.** The runtime's `Ep::dispatch_fp8_raw` (fp8 tokens and
+    /// their per-block scales).
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch_fp8(
+        &self,
+        py: Python<'_>,
+        x: u64,
+        x_scales: u64,
+        topk_idx: u64,
+        topk_weights: u64,
+        num_tokens: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.dispatch",
+            "ep_dispatch",
+            stream,
+            |ep, s| {
+                // SAFETY: as in `dispatch`; `x_scales` the data pointer of a live, contiguous
+                // CUDA float32 tensor of num_tokens × hidden/128 (checked by the Python half).
+                unsafe { ep.dispatch_fp8_raw(x, x_scales, topk_idx, topk_weights, num_tokens, s) }
+            },
+        )
+    }
+
+    /// **Collective, stream-ordered.** The runtime's `Ep::ll_dispatch_fp8_raw`.
+    fn ll_dispatch_fp8(
+        &self,
+        py: Python<'_>,
+        x: u64,
+        x_scales: u64,
+        topk_idx: u64,
+        num_tokens: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        self.on_stream(
+            py,
+            "rshmem.ep.Buffer.ll_dispatch",
+            "ep_ll_dispatch",
+            stream,
+            |ep, s| {
+                // SAFETY: as in `dispatch_fp8` (no weights in this mode).
+                unsafe { ep.ll_dispatch_fp8_raw(x, x_scales, topk_idx, num_tokens, s) }
             },
         )
     }

@@ -5,7 +5,9 @@ buffer sizes, the host routing check and the Python-side argument checks. GPU ba
 without one): dispatch + combine on torch tensors against the reference semantics of docs/moe.md
 computed here on the host (every expert's rows, every row's source and data, every combined
 element: fp32 exactly, bf16 within the rounding of the partial sums), uneven routing with an
-empty expert, T = 0 on a PE, k = 1 and k = 8, the low-latency mode, side streams, errors.
+empty expert, T = 0 on a PE, k = 1 and k = 8, the low-latency mode, fp8 tokens with per-block
+scales (bytes and scales of every row, the bf16 combine also against the unquantized sum), side
+streams, errors.
 Every PE runs every test (the handles and their calls are collective)."""
 
 import os
@@ -79,8 +81,13 @@ def test_configuration_errors_name_the_field():
     raises(["ep_new: num_sms"], ep.Buffer, e, 64, 2, 16, "float32", num_sms=0)
     raises(["ep_new: max_tokens", "256"], ep.Buffer, e, 64, 2, 257, "float32",
            low_latency=True)
-    raises(["rshmem.ep.Buffer: dtype: float16", "float32 or bfloat16"], ep.Buffer, e, 64, 2,
-           16, "float16")
+    raises(["rshmem.ep.Buffer: dtype: float16", "float32, bfloat16 or float8_e4m3fn"], ep.Buffer,
+           e, 64, 2, 16, "float16")
+    # fp8: one scale per 128 elements, so hidden must be a multiple of 128.
+    raises(["ep_new: hidden: 64 is not a multiple of 128"], ep.Buffer, e, 64, 2, 16,
+           "float8_e4m3fn")
+    raises(["ep_new: hidden: 200 is not a multiple of 128"], ep.sizes, e, 200, 2, 16,
+           "float8_e4m3fn")
     raises(["rshmem.ep.Buffer: dtype: int64"], ep.Buffer, e, 64, 2, 16, np.int64)
     raises(["rshmem.ep.Buffer: num_experts: -8 is negative"], ep.Buffer, -8, 64, 2, 16)
     raises(["rshmem.ep.Buffer: hidden: '64' is not an integer"], ep.Buffer, e, "64", 2, 16)
@@ -102,6 +109,13 @@ def test_sizes_follow_the_runtime_layout():
     ll = ep.sizes(e, h, k, m, "bfloat16", low_latency=True)
     # The low-latency output [E][M] rows + (token, slot) pairs and the [M][k] receive rows.
     assert ll["symmetric_bytes"] - s["symmetric_bytes"] >= e * m * (2 * h + 8) + m * k * 2 * h
+    assert s["comb_row_bytes"] == 2 * h and s["scale_words"] == 0
+    f8 = ep.sizes(e, h, k, m, "float8_e4m3fn")
+    # fp8 rows of h bytes with h/128 float32 scales; the combine in bf16.
+    assert (f8["row_bytes"], f8["comb_row_bytes"], f8["scale_words"]) == (h, 2 * h, h // 128)
+    assert f8["max_rows"] == s["max_rows"]
+    assert s["symmetric_bytes"] - f8["symmetric_bytes"] == n * m * (2 * h - h - 4 * (h // 128))
+    assert ep.sizes(e, h, k, m, ep.FP8)["scale_words"] == h // 128
     assert ep.sizes(64, h, k, m, "bfloat16", n_pes=8)["local_experts"] == 8
     raises(["ep_new: num_experts"], ep.sizes, 12, h, k, m, n_pes=8)
     raises(["ep_new: n_pes"], ep.sizes, 64, h, k, m, n_pes=33)
@@ -141,6 +155,7 @@ def _unmade(dtype="float32", hidden=64, topk=2, max_tokens=16, low_latency=False
     b._h = _NoNative()
     b.num_experts, b.hidden, b.topk, b.max_tokens = n_experts(), hidden, topk, max_tokens
     b.dtype, b.low_latency, b.n_pes = dtype, low_latency, n
+    b.combine_dtype = "bfloat16" if dtype == ep.FP8 else dtype
     b.num_local_experts = b.num_experts // n
     b.max_rows = n * max_tokens * min(topk, b.num_local_experts)
     b._t, b._rows, b._ll_t = 4, None, 4
@@ -202,6 +217,61 @@ def test_argument_checks_name_the_argument(cpu):
         raises([d, "topk_weights: dtype bfloat16; expected float32"], bf.dispatch, xt,
                torch.zeros((4, 2), dtype=torch.int64), torch.ones((4, 2), dtype=torch.bfloat16))
         raises([d, "x is not contiguous"], bf.dispatch, xt.t(), idx, w)
+
+
+def test_fp8_argument_checks_name_the_argument(cpu):
+    b = _unmade(ep.FP8, hidden=256)
+    idx = np.zeros((4, 2), np.int64)
+    w = np.ones((4, 2), np.float32)
+    xs = np.ones((4, 2), np.float32)
+    d, ll = "rshmem.ep.Buffer.dispatch", "rshmem.ep.Buffer.ll_dispatch"
+    for call, fn, args in ((d, b.dispatch, (idx, w)), (ll, b.ll_dispatch, (idx,))):
+        raises([call, "x: a float8_e4m3fn buffer takes the pair (x, x_scales)", "[num_tokens, 2]"],
+               fn, np.zeros((4, 256), np.uint8), *args)
+        raises([call, "x: a float8_e4m3fn buffer takes the pair"], fn,
+               (np.zeros((4, 256), np.uint8),), *args)
+        raises([call, "x: dtype uint8; expected float8_e4m3fn"], fn,
+               (np.zeros((4, 256), np.uint8), xs), *args)
+    raises([d, "x: shape (4, 128); expected [num_tokens, 256]"], b.dispatch,
+           (np.zeros((4, 128), np.uint8), xs), idx, w)
+    torch = optional_torch()
+    if torch is not None and hasattr(torch, "float8_e4m3fn"):
+        x8 = torch.zeros((4, 256), dtype=torch.float8_e4m3fn)
+        xt = torch.ones((4, 2))
+        it, wt = torch.zeros((4, 2), dtype=torch.int64), torch.ones((4, 2))
+        raises([d, "x_scales: dtype float64; expected float32"], b.dispatch,
+               (x8, xt.double()), it, wt)
+        raises([d, "x_scales: shape (4, 3); expected [num_tokens, 2] (hidden / 128 2)"],
+               b.dispatch, (x8, torch.ones((4, 3))), it, wt)
+        raises([d, "x_scales: 3 rows, but x has 4 tokens"], b.dispatch,
+               (x8, torch.ones((3, 2))), it, wt)
+        raises([d, "x is not contiguous"], b.dispatch,
+               (torch.zeros((256, 4), dtype=torch.float8_e4m3fn).t(), xt), it, wt)
+        raises([d, "topk_idx: 3 rows, but x has 4 tokens"], b.dispatch, (x8, xt), it[:3], wt)
+        raises([d, "x_scales is not contiguous"], b.dispatch,
+               (x8, torch.ones((2, 4)).t()), it, wt)
+        # Everything right but in host memory (the torch fp8 tensor passed the dtype check).
+        raises([d, "x is in host memory (torch)"], b.dispatch, (x8, xt), it, wt)
+        raises([ll, "x is in host memory (torch)"], b.ll_dispatch, (x8, xt), it)
+        # A torch fp8 tensor on a bf16 buffer: named as such.
+        bf = _unmade("bfloat16", hidden=256)
+        raises([d, "x: dtype float8_e4m3fn; expected bfloat16"], bf.dispatch, x8, it, wt)
+        raises([d, "x: a (tokens, scales) pair is for float8_e4m3fn buffers"], bf.dispatch,
+               (x8, xt), it, wt)
+        yb = torch.zeros((b.max_rows, 256), dtype=torch.bfloat16)
+        raises(["rshmem.ep.Buffer.combine: y: dtype float8_e4m3fn; expected bfloat16"],
+               b.combine, yb.to(torch.float8_e4m3fn))
+        raises(["rshmem.ep.Buffer.combine: out: dtype float32; expected bfloat16"], b.combine,
+               yb, out=torch.zeros((4, 256)))
+        raises(["rshmem.ep.Buffer.combine: y is in host memory"], b.combine, yb)
+    # The combine of an fp8 buffer is bf16 and never in place.
+    c, lc = "rshmem.ep.Buffer.combine", "rshmem.ep.Buffer.ll_combine"
+    raises([c, "y: the dispatch output of a float8_e4m3fn buffer holds fp8 rows"], b.combine)
+    raises([c, "y: dtype float32; expected bfloat16"], b.combine,
+           np.zeros((b.max_rows, 256), np.float32))
+    raises([lc, "y: the low-latency output of a float8_e4m3fn buffer"], b.ll_combine, None, w)
+    raises([lc, "y: dtype float32; expected bfloat16"], b.ll_combine,
+           np.zeros((b.num_local_experts, b.n_pes, b.max_tokens, 256), np.float32), w)
 
 
 def test_freed_buffer_object_says_so(cpu):
@@ -498,6 +568,166 @@ def test_low_latency_against_the_reference(gpu, case):
                 out = buf.ll_combine(got.x * sc, w)
             want, mag = expected_out(torch, case, routing, me, e_all)
             check_out(torch, f, case, out, want, mag, what)
+            f.call(f"{what}: combine", buf.check)
+        rshmem.barrier_all()
+    f.done()
+
+
+def quantize_fp8(torch, x):
+    """Per-block fp8 quantization of x [..., H] float32 as MoE layers do it: for each block of
+    128 elements, scale = max(amax, 1e-4) / 448 and q = float8_e4m3fn(x / scale). Returns
+    (q [..., H] float8_e4m3fn, scales [..., H / 128] float32)."""
+    xb = x.unflatten(-1, (-1, ep.FP8_BLOCK))
+    s = xb.abs().amax(dim=-1).clamp(min=1e-4) / 448
+    return (xb / s.unsqueeze(-1)).to(torch.float8_e4m3fn).flatten(-2), s.contiguous()
+
+
+def dequantize_fp8(torch, q, s):
+    """q · scale per 128-element block, float32."""
+    return (q.to(torch.float32).unflatten(-1, (-1, ep.FP8_BLOCK)) * s.unsqueeze(-1)).flatten(-2)
+
+
+def check_out_fp8(torch, f, case, got, routing, quant, me, what):
+    """The bf16 combine output of an fp8 round: against the sum of the stand-in expert's bf16
+    outputs on the source's quantized tokens (within 2^-6 of the magnitude, as for bf16), and
+    against the unquantized sum within the fp8 error Σ|w · scale| · (|x|/16 + s/1024) (e4m3 keeps
+    3 mantissa bits; s/1024 is half the subnormal step) plus the bf16 tolerance."""
+    x, idx, w = routing[me]
+    q, sc = quant[me]
+    xq = dequantize_fp8(torch, q, sc).to(torch.float64)
+    want = torch.zeros(x.shape, dtype=torch.float64)
+    mag = torch.zeros(x.shape, dtype=torch.float64)
+    exact = torch.zeros(x.shape, dtype=torch.float64)
+    a = torch.zeros((x.shape[0], 1), dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j, e in enumerate(idx[t].tolist()):
+            if e < 0:
+                continue
+            y = (xq[t] * scale(e)).to(torch.bfloat16).to(torch.float64)
+            want[t] += float(w[t, j]) * y
+            mag[t] += (float(w[t, j]) * y).abs()
+            exact[t] += float(w[t, j]) * scale(e) * x[t].to(torch.float64)
+            a[t] += abs(float(w[t, j]) * scale(e))
+    g = got.to(torch.float64).cpu()
+    if not f.check(g.shape == want.shape and got.dtype == torch.bfloat16,
+                   f"{what}: out {tuple(g.shape)} {got.dtype}"):
+        return
+    err = (g - want).abs()
+    ok = err <= mag / 64
+    f.check(bool(ok.all()), lambda: (
+        f"{what}: {int((~ok).sum())} elements beyond the bf16 tolerance of the reference; worst "
+        f"error {float(err.max())}"))
+    blk = sc.to(torch.float64).repeat_interleave(ep.FP8_BLOCK, dim=-1)
+    tol = a * (x.to(torch.float64).abs() / 16 + blk / 1024) + mag / 64
+    errq = (g - exact).abs()
+    okq = errq <= tol
+    f.check(bool(okq.all()), lambda: (
+        f"{what}: {int((~okq).sum())} elements beyond the fp8 tolerance of the unquantized sum; "
+        f"worst error {float(errq.max())}"))
+
+
+FP8_CASES = [
+    Case("fp8 k8", ep.FP8, 8, 256, [32]),
+    Case("fp8 k1 H128, T=0 on PE 2", ep.FP8, 1, 128, [5, 32, 0, 9]),
+]
+
+
+@pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
+def test_fp8_dispatch_combine_against_the_reference(gpu, case):
+    torch = gpu
+    me, n = me_n()
+    e_all = n_experts()
+    lx = e_all // n
+    f = Fails()
+    with ep.Buffer(e_all, case.h, case.k, case.m, torch.float8_e4m3fn) as buf:
+        f.check(buf.combine_dtype == "bfloat16", f"combine dtype {buf.combine_dtype}")
+        for seed in (31, 32):
+            what = f"{case.name} seed {seed}"
+            routing = case.routing(torch, seed)
+            quant = [quantize_fp8(torch, x) for x, _, _ in routing]
+            q, sc = quant[me]
+            _, idx, w = routing[me]
+            got = buf.dispatch((q.to(dev()), sc.to(dev())), idx.to(dev()), w.to(dev()))
+            gx, gs = got.x
+            f.check(gx.dtype == torch.float8_e4m3fn and gx.shape == (buf.max_rows, case.h)
+                    and gs.dtype == torch.float32
+                    and gs.shape == (buf.max_rows, case.h // ep.FP8_BLOCK),
+                    f"{what}: views {gx.dtype} {tuple(gx.shape)}, {gs.dtype} {tuple(gs.shape)}")
+            f.call(f"{what}: dispatch", buf.check)
+            exp = expected_rows(routing, e_all, me)
+            counts = buf.recv_counts()
+            # No early exit on a failure: the combine below is collective.
+            f.check(counts == [len(r) for r in exp], f"{what}: rows per expert {counts}")
+            offs = got.offsets.cpu().tolist()
+            src = got.src.cpu()
+            xb = gx[:offs[-1]].view(torch.uint8).cpu()
+            sb = gs[:offs[-1]].cpu()
+            for le, rows in enumerate(exp if counts == [len(r) for r in exp] else []):
+                pairs = [tuple(p) for p in src[offs[le]:offs[le + 1]].tolist()]
+                if not f.check(sorted(pairs) == sorted(rows),
+                               f"{what}: expert {le}: wrong (source PE, token) pairs"):
+                    continue
+                for i, (s, t) in enumerate(pairs):
+                    r = offs[le] + i
+                    f.check(torch.equal(xb[r], quant[s][0][t].view(torch.uint8))
+                            and torch.equal(sb[r], quant[s][1][t]),
+                            f"{what}: expert {le} row {i}: not the bytes and scales of PE {s} "
+                            f"token {t}")
+            parts = buf.per_expert()
+            f.check(len(parts) == lx and all(isinstance(p, tuple) for p in parts),
+                    f"{what}: per_expert gave {len(parts)} parts")
+            ys = [(dequantize_fp8(torch, xq, xs) * scale(me * lx + i)).to(torch.bfloat16)
+                  for i, (xq, xs) in enumerate(parts)]
+            out = buf.combine(torch.cat(ys))
+            check_out_fp8(torch, f, case, out, routing, quant, me, what)
+            f.call(f"{what}: combine", buf.check)
+        rshmem.barrier_all()
+    f.done()
+
+
+def test_fp8_low_latency_against_the_reference(gpu):
+    torch = gpu
+    me, n = me_n()
+    e_all = n_experts()
+    lx = e_all // n
+    case = Case("ll fp8 k4", ep.FP8, 4, 256, [3, 20], distinct=True)
+    f = Fails()
+    with ep.Buffer(e_all, case.h, case.k, case.m, ep.FP8, low_latency=True) as buf:
+        for seed in (41, 42):
+            what = f"{case.name} seed {seed}"
+            routing = case.routing(torch, seed)
+            quant = [quantize_fp8(torch, x) for x, _, _ in routing]
+            q, sc = quant[me]
+            _, idx, w = routing[me]
+            got = buf.ll_dispatch((q.to(dev()), sc.to(dev())), idx.to(dev()))
+            gx, gs = got.x
+            f.check(gx.shape == (lx, n, case.m, case.h) and gx.dtype == torch.float8_e4m3fn
+                    and gs.shape == (lx, n, case.m, case.h // ep.FP8_BLOCK),
+                    f"{what}: views {tuple(gx.shape)} {tuple(gs.shape)}")
+            f.call(f"{what}: dispatch", buf.check)
+            count, src = got.count.cpu(), got.src.cpu()
+            xb, sb = gx.view(torch.uint8).cpu(), gs.cpu()
+            for lo in range(lx):
+                for s in range(n):
+                    _, sidx, _ = routing[s]
+                    want = sorted((t, j) for t in range(sidx.shape[0])
+                                  for j, e in enumerate(sidx[t].tolist())
+                                  if e >= 0 and e == me * lx + lo)
+                    c = int(count[lo, s])
+                    pairs = [tuple(p) for p in src[lo, s, :c].tolist()]
+                    if not f.check(sorted(pairs) == want,
+                                   f"{what}: block ({lo}, {s}): {c} rows, wrong (token, slot)"):
+                        continue
+                    for i, (t, _) in enumerate(pairs):
+                        f.check(torch.equal(xb[lo, s, i], quant[s][0][t].view(torch.uint8))
+                                and torch.equal(sb[lo, s, i], quant[s][1][t]),
+                                f"{what}: block ({lo}, {s}) row {i}: not token {t}'s bytes and "
+                                "scales")
+            sc_e = torch.tensor([scale(me * lx + lo) for lo in range(lx)], dtype=torch.float32,
+                                device=dev()).view(lx, 1, 1, 1)
+            y = (dequantize_fp8(torch, gx, gs) * sc_e).to(torch.bfloat16)
+            out = buf.ll_combine(y, w.to(dev()))
+            check_out_fp8(torch, f, case, out, routing, quant, me, what)
             f.call(f"{what}: combine", buf.check)
         rshmem.barrier_all()
     f.done()

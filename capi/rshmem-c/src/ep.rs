@@ -34,9 +34,10 @@ fn config_of(c: *const EpConfigC) -> CResult<rt::ep::EpConfig> {
     let dtype = match c.dtype {
         0 => rt::ep::EpDtype::F32,
         1 => rt::ep::EpDtype::Bf16,
+        2 => rt::ep::EpDtype::Fp8E4m3,
         d => {
             return invalid(format!(
-                "config->dtype {d}: use RSHMEMX_EP_F32 or RSHMEMX_EP_BF16"
+                "config->dtype {d}: use RSHMEMX_EP_F32, RSHMEMX_EP_BF16 or RSHMEMX_EP_FP8_E4M3"
             ))
         }
     };
@@ -78,6 +79,8 @@ pub unsafe extern "C" fn rshmemx_ep_create(
         unsafe { *ep = std::ptr::null_mut() };
         let cfg = config_of(config)?;
         let rt = current()?;
+        // The configuration's errors before the backend's, so that they read the same everywhere.
+        cfg.sizes(rt.world.n_pes())?;
         if rt.world.gpu().is_none() {
             return fail(
                 Code::Unsupported,
@@ -138,8 +141,40 @@ pub unsafe extern "C" fn rshmemx_ep_dispatch_on_stream(
     })
 }
 
+/// `rshmemx_ep_dispatch_fp8_on_stream`: **collective, stream-ordered**; fp8 tokens with their
+/// per-block scales (`num_tokens × hidden/128` floats), handles of `RSHMEMX_EP_FP8_E4M3`.
+///
+/// # Safety
+/// As `rshmemx_ep_dispatch_on_stream`, `x_scales` included.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_dispatch_fp8_on_stream(
+    ep: *mut EpHandle,
+    x: *const c_void,
+    x_scales: *const f32,
+    topk_idx: *const i64,
+    topk_weights: *const f32,
+    num_tokens: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_dispatch_fp8_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            h.ep.dispatch_fp8_raw(
+                x as u64,
+                x_scales as u64,
+                topk_idx as u64,
+                topk_weights as u64,
+                num_tokens,
+                st,
+            )?
+        };
+        Ok(())
+    })
+}
+
 /// `rshmemx_ep_combine_on_stream`: **collective, stream-ordered**; `y` NULL: the expert
-/// outputs are in the dispatch output itself.
+/// outputs are in the dispatch output itself (not for fp8 handles, whose `y` is bf16).
 ///
 /// # Safety
 /// `y` (unless NULL) holds `max_rows` rows, `out` the last dispatch's `num_tokens` rows, device
@@ -222,6 +257,33 @@ pub unsafe extern "C" fn rshmemx_ep_output(
     })
 }
 
+/// `rshmemx_ep_output_scales`: **local**; the device address of the dispatch output's scales
+/// (`max_rows × scales_per_row` floats, fp8 handles; NULL and 0 otherwise) and the scales per
+/// row (any out-pointer may be NULL).
+///
+/// # Safety
+/// `ep` is NULL or a live handle; each out-pointer NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_output_scales(
+    ep: *mut EpHandle,
+    expert_scales: *mut *const f32,
+    scales_per_row: *mut usize,
+) -> c_int {
+    guarded_status("rshmemx_ep_output_scales", || {
+        let h = handle(ep)?;
+        // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
+        unsafe {
+            if let Some(p) = expert_scales.as_mut() {
+                *p = h.ep.expert_scales_addr() as usize as *const f32;
+            }
+            if let Some(p) = scales_per_row.as_mut() {
+                *p = h.ep.sizes().scale_words;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// `rshmemx_ep_ll_dispatch_on_stream`: **collective, stream-ordered**; the low-latency mode.
 ///
 /// # Safety
@@ -244,8 +306,32 @@ pub unsafe extern "C" fn rshmemx_ep_ll_dispatch_on_stream(
     })
 }
 
+/// `rshmemx_ep_ll_dispatch_fp8_on_stream`: **collective, stream-ordered**; the low-latency
+/// mode with fp8 tokens and their per-block scales.
+///
+/// # Safety
+/// As `rshmemx_ep_dispatch_fp8_on_stream`.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_dispatch_fp8_on_stream(
+    ep: *mut EpHandle,
+    x: *const c_void,
+    x_scales: *const f32,
+    topk_idx: *const i64,
+    num_tokens: usize,
+    stream: CudaStreamT,
+) -> c_int {
+    on_stream("rshmemx_ep_ll_dispatch_fp8_on_stream", stream, |_, st| {
+        let h = handle(ep)?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            h.ep.ll_dispatch_fp8_raw(x as u64, x_scales as u64, topk_idx as u64, num_tokens, st)?
+        };
+        Ok(())
+    })
+}
+
 /// `rshmemx_ep_ll_combine_on_stream`: **collective, stream-ordered**; `y` NULL: the expert
-/// outputs are in the low-latency output itself.
+/// outputs are in the low-latency output itself (not for fp8 handles).
 ///
 /// # Safety
 /// `y` (unless NULL) holds `E × max_tokens` rows, `topk_weights` and `out` the last low-latency
@@ -311,6 +397,39 @@ pub unsafe extern "C" fn rshmemx_ep_ll_output(
             if let Some(p) = src.as_mut() {
                 *p = s as usize as *const i32;
             }
+        }
+        Ok(())
+    })
+}
+
+/// `rshmemx_ep_ll_output_scales`: **local**; the device address of the low-latency output's
+/// scales, `[L][n][max_tokens][hidden/128]` floats beside its rows (fp8 handles made with
+/// `low_latency`).
+///
+/// # Safety
+/// `ep` is NULL or a live handle; `recv_scales` NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_output_scales(
+    ep: *mut EpHandle,
+    recv_scales: *mut *const f32,
+) -> c_int {
+    guarded_status("rshmemx_ep_ll_output_scales", || {
+        let h = handle(ep)?;
+        let a = h.ep.ll_recv_scales_addr();
+        if a == 0 {
+            return invalid(format!(
+                "the handle has no low-latency scales (made for {:?}{})",
+                h.ep.config().dtype,
+                if h.ep.config().low_latency {
+                    ""
+                } else {
+                    ", without config->low_latency"
+                }
+            ));
+        }
+        // SAFETY: NULL or valid for one write (the caller's contract).
+        if let Some(p) = unsafe { recv_scales.as_mut() } {
+            *p = a as usize as *const f32;
         }
         Ok(())
     })

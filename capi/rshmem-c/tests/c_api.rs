@@ -196,6 +196,17 @@ fn errors_return_codes_and_name_the_call() {
         ("rshmemx_ep_output", "ep is NULL"),
         ("rshmemx_ep_ll_dispatch_on_stream", "need the GPU backend"),
         ("rshmemx_ep_ll_output", "ep is NULL"),
+        (
+            "rshmemx_ep_create",
+            "ep_new: hidden: 64 is not a multiple of 128",
+        ),
+        ("rshmemx_ep_dispatch_fp8_on_stream", "need the GPU backend"),
+        (
+            "rshmemx_ep_ll_dispatch_fp8_on_stream",
+            "need the GPU backend",
+        ),
+        ("rshmemx_ep_output_scales", "ep is NULL"),
+        ("rshmemx_ep_ll_output_scales", "ep is NULL"),
         ("rshmem_team_split_strided", "size 3 must be in 1..=2"),
         ("rshmem_team_split_strided", "team handle 42 names no team"),
         ("rshmem_team_get_config", "unknown bits"),

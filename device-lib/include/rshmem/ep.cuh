@@ -13,6 +13,12 @@
 // [T, k] (int64, -1 = no expert) and weights [T, k] (float). E experts, L = E / n_pes per PE:
 // expert e lives on PE e / L as local expert e % L.
 //
+// fp8 e4m3 tokens (RSHMEM_EP_FP8_E4M3) carry one float scale per 128 elements of a row
+// ([T, H / 128], x_scales): the dispatch copies each row's bytes and its scales unchanged (the
+// scales to stage_scales, expert_scales and ll_scales, rows in the same order as the data), and
+// the combine of such a handle runs on bf16 rows (comb_row_bytes = 2 H: y, out and the combine
+// buffers), with the bf16 combine kernels.
+//
 // Dispatch (three kernels on one stream; blockDim RSHMEM_EP_THREADS, any grid):
 //   1. rshmem_ep_prologue(dispatch): one block. Advances this PE's dispatch epoch (a word in
 //      device memory, so a captured graph replays correctly), waits until every receiver has
@@ -52,23 +58,29 @@
 #define RSHMEM_EP_MAX_TOPK 32
 #define RSHMEM_EP_THREADS 512
 
-// Element types (rshmem_ep_params::dtype).
+// Element types (the combine kernels' template argument; RSHMEMX_EP_* of rshmem.h).
 #define RSHMEM_EP_F32 0
 #define RSHMEM_EP_BF16 1
+// fp8 e4m3 tokens: the dispatch moves 1-byte elements plus one float scale per
+// RSHMEM_EP_FP8_BLOCK elements of a row (scale_words per row); the combine runs in bf16
+// (comb_row_bytes = 2 * hidden).
+#define RSHMEM_EP_FP8_E4M3 2
+#define RSHMEM_EP_FP8_BLOCK 128
 
 // Error codes in err[0] (first error wins; the host reads and clears them).
 #define RSHMEM_EP_ERR_EXPERT 1  // err[1] = token, err[2] = slot, err[3] = the index (low 32 bits)
 #define RSHMEM_EP_ERR_ROWS 2    // err[1] = rows needed by one expert layout, err[2] = capacity
 
 // Everything a kernel needs, passed by value. Every field is 8 bytes (no padding); mirrored by
-// runtime/src/ep/mod.rs (EpParams), which asserts the size.
+// runtime/src/ep/mod.rs (EpParams), which asserts the size. A program that fills it itself sets
+// the fields after ll_slot_ok too (zero: no scales, combine rows of row_bytes).
 struct rshmem_ep_params {
     int64_t n_pes;
     int64_t my_pe;
     int64_t num_experts;    // E
     int64_t local_experts;  // L = E / n_pes
     int64_t topk;           // k
-    int64_t row_bytes;      // H * element size, a multiple of 16
+    int64_t row_bytes;      // H * element size, a multiple of 16 (the dispatched rows)
     int64_t hidden;         // H
     int64_t num_tokens;     // T of this call (this PE)
     int64_t max_tokens;     // staging rows per source
@@ -81,7 +93,7 @@ struct rshmem_ep_params {
     uint64_t recv_cnt;    // [n][1 + L] int32: per source, tokens then rows per local expert
     uint64_t sig;         // uint64 [8][n]: dispatch signal, dispatch ack, combine signal, ack;
                           // the same four of the low-latency mode
-    uint64_t comb_x;      // [n][max_tokens][row_bytes]: partial sums from each expert PE
+    uint64_t comb_x;      // [n][max_tokens][comb_row_bytes]: partial sums from each expert PE
     // local
     uint64_t epoch;       // uint64 [4]: dispatch, combine, low-latency dispatch, combine
     uint64_t done;        // uint32 [8]: last-block counters (send, recv, csend, crecv; the
@@ -99,18 +111,25 @@ struct rshmem_ep_params {
     uint64_t x;           // [T][row_bytes]
     uint64_t topk_idx;    // int64 [T][k]
     uint64_t topk_w;      // float [T][k]
-    uint64_t y;           // [max_rows][row_bytes]: expert outputs (combine)
-    uint64_t out;         // [T][row_bytes]: combine output
+    uint64_t y;           // [max_rows][comb_row_bytes]: expert outputs (combine)
+    uint64_t out;         // [T][comb_row_bytes]: combine output
     // low-latency mode (0 unless the handle was made for it)
     uint64_t ll_x;        // symmetric [L][n][max_tokens][row_bytes]: rows per (expert, source)
     uint64_t ll_meta;     // symmetric int32 [L][n][max_tokens][2]: source token, slot
     uint64_t ll_cnt;      // symmetric int32 [L][n]: rows per (expert, source)
-    uint64_t ll_comb;     // symmetric [max_tokens][k][row_bytes]: expert outputs per (token, slot)
+    uint64_t ll_comb;     // symmetric [max_tokens][k][comb_row_bytes]: outputs per (token, slot)
     uint64_t ll_count;    // local int32 [L][n]: the counts of the last dispatch (output)
     uint64_t ll_src;      // local int32 [L][n][max_tokens][2]: (token, slot) of each row (output)
     uint64_t ll_slot_ok;  // local int32 [max_tokens][k]: 1 where the slot's row was sent
+    // combine rows and per-block scales (fp8 handles; 0 otherwise)
+    int64_t comb_row_bytes;   // bytes of a row of y, out, comb_x, ll_comb; 0: row_bytes
+    int64_t scale_words;      // float scales per dispatched row (H / 128 for fp8), or 0
+    uint64_t x_scales;        // the caller's float [T][scale_words]
+    uint64_t stage_scales;    // symmetric float [n][max_tokens][scale_words]: scales from each source
+    uint64_t expert_scales;   // local float [max_rows][scale_words]: the scales of expert_x's rows
+    uint64_t ll_scales;       // symmetric float [L][n][max_tokens][scale_words]: of ll_x's rows
 };
-static_assert(sizeof(rshmem_ep_params) == 40 * 8, "rshmem_ep_params size");
+static_assert(sizeof(rshmem_ep_params) == 46 * 8, "rshmem_ep_params size");
 
 namespace rshmem_ep {
 
@@ -124,6 +143,12 @@ static __device__ __forceinline__ vec16 ld16_cg(const void* p) {
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
                  : "l"(p));
+    return v;
+}
+// 4-byte load that does not allocate in L1 (scales written by other GPUs).
+static __device__ __forceinline__ float ld_cg_f32(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 }
 static __device__ __forceinline__ vec16 ld16(const void* p) {
@@ -141,6 +166,11 @@ static __device__ __forceinline__ uint32_t f32_to_bf16(float f) {
     uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Bytes of a combine row (y, out, comb_x, ll_comb): bf16 rows for fp8 handles.
+static __device__ __forceinline__ int64_t comb_row_bytes(const rshmem_ep_params& p) {
+    return p.comb_row_bytes > 0 ? p.comb_row_bytes : p.row_bytes;
 }
 
 static __device__ __forceinline__ uint64_t* sig_ptr(const rshmem_ep_params& p, int kind, int pe) {
@@ -213,15 +243,19 @@ static __device__ void rshmem_ep_prologue_dev(const rshmem_ep_params& p) {
 static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
     __shared__ uint8_t* s_stage_x[RSHMEM_EP_MAX_PES];
     __shared__ int32_t* s_stage_meta[RSHMEM_EP_MAX_PES];
+    __shared__ float* s_stage_scales[RSHMEM_EP_MAX_PES];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int L = (int)p.local_experts, E = (int)p.num_experts;
-    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    const int64_t row_bytes = p.row_bytes, mw = p.meta_words, sw = p.scale_words;
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         // This source's block in PE d's staging buffers.
         s_stage_x[d] = (uint8_t*)rshmem_ptr((void*)p.stage_x, d) +
                        (uint64_t)me * p.max_tokens * row_bytes;
         s_stage_meta[d] = (int32_t*)rshmem_ptr((void*)p.stage_meta, d) +
                           (uint64_t)me * p.max_tokens * mw;
+        s_stage_scales[d] = sw > 0 ? (float*)rshmem_ptr((void*)p.stage_scales, d) +
+                                         (uint64_t)me * p.max_tokens * sw
+                                   : (float*)0;
     }
     __syncthreads();
     const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
@@ -285,6 +319,16 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
                 }
             }
         }
+        // The row's scales (fp8), the same way: read once, stored once per destination PE.
+        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
+            const int64_t wi = w0 + lane;
+            const float sv = wi < sw ? ((const float*)p.x_scales)[t * sw + wi] : 0.f;
+            for (uint32_t m = mask; m; m &= m - 1) {
+                int d = __ffs(m) - 1;
+                int pd = __shfl_sync(0xffffffffu, pos, d);
+                if (wi < sw) s_stage_scales[d][(int64_t)pd * sw + wi] = sv;
+            }
+        }
     }
     if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
         // Counts into every receiver (this source's row of its recv_cnt), then the signals.
@@ -308,7 +352,7 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_off[RSHMEM_EP_MAX_EXPERTS + 1];
     __shared__ int32_t s_ntok[RSHMEM_EP_MAX_PES + 1];  // prefix over sources of staged tokens
     const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
-    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    const int64_t row_bytes = p.row_bytes, mw = p.meta_words, sw = p.scale_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
         rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, 0, s), RSHMEM_CMP_GE, e_now);
@@ -402,6 +446,16 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
                 }
             }
         }
+        // The row's scales (fp8) into the same rows of expert_scales.
+        const float* ssrc = (const float*)p.stage_scales + ((int64_t)s * p.max_tokens + j) * sw;
+        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
+            const int64_t wi = w0 + lane;
+            const float sv = wi < sw ? rshmem_ep::ld_cg_f32(ssrc + wi) : 0.f;
+            for (uint32_t m = rows_mask; m; m &= m - 1) {
+                int r = __shfl_sync(0xffffffffu, row, __ffs(m) - 1);
+                if (wi < sw) ((float*)p.expert_scales)[(int64_t)r * sw + wi] = sv;
+            }
+        }
     }
     if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
         // Every block finished reading the staging buffers: each source may reuse them.
@@ -468,7 +522,7 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
     __shared__ int32_t s_row[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     __shared__ float s_w[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
-    const int64_t row_bytes = p.row_bytes, mw = p.meta_words;
+    const int64_t row_bytes = comb_row_bytes(p), mw = p.meta_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
         s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.comb_x, s) + (uint64_t)me * p.max_tokens * row_bytes;
@@ -552,7 +606,7 @@ template <int DT>
 static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
     const int n = (int)p.n_pes, me = (int)p.my_pe;
-    const int64_t row_bytes = p.row_bytes;
+    const int64_t row_bytes = comb_row_bytes(p);
     const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         rshmem_signal_wait_until(sig_ptr(p, 2, d), RSHMEM_CMP_GE, e_now);
@@ -626,7 +680,7 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
 static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int L = (int)p.local_experts, E = (int)p.num_experts;
-    const int64_t row_bytes = p.row_bytes, M = p.max_tokens;
+    const int64_t row_bytes = p.row_bytes, M = p.max_tokens, sw = p.scale_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -635,6 +689,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
          t < p.num_tokens; t += warps) {
         uint8_t* dst = 0;
+        float* sdst = 0;
         int ok = 0;
         if (lane < k) {
             int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
@@ -644,6 +699,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                 if (rank < M) {
                     int64_t slot = ((int64_t)l * n + me) * M + rank;
                     dst = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
+                    if (sw > 0) sdst = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
                     int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 2;
                     meta[0] = (int32_t)t;
                     meta[1] = lane;
@@ -673,6 +729,16 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                     int64_t v = v0 + u * 32 + lane;
                     if (v < vecs) rshmem_ep::st16(row + v * 16, buf[u]);
                 }
+            }
+        }
+        // The row's scales (fp8) beside each copy.
+        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
+            const int64_t wi = w0 + lane;
+            const float sv = wi < sw ? ((const float*)p.x_scales)[t * sw + wi] : 0.f;
+            for (uint32_t m = sent; m; m &= m - 1) {
+                float* srow = (float*)__shfl_sync(0xffffffffu, (unsigned long long)sdst,
+                                                  __ffs(m) - 1);
+                if (wi < sw) srow[wi] = sv;
             }
         }
     }
@@ -745,7 +811,7 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
 
 static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk, L = (int)p.local_experts;
-    const int64_t row_bytes = p.row_bytes, M = p.max_tokens;
+    const int64_t row_bytes = rshmem_ep::comb_row_bytes(p), M = p.max_tokens;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -788,7 +854,7 @@ template <int DT>
 static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
-    const int64_t row_bytes = p.row_bytes;
+    const int64_t row_bytes = comb_row_bytes(p);
     const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         rshmem_signal_wait_until(sig_ptr(p, 6, d), RSHMEM_CMP_GE, e_now);

@@ -1,8 +1,9 @@
 //! Expert-parallel Mixture-of-Experts dispatch and combine on the GPU heap (like DeepEP's
 //! normal-mode intranode kernels), with device-initiated NVLink stores.
 //!
-//! Every PE holds `T` tokens of `H` elements (`f32`, or bf16 as `u16` bit patterns), the top-k
-//! expert indices of each token (`i64`, `-1` = no expert) and their routing weights (`f32`).
+//! Every PE holds `T` tokens of `H` elements (`f32`, bf16 as `u16` bit patterns, or fp8 e4m3 as
+//! `u8` bit patterns with one `f32` scale per 128 elements), the top-k expert indices of each
+//! token (`i64`, `-1` = no expert) and their routing weights (`f32`).
 //! `E` experts are spread evenly: expert `e` lives on PE `e / L` as local expert `e % L`,
 //! `L = E / n_pes`.
 //!
@@ -14,6 +15,10 @@
 //!   [`Ep::expert_x`] itself, overwritten in place), sends each token's weighted partial sum
 //!   back to its source PE once per expert PE, and writes `out[t] = Σ_j w[t][j]·y(e_j, t)` in the
 //!   token's original order.
+//! * fp8 ([`EpDtype::Fp8E4m3`]): [`Ep::dispatch_fp8`] takes the tokens with their per-block
+//!   scales (`[T, H/128]` `f32`) and delivers both unchanged, in the same row order
+//!   ([`Ep::expert_x`] and [`Ep::expert_scales`]); the combine of such a handle takes and returns
+//!   bf16 rows (the expert outputs are bf16), so it is never in place.
 //!
 //! Both are **collective over all PEs, stream-ordered**: every PE makes the same sequence of
 //! dispatch/combine calls on its handle, each call enqueues three kernels on the caller's stream
@@ -51,6 +56,9 @@ const EP_KERNELS: &[&str] = &[
     "rshmem_ep_ll_combine_recv_f32",
     "rshmem_ep_ll_combine_recv_bf16",
 ];
+/// Elements of a row per fp8 scale: [`EpDtype::Fp8E4m3`] tokens carry one `f32` scale per
+/// this many elements (`RSHMEM_EP_FP8_BLOCK` in ep.cuh).
+pub const FP8_BLOCK: usize = 128;
 /// Threads per block (`RSHMEM_EP_THREADS`).
 const THREADS: u32 = 512;
 /// Limits of the kernels (`RSHMEM_EP_MAX_*` in ep.cuh).
@@ -86,20 +94,45 @@ pub enum EpDtype {
     F32,
     /// bfloat16 (passed as `u16` bit patterns; `half::bf16` has the same layout).
     Bf16,
+    /// fp8 e4m3 (the "fn" variant: no infinities, largest finite 448), passed as `u8` bit
+    /// patterns, with one `f32` scale per [`FP8_BLOCK`] elements of each row (the dequantized
+    /// value of element `h` is `fp8(x[h]) · scale[h / 128]`). The dispatch moves the bytes and
+    /// the scales unchanged; the combine of such a handle runs in bf16
+    /// ([`combine_dtype`](EpDtype::combine_dtype)).
+    Fp8E4m3,
 }
 
 impl EpDtype {
-    /// Bytes per element.
+    /// Bytes per element of the dispatched tokens.
     pub fn size(self) -> usize {
         match self {
             EpDtype::F32 => 4,
             EpDtype::Bf16 => 2,
+            EpDtype::Fp8E4m3 => 1,
+        }
+    }
+
+    /// The element type of the combine (`y` and `out`): the token dtype itself, bf16 for
+    /// [`EpDtype::Fp8E4m3`].
+    pub fn combine_dtype(self) -> EpDtype {
+        match self {
+            EpDtype::Fp8E4m3 => EpDtype::Bf16,
+            d => d,
+        }
+    }
+
+    /// `f32` scales per row of `hidden` elements: `hidden / 128` for [`EpDtype::Fp8E4m3`], 0
+    /// for the others.
+    pub fn scale_words(self, hidden: usize) -> usize {
+        match self {
+            EpDtype::Fp8E4m3 => hidden / FP8_BLOCK,
+            _ => 0,
         }
     }
 }
 
 /// Rust element types of the token buffers: `f32` for [`EpDtype::F32`], `u16` (bf16 bits) for
-/// [`EpDtype::Bf16`].
+/// [`EpDtype::Bf16`], `u8` (fp8 e4m3 bits) for [`EpDtype::Fp8E4m3`].
 pub trait EpElem: Copy + 'static {
     /// The dtype this element type carries.
     const DTYPE: EpDtype;
@@ -110,13 +143,17 @@ impl EpElem for f32 {
 impl EpElem for u16 {
     const DTYPE: EpDtype = EpDtype::Bf16;
 }
+impl EpElem for u8 {
+    const DTYPE: EpDtype = EpDtype::Fp8E4m3;
+}
 
 /// What a handle is built for. Every PE must pass the same values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpConfig {
     /// Experts in all (`E`), a multiple of the number of PEs, at most 1024.
     pub num_experts: usize,
-    /// Elements per token (`H`); `H × element size` must be a multiple of 16 bytes.
+    /// Elements per token (`H`); `H × element size` must be a multiple of 16 bytes, and `H` a
+    /// multiple of 128 for [`EpDtype::Fp8E4m3`] (one scale per 128 elements).
     pub hidden: usize,
     /// Experts per token (`k`), 1..=32.
     pub topk: usize,
@@ -174,6 +211,15 @@ impl EpConfig {
         if self.topk == 0 || self.topk > MAX_TOPK {
             return bad("topk", format!("{}; must be 1..={MAX_TOPK}", self.topk));
         }
+        if self.dtype == EpDtype::Fp8E4m3 && self.hidden % FP8_BLOCK != 0 {
+            return bad(
+                "hidden",
+                format!(
+                    "{} is not a multiple of {FP8_BLOCK}: fp8 rows carry one scale per {FP8_BLOCK} elements",
+                    self.hidden
+                ),
+            );
+        }
         let es = self.dtype.size();
         let row_bytes = self
             .hidden
@@ -188,6 +234,8 @@ impl EpConfig {
                     ),
                 )
             })?;
+        let comb_row_bytes = self.hidden * self.dtype.combine_dtype().size();
+        let scale_words = self.dtype.scale_words(self.hidden);
         if self.max_tokens > i32::MAX as usize / 2 {
             return bad("max_tokens", format!("{} is too large", self.max_tokens));
         }
@@ -221,7 +269,8 @@ impl EpConfig {
         let recv_cnt = take(Some(n_pes * (1 + l) * 4))?;
         let stage_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
         let stage_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
-        let comb_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
+        let comb_x = take(nt.and_then(|x| x.checked_mul(comb_row_bytes)))?;
+        let stage_scales = take(nt.and_then(|x| x.checked_mul(scale_words * 4)))?;
         // Low-latency: [L][n][M] rows and (token, slot) pairs, [L][n] counts, [M][k] rows.
         let ll = |b: usize| Some(if self.low_latency { b } else { 0 });
         let em = e.checked_mul(self.max_tokens);
@@ -230,9 +279,10 @@ impl EpConfig {
         let ll_cnt = take(ll(e * 4))?;
         let ll_comb = take(
             self.max_tokens
-                .checked_mul(self.topk * row_bytes)
+                .checked_mul(self.topk * comb_row_bytes)
                 .and_then(ll),
         )?;
+        let ll_scales = take(em.and_then(|x| x.checked_mul(scale_words * 4)).and_then(ll))?;
         let symmetric_bytes = sym.end;
         let mut scratch = Areas::default();
         let mut take = |bytes: Option<usize>| scratch.take(bytes).ok_or_else(too_big);
@@ -247,15 +297,19 @@ impl EpConfig {
         let ll_slot_ok = take(Some(self.max_tokens.max(1) * self.topk * 4))?;
         let scratch_bytes = scratch.end;
         let expert_x_bytes = max_rows.checked_mul(row_bytes).ok_or_else(too_big)?;
+        let expert_scales_bytes = max_rows.checked_mul(scale_words * 4).ok_or_else(too_big)?;
         Ok(EpSizes {
             n_pes,
             local_experts: l,
             row_bytes,
+            comb_row_bytes,
+            scale_words,
             meta_words,
             max_rows,
             symmetric_bytes,
             local_bytes: scratch_bytes
                 + expert_x_bytes
+                + expert_scales_bytes
                 + max_rows * 8
                 + (l + 1) * 8
                 + if self.low_latency {
@@ -269,10 +323,12 @@ impl EpConfig {
                 stage_meta,
                 stage_x,
                 comb_x,
+                stage_scales,
                 ll_x,
                 ll_meta,
                 ll_cnt,
                 ll_comb,
+                ll_scales,
                 ll_slot_ok,
                 epoch,
                 done,
@@ -295,18 +351,22 @@ pub struct EpSizes {
     pub n_pes: usize,
     /// Experts per PE (`L`).
     pub local_experts: usize,
-    /// Bytes per token row.
+    /// Bytes per dispatched token row (`H × element size`; the scales of fp8 rows apart).
     pub row_bytes: usize,
+    /// Bytes per row of the combine (`y`, `out`): `row_bytes`, or `2·H` (bf16) for fp8.
+    pub comb_row_bytes: usize,
+    /// `f32` scales per dispatched row: `H / 128` for fp8, 0 otherwise.
+    pub scale_words: usize,
     /// 32-bit words of one metadata row.
     pub meta_words: usize,
     /// Rows of the dispatch output.
     pub max_rows: usize,
     /// Bytes of symmetric heap per PE: signals and counts, the staging buffer
-    /// (`n_pes × max_tokens` rows plus metadata) and the combine receive buffer
-    /// (`n_pes × max_tokens` rows).
+    /// (`n_pes × max_tokens` rows plus metadata, and scales for fp8) and the combine receive
+    /// buffer (`n_pes × max_tokens` combine rows).
     pub symmetric_bytes: usize,
     /// Bytes of ordinary GPU memory per PE: the dispatch output (`max_rows` rows, their
-    /// sources, the offsets) and scratch.
+    /// scales for fp8, their sources, the offsets) and scratch.
     pub local_bytes: usize,
     off: Offsets,
 }
@@ -318,10 +378,12 @@ struct Offsets {
     stage_meta: usize,
     stage_x: usize,
     comb_x: usize,
+    stage_scales: usize,
     ll_x: usize,
     ll_meta: usize,
     ll_cnt: usize,
     ll_comb: usize,
+    ll_scales: usize,
     ll_slot_ok: usize,
     epoch: usize,
     done: usize,
@@ -348,7 +410,7 @@ fn addrs_ok(call: &'static str, rows: usize, addrs: &[(&str, u64, u64)]) -> Resu
     Ok(())
 }
 
-/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 40 eight-byte fields).
+/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 46 eight-byte fields).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct EpParams {
@@ -392,8 +454,14 @@ struct EpParams {
     ll_count: u64,
     ll_src: u64,
     ll_slot_ok: u64,
+    comb_row_bytes: i64,
+    scale_words: i64,
+    x_scales: u64,
+    stage_scales: u64,
+    expert_scales: u64,
+    ll_scales: u64,
 }
-const _: () = assert!(std::mem::size_of::<EpParams>() == 40 * 8);
+const _: () = assert!(std::mem::size_of::<EpParams>() == 46 * 8);
 
 /// An expert-parallel handle: the symmetric buffers, the dispatch output and the compiled
 /// kernels of one MoE layer shape. Made collectively by [`Ep::new`], released by [`Ep::free`].
@@ -408,6 +476,7 @@ pub struct Ep<'w> {
     /// Owns the scratch memory the kernels use (by address, through `base`).
     _scratch: CudaSlice<u8>,
     expert_x: CudaSlice<u8>,
+    expert_scales: CudaSlice<f32>,
     expert_src: CudaSlice<i32>,
     expert_offsets: CudaSlice<i64>,
     ll_count: CudaSlice<i32>,
@@ -459,6 +528,8 @@ impl<'w> Ep<'w> {
         let stream = gpu.stream.clone();
         let scratch = stream.alloc_zeros::<u8>(sizes.off.scratch_bytes)?;
         let expert_x = stream.alloc_zeros::<u8>(sizes.max_rows.max(1) * sizes.row_bytes)?;
+        let expert_scales =
+            stream.alloc_zeros::<f32>((sizes.max_rows * sizes.scale_words).max(1))?;
         let expert_src = stream.alloc_zeros::<i32>(sizes.max_rows.max(1) * 2)?;
         let expert_offsets = stream.alloc_zeros::<i64>(sizes.local_experts + 1)?;
         let ll_elems = if cfg.low_latency { cfg.num_experts } else { 1 };
@@ -504,6 +575,11 @@ impl<'w> Ep<'w> {
             ll_count: dev_ptr(&ll_count, &stream),
             ll_src: dev_ptr(&ll_src, &stream),
             ll_slot_ok: sc + o.ll_slot_ok as u64,
+            comb_row_bytes: sizes.comb_row_bytes as i64,
+            scale_words: sizes.scale_words as i64,
+            stage_scales: s + o.stage_scales as u64,
+            expert_scales: dev_ptr(&expert_scales, &stream),
+            ll_scales: s + o.ll_scales as u64,
             ..EpParams::default()
         };
         // Every PE's buffers are zero before any PE's first dispatch can write into them.
@@ -515,6 +591,7 @@ impl<'w> Ep<'w> {
             sym,
             _scratch: scratch,
             expert_x,
+            expert_scales,
             expert_src,
             expert_offsets,
             ll_count,
@@ -578,6 +655,22 @@ impl<'w> Ep<'w> {
         self.base.expert_x
     }
 
+    /// The scales of the dispatch output's rows (fp8 handles): `max_rows × scale_words` `f32`,
+    /// row `r`'s at `r·scale_words ..`, the scales the row's source passed with it. A
+    /// one-element buffer on other handles. Valid as [`expert_x`](Ep::expert_x).
+    pub fn expert_scales(&self) -> &CudaSlice<f32> {
+        &self.expert_scales
+    }
+
+    /// Device address of [`expert_scales`](Ep::expert_scales); 0 on a handle without scales.
+    pub fn expert_scales_addr(&self) -> u64 {
+        if self.sizes.scale_words > 0 {
+            self.base.expert_scales
+        } else {
+            0
+        }
+    }
+
     /// Launches one phase on `stream`: the prologue (`which` names the phase: 0 dispatch,
     /// 1 combine, 2 low-latency dispatch, 3 low-latency combine), then `kernels` (name, blocks)
     /// in order, every kernel with the parameters `p`.
@@ -606,7 +699,7 @@ impl<'w> Ep<'w> {
         idx_len: usize,
         num_tokens: usize,
     ) -> Result<()> {
-        self.elem_ok::<E>(call, "x")?;
+        self.elem_ok::<E>(call, "x", self.cfg.dtype)?;
         let (h, k) = (self.cfg.hidden, self.cfg.topk);
         Self::len_ok(call, "x", x_len, num_tokens, h, "hidden")?;
         Self::len_ok(call, "topk_idx", idx_len, num_tokens, k, "topk")
@@ -624,6 +717,23 @@ impl<'w> Ep<'w> {
             ));
         }
         Ok(())
+    }
+
+    /// The scales argument of a dispatch: required (and 4-byte aligned, not null when there are
+    /// tokens) on an fp8 handle, refused on the others. Returns the address (0: none).
+    fn scales_ok(
+        &self,
+        call: &'static str,
+        x_scales: Option<u64>,
+        num_tokens: usize,
+    ) -> Result<u64> {
+        scales_arg(call, self.cfg.dtype, x_scales, num_tokens)
+    }
+
+    /// Refuses the dispatch output as `y` of an fp8 handle's combine (it holds fp8 rows; the
+    /// combine reads bf16 rows twice as long).
+    fn not_in_place(&self, call: &'static str, y: u64, output: u64) -> Result<()> {
+        not_in_place(call, self.cfg.dtype, y, output)
     }
 
     fn stream_ok(&self, call: &'static str, stream: &CudaStream) -> Result<()> {
@@ -665,9 +775,58 @@ impl<'w> Ep<'w> {
         num_tokens: usize,
         stream: &CudaStream,
     ) -> Result<()> {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.dispatch_any(x, None, topk_idx, topk_weights, num_tokens, stream) }
+    }
+
+    /// **Collective, stream-ordered.** [`dispatch_raw`](Ep::dispatch_raw) of an
+    /// [`EpDtype::Fp8E4m3`] handle: `x` holds `num_tokens` rows of `hidden` fp8 bytes (16-byte
+    /// aligned), `x_scales` `num_tokens × hidden/128` `f32` (row-major, 4-byte aligned).
+    /// Afterwards [`expert_x`](Ep::expert_x) holds the rows and
+    /// [`expert_scales`](Ep::expert_scales) their scales, in the same row order.
+    /// Graph-capturable.
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw), `x_scales` included.
+    pub unsafe fn dispatch_fp8_raw(
+        &self,
+        x: u64,
+        x_scales: u64,
+        topk_idx: u64,
+        topk_weights: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe {
+            self.dispatch_any(
+                x,
+                Some(x_scales),
+                topk_idx,
+                topk_weights,
+                num_tokens,
+                stream,
+            )
+        }
+    }
+
+    /// The two raw dispatches; `x_scales` is `Some` for fp8 handles (checked).
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw).
+    unsafe fn dispatch_any(
+        &self,
+        x: u64,
+        x_scales: Option<u64>,
+        topk_idx: u64,
+        topk_weights: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "ep_dispatch";
         self.stream_ok(call, stream)?;
         self.tokens_ok(call, num_tokens)?;
+        let x_scales = self.scales_ok(call, x_scales, num_tokens)?;
         if num_tokens > 0 {
             addrs_ok(
                 call,
@@ -682,6 +841,7 @@ impl<'w> Ep<'w> {
         let p = EpParams {
             num_tokens: num_tokens as i64,
             x,
+            x_scales,
             topk_idx,
             topk_w: topk_weights,
             ..self.base
@@ -738,6 +898,57 @@ impl<'w> Ep<'w> {
         unsafe { self.dispatch_raw(xa, ia, wa, num_tokens, stream) }
     }
 
+    /// **Collective, stream-ordered.** Dispatch of fp8 tokens ([`EpDtype::Fp8E4m3`] handles):
+    /// `x` at least `num_tokens × hidden` bytes (e4m3 bit patterns), `x_scales` at least
+    /// `num_tokens × hidden/128` `f32` (the scale of elements `128·b .. 128·(b+1)` of token `t`
+    /// at `t·hidden/128 + b`), `topk_idx` and `topk_weights` as in [`dispatch`](Ep::dispatch).
+    /// Afterwards [`expert_x`](Ep::expert_x) holds the received rows' bytes and
+    /// [`expert_scales`](Ep::expert_scales) their scales, both unchanged and in the same row
+    /// order, with [`expert_offsets`](Ep::expert_offsets) and [`expert_src`](Ep::expert_src) as
+    /// for the other dtypes.
+    pub fn dispatch_fp8<X, S, I, W>(
+        &self,
+        x: &X,
+        x_scales: &S,
+        topk_idx: &I,
+        topk_weights: &W,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()>
+    where
+        X: DevicePtr<u8>,
+        S: DevicePtr<f32>,
+        I: DevicePtr<i64>,
+        W: DevicePtr<f32>,
+    {
+        let call = "ep_dispatch";
+        fp8_only::<()>(call, self.cfg.dtype)?;
+        self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
+        let k = self.cfg.topk;
+        Self::len_ok(
+            call,
+            "topk_weights",
+            topk_weights.len(),
+            num_tokens,
+            k,
+            "topk",
+        )?;
+        self.scales_len_ok(call, x_scales.len(), num_tokens)?;
+        let (xa, _a) = x.device_ptr(stream);
+        let (sa, _s) = x_scales.device_ptr(stream);
+        let (ia, _b) = topk_idx.device_ptr(stream);
+        let (wa, _c) = topk_weights.device_ptr(stream);
+        // SAFETY: device memory of this context (cudarc slices) whose lengths were checked
+        // above; the SyncOnDrop guards keep cudarc's stream ordering.
+        unsafe { self.dispatch_fp8_raw(xa, sa, ia, wa, num_tokens, stream) }
+    }
+
+    /// `x_scales` holds at least `num_tokens × hidden/128` values.
+    fn scales_len_ok(&self, call: &'static str, len: usize, num_tokens: usize) -> Result<()> {
+        let sw = self.sizes.scale_words;
+        Self::len_ok(call, "x_scales", len, num_tokens, sw, "hidden / 128")
+    }
+
     /// **Collective, stream-ordered.** Combine with device addresses: `y` holds the expert
     /// outputs in the layout of the last dispatch (`max_rows` rows; may be
     /// [`expert_x_addr`](Ep::expert_x_addr)), `out` receives the last dispatch's `num_tokens`
@@ -759,15 +970,16 @@ impl<'w> Ep<'w> {
         // (t = 0) may have too: never null.
         addrs_ok(call, 1, &[("y", y, 16)])?;
         addrs_ok(call, t, &[("out", out, 16)])?;
+        self.not_in_place(call, y, self.base.expert_x)?;
         let p = EpParams {
             num_tokens: t as i64,
             y,
             out,
             ..self.base
         };
-        let (send, recv) = match self.cfg.dtype {
+        let (send, recv) = match self.cfg.dtype.combine_dtype() {
             EpDtype::F32 => ("rshmem_ep_combine_send_f32", "rshmem_ep_combine_recv_f32"),
-            EpDtype::Bf16 => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
+            _ => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
         };
         self.launch_phase(call, 1, &p, [(send, self.sms), (recv, self.sms)], stream)
     }
@@ -776,7 +988,8 @@ impl<'w> Ep<'w> {
     /// the last dispatch (at least `max_rows × hidden` elements), `out` at least the last
     /// dispatch's `num_tokens × hidden`. `out[t] = Σ_j topk_weights[t][j] · y(row of token t at
     /// expert topk_idx[t][j])`, summed in fp32 (per expert PE in slot order, then over PEs in PE
-    /// order) and rounded to the dtype; zeros for a token with no expert.
+    /// order) and rounded to the dtype; zeros for a token with no expert. `y` and `out` are of
+    /// the handle's [combine dtype](EpDtype::combine_dtype): bf16 (`u16`) for fp8 handles.
     pub fn combine<E, Y, O>(&self, y: &Y, out: &mut O, stream: &CudaStream) -> Result<()>
     where
         E: EpElem,
@@ -784,7 +997,8 @@ impl<'w> Ep<'w> {
         O: DevicePtrMut<E>,
     {
         let call = "ep_combine";
-        self.elem_ok::<E>(call, "y")?;
+        let cd = self.cfg.dtype.combine_dtype();
+        self.elem_ok::<E>(call, "y", cd)?;
         let t = self.last_tokens.get().unwrap_or(0);
         let h = self.cfg.hidden;
         Self::len_ok(call, "y", y.len(), self.sizes.max_rows, h, "hidden")?;
@@ -796,14 +1010,15 @@ impl<'w> Ep<'w> {
     }
 
     /// **Collective, stream-ordered.** [`combine`](Ep::combine) with the expert outputs written
-    /// in place into [`expert_x`](Ep::expert_x).
+    /// in place into [`expert_x`](Ep::expert_x). Not for fp8 handles (their `y` is bf16).
     pub fn combine_in_place<E, O>(&self, out: &mut O, stream: &CudaStream) -> Result<()>
     where
         E: EpElem,
         O: DevicePtrMut<E>,
     {
         let call = "ep_combine";
-        self.elem_ok::<E>(call, "out")?;
+        self.not_in_place(call, self.base.expert_x, self.base.expert_x)?;
+        self.elem_ok::<E>(call, "out", self.cfg.dtype.combine_dtype())?;
         let t = self.last_tokens.get().unwrap_or(0);
         Self::len_ok(call, "out", out.len(), t, self.cfg.hidden, "hidden")?;
         let (oa, _b) = out.device_ptr_mut(stream);
@@ -840,16 +1055,52 @@ impl<'w> Ep<'w> {
         num_tokens: usize,
         stream: &CudaStream,
     ) -> Result<()> {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.ll_dispatch_any(x, None, topk_idx, num_tokens, stream) }
+    }
+
+    /// **Collective, stream-ordered.** [`ll_dispatch_raw`](Ep::ll_dispatch_raw) of an
+    /// [`EpDtype::Fp8E4m3`] handle: `x_scales` as in [`dispatch_fp8_raw`](Ep::dispatch_fp8_raw);
+    /// each row's scales land beside it ([`ll_recv_scales_addr`](Ep::ll_recv_scales_addr)).
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw), `x_scales` included.
+    pub unsafe fn ll_dispatch_fp8_raw(
+        &self,
+        x: u64,
+        x_scales: u64,
+        topk_idx: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.ll_dispatch_any(x, Some(x_scales), topk_idx, num_tokens, stream) }
+    }
+
+    /// The two raw low-latency dispatches; `x_scales` is `Some` for fp8 handles (checked).
+    ///
+    /// # Safety
+    /// As [`dispatch_raw`](Ep::dispatch_raw).
+    unsafe fn ll_dispatch_any(
+        &self,
+        x: u64,
+        x_scales: Option<u64>,
+        topk_idx: u64,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let call = "ep_ll_dispatch";
         self.ll_ok(call)?;
         self.stream_ok(call, stream)?;
         self.tokens_ok(call, num_tokens)?;
+        let x_scales = self.scales_ok(call, x_scales, num_tokens)?;
         if num_tokens > 0 {
             addrs_ok(call, num_tokens, &[("x", x, 16), ("topk_idx", topk_idx, 8)])?;
         }
         let p = EpParams {
             num_tokens: num_tokens as i64,
             x,
+            x_scales,
             topk_idx,
             ..self.base
         };
@@ -886,6 +1137,33 @@ impl<'w> Ep<'w> {
         unsafe { self.ll_dispatch_raw(xa, ia, num_tokens, stream) }
     }
 
+    /// **Collective, stream-ordered.** Low-latency dispatch of fp8 tokens: shapes as
+    /// [`dispatch_fp8`](Ep::dispatch_fp8) (no weights: [`ll_combine`](Ep::ll_combine) takes
+    /// them). The received rows' scales: [`ll_recv_scales_addr`](Ep::ll_recv_scales_addr).
+    pub fn ll_dispatch_fp8<X, S, I>(
+        &self,
+        x: &X,
+        x_scales: &S,
+        topk_idx: &I,
+        num_tokens: usize,
+        stream: &CudaStream,
+    ) -> Result<()>
+    where
+        X: DevicePtr<u8>,
+        S: DevicePtr<f32>,
+        I: DevicePtr<i64>,
+    {
+        let call = "ep_ll_dispatch";
+        fp8_only::<()>(call, self.cfg.dtype)?;
+        self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
+        self.scales_len_ok(call, x_scales.len(), num_tokens)?;
+        let (xa, _a) = x.device_ptr(stream);
+        let (sa, _s) = x_scales.device_ptr(stream);
+        let (ia, _b) = topk_idx.device_ptr(stream);
+        // SAFETY: cudarc device memory of this context with the lengths checked above.
+        unsafe { self.ll_dispatch_fp8_raw(xa, sa, ia, num_tokens, stream) }
+    }
+
     /// **Collective, stream-ordered.** Low-latency combine with device addresses: `y` holds
     /// the expert outputs in the layout of the low-latency dispatch output (`[L][n][max_tokens]`
     /// rows; may be [`ll_recv_x_addr`](Ep::ll_recv_x_addr)), `topk_weights` the last
@@ -910,6 +1188,7 @@ impl<'w> Ep<'w> {
         })?;
         // `y` is read for the rows this PE's experts received, also when t = 0: never null.
         addrs_ok(call, 1, &[("y", y, 16)])?;
+        self.not_in_place(call, y, self.base.ll_x)?;
         addrs_ok(
             call,
             t,
@@ -922,9 +1201,9 @@ impl<'w> Ep<'w> {
             out,
             ..self.base
         };
-        let recv = match self.cfg.dtype {
+        let recv = match self.cfg.dtype.combine_dtype() {
             EpDtype::F32 => "rshmem_ep_ll_combine_recv_f32",
-            EpDtype::Bf16 => "rshmem_ep_ll_combine_recv_bf16",
+            _ => "rshmem_ep_ll_combine_recv_bf16",
         };
         self.launch_phase(
             call,
@@ -937,8 +1216,9 @@ impl<'w> Ep<'w> {
 
     /// **Collective, stream-ordered.** Low-latency combine: `y` at least
     /// `E·max_tokens·hidden` elements in the dispatch output's layout (or `None`: the expert
-    /// outputs were written in place into it), `topk_weights` and `out` for the last
-    /// low-latency dispatch's tokens.
+    /// outputs were written in place into it; not for fp8 handles), `topk_weights` and `out` for
+    /// the last low-latency dispatch's tokens. `y` and `out` are of the handle's
+    /// [combine dtype](EpDtype::combine_dtype).
     pub fn ll_combine<E, Y, W, O>(
         &self,
         y: Option<&Y>,
@@ -953,7 +1233,7 @@ impl<'w> Ep<'w> {
         O: DevicePtrMut<E>,
     {
         let call = "ep_ll_combine";
-        self.elem_ok::<E>(call, "out")?;
+        self.elem_ok::<E>(call, "out", self.cfg.dtype.combine_dtype())?;
         self.ll_ok(call)?;
         let t = self.last_ll_tokens.get().unwrap_or(0);
         let (h, k) = (self.cfg.hidden, self.cfg.topk);
@@ -963,7 +1243,10 @@ impl<'w> Ep<'w> {
                 Self::len_ok(call, "y", y.len(), rows, h, "hidden")?;
                 y.device_ptr(stream).0
             }
-            None => self.base.ll_x,
+            None => {
+                self.not_in_place(call, self.base.ll_x, self.base.ll_x)?;
+                self.base.ll_x
+            }
         };
         Self::len_ok(call, "topk_weights", topk_weights.len(), t, k, "topk")?;
         Self::len_ok(call, "out", out.len(), t, h, "hidden")?;
@@ -978,6 +1261,18 @@ impl<'w> Ep<'w> {
     /// expert, source PE, rank), symmetric memory of this handle.
     pub fn ll_recv_x_addr(&self) -> u64 {
         self.base.ll_x
+    }
+
+    /// Device address of the scales of the low-latency output's rows (fp8 handles):
+    /// `[L][n][max_tokens][scale_words]` `f32`, symmetric memory of this handle, beside the rows
+    /// of [`ll_recv_x_addr`](Ep::ll_recv_x_addr). 0 on a handle without scales or without the
+    /// low-latency mode.
+    pub fn ll_recv_scales_addr(&self) -> u64 {
+        if self.cfg.low_latency && self.sizes.scale_words > 0 {
+            self.base.ll_scales
+        } else {
+            0
+        }
     }
 
     /// `L × n` `i32`: rows of each (local expert, source PE) block of the last low-latency
@@ -1026,6 +1321,61 @@ impl<'w> Ep<'w> {
                     v.as_mut_ptr(),
                     a,
                     v.len(),
+                )
+            }?;
+        }
+        Ok(v)
+    }
+
+    /// **Local.** Synchronizes `stream` and copies the scales of `rows` rows of the low-latency
+    /// output's block (local expert `l`, source PE `src`) to the host (fp8 handles; for checks):
+    /// `rows × scale_words` values.
+    pub fn ll_read_scales(
+        &self,
+        l: usize,
+        src: usize,
+        rows: usize,
+        stream: &CudaStream,
+    ) -> Result<Vec<f32>> {
+        let call = "ep_ll_read_scales";
+        self.ll_ok(call)?;
+        let (n, m, sw) = (
+            self.sizes.n_pes,
+            self.cfg.max_tokens,
+            self.sizes.scale_words,
+        );
+        if sw == 0 {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "the handle was made for {:?}, whose rows carry no scales",
+                    self.cfg.dtype
+                ),
+            ));
+        }
+        if l >= self.sizes.local_experts || src >= n || rows > m {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "block ({l}, {src}) of {rows} rows is outside [{}][{n}][{m}]",
+                    self.sizes.local_experts
+                ),
+            ));
+        }
+        let mut v = vec![0f32; rows * sw];
+        self.world.p2p(call)?.gpu.bind(call)?;
+        stream.synchronize()?;
+        if rows > 0 {
+            let a = self.base.ll_scales + (((l * n + src) * m) * sw * 4) as u64;
+            // SAFETY: the range lies inside this handle's low-latency scales (checked above);
+            // the stream was synchronized.
+            unsafe {
+                crate::cuda::copy::read(
+                    call,
+                    "copying scales to the host",
+                    v.as_mut_ptr().cast(),
+                    a,
+                    v.len() * 4,
                 )
             }?;
         }
@@ -1097,19 +1447,10 @@ impl<'w> Ep<'w> {
         })
     }
 
-    fn elem_ok<E: EpElem>(&self, call: &'static str, what: &str) -> Result<()> {
-        if E::DTYPE == self.cfg.dtype {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                call,
-                format!(
-                    "{what}: elements are {:?} but the handle was made for {:?}",
-                    E::DTYPE,
-                    self.cfg.dtype
-                ),
-            ))
-        }
+    /// `E` is `want`, the dtype `what` must have on this handle (the token dtype, or the
+    /// combine dtype).
+    fn elem_ok<E: EpElem>(&self, call: &'static str, what: &str, want: EpDtype) -> Result<()> {
+        elem_check::<E>(call, what, self.cfg.dtype, want)
     }
 
     fn len_ok(
@@ -1146,6 +1487,82 @@ impl<'w> Ep<'w> {
     }
 }
 
+/// The scales argument of a dispatch on a handle of `dtype`: required (4-byte aligned, not null
+/// when there are tokens) for fp8, refused for the others. Returns the address (0: none).
+fn scales_arg(
+    call: &'static str,
+    dtype: EpDtype,
+    x_scales: Option<u64>,
+    num_tokens: usize,
+) -> Result<u64> {
+    match (dtype, x_scales) {
+            (EpDtype::Fp8E4m3, None) => Err(Error::invalid(
+                call,
+                "x_scales: an Fp8E4m3 handle needs the tokens' per-block scales: use dispatch_fp8 / ll_dispatch_fp8",
+            )),
+            (EpDtype::Fp8E4m3, Some(a)) => {
+                addrs_ok(call, num_tokens, &[("x_scales", a, 4)])?;
+                Ok(a)
+            }
+            (d, Some(_)) => fp8_only(call, d),
+            (_, None) => Ok(0),
+        }
+}
+
+/// The `*_fp8` dispatches need an fp8 handle: on another one the error names `x_scales`.
+fn fp8_only<T: Default>(call: &'static str, dtype: EpDtype) -> Result<T> {
+    if dtype == EpDtype::Fp8E4m3 {
+        return Ok(T::default());
+    }
+    Err(Error::invalid(
+        call,
+        format!(
+            "x_scales: the handle was made for {dtype:?}; per-block scales go with Fp8E4m3 tokens"
+        ),
+    ))
+}
+
+/// Refuses `y` = `output` (the handle's dispatch output) for the combine of an fp8 handle: that
+/// output holds fp8 rows, the combine reads bf16 rows twice as long.
+fn not_in_place(call: &'static str, dtype: EpDtype, y: u64, output: u64) -> Result<()> {
+    if dtype == EpDtype::Fp8E4m3 && y == output {
+        return Err(Error::invalid(
+            call,
+            "y: the dispatch output of an Fp8E4m3 handle holds fp8 rows, and its combine takes the expert outputs in bf16: pass them as y (no combine in place)",
+        ));
+    }
+    Ok(())
+}
+
+/// Elements `E` for the argument `what` of a handle of `handle`'s dtype, where `want` (the
+/// token dtype or the combine dtype) is expected.
+fn elem_check<E: EpElem>(
+    call: &'static str,
+    what: &str,
+    handle: EpDtype,
+    want: EpDtype,
+) -> Result<()> {
+    if E::DTYPE == want {
+        Ok(())
+    } else if want == handle {
+        Err(Error::invalid(
+            call,
+            format!(
+                "{what}: elements are {:?} but the handle was made for {handle:?}",
+                E::DTYPE
+            ),
+        ))
+    } else {
+        Err(Error::invalid(
+            call,
+            format!(
+                "{what}: elements are {:?} but the combine of a {handle:?} handle takes {want:?}",
+                E::DTYPE
+            ),
+        ))
+    }
+}
+
 /// Host check of routing indices (see [`Ep::check_routing`]).
 pub fn check_routing(
     call: &'static str,
@@ -1179,4 +1596,159 @@ pub fn check_routing(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg<T: std::fmt::Debug>(r: Result<T>) -> String {
+        r.expect_err("an error").to_string()
+    }
+
+    #[test]
+    fn fp8_sizes_carry_scales_and_bf16_combine_rows() {
+        let (n, e, h, k, m) = (4, 32, 7168, 8, 64);
+        let bf = EpConfig::new(e, h, k, m, EpDtype::Bf16).sizes(n).unwrap();
+        let f8 = EpConfig::new(e, h, k, m, EpDtype::Fp8E4m3)
+            .sizes(n)
+            .unwrap();
+        assert_eq!(
+            (f8.row_bytes, f8.comb_row_bytes, f8.scale_words),
+            (h, 2 * h, h / 128)
+        );
+        assert_eq!(
+            (bf.row_bytes, bf.comb_row_bytes, bf.scale_words),
+            (2 * h, 2 * h, 0)
+        );
+        assert_eq!(f8.max_rows, bf.max_rows);
+        // Staging: H bytes + H/128 scales per row instead of 2H; the combine receive is bf16.
+        let stage = |s: &EpSizes| (n * m * (s.row_bytes + 4 * s.scale_words)) as i64;
+        assert_eq!(
+            f8.symmetric_bytes as i64 - bf.symmetric_bytes as i64,
+            stage(&f8) - stage(&bf)
+        );
+        assert_eq!(f8.off.comb_x - f8.off.stage_x, n * m * h);
+        assert_eq!(f8.off.stage_scales - f8.off.comb_x, n * m * 2 * h);
+        // The dispatch output: H bytes + scales per row instead of 2H.
+        assert_eq!(
+            bf.local_bytes - f8.local_bytes,
+            f8.max_rows * (2 * h - h - 4 * (h / 128))
+        );
+        // Low-latency: [E][M] fp8 rows and their scales, [M][k] bf16 combine rows.
+        let ll = |d| {
+            EpConfig {
+                low_latency: true,
+                ..EpConfig::new(e, h, k, m, d)
+            }
+            .sizes(n)
+            .unwrap()
+        };
+        let (lf, lb) = (ll(EpDtype::Fp8E4m3), ll(EpDtype::Bf16));
+        assert_eq!(lf.off.ll_meta - lf.off.ll_x, e * m * h);
+        assert_eq!(lf.off.ll_scales - lf.off.ll_comb, m * k * 2 * h);
+        assert!(lf.symmetric_bytes - lf.off.ll_scales >= e * m * 4 * (h / 128));
+        assert_eq!(lb.off.ll_scales, lb.symmetric_bytes); // no scales: an empty area
+    }
+
+    #[test]
+    fn fp8_hidden_must_be_a_multiple_of_128() {
+        for h in [64, 144, 200] {
+            let m = msg(EpConfig::new(8, h, 2, 16, EpDtype::Fp8E4m3).sizes(2));
+            assert!(
+                m.contains("ep_new: hidden") && m.contains("multiple of 128"),
+                "{m}"
+            );
+        }
+        for h in [128, 384, 7168] {
+            EpConfig::new(8, h, 2, 16, EpDtype::Fp8E4m3)
+                .sizes(2)
+                .unwrap();
+        }
+        // bf16 takes any 16-byte row.
+        EpConfig::new(8, 64, 2, 16, EpDtype::Bf16).sizes(2).unwrap();
+    }
+
+    #[test]
+    fn dtype_facts() {
+        assert_eq!(EpDtype::Fp8E4m3.size(), 1);
+        assert_eq!(EpDtype::Fp8E4m3.combine_dtype(), EpDtype::Bf16);
+        assert_eq!(EpDtype::F32.combine_dtype(), EpDtype::F32);
+        assert_eq!(EpDtype::Bf16.combine_dtype(), EpDtype::Bf16);
+        assert_eq!(EpDtype::Fp8E4m3.scale_words(7168), 56);
+        assert_eq!(EpDtype::Bf16.scale_words(7168), 0);
+        assert_eq!(<u8 as EpElem>::DTYPE, EpDtype::Fp8E4m3);
+    }
+
+    #[test]
+    fn scales_are_required_for_fp8_and_refused_otherwise() {
+        let m = msg(scales_arg("ep_dispatch", EpDtype::Fp8E4m3, None, 4));
+        assert!(
+            m.contains("ep_dispatch: x_scales") && m.contains("dispatch_fp8"),
+            "{m}"
+        );
+        let m = msg(scales_arg("ep_dispatch", EpDtype::Fp8E4m3, Some(0), 4));
+        assert!(m.contains("x_scales: address 0x0"), "{m}");
+        let m = msg(scales_arg(
+            "ep_ll_dispatch",
+            EpDtype::Fp8E4m3,
+            Some(0x1002),
+            4,
+        ));
+        assert!(
+            m.contains("ep_ll_dispatch: x_scales") && m.contains("4-byte"),
+            "{m}"
+        );
+        assert_eq!(
+            scales_arg("ep_dispatch", EpDtype::Fp8E4m3, Some(0x1004), 4).unwrap(),
+            0x1004
+        );
+        // No tokens: a null scales pointer is fine (nothing is read).
+        assert_eq!(
+            scales_arg("ep_dispatch", EpDtype::Fp8E4m3, Some(0), 0).unwrap(),
+            0
+        );
+        let m = msg(scales_arg("ep_dispatch", EpDtype::Bf16, Some(0x1000), 4));
+        assert!(m.contains("x_scales: the handle was made for Bf16"), "{m}");
+        assert_eq!(scales_arg("ep_dispatch", EpDtype::F32, None, 4).unwrap(), 0);
+        // The typed *_fp8 calls check the handle first (before the elements of x).
+        let m = msg(fp8_only::<()>("ep_ll_dispatch", EpDtype::F32));
+        assert!(
+            m.contains("ep_ll_dispatch: x_scales: the handle was made for F32"),
+            "{m}"
+        );
+        fp8_only::<()>("ep_dispatch", EpDtype::Fp8E4m3).unwrap();
+    }
+
+    #[test]
+    fn element_types_and_in_place_combine_of_fp8() {
+        let m = msg(elem_check::<u16>(
+            "ep_dispatch",
+            "x",
+            EpDtype::Fp8E4m3,
+            EpDtype::Fp8E4m3,
+        ));
+        assert!(
+            m.contains("x: elements are Bf16 but the handle was made for Fp8E4m3"),
+            "{m}"
+        );
+        let want = EpDtype::Fp8E4m3.combine_dtype();
+        elem_check::<u16>("ep_combine", "y", EpDtype::Fp8E4m3, want).unwrap();
+        let m = msg(elem_check::<u8>("ep_combine", "y", EpDtype::Fp8E4m3, want));
+        assert!(
+            m.contains("y: elements are Fp8E4m3 but the combine of a Fp8E4m3 handle takes Bf16"),
+            "{m}"
+        );
+        let m = msg(elem_check::<u8>(
+            "ep_dispatch",
+            "x",
+            EpDtype::Bf16,
+            EpDtype::Bf16,
+        ));
+        assert!(m.contains("made for Bf16"), "{m}");
+        let m = msg(not_in_place("ep_combine", EpDtype::Fp8E4m3, 0x2000, 0x2000));
+        assert!(m.contains("ep_combine: y:") && m.contains("bf16"), "{m}");
+        not_in_place("ep_combine", EpDtype::Fp8E4m3, 0x3000, 0x2000).unwrap();
+        not_in_place("ep_combine", EpDtype::Bf16, 0x2000, 0x2000).unwrap();
+    }
 }

@@ -2,8 +2,13 @@
 //! computed on the CPU with the same arithmetic (fp32 fused multiply-adds in slot order per
 //! expert PE, partial sums rounded to the dtype, then fp32 adds over the expert PEs in PE order).
 //! The GPU check (`examples/moe_dispatch`) compares every row and every element against it.
+//!
+//! fp8 ([`EpDtype::Fp8E4m3`]): the dispatch is an exact copy of each row's bytes and of its
+//! scales (compare them bit for bit against the source's), and the combine is the bf16 combine
+//! (`combine(.., EpDtype::Fp8E4m3, ..)` rounds as for bf16). [`quantize_fp8`] and
+//! [`dequantize_fp8`] give the per-block quantization MoE layers use (scale = block amax / 448).
 
-use super::EpDtype;
+use super::{EpDtype, FP8_BLOCK};
 
 /// bf16 bits → f32 (exact).
 pub fn bf16_to_f32(h: u16) -> f32 {
@@ -19,12 +24,91 @@ pub fn f32_to_bf16(f: f32) -> u16 {
     ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16
 }
 
-/// `v` rounded to `dtype`'s precision, as an f32.
+/// `v` rounded to the precision of `dtype`'s combine, as an f32 (bf16 for
+/// [`EpDtype::Fp8E4m3`], whose combine runs in bf16).
 pub fn round_to(dtype: EpDtype, v: f32) -> f32 {
-    match dtype {
+    match dtype.combine_dtype() {
         EpDtype::F32 => v,
-        EpDtype::Bf16 => bf16_to_f32(f32_to_bf16(v)),
+        _ => bf16_to_f32(f32_to_bf16(v)),
     }
+}
+
+/// Largest finite fp8 e4m3 value.
+pub const FP8_E4M3_MAX: f32 = 448.0;
+
+/// fp8 e4m3 bits → f32 (exact): 1 sign, 4 exponent (bias 7), 3 mantissa bits; exponent 0 holds
+/// the subnormals `m·2⁻⁹`; `0x7f`/`0xff` are NaN (no infinities).
+pub fn fp8_e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = (((b >> 3) & 0xf) as i32, (b & 7) as f32);
+    if e == 0xf && b & 7 == 7 {
+        return f32::NAN;
+    }
+    if e == 0 {
+        sign * m * 2f32.powi(-9)
+    } else {
+        sign * (8.0 + m) * 2f32.powi(e - 10)
+    }
+}
+
+/// f32 → fp8 e4m3 bits, rounding to nearest even; magnitudes beyond 448 saturate to ±448 and
+/// NaN gives `0x7f`.
+pub fn f32_to_fp8_e4m3(f: f32) -> u8 {
+    if f.is_nan() {
+        return 0x7f;
+    }
+    let sign = if f.is_sign_negative() { 0x80u8 } else { 0 };
+    let a = f.abs();
+    if a >= FP8_E4M3_MAX {
+        return sign | 0x7e;
+    }
+    // The spacing of e4m3 values near `a`: 2^(e-3) for a in [2^e, 2^(e+1)), 2^-9 below 2^-6.
+    let e = if a < 2f32.powi(-6) {
+        -6
+    } else {
+        ((a.to_bits() >> 23) as i32) - 127
+    };
+    // a / spacing, rounded to an integer (ties to even): 0..=16 (16 carries into the next
+    // exponent, which the encoding below handles); the scaling by a power of two is exact.
+    let q = (a * 2f32.powi(3 - e)).round_ties_even() as u32;
+    let v = q as f32 * 2f32.powi(e - 3);
+    if v >= FP8_E4M3_MAX {
+        return sign | 0x7e;
+    }
+    if v < 2f32.powi(-6) {
+        // Subnormal: v = m·2^-9, m in 0..8.
+        return sign | q as u8;
+    }
+    let ev = ((v.to_bits() >> 23) as i32) - 127;
+    let mant = (v * 2f32.powi(3 - ev)) as u32 - 8;
+    sign | (((ev + 7) as u8) << 3) | mant as u8
+}
+
+/// Per-block fp8 quantization of `rows` rows of `hidden` values (`hidden` a multiple of 128):
+/// for each block of 128 elements, `scale = max(amax, 1e-4) / 448` and the elements become
+/// `fp8(x / scale)`. Returns the e4m3 bytes and the `rows × hidden/128` scales (the layout
+/// [`super::Ep::dispatch_fp8`] takes).
+pub fn quantize_fp8(x: &[f32], hidden: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut q = Vec::with_capacity(x.len());
+    let mut scales = Vec::with_capacity(x.len() / FP8_BLOCK.max(1));
+    for block in x.chunks(FP8_BLOCK) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let s = amax.max(1e-4) / FP8_E4M3_MAX;
+        scales.push(s);
+        q.extend(block.iter().map(|&v| f32_to_fp8_e4m3(v / s)));
+    }
+    debug_assert!(hidden == 0 || x.len() % hidden == 0);
+    (q, scales)
+}
+
+/// The values of fp8 rows of `hidden` elements with their per-block scales:
+/// `fp8(q[i]) · scales[i / 128]`.
+pub fn dequantize_fp8(q: &[u8], scales: &[f32], hidden: usize) -> Vec<f32> {
+    debug_assert!(hidden == 0 || q.len() % hidden == 0);
+    q.iter()
+        .enumerate()
+        .map(|(i, &b)| fp8_e4m3_to_f32(b) * scales[i / FP8_BLOCK])
+        .collect()
 }
 
 /// The routing of one PE: `num_tokens × k` expert indices (`-1` = none) and weights.
@@ -221,6 +305,96 @@ mod tests {
                 topk_weights: vec![1.0, 0.5],
             },
         ]
+    }
+
+    #[test]
+    fn fp8_e4m3_encoding() {
+        assert_eq!(f32_to_fp8_e4m3(1.0), 0x38);
+        assert_eq!(fp8_e4m3_to_f32(0x38), 1.0);
+        assert_eq!(f32_to_fp8_e4m3(448.0), 0x7e);
+        assert_eq!(f32_to_fp8_e4m3(-448.0), 0xfe);
+        assert_eq!(f32_to_fp8_e4m3(1000.0), 0x7e); // saturates
+        assert_eq!(f32_to_fp8_e4m3(f32::NAN), 0x7f);
+        assert!(fp8_e4m3_to_f32(0x7f).is_nan() && fp8_e4m3_to_f32(0xff).is_nan());
+        assert_eq!(fp8_e4m3_to_f32(0x01), 2f32.powi(-9)); // smallest subnormal
+        assert_eq!(fp8_e4m3_to_f32(0x08), 2f32.powi(-6)); // smallest normal
+        assert_eq!(fp8_e4m3_to_f32(0x7e), 448.0);
+        assert_eq!(fp8_e4m3_to_f32(0xc4), -3.0);
+        // Ties to even: 1 + 1/16 lies halfway between 1 (mantissa 0) and 1.125 (mantissa 1).
+        assert_eq!(f32_to_fp8_e4m3(1.0 + 1.0 / 16.0), 0x38);
+        // 1 + 3/16 lies halfway between 1.125 and 1.25 (mantissa 2, even).
+        assert_eq!(f32_to_fp8_e4m3(1.0 + 3.0 / 16.0), 0x3a);
+        // Half the smallest subnormal ties to 0; 3·2^-10 to 2·2^-9; 15·2^-10 up to 2^-6.
+        assert_eq!(f32_to_fp8_e4m3(2f32.powi(-10)), 0x00);
+        assert_eq!(f32_to_fp8_e4m3(3.0 * 2f32.powi(-10)), 0x02);
+        assert_eq!(f32_to_fp8_e4m3(15.0 * 2f32.powi(-10)), 0x08);
+        // 15.5 rounds to 16 (carry into the next exponent); 464 (between 448 and 480) saturates.
+        assert_eq!(fp8_e4m3_to_f32(f32_to_fp8_e4m3(15.5)), 16.0);
+        assert_eq!(f32_to_fp8_e4m3(464.0), 0x7e);
+        // Every finite code round-trips; -0 keeps its sign bit.
+        for b in 0..=255u8 {
+            if b & 0x7f != 0x7f {
+                assert_eq!(f32_to_fp8_e4m3(fp8_e4m3_to_f32(b)), b, "code {b:#04x}");
+            }
+        }
+        // Every value rounds to a nearest code.
+        for i in 0..4000 {
+            let v = (i as f32 - 2000.0) * 0.1337;
+            let got = fp8_e4m3_to_f32(f32_to_fp8_e4m3(v));
+            let best = (0..=255u8)
+                .map(fp8_e4m3_to_f32)
+                .filter(|c| !c.is_nan())
+                .fold(f32::INFINITY, |b, c| {
+                    b.min((c - v.clamp(-448.0, 448.0)).abs())
+                });
+            assert_eq!((got - v.clamp(-448.0, 448.0)).abs(), best, "value {v}");
+        }
+    }
+
+    #[test]
+    fn fp8_block_quantization() {
+        let h = 256;
+        let x: Vec<f32> = (0..2 * h)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let (q, s) = quantize_fp8(&x, h);
+        assert_eq!((q.len(), s.len()), (2 * h, 2 * h / FP8_BLOCK));
+        for (b, &sb) in s.iter().enumerate() {
+            let block = &x[b * FP8_BLOCK..(b + 1) * FP8_BLOCK];
+            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert_eq!(sb, amax / FP8_E4M3_MAX);
+            // The block's largest element maps to ±448 exactly.
+            assert!(q[b * FP8_BLOCK..(b + 1) * FP8_BLOCK]
+                .iter()
+                .any(|&c| c & 0x7f == 0x7e));
+        }
+        let d = dequantize_fp8(&q, &s, h);
+        for (i, (&v, &dv)) in x.iter().zip(&d).enumerate() {
+            // e4m3 keeps 3 mantissa bits: within 2^-4 relative, or half a subnormal step.
+            let sb = s[i / FP8_BLOCK];
+            assert!(
+                (v - dv).abs() <= v.abs() / 16.0 + sb * 2f32.powi(-10),
+                "element {i}: {v} -> {dv}"
+            );
+        }
+        // An all-zero block gets the floor scale and zeros.
+        let (qz, sz) = quantize_fp8(&[0.0; 128], 128);
+        assert!(qz.iter().all(|&c| c == 0) && sz == vec![1e-4 / FP8_E4M3_MAX]);
+    }
+
+    #[test]
+    fn fp8_combine_rounds_as_bf16() {
+        let r = routing();
+        let y = |e: usize, t: usize| vec![1.0 + (e + t) as f32 / 256.0; 2];
+        assert_eq!(
+            combine(&r, 4, 2, 0, 2, EpDtype::Fp8E4m3, &y),
+            combine(&r, 4, 2, 0, 2, EpDtype::Bf16, &y)
+        );
+        assert_ne!(
+            combine(&r, 4, 2, 0, 2, EpDtype::Fp8E4m3, &y),
+            combine(&r, 4, 2, 0, 2, EpDtype::F32, &y)
+        );
+        assert_eq!(round_to(EpDtype::Fp8E4m3, 1.0 + 1.0 / 512.0), 1.0);
     }
 
     #[test]

@@ -44,6 +44,18 @@ int main(void) {
     CHECK(rshmemx_ep_output(NULL, NULL, NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
     CHECK(rshmemx_ep_ll_dispatch_on_stream(NULL, NULL, NULL, 0, 0) == RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmemx_ep_ll_output(NULL, NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    /* fp8: hidden must be a multiple of 128 (checked before the backend), then the backend. */
+    ec.dtype = RSHMEMX_EP_FP8_E4M3;
+    ec.hidden = 64;
+    CHECK(rshmemx_ep_create(&ec, &ep) == RSHMEM_ERROR_INVALID_VALUE && ep == NULL);
+    ec.hidden = 256;
+    CHECK(rshmemx_ep_create(&ec, &ep) == RSHMEM_ERROR_UNSUPPORTED && ep == NULL);
+    CHECK(rshmemx_ep_dispatch_fp8_on_stream(NULL, NULL, NULL, NULL, NULL, 0, 0) ==
+          RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_ep_ll_dispatch_fp8_on_stream(NULL, NULL, NULL, NULL, 0, 0) ==
+          RSHMEM_ERROR_UNSUPPORTED);
+    CHECK(rshmemx_ep_output_scales(NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_ep_ll_output_scales(NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
 
     /* Bad arguments of status-returning calls. */
     rshmem_team_t t = 5;
