@@ -44,14 +44,22 @@ pub struct Liveness {
     /// failure is written there (PE + 1), so that local peers that see this PE leave in
     /// reaction can blame the PE that died first.
     notice: AtomicUsize,
-    /// Shared-memory bells this PE's waits may sleep on (its own, the host barrier's), rung
-    /// when a failure is recorded so that they see it at once (addresses, mapped as long as
-    /// the notice word is).
-    bells: Mutex<Vec<usize>>,
+    /// Called when a failure is recorded: they ring the shared-memory bells this PE's waits
+    /// may sleep on (its own, the host barrier's), so that those waits see it at once.
+    on_failure: Mutex<Vec<FailureCall>>,
     /// Per PE, how its connection to this PE ended, as the target side of a remote transport
     /// saw it: 0 not (yet), [`LEFT_SILENTLY`] without a notice, else 1 + the PE it said it
     /// left because of (a wire notice sent before it closed).
     departed: Box<[AtomicUsize]>,
+}
+
+/// A call of [`Liveness::on_failure`].
+struct FailureCall(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for FailureCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureCall")
+    }
 }
 
 /// [`Liveness::note_departure`]: the connection ended with no notice.
@@ -69,7 +77,7 @@ impl Liveness {
             finalizing: AtomicBool::new(false),
             lost: (0..n_pes).map(|_| AtomicBool::new(false)).collect(),
             notice: AtomicUsize::new(0),
-            bells: Mutex::new(Vec::new()),
+            on_failure: Mutex::new(Vec::new()),
             departed: (0..n_pes).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
@@ -164,28 +172,27 @@ impl Liveness {
                     unsafe { &*(at as *const AtomicU64) }.store(pe as u64 + 1, Ordering::Release);
                 }
                 // Waits asleep on a shared-memory bell see the failure now, not after a nap.
-                if let Ok(bells) = self.bells.lock() {
-                    for &b in bells.iter() {
-                        crate::wait::SharedBell::at(b).ring();
+                if let Ok(calls) = self.on_failure.lock() {
+                    for ring in calls.iter() {
+                        (ring.0)();
                     }
                 }
             }
         }
     }
 
-    /// Forgets the bells (their memory is about to be unmapped).
-    pub(crate) fn clear_bells(&self) {
-        if let Ok(mut b) = self.bells.lock() {
-            b.clear();
+    /// Forgets the calls of [`on_failure`](Liveness::on_failure) (the bells they ring are
+    /// about to be unmapped).
+    pub(crate) fn clear_on_failure(&self) {
+        if let Ok(mut c) = self.on_failure.lock() {
+            c.clear();
         }
     }
 
-    /// Adds a shared-memory bell (see the field) to ring when a failure is recorded.
-    pub(crate) fn ring_on_failure(&self, bell: usize) {
-        if let Ok(mut b) = self.bells.lock() {
-            if !b.contains(&bell) {
-                b.push(bell);
-            }
+    /// Adds a call made when a failure is recorded (see the field).
+    pub(crate) fn on_failure(&self, call: Box<dyn Fn() + Send + Sync>) {
+        if let Ok(mut c) = self.on_failure.lock() {
+            c.push(FailureCall(call));
         }
     }
 

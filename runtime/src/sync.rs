@@ -22,8 +22,8 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::heap::internal::{
-    BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE, HOST_BARRIER, HOST_BARRIER_BELL,
-    HOST_BARRIER_GROUP, HOST_BARRIER_GROUPS, HOST_BARRIER_GROUP_BELLS, HOST_BARRIER_NAMED,
+    host_barrier_bells, BARRIER_FLAGS, BARRIER_ROUNDS, BELL, CHECK_WORDS, FLAG_STRIDE,
+    HOST_BARRIER, HOST_BARRIER_BELL, HOST_BARRIER_COUNT_BITS, HOST_BARRIER_NAMED,
     HOST_BARRIER_SLOTS, PEER_NOTICE,
 };
 use crate::types::{AmoInt, Bits, Cmp};
@@ -183,7 +183,7 @@ impl World {
             KIND_BARRIER
         };
         // Every PE on this host, more than its CPUs: one shared arrival count
-        // ([`host_barrier`], [`host_barrier_serves`]). Finalize's last barrier stays a
+        // ([`host_barrier`], [`crate::wait::host_barrier_serves`]). Finalize's last barrier stays a
         // dissemination barrier (its peers may leave once they passed it, which only
         // per-partner flags tell apart from leaving early); it follows finalize's first
         // barrier, which every PE passed only if every PE is in finalize.
@@ -241,7 +241,7 @@ impl World {
 
     /// The world barrier when every PE is on this host: each PE adds itself, and the kind of
     /// its call, to one arrival word in local PE 0's control heap ([`HOST_BARRIER`]; a count of
-    /// arrivals, of finalizes and of checked heap calls, [`ARRIVED_BITS`] each); the last to
+    /// arrivals, of finalizes and of checked heap calls, [`HOST_BARRIER_COUNT_BITS`] each); the last to
     /// arrive keeps the sum for this barrier's epoch parity, clears the word, publishes the
     /// epoch and rings the barrier's bell, which wakes every PE asleep on it in one `futex`
     /// call. A PE runs about twice per barrier instead of once per round of a dissemination
@@ -262,7 +262,9 @@ impl World {
         };
         let (arrived, done) = (word(0), word(1));
         let sum = word(2 + (epoch & 1) as usize);
-        let (bell, leader) = host_barrier_bell(&self.ctrl, self.ctrl.me_local());
+        let (sleeps_on, rings) = host_barrier_bells(self.ctrl.me_local());
+        let bell = SharedBell::at(self.ctrl.internal_addr(0, sleeps_on));
+        let leader = rings.map(|g| SharedBell::at(self.ctrl.internal_addr(0, g)));
         let leaders = SharedBell::at(self.ctrl.internal_addr(0, HOST_BARRIER_BELL));
         let slot = |l: usize| {
             (l < HOST_BARRIER_NAMED).then(|| {
@@ -276,10 +278,12 @@ impl World {
         if let Some(s) = slot(self.ctrl.me_local()) {
             s.store(epoch as u32, Ordering::Relaxed);
         }
-        let field = |v: u64, i: u32| (v >> (i * ARRIVED_BITS)) & ((1 << ARRIVED_BITS) - 1);
+        let field = |v: u64, i: u32| {
+            (v >> (i * HOST_BARRIER_COUNT_BITS)) & ((1 << HOST_BARRIER_COUNT_BITS) - 1)
+        };
         let mine = 1
-            | u64::from(kind & KIND_FINALIZE != 0) << ARRIVED_BITS
-            | u64::from(kind & KIND_CHECKED != 0) << (2 * ARRIVED_BITS);
+            | u64::from(kind & KIND_FINALIZE != 0) << HOST_BARRIER_COUNT_BITS
+            | u64::from(kind & KIND_CHECKED != 0) << (2 * HOST_BARRIER_COUNT_BITS);
         // AcqRel: each arrival releases this PE's writes; the last one acquires them all
         // (a release sequence of read-modify-writes) and releases them with `done`.
         let all = arrived.fetch_add(mine, Ordering::AcqRel) + mine;
@@ -839,54 +843,6 @@ const KIND_FINALIZE: u64 = 1 << 57;
 /// seen by both.
 const KIND_CHECKED: u64 = 1 << 58;
 const KIND_PLAIN: u64 = 1 << 59;
-
-/// The bell local PE `l` sleeps on in a host barrier, and the group bell it rings once the
-/// barrier is done when it leads a group (the first PE of each group of
-/// [`HOST_BARRIER_GROUP`] with a bell of its own): the others of a group sleep on the group's
-/// bell, the leaders (and the PEs of groups beyond [`HOST_BARRIER_GROUPS`]) on the host
-/// barrier's.
-pub(crate) fn host_barrier_bell(
-    ctrl: &crate::heap::Heap,
-    l: usize,
-) -> (SharedBell, Option<SharedBell>) {
-    let g = l / HOST_BARRIER_GROUP;
-    let leaders = SharedBell::at(ctrl.internal_addr(0, HOST_BARRIER_BELL));
-    if g >= HOST_BARRIER_GROUPS {
-        return (leaders, None);
-    }
-    let group = SharedBell::at(ctrl.internal_addr(0, HOST_BARRIER_GROUP_BELLS + 8 * g));
-    if l % HOST_BARRIER_GROUP == 0 {
-        (leaders, Some(group))
-    } else {
-        (group, None)
-    }
-}
-
-/// Whether world barriers are host barriers ([`World::host_barrier`]): every one of the `n`
-/// PEs is on this host (`n_local` of them), they outnumber the host's CPUs (`host_cpus`, the
-/// same count in every PE of the host), and the arrival word counts them. With a core each a
-/// dissemination barrier is faster: its rounds' flags each go to another cache line, where the
-/// host barrier's arrivals queue on one (on 16 cores: 16 PEs 1.06 against 2.3–2.5 µs, 4 PEs
-/// 0.54 against 0.71–0.77 µs; 64 PEs 140–159 against 94–99 µs, 256 PEs 933–998 against
-/// 385–397 µs).
-/// `force` (`RSHMEM_HOST_BARRIER`): Some(true) for every one-host job of more than one PE,
-/// Some(false) never.
-pub(crate) fn host_barrier_serves(
-    n_local: usize,
-    n: usize,
-    host_cpus: usize,
-    force: Option<bool>,
-) -> bool {
-    let many = match force {
-        None => n > host_cpus.max(2),
-        Some(on) => on && n > 1,
-    };
-    n_local == n && many && n < 1 << ARRIVED_BITS
-}
-
-/// Bits of each count in the host barrier's arrival word (arrivals, finalizes, checked heap
-/// calls): the host barrier serves up to 2^21 − 1 PEs.
-const ARRIVED_BITS: u32 = 21;
 
 /// The error of a world barrier whose PEs made different calls: this PE's `mine`, `all` every
 /// PE's (ORed).

@@ -430,14 +430,16 @@ impl World {
         )?;
         live.set_notice(ctrl.internal_addr(ctrl.me_local(), PEER_NOTICE));
         // The bells this PE's barrier waits sleep on, rung when a peer is found lost.
-        live.ring_on_failure(ctrl.internal_addr(ctrl.me_local(), BELL));
+        let own = SharedBell::at(ctrl.internal_addr(ctrl.me_local(), BELL));
+        live.on_failure(Box::new(move || own.ring()));
         let host_cpus = crate::wait::host_cpus().unwrap_or(1);
         let host_barrier =
-            crate::sync::host_barrier_serves(node.len(), n, host_cpus, cfg.host_barrier);
+            crate::wait::host_barrier_serves(node.len(), n, host_cpus, cfg.host_barrier);
         if host_barrier {
             ctrl.map_peer("init", 0, ctrl.internal(), Some(&live))?;
-            let (sleeps_on, _) = crate::sync::host_barrier_bell(&ctrl, ctrl.me_local());
-            live.ring_on_failure(sleeps_on.addr());
+            let (sleeps_on, _) = crate::heap::internal::host_barrier_bells(ctrl.me_local());
+            let bell = SharedBell::at(ctrl.internal_addr(0, sleeps_on));
+            live.on_failure(Box::new(move || bell.ring()));
         }
         let (gpu, host_pes) = choose_gpu(boot.as_ref(), &cfg, &node)?;
         if gpu.is_some() {
@@ -1362,7 +1364,7 @@ impl Drop for World {
         // A peer found lost while the transports shut down is still recorded, but no longer
         // announced in the control heap, which is unmapped after them.
         self.live.set_notice(0);
-        self.live.clear_bells();
+        self.live.clear_on_failure();
         if let Some(g) = &self.dev.gpu {
             crate::device::units::retire(g);
         }

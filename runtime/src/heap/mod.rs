@@ -80,6 +80,27 @@ pub mod internal {
     pub const HOST_BARRIER_GROUP_BELLS: usize = HOST_BARRIER + 5 * 64;
     /// Local PEs per group of the host barrier.
     pub const HOST_BARRIER_GROUP: usize = 32;
+    /// Bits of each count in the host barrier's arrival word (arrivals, finalizes, checked heap
+    /// calls): the host barrier serves up to 2^21 − 1 PEs.
+    pub const HOST_BARRIER_COUNT_BITS: u32 = 21;
+
+    /// The bells of the host barrier for local PE `l`, as offsets in local PE 0's internal
+    /// area: the one it sleeps on, and the group bell it rings once the barrier is done when
+    /// it leads a group (the first PE of each group of [`HOST_BARRIER_GROUP`] with a bell of
+    /// its own). The others of a group sleep on the group's bell; the leaders, and the PEs of
+    /// groups beyond [`HOST_BARRIER_GROUPS`], on [`HOST_BARRIER_BELL`].
+    pub fn host_barrier_bells(l: usize) -> (usize, Option<usize>) {
+        let g = l / HOST_BARRIER_GROUP;
+        if g >= HOST_BARRIER_GROUPS {
+            return (HOST_BARRIER_BELL, None);
+        }
+        let group = HOST_BARRIER_GROUP_BELLS + 8 * g;
+        if l % HOST_BARRIER_GROUP == 0 {
+            (HOST_BARRIER_BELL, Some(group))
+        } else {
+            (group, None)
+        }
+    }
     /// Groups with a bell of their own.
     pub const HOST_BARRIER_GROUPS: usize = 256;
     /// Each local PE's last barrier epoch (32 bits, by local index), for naming a PE that has
