@@ -1135,12 +1135,9 @@ impl World {
     /// is one chunk, its internal area).
     #[inline(always)]
     pub(crate) fn ctrl_mapped(&self, call: &'static str, l: usize) -> Result<()> {
-        if self.ctrl.peer_mapped(l, self.ctrl.internal()) {
-            Ok(())
-        } else {
-            self.ctrl
-                .map_peer(call, l, self.ctrl.internal(), Some(&self.live))
-        }
+        // `map_peer` checks the mapped length inline first (one load when it is mapped).
+        self.ctrl
+            .map_peer(call, l, self.ctrl.internal(), Some(&self.live))
     }
 
     /// Reads (acquire) the runtime-internal word at `off` of PE `pe`'s control heap.
