@@ -48,7 +48,7 @@ static WAITS: Mutex<Vec<Record>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
 
 /// How long the watcher gives waiting threads to describe themselves.
-const ANSWER_WITHIN: Duration = Duration::from_millis(300);
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_millis(300);
 
 struct Record {
     id: u64,

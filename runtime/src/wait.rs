@@ -42,11 +42,16 @@ const NAP: Duration = Duration::from_micros(50);
 /// The longest nap on a doorbell that every writer of the PE's memory rings (a bound, so that
 /// timeouts, lost peers and the hang report are still looked at often).
 const NAP_RUNG: Duration = Duration::from_millis(2);
-/// The longest nap on a [`SharedBell`]: naps on one start at [`NAP_RUNG`] and double. A wait
-/// on a shared-memory bell is woken by the store it waits for and by a peer's loss
-/// (`Liveness` rings the bells), so its naps only bound how late a timeout or a hang report
-/// can be; 2 ms naps woke each of 1,024 PEs on 2 cores about 100 times per barrier.
-const NAP_SHARED_MAX: Duration = Duration::from_millis(64);
+/// One nap on a [`SharedBell`]. A wait on a shared-memory bell is woken by the store it waits
+/// for and by a peer's loss (`Liveness` rings the bells), so its naps only bound how late a
+/// timeout, a hang report (answered within [`crate::hang::ANSWER_WITHIN`]) or a signal can be seen.
+/// Shorter naps cost wake-ups that do nothing: with naps of 2 ms doubling to 64 ms, the early
+/// arrivals of a barrier that took longer than 2 ms woke to look once or more; 512 PEs on 2
+/// cores switched context 1.75 times per PE per barrier (2.4–5.2 ms), and 1.0 times (2.4 ms)
+/// with 64 ms naps from the start; 1,024 PEs took 50–94 ms, then 5.4 ms.
+const NAP_SHARED: Duration = Duration::from_millis(64);
+// A napping wait answers a hang report in time.
+const _: () = assert!(NAP_SHARED.as_millis() < crate::hang::ANSWER_WITHIN.as_millis());
 
 /// What wakes a PE's napping waits early: rung by the threads that write peers' data into this
 /// PE's memory ([`Doorbell::ring`]); a wait reads [`Doorbell::seq`] before it checks its
@@ -374,7 +379,7 @@ impl WaitPolicy {
 
     /// [`wait`](WaitPolicy::wait) for a condition that only stores followed by a ring of
     /// `bell` (this PE's [`SharedBell`]) can make true, besides the writes that ring the PE's
-    /// [`Doorbell`]: a napping wait sleeps on `bell` for up to [`NAP_RUNG`].
+    /// [`Doorbell`]: a napping wait sleeps on `bell` for up to [`NAP_SHARED`].
     #[inline]
     pub fn wait_rung<T>(
         &self,
@@ -412,7 +417,6 @@ impl WaitPolicy {
         let start = Instant::now();
         let mut waiting = crate::hang::Waiting::enter(call, pe, start);
         let mut napped = false;
-        let mut shared_nap = NAP_RUNG;
         loop {
             if start.elapsed() <= self.nap_after {
                 // Past this, the waiter naps and the transport's own progress thread serves
@@ -472,11 +476,10 @@ impl WaitPolicy {
                         // Not past the timeout by more than the first nap.
                         let left = self
                             .timeout
-                            .map_or(shared_nap, |t| t.saturating_sub(waited).max(NAP_RUNG));
-                        if let Some(v) = b.sleep(shared_nap.min(left), done) {
+                            .map_or(NAP_SHARED, |t| t.saturating_sub(waited).max(NAP_RUNG));
+                        if let Some(v) = b.sleep(NAP_SHARED.min(left), done) {
                             return Ok(v);
                         }
-                        shared_nap = (shared_nap * 2).min(NAP_SHARED_MAX);
                     }
                     (None, Some((b, nap))) => b.sleep(rung, *nap),
                     (None, None) => std::thread::sleep(NAP),
