@@ -33,8 +33,8 @@ pub static ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: "RSHMEM_HEAP_LIMIT",
         kind: "bytes (K/M/G/T suffix)",
-        default: "64G",
-        help: "Most symmetric memory one PE may map; the heap grows on demand up to this. Address space for it is reserved at init, memory is not.",
+        default: "64G (32T / PEs per host above 512 PEs on a host)",
+        help: "Most symmetric memory one PE may map; the heap grows on demand up to this. Address space for it is reserved at init, memory is not: every process reserves it for each PE of its host.",
     },
     EnvVar {
         name: "RSHMEM_HEAP_INITIAL",
@@ -180,8 +180,9 @@ pub fn all_env_vars() -> impl Iterator<Item = &'static EnvVar> {
 pub struct Config {
     /// Timeout of every blocking wait; `None` waits forever.
     pub timeout: Option<Duration>,
-    /// Most symmetric memory one PE may map.
-    pub heap_limit: usize,
+    /// Most symmetric memory one PE may map (`RSHMEM_HEAP_LIMIT`); `None`: the default,
+    /// [`Config::heap_limit_for`]. A `World`'s `config()` holds the limit in effect.
+    pub heap_limit: Option<usize>,
     /// Size of the first heap chunk.
     pub heap_initial: usize,
     /// Check allocation symmetry across PEs.
@@ -233,11 +234,32 @@ pub enum BackendChoice {
     Gpu,
 }
 
+/// The heap limit per PE when `RSHMEM_HEAP_LIMIT` is not set, for a host of few PEs.
+pub const DEFAULT_HEAP_LIMIT: usize = 64 << 30;
+
+/// The address space the default heap limits of one host's PEs add up to at most: every process
+/// of the host reserves every local PE's slice, and x86-64 user space is 128 TiB (with 1,024
+/// PEs on a host, 64 GiB each needed 65 TiB in every process, which ASLR-placed libraries left
+/// room for only now and then).
+pub const HOST_HEAP_SPACE: usize = 32 << 40;
+
+impl Config {
+    /// The heap limit of each of `n_local` PEs on this host: `RSHMEM_HEAP_LIMIT` when set, else
+    /// [`DEFAULT_HEAP_LIMIT`], lowered to [`HOST_HEAP_SPACE`] / `n_local` (whole GiB, at least
+    /// 1 GiB) on hosts with more than 512 PEs.
+    pub fn heap_limit_for(&self, n_local: usize) -> usize {
+        self.heap_limit.unwrap_or_else(|| {
+            let share = (HOST_HEAP_SPACE / n_local.max(1)) & !((1 << 30) - 1);
+            DEFAULT_HEAP_LIMIT.min(share.max(1 << 30))
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             timeout: Some(Duration::from_secs(300)),
-            heap_limit: 64 << 30,
+            heap_limit: None,
             heap_initial: 64 << 20,
             debug_symmetry: false,
             node_id: None,
@@ -289,7 +311,7 @@ impl Config {
         let flag = |name| parsed(get, name, parse_bool, "expected 0/1/true/false");
         let size = |name, like| parsed(get, name, parse_size, like);
         if let Some(b) = size("RSHMEM_HEAP_LIMIT", "expected a size like 512M or 16G")? {
-            c.heap_limit = b;
+            c.heap_limit = Some(b);
         }
         if let Some(b) = size("RSHMEM_HEAP_INITIAL", "expected a size like 64M")? {
             c.heap_initial = b;
@@ -567,6 +589,25 @@ mod tests {
     }
 
     #[test]
+    fn default_heap_limit_fits_the_host_address_space() {
+        let c = Config::default();
+        assert_eq!(c.heap_limit_for(1), DEFAULT_HEAP_LIMIT);
+        assert_eq!(c.heap_limit_for(512), 64 << 30);
+        assert_eq!(c.heap_limit_for(1024), 32 << 30);
+        assert_eq!(c.heap_limit_for(3000), 10 << 30);
+        assert_eq!(c.heap_limit_for(1 << 20), 1 << 30);
+        for n in [1, 7, 513, 1024, 2048, 6000] {
+            assert!(c.heap_limit_for(n) * n <= HOST_HEAP_SPACE.max(n << 30));
+        }
+        // A limit that was set is kept, however many PEs share the host.
+        let set = Config {
+            heap_limit: Some(64 << 30),
+            ..Config::default()
+        };
+        assert_eq!(set.heap_limit_for(1024), 64 << 30);
+    }
+
+    #[test]
     fn env_values() {
         let c = Config::from_lookup(&lookup(&[
             ("RSHMEM_TIMEOUT", "2.5"),
@@ -574,7 +615,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
-        assert_eq!(c.heap_limit, 1 << 30);
+        assert_eq!(c.heap_limit, Some(1 << 30));
         let c = Config::from_lookup(&lookup(&[("RSHMEM_TIMEOUT", "0")])).unwrap();
         assert_eq!(c.timeout, None);
         assert_eq!(c.remote_transport, RemoteChoice::Auto);

@@ -233,7 +233,7 @@ impl Builder {
             cfg.timeout = t;
         }
         if let Some(v) = self.heap_limit {
-            cfg.heap_limit = v;
+            cfg.heap_limit = Some(v);
         }
         if let Some(v) = self.heap_initial {
             cfg.heap_initial = v;
@@ -401,7 +401,7 @@ impl World {
     }
 
     fn start_inner(
-        cfg: Config,
+        mut cfg: Config,
         boot: Box<dyn Bootstrap>,
         rendezvous: Option<String>,
         t0: Instant,
@@ -454,12 +454,14 @@ impl World {
             Some(g) => Backing::Cuda(g.clone()),
             None => Backing::Host,
         };
+        // The limit in effect, as `config()` reports it.
+        cfg.heap_limit = Some(cfg.heap_limit_for(node.len()));
         let heap = Arc::new(Heap::create(
             boot.as_ref(),
             &node,
             &live,
             backing,
-            cfg.heap_limit,
+            cfg.heap_limit_for(node.len()),
             cfg.heap_initial,
             "heap",
             cfg.lazy_mapping,

@@ -96,6 +96,13 @@ fn heap_limit_too_large() {
     );
 }
 
+/// A heap limit whose slices do not fit the address space (x86-64 user space is 128 TiB): the
+/// failed reservation names the variable to lower.
+#[test]
+fn heap_limit_beyond_the_address_space() {
+    fails_naming(&[("RSHMEM_HEAP_LIMIT", "200T")], "lower RSHMEM_HEAP_LIMIT");
+}
+
 #[test]
 fn unknown_scenario() {
     let r = direct(&["no-such-scenario"], &[]);

@@ -177,7 +177,14 @@ pub fn reserve_matching(
     let mut blockers = Vec::new();
     for round in 0..16 {
         let proposal = if me == 0 {
-            let r = reserve(None, len)?.ok_or_else(|| {
+            let mut r = reserve(None, len);
+            if !matches!(r, Ok(Some(_))) && !blockers.is_empty() {
+                // The addresses refused so far hold the space a new proposal needs (a large
+                // reservation fits the address space only a few times): give them back.
+                blockers.clear();
+                r = reserve(None, len);
+            }
+            let r = r?.ok_or_else(|| {
                 Error::invalid(
                     "init",
                     format!("could not reserve {len} bytes of address space"),

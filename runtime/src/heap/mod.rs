@@ -277,13 +277,29 @@ impl Heap {
         })?;
         let res = match &backing {
             Backing::Host => {
-                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_host)?
+                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_host)
             }
             Backing::Cuda(g) => {
                 g.bind("init")?;
-                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_gpu)?
+                host::reserve_matching(boot, &node.pes, node.me, total, &host::reserve_gpu)
             }
-        };
+        }
+        .map_err(|e| match e {
+            // Every process reserves the slices of every PE of its host.
+            Error::Os {
+                call,
+                context,
+                source,
+            } if limit > 0 => Error::Os {
+                call,
+                context: format!(
+                    "{context} for the {label} of {n_local} PEs on this host ({slice} bytes \
+                     each, from the heap limit of {limit} bytes: lower RSHMEM_HEAP_LIMIT)"
+                ),
+                source,
+            },
+            e => e,
+        })?;
         let my_base = res.base + node.me * slice;
         let first = checked_round_up(initial.saturating_add(internal), GRANULE)
             .unwrap_or(end)

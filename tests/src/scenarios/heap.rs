@@ -480,7 +480,10 @@ fn cycles(c: &Ctx<'_>) -> R {
 
 fn oom(c: &Ctx<'_>) -> R {
     let (w, me, n, succ, pred) = (c.w, c.me, c.n, c.succ(), c.pred());
-    let limit = w.config().heap_limit;
+    let limit = w
+        .config()
+        .heap_limit
+        .ok_or_else(|| Fail("config() names no heap limit in effect".into()))?;
     let keep = w.malloc::<u64>(16).ctx("malloc")?;
     let vals: Vec<u64> = (0..16).map(|i| val(me, succ, i)).collect();
     w.put(keep.as_ptr(), &vals, succ).ctx("put")?;
