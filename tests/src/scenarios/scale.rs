@@ -17,7 +17,8 @@
 //! the process's start (exec, the bootstrap's rendezvous and links, init), 10 ms resolution. The sockets are
 //! counted from `/proc/self/fd` right after init (before any one-sided operation could open a
 //! connection lazily), the barrier is the mean of BARRIERS (default 20) `barrier_all` calls
-//! after one warm-up call, and the resident memory is read after them. Then every PE puts one
+//! after one warm-up call (and before an untimed one, which keeps the PEs that woke first from
+//! delaying the clocks of the others), and the resident memory is read after them. Then every PE puts one
 //! word to its successor on the ring and checks what its predecessor put (the PEs that
 //! communicate go through the real code path).
 
@@ -125,6 +126,11 @@ pub fn run(c: &Ctx<'_>) -> R {
         c.barrier("a timed barrier")?;
     }
     let per = t.elapsed() / rounds.max(1);
+    // Nothing else before every PE has read its clock: a PE that woke from the last timed
+    // barrier and went on to count its descriptors kept the CPU from the PEs still to wake (up
+    // to 128 to a core), and their clocks then counted that too (the PEs' means at 256 PEs
+    // on 2 cores spread evenly from 1.1 to 3.2 ms, for barriers that took 1.1 ms).
+    c.barrier("the timed barriers")?;
     let after = w.comm_counters();
     let (_, _, tcp_b, _) = count_fds()?;
     let rss = rss_kib()?;
