@@ -14,16 +14,27 @@ N`. Every line of each program's .args file (one run with no arguments when the 
 or empty) runs with both libraries in two rounds: NVSHMEM first in round 1, rshmem first in round
 2. Point-to-point programs (a pt-to-pt folder) run on 2 PEs, the others on --np (default 4).
 
+`--libs rshmem` builds and runs the rshmem side alone (no NVSHMEM install, no mpirun): every
+.args line once (round 1; --round 2|both repeats it), a PASS/FAIL line per run, and a table of
+the numbers without ratios. The rshmem build keeps a copy of librshmem.so and rshmemrun in
+BUILD/lib, which the programs find through their rpath $ORIGIN/../../lib, so BUILD can be carried
+to another machine; at run time --lib DIR uses another librshmem.so and rshmemrun. `--mps` starts
+a CUDA MPS daemon of the script's own (scripts/cuda-mps) for the runs and stops it at the end, so
+that several PEs share one GPU.
+
 Every run has NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 (no NVLink multicast) and
 NVSHMEM_MACHINE_READABLE_OUTPUT=1, which makes the perftests print each result as
 `&&&& PERF <job>___<subjob>___size__<bytes>___<metric> <value> <+|-><units>` (perftest/common/
 utils.cu, print_table_*; `+`: higher is better, `-`: lower is better). The ratio of a row is
 NVSHMEM time / rshmem time, or rshmem bandwidth / NVSHMEM bandwidth: above 1 rshmem is faster.
 A run that fails (exit status, timeout, no result) is a FAIL line with its log, never dropped.
+Every run has a time limit (--timeout, 60 s); its processes are ended when it passes.
 
 Outputs (--out DIR): runs.jsonl (one line per run), results.jsonl (one line per row and round),
 side-by-side.md (the ratio table: per program, args line, table and size, both rounds, and the
-geometric mean per table), logs/ (every run's output).
+geometric mean per table) or, with one library, results.md (every run's status and the numbers
+per program, args line, table and size), logs/ (every run's output). Exit status: 0, 1 when a
+run failed, 3 when --deadline left runs for --resume, 2 for bad arguments.
 """
 import argparse
 import concurrent.futures
@@ -245,18 +256,36 @@ def build(a, progs):
     nvml = find_nvml_include(nvcc, a.build)
     mpi = find_mpi_include(a.mpi_include)
     stub = cuda_stub_dir(nvcc, a.build)
-    nv = nvshmem_prefix(a.vs_nvshmem)
-    nv_lib = os.path.join(nv, "lib")
-    for need in [os.path.join(nv, "include/nvshmem.h"), os.path.join(nv_lib, "libnvshmem_device.a")]:
-        if not os.path.isfile(need):
-            die(f"NVSHMEM at {nv} has no {os.path.relpath(need, nv)}")
-    host_so = "libnvshmem_host.so" if os.path.isfile(os.path.join(nv_lib, "libnvshmem_host.so")) \
-        else "libnvshmem_host.so.3"
-    lib = a.lib or next((os.path.join(ROOT, "target", p) for p in ("release", "debug")
-                         if os.path.isfile(os.path.join(ROOT, "target", p, "librshmem.so"))), None)
-    if not lib or not os.path.isfile(os.path.join(lib, "librshmem.so")):
-        die("no librshmem.so (cargo build --release -p rshmem-c, or pass --lib DIR)")
-    lib = os.path.abspath(lib)
+    nv = nv_lib = host_so = None
+    if "nvshmem" in a.libs:
+        nv = nvshmem_prefix(a.vs_nvshmem)
+        nv_lib = os.path.join(nv, "lib")
+        for need in [os.path.join(nv, "include/nvshmem.h"), os.path.join(nv_lib, "libnvshmem_device.a")]:
+            if not os.path.isfile(need):
+                die(f"NVSHMEM at {nv} has no {os.path.relpath(need, nv)}")
+        host_so = "libnvshmem_host.so" if os.path.isfile(os.path.join(nv_lib, "libnvshmem_host.so")) \
+            else "libnvshmem_host.so.3"
+    lib = bld_lib = None
+    if "rshmem" in a.libs:
+        lib = a.lib or next((os.path.join(ROOT, "target", p) for p in ("release", "debug")
+                             if os.path.isfile(os.path.join(ROOT, "target", p, "librshmem.so"))), None)
+        if not lib or not os.path.isfile(os.path.join(lib, "librshmem.so")):
+            die("no librshmem.so (cargo build --release -p rshmem-c -p rshmem-bootstrap, or pass --lib DIR)")
+        lib = os.path.abspath(lib)
+        # A copy in BUILD/lib, with rshmemrun, that the programs find through their rpath
+        # $ORIGIN/../../lib: the build folder can be carried to another machine as a whole.
+        bld_lib = os.path.join(a.build, "lib")
+        os.makedirs(bld_lib, exist_ok=True)
+        run = a.rshmemrun or os.path.join(lib, "rshmemrun")
+        for f in [os.path.join(lib, "librshmem.so")] + ([run] if os.path.isfile(run) else []):
+            dst = os.path.join(bld_lib, os.path.basename(f))
+            shutil.copy2(f, dst + ".tmp")
+            # Smaller to carry (a release build with debug information is tens of MB).
+            subprocess.run(["strip", "--strip-debug", dst + ".tmp"], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.replace(dst + ".tmp", dst)
+        if not os.path.isfile(run):
+            note(f"no rshmemrun next to {lib}: runs need --rshmemrun or rshmemrun on PATH")
     # The perftests reach MPI through dlopen (utils.cu) and need only mpi.h's C declarations:
     # no C++ bindings (Open MPI's would need libmpi_cxx at link time).
     common = [f"-arch={a.arch}", "-std=c++17", "-O3", "-DNVSHMEMTEST_MPI_SUPPORT",
@@ -265,20 +294,22 @@ def build(a, progs):
     flags = {
         "nvshmem": (common + ["-rdc=true", "-I" + os.path.join(nv, "include")],
                     ["-rdc=true", "-L" + nv_lib, "-lnvshmem_device", "-l:" + host_so,
-                     "-Xlinker", "-rpath=" + nv_lib]),
+                     "-Xlinker", "-rpath=" + nv_lib]) if nv else None,
         "rshmem": (common + ["-I" + os.path.join(ROOT, "capi/include/nvshmem"),
                              "-I" + os.path.join(ROOT, "capi/include"),
                              "-I" + os.path.join(ROOT, "device-lib/include"),
                              # Calls rshmem lacks, on paths the .args lines do not take (--mmap,
                              # cubin mode) compile and, if reached, end the run with a message.
                              "-DRSHMEM_NVSHMEM_UNSUPPORTED_ABORTS"],
-                   ["-L" + lib, "-lrshmem", "-Xlinker", "-rpath=" + lib]),
+                   ["-L" + bld_lib, "-lrshmem", "-Xlinker", "-rpath=$ORIGIN/../../lib"]) if lib else None,
     }
-    if a.rshmem_rdc:
+    flags = {k: v for k, v in flags.items() if v}
+    if a.rshmem_rdc and "rshmem" in flags:
         flags["rshmem"][0].append("-rdc=true")
         flags["rshmem"][1][:0] = ["-rdc=true", os.path.abspath(a.rshmem_rdc)]
     with open(os.path.join(a.build, "BUILD-INFO.json"), "w") as f:
-        json.dump({"nvcc": nvcc, "nvshmem": nv, "librshmem": lib, "src": a.src, "arch": a.arch,
+        json.dump({"nvcc": nvcc, "libs": list(a.libs), "nvshmem": nv, "librshmem": lib,
+                   "librshmem_copy": bld_lib, "src": a.src, "arch": a.arch,
                    "rshmem_commit": git_describe(), "flags": flags,
                    "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")}, f, indent=1)
 
@@ -303,7 +334,7 @@ def build(a, progs):
     util_ok = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as ex:
         futs = {}
-        for libname in LIBS:
+        for libname in a.libs:
             log = os.path.join(blog, f"{libname}-utils.log")
             open(log, "w").close()
             futs[ex.submit(compile_one, libname, os.path.join(a.src, "perftest/common/utils.cu"),
@@ -312,25 +343,25 @@ def build(a, progs):
             util_ok[futs[fut]] = fut.result()
     results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        futs = [ex.submit(one, libname, p) for p in progs for libname in LIBS if util_ok[libname]]
+        futs = [ex.submit(one, libname, p) for p in progs for libname in a.libs if util_ok[libname]]
         for fut in concurrent.futures.as_completed(futs):
             results.append(fut.result())
-    for libname in LIBS:
+    for libname in a.libs:
         if not util_ok[libname]:
             for p in progs:
                 results.append((libname, p["name"], False, os.path.join(blog, f"{libname}-utils.log")))
     built = {(l, n) for l, n, ok, _ in results if ok}
     # What earlier builds into this folder made (other --only sets) stays listed.
     done = {p["name"] for p in progs}
-    built_all = set(built) | {b for b in load_built(a.build) if b[1] not in done}
+    built_all = set(built) | {b for b in load_built(a.build) if b[1] not in done or b[0] not in a.libs}
     os.makedirs(os.path.join(a.build, "bin"), exist_ok=True)
     with open(os.path.join(a.build, "bin", "BUILT.json"), "w") as f:
         json.dump({"built": sorted(f"{l}/{n}" for l, n in built_all)}, f)
     for l, n, ok, log in sorted(results):
         if not ok:
             print(f"BUILD FAIL {l} {n}: {first_error(log)} (log: {log})")
-    note(f"built {len(built)} of {2 * len(progs)} programs in {time.time() - t0:.0f} s "
-         f"({a.jobs} at a time) into {a.build}/bin/{{nvshmem,rshmem}}")
+    note(f"built {len(built)} of {len(a.libs) * len(progs)} programs in {time.time() - t0:.0f} s "
+         f"({a.jobs} at a time) into {a.build}/bin/{{{','.join(a.libs)}}}")
     return built
 
 
@@ -391,12 +422,17 @@ def launch(a, libname, prog, args, np_, log):
                 ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         for k in list(RUN_ENV) + ["NVSHMEMTEST_USE_MPI_LAUNCHER", "LD_LIBRARY_PATH",
-                                  "OMPI_MCA_btl_vader_single_copy_mechanism"]:
+                                  "OMPI_MCA_btl_vader_single_copy_mechanism", "CUDA_MPS_PIPE_DIRECTORY"]:
             if k in env:
                 cmd += ["-x", k]
         cmd += [exe] + argv
     else:
-        run = a.rshmemrun or os.path.join(os.path.dirname(a.lib_for_run), "rshmemrun")
+        lib_dir = os.path.dirname(a.lib_for_run)
+        run = a.rshmemrun or (os.path.join(lib_dir, "rshmemrun")
+                              if os.path.isfile(os.path.join(lib_dir, "rshmemrun"))
+                              else shutil.which("rshmemrun") or os.path.join(lib_dir, "rshmemrun"))
+        # The library the run reports (and --lib names) wins over the programs' rpath.
+        env["LD_LIBRARY_PATH"] = lib_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env.setdefault("RSHMEM_TIMEOUT", str(max(10, a.timeout - 5)))
         cmd = [run, "-n", str(np_), exe] + argv
     t0 = time.time()
@@ -414,6 +450,9 @@ def launch(a, libname, prog, args, np_, log):
         except subprocess.TimeoutExpired:
             kill_group(proc)
             return "FAIL", f"timed out after {a.timeout} s", time.time() - t0
+        except BaseException:  # a signal (sys.exit) or ^C: end the run's processes too
+            kill_group(proc)
+            raise
     secs = time.time() - t0
     with open(log, errors="replace") as f:
         rows = parse_perf(f.read())
@@ -436,25 +475,43 @@ def read_jsonl(path):
     return out
 
 
+def rounds_of(a):
+    """The rounds to run: --round, or by default both with two libraries and 1 with one."""
+    r = a.round or ("both" if len(a.libs) > 1 else "1")
+    return [1, 2] if r == "both" else [int(r)]
+
+
+def pes_of(p, np_):
+    """PEs of a program's runs: 2 for point-to-point programs (a pt-to-pt folder), else --np."""
+    return 2 if p["p2p"] else np_
+
+
+def make_plan(progs, libs, rounds):
+    """[(round, program, line, args, library)]: every .args line of every program with each
+    library, round 1 in the order of libs, round 2 in the reverse order."""
+    plan = []
+    for rnd in rounds:
+        for p in progs:
+            for li, args in enumerate(p["args"]):
+                order = tuple(libs) if rnd == 1 else tuple(reversed(libs))
+                for libname in order:
+                    plan.append((rnd, p, li, args, libname))
+    return plan
+
+
 def run_all(a, progs, built):
     """Runs the plan; returns the number of planned runs left (past --deadline)."""
     logdir = os.path.join(a.out, "logs")
     os.makedirs(logdir, exist_ok=True)
     runs_path = os.path.join(a.out, "runs.jsonl")
-    rounds = [1, 2] if a.round == "both" else [int(a.round)]
-    plan = []
-    for rnd in rounds:
-        for p in progs:
-            for li, args in enumerate(p["args"]):
-                order = LIBS if rnd == 1 else tuple(reversed(LIBS))
-                for libname in order:
-                    plan.append((rnd, p, li, args, libname))
+    rounds = rounds_of(a)
+    plan = make_plan(progs, a.libs, rounds)
     # Every planned run is listed in plan.jsonl, so that a summary names those never run.
     planned = {run_key(r) for r in read_jsonl(os.path.join(a.out, "plan.jsonl"))}
     with open(os.path.join(a.out, "plan.jsonl"), "a") as f:
         for rnd, p, li, args, libname in plan:
             rec = {"round": rnd, "program": p["name"], "line": li, "args": args, "lib": libname,
-                   "np": 2 if p["p2p"] else a.np}
+                   "np": pes_of(p, a.np)}
             if run_key(rec) not in planned:
                 f.write(json.dumps(rec) + "\n")
     if a.resume:
@@ -471,7 +528,7 @@ def run_all(a, progs, built):
                 note(f"stopped at --deadline {a.deadline} s (since start) with {left} runs left: run "
                      f"again with --run-only --resume --out {a.out} to go on")
                 return left
-            np_ = 2 if p["p2p"] else a.np
+            np_ = pes_of(p, a.np)
             log = os.path.join(logdir, f"r{rnd}-{p['name']}-{li}-{libname}.log")
             if (libname, p["name"]) not in built:
                 status, why, secs = "FAIL", "not built (see the build log)", 0.0
@@ -547,10 +604,54 @@ def summarize(dirs, out_dir, title_info=""):
     with open(os.path.join(out_dir, "results.jsonl"), "w") as f:
         for r in results:
             f.write(json.dumps(r) + "\n")
-    md = render_md(results, fails, title_info)
-    with open(os.path.join(out_dir, "side-by-side.md"), "w") as f:
+    libs = [x for x in LIBS if x in {k[3] for k in last} | {k[3] for k in not_run}]
+    if len(libs) == 1:
+        md, md_name = render_numbers(results, last, fails, libs[0], title_info), "results.md"
+    else:
+        md, md_name = render_md(results, fails, last, title_info), "side-by-side.md"
+    with open(os.path.join(out_dir, md_name), "w") as f:
         f.write(md)
-    return results, fails, md
+    return results, fails, md, md_name
+
+
+def count_line(last, fails):
+    """"N passed, N failed[, N not run]" over the last record of every run and the plan."""
+    passed = sum(1 for r in last.values() if r["status"] == "PASS")
+    failed = sum(1 for r in last.values() if r["status"] != "PASS")
+    not_run = sum(1 for r in fails if r["status"] == "NOT RUN")
+    return f"{passed} passed, {failed} failed" + (f", {not_run} not run" if not_run else "")
+
+
+def render_numbers(results, last, fails, lib, title_info=""):
+    """The table of one library's runs (no ratios): every run's status, then per program,
+    .args line and table the value of each size in each round."""
+    tables = {}
+    for r in results:
+        tables.setdefault((r["program"], r["line"], r["args"], r["job"], r["subjob"], r["metric"],
+                           r["units"], r["better"]), {}).setdefault(r["size"], {})[r["round"]] = r
+    rounds = sorted({k[0] for k in last} | {r["round"] for r in fails}) or [1]
+    head = [f"# NVSHMEM perftests with {lib}", ""]
+    if title_info:
+        head += [title_info, ""]
+    head += [f"**{count_line(last, fails)}**", "", "## Runs", "",
+             "| program | args | PEs | round | status | s | rows / why | log |",
+             "|---|---|---:|---:|---|---:|---|---|"]
+    runs = [r for r in last.values()] + [r for r in fails if r["status"] == "NOT RUN"]
+    for r in sorted(runs, key=lambda r: (r["program"], r["line"], r["round"])):
+        head.append(f"| {r['program']} | #{r['line']} `{r['args'] or '-'}` | {r.get('np', '')} | "
+                    f"{r['round']} | {r['status']} | {fmt(r.get('secs'), 1)} | {r['why']} | {r['log']} |")
+    head.append("")
+    body = []
+    for (prog, li, args, job, subjob, metric, units, better), sizes in sorted(tables.items()):
+        body += [f"### {prog} #{li} `{args or '(no arguments)'}`: {job} / {subjob} "
+                 f"({metric}, {units}, {better} is better)", "",
+                 "| size (B) | " + " | ".join(f"{lib} r{rnd}" for rnd in rounds) + " |",
+                 "|---:|" + "---:|" * len(rounds)]
+        for size in sorted(sizes):
+            cells = [str(size)] + [fmt(sizes[size].get(rnd) and sizes[size][rnd][lib]) for rnd in rounds]
+            body.append("| " + " | ".join(cells) + " |")
+        body.append("")
+    return "\n".join(head + ["## Tables", ""] + (body or ["(no result rows)", ""])) + "\n"
 
 
 def fmt(x, nd=3):
@@ -559,7 +660,7 @@ def fmt(x, nd=3):
     return f"{x:.{nd}f}" if abs(x) < 1e4 else f"{x:.4g}"
 
 
-def render_md(results, fails, title_info=""):
+def render_md(results, fails, last, title_info=""):
     tables = {}
     for r in results:
         tables.setdefault((r["program"], r["line"], r["args"], r["job"], r["subjob"], r["metric"],
@@ -594,6 +695,7 @@ def render_md(results, fails, title_info=""):
     for prog, li, args, job, subjob, g, lo, n in summary:
         head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | {fmt(g, 2)} | {fmt(lo, 2)} | {n} |")
     head.append("")
+    head += [f"Runs: {count_line(last, fails)}.", ""]
     if fails:
         head += ["## Failed runs", "", "| round | program | args | library | why | log |",
                  "|---|---|---|---|---|---|"]
@@ -664,7 +766,9 @@ def self_test():
                      "np": 4, "status": "FAIL", "why": "exit status 1", "secs": 1.0, "log": "logs/y"})
         with open(os.path.join(d, "runs.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in recs)
-        results, fails, md = summarize([d], d)
+        results, fails, md, md_name = summarize([d], d)
+        assert md_name == "side-by-side.md" and os.path.isfile(os.path.join(d, md_name)), md_name
+        assert "Runs: 4 passed, 1 failed." in md, md
         by = {(r["round"], r["job"], r["subjob"], r["size"]): r for r in results}
         assert abs(by[(1, "shmem_p_latency", "None", 4)]["ratio"] - 2.0) < 1e-12
         assert abs(by[(2, "shmem_p_latency", "None", 8)]["ratio"] - 0.5) < 1e-12
@@ -676,6 +780,44 @@ def self_test():
         assert re.search(r"\| x \| #0 `-n 5` \| shmem_p_latency / None \| 1\.00 \| 0\.50 \| 4 \|", md), md
         assert "| 1 | y | #0 `-` | rshmem | exit status 1 | logs/y |" in md, md
         assert os.path.isfile(os.path.join(d, "results.jsonl"))
+    # rshmem alone: its numbers without ratios, every run with its status, a planned run that
+    # never ran counted and listed.
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "logs"))
+        with open(os.path.join(d, "logs/r1-x-0-rshmem.log"), "w") as f:
+            f.write(SELF_TEST_RS)
+        recs = [{"round": 1, "program": "x", "rel": "x.cu", "line": 0, "args": "-n 5", "lib": "rshmem",
+                 "np": 2, "status": "PASS", "why": "5 rows", "secs": 1.0, "log": "logs/r1-x-0-rshmem.log"},
+                {"round": 1, "program": "y", "rel": "y.cu", "line": 0, "args": "", "lib": "rshmem",
+                 "np": 4, "status": "FAIL", "why": "timed out after 60 s", "secs": 60.0, "log": "logs/y"}]
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+        with open(os.path.join(d, "plan.jsonl"), "w") as f:
+            for prog, li in (("x", 0), ("y", 0), ("z", 1)):
+                f.write(json.dumps({"round": 1, "program": prog, "line": li, "args": "-e 1M",
+                                    "lib": "rshmem", "np": 4}) + "\n")
+        results, fails, md, md_name = summarize([d], d)
+        assert md_name == "results.md" and os.path.isfile(os.path.join(d, "results.md")), md_name
+        assert not os.path.exists(os.path.join(d, "side-by-side.md"))
+        assert all(r["ratio"] is None and r["nvshmem"] is None for r in results), results
+        assert "**1 passed, 1 failed, 1 not run**" in md, md
+        assert "| y | #0 `-` | 4 | 1 | FAIL | 60.0 | timed out after 60 s | logs/y |" in md, md
+        assert re.search(r"\| z \| #1 `-e 1M` \| 4 \| 1 \| NOT RUN \|", md), md
+        assert "| size (B) | rshmem r1 |" in md and "| 4 | 0.525 |" in md and "| 8 | 10.000 |" in md, md
+        assert "ratio" not in md.lower(), md
+    # The planner: every .args line once per library and round, round 2 in reverse order,
+    # point-to-point programs on 2 PEs, the others on --np.
+    progs = [{"name": "p", "p2p": True, "args": ["-a", "-b"]}, {"name": "c", "p2p": False, "args": [""]}]
+    plan = [(rnd, p["name"], li, args, lib) for rnd, p, li, args, lib in make_plan(progs, ("rshmem",), [1])]
+    assert plan == [(1, "p", 0, "-a", "rshmem"), (1, "p", 1, "-b", "rshmem"), (1, "c", 0, "", "rshmem")], plan
+    plan = [(rnd, p["name"], li, lib) for rnd, p, li, _, lib in make_plan(progs[1:], LIBS, [1, 2])]
+    assert plan == [(1, "c", 0, "nvshmem"), (1, "c", 0, "rshmem"), (2, "c", 0, "rshmem"),
+                    (2, "c", 0, "nvshmem")], plan
+    assert [pes_of(p, 4) for p in progs] == [2, 4]
+    assert rounds_of(argparse.Namespace(round=None, libs=("rshmem",))) == [1]
+    assert rounds_of(argparse.Namespace(round=None, libs=LIBS)) == [1, 2]
+    assert rounds_of(argparse.Namespace(round="2", libs=("rshmem",))) == [2]
+    assert plan_line(progs, ("rshmem",), [1]).startswith("2 programs, 3 .args lines: 3 runs"), plan_line(progs, ("rshmem",), [1])
     print("nvshmem_vs.py self-test: all passed")
 
 
@@ -688,14 +830,21 @@ def main():
     ap.add_argument("--vs-nvshmem", metavar="NVSHMEM_PREFIX",
                     help="NVSHMEM's install (include/, lib/), or auto: the nvidia-nvshmem wheel of this Python")
     ap.add_argument("src", nargs="?", help="unpacked NVSHMEM source (its perftest/ folder is read)")
-    ap.add_argument("--build", default="./nvshmem-vs-build", help="build folder (bin/nvshmem, bin/rshmem, obj/, build-logs/)")
+    ap.add_argument("--build", default="./nvshmem-vs-build", help="build folder (bin/nvshmem, bin/rshmem, lib/: rshmem's copy of librshmem.so and rshmemrun, obj/, build-logs/)")
     ap.add_argument("--build-only", action="store_true", help="build, do not run (no GPU needed)")
     ap.add_argument("--run-only", action="store_true", help="do not build: run what --build holds")
     ap.add_argument("--out", default=None, help="results folder (default BUILD/results-<date>)")
     ap.add_argument("--only", default="", help="comma-separated program names (as in the table)")
     ap.add_argument("--skip", default="", help="comma-separated program names to leave out")
     ap.add_argument("--part", default="", help="K/N: the K-th of N parts of the program list (split a run)")
-    ap.add_argument("--round", default="both", choices=["1", "2", "both"], help="which round(s) to run")
+    ap.add_argument("--libs", default="nvshmem,rshmem",
+                    help="which builds: nvshmem,rshmem (default: side by side), or one of them alone "
+                         "(rshmem: no NVSHMEM needed; a table of the numbers, no ratios)")
+    ap.add_argument("--round", default=None, choices=["1", "2", "both"],
+                    help="which round(s) to run (default both with two libraries, 1 with one)")
+    ap.add_argument("--mps", action="store_true",
+                    help="start a CUDA MPS daemon of this script's own for the runs (several PEs per "
+                         "GPU: scripts/cuda-mps) and stop it at the end")
     ap.add_argument("--np", type=int, default=4, help="PEs for programs outside pt-to-pt (default 4)")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per run (default 60)")
     ap.add_argument("--deadline", type=int, default=0,
@@ -715,15 +864,23 @@ def main():
     ap.add_argument("--summarize", nargs="+", metavar="DIR", help="only make the table from the runs.jsonl of these folders")
     ap.add_argument("--self-test", action="store_true", help="test the output parser and the table")
     a = ap.parse_args()
+    libs = [x for x in a.libs.split(",") if x]
+    bad = [x for x in libs if x not in LIBS]
+    if bad or not libs or len(set(libs)) != len(libs):
+        die(f"--libs takes nvshmem, rshmem or nvshmem,rshmem, got '{a.libs}'")
+    a.libs = tuple(x for x in LIBS if x in libs)
+    if a.libs != LIBS:
+        global TOOL
+        TOOL = f"nvshmem-compat-check --libs {','.join(a.libs)}"
 
     if a.self_test:
         self_test()
         return 0
     if a.summarize:
         out = a.out or a.summarize[0]
-        results, fails, md = summarize(a.summarize, out, info_line(a.summarize[0]))
+        results, fails, md, md_name = summarize(a.summarize, out, info_line(a.summarize[0]))
         print(md)
-        note(f"wrote {out}/side-by-side.md and {out}/results.jsonl")
+        note(f"wrote {out}/{md_name} and {out}/results.jsonl")
         return 0
     if not a.src or not os.path.isfile(os.path.join(a.src, "perftest/common/utils.cu")):
         die("give the unpacked NVSHMEM source folder (with perftest/common/utils.cu)")
@@ -746,16 +903,13 @@ def main():
         k, n = int(m.group(1)), int(m.group(2))
         progs = [p for i, p in enumerate(progs) if i % n == k - 1]
     if a.plan:
-        total = 0
         for p in progs:
             for li, args in enumerate(p["args"]):
-                print(f"{p['name']:40s} np={2 if p['p2p'] else a.np} #{li} {args or '(no arguments)'}")
-                total += 1
-        rounds = 2 if a.round == "both" else 1
-        print(f"{len(progs)} programs, {total} .args lines: {total * 2 * rounds} runs")
+                print(f"{p['name']:40s} np={pes_of(p, a.np)} #{li} {args or '(no arguments)'}")
+        print(plan_line(progs, a.libs, rounds_of(a)))
         return 0
-    if not a.vs_nvshmem:
-        die("--vs-nvshmem NVSHMEM_PREFIX (or auto) is needed")
+    if "nvshmem" in a.libs and not a.vs_nvshmem:
+        die("--vs-nvshmem NVSHMEM_PREFIX (or auto) is needed (or --libs rshmem: rshmem alone)")
     if a.run_only:
         built = load_built(a.build)
         if not built:
@@ -763,18 +917,26 @@ def main():
     else:
         built = build(a, progs)
     if a.build_only:
-        return 0 if len(built) == 2 * len(progs) else 1
-    if not shutil.which("mpirun"):
+        return 0 if len(built) == len(a.libs) * len(progs) else 1
+    if "nvshmem" in a.libs and not shutil.which("mpirun"):
         die("no mpirun on PATH (the NVSHMEM side runs under mpirun)")
+    # librshmem.so of the runs: --lib, else the build folder's copy (BUILD/lib), else the one an
+    # older build linked.
     a.lib_for_run = os.path.join(a.lib or os.path.join(ROOT, "target/release"), "librshmem.so")
     a.nv_lib_for_run = None
+    info = {}
     try:
         with open(os.path.join(a.build, "BUILD-INFO.json")) as f:
             info = json.load(f)
-        a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
-        a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError):
         pass
+    if not a.lib:
+        if os.path.isfile(os.path.join(a.build, "lib", "librshmem.so")):
+            a.lib_for_run = os.path.join(a.build, "lib", "librshmem.so")
+        elif info.get("librshmem"):
+            a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
+    if info.get("nvshmem"):
+        a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
     stamp = datetime.datetime.utcnow().strftime("%Y%m%d-%H%M%S")
     if a.resume and not a.out:
         die("--resume needs the --out folder of the run to go on with")
@@ -782,11 +944,36 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "INFO.txt"), "a") as f:
         f.write(info_text(a))
-    left = run_all(a, progs, built)
-    results, fails, md = summarize([a.out], a.out, info_line(a.out))
+    mps_dir = None
+    if a.mps:
+        r = subprocess.run([os.path.join(ROOT, "scripts/cuda-mps"), "start", a.out],
+                           stdout=subprocess.PIPE, text=True)
+        if r.returncode != 0 or not r.stdout.strip():
+            die("--mps: no MPS daemon (see above)")
+        mps_dir = r.stdout.strip().splitlines()[-1]
+        os.environ["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(mps_dir, "pipe")
+        note(f"started a CUDA MPS daemon (pipe directory {mps_dir}/pipe)")
+    # Stopped by a signal (an outer timeout): the run under way is ended and the MPS daemon
+    # stopped on the way out (SystemExit unwinds through launch() and the finally below).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
+    try:
+        left = run_all(a, progs, built)
+    finally:
+        if mps_dir:
+            subprocess.run([os.path.join(ROOT, "scripts/cuda-mps"), "stop", mps_dir, a.out], check=False)
+            note("stopped the CUDA MPS daemon")
+    results, fails, md, md_name = summarize([a.out], a.out, info_line(a.out))
     print(md)
-    note(f"wrote {a.out}/side-by-side.md, results.jsonl, runs.jsonl; logs in {a.out}/logs")
-    return 3 if left else 0
+    note(f"wrote {a.out}/{md_name}, results.jsonl, runs.jsonl; logs in {a.out}/logs")
+    any_failed = any(r["status"] != "PASS" for r in fails)
+    return 3 if left else (1 if any_failed else 0)
+
+
+def plan_line(progs, libs, rounds):
+    lines = sum(len(p["args"]) for p in progs)
+    return (f"{len(progs)} programs, {lines} .args lines: {len(make_plan(progs, libs, rounds))} runs "
+            f"({'+'.join(libs)}, rounds {','.join(map(str, rounds))})")
 
 
 def info_text(a):
@@ -795,6 +982,7 @@ def info_text(a):
     return (f"date: {datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')}\n"
             f"host: {os.uname().nodename}\nrshmem: {git_describe()}\n"
             f"command: {' '.join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}\n"
+            f"libraries: {','.join(a.libs)}{' (under a CUDA MPS daemon of its own)' if a.mps else ''}\n"
             f"build: {a.build}/BUILD-INFO.json\ngpus:\n{gpus}\n")
 
 
