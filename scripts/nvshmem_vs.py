@@ -536,6 +536,9 @@ def run_all(a, progs, built):
                     f.write("not built\n")
             else:
                 status, why, secs = launch(a, libname, p, args, np_, log)
+                if status != "PASS" and getattr(a, "mps_dir", None):
+                    # Its processes may have been killed: let the MPS server drop their contexts.
+                    subprocess.run([os.path.join(ROOT, "scripts/cuda-mps"), "idle", a.mps_dir], check=False)
             rec = {"round": rnd, "program": p["name"], "rel": p["rel"], "line": li, "args": args,
                    "lib": libname, "np": np_, "status": status, "why": why,
                    "secs": round(secs, 2), "log": os.path.relpath(log, a.out)}
@@ -950,7 +953,7 @@ def main():
                            stdout=subprocess.PIPE, text=True)
         if r.returncode != 0 or not r.stdout.strip():
             die("--mps: no MPS daemon (see above)")
-        mps_dir = r.stdout.strip().splitlines()[-1]
+        mps_dir = a.mps_dir = r.stdout.strip().splitlines()[-1]
         os.environ["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(mps_dir, "pipe")
         note(f"started a CUDA MPS daemon (pipe directory {mps_dir}/pipe)")
     # Stopped by a signal (an outer timeout): the run under way is ended and the MPS daemon
