@@ -499,6 +499,30 @@ def make_plan(progs, libs, rounds):
     return plan
 
 
+# Programs that size what they use for one PE per GPU: with more PEs than GPUs (several PEs per
+# GPU under MPS) they cannot run whatever the library, and are a SKIP with this reason.
+NEEDS_GPU_PER_PE = {
+    "malloc": "it sets NVSHMEM_SYMMETRIC_SIZE to 40 % of the GPU's memory in every PE",
+}
+
+
+def gpu_count():
+    """GPUs nvidia-smi lists (0 without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return 0
+    return sum(1 for l in out.splitlines() if l.startswith("GPU "))
+
+
+def skip_reason(name, np_, gpus):
+    """Why program `name` cannot run on `np_` PEs with `gpus` GPUs, or None."""
+    why = NEEDS_GPU_PER_PE.get(name)
+    if why and np_ > gpus:
+        return f"needs a GPU per PE ({why}); {np_} PEs, {gpus} GPU(s)"
+    return None
+
+
 def run_all(a, progs, built):
     """Runs the plan; returns the number of planned runs left (past --deadline)."""
     logdir = os.path.join(a.out, "logs")
@@ -521,6 +545,7 @@ def run_all(a, progs, built):
     note(f"{len(plan)} runs ({len(progs)} programs, rounds {rounds}), timeout {a.timeout} s each"
          + (f", no new run after {a.deadline} s" if a.deadline else ""))
     t_start = time.time()
+    gpus = gpu_count()
     with open(runs_path, "a") as out:
         for i, (rnd, p, li, args, libname) in enumerate(plan):
             if a.deadline and time.time() - T_START > a.deadline:
@@ -530,7 +555,12 @@ def run_all(a, progs, built):
                 return left
             np_ = pes_of(p, a.np)
             log = os.path.join(logdir, f"r{rnd}-{p['name']}-{li}-{libname}.log")
-            if (libname, p["name"]) not in built:
+            skip = skip_reason(p["name"], np_, gpus)
+            if skip:
+                status, why, secs = "SKIP", skip, 0.0
+                with open(log, "w") as f:
+                    f.write(f"not run: {skip}\n")
+            elif (libname, p["name"]) not in built:
                 status, why, secs = "FAIL", "not built (see the build log)", 0.0
                 with open(log, "w") as f:
                     f.write("not built\n")
@@ -620,9 +650,11 @@ def summarize(dirs, out_dir, title_info=""):
 def count_line(last, fails):
     """"N passed, N failed[, N not run]" over the last record of every run and the plan."""
     passed = sum(1 for r in last.values() if r["status"] == "PASS")
-    failed = sum(1 for r in last.values() if r["status"] != "PASS")
+    skipped = sum(1 for r in last.values() if r["status"] == "SKIP")
+    failed = len(last) - passed - skipped
     not_run = sum(1 for r in fails if r["status"] == "NOT RUN")
-    return f"{passed} passed, {failed} failed" + (f", {not_run} not run" if not_run else "")
+    return (f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+            + (f", {not_run} not run" if not_run else ""))
 
 
 def render_numbers(results, last, fails, lib, title_info=""):
@@ -755,6 +787,12 @@ def self_test():
     assert abs(ratio(10.0, 15.0, "higher") - 1.5) < 1e-12
     assert ratio(0.0, 1.0, "lower") is None
     assert abs(geomean([2.0, 0.5]) - 1.0) < 1e-12
+    # A program sized for a GPU per PE is skipped only with fewer GPUs than PEs, and a skip is
+    # counted apart from passes and failures.
+    assert "needs a GPU per PE" in skip_reason("malloc", 4, 1)
+    assert skip_reason("malloc", 4, 4) is None and skip_reason("shmem_put_bw", 4, 1) is None
+    runs = {1: {"status": "PASS"}, 2: {"status": "SKIP"}, 3: {"status": "FAIL"}}
+    assert count_line(runs, []) == "1 passed, 1 failed, 1 skipped", count_line(runs, [])
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "logs"))
         recs = []
@@ -969,7 +1007,7 @@ def main():
     results, fails, md, md_name = summarize([a.out], a.out, info_line(a.out))
     print(md)
     note(f"wrote {a.out}/{md_name}, results.jsonl, runs.jsonl; logs in {a.out}/logs")
-    any_failed = any(r["status"] != "PASS" for r in fails)
+    any_failed = any(r["status"] not in ("PASS", "SKIP") for r in fails)
     return 3 if left else (1 if any_failed else 0)
 
 
