@@ -311,7 +311,7 @@ def build(a, progs):
         json.dump({"nvcc": nvcc, "libs": list(a.libs), "nvshmem": nv, "librshmem": lib,
                    "librshmem_copy": bld_lib, "src": a.src, "arch": a.arch,
                    "rshmem_commit": git_describe(), "flags": flags,
-                   "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")}, f, indent=1)
+                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}, f, indent=1)
 
     def compile_one(libname, src, obj, log):
         os.makedirs(os.path.dirname(obj), exist_ok=True)
@@ -978,7 +978,7 @@ def main():
             a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
     if info.get("nvshmem"):
         a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
-    stamp = datetime.datetime.utcnow().strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if a.resume and not a.out:
         die("--resume needs the --out folder of the run to go on with")
     a.out = os.path.abspath(a.out or os.path.join(a.build, f"results-{stamp}"))
@@ -1020,7 +1020,7 @@ def plan_line(progs, libs, rounds):
 def info_text(a):
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip() \
         if shutil.which("nvidia-smi") else "(no nvidia-smi)"
-    return (f"date: {datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')}\n"
+    return (f"date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}\n"
             f"host: {os.uname().nodename}\nrshmem: {git_describe()}\n"
             f"command: {' '.join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}\n"
             f"libraries: {','.join(a.libs)}{' (under a CUDA MPS daemon of its own)' if a.mps else ''}\n"
