@@ -21,8 +21,8 @@
 // scales on an fp8 handle, scales on a bf16 handle, the fp8 combine in place (y NULL), low-latency
 // scales of a handle without them.
 //
-//   nvcc -O2 -arch=sm_90 -std=c++17 examples/cuda/moe_dispatch.cu -o moe_dispatch_c \
-//        $(pkg-config --cflags --libs rshmem)
+//   flags=$(pkg-config --cflags --libs rshmem)
+//   nvcc -O2 -arch=sm_90 -std=c++17 examples/cuda/moe_dispatch.cu -o moe_dispatch_c $flags
 //   rshmemrun -n 4 ./moe_dispatch_c      # every PE ends with "moe_dispatch_c: PE <me> passed"
 //
 // Needs the GPU backend with every PE on one host (one GPU per PE, or several PEs per GPU under
@@ -612,8 +612,7 @@ static void round_(const Case &c, rshmemx_ep_t *ep, uint64_t seed, cudaStream_t 
     long inexact = check_out(c, seed, mine, tok[me], got, want, &worst_q);
     printf(
         "PE %d: %s%s seed %llu: T %d, received %ld rows (%d scales each), combine: %ld of %ld "
-        "elements "
-        "not bit-identical to the reference",
+        "elements not bit-identical to the reference",
         me, c.name, c.ll ? " (low latency)" : "", static_cast<unsigned long long>(seed), T,
         rows_total, sw, inexact, static_cast<long>(T) * H);
     if (c.fp8()) printf(", worst error against the unquantized sum %g", worst_q);
