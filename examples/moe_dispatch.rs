@@ -23,7 +23,9 @@
 //! per 128-element block with scale = amax / 448, dispatched with their scales and compared
 //! byte for byte; the stand-in expert dequantizes and writes bf16; the bf16 combine checked
 //! against the reference and against the unquantized sum within the fp8 error: see
-//! `fp8_check_out`).
+//! `check_out`). Every dtype runs the same round bodies (`round`, `ll_round`); what differs
+//! between f32, bf16 and fp8 (encoding, scales, the dispatch call, the combine's element type)
+//! is the trait `El`.
 //!
 //! Run: `target/release/rshmemrun -n 4 target/release/moe_dispatch [--quick | --graph | --ll |
 //! --fp8]`
@@ -41,12 +43,49 @@ use rshmem::ep::reference::{self, Routing};
 use rshmem::ep::{Ep, EpConfig, EpDtype, EpElem};
 use rshmem::World;
 
-/// Element types of the test: conversion to and from f32.
+/// Element types of the dispatched tokens: `f32`, `u16` (bf16 bits) and `u8` (fp8 e4m3 bits with
+/// one f32 scale per 128 elements). What differs between them lives here; the cases' bodies are
+/// shared.
 trait El: EpElem + DeviceRepr + ValidAsZeroBits + Default + PartialEq + std::fmt::Debug {
+    /// The element type of the combine (`y`, `out`): the type itself, bf16 for fp8.
+    type Comb: El;
     fn from_f32(v: f32) -> Self;
     fn to_f32(self) -> f32;
+    /// Rows of `h` values as the handle takes them: the elements and their per-block scales
+    /// (empty but for fp8).
+    fn encode(x: &[f32], _h: usize) -> (Vec<Self>, Vec<f32>) {
+        (x.iter().map(|&v| Self::from_f32(v)).collect(), Vec::new())
+    }
+    /// The values of encoded rows of `h` elements.
+    fn decode(v: &[Self], _scales: &[f32], _h: usize) -> Vec<f32> {
+        v.iter().map(|&e| e.to_f32()).collect()
+    }
+    /// The handle's dispatch for this element type (`x_scales` is used by fp8 only).
+    fn dispatch(
+        ep: &Ep<'_>,
+        x: &CudaSlice<Self>,
+        _x_scales: &CudaSlice<f32>,
+        idx: &CudaSlice<i64>,
+        w: &CudaSlice<f32>,
+        t_n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<()> {
+        ep.dispatch(x, idx, w, t_n, stream)
+    }
+    /// The handle's low-latency dispatch for this element type.
+    fn ll_dispatch(
+        ep: &Ep<'_>,
+        x: &CudaSlice<Self>,
+        _x_scales: &CudaSlice<f32>,
+        idx: &CudaSlice<i64>,
+        t_n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<()> {
+        ep.ll_dispatch(x, idx, t_n, stream)
+    }
 }
 impl El for f32 {
+    type Comb = f32;
     fn from_f32(v: f32) -> Self {
         v
     }
@@ -55,12 +94,65 @@ impl El for f32 {
     }
 }
 impl El for u16 {
+    type Comb = u16;
     fn from_f32(v: f32) -> Self {
         reference::f32_to_bf16(v)
     }
     fn to_f32(self) -> f32 {
         reference::bf16_to_f32(self)
     }
+}
+/// fp8: tokens quantized per 128-element block (scale = block amax / 448,
+/// `reference::quantize_fp8`), dispatched with their scales; the combine runs in bf16.
+impl El for u8 {
+    type Comb = u16;
+    fn from_f32(v: f32) -> Self {
+        reference::f32_to_fp8_e4m3(v)
+    }
+    fn to_f32(self) -> f32 {
+        reference::fp8_e4m3_to_f32(self)
+    }
+    fn encode(x: &[f32], h: usize) -> (Vec<Self>, Vec<f32>) {
+        reference::quantize_fp8(x, h)
+    }
+    fn decode(v: &[Self], scales: &[f32], h: usize) -> Vec<f32> {
+        reference::dequantize_fp8(v, scales, h)
+    }
+    fn dispatch(
+        ep: &Ep<'_>,
+        x: &CudaSlice<Self>,
+        x_scales: &CudaSlice<f32>,
+        idx: &CudaSlice<i64>,
+        w: &CudaSlice<f32>,
+        t_n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<()> {
+        ep.dispatch_fp8(x, x_scales, idx, w, t_n, stream)
+    }
+    fn ll_dispatch(
+        ep: &Ep<'_>,
+        x: &CudaSlice<Self>,
+        x_scales: &CudaSlice<f32>,
+        idx: &CudaSlice<i64>,
+        t_n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<()> {
+        ep.ll_dispatch_fp8(x, x_scales, idx, t_n, stream)
+    }
+}
+
+/// The values of `b` as elements of type `E` (bytes as the device holds them).
+fn elems<E: El>(b: &[u8]) -> Vec<E> {
+    b.chunks_exact(std::mem::size_of::<E>())
+        .map(|b| {
+            let mut v = E::default();
+            // SAFETY: E is f32, u16 or u8, plain bytes of exactly this size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut E).cast::<u8>(), b.len())
+            };
+            v
+        })
+        .collect()
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -99,6 +191,31 @@ struct Case {
 }
 
 impl Case {
+    /// A case with the worst-case row capacity.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: &'static str,
+        dtype: EpDtype,
+        experts: usize,
+        hidden: usize,
+        k: usize,
+        max_tokens: usize,
+        base: usize,
+        zero_odd: bool,
+    ) -> Case {
+        Case {
+            name,
+            dtype,
+            experts,
+            hidden,
+            k,
+            max_tokens,
+            base,
+            zero_odd,
+            max_recv_rows: None,
+        }
+    }
+
     fn tokens(&self, pe: usize) -> usize {
         if (self.zero_odd && pe % 2 == 1) || self.base == 0 {
             0
@@ -168,11 +285,13 @@ impl Case {
     }
 }
 
-/// Host data of PE `pe`'s tokens.
-fn tokens<E: El>(seed: u64, pe: usize, t_n: usize, h: usize) -> Vec<E> {
-    (0..t_n * h)
-        .map(|i| E::from_f32(x_val(seed, pe, i / h, i % h)))
-        .collect()
+/// PE `pe`'s tokens of round `seed` as the handle takes them: elements and their per-block
+/// scales (fp8; empty for the others).
+fn tokens<E: El>(seed: u64, pe: usize, t_n: usize, h: usize) -> (Vec<E>, Vec<f32>) {
+    let x: Vec<f32> = (0..t_n * h)
+        .map(|i| x_val(seed, pe, i / h, i % h))
+        .collect();
+    E::encode(&x, h)
 }
 
 fn upload<T: DeviceRepr + ValidAsZeroBits + Copy>(
@@ -283,7 +402,147 @@ fn check_layout(
     }
 }
 
-/// One round of dispatch → expert → combine, checked. Returns the number of failures.
+/// Every PE's tokens of one round, encoded as the handle takes them (elements, and per-block
+/// scales for fp8): each PE uploads its own, and the checks compare received rows with their
+/// source's.
+struct Tokens<E> {
+    h: usize,
+    x: Vec<Vec<E>>,
+    scales: Vec<Vec<f32>>,
+}
+
+impl<E: El> Tokens<E> {
+    fn new(seed: u64, routing: &[Routing], h: usize) -> Self {
+        let (x, scales) = (0..routing.len())
+            .map(|pe| tokens::<E>(seed, pe, routing[pe].num_tokens, h))
+            .unzip();
+        Tokens { h, x, scales }
+    }
+
+    /// Scales per row (`H/128` for fp8, 0 otherwise).
+    fn sw(&self) -> usize {
+        E::DTYPE.scale_words(self.h)
+    }
+
+    /// Token `t` of PE `pe`: its elements and its scales.
+    fn row(&self, pe: usize, t: usize) -> (&[E], &[f32]) {
+        let (h, sw) = (self.h, self.sw());
+        (
+            &self.x[pe][t * h..(t + 1) * h],
+            &self.scales[pe][t * sw..(t + 1) * sw],
+        )
+    }
+
+    /// Elements and scales of a received row that differ from token `t` of PE `s` (bit for bit).
+    fn row_bad(&self, s: usize, t: usize, got: &[E], got_scales: &[f32]) -> usize {
+        let (x, xs) = self.row(s, t);
+        let elems = (0..self.h).filter(|&j| got[j] != x[j]).count();
+        let scales = (0..xs.len())
+            .filter(|&b| got_scales[b].to_bits() != xs[b].to_bits())
+            .count();
+        elems + scales
+    }
+
+    /// What the stand-in expert `e` returns for this PE's token `t` (see [`expert`]), as f32.
+    fn expert_out(&self, pe: usize, t: usize, e: Option<usize>) -> Vec<f32> {
+        let (x, xs) = self.row(pe, t);
+        expert::<E>(x, xs, self.h, e)
+            .into_iter()
+            .map(El::to_f32)
+            .collect()
+    }
+}
+
+/// The stand-in expert `e` on one row (elements and scales as received): the decoded values
+/// times `scale(e)`, in the combine's element type; `None`: the identity.
+fn expert<E: El>(x: &[E], scales: &[f32], h: usize, e: Option<usize>) -> Vec<E::Comb> {
+    let f = e.map_or(1.0, scale);
+    E::decode(x, scales, h)
+        .into_iter()
+        .map(|v| E::Comb::from_f32(v * f))
+        .collect()
+}
+
+/// The combine output `got` of one round checked element by element against the host reference
+/// `want` (the same encoded tokens): bit-identical, or within the combine dtype's tolerance
+/// (fp32: none; bf16 and fp8's bf16 combine: 2⁻⁶ of the terms' magnitude `Σ_j |w_j·y_j|`; the
+/// reference computes the same roundings, so normally exactly). fp8 rounds (`scales`, this PE's
+/// block scales) are also checked against the exact sum of the unquantized tokens, within the
+/// fp8 quantization error `Σ_j |w_j·scale_j| · (|x|/16 + s/1024)` (e4m3 keeps 3 mantissa bits,
+/// so a value moves by at most 2⁻⁴ of itself, or by half the subnormal step 2⁻⁹·s near zero, s
+/// the block's scale) plus the bf16 tolerance. Returns (elements not bit-identical, worst error
+/// against the reference, worst error against the unquantized sum).
+#[allow(clippy::too_many_arguments)]
+fn check_out<C: El>(
+    c: &mut Checker,
+    case: &Case,
+    seed: u64,
+    mine: &Routing,
+    me: usize,
+    got: &[C],
+    want: &[f32],
+    yf: &dyn Fn(usize, usize) -> Vec<f32>,
+    scales: Option<&[f32]>,
+) -> (usize, f32, f32) {
+    let (e_all, h, k) = (case.experts, case.hidden, case.k);
+    let sw = h / rshmem::ep::FP8_BLOCK;
+    let (mut inexact, mut worst, mut worst_q) = (0usize, 0f32, 0f32);
+    for t in 0..mine.num_tokens {
+        let slots = mine.slots(t, k, e_all);
+        let ys: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| yf(e, t)).collect();
+        let a: f32 = slots.iter().map(|s| (s.2 * scale(s.1)).abs()).sum();
+        for j in 0..h {
+            let (g, r) = (got[t * h + j].to_f32(), want[t * h + j]);
+            let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
+            if g.to_bits() != r.to_bits() {
+                inexact += 1;
+                let tol = match case.dtype {
+                    EpDtype::F32 => 0.0,
+                    _ => mag / 64.0,
+                };
+                let err = (g - r).abs();
+                worst = worst.max(err);
+                c.check(err <= tol, || {
+                    format!(
+                        "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
+                        case.name
+                    )
+                });
+            }
+            let Some(scales) = scales else { continue };
+            let x = x_val(seed, me, t, j);
+            let exact: f64 = slots
+                .iter()
+                .map(|s| s.2 as f64 * scale(s.1) as f64 * x as f64)
+                .sum();
+            let sb = scales[t * sw + j / rshmem::ep::FP8_BLOCK];
+            let tol_q = a * (x.abs() / 16.0 + sb / 1024.0) + mag / 64.0;
+            let err = (g as f64 - exact).abs() as f32;
+            worst_q = worst_q.max(err);
+            c.check(err <= tol_q, || {
+                format!(
+                    "{}: out[{t}][{j}] = {g}, unquantized {exact}: error {err} beyond the fp8 tolerance {tol_q}",
+                    case.name
+                )
+            });
+        }
+    }
+    (inexact, worst, worst_q)
+}
+
+/// What a round's line says about the fp8 error (nothing for the other dtypes).
+fn fp8_note<E: El>(worst_q: f32) -> String {
+    if E::DTYPE == EpDtype::Fp8E4m3 {
+        format!(", worst error against the unquantized sum {worst_q}")
+    } else {
+        String::new()
+    }
+}
+
+/// One round of the normal mode: dispatch, the dispatch output against the reference (layout,
+/// sources, every row's elements and scales bit for bit: [`check_layout`]), the stand-in expert
+/// on the host (a per-expert scale of the received rows, written in the combine's dtype),
+/// combine, every output element ([`check_out`]). Returns the number of failures.
 fn round<E: El>(
     world: &World,
     ep: &Ep<'_>,
@@ -297,10 +556,13 @@ fn round<E: El>(
     let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
     let mine = &routing[me];
     let t_n = mine.num_tokens;
-    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
+    let toks = Tokens::<E>::new(seed, &routing, h);
+    let sw = toks.sw();
+    let x = upload(stream, &toks.x[me])?;
+    let xs = upload(stream, &toks.scales[me])?;
     let idx = upload(stream, &mine.topk_idx)?;
     let w = upload(stream, &mine.topk_weights)?;
-    ep.dispatch(&x, &idx, &w, t_n, stream)?;
+    E::dispatch(ep, &x, &xs, &idx, &w, t_n, stream)?;
     let mut c = Checker { me, failures: 0 };
     if let Err(e) = ep.check(stream) {
         c.check(false, || format!("{}: dispatch reported {e}", case.name));
@@ -309,95 +571,235 @@ fn round<E: El>(
     let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
     let rows = offs[l_n] as usize;
     let src = download(stream, ep.expert_src(), rows * 2)?;
-    let row_bytes = h * std::mem::size_of::<E>();
-    let xb = download(stream, ep.expert_x(), rows * row_bytes)?;
-    let xe: Vec<E> = xb
-        .chunks_exact(std::mem::size_of::<E>())
-        .map(|b| {
-            let mut v = E::default();
-            // SAFETY: E is f32 or u16, plain bytes of exactly this size.
-            unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut E).cast::<u8>(), b.len())
-            };
-            v
-        })
-        .collect();
+    let xe: Vec<E> = elems(&download(
+        stream,
+        ep.expert_x(),
+        rows * h * std::mem::size_of::<E>(),
+    )?);
+    let xsc = if sw > 0 {
+        download(stream, ep.expert_scales(), rows * sw)?
+    } else {
+        Vec::new()
+    };
+    let row_of = |r: usize| (&xe[r * h..(r + 1) * h], &xsc[r * sw..(r + 1) * sw]);
     let row_bad = |r: usize, s: usize, t: usize| {
-        (0..h)
-            .filter(|&j| xe[r * h + j] != E::from_f32(x_val(seed, s, t, j)))
-            .count()
+        let (v, vs) = row_of(r);
+        toks.row_bad(s, t, v, vs)
     };
     check_layout(&mut c, case, &routing, me, &offs, &src, rows, &row_bad);
     // Stand-in expert on the host: y[r] = x[r] · scale(expert of r).
-    let mut y = vec![E::default(); ep.sizes().max_rows.max(1) * h];
+    let mut y = vec![E::Comb::default(); ep.sizes().max_rows.max(1) * h];
     for l in 0..l_n {
         for r in offs[l] as usize..offs[l + 1] as usize {
-            let s = scale(me * l_n + l);
-            for j in 0..h {
-                y[r * h + j] = E::from_f32(xe[r * h + j].to_f32() * s);
-            }
+            let (v, vs) = row_of(r);
+            y[r * h..(r + 1) * h].copy_from_slice(&expert::<E>(v, vs, h, Some(me * l_n + l)));
         }
     }
     let y = upload(stream, &y)?;
-    let mut out = upload(stream, &vec![E::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    let mut out = upload(stream, &vec![E::Comb::from_f32(f32::NAN); (t_n * h).max(1)])?;
     ep.combine(&y, &mut out, stream)?;
-    stream.synchronize()?;
     let got = download(stream, &out, t_n * h)?;
-    let yf = |e: usize, t: usize| -> Vec<f32> {
-        (0..h)
-            .map(|j| E::from_f32(E::from_f32(x_val(seed, me, t, j)).to_f32() * scale(e)).to_f32())
-            .collect()
-    };
+    let yf = |e: usize, t: usize| toks.expert_out(me, t, Some(e));
     let want = reference::combine(&routing, e_all, k, me, h, case.dtype, &yf);
-    let (mut worst, mut inexact) = (0f32, 0usize);
-    for t in 0..t_n {
-        let slots = mine.slots(t, k, e_all);
-        let ys: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| yf(e, t)).collect();
-        for j in 0..h {
-            let (g, r) = (got[t * h + j].to_f32(), want[t * h + j]);
-            if g.to_bits() == r.to_bits() {
-                continue;
-            }
-            inexact += 1;
-            let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
-            let tol = match case.dtype {
-                EpDtype::F32 => 0.0,
-                _ => mag / 64.0,
-            };
-            let err = (g - r).abs();
-            worst = worst.max(err);
-            c.check(err <= tol, || {
-                format!(
-                    "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
-                    case.name
-                )
-            });
-        }
-    }
+    let quant = (sw > 0).then_some(&toks.scales[me][..]);
+    let (inexact, worst, worst_q) =
+        check_out(&mut c, case, seed, mine, me, &got, &want, &yf, quant);
     let sent = reference::tokens_sent(mine, e_all, k, n);
     println!(
-        "PE {me}: {} seed {seed}: T {t_n}, sent {:?} tokens per PE, received {rows} expert rows, combine: {} of {} elements not bit-identical (worst {worst}), {} failures",
+        "PE {me}: {} seed {seed}: T {t_n}, sent {:?} tokens per PE, received {rows} expert rows ({sw} scales each), combine: {} of {} elements not bit-identical (worst {worst}){}, {} failures",
         case.name,
         sent,
         inexact,
         t_n * h,
+        fp8_note::<E>(worst_q),
         c.failures
     );
     Ok(c.failures)
 }
 
-fn run_case(world: &World, case: &Case, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
-    let ep = Ep::new(world, case.config())?;
+/// One low-latency round: dispatch, every (expert, source) block checked (counts, the (token,
+/// slot) set, every row's elements and scales), a stand-in expert (per-expert scale on the host,
+/// or the identity in place with `in_place`), combine, every output element ([`check_out`]).
+fn ll_round<E: El>(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    seed: u64,
+    in_place: bool,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let (me, n) = (world.my_pe(), world.n_pes());
+    let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
+    let l_n = e_all / n;
+    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+    let mine = &routing[me];
+    let t_n = mine.num_tokens;
+    let toks = Tokens::<E>::new(seed, &routing, h);
+    let sw = toks.sw();
+    let x = upload(stream, &toks.x[me])?;
+    let xs = upload(stream, &toks.scales[me])?;
+    let idx = upload(stream, &mine.topk_idx)?;
+    let w = upload(stream, &mine.topk_weights)?;
+    E::ll_dispatch(ep, &x, &xs, &idx, t_n, stream)?;
+    let mut c = Checker { me, failures: 0 };
+    if let Err(e) = ep.check(stream) {
+        c.check(false, || {
+            format!("{}: low-latency dispatch reported {e}", case.name)
+        });
+    }
+    let counts = download(stream, ep.ll_count(), l_n * n)?;
+    let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
+    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
+    let mut y = if in_place {
+        Vec::new()
+    } else {
+        vec![E::Comb::default(); l_n * n * m * h]
+    };
+    let mut rows_total = 0;
+    for (b, exp) in expect.iter().enumerate() {
+        let (l, s) = (b / n, b % n);
+        let cnt = counts[b] as usize;
+        c.check(cnt == exp.len(), || {
+            format!(
+                "{}: block (expert {l}, PE {s}): {cnt} rows, expected {}",
+                case.name,
+                exp.len()
+            )
+        });
+        if cnt != exp.len() || cnt > m {
+            continue;
+        }
+        rows_total += cnt;
+        let mut got: Vec<(usize, usize)> = (0..cnt)
+            .map(|i| {
+                (
+                    src[(b * m + i) * 2] as usize,
+                    src[(b * m + i) * 2 + 1] as usize,
+                )
+            })
+            .collect();
+        let rows: Vec<E> = elems(&ep.ll_read_rows(l, s, cnt, stream)?);
+        let scales = if sw > 0 {
+            ep.ll_read_scales(l, s, cnt, stream)?
+        } else {
+            Vec::new()
+        };
+        for (i, &(t, _)) in got.iter().enumerate() {
+            if t >= routing[s].num_tokens {
+                c.check(false, || {
+                    format!("{}: block ({l}, {s}) row {i} names token {t}", case.name)
+                });
+                continue;
+            }
+            let (v, vs) = (&rows[i * h..(i + 1) * h], &scales[i * sw..(i + 1) * sw]);
+            let bad = toks.row_bad(s, t, v, vs);
+            c.check(bad == 0, || {
+                format!(
+                    "{}: block ({l}, {s}) row {i} (token {t}): {bad} of {h} elements (and {sw} scales) differ",
+                    case.name
+                )
+            });
+            if !in_place {
+                let at = (b * m + i) * h;
+                y[at..at + h].copy_from_slice(&expert::<E>(v, vs, h, Some(me * l_n + l)));
+            }
+        }
+        let mut want = exp.clone();
+        got.sort_unstable();
+        want.sort_unstable();
+        c.check(got == want, || {
+            format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
+        });
+    }
+    let mut out = upload(stream, &vec![E::Comb::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    if in_place {
+        ep.ll_combine::<E::Comb, CudaSlice<E::Comb>, _, _>(None, &w, &mut out, stream)?;
+    } else {
+        let yd = upload(stream, &y)?;
+        ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
+    }
+    let got = download(stream, &out, t_n * h)?;
+    let yf = |e: usize, t: usize| toks.expert_out(me, t, (!in_place).then_some(e));
+    let want = reference::combine_ll(mine, e_all, k, h, case.dtype, &yf);
+    let quant = (sw > 0).then_some(&toks.scales[me][..]);
+    let (inexact, worst, worst_q) =
+        check_out(&mut c, case, seed, mine, me, &got, &want, &yf, quant);
+    println!(
+        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows ({sw} scales each), combine: {inexact} of {} elements not bit-identical (worst {worst}){}, {} failures",
+        case.name,
+        if in_place { ", identity expert in place" } else { "" },
+        t_n * h,
+        fp8_note::<E>(worst_q),
+        c.failures
+    );
+    Ok(c.failures)
+}
+
+/// Two rounds of `case` on one handle of element type `E`, in the normal or the low-latency
+/// mode. The large low-latency cases of fp32 and bf16 run the identity expert in place (the
+/// combine reads the dispatch output); fp8's dispatch output holds fp8 rows, never in place.
+fn rounds<E: El>(
+    world: &World,
+    ep: &Ep<'_>,
+    case: &Case,
+    ll: bool,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let in_place = ll && case.hidden > 1024 && E::DTYPE != EpDtype::Fp8E4m3;
     let mut fails = 0;
     for seed in [1u64, 2] {
-        fails += match case.dtype {
-            EpDtype::F32 => round::<f32>(world, &ep, case, seed, stream)?,
-            EpDtype::Bf16 => round::<u16>(world, &ep, case, seed, stream)?,
-            EpDtype::Fp8E4m3 => fp8_round(world, &ep, case, seed, stream)?,
+        fails += if ll {
+            ll_round::<E>(world, ep, case, seed, in_place, stream)?
+        } else {
+            round::<E>(world, ep, case, seed, stream)?
         };
     }
+    Ok(fails)
+}
+
+/// `case` on a fresh handle (with the low-latency mode's buffers when `ll`): two rounds.
+/// Returns the number of failures.
+fn run_case(
+    world: &World,
+    case: &Case,
+    ll: bool,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let ep = Ep::new(
+        world,
+        EpConfig {
+            low_latency: ll,
+            ..case.config()
+        },
+    )?;
+    let fails = match case.dtype {
+        EpDtype::F32 => rounds::<f32>(world, &ep, case, ll, stream)?,
+        EpDtype::Bf16 => rounds::<u16>(world, &ep, case, ll, stream)?,
+        EpDtype::Fp8E4m3 => rounds::<u8>(world, &ep, case, ll, stream)?,
+    };
     world.barrier_all()?;
     ep.free()?;
+    Ok(fails)
+}
+
+/// Every case of `cases` ([`run_case`]), a verdict line each; the number of failures.
+fn run_cases(
+    world: &World,
+    cases: &[Case],
+    ll: bool,
+    stream: &Arc<CudaStream>,
+) -> rshmem::Result<usize> {
+    let me = world.my_pe();
+    let mut fails = 0;
+    for case in cases {
+        let f = run_case(world, case, ll, stream)?;
+        println!(
+            "PE {me}: case {}: {}",
+            case.name,
+            if f == 0 { "ok" } else { "FAILED" }
+        );
+        fails += f;
+    }
     Ok(fails)
 }
 
@@ -491,17 +893,7 @@ fn config_checks(c: &mut Checker, n: usize) {
 fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
     let (me, n) = (world.my_pe(), world.n_pes());
     let mut c = Checker { me, failures: 0 };
-    let case = Case {
-        name: "bad-args",
-        dtype: EpDtype::F32,
-        experts: 8 * n,
-        hidden: 64,
-        k: 4,
-        max_tokens: 64,
-        base: 40,
-        zero_odd: false,
-        max_recv_rows: None,
-    };
+    let case = Case::new("bad-args", EpDtype::F32, 8 * n, 64, 4, 64, 40, false);
     let ep = Ep::new(world, case.config())?;
     let (h, k) = (case.hidden, case.k);
     let mut out = stream.alloc_zeros::<f32>(64 * h)?;
@@ -578,7 +970,7 @@ fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     if me == 0 {
         r.topk_idx[3 * k + 2] = 8 * n as i64 + 5;
     }
-    let xv = upload(stream, &tokens::<f32>(7, me, r.num_tokens, h))?;
+    let xv = upload(stream, &tokens::<f32>(7, me, r.num_tokens, h).0)?;
     let iv = upload(stream, &r.topk_idx)?;
     let wv = upload(stream, &r.topk_weights)?;
     ep.dispatch(&xv, &iv, &wv, r.num_tokens, stream)?;
@@ -604,7 +996,7 @@ fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     };
     let ep = Ep::new(world, small.config())?;
     let r2 = case.routing(8, me);
-    let xv = upload(stream, &tokens::<f32>(8, me, r2.num_tokens, h))?;
+    let xv = upload(stream, &tokens::<f32>(8, me, r2.num_tokens, h).0)?;
     let iv = upload(stream, &r2.topk_idx)?;
     let wv = upload(stream, &r2.topk_weights)?;
     ep.dispatch(&xv, &iv, &wv, r2.num_tokens, stream)?;
@@ -613,7 +1005,7 @@ fn gpu_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     expect_err(&mut c, "row capacity", res, &["max_recv_rows"]);
     world.barrier_all()?;
     ep.free()?;
-    let f = run_case(world, &case, stream)?;
+    let f = run_case(world, &case, false, stream)?;
     Ok(c.failures + f)
 }
 
@@ -625,17 +1017,7 @@ fn graph_replay(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     use rshmem::cudarc::driver::DevicePtr;
     let (me, n) = (world.my_pe(), world.n_pes());
     let mut c = Checker { me, failures: 0 };
-    let case = Case {
-        name: "graph",
-        dtype: EpDtype::F32,
-        experts: 8 * n,
-        hidden: 128,
-        k: 8,
-        max_tokens: 96,
-        base: 96,
-        zero_odd: false,
-        max_recv_rows: None,
-    };
+    let case = Case::new("graph", EpDtype::F32, 8 * n, 128, 8, 96, 96, false);
     let (h, k, e_all) = (case.hidden, case.k, case.experts);
     let t_n = case.max_tokens; // the same T every round (fixed in the graph)
     let ep = Ep::new(world, case.config())?;
@@ -674,7 +1056,7 @@ fn graph_replay(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     };
     for seed in [11u64, 12, 13] {
         let routing: Vec<Routing> = (0..n).map(|pe| fixed(seed, pe)).collect();
-        stream.memcpy_htod(&tokens::<f32>(seed, me, t_n, h), &mut x)?;
+        stream.memcpy_htod(&tokens::<f32>(seed, me, t_n, h).0, &mut x)?;
         stream.memcpy_htod(&routing[me].topk_idx, &mut idx)?;
         stream.memcpy_htod(&routing[me].topk_weights, &mut w)?;
         stream.synchronize()?;
@@ -713,246 +1095,27 @@ fn graph_replay(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
     Ok(c.failures)
 }
 
-/// One low-latency round: dispatch, every (expert, source) block checked (counts, the (token,
-/// slot) set, every row's data), a stand-in expert (per-expert scale on the host, or the
-/// identity in place with `in_place`), combine, every output element checked.
-fn ll_round<E: El>(
-    world: &World,
-    ep: &Ep<'_>,
-    case: &Case,
-    seed: u64,
-    in_place: bool,
-    stream: &Arc<CudaStream>,
-) -> rshmem::Result<usize> {
-    let (me, n) = (world.my_pe(), world.n_pes());
-    let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
-    let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let x = upload(stream, &tokens::<E>(seed, me, t_n, h))?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    ep.ll_dispatch(&x, &idx, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || {
-            format!("{}: low-latency dispatch reported {e}", case.name)
-        });
-    }
-    let counts = download(stream, ep.ll_count(), l_n * n)?;
-    let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
-    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
-    let es = std::mem::size_of::<E>();
-    let mut y = if in_place {
-        Vec::new()
-    } else {
-        vec![E::default(); l_n * n * m * h]
-    };
-    let mut rows_total = 0;
-    for (b, exp) in expect.iter().enumerate() {
-        let (l, s) = (b / n, b % n);
-        let cnt = counts[b] as usize;
-        c.check(cnt == exp.len(), || {
-            format!(
-                "{}: block (expert {l}, PE {s}): {cnt} rows, expected {}",
-                case.name,
-                exp.len()
-            )
-        });
-        if cnt != exp.len() || cnt > m {
-            continue;
-        }
-        rows_total += cnt;
-        let mut got: Vec<(usize, usize)> = (0..cnt)
-            .map(|i| {
-                (
-                    src[(b * m + i) * 2] as usize,
-                    src[(b * m + i) * 2 + 1] as usize,
-                )
-            })
-            .collect();
-        let bytes = ep.ll_read_rows(l, s, cnt, stream)?;
-        for (i, &(t, _)) in got.iter().enumerate() {
-            if t >= routing[s].num_tokens {
-                c.check(false, || {
-                    format!("{}: block ({l}, {s}) row {i} names token {t}", case.name)
-                });
-                continue;
-            }
-            let bad = (0..h)
-                .filter(|&j| {
-                    let mut v = E::default();
-                    // SAFETY: E is f32 or u16; the bytes of element j of row i.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            bytes[(i * h + j) * es..].as_ptr(),
-                            (&mut v as *mut E).cast::<u8>(),
-                            es,
-                        )
-                    };
-                    if !in_place {
-                        let sc = scale(me * l_n + l);
-                        y[(b * m + i) * h + j] = E::from_f32(v.to_f32() * sc);
-                    }
-                    v != E::from_f32(x_val(seed, s, t, j))
-                })
-                .count();
-            c.check(bad == 0, || {
-                format!(
-                    "{}: block ({l}, {s}) row {i} (token {t}): {bad} of {h} elements differ",
-                    case.name
-                )
-            });
-        }
-        let mut want = exp.clone();
-        got.sort_unstable();
-        want.sort_unstable();
-        c.check(got == want, || {
-            format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
-        });
-    }
-    let mut out = upload(stream, &vec![E::from_f32(f32::NAN); (t_n * h).max(1)])?;
-    if in_place {
-        ep.ll_combine::<E, CudaSlice<E>, _, _>(None, &w, &mut out, stream)?;
-    } else {
-        let yd = upload(stream, &y)?;
-        ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
-    }
-    stream.synchronize()?;
-    let got = download(stream, &out, t_n * h)?;
-    let yf = |e: usize, t: usize| -> Vec<f32> {
-        (0..h)
-            .map(|j| {
-                let xv = E::from_f32(x_val(seed, me, t, j)).to_f32();
-                if in_place {
-                    xv
-                } else {
-                    E::from_f32(xv * scale(e)).to_f32()
-                }
-            })
-            .collect()
-    };
-    let want = reference::combine_ll(mine, e_all, k, h, case.dtype, &yf);
-    let (mut worst, mut inexact) = (0f32, 0usize);
-    for t in 0..t_n {
-        let slots = mine.slots(t, k, e_all);
-        for j in 0..h {
-            let (g, r) = (got[t * h + j].to_f32(), want[t * h + j]);
-            if g.to_bits() == r.to_bits() {
-                continue;
-            }
-            inexact += 1;
-            let mag: f32 = slots.iter().map(|s| (s.2 * yf(s.1, t)[j]).abs()).sum();
-            let tol = match case.dtype {
-                EpDtype::F32 => 0.0,
-                _ => mag / 64.0,
-            };
-            worst = worst.max((g - r).abs());
-            c.check((g - r).abs() <= tol, || {
-                format!(
-                    "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
-                    case.name
-                )
-            });
-        }
-    }
-    println!(
-        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows, combine: {inexact} of {} elements not bit-identical (worst {worst}), {} failures",
-        case.name,
-        if in_place { ", identity expert in place" } else { "" },
-        t_n * h,
-        c.failures
-    );
-    Ok(c.failures)
-}
-
 /// `--ll`: the low-latency mode's cases.
 fn low_latency(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize> {
     let me = world.my_pe();
     let e = 32;
     let cases = [
-        Case {
-            name: "ll-f32-k8",
-            dtype: EpDtype::F32,
-            experts: e,
-            hidden: 128,
-            k: 8,
-            max_tokens: 160,
-            base: 100,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "ll-bf16-k8",
-            dtype: EpDtype::Bf16,
-            experts: e,
-            hidden: 256,
-            k: 8,
-            max_tokens: 192,
-            base: 120,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "ll-bf16-k1",
-            dtype: EpDtype::Bf16,
-            experts: e,
-            hidden: 256,
-            k: 1,
-            max_tokens: 256,
-            base: 200,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "ll-f32-T0-odd",
-            dtype: EpDtype::F32,
-            experts: e,
-            hidden: 64,
-            k: 4,
-            max_tokens: 96,
-            base: 50,
-            zero_odd: true,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "ll-bf16-E256-H7168-k8",
-            dtype: EpDtype::Bf16,
-            experts: 256,
-            hidden: 7168,
-            k: 8,
-            max_tokens: 160,
-            base: 110,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
+        Case::new("ll-f32-k8", EpDtype::F32, e, 128, 8, 160, 100, false),
+        Case::new("ll-bf16-k8", EpDtype::Bf16, e, 256, 8, 192, 120, false),
+        Case::new("ll-bf16-k1", EpDtype::Bf16, e, 256, 1, 256, 200, false),
+        Case::new("ll-f32-T0-odd", EpDtype::F32, e, 64, 4, 96, 50, true),
+        Case::new(
+            "ll-bf16-E256-H7168-k8",
+            EpDtype::Bf16,
+            256,
+            7168,
+            8,
+            160,
+            110,
+            false,
+        ),
     ];
-    let mut fails = 0;
-    for case in &cases {
-        let cfg = EpConfig {
-            low_latency: true,
-            ..case.config()
-        };
-        let ep = Ep::new(world, cfg)?;
-        let big = case.hidden > 1024;
-        let mut f = 0;
-        for seed in [1u64, 2] {
-            f += match case.dtype {
-                EpDtype::F32 => ll_round::<f32>(world, &ep, case, seed, big, stream)?,
-                EpDtype::Bf16 => ll_round::<u16>(world, &ep, case, seed, big, stream)?,
-                EpDtype::Fp8E4m3 => fp8_ll_round(world, &ep, case, seed, stream)?,
-            };
-        }
-        world.barrier_all()?;
-        ep.free()?;
-        println!(
-            "PE {me}: case {}: {}",
-            case.name,
-            if f == 0 { "ok" } else { "FAILED" }
-        );
-        fails += f;
-    }
+    let fails = run_cases(world, &cases, true, stream)?;
     // A handle without low_latency refuses the low-latency calls, naming the cause.
     let mut c = Checker { me, failures: 0 };
     let ep = Ep::new(world, cases[0].config())?;
@@ -981,273 +1144,10 @@ fn low_latency(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize>
 }
 
 // ---------------------------------------------------------------------------------------------
-// fp8 (`--fp8`): tokens quantized per 128-element block (scale = block amax / 448, as
-// `reference::quantize_fp8`), dispatched with their scales, dequantized by the stand-in expert,
-// which writes bf16; the combine runs in bf16.
-
-/// PE `pe`'s tokens of round `seed`, quantized: (e4m3 bytes `[t_n, h]`, scales `[t_n, h/128]`).
-fn fp8_tokens(seed: u64, pe: usize, t_n: usize, h: usize) -> (Vec<u8>, Vec<f32>) {
-    let x: Vec<f32> = (0..t_n * h)
-        .map(|i| x_val(seed, pe, i / h, i % h))
-        .collect();
-    reference::quantize_fp8(&x, h)
-}
-
-/// The stand-in expert `e` on a dequantized row: bf16(value · scale(e)).
-fn fp8_expert(q: &[u8], scales: &[f32], h: usize, e: usize) -> Vec<u16> {
-    reference::dequantize_fp8(q, scales, h)
-        .into_iter()
-        .map(|v| reference::f32_to_bf16(v * scale(e)))
-        .collect()
-}
-
-/// The combine output of an fp8 round checked twice: against the host reference (the same
-/// quantized tokens, the bf16 combine: within 2⁻⁶ of the terms' magnitude, normally exactly),
-/// and against the exact sum of the unquantized tokens, within the fp8 quantization error:
-/// `Σ_j |w_j·scale_j| · (|x|/16 + s/1024)` (e4m3 keeps 3 mantissa bits, so a value moves by at
-/// most 2⁻⁴ of itself, or by half the subnormal step 2⁻⁹·s near zero, s the block's scale) plus
-/// 2⁻⁶ of the magnitude for the bf16 roundings.
-#[allow(clippy::too_many_arguments)]
-fn fp8_check_out(
-    c: &mut Checker,
-    case: &Case,
-    seed: u64,
-    mine: &Routing,
-    me: usize,
-    got: &[u16],
-    want: &[f32],
-    yf: &dyn Fn(usize, usize) -> Vec<f32>,
-) -> (usize, f32) {
-    let (e_all, h, k) = (case.experts, case.hidden, case.k);
-    let (_, my_scales) = fp8_tokens(seed, me, mine.num_tokens, h);
-    let sw = h / rshmem::ep::FP8_BLOCK;
-    let (mut inexact, mut worst_q) = (0usize, 0f32);
-    for t in 0..mine.num_tokens {
-        let slots = mine.slots(t, k, e_all);
-        let ys: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| yf(e, t)).collect();
-        let a: f32 = slots.iter().map(|s| (s.2 * scale(s.1)).abs()).sum();
-        for j in 0..h {
-            let (g, r) = (reference::bf16_to_f32(got[t * h + j]), want[t * h + j]);
-            let mag: f32 = slots.iter().zip(&ys).map(|(s, y)| (s.2 * y[j]).abs()).sum();
-            if g.to_bits() != r.to_bits() {
-                inexact += 1;
-                let tol = mag / 64.0;
-                c.check((g - r).abs() <= tol, || {
-                    format!(
-                        "{}: out[{t}][{j}] = {g}, reference {r} (tolerance {tol})",
-                        case.name
-                    )
-                });
-            }
-            let x = x_val(seed, me, t, j);
-            let exact: f64 = slots
-                .iter()
-                .map(|s| s.2 as f64 * scale(s.1) as f64 * x as f64)
-                .sum();
-            let sb = my_scales[t * sw + j / rshmem::ep::FP8_BLOCK];
-            let tol_q = a * (x.abs() / 16.0 + sb / 1024.0) + mag / 64.0;
-            let err = (g as f64 - exact).abs() as f32;
-            worst_q = worst_q.max(err);
-            c.check(err <= tol_q, || {
-                format!(
-                    "{}: out[{t}][{j}] = {g}, unquantized {exact}: error {err} beyond the fp8 tolerance {tol_q}",
-                    case.name
-                )
-            });
-        }
-    }
-    (inexact, worst_q)
-}
-
-/// One fp8 round of the normal mode: dispatch_fp8, every row's bytes and scales against the
-/// source's (bit for bit), the stand-in expert (dequantize, scale, bf16), combine, every output
-/// element checked ([`fp8_check_out`]).
-fn fp8_round(
-    world: &World,
-    ep: &Ep<'_>,
-    case: &Case,
-    seed: u64,
-    stream: &Arc<CudaStream>,
-) -> rshmem::Result<usize> {
-    let (me, n) = (world.my_pe(), world.n_pes());
-    let (e_all, h, k) = (case.experts, case.hidden, case.k);
-    let sw = h / rshmem::ep::FP8_BLOCK;
-    let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let src_tokens: Vec<(Vec<u8>, Vec<f32>)> = (0..n)
-        .map(|pe| fp8_tokens(seed, pe, routing[pe].num_tokens, h))
-        .collect();
-    let x = upload(stream, &src_tokens[me].0)?;
-    let xs = upload(stream, &src_tokens[me].1)?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    ep.dispatch_fp8(&x, &xs, &idx, &w, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || format!("{}: dispatch reported {e}", case.name));
-    }
-    let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
-    let rows = offs[l_n] as usize;
-    let src = download(stream, ep.expert_src(), rows * 2)?;
-    let xb = download(stream, ep.expert_x(), rows * h)?;
-    let sb = download(stream, ep.expert_scales(), rows * sw)?;
-    let row_bad = |r: usize, s: usize, t: usize| {
-        let (q, qs) = &src_tokens[s];
-        let bytes = (0..h).filter(|&j| xb[r * h + j] != q[t * h + j]).count();
-        let scales = (0..sw)
-            .filter(|&b| sb[r * sw + b].to_bits() != qs[t * sw + b].to_bits())
-            .count();
-        bytes + scales
-    };
-    check_layout(&mut c, case, &routing, me, &offs, &src, rows, &row_bad);
-    // The stand-in expert on the received rows: bf16(dequantized · scale(expert)).
-    let mut y = vec![0u16; ep.sizes().max_rows.max(1) * h];
-    for l in 0..l_n {
-        for r in offs[l] as usize..offs[l + 1] as usize {
-            let yr = fp8_expert(
-                &xb[r * h..(r + 1) * h],
-                &sb[r * sw..(r + 1) * sw],
-                h,
-                me * l_n + l,
-            );
-            y[r * h..(r + 1) * h].copy_from_slice(&yr);
-        }
-    }
-    let y = upload(stream, &y)?;
-    let mut out = upload(stream, &vec![0x7fc0u16; (t_n * h).max(1)])?;
-    ep.combine(&y, &mut out, stream)?;
-    let got = download(stream, &out, t_n * h)?;
-    let (q, qs) = &src_tokens[me];
-    let yf = |e: usize, t: usize| -> Vec<f32> {
-        fp8_expert(&q[t * h..(t + 1) * h], &qs[t * sw..(t + 1) * sw], h, e)
-            .into_iter()
-            .map(reference::bf16_to_f32)
-            .collect()
-    };
-    let want = reference::combine(&routing, e_all, k, me, h, EpDtype::Fp8E4m3, &yf);
-    let (inexact, worst_q) = fp8_check_out(&mut c, case, seed, mine, me, &got, &want, &yf);
-    println!(
-        "PE {me}: {} seed {seed}: T {t_n}, received {rows} fp8 rows with {sw} scales each, combine: {inexact} of {} elements not bit-identical to the reference, worst error against the unquantized sum {worst_q}, {} failures",
-        case.name,
-        t_n * h,
-        c.failures
-    );
-    Ok(c.failures)
-}
-
-/// One fp8 round of the low-latency mode: every (expert, source) block's count, (token, slot)
-/// set, row bytes and scales; the stand-in expert into a bf16 `y` in the output's layout;
-/// combine; every output element ([`fp8_check_out`] with the low-latency reference).
-fn fp8_ll_round(
-    world: &World,
-    ep: &Ep<'_>,
-    case: &Case,
-    seed: u64,
-    stream: &Arc<CudaStream>,
-) -> rshmem::Result<usize> {
-    let (me, n) = (world.my_pe(), world.n_pes());
-    let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
-    let sw = h / rshmem::ep::FP8_BLOCK;
-    let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let src_tokens: Vec<(Vec<u8>, Vec<f32>)> = (0..n)
-        .map(|pe| fp8_tokens(seed, pe, routing[pe].num_tokens, h))
-        .collect();
-    let x = upload(stream, &src_tokens[me].0)?;
-    let xs = upload(stream, &src_tokens[me].1)?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    ep.ll_dispatch_fp8(&x, &xs, &idx, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || {
-            format!("{}: low-latency dispatch reported {e}", case.name)
-        });
-    }
-    let counts = download(stream, ep.ll_count(), l_n * n)?;
-    let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
-    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
-    let mut y = vec![0u16; l_n * n * m * h];
-    let mut rows_total = 0;
-    for (b, exp) in expect.iter().enumerate() {
-        let (l, s) = (b / n, b % n);
-        let cnt = counts[b] as usize;
-        c.check(cnt == exp.len(), || {
-            format!(
-                "{}: block (expert {l}, PE {s}): {cnt} rows, expected {}",
-                case.name,
-                exp.len()
-            )
-        });
-        if cnt != exp.len() || cnt > m {
-            continue;
-        }
-        rows_total += cnt;
-        let mut got: Vec<(usize, usize)> = (0..cnt)
-            .map(|i| {
-                (
-                    src[(b * m + i) * 2] as usize,
-                    src[(b * m + i) * 2 + 1] as usize,
-                )
-            })
-            .collect();
-        let bytes = ep.ll_read_rows(l, s, cnt, stream)?;
-        let scales = ep.ll_read_scales(l, s, cnt, stream)?;
-        let (q, qs) = &src_tokens[s];
-        for (i, &(t, _)) in got.iter().enumerate() {
-            if t >= routing[s].num_tokens {
-                c.check(false, || {
-                    format!("{}: block ({l}, {s}) row {i} names token {t}", case.name)
-                });
-                continue;
-            }
-            let rb = &bytes[i * h..(i + 1) * h];
-            let rs = &scales[i * sw..(i + 1) * sw];
-            let bad = (0..h).filter(|&j| rb[j] != q[t * h + j]).count()
-                + (0..sw)
-                    .filter(|&j| rs[j].to_bits() != qs[t * sw + j].to_bits())
-                    .count();
-            c.check(bad == 0, || {
-                format!(
-                    "{}: block ({l}, {s}) row {i} (token {t}): {bad} bytes or scales differ",
-                    case.name
-                )
-            });
-            let at = (b * m + i) * h;
-            y[at..at + h].copy_from_slice(&fp8_expert(rb, rs, h, me * l_n + l));
-        }
-        let mut want = exp.clone();
-        got.sort_unstable();
-        want.sort_unstable();
-        c.check(got == want, || {
-            format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
-        });
-    }
-    let yd = upload(stream, &y)?;
-    let mut out = upload(stream, &vec![0x7fc0u16; (t_n * h).max(1)])?;
-    ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
-    let got = download(stream, &out, t_n * h)?;
-    let (q, qs) = &src_tokens[me];
-    let yf = |e: usize, t: usize| -> Vec<f32> {
-        fp8_expert(&q[t * h..(t + 1) * h], &qs[t * sw..(t + 1) * sw], h, e)
-            .into_iter()
-            .map(reference::bf16_to_f32)
-            .collect()
-    };
-    let want = reference::combine_ll(mine, e_all, k, h, EpDtype::Fp8E4m3, &yf);
-    let (inexact, worst_q) = fp8_check_out(&mut c, case, seed, mine, me, &got, &want, &yf);
-    println!(
-        "PE {me}: {} (low latency) seed {seed}: T {t_n}, received {rows_total} fp8 rows with {sw} scales each, combine: {inexact} of {} elements not bit-identical to the reference, worst error against the unquantized sum {worst_q}, {} failures",
-        case.name,
-        t_n * h,
-        c.failures
-    );
-    Ok(c.failures)
-}
+// fp8 (`--fp8`): the cases run the same rounds as the other dtypes (`El for u8`: tokens quantized
+// per 128-element block, dispatched with their scales, compared byte for byte; the stand-in
+// expert dequantizes and writes bf16; the combine runs in bf16 and is also checked against the
+// unquantized sum: `check_out`).
 
 /// fp8 argument errors (naming the argument, nothing enqueued): scales missing, scales on a
 /// bf16 handle, short scales, the combine in place, fp8 elements as y.
@@ -1338,58 +1238,39 @@ fn fp8_bad_args(world: &World, stream: &Arc<CudaStream>) -> rshmem::Result<usize
 /// `--fp8`: fp8 cases of the normal and the low-latency mode, then the fp8 argument errors.
 fn fp8_cases(world: &World, stream: &Arc<CudaStream>, quick: bool) -> rshmem::Result<usize> {
     let me = world.my_pe();
-    let case = |name, hidden, k, max_tokens, base, zero_odd, experts| Case {
-        name,
-        dtype: EpDtype::Fp8E4m3,
-        experts,
-        hidden,
-        k,
-        max_tokens,
-        base,
-        zero_odd,
-        max_recv_rows: None,
-    };
+    let fp8 = EpDtype::Fp8E4m3;
     let mut normal = vec![
-        case("fp8-k8", 512, 8, 256, 150, false, 32),
-        case("fp8-k1-H128", 128, 1, 320, 300, false, 32),
-        case("fp8-k4-T0-odd", 384, 4, 128, 100, true, 32),
+        Case::new("fp8-k8", fp8, 32, 512, 8, 256, 150, false),
+        Case::new("fp8-k1-H128", fp8, 32, 128, 1, 320, 300, false),
+        Case::new("fp8-k4-T0-odd", fp8, 32, 384, 4, 128, 100, true),
     ];
     let mut ll = vec![
-        case("ll-fp8-k8", 256, 8, 192, 120, false, 32),
-        case("ll-fp8-k1-H128-T0-odd", 128, 1, 96, 50, true, 32),
+        Case::new("ll-fp8-k8", fp8, 32, 256, 8, 192, 120, false),
+        Case::new("ll-fp8-k1-H128-T0-odd", fp8, 32, 128, 1, 96, 50, true),
     ];
     if !quick {
-        normal.push(case("fp8-E256-H7168-k8", 7168, 8, 192, 128, false, 256));
-        ll.push(case("ll-fp8-E256-H7168-k8", 7168, 8, 160, 110, false, 256));
+        normal.push(Case::new(
+            "fp8-E256-H7168-k8",
+            fp8,
+            256,
+            7168,
+            8,
+            192,
+            128,
+            false,
+        ));
+        ll.push(Case::new(
+            "ll-fp8-E256-H7168-k8",
+            fp8,
+            256,
+            7168,
+            8,
+            160,
+            110,
+            false,
+        ));
     }
-    let mut fails = 0;
-    for (low_latency, cases) in [(false, &normal), (true, &ll)] {
-        for case in cases {
-            let ep = Ep::new(
-                world,
-                EpConfig {
-                    low_latency,
-                    ..case.config()
-                },
-            )?;
-            let mut f = 0;
-            for seed in [1u64, 2] {
-                f += if low_latency {
-                    fp8_ll_round(world, &ep, case, seed, stream)?
-                } else {
-                    fp8_round(world, &ep, case, seed, stream)?
-                };
-            }
-            world.barrier_all()?;
-            ep.free()?;
-            println!(
-                "PE {me}: case {}: {}",
-                case.name,
-                if f == 0 { "ok" } else { "FAILED" }
-            );
-            fails += f;
-        }
-    }
+    let fails = run_cases(world, &normal, false, stream)? + run_cases(world, &ll, true, stream)?;
     let f = fp8_bad_args(world, stream)?;
     println!(
         "PE {me}: fp8 bad arguments: {}",
@@ -1434,85 +1315,25 @@ fn run() -> rshmem::Result<bool> {
     }
     let e = 32;
     let mut cases = vec![
-        Case {
-            name: "f32-k8",
-            dtype: EpDtype::F32,
-            experts: e,
-            hidden: 128,
-            k: 8,
-            max_tokens: 256,
-            base: 200,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "bf16-k8",
-            dtype: EpDtype::Bf16,
-            experts: e,
-            hidden: 512,
-            k: 8,
-            max_tokens: 256,
-            base: 150,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "bf16-k1",
-            dtype: EpDtype::Bf16,
-            experts: e,
-            hidden: 256,
-            k: 1,
-            max_tokens: 320,
-            base: 300,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "f32-k4-T0",
-            dtype: EpDtype::F32,
-            experts: e,
-            hidden: 64,
-            k: 4,
-            max_tokens: 64,
-            base: 0,
-            zero_odd: false,
-            max_recv_rows: None,
-        },
-        Case {
-            name: "bf16-k8-T0-odd",
-            dtype: EpDtype::Bf16,
-            experts: e,
-            hidden: 64,
-            k: 8,
-            max_tokens: 128,
-            base: 100,
-            zero_odd: true,
-            max_recv_rows: None,
-        },
+        Case::new("f32-k8", EpDtype::F32, e, 128, 8, 256, 200, false),
+        Case::new("bf16-k8", EpDtype::Bf16, e, 512, 8, 256, 150, false),
+        Case::new("bf16-k1", EpDtype::Bf16, e, 256, 1, 320, 300, false),
+        Case::new("f32-k4-T0", EpDtype::F32, e, 64, 4, 64, 0, false),
+        Case::new("bf16-k8-T0-odd", EpDtype::Bf16, e, 64, 8, 128, 100, true),
     ];
     if !quick {
-        cases.push(Case {
-            name: "bf16-E256-H7168-k8",
-            dtype: EpDtype::Bf16,
-            experts: 256,
-            hidden: 7168,
-            k: 8,
-            max_tokens: 192,
-            base: 128,
-            zero_odd: false,
-            max_recv_rows: None,
-        });
+        cases.push(Case::new(
+            "bf16-E256-H7168-k8",
+            EpDtype::Bf16,
+            256,
+            7168,
+            8,
+            192,
+            128,
+            false,
+        ));
     }
-    let mut fails = c.failures;
-    for case in &cases {
-        let f = run_case(&world, case, &stream)?;
-        fails += f;
-        println!(
-            "PE {me}: case {}: {}",
-            case.name,
-            if f == 0 { "ok" } else { "FAILED" }
-        );
-    }
+    let mut fails = c.failures + run_cases(&world, &cases, false, &stream)?;
     let f = gpu_bad_args(&world, &stream)?;
     println!(
         "PE {me}: bad arguments: {}",
