@@ -44,11 +44,11 @@ const NAP: Duration = Duration::from_micros(50);
 const NAP_RUNG: Duration = Duration::from_millis(2);
 /// One nap on a [`SharedBell`]. A wait on a shared-memory bell is woken by the store it waits
 /// for and by a peer's loss (`Liveness` rings the bells), so its naps only bound how late a
-/// timeout, a hang report (answered within [`crate::hang::ANSWER_WITHIN`]) or a signal can be seen.
+/// timeout or a hang report (answered within [`crate::hang::ANSWER_WITHIN`]) can be seen.
 /// Shorter naps cost wake-ups that do nothing: with naps of 2 ms doubling to 64 ms, the early
 /// arrivals of a barrier that took longer than 2 ms woke to look once or more; 512 PEs on 2
-/// cores switched context 1.75 times per PE per barrier (2.4–5.2 ms), and 1.0 times (2.4 ms)
-/// with 64 ms naps from the start; 1,024 PEs took 50–94 ms, then 5.4 ms.
+/// cores switched context 1.75 times per PE per barrier (4.8–5.3 ms a barrier), and 1.0 times
+/// (2.4–2.7 ms) with 64 ms naps from the start; 1,024 PEs took 19–94 ms, then 5.4–5.7 ms.
 const NAP_SHARED: Duration = Duration::from_millis(64);
 // A napping wait answers a hang report in time.
 const _: () = assert!(NAP_SHARED.as_millis() < crate::hang::ANSWER_WITHIN.as_millis());

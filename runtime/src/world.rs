@@ -455,13 +455,14 @@ impl World {
             None => Backing::Host,
         };
         // The limit in effect, as `config()` reports it.
-        cfg.heap_limit = Some(cfg.heap_limit_for(node.len()));
+        let heap_limit = cfg.heap_limit_for(node.len());
+        cfg.heap_limit = Some(heap_limit);
         let heap = Arc::new(Heap::create(
             boot.as_ref(),
             &node,
             &live,
             backing,
-            cfg.heap_limit_for(node.len()),
+            heap_limit,
             cfg.heap_initial,
             "heap",
             cfg.lazy_mapping,
