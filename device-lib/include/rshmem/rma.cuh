@@ -143,6 +143,22 @@ static __device__ __forceinline__ void copy_chunks(char* dst, const char* src, s
             for (int k = 0; k < U; ++k, d += step) store16<GD, !REMOTE_SRC>(d, v[k]);
         }
     }
+    // The rest (fewer than U chunks of this thread), one chunk at a time; a get whose two sides
+    // are both 16-byte aligned first takes two at once where it can. One at a time (load,
+    // store, next load) made a thread-scope get of 32 B wait for two NVLink round trips where
+    // 64 B waited for one (NVSHMEM's shmem_get_latency, thread table: 0.66 of NVSHMEM at 32 B,
+    // 2 x H200). Two, not U - 1: U - 1 raised a thread-scope get from 46 to 56 registers; and
+    // only the aligned form: with the narrower local accesses too, a block-scope get kernel
+    // needed 66 registers in a file that holds every call (device-lib/tests/regbudget).
+    if constexpr (REMOTE_SRC && GD == 16 && U > 2) {
+        if (i + size < nvec) {
+            const vec16 a = load16<GS, true>(src + i * 16);
+            const vec16 b = load16<GS, true>(src + i * 16 + step);
+            store16<GD, false>(dst + i * 16, a);
+            store16<GD, false>(dst + i * 16 + step, b);
+            i += (size_t)size * 2;
+        }
+    }
     for (; i < nvec; i += size) {
         store16<GD, !REMOTE_SRC>(dst + i * 16, load16<GS, REMOTE_SRC>(src + i * 16));
     }
