@@ -157,6 +157,89 @@ static __device__ __forceinline__ vec16 ld16(const void* p) {
 static __device__ __forceinline__ void st16(void* p, vec16 v) {
     *(vec16*)p = v;
 }
+// The load kind as a template argument: CG = true bypasses L1 (ld16_cg, ld_cg_f32: data written
+// by other GPUs), false is the plain load.
+template <bool CG>
+static __device__ __forceinline__ vec16 ld16_as(const void* p) {
+    if constexpr (CG) {
+        return ld16_cg(p);
+    } else {
+        return ld16(p);
+    }
+}
+template <bool CG>
+static __device__ __forceinline__ float ld_f32_as(const float* p) {
+    if constexpr (CG) {
+        return ld_cg_f32(p);
+    } else {
+        return *p;
+    }
+}
+
+// Rows move one warp a row, in chunks of 4 * 32 vectors of 16 bytes so that 4 loads per lane
+// are in flight: in the chunk at vector v0, lane `lane` holds vectors v0 + 32 u + lane (u < 4),
+// those below vecs (the row's vectors); b[u] of a vector past the row is left unset.
+template <bool CG>
+static __device__ __forceinline__ void ld_chunk(vec16 (&b)[4], const uint8_t* row, int64_t v0,
+                                                int64_t vecs, int lane) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        int64_t v = v0 + u * 32 + lane;
+        if (v < vecs) b[u] = ld16_as<CG>(row + v * 16);
+    }
+}
+static __device__ __forceinline__ void st_chunk(uint8_t* row, const vec16 (&b)[4], int64_t v0,
+                                                int64_t vecs, int lane) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        int64_t v = v0 + u * 32 + lane;
+        if (v < vecs) st16(row + v * 16, b[u]);
+    }
+}
+
+// One row (vecs vectors at src, loads of kind CG) read once and stored once to each
+// destination: dst_row(i) is the destination row of set bit i of `mask`, called by the whole
+// warp (it may shuffle) once per chunk and bit, in bit order.
+template <bool CG, class DstRow>
+static __device__ __forceinline__ void fanout_row(const uint8_t* src, int64_t vecs,
+                                                  uint32_t mask, DstRow dst_row) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+        vec16 b[4];
+        ld_chunk<CG>(b, src, v0, vecs, lane);
+        for (uint32_t m = mask; m; m &= m - 1) st_chunk(dst_row(__ffs(m) - 1), b, v0, vecs, lane);
+    }
+}
+// The same for a row's sw float scales (fp8), 32 at a time: lane `lane` moves scale w0 + lane.
+template <bool CG, class DstRow>
+static __device__ __forceinline__ void fanout_scales(const float* src, int64_t sw,
+                                                     uint32_t mask, DstRow dst_row) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t w0 = 0; w0 < sw; w0 += 32) {
+        const int64_t wi = w0 + lane;
+        const float sv = wi < sw ? ld_f32_as<CG>(src + wi) : 0.f;
+        for (uint32_t m = mask; m; m &= m - 1) {
+            float* row = dst_row(__ffs(m) - 1);
+            if (wi < sw) row[wi] = sv;
+        }
+    }
+}
+
+// Warp-per-item loops: this warp's first item and the stride (the warps of the grid).
+static __device__ __forceinline__ int64_t grid_warp() {
+    return (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+static __device__ __forceinline__ int64_t grid_warps() {
+    return (int64_t)gridDim.x * (blockDim.x >> 5);
+}
+
+// The source of staged row u, given the prefix over sources of their staged tokens:
+// s_ntok[s] <= u < s_ntok[s + 1].
+static __device__ __forceinline__ int source_of(const int32_t* s_ntok, int n, int64_t u) {
+    int s = 0;
+    while (s + 1 < n && s_ntok[s + 1] <= u) ++s;
+    return s;
+}
 
 static __device__ __forceinline__ float bf16_to_f32(uint32_t h) {
     return __uint_as_float(h << 16);
@@ -212,6 +295,19 @@ static __device__ __forceinline__ void signal_pe(uint64_t* w, uint64_t v, int pe
     rshmem_detail::st_release_sys(r, v);
 }
 
+// The block's threads in turn wait until signal `kind` from every PE reaches e (acquire).
+static __device__ __forceinline__ void wait_all(const rshmem_ep_params& p, int kind, uint64_t e) {
+    for (int d = threadIdx.x; d < (int)p.n_pes; d += blockDim.x) {
+        rshmem_signal_wait_until(sig_ptr(p, kind, d), RSHMEM_CMP_GE, e);
+    }
+}
+// The block's threads in turn release e into this PE's signal `kind` on every PE.
+static __device__ __forceinline__ void signal_all(const rshmem_ep_params& p, int kind, uint64_t e) {
+    for (int d = threadIdx.x; d < (int)p.n_pes; d += blockDim.x) {
+        signal_pe(sig_ptr(p, kind, (int)p.my_pe), e, d);
+    }
+}
+
 }  // namespace rshmem_ep
 
 // One block. which = 0: dispatch, 1: combine, 2: low-latency dispatch, 3: low-latency combine.
@@ -221,10 +317,7 @@ static __device__ void rshmem_ep_prologue_dev(const rshmem_ep_params& p) {
     uint64_t* epoch = (uint64_t*)p.epoch + p.which;
     uint64_t e = *epoch + 1;  // previous kernels on this stream wrote it
     int n = (int)p.n_pes;
-    int ack_kind = 2 * (int)p.which + 1;
-    for (int d = threadIdx.x; d < n; d += blockDim.x) {
-        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, ack_kind, d), RSHMEM_CMP_GE, e - 1);
-    }
+    rshmem_ep::wait_all(p, 2 * (int)p.which + 1, e - 1);
     if (p.which == 0 || p.which == 2) {
         int32_t* send_ntok = (int32_t*)p.send_ntok;
         int32_t* ecnt = (int32_t*)p.ecnt;
@@ -260,12 +353,11 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
     __syncthreads();
     const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
     int32_t* send_ntok = (int32_t*)p.send_ntok;
     int32_t* ecnt = (int32_t*)p.ecnt;
-    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         t < p.num_tokens; t += warps) {
+    for (int64_t t = rshmem_ep::grid_warp(); t < p.num_tokens; t += warps) {
         // Lane j < k: slot j.
         int dst = -1, l = -1, rank = 0;
         float w = 0.f;
@@ -299,36 +391,15 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
                 meta[3 + 3 * lane] = __float_as_int(w);
             }
         }
-        // The row, read once, stored once per destination PE.
-        const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
-            rshmem_ep::vec16 buf[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int64_t v = v0 + u * 32 + lane;
-                if (v < vecs) buf[u] = rshmem_ep::ld16(src + v * 16);
-            }
-            for (uint32_t m = mask; m; m &= m - 1) {
-                int d = __ffs(m) - 1;
-                int pd = __shfl_sync(0xffffffffu, pos, d);
-                uint8_t* dstrow = s_stage_x[d] + (int64_t)pd * row_bytes;
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) rshmem_ep::st16(dstrow + v * 16, buf[u]);
-                }
-            }
-        }
-        // The row's scales (fp8), the same way: read once, stored once per destination PE.
-        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
-            const int64_t wi = w0 + lane;
-            const float sv = wi < sw ? ((const float*)p.x_scales)[t * sw + wi] : 0.f;
-            for (uint32_t m = mask; m; m &= m - 1) {
-                int d = __ffs(m) - 1;
-                int pd = __shfl_sync(0xffffffffu, pos, d);
-                if (wi < sw) s_stage_scales[d][(int64_t)pd * sw + wi] = sv;
-            }
-        }
+        // The row, read once, stored once per destination PE; its scales (fp8) the same way.
+        rshmem_ep::fanout_row<false>((const uint8_t*)p.x + t * row_bytes, vecs, mask, [&](int d) {
+            int pd = __shfl_sync(0xffffffffu, pos, d);
+            return s_stage_x[d] + (int64_t)pd * row_bytes;
+        });
+        rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, mask, [&](int d) {
+            int pd = __shfl_sync(0xffffffffu, pos, d);
+            return s_stage_scales[d] + (int64_t)pd * sw;
+        });
     }
     if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
         // Counts into every receiver (this source's row of its recv_cnt), then the signals.
@@ -340,9 +411,7 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
             rc[me * (1 + L) + c] = v;
         }
         __syncthreads();
-        for (int d = threadIdx.x; d < n; d += blockDim.x) {
-            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 0, me), e_now, d);
-        }
+        rshmem_ep::signal_all(p, 0, e_now);
     }
 }
 
@@ -354,9 +423,7 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
     const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
     const int64_t row_bytes = p.row_bytes, mw = p.meta_words, sw = p.scale_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
-    for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, 0, s), RSHMEM_CMP_GE, e_now);
-    }
+    rshmem_ep::wait_all(p, 0, e_now);
     __syncthreads();
     const int32_t* rc = (const int32_t*)p.recv_cnt;
     for (int l = threadIdx.x; l < L; l += blockDim.x) {
@@ -397,14 +464,12 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
         }
     }
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
     const int total = s_ntok[n];
-    for (int64_t u = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); u < total;
-         u += warps) {
-        int s = 0;
-        while (s + 1 < n && s_ntok[s + 1] <= u) ++s;
-        int64_t j = u - s_ntok[s];
+    for (int64_t u = rshmem_ep::grid_warp(); u < total; u += warps) {
+        const int s = rshmem_ep::source_of(s_ntok, n, u);
+        const int64_t j = u - s_ntok[s];
         const int32_t* meta = (const int32_t*)p.stage_meta + ((int64_t)s * p.max_tokens + j) * mw;
         int32_t* cmeta = (int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
         int t = rshmem_detail::ld_relaxed_sys(&meta[0]);
@@ -427,41 +492,24 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
             }
         }
         if (lane == 0) cmeta[0] = t;
-        uint32_t rows_mask = __ballot_sync(0xffffffffu, row >= 0);
-        const uint8_t* src = (const uint8_t*)p.stage_x + ((int64_t)s * p.max_tokens + j) * row_bytes;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
-            rshmem_ep::vec16 buf[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                int64_t v = v0 + q * 32 + lane;
-                if (v < vecs) buf[q] = rshmem_ep::ld16_cg(src + v * 16);
-            }
-            for (uint32_t m = rows_mask; m; m &= m - 1) {
-                int r = __shfl_sync(0xffffffffu, row, __ffs(m) - 1);
-                uint8_t* dstrow = (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    int64_t v = v0 + q * 32 + lane;
-                    if (v < vecs) rshmem_ep::st16(dstrow + v * 16, buf[q]);
-                }
-            }
-        }
-        // The row's scales (fp8) into the same rows of expert_scales.
-        const float* ssrc = (const float*)p.stage_scales + ((int64_t)s * p.max_tokens + j) * sw;
-        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
-            const int64_t wi = w0 + lane;
-            const float sv = wi < sw ? rshmem_ep::ld_cg_f32(ssrc + wi) : 0.f;
-            for (uint32_t m = rows_mask; m; m &= m - 1) {
-                int r = __shfl_sync(0xffffffffu, row, __ffs(m) - 1);
-                if (wi < sw) ((float*)p.expert_scales)[(int64_t)r * sw + wi] = sv;
-            }
-        }
+        // The staged row (written by the source's GPU: loads bypass L1) into the rows of the
+        // local experts it selected; its scales (fp8) into the same rows of expert_scales.
+        const uint32_t rows_mask = __ballot_sync(0xffffffffu, row >= 0);
+        const int64_t staged = (int64_t)s * p.max_tokens + j;
+        const uint8_t* src = (const uint8_t*)p.stage_x + staged * row_bytes;
+        rshmem_ep::fanout_row<true>(src, vecs, rows_mask, [&](int i) {
+            int r = __shfl_sync(0xffffffffu, row, i);
+            return (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
+        });
+        const float* ssrc = (const float*)p.stage_scales + staged * sw;
+        rshmem_ep::fanout_scales<true>(ssrc, sw, rows_mask, [&](int i) {
+            int r = __shfl_sync(0xffffffffu, row, i);
+            return (float*)p.expert_scales + (int64_t)r * sw;
+        });
     }
     if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
         // Every block finished reading the staging buffers: each source may reuse them.
-        for (int s = threadIdx.x; s < n; s += blockDim.x) {
-            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 1, (int)p.my_pe), e_now, s);
-        }
+        rshmem_ep::signal_all(p, 1, e_now);
     }
 }
 
@@ -512,6 +560,40 @@ struct elem<RSHMEM_EP_BF16> {
     }
 };
 
+// Sums of rows in fp32, chunk by chunk (the chunks of ld_chunk): acc[u][i] is element i of this
+// lane's vector u of the chunk at v0. zero_acc clears it, add_chunk adds a row's chunk (loads of
+// kind CG): acc = fmaf(w, row, acc) when W, acc + row otherwise; st_acc rounds it to the element
+// type and stores it.
+template <class EL>
+static __device__ __forceinline__ void zero_acc(float (&acc)[4][EL::N]) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
+}
+template <class EL, bool CG, bool W>
+static __device__ __forceinline__ void add_chunk(float (&acc)[4][EL::N], const uint8_t* row,
+                                                 float w, int64_t v0, int64_t vecs, int lane) {
+    vec16 b[4];
+    ld_chunk<CG>(b, row, v0, vecs, lane);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        float f[EL::N];
+        EL::load(b[u], f);
+#pragma unroll
+        for (int i = 0; i < EL::N; ++i) acc[u][i] = W ? fmaf(w, f[i], acc[u][i]) : acc[u][i] + f[i];
+    }
+}
+template <class EL>
+static __device__ __forceinline__ void st_acc(uint8_t* dst, const float (&acc)[4][EL::N],
+                                              int64_t v0, int64_t vecs, int lane) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        int64_t v = v0 + u * 32 + lane;
+        if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
+    }
+}
+
 // Combine, expert side: for every staged row, sum w * y[row] over its local experts in slot
 // order (fp32, fused multiply-add), round to the element type, store into the source's block.
 template <int DT>
@@ -537,13 +619,12 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
     const int total = s_ntok[n];
-    for (int64_t u = (int64_t)blockIdx.x * (blockDim.x >> 5) + wid; u < total; u += warps) {
-        int s = 0;
-        while (s + 1 < n && s_ntok[s + 1] <= u) ++s;
-        int64_t j = u - s_ntok[s];
+    for (int64_t u = grid_warp(); u < total; u += warps) {
+        const int s = source_of(s_ntok, n, u);
+        const int64_t j = u - s_ntok[s];
         const int32_t* cmeta = (const int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
         int t = cmeta[0];
         int row = -1;
@@ -564,40 +645,16 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
         // 4 vectors per lane at a time, so that 4 loads per lane are in flight.
         for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
             float acc[4][EL::N];
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
+            zero_acc<EL>(acc);
             for (int q = 0; q < cnt; ++q) {
                 const uint8_t* row = (const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes;
-                float wq = s_w[wid][q];
-                vec16 b[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) b[u] = ld16(row + v * 16);
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    float f[EL::N];
-                    EL::load(b[u], f);
-#pragma unroll
-                    for (int i = 0; i < EL::N; ++i) acc[u][i] = fmaf(wq, f[i], acc[u][i]);
-                }
+                add_chunk<EL, false, true>(acc, row, s_w[wid][q], v0, vecs, lane);
             }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int64_t v = v0 + u * 32 + lane;
-                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
-            }
+            st_acc<EL>(dst, acc, v0, vecs, lane);
         }
         __syncwarp();
     }
-    if (last_block((uint32_t*)p.done + 2)) {
-        for (int s = threadIdx.x; s < n; s += blockDim.x) {
-            signal_pe(sig_ptr(p, 2, me), e_now, s);
-        }
-    }
+    if (last_block((uint32_t*)p.done + 2)) signal_all(p, 2, e_now);
 }
 
 // Combine, source side: out[t] = sum over the token's expert PEs in PE order of their partial
@@ -605,56 +662,30 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
 template <int DT>
 static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
-    const int n = (int)p.n_pes, me = (int)p.my_pe;
     const int64_t row_bytes = comb_row_bytes(p);
     const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
-    for (int d = threadIdx.x; d < n; d += blockDim.x) {
-        rshmem_signal_wait_until(sig_ptr(p, 2, d), RSHMEM_CMP_GE, e_now);
-    }
+    wait_all(p, 2, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
     const uint64_t block = (uint64_t)p.max_tokens * row_bytes;
-    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         t < p.num_tokens; t += warps) {
+    for (int64_t t = grid_warp(); t < p.num_tokens; t += warps) {
         uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
         const uint8_t* src = (const uint8_t*)p.comb_x + (uint64_t)t * row_bytes;
         uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
         for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
             float acc[4][EL::N];
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
+            zero_acc<EL>(acc);
             for (uint32_t m = mask; m; m &= m - 1) {
-                const uint8_t* row = src + (__ffs(m) - 1) * block;
-                vec16 b[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) b[u] = ld16_cg(row + v * 16);
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    float f[EL::N];
-                    EL::load(b[u], f);
-#pragma unroll
-                    for (int i = 0; i < EL::N; ++i) acc[u][i] += f[i];
-                }
+                add_chunk<EL, true, false>(acc, src + (__ffs(m) - 1) * block, 0.f, v0, vecs, lane);
             }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int64_t v = v0 + u * 32 + lane;
-                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
-            }
+            st_acc<EL>(dst, acc, v0, vecs, lane);
         }
     }
     if (last_block((uint32_t*)p.done + 3)) {
         // Done reading every expert PE's block: they may write the next combine.
-        for (int d = threadIdx.x; d < n; d += blockDim.x) {
-            signal_pe(sig_ptr(p, 3, me), e_now, d);
-        }
+        signal_all(p, 3, e_now);
     }
 }
 
@@ -683,11 +714,10 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     const int64_t row_bytes = p.row_bytes, M = p.max_tokens, sw = p.scale_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
     int32_t* ecnt = (int32_t*)p.ecnt;
-    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         t < p.num_tokens; t += warps) {
+    for (int64_t t = rshmem_ep::grid_warp(); t < p.num_tokens; t += warps) {
         uint8_t* dst = 0;
         float* sdst = 0;
         int ok = 0;
@@ -712,35 +742,15 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
             }
             ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
         }
-        uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
-        const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
-            rshmem_ep::vec16 buf[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int64_t v = v0 + u * 32 + lane;
-                if (v < vecs) buf[u] = rshmem_ep::ld16(src + v * 16);
-            }
-            for (uint32_t m = sent; m; m &= m - 1) {
-                uint8_t* row = (uint8_t*)__shfl_sync(0xffffffffu, (unsigned long long)dst,
-                                                     __ffs(m) - 1);
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) rshmem_ep::st16(row + v * 16, buf[u]);
-                }
-            }
-        }
-        // The row's scales (fp8) beside each copy.
-        for (int64_t w0 = 0; w0 < sw; w0 += 32) {
-            const int64_t wi = w0 + lane;
-            const float sv = wi < sw ? ((const float*)p.x_scales)[t * sw + wi] : 0.f;
-            for (uint32_t m = sent; m; m &= m - 1) {
-                float* srow = (float*)__shfl_sync(0xffffffffu, (unsigned long long)sdst,
-                                                  __ffs(m) - 1);
-                if (wi < sw) srow[wi] = sv;
-            }
-        }
+        // The row, read once, stored into the region of each expert it was sent to; its scales
+        // (fp8) beside each copy.
+        const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+        rshmem_ep::fanout_row<false>((const uint8_t*)p.x + t * row_bytes, vecs, sent, [&](int i) {
+            return (uint8_t*)__shfl_sync(0xffffffffu, (unsigned long long)dst, i);
+        });
+        rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, sent, [&](int i) {
+            return (float*)__shfl_sync(0xffffffffu, (unsigned long long)sdst, i);
+        });
     }
     if (rshmem_ep::last_block((uint32_t*)p.done + 4)) {
         for (int i = threadIdx.x; i < E; i += blockDim.x) {
@@ -750,9 +760,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
             rc[l * n + me] = c < M ? c : (int32_t)M;
         }
         __syncthreads();
-        for (int d = threadIdx.x; d < n; d += blockDim.x) {
-            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 4, me), e_now, d);
-        }
+        rshmem_ep::signal_all(p, 4, e_now);
     }
 }
 
@@ -762,9 +770,7 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
     const int64_t M = p.max_tokens;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
-    for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        rshmem_signal_wait_until(rshmem_ep::sig_ptr(p, 4, s), RSHMEM_CMP_GE, e_now);
-    }
+    rshmem_ep::wait_all(p, 4, e_now);
     __syncthreads();
     const int32_t* cnt = (const int32_t*)p.ll_cnt;
     int32_t* count = (int32_t*)p.ll_count;
@@ -804,20 +810,17 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
         ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
     }
     __syncthreads();
-    for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 5, (int)p.my_pe), e_now, s);
-    }
+    rshmem_ep::signal_all(p, 5, e_now);
 }
 
 static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
-    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk, L = (int)p.local_experts;
+    const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
     const int64_t row_bytes = rshmem_ep::comb_row_bytes(p), M = p.max_tokens;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
-    for (int64_t pair = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         pair < (int64_t)L * n; pair += warps) {
+    for (int64_t pair = rshmem_ep::grid_warp(); pair < (int64_t)L * n; pair += warps) {
         int s = (int)(pair % n);
         int c = ((const int32_t*)p.ll_count)[pair];
         uint8_t* comb = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
@@ -828,24 +831,12 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
             uint8_t* dst = comb + ((int64_t)t * k + j) * row_bytes;
             for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
                 rshmem_ep::vec16 b[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) b[u] = rshmem_ep::ld16(row + v * 16);
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) rshmem_ep::st16(dst + v * 16, b[u]);
-                }
+                rshmem_ep::ld_chunk<false>(b, row, v0, vecs, lane);
+                rshmem_ep::st_chunk(dst, b, v0, vecs, lane);
             }
         }
     }
-    if (rshmem_ep::last_block((uint32_t*)p.done + 6)) {
-        for (int s = threadIdx.x; s < n; s += blockDim.x) {
-            rshmem_ep::signal_pe(rshmem_ep::sig_ptr(p, 6, me), e_now, s);
-        }
-    }
+    if (rshmem_ep::last_block((uint32_t*)p.done + 6)) rshmem_ep::signal_all(p, 6, e_now);
 }
 
 namespace rshmem_ep {
@@ -853,18 +844,15 @@ namespace rshmem_ep {
 template <int DT>
 static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
-    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int k = (int)p.topk;
     const int64_t row_bytes = comb_row_bytes(p);
     const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
-    for (int d = threadIdx.x; d < n; d += blockDim.x) {
-        rshmem_signal_wait_until(sig_ptr(p, 6, d), RSHMEM_CMP_GE, e_now);
-    }
+    wait_all(p, 6, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
-    for (int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-         t < p.num_tokens; t += warps) {
+    for (int64_t t = grid_warp(); t < p.num_tokens; t += warps) {
         int ok = 0;
         if (lane < k) ok = ((const int32_t*)p.ll_slot_ok)[t * k + lane];
         uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
@@ -873,40 +861,15 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
         uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
         for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
             float acc[4][EL::N];
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
+            zero_acc<EL>(acc);
             for (uint32_t m = sent; m; m &= m - 1) {
-                int j = __ffs(m) - 1;
-                float wj = w[j];
-                const uint8_t* row = base + j * row_bytes;
-                vec16 b[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    int64_t v = v0 + u * 32 + lane;
-                    if (v < vecs) b[u] = ld16_cg(row + v * 16);
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    float f[EL::N];
-                    EL::load(b[u], f);
-#pragma unroll
-                    for (int i = 0; i < EL::N; ++i) acc[u][i] = fmaf(wj, f[i], acc[u][i]);
-                }
+                const int j = __ffs(m) - 1;
+                add_chunk<EL, true, true>(acc, base + j * row_bytes, w[j], v0, vecs, lane);
             }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                int64_t v = v0 + u * 32 + lane;
-                if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
-            }
+            st_acc<EL>(dst, acc, v0, vecs, lane);
         }
     }
-    if (last_block((uint32_t*)p.done + 7)) {
-        for (int d = threadIdx.x; d < n; d += blockDim.x) {
-            signal_pe(sig_ptr(p, 7, me), e_now, d);
-        }
-    }
+    if (last_block((uint32_t*)p.done + 7)) signal_all(p, 7, e_now);
 }
 
 }  // namespace rshmem_ep
