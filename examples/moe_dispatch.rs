@@ -60,28 +60,20 @@ trait El: EpElem + DeviceRepr + ValidAsZeroBits + Default + PartialEq + std::fmt
     fn decode(v: &[Self], _scales: &[f32], _h: usize) -> Vec<f32> {
         v.iter().map(|&e| e.to_f32()).collect()
     }
-    /// The handle's dispatch for this element type (`x_scales` is used by fp8 only).
+    /// The handle's dispatch for this element type of a round's inputs (the scales are used by
+    /// fp8 only), the low-latency one with `ll` (which takes no weights).
     fn dispatch(
         ep: &Ep<'_>,
-        x: &CudaSlice<Self>,
-        _x_scales: &CudaSlice<f32>,
-        idx: &CudaSlice<i64>,
-        w: &CudaSlice<f32>,
-        t_n: usize,
+        r: &RoundIn<'_, Self>,
+        ll: bool,
         stream: &Arc<CudaStream>,
     ) -> rshmem::Result<()> {
-        ep.dispatch(x, idx, w, t_n, stream)
-    }
-    /// The handle's low-latency dispatch for this element type.
-    fn ll_dispatch(
-        ep: &Ep<'_>,
-        x: &CudaSlice<Self>,
-        _x_scales: &CudaSlice<f32>,
-        idx: &CudaSlice<i64>,
-        t_n: usize,
-        stream: &Arc<CudaStream>,
-    ) -> rshmem::Result<()> {
-        ep.ll_dispatch(x, idx, t_n, stream)
+        let t_n = r.mine().num_tokens;
+        if ll {
+            ep.ll_dispatch(&r.x, &r.idx, t_n, stream)
+        } else {
+            ep.dispatch(&r.x, &r.idx, &r.w, t_n, stream)
+        }
     }
 }
 impl El for f32 {
@@ -120,24 +112,16 @@ impl El for u8 {
     }
     fn dispatch(
         ep: &Ep<'_>,
-        x: &CudaSlice<Self>,
-        x_scales: &CudaSlice<f32>,
-        idx: &CudaSlice<i64>,
-        w: &CudaSlice<f32>,
-        t_n: usize,
+        r: &RoundIn<'_, Self>,
+        ll: bool,
         stream: &Arc<CudaStream>,
     ) -> rshmem::Result<()> {
-        ep.dispatch_fp8(x, x_scales, idx, w, t_n, stream)
-    }
-    fn ll_dispatch(
-        ep: &Ep<'_>,
-        x: &CudaSlice<Self>,
-        x_scales: &CudaSlice<f32>,
-        idx: &CudaSlice<i64>,
-        t_n: usize,
-        stream: &Arc<CudaStream>,
-    ) -> rshmem::Result<()> {
-        ep.ll_dispatch_fp8(x, x_scales, idx, t_n, stream)
+        let t_n = r.mine().num_tokens;
+        if ll {
+            ep.ll_dispatch_fp8(&r.x, &r.xs, &r.idx, t_n, stream)
+        } else {
+            ep.dispatch_fp8(&r.x, &r.xs, &r.idx, &r.w, t_n, stream)
+        }
     }
 }
 
@@ -530,12 +514,108 @@ fn check_out<C: El>(
     (inexact, worst, worst_q)
 }
 
-/// What a round's line says about the fp8 error (nothing for the other dtypes).
-fn fp8_note<E: El>(worst_q: f32) -> String {
-    if E::DTYPE == EpDtype::Fp8E4m3 {
+/// The end of a round's line: the combine's outcome over `elems` output elements (what
+/// [`check_out`] returns; the error against the unquantized sum for fp8 only) and the round's
+/// failures.
+fn combine_note<E: El>(
+    (inexact, worst, worst_q): (usize, f32, f32),
+    elems: usize,
+    failures: usize,
+) -> String {
+    let fp8 = if E::DTYPE == EpDtype::Fp8E4m3 {
         format!(", worst error against the unquantized sum {worst_q}")
     } else {
         String::new()
+    };
+    format!(
+        "combine: {inexact} of {elems} elements not bit-identical (worst {worst}){fp8}, {failures} failures"
+    )
+}
+
+/// What a round of `case` starts from: every PE's routing and tokens of round `seed`, this PE's
+/// uploaded.
+struct RoundIn<'a, E: El> {
+    case: &'a Case,
+    seed: u64,
+    me: usize,
+    routing: Vec<Routing>,
+    toks: Tokens<E>,
+    x: CudaSlice<E>,
+    xs: CudaSlice<f32>,
+    idx: CudaSlice<i64>,
+    w: CudaSlice<f32>,
+}
+
+impl<'a, E: El> RoundIn<'a, E> {
+    fn new(
+        world: &World,
+        case: &'a Case,
+        seed: u64,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<Self> {
+        let (me, n) = (world.my_pe(), world.n_pes());
+        let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
+        let toks = Tokens::<E>::new(seed, &routing, case.hidden);
+        let (idx, w) = (&routing[me].topk_idx, &routing[me].topk_weights);
+        Ok(RoundIn {
+            x: upload(stream, &toks.x[me])?,
+            xs: upload(stream, &toks.scales[me])?,
+            idx: upload(stream, idx)?,
+            w: upload(stream, w)?,
+            case,
+            seed,
+            me,
+            routing,
+            toks,
+        })
+    }
+
+    /// This PE's routing.
+    fn mine(&self) -> &Routing {
+        &self.routing[self.me]
+    }
+
+    /// Dispatches this PE's tokens ([`El::dispatch`]; the low-latency mode with `ll`) and
+    /// returns the round's checker, which has recorded what [`Ep::check`] reported.
+    fn dispatch(&self, ep: &Ep<'_>, ll: bool, stream: &Arc<CudaStream>) -> rshmem::Result<Checker> {
+        E::dispatch(ep, self, ll, stream)?;
+        let mut c = Checker {
+            me: self.me,
+            failures: 0,
+        };
+        if let Err(e) = ep.check(stream) {
+            let mode = if ll { "low-latency " } else { "" };
+            c.check(false, || {
+                format!("{}: {mode}dispatch reported {e}", self.case.name)
+            });
+        }
+        Ok(c)
+    }
+
+    /// The combine's output buffer: this PE's tokens' rows, NaN until written.
+    fn out(&self, stream: &Arc<CudaStream>) -> rshmem::Result<CudaSlice<E::Comb>> {
+        let rows =
+            vec![E::Comb::from_f32(f32::NAN); (self.mine().num_tokens * self.case.hidden).max(1)];
+        upload(stream, &rows)
+    }
+
+    /// The combine's output `out` checked element by element ([`check_out`]) against `want`,
+    /// the reference computed from the expert outputs `yf` (fp8: also against the unquantized
+    /// sum). Returns what `check_out` returns.
+    fn check_combine(
+        &self,
+        c: &mut Checker,
+        out: &CudaSlice<E::Comb>,
+        want: &[f32],
+        yf: &dyn Fn(usize, usize) -> Vec<f32>,
+        stream: &Arc<CudaStream>,
+    ) -> rshmem::Result<(usize, f32, f32)> {
+        let (mine, me) = (self.mine(), self.me);
+        let got = download(stream, out, mine.num_tokens * self.case.hidden)?;
+        let quant = (self.toks.sw() > 0).then_some(&self.toks.scales[me][..]);
+        Ok(check_out(
+            c, self.case, self.seed, mine, me, &got, want, yf, quant,
+        ))
     }
 }
 
@@ -553,20 +633,10 @@ fn round<E: El>(
     let (me, n) = (world.my_pe(), world.n_pes());
     let (e_all, h, k) = (case.experts, case.hidden, case.k);
     let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let toks = Tokens::<E>::new(seed, &routing, h);
-    let sw = toks.sw();
-    let x = upload(stream, &toks.x[me])?;
-    let xs = upload(stream, &toks.scales[me])?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    E::dispatch(ep, &x, &xs, &idx, &w, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || format!("{}: dispatch reported {e}", case.name));
-    }
+    let r = RoundIn::<E>::new(world, case, seed, stream)?;
+    let (routing, toks, mine) = (&r.routing, &r.toks, r.mine());
+    let (t_n, sw) = (mine.num_tokens, toks.sw());
+    let mut c = r.dispatch(ep, false, stream)?;
     // Dispatch output against the reference.
     let offs = download(stream, ep.expert_offsets(), l_n + 1)?;
     let rows = offs[l_n] as usize;
@@ -586,7 +656,7 @@ fn round<E: El>(
         let (v, vs) = row_of(r);
         toks.row_bad(s, t, v, vs)
     };
-    check_layout(&mut c, case, &routing, me, &offs, &src, rows, &row_bad);
+    check_layout(&mut c, case, routing, me, &offs, &src, rows, &row_bad);
     // Stand-in expert on the host: y[r] = x[r] · scale(expert of r).
     let mut y = vec![E::Comb::default(); ep.sizes().max_rows.max(1) * h];
     for l in 0..l_n {
@@ -596,23 +666,16 @@ fn round<E: El>(
         }
     }
     let y = upload(stream, &y)?;
-    let mut out = upload(stream, &vec![E::Comb::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    let mut out = r.out(stream)?;
     ep.combine(&y, &mut out, stream)?;
-    let got = download(stream, &out, t_n * h)?;
     let yf = |e: usize, t: usize| toks.expert_out(me, t, Some(e));
-    let want = reference::combine(&routing, e_all, k, me, h, case.dtype, &yf);
-    let quant = (sw > 0).then_some(&toks.scales[me][..]);
-    let (inexact, worst, worst_q) =
-        check_out(&mut c, case, seed, mine, me, &got, &want, &yf, quant);
+    let want = reference::combine(routing, e_all, k, me, h, case.dtype, &yf);
+    let outcome = r.check_combine(&mut c, &out, &want, &yf, stream)?;
     let sent = reference::tokens_sent(mine, e_all, k, n);
     println!(
-        "PE {me}: {} seed {seed}: T {t_n}, sent {:?} tokens per PE, received {rows} expert rows ({sw} scales each), combine: {} of {} elements not bit-identical (worst {worst}){}, {} failures",
+        "PE {me}: {} seed {seed}: T {t_n}, sent {sent:?} tokens per PE, received {rows} expert rows ({sw} scales each), {}",
         case.name,
-        sent,
-        inexact,
-        t_n * h,
-        fp8_note::<E>(worst_q),
-        c.failures
+        combine_note::<E>(outcome, t_n * h, c.failures)
     );
     Ok(c.failures)
 }
@@ -631,25 +694,13 @@ fn ll_round<E: El>(
     let (me, n) = (world.my_pe(), world.n_pes());
     let (e_all, h, k, m) = (case.experts, case.hidden, case.k, case.max_tokens);
     let l_n = e_all / n;
-    let routing: Vec<Routing> = (0..n).map(|pe| case.routing(seed, pe)).collect();
-    let mine = &routing[me];
-    let t_n = mine.num_tokens;
-    let toks = Tokens::<E>::new(seed, &routing, h);
-    let sw = toks.sw();
-    let x = upload(stream, &toks.x[me])?;
-    let xs = upload(stream, &toks.scales[me])?;
-    let idx = upload(stream, &mine.topk_idx)?;
-    let w = upload(stream, &mine.topk_weights)?;
-    E::ll_dispatch(ep, &x, &xs, &idx, t_n, stream)?;
-    let mut c = Checker { me, failures: 0 };
-    if let Err(e) = ep.check(stream) {
-        c.check(false, || {
-            format!("{}: low-latency dispatch reported {e}", case.name)
-        });
-    }
+    let r = RoundIn::<E>::new(world, case, seed, stream)?;
+    let (routing, toks, mine) = (&r.routing, &r.toks, r.mine());
+    let (t_n, sw) = (mine.num_tokens, toks.sw());
+    let mut c = r.dispatch(ep, true, stream)?;
     let counts = download(stream, ep.ll_count(), l_n * n)?;
     let src = download(stream, ep.ll_src(), l_n * n * m * 2)?;
-    let expect = reference::expected_ll_rows(&routing, e_all, k, me);
+    let expect = reference::expected_ll_rows(routing, e_all, k, me);
     let mut y = if in_place {
         Vec::new()
     } else {
@@ -711,26 +762,21 @@ fn ll_round<E: El>(
             format!("{}: block ({l}, {s}): wrong (token, slot) set", case.name)
         });
     }
-    let mut out = upload(stream, &vec![E::Comb::from_f32(f32::NAN); (t_n * h).max(1)])?;
+    let mut out = r.out(stream)?;
     if in_place {
-        ep.ll_combine::<E::Comb, CudaSlice<E::Comb>, _, _>(None, &w, &mut out, stream)?;
+        ep.ll_combine::<E::Comb, CudaSlice<E::Comb>, _, _>(None, &r.w, &mut out, stream)?;
     } else {
         let yd = upload(stream, &y)?;
-        ep.ll_combine(Some(&yd), &w, &mut out, stream)?;
+        ep.ll_combine(Some(&yd), &r.w, &mut out, stream)?;
     }
-    let got = download(stream, &out, t_n * h)?;
     let yf = |e: usize, t: usize| toks.expert_out(me, t, (!in_place).then_some(e));
     let want = reference::combine_ll(mine, e_all, k, h, case.dtype, &yf);
-    let quant = (sw > 0).then_some(&toks.scales[me][..]);
-    let (inexact, worst, worst_q) =
-        check_out(&mut c, case, seed, mine, me, &got, &want, &yf, quant);
+    let outcome = r.check_combine(&mut c, &out, &want, &yf, stream)?;
     println!(
-        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows ({sw} scales each), combine: {inexact} of {} elements not bit-identical (worst {worst}){}, {} failures",
+        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows ({sw} scales each), {}",
         case.name,
         if in_place { ", identity expert in place" } else { "" },
-        t_n * h,
-        fp8_note::<E>(worst_q),
-        c.failures
+        combine_note::<E>(outcome, t_n * h, c.failures)
     );
     Ok(c.failures)
 }

@@ -336,19 +336,8 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        self.on_stream(
-            py,
-            "rshmem.ep.Buffer.dispatch",
-            "ep_dispatch",
-            stream,
-            |ep, s| {
-                // SAFETY: the Python half passes the data pointers of live, contiguous CUDA
-                // tensors of this PE's device holding num_tokens rows of the handle's hidden
-                // size and dtype, num_tokens × topk int64 / float32 (checked there), which the
-                // caller's stream order keeps valid until the kernels ran.
-                unsafe { ep.dispatch_raw(x, topk_idx, topk_weights, num_tokens, s) }
-            },
-        )
+        let w = Some(topk_weights);
+        self.dispatch_any(py, x, None, topk_idx, w, num_tokens, stream)
     }
 
     /// Device addresses of the received rows' scales (fp8 handles, else 0):
@@ -376,17 +365,8 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        self.on_stream(
-            py,
-            "rshmem.ep.Buffer.dispatch",
-            "ep_dispatch",
-            stream,
-            |ep, s| {
-                // SAFETY: as in `dispatch`; `x_scales` the data pointer of a live, contiguous
-                // CUDA float32 tensor of num_tokens × hidden/128 (checked by the Python half).
-                unsafe { ep.dispatch_fp8_raw(x, x_scales, topk_idx, topk_weights, num_tokens, s) }
-            },
-        )
+        let (xs, w) = (Some(x_scales), Some(topk_weights));
+        self.dispatch_any(py, x, xs, topk_idx, w, num_tokens, stream)
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::ll_dispatch_fp8_raw`.
@@ -399,16 +379,7 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        self.on_stream(
-            py,
-            "rshmem.ep.Buffer.ll_dispatch",
-            "ep_ll_dispatch",
-            stream,
-            |ep, s| {
-                // SAFETY: as in `dispatch_fp8` (no weights in this mode).
-                unsafe { ep.ll_dispatch_fp8_raw(x, x_scales, topk_idx, num_tokens, s) }
-            },
-        )
+        self.dispatch_any(py, x, Some(x_scales), topk_idx, None, num_tokens, stream)
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::combine_raw`; `y` 0: the expert
@@ -439,16 +410,7 @@ impl EpHandle {
         num_tokens: usize,
         stream: usize,
     ) -> PyResult<()> {
-        self.on_stream(
-            py,
-            "rshmem.ep.Buffer.ll_dispatch",
-            "ep_ll_dispatch",
-            stream,
-            |ep, s| {
-                // SAFETY: as in `dispatch` (no weights in this mode).
-                unsafe { ep.ll_dispatch_raw(x, topk_idx, num_tokens, s) }
-            },
-        )
+        self.dispatch_any(py, x, None, topk_idx, None, num_tokens, stream)
     }
 
     /// **Collective, stream-ordered.** The runtime's `Ep::ll_combine_raw`; `y` 0: the expert
@@ -507,6 +469,40 @@ impl EpHandle {
 }
 
 impl EpHandle {
+    /// The four dispatches: the normal mode's with `topk_weights`, the low-latency mode's
+    /// without; the `*_fp8` ones with `x_scales`.
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch_any(
+        &self,
+        py: Python<'_>,
+        x: u64,
+        x_scales: Option<u64>,
+        topk_idx: u64,
+        topk_weights: Option<u64>,
+        num_tokens: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        let (what, call) = match topk_weights {
+            Some(_) => ("rshmem.ep.Buffer.dispatch", "ep_dispatch"),
+            None => ("rshmem.ep.Buffer.ll_dispatch", "ep_ll_dispatch"),
+        };
+        self.on_stream(py, what, call, stream, |ep, s| {
+            // SAFETY: the Python half passes the data pointers of live, contiguous CUDA tensors
+            // of this PE's device holding num_tokens rows of the handle's hidden size and dtype,
+            // num_tokens × topk int64 / float32 (no weights in the low-latency mode) and, for
+            // fp8, num_tokens × hidden/128 float32 scales (checked there), which the caller's
+            // stream order keeps valid until the kernels ran.
+            unsafe {
+                match (topk_weights, x_scales) {
+                    (Some(w), None) => ep.dispatch_raw(x, topk_idx, w, num_tokens, s),
+                    (Some(w), Some(xs)) => ep.dispatch_fp8_raw(x, xs, topk_idx, w, num_tokens, s),
+                    (None, None) => ep.ll_dispatch_raw(x, topk_idx, num_tokens, s),
+                    (None, Some(xs)) => ep.ll_dispatch_fp8_raw(x, xs, topk_idx, num_tokens, s),
+                }
+            }
+        })
+    }
+
     /// Runs `f` on this live handle and the program's stream `stream` (see `on_stream`),
     /// without the GIL; `what` names the Python call when rshmem is not initialized.
     fn on_stream<R>(

@@ -46,6 +46,13 @@ def optional_torch():
     return torch
 
 
+def layout():
+    """(me, n, e_all, lx): this PE, the number of PEs, the experts, the experts per PE."""
+    me, n = me_n()
+    e_all = n_experts()
+    return me, n, e_all, e_all // n
+
+
 def raises(needles, fn, *args, **kw):
     """Calls fn; it must raise rshmem.Error whose message holds every needle."""
     with pytest.raises(rshmem.Error) as e:
@@ -429,6 +436,15 @@ def check_out(torch, f, case, got, want, mag, what):
             f"{float(err.max())}"))
 
 
+def expected_ll_pairs(routing, me, lx, lo, s):
+    """The rows of low-latency block (lo, s) on PE me: the (token, slot) pairs of PE s's routing
+    that name local expert lo of PE me, sorted."""
+    _, sidx, _ = routing[s]
+    return sorted((t, j) for t in range(sidx.shape[0])
+                  for j, e in enumerate(sidx[t].tolist())
+                  if e >= 0 and e == me * lx + lo)
+
+
 def check_dispatch_output(torch, f, buf, case, routing, me, seed):
     """The dispatch output against the reference: rows per expert, sources, data."""
     e_all = n_experts()
@@ -469,9 +485,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_dispatch_combine_against_the_reference(gpu, case):
     torch = gpu
-    me, n = me_n()
-    e_all = n_experts()
-    lx = e_all // n
+    me, n, e_all, lx = layout()
     f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, getattr(torch, case.dtype)) as buf:
         f.check(buf.num_local_experts == lx and buf.max_rows == n * case.m * min(case.k, lx),
@@ -525,9 +539,7 @@ LL_CASES = [
 @pytest.mark.parametrize("case", LL_CASES, ids=lambda c: c.name)
 def test_low_latency_against_the_reference(gpu, case):
     torch = gpu
-    me, n = me_n()
-    e_all = n_experts()
-    lx = e_all // n
+    me, n, e_all, lx = layout()
     f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, case.dtype, low_latency=True) as buf:
         for seed, in_place in ((5, False), (6, True), (7, False)):
@@ -543,10 +555,7 @@ def test_low_latency_against_the_reference(gpu, case):
             xs = got.x.to(torch.float32).cpu()
             for lo in range(lx):
                 for s in range(n):
-                    _, sidx, _ = routing[s]
-                    want = sorted((t, j) for t in range(sidx.shape[0])
-                                  for j, e in enumerate(sidx[t].tolist())
-                                  if e >= 0 and e == me * lx + lo)
+                    want = expected_ll_pairs(routing, me, lx, lo, s)
                     c = int(count[lo, s])
                     if not f.check(c == len(want),
                                    f"{what}: block ({lo}, {s}): {c} rows, want {len(want)}"):
@@ -585,6 +594,23 @@ def quantize_fp8(torch, x):
 def dequantize_fp8(torch, q, s):
     """q · scale per 128-element block, float32."""
     return (q.to(torch.float32).unflatten(-1, (-1, ep.FP8_BLOCK)) * s.unsqueeze(-1)).flatten(-2)
+
+
+def fp8_round(torch, case, seed):
+    """An fp8 round's inputs: every PE's routing of round seed and its tokens quantized
+    ([(q, scales)] per PE), and this PE's on its device: (q, scales), idx, w."""
+    me = rshmem.my_pe()
+    routing = case.routing(torch, seed)
+    quant = [quantize_fp8(torch, x) for x, _, _ in routing]
+    q, sc = quant[me]
+    _, idx, w = routing[me]
+    return routing, quant, (q.to(dev()), sc.to(dev())), idx.to(dev()), w.to(dev())
+
+
+def same_fp8_row(torch, quant, s, t, xb, sb):
+    """Whether the bytes xb and the scales sb of a received row are PE s's token t, quantized."""
+    return (torch.equal(xb, quant[s][0][t].view(torch.uint8))
+            and torch.equal(sb, quant[s][1][t]))
 
 
 def check_out_fp8(torch, f, case, got, routing, quant, me, what):
@@ -635,19 +661,14 @@ FP8_CASES = [
 @pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: c.name)
 def test_fp8_dispatch_combine_against_the_reference(gpu, case):
     torch = gpu
-    me, n = me_n()
-    e_all = n_experts()
-    lx = e_all // n
+    me, n, e_all, lx = layout()
     f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, torch.float8_e4m3fn) as buf:
         f.check(buf.combine_dtype == "bfloat16", f"combine dtype {buf.combine_dtype}")
         for seed in (31, 32):
             what = f"{case.name} seed {seed}"
-            routing = case.routing(torch, seed)
-            quant = [quantize_fp8(torch, x) for x, _, _ in routing]
-            q, sc = quant[me]
-            _, idx, w = routing[me]
-            got = buf.dispatch((q.to(dev()), sc.to(dev())), idx.to(dev()), w.to(dev()))
+            routing, quant, xq, idx, w = fp8_round(torch, case, seed)
+            got = buf.dispatch(xq, idx, w)
             gx, gs = got.x
             f.check(gx.dtype == torch.float8_e4m3fn and gx.shape == (buf.max_rows, case.h)
                     and gs.dtype == torch.float32
@@ -669,8 +690,7 @@ def test_fp8_dispatch_combine_against_the_reference(gpu, case):
                     continue
                 for i, (s, t) in enumerate(pairs):
                     r = offs[le] + i
-                    f.check(torch.equal(xb[r], quant[s][0][t].view(torch.uint8))
-                            and torch.equal(sb[r], quant[s][1][t]),
+                    f.check(same_fp8_row(torch, quant, s, t, xb[r], sb[r]),
                             f"{what}: expert {le} row {i}: not the bytes and scales of PE {s} "
                             f"token {t}")
             parts = buf.per_expert()
@@ -687,19 +707,14 @@ def test_fp8_dispatch_combine_against_the_reference(gpu, case):
 
 def test_fp8_low_latency_against_the_reference(gpu):
     torch = gpu
-    me, n = me_n()
-    e_all = n_experts()
-    lx = e_all // n
+    me, n, e_all, lx = layout()
     case = Case("ll fp8 k4", ep.FP8, 4, 256, [3, 20], distinct=True)
     f = Fails()
     with ep.Buffer(e_all, case.h, case.k, case.m, ep.FP8, low_latency=True) as buf:
         for seed in (41, 42):
             what = f"{case.name} seed {seed}"
-            routing = case.routing(torch, seed)
-            quant = [quantize_fp8(torch, x) for x, _, _ in routing]
-            q, sc = quant[me]
-            _, idx, w = routing[me]
-            got = buf.ll_dispatch((q.to(dev()), sc.to(dev())), idx.to(dev()))
+            routing, quant, xq, idx, w = fp8_round(torch, case, seed)
+            got = buf.ll_dispatch(xq, idx)
             gx, gs = got.x
             f.check(gx.shape == (lx, n, case.m, case.h) and gx.dtype == torch.float8_e4m3fn
                     and gs.shape == (lx, n, case.m, case.h // ep.FP8_BLOCK),
@@ -709,24 +724,20 @@ def test_fp8_low_latency_against_the_reference(gpu):
             xb, sb = gx.view(torch.uint8).cpu(), gs.cpu()
             for lo in range(lx):
                 for s in range(n):
-                    _, sidx, _ = routing[s]
-                    want = sorted((t, j) for t in range(sidx.shape[0])
-                                  for j, e in enumerate(sidx[t].tolist())
-                                  if e >= 0 and e == me * lx + lo)
+                    want = expected_ll_pairs(routing, me, lx, lo, s)
                     c = int(count[lo, s])
                     pairs = [tuple(p) for p in src[lo, s, :c].tolist()]
                     if not f.check(sorted(pairs) == want,
                                    f"{what}: block ({lo}, {s}): {c} rows, wrong (token, slot)"):
                         continue
                     for i, (t, _) in enumerate(pairs):
-                        f.check(torch.equal(xb[lo, s, i], quant[s][0][t].view(torch.uint8))
-                                and torch.equal(sb[lo, s, i], quant[s][1][t]),
+                        f.check(same_fp8_row(torch, quant, s, t, xb[lo, s, i], sb[lo, s, i]),
                                 f"{what}: block ({lo}, {s}) row {i}: not token {t}'s bytes and "
                                 "scales")
             sc_e = torch.tensor([scale(me * lx + lo) for lo in range(lx)], dtype=torch.float32,
                                 device=dev()).view(lx, 1, 1, 1)
             y = (dequantize_fp8(torch, gx, gs) * sc_e).to(torch.bfloat16)
-            out = buf.ll_combine(y, w.to(dev()))
+            out = buf.ll_combine(y, w)
             check_out_fp8(torch, f, case, out, routing, quant, me, what)
             f.call(f"{what}: combine", buf.check)
         rshmem.barrier_all()
@@ -735,9 +746,7 @@ def test_fp8_low_latency_against_the_reference(gpu):
 
 def test_calls_are_ordered_on_the_callers_stream(gpu):
     torch = gpu
-    me, n = me_n()
-    e_all = n_experts()
-    lx = e_all // n
+    me, n, e_all, lx = layout()
     case = Case("side stream", "bfloat16", 4, 256, [32])
     routing = case.routing(torch, 11)
     s = torch.cuda.Stream(device=dev())

@@ -4,6 +4,8 @@
 
 use std::ffi::{c_int, c_void};
 
+use rt::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
 use crate::stream::{on_stream, CudaStreamT};
 use crate::{current, fail, guarded_status, invalid, CResult, Code};
 
@@ -58,6 +60,60 @@ fn handle<'a>(ep: *mut EpHandle) -> CResult<&'a EpHandle> {
     match unsafe { ep.as_ref() } {
         Some(h) => Ok(h),
         None => invalid("ep is NULL"),
+    }
+}
+
+/// The stream-ordered entry points: `f` on the live handle `ep` and the program's `stream`
+/// (see `on_stream`).
+fn on_handle(
+    call: &'static str,
+    ep: *mut EpHandle,
+    stream: CudaStreamT,
+    f: impl FnOnce(&rt::ep::Ep<'static>, &CudaStream) -> rt::Result<()>,
+) -> c_int {
+    on_stream(call, stream, |_, st| {
+        f(&handle(ep)?.ep, st)?;
+        Ok(())
+    })
+}
+
+/// The local entry points: `f` on the live handle `ep`.
+fn on_local(
+    call: &'static str,
+    ep: *mut EpHandle,
+    f: impl FnOnce(&rt::ep::Ep<'static>) -> CResult<()>,
+) -> c_int {
+    guarded_status(call, || f(&handle(ep)?.ep))
+}
+
+/// The expert outputs `y` of a combine: the handle's own output `own` when NULL.
+fn y_or(y: *const c_void, own: u64) -> u64 {
+    if y.is_null() {
+        own
+    } else {
+        y as u64
+    }
+}
+
+/// The device addresses of two of a handle's buffers (on the world's GPU stream).
+fn device_addrs<A, B>(a: &CudaSlice<A>, b: &CudaSlice<B>) -> CResult<(usize, usize)> {
+    let g = current()?
+        .world
+        .gpu()
+        .ok_or_else(|| crate::Fail::Msg(Code::Unsupported, "no GPU backend".into()))?;
+    let (pa, _a) = a.device_ptr(&g.stream);
+    let (pb, _b) = b.device_ptr(&g.stream);
+    Ok((pa as usize, pb as usize))
+}
+
+/// Writes `v` through the out-pointer `p` unless it is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for one write.
+unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: the caller's contract.
+    if let Some(p) = unsafe { p.as_mut() } {
+        *p = v;
     }
 }
 
@@ -125,19 +181,10 @@ pub unsafe extern "C" fn rshmemx_ep_dispatch_on_stream(
     num_tokens: usize,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_dispatch_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
+    let (x, idx, w) = (x as u64, topk_idx as u64, topk_weights as u64);
+    on_handle("rshmemx_ep_dispatch_on_stream", ep, stream, |h, st| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            h.ep.dispatch_raw(
-                x as u64,
-                topk_idx as u64,
-                topk_weights as u64,
-                num_tokens,
-                st,
-            )?
-        };
-        Ok(())
+        unsafe { h.dispatch_raw(x, idx, w, num_tokens, st) }
     })
 }
 
@@ -156,20 +203,15 @@ pub unsafe extern "C" fn rshmemx_ep_dispatch_fp8_on_stream(
     num_tokens: usize,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_dispatch_fp8_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
+    let (x, xs, idx, w) = (
+        x as u64,
+        x_scales as u64,
+        topk_idx as u64,
+        topk_weights as u64,
+    );
+    on_handle("rshmemx_ep_dispatch_fp8_on_stream", ep, stream, |h, st| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            h.ep.dispatch_fp8_raw(
-                x as u64,
-                x_scales as u64,
-                topk_idx as u64,
-                topk_weights as u64,
-                num_tokens,
-                st,
-            )?
-        };
-        Ok(())
+        unsafe { h.dispatch_fp8_raw(x, xs, idx, w, num_tokens, st) }
     })
 }
 
@@ -186,16 +228,9 @@ pub unsafe extern "C" fn rshmemx_ep_combine_on_stream(
     out: *mut c_void,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_combine_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
-        let y = if y.is_null() {
-            h.ep.expert_x_addr()
-        } else {
-            y as u64
-        };
+    on_handle("rshmemx_ep_combine_on_stream", ep, stream, |h, st| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { h.ep.combine_raw(y, out as u64, st)? };
-        Ok(())
+        unsafe { h.combine_raw(y_or(y, h.expert_x_addr()), out as u64, st) }
     })
 }
 
@@ -205,10 +240,7 @@ pub unsafe extern "C" fn rshmemx_ep_combine_on_stream(
 /// `ep` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rshmemx_ep_check(ep: *mut EpHandle, stream: CudaStreamT) -> c_int {
-    on_stream("rshmemx_ep_check", stream, |_, st| {
-        handle(ep)?.ep.check(st)?;
-        Ok(())
-    })
+    on_handle("rshmemx_ep_check", ep, stream, |h, st| h.check(st))
 }
 
 /// `rshmemx_ep_output`: **local**; the dispatch output's device addresses (any out-pointer may
@@ -224,34 +256,14 @@ pub unsafe extern "C" fn rshmemx_ep_output(
     expert_src: *mut *const i32,
     max_rows: *mut usize,
 ) -> c_int {
-    guarded_status("rshmemx_ep_output", || {
-        let h = handle(ep)?;
-        let g = current()?
-            .world
-            .gpu()
-            .ok_or_else(|| crate::Fail::Msg(Code::Unsupported, "no GPU backend".into()))?;
-        let s = &g.stream;
-        let addr = |p: u64| p as usize;
-        let off = {
-            use rt::cudarc::driver::DevicePtr;
-            let (o, _a) = h.ep.expert_offsets().device_ptr(s);
-            let (r, _b) = h.ep.expert_src().device_ptr(s);
-            (o, r)
-        };
+    on_local("rshmemx_ep_output", ep, |h| {
+        let (o, r) = device_addrs(h.expert_offsets(), h.expert_src())?;
         // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
         unsafe {
-            if let Some(p) = expert_x.as_mut() {
-                *p = addr(h.ep.expert_x_addr()) as *mut c_void;
-            }
-            if let Some(p) = expert_offsets.as_mut() {
-                *p = addr(off.0) as *const i64;
-            }
-            if let Some(p) = expert_src.as_mut() {
-                *p = addr(off.1) as *const i32;
-            }
-            if let Some(p) = max_rows.as_mut() {
-                *p = h.ep.sizes().max_rows;
-            }
+            put(expert_x, h.expert_x_addr() as usize as *mut c_void);
+            put(expert_offsets, o as *const i64);
+            put(expert_src, r as *const i32);
+            put(max_rows, h.sizes().max_rows);
         }
         Ok(())
     })
@@ -269,16 +281,11 @@ pub unsafe extern "C" fn rshmemx_ep_output_scales(
     expert_scales: *mut *const f32,
     scales_per_row: *mut usize,
 ) -> c_int {
-    guarded_status("rshmemx_ep_output_scales", || {
-        let h = handle(ep)?;
+    on_local("rshmemx_ep_output_scales", ep, |h| {
         // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
         unsafe {
-            if let Some(p) = expert_scales.as_mut() {
-                *p = h.ep.expert_scales_addr() as usize as *const f32;
-            }
-            if let Some(p) = scales_per_row.as_mut() {
-                *p = h.ep.sizes().scale_words;
-            }
+            put(expert_scales, h.expert_scales_addr() as usize as *const f32);
+            put(scales_per_row, h.sizes().scale_words);
         }
         Ok(())
     })
@@ -296,13 +303,10 @@ pub unsafe extern "C" fn rshmemx_ep_ll_dispatch_on_stream(
     num_tokens: usize,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_ll_dispatch_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
+    let (x, idx) = (x as u64, topk_idx as u64);
+    on_handle("rshmemx_ep_ll_dispatch_on_stream", ep, stream, |h, st| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            h.ep.ll_dispatch_raw(x as u64, topk_idx as u64, num_tokens, st)?
-        };
-        Ok(())
+        unsafe { h.ll_dispatch_raw(x, idx, num_tokens, st) }
     })
 }
 
@@ -320,14 +324,16 @@ pub unsafe extern "C" fn rshmemx_ep_ll_dispatch_fp8_on_stream(
     num_tokens: usize,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_ll_dispatch_fp8_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
-        // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            h.ep.ll_dispatch_fp8_raw(x as u64, x_scales as u64, topk_idx as u64, num_tokens, st)?
-        };
-        Ok(())
-    })
+    let (x, xs, idx) = (x as u64, x_scales as u64, topk_idx as u64);
+    on_handle(
+        "rshmemx_ep_ll_dispatch_fp8_on_stream",
+        ep,
+        stream,
+        |h, st| {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { h.ll_dispatch_fp8_raw(x, xs, idx, num_tokens, st) }
+        },
+    )
 }
 
 /// `rshmemx_ep_ll_combine_on_stream`: **collective, stream-ordered**; `y` NULL: the expert
@@ -344,18 +350,10 @@ pub unsafe extern "C" fn rshmemx_ep_ll_combine_on_stream(
     out: *mut c_void,
     stream: CudaStreamT,
 ) -> c_int {
-    on_stream("rshmemx_ep_ll_combine_on_stream", stream, |_, st| {
-        let h = handle(ep)?;
-        let y = if y.is_null() {
-            h.ep.ll_recv_x_addr()
-        } else {
-            y as u64
-        };
+    let (w, out) = (topk_weights as u64, out as u64);
+    on_handle("rshmemx_ep_ll_combine_on_stream", ep, stream, |h, st| {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            h.ep.ll_combine_raw(y, topk_weights as u64, out as u64, st)?
-        };
-        Ok(())
+        unsafe { h.ll_combine_raw(y_or(y, h.ll_recv_x_addr()), w, out, st) }
     })
 }
 
@@ -371,32 +369,16 @@ pub unsafe extern "C" fn rshmemx_ep_ll_output(
     count: *mut *const i32,
     src: *mut *const i32,
 ) -> c_int {
-    guarded_status("rshmemx_ep_ll_output", || {
-        let h = handle(ep)?;
-        if !h.ep.config().low_latency {
+    on_local("rshmemx_ep_ll_output", ep, |h| {
+        if !h.config().low_latency {
             return invalid("the handle was made without config->low_latency");
         }
-        let g = current()?
-            .world
-            .gpu()
-            .ok_or_else(|| crate::Fail::Msg(Code::Unsupported, "no GPU backend".into()))?;
-        let (c, s) = {
-            use rt::cudarc::driver::DevicePtr;
-            let (c, _a) = h.ep.ll_count().device_ptr(&g.stream);
-            let (s, _b) = h.ep.ll_src().device_ptr(&g.stream);
-            (c, s)
-        };
+        let (c, s) = device_addrs(h.ll_count(), h.ll_src())?;
         // SAFETY: each out-pointer is NULL or valid for one write (the caller's contract).
         unsafe {
-            if let Some(p) = recv_x.as_mut() {
-                *p = h.ep.ll_recv_x_addr() as usize as *mut c_void;
-            }
-            if let Some(p) = count.as_mut() {
-                *p = c as usize as *const i32;
-            }
-            if let Some(p) = src.as_mut() {
-                *p = s as usize as *const i32;
-            }
+            put(recv_x, h.ll_recv_x_addr() as usize as *mut c_void);
+            put(count, c as *const i32);
+            put(src, s as *const i32);
         }
         Ok(())
     })
@@ -413,14 +395,13 @@ pub unsafe extern "C" fn rshmemx_ep_ll_output_scales(
     ep: *mut EpHandle,
     recv_scales: *mut *const f32,
 ) -> c_int {
-    guarded_status("rshmemx_ep_ll_output_scales", || {
-        let h = handle(ep)?;
-        let a = h.ep.ll_recv_scales_addr();
+    on_local("rshmemx_ep_ll_output_scales", ep, |h| {
+        let a = h.ll_recv_scales_addr();
         if a == 0 {
             return invalid(format!(
                 "the handle has no low-latency scales (made for {:?}{})",
-                h.ep.config().dtype,
-                if h.ep.config().low_latency {
+                h.config().dtype,
+                if h.config().low_latency {
                     ""
                 } else {
                     ", without config->low_latency"
@@ -428,9 +409,7 @@ pub unsafe extern "C" fn rshmemx_ep_ll_output_scales(
             ));
         }
         // SAFETY: NULL or valid for one write (the caller's contract).
-        if let Some(p) = unsafe { recv_scales.as_mut() } {
-            *p = a as usize as *const f32;
-        }
+        unsafe { put(recv_scales, a as usize as *const f32) };
         Ok(())
     })
 }

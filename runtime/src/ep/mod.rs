@@ -690,19 +690,35 @@ impl<'w> Ep<'w> {
         Ok(())
     }
 
-    /// A dispatch's inputs: `x` of the handle's dtype `E` with `x_len ≥ num_tokens × hidden`
-    /// elements, `idx_len ≥ num_tokens × topk` expert indices.
-    fn tokens_in_ok<E: EpElem>(
+    /// A typed dispatch's inputs, by their lengths: `x` of the handle's dtype `E` with
+    /// `x_len ≥ num_tokens × hidden` elements, `idx_len ≥ num_tokens × topk` expert indices,
+    /// as many weights (`w_len`; `None`: the low-latency dispatch, which takes none), and for the
+    /// `*_fp8` dispatches (`scales_len` is `Some`, checked first: an fp8 handle) at least
+    /// `num_tokens × hidden/128` scales.
+    fn inputs_ok<E: EpElem>(
         &self,
         call: &'static str,
         x_len: usize,
         idx_len: usize,
+        w_len: Option<usize>,
+        scales_len: Option<usize>,
         num_tokens: usize,
     ) -> Result<()> {
+        if scales_len.is_some() {
+            fp8_only::<()>(call, self.cfg.dtype)?;
+        }
         self.elem_ok::<E>(call, "x", self.cfg.dtype)?;
         let (h, k) = (self.cfg.hidden, self.cfg.topk);
         Self::len_ok(call, "x", x_len, num_tokens, h, "hidden")?;
-        Self::len_ok(call, "topk_idx", idx_len, num_tokens, k, "topk")
+        Self::len_ok(call, "topk_idx", idx_len, num_tokens, k, "topk")?;
+        if let Some(len) = w_len {
+            Self::len_ok(call, "topk_weights", len, num_tokens, k, "topk")?;
+        }
+        if let Some(len) = scales_len {
+            let sw = self.sizes.scale_words;
+            Self::len_ok(call, "x_scales", len, num_tokens, sw, "hidden / 128")?;
+        }
+        Ok(())
     }
 
     /// `num_tokens` fits the handle's buffers (at most `max_tokens`).
@@ -879,17 +895,8 @@ impl<'w> Ep<'w> {
         I: DevicePtr<i64>,
         W: DevicePtr<f32>,
     {
-        let call = "ep_dispatch";
-        self.tokens_in_ok::<E>(call, x.len(), topk_idx.len(), num_tokens)?;
-        let k = self.cfg.topk;
-        Self::len_ok(
-            call,
-            "topk_weights",
-            topk_weights.len(),
-            num_tokens,
-            k,
-            "topk",
-        )?;
+        let (x_len, idx_len, w_len) = (x.len(), topk_idx.len(), Some(topk_weights.len()));
+        self.inputs_ok::<E>("ep_dispatch", x_len, idx_len, w_len, None, num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
         let (ia, _b) = topk_idx.device_ptr(stream);
         let (wa, _c) = topk_weights.device_ptr(stream);
@@ -921,19 +928,9 @@ impl<'w> Ep<'w> {
         I: DevicePtr<i64>,
         W: DevicePtr<f32>,
     {
-        let call = "ep_dispatch";
-        fp8_only::<()>(call, self.cfg.dtype)?;
-        self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
-        let k = self.cfg.topk;
-        Self::len_ok(
-            call,
-            "topk_weights",
-            topk_weights.len(),
-            num_tokens,
-            k,
-            "topk",
-        )?;
-        self.scales_len_ok(call, x_scales.len(), num_tokens)?;
+        let (x_len, idx_len) = (x.len(), topk_idx.len());
+        let (w_len, s_len) = (Some(topk_weights.len()), Some(x_scales.len()));
+        self.inputs_ok::<u8>("ep_dispatch", x_len, idx_len, w_len, s_len, num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
         let (sa, _s) = x_scales.device_ptr(stream);
         let (ia, _b) = topk_idx.device_ptr(stream);
@@ -941,12 +938,6 @@ impl<'w> Ep<'w> {
         // SAFETY: device memory of this context (cudarc slices) whose lengths were checked
         // above; the SyncOnDrop guards keep cudarc's stream ordering.
         unsafe { self.dispatch_fp8_raw(xa, sa, ia, wa, num_tokens, stream) }
-    }
-
-    /// `x_scales` holds at least `num_tokens × hidden/128` values.
-    fn scales_len_ok(&self, call: &'static str, len: usize, num_tokens: usize) -> Result<()> {
-        let sw = self.sizes.scale_words;
-        Self::len_ok(call, "x_scales", len, num_tokens, sw, "hidden / 128")
     }
 
     /// **Collective, stream-ordered.** Combine with device addresses: `y` holds the expert
@@ -1130,7 +1121,7 @@ impl<'w> Ep<'w> {
         I: DevicePtr<i64>,
     {
         let call = "ep_ll_dispatch";
-        self.tokens_in_ok::<E>(call, x.len(), topk_idx.len(), num_tokens)?;
+        self.inputs_ok::<E>(call, x.len(), topk_idx.len(), None, None, num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
         let (ia, _b) = topk_idx.device_ptr(stream);
         // SAFETY: cudarc device memory of this context with the lengths checked above.
@@ -1153,10 +1144,8 @@ impl<'w> Ep<'w> {
         S: DevicePtr<f32>,
         I: DevicePtr<i64>,
     {
-        let call = "ep_ll_dispatch";
-        fp8_only::<()>(call, self.cfg.dtype)?;
-        self.tokens_in_ok::<u8>(call, x.len(), topk_idx.len(), num_tokens)?;
-        self.scales_len_ok(call, x_scales.len(), num_tokens)?;
+        let (x_len, idx_len, s_len) = (x.len(), topk_idx.len(), Some(x_scales.len()));
+        self.inputs_ok::<u8>("ep_ll_dispatch", x_len, idx_len, None, s_len, num_tokens)?;
         let (xa, _a) = x.device_ptr(stream);
         let (sa, _s) = x_scales.device_ptr(stream);
         let (ia, _b) = topk_idx.device_ptr(stream);
@@ -1297,34 +1286,15 @@ impl<'w> Ep<'w> {
     ) -> Result<Vec<u8>> {
         let call = "ep_ll_read_rows";
         self.ll_ok(call)?;
-        let (n, m) = (self.sizes.n_pes, self.cfg.max_tokens);
-        if l >= self.sizes.local_experts || src >= n || rows > m {
-            return Err(Error::invalid(
-                call,
-                format!(
-                    "block ({l}, {src}) of {rows} rows is outside [{}][{n}][{m}]",
-                    self.sizes.local_experts
-                ),
-            ));
-        }
-        let mut v = vec![0u8; rows * self.sizes.row_bytes];
-        self.world.p2p(call)?.gpu.bind(call)?;
-        stream.synchronize()?;
-        if rows > 0 {
-            let a = self.base.ll_x + (((l * n + src) * m) * self.sizes.row_bytes) as u64;
-            // SAFETY: the range lies inside this handle's low-latency output (checked above);
-            // the stream was synchronized.
-            unsafe {
-                crate::cuda::copy::read(
-                    call,
-                    "copying rows to the host",
-                    v.as_mut_ptr(),
-                    a,
-                    v.len(),
-                )
-            }?;
-        }
-        Ok(v)
+        let (at, row) = (self.base.ll_x, self.sizes.row_bytes);
+        self.ll_read_block(
+            call,
+            "copying rows to the host",
+            at,
+            row,
+            (l, src, rows),
+            stream,
+        )
     }
 
     /// **Local.** Synchronizes `stream` and copies the scales of `rows` rows of the low-latency
@@ -1339,11 +1309,7 @@ impl<'w> Ep<'w> {
     ) -> Result<Vec<f32>> {
         let call = "ep_ll_read_scales";
         self.ll_ok(call)?;
-        let (n, m, sw) = (
-            self.sizes.n_pes,
-            self.cfg.max_tokens,
-            self.sizes.scale_words,
-        );
+        let sw = self.sizes.scale_words;
         if sw == 0 {
             return Err(Error::invalid(
                 call,
@@ -1353,6 +1319,30 @@ impl<'w> Ep<'w> {
                 ),
             ));
         }
+        let at = self.base.ll_scales;
+        self.ll_read_block(
+            call,
+            "copying scales to the host",
+            at,
+            sw,
+            (l, src, rows),
+            stream,
+        )
+    }
+
+    /// The two `ll_read_*`: synchronizes `stream` and copies `rows` rows of `per_row` elements
+    /// `T` of the block (local expert `l`, source PE `src`) of the `[L][n][max_tokens]` rows at
+    /// `at` (the low-latency output, or its scales) to the host.
+    fn ll_read_block<T: Copy + Default>(
+        &self,
+        call: &'static str,
+        what: &'static str,
+        at: u64,
+        per_row: usize,
+        (l, src, rows): (usize, usize, usize),
+        stream: &CudaStream,
+    ) -> Result<Vec<T>> {
+        let (n, m) = (self.sizes.n_pes, self.cfg.max_tokens);
         if l >= self.sizes.local_experts || src >= n || rows > m {
             return Err(Error::invalid(
                 call,
@@ -1362,22 +1352,16 @@ impl<'w> Ep<'w> {
                 ),
             ));
         }
-        let mut v = vec![0f32; rows * sw];
+        let mut v = vec![T::default(); rows * per_row];
         self.world.p2p(call)?.gpu.bind(call)?;
         stream.synchronize()?;
         if rows > 0 {
-            let a = self.base.ll_scales + (((l * n + src) * m) * sw * 4) as u64;
-            // SAFETY: the range lies inside this handle's low-latency scales (checked above);
-            // the stream was synchronized.
-            unsafe {
-                crate::cuda::copy::read(
-                    call,
-                    "copying scales to the host",
-                    v.as_mut_ptr().cast(),
-                    a,
-                    v.len() * 4,
-                )
-            }?;
+            let row_bytes = per_row * std::mem::size_of::<T>();
+            let a = at + (((l * n + src) * m) * row_bytes) as u64;
+            let bytes = v.len() * std::mem::size_of::<T>();
+            // SAFETY: the range lies inside this handle's low-latency rows or scales (checked
+            // above; `T` plain data: bytes or f32); the stream was synchronized.
+            unsafe { crate::cuda::copy::read(call, what, v.as_mut_ptr().cast(), a, bytes) }?;
         }
         Ok(v)
     }
