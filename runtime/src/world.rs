@@ -682,6 +682,7 @@ impl World {
         if let Some(p) = &self.proxy {
             p.describe(&mut st);
         }
+        st.check_slice("init")?;
         let changed = {
             let mut cur = self.dev.state.lock().map_err(|_| poisoned("init"))?;
             let changed = *cur != st;

@@ -222,7 +222,7 @@ RSHMEM_ENGINE void putmem(const char* call, void* dest, const void* src,
         if (__builtin_expect(local < 0, 0)) {
             if (S::rank() == 0) cold(&proxy_putmem)(call, dest, src, nbytes, pe, true);
         } else {
-            copy_bytes(at_local((char*)dest, local), (const char*)src, nbytes, true, S::rank(),
+            copy_bytes(at_local_wide((char*)dest, local), (const char*)src, nbytes, true, S::rank(),
                        S::size());
         }
     }
@@ -241,7 +241,7 @@ RSHMEM_ENGINE void getmem(const char* call, void* dest, const void* src,
         if (__builtin_expect(local < 0, 0)) {
             if (S::rank() == 0) cold(&proxy_getmem)(call, dest, src, nbytes, pe);
         } else {
-            copy_bytes((char*)dest, at_local((const char*)src, local), nbytes, false, S::rank(),
+            copy_bytes((char*)dest, at_local_wide((const char*)src, local), nbytes, false, S::rank(),
                        S::size());
         }
     }

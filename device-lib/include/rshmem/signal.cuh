@@ -93,12 +93,12 @@ RSHMEM_ENGINE void putmem_signal(const char* call, void* dest, const void* src,
         S::sync();
         return;
     }
-    char* d = at_local((char*)dest, local);
+    char* d = at_local_wide((char*)dest, local);
     if (nbytes != 0) copy_bytes(d, (const char*)src, nbytes, true, S::rank(), S::size());
     // Orders every thread's stores before thread 0's release (release is cumulative).
     S::sync();
     if (S::rank() == 0) {
-        signal_release(call, at_local(sig, local), signal, sig_op, say);
+        signal_release(call, at_local_wide(sig, local), signal, sig_op, say);
     }
 }
 

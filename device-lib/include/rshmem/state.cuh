@@ -36,7 +36,7 @@ typedef struct rshmem_device_state {
     int32_t my_local;          // index of this PE among the PEs of its host
     int32_t n_local;
     uint64_t heap_base;        // start of local PE 0's slice (same address in every process)
-    uint64_t slice;            // bytes of address space per local PE
+    uint64_t slice;            // bytes of address space per local PE (whole GiB, see slice_delta)
     uint64_t heap_user_start;  // first offset of the user heap in a slice
     uint64_t heap_mapped;      // bytes mapped per slice (grows)
     uint64_t pe_local_table;   // device address of int32[n_pes]

@@ -109,7 +109,31 @@ const _: () = {
     assert!(internal::USER_START == 0x220_0000);
 };
 
+/// The unit of a slice in the device library's address translation (`slice_delta` in
+/// device-lib/include/rshmem/util.cuh): 1 GiB, the heap's base alignment.
+pub const SLICE_UNIT_LOG2: u32 = 30;
+
 impl DeviceState {
+    /// Checks what the device library's translation assumes of the slice: a whole number of
+    /// GiB, and `n_local` slices counted in GiB within an `i32` (it multiplies in 32 bits).
+    pub fn check_slice(&self, call: &'static str) -> crate::Result<()> {
+        let units = self.slice >> SLICE_UNIT_LOG2;
+        if self.slice & ((1 << SLICE_UNIT_LOG2) - 1) != 0
+            || units.saturating_mul(self.n_local.max(0) as u64) > i32::MAX as u64
+        {
+            return Err(crate::Error::State {
+                call,
+                reason: format!(
+                    "the GPU heap's slice of {} bytes for {} PEs on this host is not a whole \
+                     number of GiB below 2^31 GiB in all (the device library's address \
+                     translation needs it; lower RSHMEM_HEAP_LIMIT)",
+                    self.slice, self.n_local
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The bytes copied into a module's `rshmem_state`.
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: DeviceState is repr(C), Copy, and has no padding (asserted layout: every field
@@ -120,5 +144,32 @@ impl DeviceState {
                 std::mem::size_of::<Self>(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_must_be_whole_gib_for_the_device_translation() {
+        let st = |slice: u64, n_local: i32| DeviceState {
+            slice,
+            n_local,
+            ..Default::default()
+        };
+        assert!(st(65 << 30, 8).check_slice("init").is_ok());
+        assert!(st(1 << 30, 1).check_slice("init").is_ok());
+        let e = st((65 << 30) + 4096, 8)
+            .check_slice("init")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("init") && e.contains("whole number of GiB"),
+            "{e}"
+        );
+        // 2^17 GiB per PE on 2^14 PEs: 2^31 GiB, one past what 32 bits hold.
+        assert!(st(1 << 47, 1 << 14).check_slice("init").is_err());
+        assert!(st(1 << 47, (1 << 14) - 1).check_slice("init").is_ok());
     }
 }
