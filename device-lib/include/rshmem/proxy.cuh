@@ -111,17 +111,6 @@ static __device__ __forceinline__ int local_index(int pe) {
     return __ldg((const int32_t*)rshmem_state.pe_local_table + pe);
 }
 
-// Local PE `local`'s copy of this PE's symmetric address p: at_local for one-element calls,
-// at_local_wide for the bulk ones (slice_delta, util.cuh).
-template <typename T>
-static __device__ __forceinline__ T* at_local(T* p, int local) {
-    return (T*)((char*)p + slice_delta(local));
-}
-template <typename T>
-static __device__ __forceinline__ T* at_local_wide(T* p, int local) {
-    return (T*)((char*)p + slice_delta_wide(local));
-}
-
 static __device__ __forceinline__ uint64_t* proxy_word(uint32_t off) {
     return (uint64_t*)(rshmem_state.proxy_ctrl + off);
 }

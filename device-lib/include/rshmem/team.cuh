@@ -138,7 +138,7 @@ static __device__ __forceinline__ T* team_peer(const char* call, const rshmem_te
                                                int i, bool say) {
     if (i == d.my_index) return p;
     int local = team_local(call, d, i, say);
-    return (T*)((char*)p + slice_delta_wide(local));
+    return at_local_wide(p, local);
 }
 
 // Traps unless every member of the team is load/store reachable (then team_peer_nc is safe).
@@ -151,7 +151,7 @@ static __device__ __forceinline__ void team_check_reachable(const char* call,
 template <typename T>
 static __device__ __forceinline__ T* team_peer_nc(const rshmem_team_desc& d, T* p, int i) {
     int local = local_of(team_world_pe(d, i));
-    return (T*)((char*)p + slice_delta_wide(local));
+    return at_local_wide(p, local);
 }
 
 static __device__ __noinline__ RSHMEM_NORETURN void fail_team_wait(const char* call, rshmem_team_t team,

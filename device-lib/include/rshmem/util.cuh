@@ -122,6 +122,17 @@ static __device__ __forceinline__ int64_t slice_delta_wide(int local) {
     return (int64_t)(local - rshmem_state.my_local) * (int64_t)rshmem_state.slice;
 }
 
+// Local PE `local`'s copy of this PE's symmetric address p: at_local for one-element calls,
+// at_local_wide for the bulk ones (see slice_delta).
+template <typename T>
+static __device__ __forceinline__ T* at_local(T* p, int local) {
+    return (T*)((char*)p + slice_delta(local));
+}
+template <typename T>
+static __device__ __forceinline__ T* at_local_wide(T* p, int local) {
+    return (T*)((char*)p + slice_delta_wide(local));
+}
+
 // The PE number of local index j (scans the table; for messages only).
 static __device__ int pe_of_local(int j) {
     const int32_t* table = (const int32_t*)rshmem_state.pe_local_table;
@@ -361,7 +372,7 @@ static __device__ __forceinline__ T* translate(const char* call, T* p, int pe, b
         local = __ldg((const int32_t*)rshmem_state.pe_local_table + pe);
         if (local < 0) fail_unreachable(call, pe, say);
     }
-    return (T*)((char*)p + slice_delta_wide(local));
+    return at_local_wide(p, local);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,6 +419,6 @@ RSHMEM_TWIN void* rshmem_ptr(const void* ptr, int pe) {
     if (pe == rshmem_state.my_pe) return (void*)ptr;
     int local = rshmem_detail::local_of(pe);
     if (local < 0) return (void*)0;
-    return (void*)(a + (uint64_t)rshmem_detail::slice_delta_wide(local));
+    return (void*)rshmem_detail::at_local_wide(ptr, local);
 #endif
 }
