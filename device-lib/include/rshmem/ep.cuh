@@ -24,7 +24,8 @@
 //      device memory, so a captured graph replays correctly), waits until every receiver has
 //      acknowledged the previous epoch (it finished reading what this PE wrote there), zeroes
 //      the counters.
-//   2. rshmem_ep_dispatch_send: one warp per token. Finds the token's destination PEs, takes a
+//   2. rshmem_ep_dispatch_send: one warp per token (token_rounds: with fewer tokens than warps,
+//      several warps move one token's row). Finds the token's destination PEs, takes a
 //      slot in each destination's staging block for this source (an atomic counter per
 //      destination) and a rank in each of its experts (an atomic counter per expert), and
 //      stores the row once per destination PE (not once per expert) plus a small metadata row
@@ -35,14 +36,14 @@
 //      epoch.
 //   3. rshmem_ep_dispatch_recv: every block waits for the signal of every source (acquire),
 //      computes the expert layout from the counts (expert l's rows are contiguous, sources in
-//      PE order inside it) and copies each staged row into the rows of the local experts it
+//      PE order inside it) and, one warp per staged row (for_rows: several per row when rows are fewer than warps), copies each staged row into the rows of the local experts it
 //      selected; writes expert_offsets [L+1], expert_src [rows][2] (source PE, source token) and
 //      the metadata combine needs. The last block acknowledges every source.
 // Combine (three kernels): rshmem_ep_prologue(combine); rshmem_ep_combine_send: one warp per
-// staged row sums the outputs of its local experts weighted (fp32, slot order) and stores the
+// staged row (for_rows) sums the outputs of its local experts weighted (fp32, slot order) and stores the
 // partial sum once into the source PE's receive block; the last block signals the sources.
-// rshmem_ep_combine_recv: the source waits for every expert PE, adds the partial sums of each
-// token in PE order (fp32) and writes out[t] in the original token order; the last block
+// rshmem_ep_combine_recv: the source waits for every expert PE, adds (one warp per token,
+// for_rows) the partial sums of each token in PE order (fp32) and writes out[t] in the original token order; the last block
 // acknowledges.
 //
 // No kernel waits for another block of its own grid, so any grid size is correct; the waits in
@@ -197,18 +198,16 @@ static __device__ __forceinline__ void st_chunk(uint8_t* row, const vec16 (&b)[4
     }
 }
 
-// One row (vecs vectors at src, loads of kind CG) read once and stored once to each
-// destination: dst_row(i) is the destination row of set bit i of `mask`, called by the whole
-// warp (it may shuffle) once per chunk and bit, in bit order.
+// One chunk (ld_chunk's, at vector v0) of a row (vecs vectors at src, loads of kind CG) read
+// once and stored once to each destination: dst_row(i) is the destination row of set bit i of
+// `mask`, called by the whole warp (it may shuffle) once per bit, in bit order.
 template <bool CG, class DstRow>
-static __device__ __forceinline__ void fanout_row(const uint8_t* src, int64_t vecs,
-                                                  uint32_t mask, DstRow dst_row) {
+static __device__ __forceinline__ void fanout_chunk(const uint8_t* src, int64_t v0, int64_t vecs,
+                                                    uint32_t mask, DstRow dst_row) {
     const int lane = threadIdx.x & 31;
-    for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
-        vec16 b[4];
-        ld_chunk<CG>(b, src, v0, vecs, lane);
-        for (uint32_t m = mask; m; m &= m - 1) st_chunk(dst_row(__ffs(m) - 1), b, v0, vecs, lane);
-    }
+    vec16 b[4];
+    ld_chunk<CG>(b, src, v0, vecs, lane);
+    for (uint32_t m = mask; m; m &= m - 1) st_chunk(dst_row(__ffs(m) - 1), b, v0, vecs, lane);
 }
 // The same for a row's sw float scales (fp8), 32 at a time: lane `lane` moves scale w0 + lane.
 template <bool CG, class DstRow>
@@ -231,6 +230,86 @@ static __device__ __forceinline__ int64_t grid_warp() {
 }
 static __device__ __forceinline__ int64_t grid_warps() {
     return (int64_t)gridDim.x * (blockDim.x >> 5);
+}
+
+// Rows are split into chunks of CHUNK_VECS vectors (ld_chunk's). When there are fewer rows than
+// warps, the chunks of a row are shared out among several warps (a decoding batch of 128 tokens,
+// one warp a token, would keep 8 of 132 SMs busy); otherwise a warp takes whole rows, so that
+// what is done once per row (metadata, counters) is done once.
+constexpr int64_t CHUNK_VECS = 4 * 32;
+static __device__ __forceinline__ int64_t row_chunks(int64_t vecs) {
+    return vecs > 0 ? (vecs + CHUNK_VECS - 1) / CHUNK_VECS : 1;
+}
+// Warps per row: `warps` shared out among `rows` rows of nch chunks, between 1 and nch.
+static __device__ __forceinline__ int64_t warps_per_row(int64_t rows, int64_t warps, int64_t nch) {
+    int64_t g = rows > 0 ? warps / rows : 1;
+    return g < 1 ? 1 : (g > nch ? nch : g);
+}
+
+// Every row of `items` rows of vecs vectors over the warps of the grid: f(item, first, step), in
+// which the warp moves the chunks at vectors first, first + step, ... below vecs (first == 0: the
+// warp of the row's first chunk, which does the row's once-only work).
+template <class F>
+static __device__ __forceinline__ void for_rows(int64_t items, int64_t vecs, F f) {
+    const int64_t warps = grid_warps(), g = warps_per_row(items, warps, row_chunks(vecs));
+    for (int64_t c = grid_warp(); c < items * g; c += warps) {
+        const int64_t it = c / g;
+        f(it, (c - it * g) * CHUNK_VECS, g * CHUNK_VECS);
+    }
+}
+
+// The send kernels' token loop, for work done once per token before its row moves (counters,
+// metadata): this block's tokens in rounds (the tokens spread over every block first), a group
+// of G warps per token of the round; the group's first warp runs book(t, i) for the round's
+// token i (leaving the destinations in shared memory under i), then the group's warps move the
+// row: copy(t, i, first, step) as in for_rows. With G = 1 (as many tokens as warps) a warp books
+// and moves its own token, with no block barrier.
+template <class Book, class Copy>
+static __device__ __forceinline__ void token_rounds(int64_t T, int64_t vecs, Book book, Copy copy) {
+    const int nw = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5);
+    int64_t want = (T + gridDim.x - 1) / gridDim.x;  // tokens per block
+    want = want < 1 ? 1 : want;
+    const int g = (int)warps_per_row(want, nw, row_chunks(vecs));
+    const int64_t per = nw / g < want ? nw / g : want;  // tokens per round
+    const int i = wid / g, part = wid - i * g;
+    for (int64_t t0 = blockIdx.x * per; t0 < T; t0 += (int64_t)gridDim.x * per) {
+        const bool mine = i < per && t0 + i < T;
+        if (mine && part == 0) book(t0 + i, i);
+        if (g > 1) __syncthreads(); else __syncwarp();
+        if (mine) copy(t0 + i, i, part * CHUNK_VECS, g * CHUNK_VECS);
+        if (g > 1) __syncthreads(); else __syncwarp();
+    }
+}
+
+// Low-latency counts: s_pre[1 .. E] holds the E block counts on entry (every thread's stores
+// done: call after __syncthreads); on return (after __syncthreads) s_pre[i] is the sum of the
+// counts before block i (s_pre[0] = 0, s_pre[E] the total). Warp 0 scans, 32 at a time.
+static __device__ __forceinline__ void scan_counts(int32_t* s_pre, int E) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int carry = 0;
+        for (int b = 0; b < E; b += 32) {
+            int v = b + lane < E ? s_pre[b + lane + 1] : 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int u = __shfl_up_sync(0xffffffffu, v, o);
+                if (lane >= o) v += u;
+            }
+            if (b + lane < E) s_pre[b + lane + 1] = carry + v;
+            carry += __shfl_sync(0xffffffffu, v, 31);
+        }
+        if (lane == 0) s_pre[0] = 0;
+    }
+    __syncthreads();
+}
+// The block of row r of the scanned counts: s_pre[b] <= r < s_pre[b + 1].
+static __device__ __forceinline__ int block_of(const int32_t* s_pre, int E, int64_t r) {
+    int lo = 0, hi = E;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (s_pre[mid] <= r) lo = mid; else hi = mid;
+    }
+    return lo;
 }
 
 // The source of staged row u, given the prefix over sources of their staged tokens:
@@ -337,6 +416,9 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
     __shared__ uint8_t* s_stage_x[RSHMEM_EP_MAX_PES];
     __shared__ int32_t* s_stage_meta[RSHMEM_EP_MAX_PES];
     __shared__ float* s_stage_scales[RSHMEM_EP_MAX_PES];
+    // Per warp of a round (token_rounds): the token's slot in each destination and its PE mask.
+    __shared__ int32_t s_pos[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_PES];
+    __shared__ uint32_t s_mask[RSHMEM_EP_THREADS / 32];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int L = (int)p.local_experts, E = (int)p.num_experts;
     const int64_t row_bytes = p.row_bytes, mw = p.meta_words, sw = p.scale_words;
@@ -353,54 +435,67 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
     __syncthreads();
     const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
     int32_t* send_ntok = (int32_t*)p.send_ntok;
     int32_t* ecnt = (int32_t*)p.ecnt;
-    for (int64_t t = rshmem_ep::grid_warp(); t < p.num_tokens; t += warps) {
-        // Lane j < k: slot j.
-        int dst = -1, l = -1, rank = 0;
-        float w = 0.f;
-        if (lane < k) {
-            int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
-            w = ((const float*)p.topk_w)[t * k + lane];
-            if (e >= 0 && e < E) {
-                dst = (int)(e / L);
-                l = (int)(e % L);
-                rank = atomicAdd(&ecnt[e], 1);
-            } else if (e != -1) {
-                rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
-            }
-        }
-        uint32_t mask = dst >= 0 ? (1u << dst) : 0u;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mask |= __shfl_xor_sync(0xffffffffu, mask, o);
-        // Lane d: this token's slot in PE d's staging block.
-        int pos = 0;
-        if (lane < n && ((mask >> lane) & 1u)) pos = atomicAdd(&send_ntok[lane], 1);
-        if (lane == 0) ((uint32_t*)p.tok_mask)[t] = mask;
-        // Metadata rows (word 0: token; per slot: local expert here or -1, rank, weight).
-        for (uint32_t m = mask; m; m &= m - 1) {
-            int d = __ffs(m) - 1;
-            int pd = __shfl_sync(0xffffffffu, pos, d);
-            int32_t* meta = s_stage_meta[d] + (int64_t)pd * mw;
-            if (lane == 0) meta[0] = (int32_t)t;
+    rshmem_ep::token_rounds(
+        p.num_tokens, vecs,
+        [&](int64_t t, int w) {
+            // Lane j < k: slot j.
+            int dst = -1, l = -1, rank = 0;
+            float wt = 0.f;
             if (lane < k) {
-                meta[1 + 3 * lane] = dst == d ? l : -1;
-                meta[2 + 3 * lane] = rank;
-                meta[3 + 3 * lane] = __float_as_int(w);
+                int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
+                wt = ((const float*)p.topk_w)[t * k + lane];
+                if (e >= 0 && e < E) {
+                    dst = (int)(e / L);
+                    l = (int)(e % L);
+                    rank = atomicAdd(&ecnt[e], 1);
+                } else if (e != -1) {
+                    rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
+                }
             }
-        }
-        // The row, read once, stored once per destination PE; its scales (fp8) the same way.
-        rshmem_ep::fanout_row<false>((const uint8_t*)p.x + t * row_bytes, vecs, mask, [&](int d) {
-            int pd = __shfl_sync(0xffffffffu, pos, d);
-            return s_stage_x[d] + (int64_t)pd * row_bytes;
+            uint32_t mask = dst >= 0 ? (1u << dst) : 0u;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mask |= __shfl_xor_sync(0xffffffffu, mask, o);
+            // Lane d: this token's slot in PE d's staging block.
+            int pos = 0;
+            if (lane < n && ((mask >> lane) & 1u)) pos = atomicAdd(&send_ntok[lane], 1);
+            if (lane < n) s_pos[w][lane] = pos;
+            if (lane == 0) {
+                ((uint32_t*)p.tok_mask)[t] = mask;
+                s_mask[w] = mask;
+            }
+            // Metadata rows (word 0: token; per slot: local expert here or -1, rank, weight).
+            for (uint32_t m = mask; m; m &= m - 1) {
+                int d = __ffs(m) - 1;
+                int pd = __shfl_sync(0xffffffffu, pos, d);
+                int32_t* meta = s_stage_meta[d] + (int64_t)pd * mw;
+                if (lane == 0) meta[0] = (int32_t)t;
+                if (lane < k) {
+                    meta[1 + 3 * lane] = dst == d ? l : -1;
+                    meta[2 + 3 * lane] = rank;
+                    meta[3 + 3 * lane] = __float_as_int(wt);
+                }
+            }
+        },
+        [&](int64_t t, int w, int64_t first, int64_t step) {
+            // The row, read once, stored once per destination PE; its scales (fp8) the same way
+            // by the warp of the first chunk.
+            const uint32_t mask = s_mask[w];
+            const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
+            for (int64_t v0 = first; v0 < vecs; v0 += step) {
+                rshmem_ep::fanout_chunk<false>(src, v0, vecs, mask, [&](int d) {
+                    return s_stage_x[d] + (int64_t)s_pos[w][d] * row_bytes;
+                });
+            }
+            if (first == 0) {
+                rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, mask,
+                                                [&](int d) {
+                                                    return s_stage_scales[d] + (int64_t)s_pos[w][d] * sw;
+                                                });
+            }
         });
-        rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, mask, [&](int d) {
-            int pd = __shfl_sync(0xffffffffu, pos, d);
-            return s_stage_scales[d] + (int64_t)pd * sw;
-        });
-    }
     if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
         // Counts into every receiver (this source's row of its recv_cnt), then the signals.
         for (int i = threadIdx.x; i < n * (1 + L); i += blockDim.x) {
@@ -464,49 +559,54 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
         }
     }
     const int lane = threadIdx.x & 31;
-    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
-    const int total = s_ntok[n];
-    for (int64_t u = rshmem_ep::grid_warp(); u < total; u += warps) {
+    // Staged rows over the grid (for_rows); the warp of a row's first chunk also writes the row's
+    // combine metadata, sources and scales.
+    rshmem_ep::for_rows(s_ntok[n], vecs, [&](int64_t u, int64_t first, int64_t step) {
         const int s = rshmem_ep::source_of(s_ntok, n, u);
         const int64_t j = u - s_ntok[s];
-        const int32_t* meta = (const int32_t*)p.stage_meta + ((int64_t)s * p.max_tokens + j) * mw;
-        int32_t* cmeta = (int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
-        int t = rshmem_detail::ld_relaxed_sys(&meta[0]);
+        const int64_t staged = (int64_t)s * p.max_tokens + j;
+        const int32_t* meta = (const int32_t*)p.stage_meta + staged * mw;
+        int32_t* cmeta = (int32_t*)p.comb_meta + staged * mw;
         int row = -1;
         if (lane < k) {
             int l = rshmem_detail::ld_relaxed_sys(&meta[1 + 3 * lane]);
             int rank = rshmem_detail::ld_relaxed_sys(&meta[2 + 3 * lane]);
-            int wb = rshmem_detail::ld_relaxed_sys(&meta[3 + 3 * lane]);
             if (l >= 0) {
                 int64_t r = (int64_t)s_off[l] + s_soff[s * L + l] + rank;
                 row = r < p.max_rows ? (int)r : -1;
             }
-            cmeta[1 + 3 * lane] = l;
-            cmeta[2 + 3 * lane] = row;
-            cmeta[3 + 3 * lane] = wb;
-            if (row >= 0) {
-                int32_t* es = (int32_t*)p.expert_src + (int64_t)row * 2;
-                es[0] = s;
-                es[1] = t;
+            if (first == 0) {
+                int t = rshmem_detail::ld_relaxed_sys(&meta[0]);
+                cmeta[1 + 3 * lane] = l;
+                cmeta[2 + 3 * lane] = row;
+                cmeta[3 + 3 * lane] = rshmem_detail::ld_relaxed_sys(&meta[3 + 3 * lane]);
+                if (lane == 0) cmeta[0] = t;
+                if (row >= 0) {
+                    int32_t* es = (int32_t*)p.expert_src + (int64_t)row * 2;
+                    es[0] = s;
+                    es[1] = t;
+                }
             }
         }
-        if (lane == 0) cmeta[0] = t;
         // The staged row (written by the source's GPU: loads bypass L1) into the rows of the
         // local experts it selected; its scales (fp8) into the same rows of expert_scales.
         const uint32_t rows_mask = __ballot_sync(0xffffffffu, row >= 0);
-        const int64_t staged = (int64_t)s * p.max_tokens + j;
         const uint8_t* src = (const uint8_t*)p.stage_x + staged * row_bytes;
-        rshmem_ep::fanout_row<true>(src, vecs, rows_mask, [&](int i) {
-            int r = __shfl_sync(0xffffffffu, row, i);
-            return (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
-        });
-        const float* ssrc = (const float*)p.stage_scales + staged * sw;
-        rshmem_ep::fanout_scales<true>(ssrc, sw, rows_mask, [&](int i) {
-            int r = __shfl_sync(0xffffffffu, row, i);
-            return (float*)p.expert_scales + (int64_t)r * sw;
-        });
-    }
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
+            rshmem_ep::fanout_chunk<true>(src, v0, vecs, rows_mask, [&](int i) {
+                int r = __shfl_sync(0xffffffffu, row, i);
+                return (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
+            });
+        }
+        if (first == 0) {
+            rshmem_ep::fanout_scales<true>((const float*)p.stage_scales + staged * sw, sw,
+                                           rows_mask, [&](int i) {
+                                               int r = __shfl_sync(0xffffffffu, row, i);
+                                               return (float*)p.expert_scales + (int64_t)r * sw;
+                                           });
+        }
+    });
     if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
         // Every block finished reading the staging buffers: each source may reuse them.
         rshmem_ep::signal_all(p, 1, e_now);
@@ -619,10 +719,9 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
-    const int total = s_ntok[n];
-    for (int64_t u = grid_warp(); u < total; u += warps) {
+    // Staged rows over the grid (for_rows).
+    for_rows(s_ntok[n], vecs, [&](int64_t u, int64_t first, int64_t step) {
         const int s = source_of(s_ntok, n, u);
         const int64_t j = u - s_ntok[s];
         const int32_t* cmeta = (const int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
@@ -642,18 +741,17 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
         }
         __syncwarp();
         uint8_t* dst = s_comb[s] + (int64_t)t * row_bytes;
-        // 4 vectors per lane at a time, so that 4 loads per lane are in flight.
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
             float acc[4][EL::N];
             zero_acc<EL>(acc);
             for (int q = 0; q < cnt; ++q) {
-                const uint8_t* row = (const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes;
-                add_chunk<EL, false, true>(acc, row, s_w[wid][q], v0, vecs, lane);
+                const uint8_t* yrow = (const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes;
+                add_chunk<EL, false, true>(acc, yrow, s_w[wid][q], v0, vecs, lane);
             }
             st_acc<EL>(dst, acc, v0, vecs, lane);
         }
         __syncwarp();
-    }
+    });
     if (last_block((uint32_t*)p.done + 2)) signal_all(p, 2, e_now);
 }
 
@@ -667,22 +765,21 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     wait_all(p, 2, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
-    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
     const uint64_t block = (uint64_t)p.max_tokens * row_bytes;
-    for (int64_t t = grid_warp(); t < p.num_tokens; t += warps) {
-        uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
+    // Tokens over the grid (for_rows).
+    for_rows(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
+        const uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
         const uint8_t* src = (const uint8_t*)p.comb_x + (uint64_t)t * row_bytes;
-        uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
             float acc[4][EL::N];
             zero_acc<EL>(acc);
             for (uint32_t m = mask; m; m &= m - 1) {
                 add_chunk<EL, true, false>(acc, src + (__ffs(m) - 1) * block, 0.f, v0, vecs, lane);
             }
-            st_acc<EL>(dst, acc, v0, vecs, lane);
+            st_acc<EL>((uint8_t*)p.out + t * row_bytes, acc, v0, vecs, lane);
         }
-    }
+    });
     if (last_block((uint32_t*)p.done + 3)) {
         // Done reading every expert PE's block: they may write the next combine.
         signal_all(p, 3, e_now);
@@ -696,62 +793,76 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
 // a fixed region of the expert's PE, [local expert][source][rank], with no count exchange
 // before the data; the counts travel with the completion signal. The receiver's output is that
 // region itself (masked layout: rows 0..count[l][s] of each (l, s) block are valid).
-//   ll_send: one warp per token: a rank per (token, expert) from a counter per expert; the row
+//   ll_send: one warp per token (token_rounds, as dispatch_send): a rank per (token, expert) from a counter per expert; the row
 //            read once and stored into each expert's region (once per expert, k copies);
 //            the metadata (token, slot) beside it; the last block stores the counts and
 //            signals every PE.
-//   ll_wait: one block: waits for every source, copies the counts and the metadata into this
-//            PE's own arrays (the outputs), acknowledges.
-//   ll_combine_send: one warp per (expert, source) block: each row of y (same layout as the
-//            dispatch region) goes back to its source's slot (token, slot); the last block
+//   ll_wait: every block waits for every source; the counts and the metadata are copied into
+//            this PE's own arrays (the outputs) over the grid; the last block acknowledges.
+//   ll_combine_send: one warp per row (for_rows) over every (expert, source) block's rows: each
+//            row of y (same layout as the dispatch region) goes back to its source's slot (token, slot); the last block
 //            signals.
-//   ll_combine_recv: one warp per token: out[t] = sum over sent slots of w[t][j] * row(t, j)
+//   ll_combine_recv: one warp per token (for_rows): out[t] = sum over sent slots of w[t][j] * row(t, j)
 //            in slot order (fp32 fused multiply-adds), rounded once.
 
 static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
+    // Per warp of a round (token_rounds): each slot's destination row and scales (0: not sent),
+    // the mask of the slots sent.
+    __shared__ uint8_t* s_dst[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    __shared__ float* s_sdst[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    __shared__ uint32_t s_sent[RSHMEM_EP_THREADS / 32];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int L = (int)p.local_experts, E = (int)p.num_experts;
     const int64_t row_bytes = p.row_bytes, M = p.max_tokens, sw = p.scale_words;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = rshmem_ep::grid_warps();
     const int64_t vecs = row_bytes >> 4;
     int32_t* ecnt = (int32_t*)p.ecnt;
-    for (int64_t t = rshmem_ep::grid_warp(); t < p.num_tokens; t += warps) {
-        uint8_t* dst = 0;
-        float* sdst = 0;
-        int ok = 0;
-        if (lane < k) {
-            int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
-            if (e >= 0 && e < E) {
-                int d = (int)(e / L), l = (int)(e % L);
-                int rank = atomicAdd(&ecnt[e], 1);
-                if (rank < M) {
-                    int64_t slot = ((int64_t)l * n + me) * M + rank;
-                    dst = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
-                    if (sw > 0) sdst = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
-                    int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 2;
-                    meta[0] = (int32_t)t;
-                    meta[1] = lane;
-                    ok = 1;
-                } else {
-                    rshmem_ep::record_error(p, RSHMEM_EP_ERR_ROWS, rank + 1, (int)M, 1);
+    rshmem_ep::token_rounds(
+        p.num_tokens, vecs,
+        [&](int64_t t, int w) {
+            int ok = 0;
+            if (lane < k) {
+                uint8_t* dst = 0;
+                float* sdst = 0;
+                int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
+                if (e >= 0 && e < E) {
+                    int d = (int)(e / L), l = (int)(e % L);
+                    int rank = atomicAdd(&ecnt[e], 1);
+                    if (rank < M) {
+                        int64_t slot = ((int64_t)l * n + me) * M + rank;
+                        dst = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
+                        if (sw > 0) sdst = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
+                        int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 2;
+                        meta[0] = (int32_t)t;
+                        meta[1] = lane;
+                        ok = 1;
+                    } else {
+                        rshmem_ep::record_error(p, RSHMEM_EP_ERR_ROWS, rank + 1, (int)M, 1);
+                    }
+                } else if (e != -1) {
+                    rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
                 }
-            } else if (e != -1) {
-                rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
+                ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
+                s_dst[w][lane] = dst;
+                s_sdst[w][lane] = sdst;
             }
-            ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
-        }
-        // The row, read once, stored into the region of each expert it was sent to; its scales
-        // (fp8) beside each copy.
-        const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
-        rshmem_ep::fanout_row<false>((const uint8_t*)p.x + t * row_bytes, vecs, sent, [&](int i) {
-            return (uint8_t*)__shfl_sync(0xffffffffu, (unsigned long long)dst, i);
+            const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+            if (lane == 0) s_sent[w] = sent;
+        },
+        [&](int64_t t, int w, int64_t first, int64_t step) {
+            // The row, read once, stored into the region of each expert it was sent to; its
+            // scales (fp8) beside each copy, by the warp of the first chunk.
+            const uint32_t sent = s_sent[w];
+            const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
+            for (int64_t v0 = first; v0 < vecs; v0 += step) {
+                rshmem_ep::fanout_chunk<false>(src, v0, vecs, sent, [&](int i) { return s_dst[w][i]; });
+            }
+            if (first == 0) {
+                rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, sent,
+                                                [&](int i) { return s_sdst[w][i]; });
+            }
         });
-        rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, sent, [&](int i) {
-            return (float*)__shfl_sync(0xffffffffu, (unsigned long long)sdst, i);
-        });
-    }
     if (rshmem_ep::last_block((uint32_t*)p.done + 4)) {
         for (int i = threadIdx.x; i < E; i += blockDim.x) {
             int d = i / L, l = i % L;
@@ -764,7 +875,8 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     }
 }
 
-// One block (any size, a multiple of 32).
+// Any grid (blockDim a multiple of 32): every block waits and scans the counts; the rows'
+// metadata is shared out over the grid; the last block acknowledges.
 static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
     const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
@@ -776,66 +888,46 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     int32_t* count = (int32_t*)p.ll_count;
     for (int i = threadIdx.x; i < E; i += blockDim.x) {
         int32_t c = rshmem_detail::ld_relaxed_sys(&cnt[i]);
-        count[i] = c;
+        if (blockIdx.x == 0) count[i] = c;
         s_pre[i + 1] = c;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        // Inclusive scan of s_pre[1..E] by warp 0, 32 at a time.
-        const int lane = threadIdx.x;
-        int carry = 0;
-        for (int b = 0; b < E; b += 32) {
-            int v = b + lane < E ? s_pre[b + lane + 1] : 0;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                int u = __shfl_up_sync(0xffffffffu, v, o);
-                if (lane >= o) v += u;
-            }
-            if (b + lane < E) s_pre[b + lane + 1] = carry + v;
-            carry += __shfl_sync(0xffffffffu, v, 31);
-        }
-        if (lane == 0) s_pre[0] = 0;
-    }
-    __syncthreads();
+    rshmem_ep::scan_counts(s_pre, E);
     // Every row's (token, slot) into this PE's own array, all blocks' rows in parallel.
-    const int64_t words = 2 * (int64_t)s_pre[E];
-    for (int64_t u = threadIdx.x; u < words; u += blockDim.x) {
+    const int64_t words = 2 * (int64_t)s_pre[E], threads = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < words; u += threads) {
         int64_t r = u >> 1;
-        int lo = 0, hi = E;  // the block: s_pre[lo] <= r < s_pre[lo + 1]
-        while (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (s_pre[mid] <= r) lo = mid; else hi = mid;
-        }
+        int lo = rshmem_ep::block_of(s_pre, E, r);
         int64_t at = ((int64_t)lo * M + (r - s_pre[lo])) * 2 + (u & 1);
         ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
     }
-    __syncthreads();
-    rshmem_ep::signal_all(p, 5, e_now);
+    if (rshmem_ep::last_block((uint32_t*)p.done + 5)) rshmem_ep::signal_all(p, 5, e_now);
 }
 
 static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
-    const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
+    __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
+    __shared__ uint8_t* s_comb[RSHMEM_EP_MAX_PES];
+    const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts, E = L * n;
     const int64_t row_bytes = rshmem_ep::comb_row_bytes(p), M = p.max_tokens;
     const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = rshmem_ep::grid_warps();
+    for (int i = threadIdx.x; i < E; i += blockDim.x) s_pre[i + 1] = ((const int32_t*)p.ll_count)[i];
+    for (int s = threadIdx.x; s < n; s += blockDim.x) s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
+    __syncthreads();
+    rshmem_ep::scan_counts(s_pre, E);
+    // All the blocks' rows over the grid (for_rows): row i of block (l, s) goes back to its
+    // source's slot (token, slot).
     const int64_t vecs = row_bytes >> 4;
-    for (int64_t pair = rshmem_ep::grid_warp(); pair < (int64_t)L * n; pair += warps) {
-        int s = (int)(pair % n);
-        int c = ((const int32_t*)p.ll_count)[pair];
-        uint8_t* comb = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
-        for (int i = 0; i < c; ++i) {
-            const int32_t* src = (const int32_t*)p.ll_src + (pair * M + i) * 2;
-            int t = src[0], j = src[1];
-            const uint8_t* row = (const uint8_t*)p.y + (pair * M + i) * row_bytes;
-            uint8_t* dst = comb + ((int64_t)t * k + j) * row_bytes;
-            for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
-                rshmem_ep::vec16 b[4];
-                rshmem_ep::ld_chunk<false>(b, row, v0, vecs, lane);
-                rshmem_ep::st_chunk(dst, b, v0, vecs, lane);
-            }
+    rshmem_ep::for_rows(s_pre[E], vecs, [&](int64_t r, int64_t first, int64_t step) {
+        const int64_t pair = rshmem_ep::block_of(s_pre, E, r);
+        const int64_t at = pair * M + (r - s_pre[pair]);
+        const int32_t* ts = (const int32_t*)p.ll_src + at * 2;
+        const int t = ts[0], j = ts[1];
+        uint8_t* dst = s_comb[pair % n] + ((int64_t)t * k + j) * row_bytes;
+        const uint8_t* src = (const uint8_t*)p.y + at * row_bytes;
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
+            rshmem_ep::fanout_chunk<false>(src, v0, vecs, 1u, [&](int) { return dst; });
         }
-    }
+    });
     if (rshmem_ep::last_block((uint32_t*)p.done + 6)) rshmem_ep::signal_all(p, 6, e_now);
 }
 
@@ -850,25 +942,24 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
     wait_all(p, 6, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
-    const int64_t warps = grid_warps();
     const int64_t vecs = row_bytes >> 4;
-    for (int64_t t = grid_warp(); t < p.num_tokens; t += warps) {
+    // Tokens over the grid (for_rows).
+    for_rows(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
         int ok = 0;
         if (lane < k) ok = ((const int32_t*)p.ll_slot_ok)[t * k + lane];
-        uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+        const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
         const float* w = (const float*)p.topk_w + t * k;
         const uint8_t* base = (const uint8_t*)p.ll_comb + t * k * row_bytes;
-        uint8_t* dst = (uint8_t*)p.out + t * row_bytes;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 4 * 32) {
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
             float acc[4][EL::N];
             zero_acc<EL>(acc);
             for (uint32_t m = sent; m; m &= m - 1) {
                 const int j = __ffs(m) - 1;
                 add_chunk<EL, true, true>(acc, base + j * row_bytes, w[j], v0, vecs, lane);
             }
-            st_acc<EL>(dst, acc, v0, vecs, lane);
+            st_acc<EL>((uint8_t*)p.out + t * row_bytes, acc, v0, vecs, lane);
         }
-    }
+    });
     if (last_block((uint32_t*)p.done + 7)) signal_all(p, 7, e_now);
 }
 

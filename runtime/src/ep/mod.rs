@@ -1099,7 +1099,10 @@ impl<'w> Ep<'w> {
             call,
             2,
             &p,
-            [("rshmem_ep_ll_send", self.sms), ("rshmem_ep_ll_wait", 1)],
+            [
+                ("rshmem_ep_ll_send", self.sms),
+                ("rshmem_ep_ll_wait", self.sms),
+            ],
             stream,
         )?;
         self.last_ll_tokens.set(Some(num_tokens));
