@@ -312,7 +312,6 @@ fn ep_kernels_compile_or_skip() {
     assert_cubin("ep.cu", &cubin);
     let has = |img: &[u8], name: &str| img.windows(name.len()).any(|w| w == name.as_bytes());
     for k in [
-        "rshmem_ep_prologue",
         "rshmem_ep_dispatch_send",
         "rshmem_ep_dispatch_recv",
         "rshmem_ep_combine_send_f32",
@@ -328,10 +327,10 @@ fn ep_kernels_compile_or_skip() {
         assert!(has(&cubin, k), "ep.cu: kernel {k} missing from the CUBIN");
     }
     let user = "#include \"rshmem/rshmem.cuh\"\n#include \"rshmem/ep.cuh\"\n#include \"rshmem/ep.cuh\"\n\
-                extern \"C\" __global__ void my_prologue(rshmem_ep_params p) { rshmem_ep_prologue_dev(p); }\n";
+                extern \"C\" __global__ void my_ll_wait(rshmem_ep_params p) { rshmem_ep_ll_wait_dev(p); }\n";
     let cubin = compile_cubin(user, &opts("ep_user.cu")).unwrap_or_else(|e| panic!("{e}"));
     assert_cubin("ep_user.cu", &cubin);
-    assert!(has(&cubin, "my_prologue"));
+    assert!(has(&cubin, "my_ll_wait"));
     assert!(
         !has(&cubin, "rshmem_ep_dispatch_send"),
         "ep.cuh defined its kernels without RSHMEM_EP_KERNELS"

@@ -19,12 +19,14 @@
 // the combine of such a handle runs on bf16 rows (comb_row_bytes = 2 H: y, out and the combine
 // buffers), with the bf16 combine kernels.
 //
-// Dispatch (three kernels on one stream; blockDim RSHMEM_EP_THREADS, any grid):
-//   1. rshmem_ep_prologue(dispatch): one block. Advances this PE's dispatch epoch (a word in
-//      device memory, so a captured graph replays correctly), waits until every receiver has
-//      acknowledged the previous epoch (it finished reading what this PE wrote there), zeroes
-//      the counters.
-//   2. rshmem_ep_dispatch_send: one warp per token (token_rounds: with fewer tokens than warps,
+// Each call is two kernels on one stream (blockDim RSHMEM_EP_THREADS, any grid): a send kernel
+// and a receive kernel. Every block of the send kernel first waits until every receiver has
+// acknowledged this PE's previous exchange of the kind (phase_begin: it finished reading what
+// this PE wrote there); the call's epoch is the stored one + 1 (a word in device memory, so a
+// captured graph replays correctly), stored by the receive kernel's last block (phase_end);
+// the send kernels' counters are zeroed by the last block that reads them.
+// Dispatch:
+//   1. rshmem_ep_dispatch_send: one warp per token (token_rounds: with fewer tokens than warps,
 //      several warps move one token's row). Finds the token's destination PEs, takes a
 //      slot in each destination's staging block for this source (an atomic counter per
 //      destination) and a rank in each of its experts (an atomic counter per expert), and
@@ -34,22 +36,24 @@
 //      ordered before it) stores this PE's per-destination counts (tokens, rows per local
 //      expert) into each receiver and then releases the receiver's per-source signal with the
 //      epoch.
-//   3. rshmem_ep_dispatch_recv: every block waits for the signal of every source (acquire),
+//   2. rshmem_ep_dispatch_recv: every block waits for the signal of every source (acquire),
 //      computes the expert layout from the counts (expert l's rows are contiguous, sources in
-//      PE order inside it) and, one warp per staged row (for_rows: several per row when rows are fewer than warps), copies each staged row into the rows of the local experts it
+//      PE order inside it) and, one warp per staged row (for_rows: several per row when rows
+//      are fewer than warps), copies each staged row into the rows of the local experts it
 //      selected; writes expert_offsets [L+1], expert_src [rows][2] (source PE, source token) and
 //      the metadata combine needs. The last block acknowledges every source.
-// Combine (three kernels): rshmem_ep_prologue(combine); rshmem_ep_combine_send: one warp per
-// staged row (for_rows) sums the outputs of its local experts weighted (fp32, slot order) and stores the
-// partial sum once into the source PE's receive block; the last block signals the sources.
-// rshmem_ep_combine_recv: the source waits for every expert PE, adds (one warp per token,
-// for_rows) the partial sums of each token in PE order (fp32) and writes out[t] in the original token order; the last block
+// Combine: rshmem_ep_combine_send: one warp per staged row (for_rows) sums the outputs of its
+// local experts weighted (fp32, slot order) and stores the partial sum once into the source
+// PE's receive block; the last block signals the sources. rshmem_ep_combine_recv: the source
+// waits for every expert PE, adds (one warp per token, for_rows) the partial sums of each token
+// in PE order (fp32) and writes out[t] in the original token order; the last block
 // acknowledges.
 //
 // No kernel waits for another block of its own grid, so any grid size is correct; the waits in
-// prologue/recv wait for other PEs' send kernels, which never wait for anything, so the exchange
-// progresses whenever each PE's kernels get an SM (with several PEs on one GPU pass num_sms so
-// the PEs' grids fit side by side).
+// the send kernels (acknowledgements) and the receive kernels (data) wait for other PEs'
+// kernels that have nothing left to wait for, so the exchange progresses whenever each PE's
+// kernels get an SM (with several PEs on one GPU pass num_sms so the PEs' grids fit side by
+// side).
 #pragma once
 
 #include "rshmem/rshmem.cuh"
@@ -87,7 +91,7 @@ struct rshmem_ep_params {
     int64_t max_tokens;     // staging rows per source
     int64_t max_rows;       // capacity of expert_x in rows
     int64_t meta_words;     // int32 words per metadata row (1 + 3k rounded up to 4)
-    int64_t which;          // prologue: 0 dispatch, 1 combine, 2 / 3 the low-latency ones
+    int64_t reserved;       // 0 (unused)
     // symmetric (same offsets on every PE)
     uint64_t stage_x;     // [n][max_tokens][row_bytes]: rows from each source
     uint64_t stage_meta;  // [n][max_tokens][meta_words] int32
@@ -380,36 +384,38 @@ static __device__ __forceinline__ void wait_all(const rshmem_ep_params& p, int k
         rshmem_signal_wait_until(sig_ptr(p, kind, d), RSHMEM_CMP_GE, e);
     }
 }
+// Phases: 0 dispatch, 1 combine, 2 low-latency dispatch, 3 low-latency combine; two kernels
+// each, a send kernel then a receive kernel. The phase's epoch is the stored one + 1 (a word in
+// device memory, so a replayed CUDA graph advances it too); the receive kernel's last block
+// stores it (phase_end), after every block of both kernels has read it.
+static __device__ __forceinline__ uint64_t phase_epoch(const rshmem_ep_params& p, int which) {
+    return ((const uint64_t*)p.epoch)[which] + 1;
+}
+// Every block of a send kernel, before it writes into any peer: waits until every PE has
+// acknowledged this PE's previous exchange of the kind (it finished reading what this PE wrote
+// into its memory). The counters the send kernels use start at zero (allocated zeroed; each
+// send kernel's last block zeroes them after reading them), so no kernel runs before.
+static __device__ __forceinline__ uint64_t phase_begin(const rshmem_ep_params& p, int which) {
+    const uint64_t e = phase_epoch(p, which);
+    wait_all(p, 2 * which + 1, e - 1);
+    __syncthreads();
+    return e;
+}
+
 // The block's threads in turn release e into this PE's signal `kind` on every PE.
 static __device__ __forceinline__ void signal_all(const rshmem_ep_params& p, int kind, uint64_t e) {
     for (int d = threadIdx.x; d < (int)p.n_pes; d += blockDim.x) {
         signal_pe(sig_ptr(p, kind, (int)p.my_pe), e, d);
     }
 }
+// The receive kernel's last block: every PE may write the next exchange of this kind (the
+// acknowledgement, signal 2 which + 1), and this phase's epoch is stored.
+static __device__ __forceinline__ void phase_end(const rshmem_ep_params& p, int which, uint64_t e) {
+    signal_all(p, 2 * which + 1, e);
+    if (threadIdx.x == 0) ((uint64_t*)p.epoch)[which] = e;
+}
 
 }  // namespace rshmem_ep
-
-// One block. which = 0: dispatch, 1: combine, 2: low-latency dispatch, 3: low-latency combine.
-// Advances the epoch, waits until every PE has
-// acknowledged this PE's previous exchange of that kind, zeroes the counters.
-static __device__ void rshmem_ep_prologue_dev(const rshmem_ep_params& p) {
-    uint64_t* epoch = (uint64_t*)p.epoch + p.which;
-    uint64_t e = *epoch + 1;  // previous kernels on this stream wrote it
-    int n = (int)p.n_pes;
-    rshmem_ep::wait_all(p, 2 * (int)p.which + 1, e - 1);
-    if (p.which == 0 || p.which == 2) {
-        int32_t* send_ntok = (int32_t*)p.send_ntok;
-        int32_t* ecnt = (int32_t*)p.ecnt;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) send_ntok[i] = 0;
-        for (int i = threadIdx.x; i < (int)p.num_experts; i += blockDim.x) ecnt[i] = 0;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t* done = (uint32_t*)p.done + 2 * p.which;
-        done[0] = done[1] = 0;
-        *epoch = e;
-    }
-}
 
 // Dispatch, sender side. Any grid; blockDim a multiple of 32.
 static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
@@ -432,8 +438,7 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
                                          (uint64_t)me * p.max_tokens * sw
                                    : (float*)0;
     }
-    __syncthreads();
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
+    const uint64_t e_now = rshmem_ep::phase_begin(p, 0);
     const int lane = threadIdx.x & 31;
     const int64_t vecs = row_bytes >> 4;
     int32_t* send_ntok = (int32_t*)p.send_ntok;
@@ -497,11 +502,13 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
             }
         });
     if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
-        // Counts into every receiver (this source's row of its recv_cnt), then the signals.
+        // Counts into every receiver (this source's row of its recv_cnt), then the signals; the
+        // counters are zeroed for the next dispatch once read.
         for (int i = threadIdx.x; i < n * (1 + L); i += blockDim.x) {
             int d = i / (1 + L), c = i % (1 + L);
-            int32_t v = c == 0 ? rshmem_detail::ld_relaxed_sys(&send_ntok[d])
-                               : rshmem_detail::ld_relaxed_sys(&ecnt[d * L + c - 1]);
+            int32_t* ctr = c == 0 ? &send_ntok[d] : &ecnt[d * L + c - 1];
+            int32_t v = rshmem_detail::ld_relaxed_sys(ctr);
+            *ctr = 0;
             int32_t* rc = (int32_t*)rshmem_ptr((void*)p.recv_cnt, d);
             rc[me * (1 + L) + c] = v;
         }
@@ -517,7 +524,7 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_ntok[RSHMEM_EP_MAX_PES + 1];  // prefix over sources of staged tokens
     const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts;
     const int64_t row_bytes = p.row_bytes, mw = p.meta_words, sw = p.scale_words;
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[0];
+    const uint64_t e_now = rshmem_ep::phase_epoch(p, 0);
     rshmem_ep::wait_all(p, 0, e_now);
     __syncthreads();
     const int32_t* rc = (const int32_t*)p.recv_cnt;
@@ -609,7 +616,7 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
     });
     if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
         // Every block finished reading the staging buffers: each source may reuse them.
-        rshmem_ep::signal_all(p, 1, e_now);
+        rshmem_ep::phase_end(p, 0, e_now);
     }
 }
 
@@ -705,7 +712,6 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
     __shared__ float s_w[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int64_t row_bytes = comb_row_bytes(p), mw = p.meta_words;
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
         s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.comb_x, s) + (uint64_t)me * p.max_tokens * row_bytes;
     }
@@ -717,7 +723,7 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
         }
         s_ntok[n] = tok;
     }
-    __syncthreads();
+    const uint64_t e_now = phase_begin(p, 1);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int64_t vecs = row_bytes >> 4;
     // Staged rows over the grid (for_rows).
@@ -761,7 +767,7 @@ template <int DT>
 static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
     const int64_t row_bytes = comb_row_bytes(p);
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[1];
+    const uint64_t e_now = phase_epoch(p, 1);
     wait_all(p, 2, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
@@ -782,7 +788,7 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     });
     if (last_block((uint32_t*)p.done + 3)) {
         // Done reading every expert PE's block: they may write the next combine.
-        signal_all(p, 3, e_now);
+        phase_end(p, 1, e_now);
     }
 }
 
@@ -814,7 +820,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int L = (int)p.local_experts, E = (int)p.num_experts;
     const int64_t row_bytes = p.row_bytes, M = p.max_tokens, sw = p.scale_words;
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
+    const uint64_t e_now = rshmem_ep::phase_begin(p, 2);
     const int lane = threadIdx.x & 31;
     const int64_t vecs = row_bytes >> 4;
     int32_t* ecnt = (int32_t*)p.ecnt;
@@ -867,6 +873,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
         for (int i = threadIdx.x; i < E; i += blockDim.x) {
             int d = i / L, l = i % L;
             int32_t c = rshmem_detail::ld_relaxed_sys(&ecnt[i]);
+            ecnt[i] = 0;  // for the next dispatch
             int32_t* rc = (int32_t*)rshmem_ptr((void*)p.ll_cnt, d);
             rc[l * n + me] = c < M ? c : (int32_t)M;
         }
@@ -881,7 +888,7 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
     const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
     const int64_t M = p.max_tokens;
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[2];
+    const uint64_t e_now = rshmem_ep::phase_epoch(p, 2);
     rshmem_ep::wait_all(p, 4, e_now);
     __syncthreads();
     const int32_t* cnt = (const int32_t*)p.ll_cnt;
@@ -901,7 +908,7 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
         int64_t at = ((int64_t)lo * M + (r - s_pre[lo])) * 2 + (u & 1);
         ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
     }
-    if (rshmem_ep::last_block((uint32_t*)p.done + 5)) rshmem_ep::signal_all(p, 5, e_now);
+    if (rshmem_ep::last_block((uint32_t*)p.done + 5)) rshmem_ep::phase_end(p, 2, e_now);
 }
 
 static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
@@ -909,10 +916,9 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
     __shared__ uint8_t* s_comb[RSHMEM_EP_MAX_PES];
     const int n = (int)p.n_pes, k = (int)p.topk, L = (int)p.local_experts, E = L * n;
     const int64_t row_bytes = rshmem_ep::comb_row_bytes(p), M = p.max_tokens;
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
     for (int i = threadIdx.x; i < E; i += blockDim.x) s_pre[i + 1] = ((const int32_t*)p.ll_count)[i];
     for (int s = threadIdx.x; s < n; s += blockDim.x) s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
-    __syncthreads();
+    const uint64_t e_now = rshmem_ep::phase_begin(p, 3);
     rshmem_ep::scan_counts(s_pre, E);
     // All the blocks' rows over the grid (for_rows): row i of block (l, s) goes back to its
     // source's slot (token, slot).
@@ -938,7 +944,7 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
     typedef elem<DT> EL;
     const int k = (int)p.topk;
     const int64_t row_bytes = comb_row_bytes(p);
-    const uint64_t e_now = ((const uint64_t*)p.epoch)[3];
+    const uint64_t e_now = phase_epoch(p, 3);
     wait_all(p, 6, e_now);
     __syncthreads();
     const int lane = threadIdx.x & 31;
@@ -960,7 +966,7 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
             st_acc<EL>((uint8_t*)p.out + t * row_bytes, acc, v0, vecs, lane);
         }
     });
-    if (last_block((uint32_t*)p.done + 7)) signal_all(p, 7, e_now);
+    if (last_block((uint32_t*)p.done + 7)) phase_end(p, 3, e_now);
 }
 
 }  // namespace rshmem_ep
@@ -970,7 +976,6 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
 // .cu file), so that several units can include this header without duplicate kernels.
 #ifdef RSHMEM_EP_KERNELS
 #define RSHMEM_EP_KERNEL extern "C" __global__ void __launch_bounds__(RSHMEM_EP_THREADS)
-RSHMEM_EP_KERNEL rshmem_ep_prologue(rshmem_ep_params p) { rshmem_ep_prologue_dev(p); }
 RSHMEM_EP_KERNEL rshmem_ep_dispatch_send(rshmem_ep_params p) { rshmem_ep_dispatch_send_dev(p); }
 RSHMEM_EP_KERNEL rshmem_ep_dispatch_recv(rshmem_ep_params p) { rshmem_ep_dispatch_recv_dev(p); }
 RSHMEM_EP_KERNEL rshmem_ep_combine_send_f32(rshmem_ep_params p) {

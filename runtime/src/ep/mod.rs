@@ -21,7 +21,7 @@
 //!   bf16 rows (the expert outputs are bf16), so it is never in place.
 //!
 //! Both are **collective over all PEs, stream-ordered**: every PE makes the same sequence of
-//! dispatch/combine calls on its handle, each call enqueues three kernels on the caller's stream
+//! dispatch/combine calls on its handle, each call enqueues two kernels on the caller's stream
 //! and returns at once (no host synchronization, so both can be captured into a CUDA graph: use
 //! [`Ep::dispatch_raw`] / [`Ep::combine_raw`], which take plain device addresses). The kernels
 //! use `num_sms` blocks, leaving the other SMs to compute. Kernels: `rshmem/ep.cuh`; the
@@ -43,7 +43,6 @@ use crate::world::World;
 const EP_SOURCE: &str = include_str!("ep.cu");
 /// The module's kernels.
 const EP_KERNELS: &[&str] = &[
-    "rshmem_ep_prologue",
     "rshmem_ep_dispatch_send",
     "rshmem_ep_dispatch_recv",
     "rshmem_ep_combine_send_f32",
@@ -425,7 +424,7 @@ struct EpParams {
     max_tokens: i64,
     max_rows: i64,
     meta_words: i64,
-    which: i64,
+    reserved: i64,
     stage_x: u64,
     stage_meta: u64,
     recv_cnt: u64,
@@ -671,19 +670,16 @@ impl<'w> Ep<'w> {
         }
     }
 
-    /// Launches one phase on `stream`: the prologue (`which` names the phase: 0 dispatch,
-    /// 1 combine, 2 low-latency dispatch, 3 low-latency combine), then `kernels` (name, blocks)
-    /// in order, every kernel with the parameters `p`.
+    /// Launches one phase on `stream`: `kernels` (name, blocks) in order, every kernel with the
+    /// parameters `p` (the send kernel, then the receive kernel; the phase's epoch and the wait
+    /// for the previous exchange's acknowledgements are in the kernels: ep.cuh, `phase_begin`).
     fn launch_phase(
         &self,
         call: &'static str,
-        which: i64,
         p: &EpParams,
         kernels: [(&'static str, u32); 2],
         stream: &CudaStream,
     ) -> Result<()> {
-        let prologue = EpParams { which, ..*p };
-        self.launch(call, "rshmem_ep_prologue", 1, &prologue, stream)?;
         for (name, blocks) in kernels {
             self.launch(call, name, blocks, p, stream)?;
         }
@@ -864,7 +860,6 @@ impl<'w> Ep<'w> {
         };
         self.launch_phase(
             call,
-            0,
             &p,
             [
                 ("rshmem_ep_dispatch_send", self.sms),
@@ -972,7 +967,7 @@ impl<'w> Ep<'w> {
             EpDtype::F32 => ("rshmem_ep_combine_send_f32", "rshmem_ep_combine_recv_f32"),
             _ => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
         };
-        self.launch_phase(call, 1, &p, [(send, self.sms), (recv, self.sms)], stream)
+        self.launch_phase(call, &p, [(send, self.sms), (recv, self.sms)], stream)
     }
 
     /// **Collective, stream-ordered.** Combine: `y` holds the expert outputs in the layout of
@@ -1097,7 +1092,6 @@ impl<'w> Ep<'w> {
         };
         self.launch_phase(
             call,
-            2,
             &p,
             [
                 ("rshmem_ep_ll_send", self.sms),
@@ -1199,7 +1193,6 @@ impl<'w> Ep<'w> {
         };
         self.launch_phase(
             call,
-            3,
             &p,
             [("rshmem_ep_ll_combine_send", self.sms), (recv, self.sms)],
             stream,
