@@ -91,7 +91,6 @@ struct rshmem_ep_params {
     int64_t max_tokens;     // staging rows per source
     int64_t max_rows;       // capacity of expert_x in rows
     int64_t meta_words;     // int32 words per metadata row (1 + 3k rounded up to 4)
-    int64_t reserved;       // 0 (unused)
     // symmetric (same offsets on every PE)
     uint64_t stage_x;     // [n][max_tokens][row_bytes]: rows from each source
     uint64_t stage_meta;  // [n][max_tokens][meta_words] int32
@@ -134,7 +133,7 @@ struct rshmem_ep_params {
     uint64_t expert_scales;   // local float [max_rows][scale_words]: the scales of expert_x's rows
     uint64_t ll_scales;       // symmetric float [L][n][max_tokens][scale_words]: of ll_x's rows
 };
-static_assert(sizeof(rshmem_ep_params) == 46 * 8, "rshmem_ep_params size");
+static_assert(sizeof(rshmem_ep_params) == 45 * 8, "rshmem_ep_params size");
 
 namespace rshmem_ep {
 

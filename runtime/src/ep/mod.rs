@@ -409,7 +409,7 @@ fn addrs_ok(call: &'static str, rows: usize, addrs: &[(&str, u64, u64)]) -> Resu
     Ok(())
 }
 
-/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 46 eight-byte fields).
+/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 45 eight-byte fields).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct EpParams {
@@ -424,7 +424,6 @@ struct EpParams {
     max_tokens: i64,
     max_rows: i64,
     meta_words: i64,
-    reserved: i64,
     stage_x: u64,
     stage_meta: u64,
     recv_cnt: u64,
@@ -460,7 +459,7 @@ struct EpParams {
     expert_scales: u64,
     ll_scales: u64,
 }
-const _: () = assert!(std::mem::size_of::<EpParams>() == 46 * 8);
+const _: () = assert!(std::mem::size_of::<EpParams>() == 45 * 8);
 
 /// An expert-parallel handle: the symmetric buffers, the dispatch output and the compiled
 /// kernels of one MoE layer shape. Made collectively by [`Ep::new`], released by [`Ep::free`].
