@@ -1730,4 +1730,40 @@ mod tests {
         not_in_place("ep_combine", EpDtype::Fp8E4m3, 0x3000, 0x2000).unwrap();
         not_in_place("ep_combine", EpDtype::Bf16, 0x2000, 0x2000).unwrap();
     }
+
+    /// The fields between `open` and the next `close` line of `src`, as (name, 64-bit type
+    /// signedness) pairs: C `int64_t n;` / `uint64_t n;` or Rust `n: i64,` / `n: u64,`.
+    fn struct_fields(src: &str, open: &str, close: &str) -> Vec<(String, bool)> {
+        let start = src.find(open).unwrap_or_else(|| panic!("{open} not found"));
+        let body = &src[start + open.len()..];
+        let body = &body[..body.find(close).expect("end of the struct")];
+        body.lines()
+            .map(|l| l.split("//").next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let l = l.trim_end_matches([';', ',']);
+                if let Some((name, ty)) = l.split_once(':') {
+                    (name.trim().to_string(), ty.trim() == "i64")
+                } else {
+                    let (ty, name) = l.split_once(' ').expect("type and name");
+                    (name.trim().to_string(), ty == "int64_t")
+                }
+            })
+            .collect()
+    }
+
+    /// `EpParams` mirrors `rshmem_ep_params` field by field: the kernels take it by value, so a
+    /// field missing, moved or of the other signedness on one side would hand every kernel the
+    /// wrong values with no error. Both definitions are read from their sources.
+    #[test]
+    fn params_mirror_the_kernels_struct() {
+        let c = struct_fields(
+            include_str!("../../device-include/rshmem/ep.cuh"),
+            "struct rshmem_ep_params {",
+            "\n};",
+        );
+        let rust = struct_fields(include_str!("mod.rs"), "struct EpParams {", "\n}");
+        assert_eq!(c.len(), std::mem::size_of::<EpParams>() / 8, "{c:?}");
+        assert_eq!(c, rust);
+    }
 }
