@@ -212,6 +212,13 @@ static __device__ __forceinline__ void fanout_chunk(const uint8_t* src, int64_t 
     ld_chunk<CG>(b, src, v0, vecs, lane);
     for (uint32_t m = mask; m; m &= m - 1) st_chunk(dst_row(__ffs(m) - 1), b, v0, vecs, lane);
 }
+// The chunks of a row at vectors first, first + step, ... below vecs (a warp's share, see
+// for_rows), each through fanout_chunk.
+template <bool CG, class DstRow>
+static __device__ __forceinline__ void fanout_row(const uint8_t* src, int64_t first, int64_t step,
+                                                  int64_t vecs, uint32_t mask, DstRow dst_row) {
+    for (int64_t v0 = first; v0 < vecs; v0 += step) fanout_chunk<CG>(src, v0, vecs, mask, dst_row);
+}
 // The same for a row's sw float scales (fp8), 32 at a time: lane `lane` moves scale w0 + lane.
 template <bool CG, class DstRow>
 static __device__ __forceinline__ void fanout_scales(const float* src, int64_t sw,
@@ -488,11 +495,9 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
             // by the warp of the first chunk.
             const uint32_t mask = s_mask[w];
             const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
-            for (int64_t v0 = first; v0 < vecs; v0 += step) {
-                rshmem_ep::fanout_chunk<false>(src, v0, vecs, mask, [&](int d) {
-                    return s_stage_x[d] + (int64_t)s_pos[w][d] * row_bytes;
-                });
-            }
+            rshmem_ep::fanout_row<false>(src, first, step, vecs, mask, [&](int d) {
+                return s_stage_x[d] + (int64_t)s_pos[w][d] * row_bytes;
+            });
             if (first == 0) {
                 rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, mask,
                                                 [&](int d) {
@@ -599,12 +604,10 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
         // local experts it selected; its scales (fp8) into the same rows of expert_scales.
         const uint32_t rows_mask = __ballot_sync(0xffffffffu, row >= 0);
         const uint8_t* src = (const uint8_t*)p.stage_x + staged * row_bytes;
-        for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            rshmem_ep::fanout_chunk<true>(src, v0, vecs, rows_mask, [&](int i) {
-                int r = __shfl_sync(0xffffffffu, row, i);
-                return (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
-            });
-        }
+        rshmem_ep::fanout_row<true>(src, first, step, vecs, rows_mask, [&](int i) {
+            int r = __shfl_sync(0xffffffffu, row, i);
+            return (uint8_t*)p.expert_x + (int64_t)r * row_bytes;
+        });
         if (first == 0) {
             rshmem_ep::fanout_scales<true>((const float*)p.stage_scales + staged * sw, sw,
                                            rows_mask, [&](int i) {
@@ -860,9 +863,8 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
             // scales (fp8) beside each copy, by the warp of the first chunk.
             const uint32_t sent = s_sent[w];
             const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
-            for (int64_t v0 = first; v0 < vecs; v0 += step) {
-                rshmem_ep::fanout_chunk<false>(src, v0, vecs, sent, [&](int i) { return s_dst[w][i]; });
-            }
+            rshmem_ep::fanout_row<false>(src, first, step, vecs, sent,
+                                         [&](int i) { return s_dst[w][i]; });
             if (first == 0) {
                 rshmem_ep::fanout_scales<false>((const float*)p.x_scales + t * sw, sw, sent,
                                                 [&](int i) { return s_sdst[w][i]; });
@@ -929,9 +931,7 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
         const int t = ts[0], j = ts[1];
         uint8_t* dst = s_comb[pair % n] + ((int64_t)t * k + j) * row_bytes;
         const uint8_t* src = (const uint8_t*)p.y + at * row_bytes;
-        for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            rshmem_ep::fanout_chunk<false>(src, v0, vecs, 1u, [&](int) { return dst; });
-        }
+        rshmem_ep::fanout_row<false>(src, first, step, vecs, 1u, [&](int) { return dst; });
     });
     if (rshmem_ep::last_block((uint32_t*)p.done + 6)) rshmem_ep::signal_all(p, 6, e_now);
 }
