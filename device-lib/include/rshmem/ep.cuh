@@ -24,7 +24,12 @@
 // acknowledged this PE's previous exchange of the kind (phase_begin: it finished reading what
 // this PE wrote there); the call's epoch is the stored one + 1 (a word in device memory, so a
 // captured graph replays correctly), stored by the receive kernel's last block (phase_end);
-// the send kernels' counters are zeroed by the last block that reads them.
+// the send kernels' counters are zeroed by the last block that reads them. On sm_90 and later
+// the runtime may launch a receive kernel as a programmatic dependent of its send kernel: every
+// send block runs griddepcontrol.launch_dependents once its stores are issued (phase_sent), and
+// every receive block runs griddepcontrol.wait before it exits (phase_end); a program that
+// launches the kernels in order without that attribute gets the same results (both
+// instructions then do nothing).
 // Dispatch:
 //   1. rshmem_ep_dispatch_send: one warp per token (token_rounds: with fewer tokens than warps,
 //      several warps move one token's row). Finds the token's destination PEs, takes a
@@ -47,7 +52,7 @@
 // PE's receive block; the last block signals the sources. rshmem_ep_combine_recv: the source
 // waits for every expert PE, adds (one warp per token, for_rows) the partial sums of each token
 // in PE order (fp32) and writes out[t] in the original token order; the last block
-// acknowledges.
+// acknowledges. The sums load up to 4 terms' chunks before adding them (sum_chunk).
 //
 // No kernel waits for another block of its own grid, so any grid size is correct; the waits in
 // the send kernels (acknowledgements) and the receive kernels (data) wait for other PEs'
@@ -180,22 +185,24 @@ static __device__ __forceinline__ float ld_f32_as(const float* p) {
     }
 }
 
-// Rows move one warp a row, in chunks of 4 * 32 vectors of 16 bytes so that 4 loads per lane
-// are in flight: in the chunk at vector v0, lane `lane` holds vectors v0 + 32 u + lane (u < 4),
-// those below vecs (the row's vectors); b[u] of a vector past the row is left unset.
-template <bool CG>
-static __device__ __forceinline__ void ld_chunk(vec16 (&b)[4], const uint8_t* row, int64_t v0,
+// Rows move one warp a row, in chunks of U * 32 vectors of 16 bytes so that U loads per lane
+// are in flight (U = 4 for moving rows; the sums below take U = 2): in the chunk at vector v0,
+// lane `lane` holds vectors v0 + 32 u + lane (u < U), those below vecs (the row's vectors);
+// b[u] of a vector past the row is left unset.
+template <bool CG, int U>
+static __device__ __forceinline__ void ld_chunk(vec16 (&b)[U], const uint8_t* row, int64_t v0,
                                                 int64_t vecs, int lane) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < U; ++u) {
         int64_t v = v0 + u * 32 + lane;
         if (v < vecs) b[u] = ld16_as<CG>(row + v * 16);
     }
 }
-static __device__ __forceinline__ void st_chunk(uint8_t* row, const vec16 (&b)[4], int64_t v0,
+template <int U>
+static __device__ __forceinline__ void st_chunk(uint8_t* row, const vec16 (&b)[U], int64_t v0,
                                                 int64_t vecs, int lane) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < U; ++u) {
         int64_t v = v0 + u * 32 + lane;
         if (v < vecs) st16(row + v * 16, b[u]);
     }
@@ -242,13 +249,14 @@ static __device__ __forceinline__ int64_t grid_warps() {
     return (int64_t)gridDim.x * (blockDim.x >> 5);
 }
 
-// Rows are split into chunks of CHUNK_VECS vectors (ld_chunk's). When there are fewer rows than
-// warps, the chunks of a row are shared out among several warps (a decoding batch of 128 tokens,
-// one warp a token, would keep 8 of 132 SMs busy); otherwise a warp takes whole rows, so that
-// what is done once per row (metadata, counters) is done once.
+// Rows are split into chunks of CHUNK_VECS vectors (ld_chunk's with U = 4; the sums of rows
+// take chunks of SUM_VECS). When there are fewer rows than warps, the chunks of a row are
+// shared out among several warps (a decoding batch of 128 tokens, one warp a token, would keep 8
+// of 132 SMs busy); otherwise a warp takes whole rows, so that what is done once per row
+// (metadata, counters) is done once.
 constexpr int64_t CHUNK_VECS = 4 * 32;
-static __device__ __forceinline__ int64_t row_chunks(int64_t vecs) {
-    return vecs > 0 ? (vecs + CHUNK_VECS - 1) / CHUNK_VECS : 1;
+static __device__ __forceinline__ int64_t row_chunks(int64_t vecs, int64_t cv = CHUNK_VECS) {
+    return vecs > 0 ? (vecs + cv - 1) / cv : 1;
 }
 // Warps per row: `warps` shared out among `rows` rows of nch chunks, between 1 and nch.
 static __device__ __forceinline__ int64_t warps_per_row(int64_t rows, int64_t warps, int64_t nch) {
@@ -256,15 +264,15 @@ static __device__ __forceinline__ int64_t warps_per_row(int64_t rows, int64_t wa
     return g < 1 ? 1 : (g > nch ? nch : g);
 }
 
-// Every row of `items` rows of vecs vectors over the warps of the grid: f(item, first, step), in
-// which the warp moves the chunks at vectors first, first + step, ... below vecs (first == 0: the
-// warp of the row's first chunk, which does the row's once-only work).
-template <class F>
+// Every row of `items` rows of vecs vectors over the warps of the grid, in chunks of CV vectors:
+// f(item, first, step), in which the warp moves the chunks at vectors first, first + step, ...
+// below vecs (first == 0: the warp of the row's first chunk, which does the row's once-only work).
+template <int64_t CV = CHUNK_VECS, class F>
 static __device__ __forceinline__ void for_rows(int64_t items, int64_t vecs, F f) {
-    const int64_t warps = grid_warps(), g = warps_per_row(items, warps, row_chunks(vecs));
+    const int64_t warps = grid_warps(), g = warps_per_row(items, warps, row_chunks(vecs, CV));
     for (int64_t c = grid_warp(); c < items * g; c += warps) {
         const int64_t it = c / g;
-        f(it, (c - it * g) * CHUNK_VECS, g * CHUNK_VECS);
+        f(it, (c - it * g) * CV, g * CV);
     }
 }
 
@@ -408,17 +416,37 @@ static __device__ __forceinline__ uint64_t phase_begin(const rshmem_ep_params& p
     return e;
 }
 
+// The end of every block of a send kernel, after its stores: the receive kernel, launched as a
+// programmatic dependent of this one (sm_90 and later), may start once every block got here
+// (it waits for the data through the signals, and for this kernel's end before its own:
+// phase_end). Returns last_block(counter).
+static __device__ __forceinline__ bool phase_sent(uint32_t* counter) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    return last_block(counter);
+}
+
 // The block's threads in turn release e into this PE's signal `kind` on every PE.
 static __device__ __forceinline__ void signal_all(const rshmem_ep_params& p, int kind, uint64_t e) {
     for (int d = threadIdx.x; d < (int)p.n_pes; d += blockDim.x) {
         signal_pe(sig_ptr(p, kind, (int)p.my_pe), e, d);
     }
 }
-// The receive kernel's last block: every PE may write the next exchange of this kind (the
-// acknowledgement, signal 2 which + 1), and this phase's epoch is stored.
-static __device__ __forceinline__ void phase_end(const rshmem_ep_params& p, int which, uint64_t e) {
-    signal_all(p, 2 * which + 1, e);
-    if (threadIdx.x == 0) ((uint64_t*)p.epoch)[which] = e;
+// The end of every block of a receive kernel: its last block (counted on `counter`) lets every
+// PE write the next exchange of this kind (the acknowledgement, signal 2 which + 1) and stores
+// this phase's epoch. Every block then waits for the send kernel before it (launched ahead of
+// it as a programmatic dependent), so that the work after this kernel on the stream starts
+// after both.
+static __device__ __forceinline__ void phase_end(const rshmem_ep_params& p, int which, uint64_t e,
+                                                 uint32_t* counter) {
+    if (last_block(counter)) {
+        signal_all(p, 2 * which + 1, e);
+        if (threadIdx.x == 0) ((uint64_t*)p.epoch)[which] = e;
+    }
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace rshmem_ep
@@ -505,7 +533,7 @@ static __device__ void rshmem_ep_dispatch_send_dev(const rshmem_ep_params& p) {
                                                 });
             }
         });
-    if (rshmem_ep::last_block((uint32_t*)p.done + 0)) {
+    if (rshmem_ep::phase_sent((uint32_t*)p.done + 0)) {
         // Counts into every receiver (this source's row of its recv_cnt), then the signals; the
         // counters are zeroed for the next dispatch once read.
         for (int i = threadIdx.x; i < n * (1 + L); i += blockDim.x) {
@@ -616,10 +644,8 @@ static __device__ void rshmem_ep_dispatch_recv_dev(const rshmem_ep_params& p) {
                                            });
         }
     });
-    if (rshmem_ep::last_block((uint32_t*)p.done + 1)) {
-        // Every block finished reading the staging buffers: each source may reuse them.
-        rshmem_ep::phase_end(p, 0, e_now);
-    }
+    // Every block finished reading the staging buffers: each source may reuse them.
+    rshmem_ep::phase_end(p, 0, e_now, (uint32_t*)p.done + 1);
 }
 
 namespace rshmem_ep {
@@ -669,35 +695,59 @@ struct elem<RSHMEM_EP_BF16> {
     }
 };
 
-// Sums of rows in fp32, chunk by chunk (the chunks of ld_chunk): acc[u][i] is element i of this
-// lane's vector u of the chunk at v0. zero_acc clears it, add_chunk adds a row's chunk (loads of
-// kind CG): acc = fmaf(w, row, acc) when W, acc + row otherwise; st_acc rounds it to the element
-// type and stores it.
-template <class EL>
-static __device__ __forceinline__ void zero_acc(float (&acc)[4][EL::N]) {
+// Sums of rows in fp32 (the combine kernels), in chunks of SUM_VECS vectors (ld_chunk's with
+// U = SUM_U), loading SUM_G terms' chunks before adding them, so that SUM_U * SUM_G loads per
+// lane are in flight: a token's 8 slots take 2 load round trips, not 8.
+constexpr int SUM_U = 2, SUM_G = 4;
+constexpr int64_t SUM_VECS = SUM_U * 32;
+// A term of a sum: a row and its weight.
+struct term {
+    const uint8_t* row;
+    float w;
+};
+// The chunk at vector v0 of the sum over the set bits i of `mask`, in bit order, of
+// term(i).w * term(i).row when W (acc = fmaf(w, row, acc)) or of term(i).row (acc + row), from
+// zero in fp32 (loads of kind CG), rounded once to the element type and stored at dst; zeros
+// for an empty mask. Called by the whole warp.
+template <class EL, bool CG, bool W, class Term>
+static __device__ __forceinline__ void sum_chunk(uint8_t* dst, uint32_t mask, Term term_of,
+                                                 int64_t v0, int64_t vecs, int lane) {
+    float acc[SUM_U][EL::N];
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
+    for (int u = 0; u < SUM_U; ++u)
 #pragma unroll
         for (int i = 0; i < EL::N; ++i) acc[u][i] = 0.f;
-}
-template <class EL, bool CG, bool W>
-static __device__ __forceinline__ void add_chunk(float (&acc)[4][EL::N], const uint8_t* row,
-                                                 float w, int64_t v0, int64_t vecs, int lane) {
-    vec16 b[4];
-    ld_chunk<CG>(b, row, v0, vecs, lane);
+    for (uint32_t m = mask; m;) {
+        vec16 b[SUM_G][SUM_U];
+        float w[SUM_G];
+        bool has[SUM_G];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        float f[EL::N];
-        EL::load(b[u], f);
+        for (int g = 0; g < SUM_G; ++g) {
+            has[g] = m != 0;
+            w[g] = 0.f;
+            if (has[g]) {
+                const term t = term_of(__ffs(m) - 1);
+                m &= m - 1;
+                w[g] = t.w;
+                ld_chunk<CG>(b[g], t.row, v0, vecs, lane);
+            }
+        }
 #pragma unroll
-        for (int i = 0; i < EL::N; ++i) acc[u][i] = W ? fmaf(w, f[i], acc[u][i]) : acc[u][i] + f[i];
+        for (int g = 0; g < SUM_G; ++g) {
+            if (!has[g]) continue;
+#pragma unroll
+            for (int u = 0; u < SUM_U; ++u) {
+                float f[EL::N];
+                EL::load(b[g][u], f);
+#pragma unroll
+                for (int i = 0; i < EL::N; ++i) {
+                    acc[u][i] = W ? fmaf(w[g], f[i], acc[u][i]) : acc[u][i] + f[i];
+                }
+            }
+        }
     }
-}
-template <class EL>
-static __device__ __forceinline__ void st_acc(uint8_t* dst, const float (&acc)[4][EL::N],
-                                              int64_t v0, int64_t vecs, int lane) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < SUM_U; ++u) {
         int64_t v = v0 + u * 32 + lane;
         if (v < vecs) st16(dst + v * 16, EL::store(acc[u]));
     }
@@ -728,39 +778,30 @@ static __device__ __forceinline__ void combine_send(const rshmem_ep_params& p) {
     const uint64_t e_now = phase_begin(p, 1);
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int64_t vecs = row_bytes >> 4;
-    // Staged rows over the grid (for_rows).
-    for_rows(s_ntok[n], vecs, [&](int64_t u, int64_t first, int64_t step) {
+    // Staged rows over the grid (for_rows, in the sums' chunks).
+    for_rows<SUM_VECS>(s_ntok[n], vecs, [&](int64_t u, int64_t first, int64_t step) {
         const int s = source_of(s_ntok, n, u);
         const int64_t j = u - s_ntok[s];
         const int32_t* cmeta = (const int32_t*)p.comb_meta + ((int64_t)s * p.max_tokens + j) * mw;
         int t = cmeta[0];
         int row = -1;
-        float w = 0.f;
         if (lane < k) {
             row = cmeta[2 + 3 * lane];
-            w = __int_as_float(cmeta[3 + 3 * lane]);
+            s_row[wid][lane] = row;
+            s_w[wid][lane] = __int_as_float(cmeta[3 + 3 * lane]);
         }
-        uint32_t m = __ballot_sync(0xffffffffu, row >= 0);
-        int cnt = __popc(m);
-        if (row >= 0) {
-            int slot = __popc(m & ((1u << lane) - 1u));
-            s_row[wid][slot] = row;
-            s_w[wid][slot] = w;
-        }
+        // The slots with a row here, in slot order.
+        const uint32_t m = __ballot_sync(0xffffffffu, row >= 0);
         __syncwarp();
         uint8_t* dst = s_comb[s] + (int64_t)t * row_bytes;
         for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            float acc[4][EL::N];
-            zero_acc<EL>(acc);
-            for (int q = 0; q < cnt; ++q) {
-                const uint8_t* yrow = (const uint8_t*)p.y + (int64_t)s_row[wid][q] * row_bytes;
-                add_chunk<EL, false, true>(acc, yrow, s_w[wid][q], v0, vecs, lane);
-            }
-            st_acc<EL>(dst, acc, v0, vecs, lane);
+            sum_chunk<EL, false, true>(dst, m, [&](int i) {
+                return term{(const uint8_t*)p.y + (int64_t)s_row[wid][i] * row_bytes, s_w[wid][i]};
+            }, v0, vecs, lane);
         }
         __syncwarp();
     });
-    if (last_block((uint32_t*)p.done + 2)) signal_all(p, 2, e_now);
+    if (phase_sent((uint32_t*)p.done + 2)) signal_all(p, 2, e_now);
 }
 
 // Combine, source side: out[t] = sum over the token's expert PEs in PE order of their partial
@@ -775,23 +816,18 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
     const int lane = threadIdx.x & 31;
     const int64_t vecs = row_bytes >> 4;
     const uint64_t block = (uint64_t)p.max_tokens * row_bytes;
-    // Tokens over the grid (for_rows).
-    for_rows(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
+    // Tokens over the grid (for_rows, in the sums' chunks).
+    for_rows<SUM_VECS>(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
         const uint32_t mask = ((const uint32_t*)p.tok_mask)[t];
         const uint8_t* src = (const uint8_t*)p.comb_x + (uint64_t)t * row_bytes;
         for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            float acc[4][EL::N];
-            zero_acc<EL>(acc);
-            for (uint32_t m = mask; m; m &= m - 1) {
-                add_chunk<EL, true, false>(acc, src + (__ffs(m) - 1) * block, 0.f, v0, vecs, lane);
-            }
-            st_acc<EL>((uint8_t*)p.out + t * row_bytes, acc, v0, vecs, lane);
+            sum_chunk<EL, true, false>((uint8_t*)p.out + t * row_bytes, mask, [&](int d) {
+                return term{src + d * block, 0.f};
+            }, v0, vecs, lane);
         }
     });
-    if (last_block((uint32_t*)p.done + 3)) {
-        // Done reading every expert PE's block: they may write the next combine.
-        phase_end(p, 1, e_now);
-    }
+    // Done reading every expert PE's block: they may write the next combine.
+    phase_end(p, 1, e_now, (uint32_t*)p.done + 3);
 }
 
 }  // namespace rshmem_ep
@@ -870,7 +906,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                                                 [&](int i) { return s_sdst[w][i]; });
             }
         });
-    if (rshmem_ep::last_block((uint32_t*)p.done + 4)) {
+    if (rshmem_ep::phase_sent((uint32_t*)p.done + 4)) {
         for (int i = threadIdx.x; i < E; i += blockDim.x) {
             int d = i / L, l = i % L;
             int32_t c = rshmem_detail::ld_relaxed_sys(&ecnt[i]);
@@ -909,7 +945,7 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
         int64_t at = ((int64_t)lo * M + (r - s_pre[lo])) * 2 + (u & 1);
         ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
     }
-    if (rshmem_ep::last_block((uint32_t*)p.done + 5)) rshmem_ep::phase_end(p, 2, e_now);
+    rshmem_ep::phase_end(p, 2, e_now, (uint32_t*)p.done + 5);
 }
 
 static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) {
@@ -933,7 +969,7 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
         const uint8_t* src = (const uint8_t*)p.y + at * row_bytes;
         rshmem_ep::fanout_row<false>(src, first, step, vecs, 1u, [&](int) { return dst; });
     });
-    if (rshmem_ep::last_block((uint32_t*)p.done + 6)) rshmem_ep::signal_all(p, 6, e_now);
+    if (rshmem_ep::phase_sent((uint32_t*)p.done + 6)) rshmem_ep::signal_all(p, 6, e_now);
 }
 
 namespace rshmem_ep {
@@ -948,24 +984,20 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
     __syncthreads();
     const int lane = threadIdx.x & 31;
     const int64_t vecs = row_bytes >> 4;
-    // Tokens over the grid (for_rows).
-    for_rows(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
+    // Tokens over the grid (for_rows, in the sums' chunks).
+    for_rows<SUM_VECS>(p.num_tokens, vecs, [&](int64_t t, int64_t first, int64_t step) {
         int ok = 0;
         if (lane < k) ok = ((const int32_t*)p.ll_slot_ok)[t * k + lane];
         const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
         const float* w = (const float*)p.topk_w + t * k;
         const uint8_t* base = (const uint8_t*)p.ll_comb + t * k * row_bytes;
         for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            float acc[4][EL::N];
-            zero_acc<EL>(acc);
-            for (uint32_t m = sent; m; m &= m - 1) {
-                const int j = __ffs(m) - 1;
-                add_chunk<EL, true, true>(acc, base + j * row_bytes, w[j], v0, vecs, lane);
-            }
-            st_acc<EL>((uint8_t*)p.out + t * row_bytes, acc, v0, vecs, lane);
+            sum_chunk<EL, true, true>((uint8_t*)p.out + t * row_bytes, sent, [&](int j) {
+                return term{base + j * row_bytes, w[j]};
+            }, v0, vecs, lane);
         }
     });
-    if (last_block((uint32_t*)p.done + 7)) phase_end(p, 3, e_now);
+    phase_end(p, 3, e_now, (uint32_t*)p.done + 7);
 }
 
 }  // namespace rshmem_ep

@@ -27,6 +27,7 @@ use cudarc::driver::CudaStream;
 
 use super::{Group, ReduceOp, ReduceType};
 use crate::cuda::kernels::Kernels;
+use crate::cuda::launch::Start;
 use crate::device::module::Module;
 use crate::error::{Error, Result};
 use crate::team::Team;
@@ -187,7 +188,17 @@ impl World {
         };
         // SAFETY: every caller passes arguments matching the kernel's signature in coll.cu /
         // coll_reduce.cu, with addresses checked against this PE's symmetric heap.
-        unsafe { l.launch(call, name, blocks, threads, stream, args) }
+        unsafe {
+            l.launch(
+                call,
+                name,
+                blocks,
+                threads,
+                stream,
+                args,
+                Start::AfterPrevious,
+            )
+        }
     }
 
     /// The start sync of a collective launched with several blocks: one block that syncs the

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
 
+use crate::cuda::launch::Start;
 use crate::cuda::Gpu;
 use crate::device::module::Module;
 use crate::device::DeviceState;
@@ -82,11 +83,13 @@ impl Kernels {
     }
 
     /// Launches kernel `name` with raw parameters: `blocks` blocks of `threads` threads (one
-    /// dimension, no dynamic shared memory) on `stream`.
+    /// dimension, no dynamic shared memory) on `stream`, starting as `start` says.
     ///
     /// # Safety
     /// `args` must match the kernel's parameter list, and every address in them must be valid
-    /// for what the kernel does with it.
+    /// for what the kernel does with it; a kernel launched [`Start::Overlapping`] keeps that
+    /// variant's rules.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         &self,
         call: &'static str,
@@ -95,13 +98,14 @@ impl Kernels {
         threads: u32,
         stream: &CudaStream,
         args: &mut [*mut std::ffi::c_void],
+        start: Start,
     ) -> Result<()> {
         let f = self.func(call, name)?;
         let (grid, block) = ((blocks, 1, 1), (threads, 1, 1));
         // SAFETY: forwarded from the caller.
         unsafe {
             self.module
-                .launch_raw(call, f, grid, block, 0, stream.cu_stream(), args)
+                .launch_start(call, f, grid, block, 0, stream.cu_stream(), args, start)
         }
     }
 

@@ -246,6 +246,15 @@ impl Gpu {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)
     }
 
+    /// Whether kernels can be launched as programmatic dependents of the kernel before them
+    /// (compute capability 9.0 and later; [`launch::Start::Overlapping`]).
+    pub(crate) fn programmatic_launch(&self) -> bool {
+        self.arch
+            .strip_prefix("sm_")
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|v| v >= 90)
+    }
+
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self, call: &'static str) -> Result<()> {
         self.ctx.bind_to_thread().map_err(|e| Error::Cuda {

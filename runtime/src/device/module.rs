@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::nvrtc::{compile_cubin, CompileOptions};
 use super::DeviceState;
+use crate::cuda::launch::Start;
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 
@@ -152,9 +153,49 @@ impl Module {
         stream: CUstream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.launch_start(
+                call,
+                f,
+                grid,
+                block,
+                smem,
+                stream,
+                args,
+                Start::AfterPrevious,
+            )
+        }
+    }
+
+    /// [`launch_raw`](Module::launch_raw) starting as `start` says ([`Start::Overlapping`] only
+    /// on GPUs of compute capability 9.0 and later; `AfterPrevious` elsewhere).
+    ///
+    /// # Safety
+    /// As for `launch_raw`, and a kernel launched [`Start::Overlapping`] keeps that variant's
+    /// rules.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch_start(
+        &self,
+        call: &'static str,
+        f: CudaFunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem: u32,
+        stream: CUstream,
+        args: &mut [*mut std::ffi::c_void],
+        start: Start,
+    ) -> Result<()> {
         self.gpu.bind(call)?;
+        let start = if self.gpu.programmatic_launch() {
+            start
+        } else {
+            Start::AfterPrevious
+        };
         // SAFETY: forwarded from the caller (argument layout) and the function/stream are live
         // in this module's context, bound above.
-        unsafe { crate::cuda::launch::launch_function(call, &f, grid, block, smem, stream, args) }
+        unsafe {
+            crate::cuda::launch::launch_function(call, &f, grid, block, smem, stream, args, start)
+        }
     }
 }

@@ -34,6 +34,7 @@ use std::cell::Cell;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::cuda::kernels::Kernels;
+use crate::cuda::launch::Start;
 use crate::device::module::Module;
 use crate::error::{Error, Result};
 use crate::mem::SymBuf;
@@ -672,17 +673,21 @@ impl<'w> Ep<'w> {
     /// Launches one phase on `stream`: `kernels` (name, blocks) in order, every kernel with the
     /// parameters `p` (the send kernel, then the receive kernel; the phase's epoch and the wait
     /// for the previous exchange's acknowledgements are in the kernels: ep.cuh, `phase_begin`).
+    /// The receive kernel starts as `recv_start` says: [`Start::Overlapping`] makes it a
+    /// programmatic dependent of the send kernel (on GPUs that have it), launched while the send
+    /// kernel's blocks finish (ep.cuh, `phase_sent`); it waits for the data through the signals
+    /// anyway. docs/moe.md says where that is used and why.
     fn launch_phase(
         &self,
         call: &'static str,
         p: &EpParams,
         kernels: [(&'static str, u32); 2],
+        recv_start: Start,
         stream: &CudaStream,
     ) -> Result<()> {
-        for (name, blocks) in kernels {
-            self.launch(call, name, blocks, p, stream)?;
-        }
-        Ok(())
+        let [(send, send_blocks), (recv, recv_blocks)] = kernels;
+        self.launch(call, send, send_blocks, p, stream, Start::AfterPrevious)?;
+        self.launch(call, recv, recv_blocks, p, stream, recv_start)
     }
 
     /// A typed dispatch's inputs, by their lengths: `x` of the handle's dtype `E` with
@@ -758,6 +763,7 @@ impl<'w> Ep<'w> {
         blocks: u32,
         p: &EpParams,
         stream: &CudaStream,
+        start: Start,
     ) -> Result<()> {
         let mut p = *p;
         let mut args: [*mut std::ffi::c_void; 1] = [(&mut p as *mut EpParams).cast()];
@@ -766,7 +772,7 @@ impl<'w> Ep<'w> {
         // as long as the handle) and the caller's, checked by the callers of this function.
         unsafe {
             self.kernels
-                .launch(call, name, blocks, THREADS, stream, &mut args)
+                .launch(call, name, blocks, THREADS, stream, &mut args, start)
         }
     }
 
@@ -864,6 +870,8 @@ impl<'w> Ep<'w> {
                 ("rshmem_ep_dispatch_send", self.sms),
                 ("rshmem_ep_dispatch_recv", self.sms),
             ],
+            // Overlapped, the dispatch took longer at every size measured (docs/moe.md).
+            Start::AfterPrevious,
             stream,
         )?;
         self.last_tokens.set(Some(num_tokens));
@@ -966,7 +974,13 @@ impl<'w> Ep<'w> {
             EpDtype::F32 => ("rshmem_ep_combine_send_f32", "rshmem_ep_combine_recv_f32"),
             _ => ("rshmem_ep_combine_send_bf16", "rshmem_ep_combine_recv_bf16"),
         };
-        self.launch_phase(call, &p, [(send, self.sms), (recv, self.sms)], stream)
+        self.launch_phase(
+            call,
+            &p,
+            [(send, self.sms), (recv, self.sms)],
+            Start::Overlapping,
+            stream,
+        )
     }
 
     /// **Collective, stream-ordered.** Combine: `y` holds the expert outputs in the layout of
@@ -1096,6 +1110,7 @@ impl<'w> Ep<'w> {
                 ("rshmem_ep_ll_send", self.sms),
                 ("rshmem_ep_ll_wait", self.sms),
             ],
+            Start::Overlapping,
             stream,
         )?;
         self.last_ll_tokens.set(Some(num_tokens));
@@ -1194,6 +1209,7 @@ impl<'w> Ep<'w> {
             call,
             &p,
             [("rshmem_ep_ll_combine_send", self.sms), (recv, self.sms)],
+            Start::Overlapping,
             stream,
         )
     }
