@@ -159,6 +159,14 @@ pub(crate) fn multiprocessor_count(call: &'static str, ordinal: usize) -> Result
     Ok(n)
 }
 
+/// Whether an NVRTC architecture (`sm_90`, `sm_100`, ...) has programmatic dependent launch
+/// (compute capability 9.0 and later).
+fn arch_has_programmatic_launch(arch: &str) -> bool {
+    arch.strip_prefix("sm_")
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|v| v >= 90)
+}
+
 /// The GPU of this PE: its primary context and an internal stream for host-API copies.
 pub struct Gpu {
     /// The context (the device's primary context, shared with CUDA runtime code in the process).
@@ -249,10 +257,7 @@ impl Gpu {
     /// Whether kernels can be launched as programmatic dependents of the kernel before them
     /// (compute capability 9.0 and later; [`launch::Start::Overlapping`]).
     pub(crate) fn programmatic_launch(&self) -> bool {
-        self.arch
-            .strip_prefix("sm_")
-            .and_then(|v| v.parse::<u32>().ok())
-            .is_some_and(|v| v >= 90)
+        arch_has_programmatic_launch(&self.arch)
     }
 
     /// Makes this GPU's context current on the calling thread.
@@ -630,8 +635,24 @@ pub(crate) fn unmap(addr: usize, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{failed_context_note, work_queues};
+    use super::{arch_has_programmatic_launch, failed_context_note, work_queues};
     use crate::error::Error;
+
+    #[test]
+    fn programmatic_launch_from_compute_capability_9_on() {
+        for (arch, has) in [
+            ("sm_90", true),
+            ("sm_90a", false),
+            ("sm_100", true),
+            ("sm_120", true),
+            ("sm_89", false),
+            ("sm_80", false),
+            ("compute_90", false),
+            ("", false),
+        ] {
+            assert_eq!(arch_has_programmatic_launch(arch), has, "{arch}");
+        }
+    }
 
     #[test]
     fn a_failed_context_is_named_as_the_cause() {
