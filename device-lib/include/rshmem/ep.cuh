@@ -76,6 +76,8 @@
 // (comb_row_bytes = 2 * hidden).
 #define RSHMEM_EP_FP8_E4M3 2
 #define RSHMEM_EP_FP8_BLOCK 128
+// In a low-latency count (ll_cnt): the source sent its rows once per destination PE.
+#define RSHMEM_EP_LL_PER_PE_BIT (1 << 30)
 
 // Error codes in err[0] (first error wins; the host reads and clears them).
 #define RSHMEM_EP_ERR_EXPERT 1  // err[1] = token, err[2] = slot, err[3] = the index (low 32 bits)
@@ -124,7 +126,8 @@ struct rshmem_ep_params {
     uint64_t out;         // [T][comb_row_bytes]: combine output
     // low-latency mode (0 unless the handle was made for it)
     uint64_t ll_x;        // symmetric [L][n][max_tokens][row_bytes]: rows per (expert, source)
-    uint64_t ll_meta;     // symmetric int32 [L][n][max_tokens][2]: source token, slot
+    uint64_t ll_meta;     // symmetric int32 [L][n][max_tokens][4]: source token, slot, the
+                          // row holding its data (-1: this one), 0
     uint64_t ll_cnt;      // symmetric int32 [L][n]: rows per (expert, source)
     uint64_t ll_comb;     // symmetric [max_tokens][k][comb_row_bytes]: outputs per (token, slot)
     uint64_t ll_count;    // local int32 [L][n]: the counts of the last dispatch (output)
@@ -833,25 +836,32 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
 }  // namespace rshmem_ep
 
 // ---------------------------------------------------------------------------------------------
-// Low-latency mode (T <= max_tokens <= 256): every (token, expert) pair is stored straight into
-// a fixed region of the expert's PE, [local expert][source][rank], with no count exchange
-// before the data; the counts travel with the completion signal. The receiver's output is that
-// region itself (masked layout: rows 0..count[l][s] of each (l, s) block are valid).
-//   ll_send: one warp per token (token_rounds, as dispatch_send): a rank per (token, expert) from a counter per expert; the row
-//            read once and stored into each expert's region (once per expert, k copies);
-//            the metadata (token, slot) beside it; the last block stores the counts and
-//            signals every PE.
-//   ll_wait: every block waits for every source; the counts and the metadata are copied into
-//            this PE's own arrays (the outputs) over the grid; the last block acknowledges.
+// Low-latency mode (T <= max_tokens <= 256): every (token, expert) pair has a fixed row in the
+// expert's PE, [local expert][source][rank], with no count exchange before the data; the counts
+// travel with the completion signal. The receiver's output is that region itself (masked
+// layout: rows 0..count[l][s] of each (l, s) block are valid).
+//   ll_send: one warp per token (token_rounds, as dispatch_send): a rank per (token, expert)
+//            from a counter per expert; the row read once and stored into the row of every
+//            (token, expert) pair (rshmem_ep_ll_send), or once per destination PE into the row
+//            of the token's first expert there (rshmem_ep_ll_send_per_pe); the metadata
+//            (token, slot, the row holding the data or -1) beside every pair's row; the last
+//            block stores the counts and signals every PE.
+//   ll_wait: every block waits for every source; over the grid (for_rows) every row's
+//            (token, slot) is copied into this PE's own array (the output) and the rows of a
+//            token's other experts here are copied from its first one (local memory); the
+//            counts are copied too; the last block acknowledges.
 //   ll_combine_send: one warp per row (for_rows) over every (expert, source) block's rows: each
-//            row of y (same layout as the dispatch region) goes back to its source's slot (token, slot); the last block
-//            signals.
-//   ll_combine_recv: one warp per token (for_rows): out[t] = sum over sent slots of w[t][j] * row(t, j)
-//            in slot order (fp32 fused multiply-adds), rounded once.
+//            row of y (same layout as the dispatch region) goes back to its source's slot
+//            (token, slot); the last block signals.
+//   ll_combine_recv: one warp per token (for_rows): out[t] = sum over sent slots of
+//            w[t][j] * row(t, j) in slot order (fp32 fused multiply-adds), rounded once.
 
+// PER_PE: the row goes once per destination PE (rshmem_ep_ll_send_per_pe); otherwise once per
+// (token, expert) pair (rshmem_ep_ll_send), and no row needs a receiver-side copy.
+template <bool PER_PE>
 static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
-    // Per warp of a round (token_rounds): each slot's destination row and scales (0: not sent),
-    // the mask of the slots sent.
+    // Per warp of a round (token_rounds): the destination row and scales of each slot that
+    // carries the row (the token's first on its PE), the mask of those slots.
     __shared__ uint8_t* s_dst[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     __shared__ float* s_sdst[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     __shared__ uint32_t s_sent[RSHMEM_EP_THREADS / 32];
@@ -865,21 +875,16 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     rshmem_ep::token_rounds(
         p.num_tokens, vecs,
         [&](int64_t t, int w) {
-            int ok = 0;
+            int ok = 0, d = -1;
+            int64_t slot = 0;
             if (lane < k) {
-                uint8_t* dst = 0;
-                float* sdst = 0;
                 int64_t e = ((const int64_t*)p.topk_idx)[t * k + lane];
                 if (e >= 0 && e < E) {
-                    int d = (int)(e / L), l = (int)(e % L);
-                    int rank = atomicAdd(&ecnt[e], 1);
+                    d = (int)(e / L);
+                    const int l = (int)(e % L);
+                    const int rank = atomicAdd(&ecnt[e], 1);
                     if (rank < M) {
-                        int64_t slot = ((int64_t)l * n + me) * M + rank;
-                        dst = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
-                        if (sw > 0) sdst = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
-                        int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 2;
-                        meta[0] = (int32_t)t;
-                        meta[1] = lane;
+                        slot = ((int64_t)l * n + me) * M + rank;
                         ok = 1;
                     } else {
                         rshmem_ep::record_error(p, RSHMEM_EP_ERR_ROWS, rank + 1, (int)M, 1);
@@ -888,15 +893,28 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                     rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
                 }
                 ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
-                s_dst[w][lane] = dst;
-                s_sdst[w][lane] = sdst;
             }
-            const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
-            if (lane == 0) s_sent[w] = sent;
+            // PER_PE: the token's first sent slot on each destination PE gets the row; the
+            // others there name that slot's row (the receiver copies it). Otherwise every sent
+            // slot gets the row.
+            const uint32_t same =
+                PER_PE ? __match_any_sync(0xffffffffu, ok ? d : -1 - lane) : 1u << lane;
+            const int lead = __ffs(same) - 1;
+            const int64_t lead_slot = __shfl_sync(0xffffffffu, slot, lead);
+            if (ok) {
+                int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 4;
+                *(int4*)meta = make_int4((int)t, lane, lead == lane ? -1 : (int)lead_slot, 0);
+                if (lead == lane) {
+                    s_dst[w][lane] = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
+                    if (sw > 0) s_sdst[w][lane] = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
+                }
+            }
+            const uint32_t firsts = __ballot_sync(0xffffffffu, ok && lead == lane);
+            if (lane == 0) s_sent[w] = firsts;
         },
         [&](int64_t t, int w, int64_t first, int64_t step) {
-            // The row, read once, stored into the region of each expert it was sent to; its
-            // scales (fp8) beside each copy, by the warp of the first chunk.
+            // The row, read once, stored once per destination PE (the row of its first slot
+            // there); its scales (fp8) beside each copy, by the warp of the first chunk.
             const uint32_t sent = s_sent[w];
             const uint8_t* src = (const uint8_t*)p.x + t * row_bytes;
             rshmem_ep::fanout_row<false>(src, first, step, vecs, sent,
@@ -912,38 +930,64 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
             int32_t c = rshmem_detail::ld_relaxed_sys(&ecnt[i]);
             ecnt[i] = 0;  // for the next dispatch
             int32_t* rc = (int32_t*)rshmem_ptr((void*)p.ll_cnt, d);
-            rc[l * n + me] = c < M ? c : (int32_t)M;
+            // Bit 30: this source sent rows once per PE (the receiver has rows to copy).
+            rc[l * n + me] = (c < M ? c : (int32_t)M) | (PER_PE ? RSHMEM_EP_LL_PER_PE_BIT : 0);
         }
         __syncthreads();
         rshmem_ep::signal_all(p, 4, e_now);
     }
 }
 
-// Any grid (blockDim a multiple of 32): every block waits and scans the counts; the rows'
-// metadata is shared out over the grid; the last block acknowledges.
+// Any grid (blockDim a multiple of 32): every block waits and scans the counts; each row's
+// (token, slot) is copied into this PE's own array, one thread a row over the grid; when a
+// source sent once per PE (RSHMEM_EP_LL_PER_PE_BIT in its counts), the rows whose data lies in
+// the token's first row here are copied from it, shared out over the grid (for_rows); the last
+// block acknowledges.
 static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
+    __shared__ int s_copies;
     const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
-    const int64_t M = p.max_tokens;
+    const int64_t M = p.max_tokens, row_bytes = p.row_bytes, sw = p.scale_words;
     const uint64_t e_now = rshmem_ep::phase_epoch(p, 2);
+    if (threadIdx.x == 0) s_copies = 0;
     rshmem_ep::wait_all(p, 4, e_now);
     __syncthreads();
     const int32_t* cnt = (const int32_t*)p.ll_cnt;
     int32_t* count = (int32_t*)p.ll_count;
     for (int i = threadIdx.x; i < E; i += blockDim.x) {
-        int32_t c = rshmem_detail::ld_relaxed_sys(&cnt[i]);
+        const int32_t raw = rshmem_detail::ld_relaxed_sys(&cnt[i]);
+        const int32_t c = raw & ~RSHMEM_EP_LL_PER_PE_BIT;
+        if (raw & RSHMEM_EP_LL_PER_PE_BIT) s_copies = 1;
         if (blockIdx.x == 0) count[i] = c;
         s_pre[i + 1] = c;
     }
     __syncthreads();
     rshmem_ep::scan_counts(s_pre, E);
-    // Every row's (token, slot) into this PE's own array, all blocks' rows in parallel.
-    const int64_t words = 2 * (int64_t)s_pre[E], threads = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < words; u += threads) {
-        int64_t r = u >> 1;
-        int lo = rshmem_ep::block_of(s_pre, E, r);
-        int64_t at = ((int64_t)lo * M + (r - s_pre[lo])) * 2 + (u & 1);
-        ((int32_t*)p.ll_src)[at] = rshmem_detail::ld_relaxed_sys(&((const int32_t*)p.ll_meta)[at]);
+    // Metadata rows: (token, slot, the row holding the data or -1, 0), written by the sources.
+    const int32_t* meta = (const int32_t*)p.ll_meta;
+    const int64_t rows = s_pre[E], threads = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += threads) {
+        const int lo = rshmem_ep::block_of(s_pre, E, r);
+        const int64_t at = (int64_t)lo * M + (r - s_pre[lo]);
+        const rshmem_ep::vec16 m = rshmem_ep::ld16_cg(meta + at * 4);
+        ((int2*)p.ll_src)[at] = make_int2((int)m.a, (int)m.b);
+    }
+    if (s_copies) {
+        const int64_t vecs = row_bytes >> 4;
+        rshmem_ep::for_rows(rows, vecs, [&](int64_t r, int64_t first, int64_t step) {
+            const int lo = rshmem_ep::block_of(s_pre, E, r);
+            const int64_t at = (int64_t)lo * M + (r - s_pre[lo]);
+            const int64_t from = rshmem_detail::ld_relaxed_sys(meta + at * 4 + 2);
+            if (from < 0) return;
+            const uint8_t* src = (const uint8_t*)p.ll_x + from * row_bytes;
+            uint8_t* dst = (uint8_t*)p.ll_x + at * row_bytes;
+            rshmem_ep::fanout_row<true>(src, first, step, vecs, 1u, [&](int) { return dst; });
+            if (first == 0) {
+                float* sdst = (float*)p.ll_scales + at * sw;
+                rshmem_ep::fanout_scales<true>((const float*)p.ll_scales + from * sw, sw, 1u,
+                                               [&](int) { return sdst; });
+            }
+        });
     }
     rshmem_ep::phase_end(p, 2, e_now, (uint32_t*)p.done + 5);
 }
@@ -1021,7 +1065,8 @@ RSHMEM_EP_KERNEL rshmem_ep_combine_recv_f32(rshmem_ep_params p) {
 RSHMEM_EP_KERNEL rshmem_ep_combine_recv_bf16(rshmem_ep_params p) {
     rshmem_ep::combine_recv<RSHMEM_EP_BF16>(p);
 }
-RSHMEM_EP_KERNEL rshmem_ep_ll_send(rshmem_ep_params p) { rshmem_ep_ll_send_dev(p); }
+RSHMEM_EP_KERNEL rshmem_ep_ll_send(rshmem_ep_params p) { rshmem_ep_ll_send_dev<false>(p); }
+RSHMEM_EP_KERNEL rshmem_ep_ll_send_per_pe(rshmem_ep_params p) { rshmem_ep_ll_send_dev<true>(p); }
 RSHMEM_EP_KERNEL rshmem_ep_ll_wait(rshmem_ep_params p) { rshmem_ep_ll_wait_dev(p); }
 RSHMEM_EP_KERNEL rshmem_ep_ll_combine_send(rshmem_ep_params p) {
     rshmem_ep_ll_combine_send_dev(p);

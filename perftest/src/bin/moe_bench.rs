@@ -19,14 +19,14 @@
 //! of a PE is the median over `--iters` iterations after `--warmup`, and the row reports the
 //! slowest PE's median (`*_us`). `*_event_us` are the same medians measured with CUDA events
 //! around the kernels alone (after a device barrier, so the PEs start together).
-//! `nvlink_gbps` = bytes this PE stores into the other PEs' memory (each token once per remote
-//! destination PE in the normal mode, once per (token, expert) pair in the low-latency mode) /
-//! time, mean over PEs; `sent_mb` counts the PE's own copy too (what the NCCL script's
-//! all_to_all moves). A dispatched row is `dispatch_row_bytes` = `H × element size` plus, for
-//! fp8, its `H/128` f32 scales (`H + H/32` bytes); a combined row `combine_row_bytes` = `H × 2`
-//! for bf16 and fp8 (whose combine is bf16), `H × 4` for fp32; the combine moves as many rows
-//! back as the dispatch sent (`combine_nvlink_mb`). Metadata (token index, experts, weights) is
-//! not counted.
+//! `nvlink_gbps` = bytes this PE stores into the other PEs' memory (the dispatch: each token
+//! once per remote destination PE, in both modes) / time, mean over PEs; `sent_mb` counts the
+//! PE's own copy too (what the NCCL script's all_to_all moves). A dispatched row is
+//! `dispatch_row_bytes` = `H × element size` plus, for fp8, its `H/128` f32 scales (`H + H/32`
+//! bytes); a combined row `combine_row_bytes` = `H × 2` for bf16 and fp8 (whose combine is
+//! bf16), `H × 4` for fp32; the combine moves as many rows back as the dispatch sent in the
+//! normal mode and one per remote (token, expert) pair in the low-latency mode
+//! (`combine_nvlink_mb`). Metadata (token index, experts, weights) is not counted.
 //!
 //! Run: `target/release/rshmemrun -n 4 target/release/moe_bench [--tokens 128,512,4096,8192]
 //! [--hidden 7168] [--topk 8] [--experts 256] [--dtype bf16|f32|fp8] [--sms 0] [--ll] [--json]`
@@ -150,6 +150,8 @@ fn gather(world: &World, buf: &rshmem::SymBuf<'_, u64>, v: f64) -> rshmem::Resul
 struct Row {
     bench: &'static str,
     mode: &'static str,
+    /// The low-latency dispatch sends once per destination PE (`RSHMEM_EP_LL_PER_PE`).
+    ll_per_pe: bool,
     dtype: String,
     tokens: usize,
     hidden: usize,
@@ -523,10 +525,11 @@ fn run() -> rshmem::Result<bool> {
                     c_ev.push(c.elapsed_ms(&d)? as f64 * 1e3);
                 }
             }
-            // Rows this PE stores into each PE: each token once per destination PE (normal
-            // mode), once per (token, expert) pair (low-latency mode); the combine stores as
-            // many rows back.
-            let sent = if args.ll {
+            // Rows this PE stores into each PE: the dispatch sends each token once per
+            // destination PE (both modes); the combine sends as many rows back in the normal
+            // mode and one per (token, expert) pair in the low-latency mode.
+            let sent = reference::tokens_sent(&r, e_all, k, n);
+            let back = if args.ll {
                 let l = e_all / n;
                 let mut v = vec![0usize; n];
                 for t in 0..t_n {
@@ -536,15 +539,17 @@ fn run() -> rshmem::Result<bool> {
                 }
                 v
             } else {
-                reference::tokens_sent(&r, e_all, k, n)
+                sent.clone()
             };
             let all_rows = sent.iter().sum::<usize>() as f64;
-            let remote_rows = sent
-                .iter()
-                .enumerate()
-                .filter(|&(d, _)| d != me)
-                .map(|(_, &s)| s)
-                .sum::<usize>() as f64;
+            let remote = |v: &[usize]| {
+                v.iter()
+                    .enumerate()
+                    .filter(|&(d, _)| d != me)
+                    .map(|(_, &s)| s)
+                    .sum::<usize>() as f64
+            };
+            let (remote_rows, remote_back) = (remote(&sent), remote(&back));
             let vals = [
                 median(&mut d_host),
                 median(&mut c_host),
@@ -552,7 +557,7 @@ fn run() -> rshmem::Result<bool> {
                 median(&mut c_ev),
                 all_rows * row_bytes as f64 / 1e6,
                 remote_rows * row_bytes as f64 / 1e6,
-                remote_rows * comb_row_bytes as f64 / 1e6,
+                remote_back * comb_row_bytes as f64 / 1e6,
                 if check == "ok" { 0.0 } else { 1.0 },
             ];
             let mut g = Vec::new();
@@ -571,6 +576,7 @@ fn run() -> rshmem::Result<bool> {
                 let row = Row {
                     bench: "moe_bench",
                     mode: if args.ll { "low_latency" } else { "normal" },
+                    ll_per_pe: args.ll && world.config().ep_ll_per_pe,
                     dtype: args.dtype.clone(),
                     tokens: t_n,
                     hidden: h,

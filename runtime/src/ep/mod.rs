@@ -51,6 +51,7 @@ const EP_KERNELS: &[&str] = &[
     "rshmem_ep_combine_recv_f32",
     "rshmem_ep_combine_recv_bf16",
     "rshmem_ep_ll_send",
+    "rshmem_ep_ll_send_per_pe",
     "rshmem_ep_ll_wait",
     "rshmem_ep_ll_combine_send",
     "rshmem_ep_ll_combine_recv_f32",
@@ -271,11 +272,12 @@ impl EpConfig {
         let stage_x = take(nt.and_then(|x| x.checked_mul(row_bytes)))?;
         let comb_x = take(nt.and_then(|x| x.checked_mul(comb_row_bytes)))?;
         let stage_scales = take(nt.and_then(|x| x.checked_mul(scale_words * 4)))?;
-        // Low-latency: [L][n][M] rows and (token, slot) pairs, [L][n] counts, [M][k] rows.
+        // Low-latency: [L][n][M] rows and (token, slot, data row, 0) int32 metadata, [L][n]
+        // counts, [M][k] rows.
         let ll = |b: usize| Some(if self.low_latency { b } else { 0 });
         let em = e.checked_mul(self.max_tokens);
         let ll_x = take(em.and_then(|x| x.checked_mul(row_bytes)).and_then(ll))?;
-        let ll_meta = take(em.and_then(|x| x.checked_mul(8)).and_then(ll))?;
+        let ll_meta = take(em.and_then(|x| x.checked_mul(16)).and_then(ll))?;
         let ll_cnt = take(ll(e * 4))?;
         let ll_comb = take(
             self.max_tokens
@@ -482,6 +484,9 @@ pub struct Ep<'w> {
     ll_src: CudaSlice<i32>,
     kernels: Kernels,
     sms: u32,
+    /// The low-latency send kernel: once per (token, expert) pair, or once per destination PE
+    /// (`RSHMEM_EP_LL_PER_PE`).
+    ll_send: &'static str,
     base: EpParams,
     last_tokens: Cell<Option<usize>>,
     last_ll_tokens: Cell<Option<usize>>,
@@ -597,6 +602,11 @@ impl<'w> Ep<'w> {
             ll_src,
             kernels,
             sms,
+            ll_send: if world.config().ep_ll_per_pe {
+                "rshmem_ep_ll_send_per_pe"
+            } else {
+                "rshmem_ep_ll_send"
+            },
             base,
             last_tokens: Cell::new(None),
             last_ll_tokens: Cell::new(None),
@@ -1106,10 +1116,7 @@ impl<'w> Ep<'w> {
         self.launch_phase(
             call,
             &p,
-            [
-                ("rshmem_ep_ll_send", self.sms),
-                ("rshmem_ep_ll_wait", self.sms),
-            ],
+            [(self.ll_send, self.sms), ("rshmem_ep_ll_wait", self.sms)],
             Start::Overlapping,
             stream,
         )?;
