@@ -152,9 +152,9 @@ pub static ENV_VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "RSHMEM_EP_LL_PER_PE",
-        kind: "bool",
-        default: "0",
-        help: "The low-latency MoE dispatch (rshmem::ep) sends each token's row once per destination PE, into the row of its first expert there, and the receiver copies it to the token's other experts on that PE; 0 sends it once per (token, expert) pair. Fewer NVLink bytes (about 2.7 instead of 6 remote rows per token with 4 PEs, E 256, k 8) for a local copy; slower on one GPU (docs/moe.md). PEs may differ.",
+        kind: "auto|0|1",
+        default: "auto",
+        help: "How the low-latency MoE dispatch (rshmem::ep) sends a token: 1 once per destination PE, into the row of its first expert there, the receiver copying it to the token's other experts on that PE (fewer NVLink bytes: with 4 PEs, E 256 and k 8 about 2.7 instead of 6 remote rows per token); 0 once per (token, expert) pair; auto: 1 when this PE has its GPU to itself, 0 when PEs share it (there the copy costs more than the stores it saves). PEs may differ.",
     },
     EnvVar {
         name: "RSHMEM_INFO",
@@ -228,8 +228,8 @@ pub struct Config {
     /// Accept a UCX that emulates RMA over TCP in software (`RSHMEM_UCX_EMULATED_RMA`).
     pub ucx_emulated_rma: bool,
     /// The low-latency MoE dispatch sends a token's row once per destination PE
-    /// (`RSHMEM_EP_LL_PER_PE`).
-    pub ep_ll_per_pe: bool,
+    /// (`RSHMEM_EP_LL_PER_PE`): None is auto (when the PE has its GPU to itself).
+    pub ep_ll_per_pe: Option<bool>,
 }
 
 /// The `RSHMEM_BACKEND` setting.
@@ -287,7 +287,7 @@ impl Default for Config {
             ucx_emulated_rma: false,
             ucx_error_mode: UcxErrorMode::Auto,
             info: false,
-            ep_ll_per_pe: false,
+            ep_ll_per_pe: None,
         }
     }
 }
@@ -385,8 +385,13 @@ impl Config {
                 .ok_or_else(|| bad("RSHMEM_UCX_EMULATED_RMA", &v, "expected 0/1/true/false"))?;
         }
         if let Some(v) = get("RSHMEM_EP_LL_PER_PE") {
-            c.ep_ll_per_pe = parse_bool(&v)
-                .ok_or_else(|| bad("RSHMEM_EP_LL_PER_PE", &v, "expected 0/1/true/false"))?;
+            c.ep_ll_per_pe = match v.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => None,
+                other => Some(
+                    parse_bool(other)
+                        .ok_or_else(|| bad("RSHMEM_EP_LL_PER_PE", &v, "expected auto, 0 or 1"))?,
+                ),
+            };
         }
         if let Some(v) = get("RSHMEM_UCX_ERROR_MODE") {
             c.ucx_error_mode = UcxErrorMode::parse(&v)
@@ -652,9 +657,11 @@ mod tests {
         assert_eq!(c.ucx_error_mode, UcxErrorMode::Auto);
         let c = Config::from_lookup(&lookup(&[("RSHMEM_UCX_ERROR_MODE", "None")])).unwrap();
         assert_eq!(c.ucx_error_mode, UcxErrorMode::None);
-        assert!(!c.ep_ll_per_pe);
-        let c = Config::from_lookup(&lookup(&[("RSHMEM_EP_LL_PER_PE", "1")])).unwrap();
-        assert!(c.ep_ll_per_pe);
+        assert_eq!(c.ep_ll_per_pe, None);
+        for (v, want) in [("1", Some(true)), ("0", Some(false)), ("Auto", None)] {
+            let c = Config::from_lookup(&lookup(&[("RSHMEM_EP_LL_PER_PE", v)])).unwrap();
+            assert_eq!(c.ep_ll_per_pe, want, "{v}");
+        }
     }
 
     #[test]

@@ -19,14 +19,15 @@
 //! of a PE is the median over `--iters` iterations after `--warmup`, and the row reports the
 //! slowest PE's median (`*_us`). `*_event_us` are the same medians measured with CUDA events
 //! around the kernels alone (after a device barrier, so the PEs start together).
-//! `nvlink_gbps` = bytes this PE stores into the other PEs' memory (the dispatch: each token
-//! once per remote destination PE, in both modes) / time, mean over PEs; `sent_mb` counts the
-//! PE's own copy too (what the NCCL script's all_to_all moves). A dispatched row is
-//! `dispatch_row_bytes` = `H × element size` plus, for fp8, its `H/128` f32 scales (`H + H/32`
-//! bytes); a combined row `combine_row_bytes` = `H × 2` for bf16 and fp8 (whose combine is
-//! bf16), `H × 4` for fp32; the combine moves as many rows back as the dispatch sent in the
-//! normal mode and one per remote (token, expert) pair in the low-latency mode
-//! (`combine_nvlink_mb`). Metadata (token index, experts, weights) is not counted.
+//! `nvlink_gbps` = bytes this PE stores into the other PEs' memory / time, mean over PEs: the
+//! dispatch sends each token once per remote destination PE, or once per remote (token, expert)
+//! pair in the low-latency mode when that does not send once per PE (`ll_per_pe` false;
+//! `RSHMEM_EP_LL_PER_PE`); `sent_mb` counts the PE's own copy too (what the NCCL script's
+//! all_to_all moves). A dispatched row is `dispatch_row_bytes` = `H × element size` plus, for
+//! fp8, its `H/128` f32 scales (`H + H/32` bytes); a combined row `combine_row_bytes` = `H × 2`
+//! for bf16 and fp8 (whose combine is bf16), `H × 4` for fp32; the combine moves as many rows
+//! back as the normal dispatch sent, and one per remote (token, expert) pair in the low-latency
+//! mode (`combine_nvlink_mb`). Metadata (token index, experts, weights) is not counted.
 //!
 //! Run: `target/release/rshmemrun -n 4 target/release/moe_bench [--tokens 128,512,4096,8192]
 //! [--hidden 7168] [--topk 8] [--experts 256] [--dtype bf16|f32|fp8] [--sms 0] [--ll] [--json]`
@@ -420,6 +421,8 @@ fn run() -> rshmem::Result<bool> {
                     unsafe { ep.combine_raw(y_addr, oa, &stream) }
                 }
             };
+            // The low-latency dispatch of this PE sends once per destination PE.
+            let ll_per_pe = args.ll && rshmem::ep::ll_per_pe(&world);
             let (mut d_host, mut c_host, mut d_ev, mut c_ev) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut check = "ok";
@@ -526,10 +529,10 @@ fn run() -> rshmem::Result<bool> {
                 }
             }
             // Rows this PE stores into each PE: the dispatch sends each token once per
-            // destination PE (both modes); the combine sends as many rows back in the normal
-            // mode and one per (token, expert) pair in the low-latency mode.
-            let sent = reference::tokens_sent(&r, e_all, k, n);
-            let back = if args.ll {
+            // destination PE (the normal mode, and the low-latency mode sending once per PE) or
+            // once per (token, expert) pair (the low-latency mode otherwise); the combine sends
+            // as many rows back in the normal mode and one per pair in the low-latency mode.
+            let per_pair = if args.ll {
                 let l = e_all / n;
                 let mut v = vec![0usize; n];
                 for t in 0..t_n {
@@ -537,10 +540,16 @@ fn run() -> rshmem::Result<bool> {
                         v[e / l] += 1;
                     }
                 }
-                v
+                Some(v)
             } else {
-                sent.clone()
+                None
             };
+            let per_pe = reference::tokens_sent(&r, e_all, k, n);
+            let sent = match &per_pair {
+                Some(v) if !ll_per_pe => v.clone(),
+                _ => per_pe.clone(),
+            };
+            let back = per_pair.unwrap_or(per_pe);
             let all_rows = sent.iter().sum::<usize>() as f64;
             let remote = |v: &[usize]| {
                 v.iter()
@@ -576,7 +585,7 @@ fn run() -> rshmem::Result<bool> {
                 let row = Row {
                     bench: "moe_bench",
                     mode: if args.ll { "low_latency" } else { "normal" },
-                    ll_per_pe: args.ll && world.config().ep_ll_per_pe,
+                    ll_per_pe,
                     dtype: args.dtype.clone(),
                     tokens: t_n,
                     hidden: h,

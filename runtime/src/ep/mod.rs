@@ -494,6 +494,16 @@ pub struct Ep<'w> {
 
 crate::debug_fields!(Ep<'_>, |e| { cfg: e.cfg, sizes: e.sizes, sms: e.sms });
 
+/// Whether this PE's low-latency dispatch sends a token once per destination PE
+/// (`RSHMEM_EP_LL_PER_PE`; auto: when the PE has its GPU to itself, so that the receivers' local
+/// copies run on their own GPUs while the NVLink bytes shrink).
+pub fn ll_per_pe(world: &World) -> bool {
+    world
+        .config()
+        .ep_ll_per_pe
+        .unwrap_or_else(|| world.gpu_sharing().pes_on_gpu <= 1)
+}
+
 fn dev_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     let (p, _sync) = s.device_ptr(stream);
     p
@@ -602,7 +612,7 @@ impl<'w> Ep<'w> {
             ll_src,
             kernels,
             sms,
-            ll_send: if world.config().ep_ll_per_pe {
+            ll_send: if ll_per_pe(world) {
                 "rshmem_ep_ll_send_per_pe"
             } else {
                 "rshmem_ep_ll_send"
