@@ -495,13 +495,20 @@ pub struct Ep<'w> {
 crate::debug_fields!(Ep<'_>, |e| { cfg: e.cfg, sizes: e.sizes, sms: e.sms });
 
 /// Whether this PE's low-latency dispatch sends a token once per destination PE
-/// (`RSHMEM_EP_LL_PER_PE`; auto: when the PE has its GPU to itself, so that the receivers' local
-/// copies run on their own GPUs while the NVLink bytes shrink).
+/// (`RSHMEM_EP_LL_PER_PE`; auto: [`ll_per_pe_auto`]).
 pub fn ll_per_pe(world: &World) -> bool {
     world
         .config()
         .ep_ll_per_pe
-        .unwrap_or_else(|| world.gpu_sharing().pes_on_gpu <= 1)
+        .unwrap_or_else(|| ll_per_pe_auto(world.n_pes(), world.gpu_sharing().pes_on_gpu))
+}
+
+/// The automatic choice of [`ll_per_pe`]: once per PE when there are other PEs and this PE has
+/// its GPU to itself (the NVLink bytes shrink and the receivers' local copies run on their own
+/// GPUs); once per (token, expert) pair when the job is one PE or PEs share this GPU (the copies
+/// would then cost more than the local stores they save).
+pub fn ll_per_pe_auto(n_pes: usize, pes_on_gpu: usize) -> bool {
+    n_pes > 1 && pes_on_gpu <= 1
 }
 
 fn dev_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
@@ -1788,6 +1795,15 @@ mod tests {
     /// `EpParams` mirrors `rshmem_ep_params` field by field: the kernels take it by value, so a
     /// field missing, moved or of the other signedness on one side would hand every kernel the
     /// wrong values with no error. Both definitions are read from their sources.
+    #[test]
+    fn low_latency_sends_once_per_pe_only_with_a_gpu_per_pe() {
+        assert!(ll_per_pe_auto(4, 1));
+        assert!(ll_per_pe_auto(2, 1));
+        assert!(!ll_per_pe_auto(1, 1));
+        assert!(!ll_per_pe_auto(4, 4));
+        assert!(!ll_per_pe_auto(4, 2));
+    }
+
     #[test]
     fn params_mirror_the_kernels_struct() {
         let c = struct_fields(
