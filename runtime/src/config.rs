@@ -319,6 +319,7 @@ impl Config {
             c.timeout = (secs > 0.0).then(|| Duration::from_secs_f64(secs));
         }
         let flag = |name| parsed(get, name, parse_bool, "expected 0/1/true/false");
+        let auto_flag = |name| parsed(get, name, parse_auto_bool, "expected auto, 0 or 1");
         let size = |name, like| parsed(get, name, parse_size, like);
         if let Some(b) = size("RSHMEM_HEAP_LIMIT", "expected a size like 512M or 16G")? {
             c.heap_limit = Some(b);
@@ -349,14 +350,8 @@ impl Config {
         if let Some(on) = flag("RSHMEM_LAZY_MAPPING")? {
             c.lazy_mapping = on;
         }
-        if let Some(v) = get("RSHMEM_HOST_BARRIER") {
-            c.host_barrier = match v.trim().to_ascii_lowercase().as_str() {
-                "" | "auto" => None,
-                other => Some(
-                    parse_bool(other)
-                        .ok_or_else(|| bad("RSHMEM_HOST_BARRIER", &v, "expected auto, 0 or 1"))?,
-                ),
-            };
+        if let Some(v) = auto_flag("RSHMEM_HOST_BARRIER")? {
+            c.host_barrier = v;
         }
         if let Some(v) = get("RSHMEM_TCP_ADDR").filter(|v| !v.trim().is_empty()) {
             if v.trim().parse::<std::net::IpAddr>().is_err() {
@@ -384,14 +379,8 @@ impl Config {
             c.ucx_emulated_rma = parse_bool(&v)
                 .ok_or_else(|| bad("RSHMEM_UCX_EMULATED_RMA", &v, "expected 0/1/true/false"))?;
         }
-        if let Some(v) = get("RSHMEM_EP_LL_PER_PE") {
-            c.ep_ll_per_pe = match v.trim().to_ascii_lowercase().as_str() {
-                "" | "auto" => None,
-                other => Some(
-                    parse_bool(other)
-                        .ok_or_else(|| bad("RSHMEM_EP_LL_PER_PE", &v, "expected auto, 0 or 1"))?,
-                ),
-            };
+        if let Some(v) = auto_flag("RSHMEM_EP_LL_PER_PE")? {
+            c.ep_ll_per_pe = v;
         }
         if let Some(v) = get("RSHMEM_UCX_ERROR_MODE") {
             c.ucx_error_mode = UcxErrorMode::parse(&v)
@@ -484,6 +473,15 @@ pub fn parse_size(s: &str) -> Option<usize> {
     };
     let n: usize = num.trim().parse().ok()?;
     n.checked_mul(1usize << shift)
+}
+
+/// `auto` (or empty) as `Some(None)`, a [`parse_bool`] value as `Some(Some(b))`; None when it
+/// is neither.
+fn parse_auto_bool(s: &str) -> Option<Option<bool>> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => Some(None),
+        other => parse_bool(other).map(Some),
+    }
 }
 
 fn parse_bool(s: &str) -> Option<bool> {
@@ -681,6 +679,7 @@ mod tests {
             ("RSHMEM_IB_GID_INDEX", "roce"),
             ("RSHMEM_UCX_ERROR_MODE", "strict"),
             ("RSHMEM_EP_LL_PER_PE", "per-pe"),
+            ("RSHMEM_HOST_BARRIER", "sometimes"),
         ] {
             let err = Config::from_lookup(&move |q| (q == k).then(|| v.to_string())).unwrap_err();
             let msg = err.to_string();

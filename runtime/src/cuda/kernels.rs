@@ -1,6 +1,6 @@
-//! Kernels as the host sees them: the checked launch of any kernel and the lookup of a
-//! module's globals (the only `cuLaunchKernel` and `cuModuleGetGlobal` calls of the runtime);
-//! rshmem's own GPU kernels: the internal module
+//! Kernels as the host sees them: the checked launch of any kernel of a runtime module
+//! (through `cuda/launch.rs`, whose `cuLaunchKernel`/`cuLaunchKernelEx` and
+//! `cuModuleGetGlobal` calls are the runtime's only ones); rshmem's own GPU kernels: the internal module
 //! (`device/kernels/internal.cu`: host atomics, the stream barrier and signals, the proxy's
 //! stream-ordered calls), the one kernel cache every runtime module uses ([`Kernels`]: a loaded
 //! module and its kernels looked up once, optionally loaded up front), and the launch of the
@@ -101,11 +101,28 @@ impl Kernels {
         start: Start,
     ) -> Result<()> {
         let f = self.func(call, name)?;
+        let gpu = self.module.gpu();
+        gpu.bind(call)?;
+        // Overlapping only where the GPU has programmatic dependent launch.
+        let start = if gpu.programmatic_launch() {
+            start
+        } else {
+            Start::AfterPrevious
+        };
         let (grid, block) = ((blocks, 1, 1), (threads, 1, 1));
-        // SAFETY: forwarded from the caller.
+        // SAFETY: forwarded from the caller; the function and stream are live in the module's
+        // context, bound above.
         unsafe {
-            self.module
-                .launch_start(call, f, grid, block, 0, stream.cu_stream(), args, start)
+            crate::cuda::launch::launch_function(
+                call,
+                &f,
+                grid,
+                block,
+                0,
+                stream.cu_stream(),
+                args,
+                start,
+            )
         }
     }
 

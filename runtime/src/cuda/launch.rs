@@ -1,6 +1,7 @@
 //! Raw kernel work on modules the runtime or the program loaded: launching a function with
-//! raw parameters (`cuLaunchKernel`, or `cuLaunchKernelEx` for a programmatic dependent launch) and looking up a module's global variable
-//! (`cuModuleGetGlobal`). Below `device/module.rs`, which launches through it.
+//! raw parameters (`cuLaunchKernel`, or `cuLaunchKernelEx` for a programmatic dependent launch)
+//! and looking up a module's global variable (`cuModuleGetGlobal`). Below `device/module.rs`
+//! and `cuda/kernels.rs`, which launch through it.
 
 use cudarc::driver::{sys, CudaFunction};
 
@@ -16,7 +17,8 @@ pub(crate) enum Start {
     /// before it has run `griddepcontrol.launch_dependents` (or exited). It must not read what
     /// that kernel writes except through its own synchronization, and must run
     /// `griddepcontrol.wait` before it exits, so that the work after it on the stream still
-    /// starts after both. On older GPUs this is `AfterPrevious`.
+    /// starts after both. Needs compute capability 9.0 or later (`Kernels::launch` falls back
+    /// to `AfterPrevious` on older GPUs).
     Overlapping,
 }
 

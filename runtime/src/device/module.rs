@@ -153,11 +153,13 @@ impl Module {
         stream: CUstream,
         args: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
+        self.gpu.bind(call)?;
+        // SAFETY: forwarded from the caller (argument layout) and the function/stream are live
+        // in this module's context, bound above.
         unsafe {
-            self.launch_start(
+            crate::cuda::launch::launch_function(
                 call,
-                f,
+                &f,
                 grid,
                 block,
                 smem,
@@ -168,34 +170,8 @@ impl Module {
         }
     }
 
-    /// [`launch_raw`](Module::launch_raw) starting as `start` says ([`Start::Overlapping`] only
-    /// on GPUs of compute capability 9.0 and later; `AfterPrevious` elsewhere).
-    ///
-    /// # Safety
-    /// As for `launch_raw`, and a kernel launched [`Start::Overlapping`] keeps that variant's
-    /// rules.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn launch_start(
-        &self,
-        call: &'static str,
-        f: CudaFunction,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        smem: u32,
-        stream: CUstream,
-        args: &mut [*mut std::ffi::c_void],
-        start: Start,
-    ) -> Result<()> {
-        self.gpu.bind(call)?;
-        let start = if self.gpu.programmatic_launch() {
-            start
-        } else {
-            Start::AfterPrevious
-        };
-        // SAFETY: forwarded from the caller (argument layout) and the function/stream are live
-        // in this module's context, bound above.
-        unsafe {
-            crate::cuda::launch::launch_function(call, &f, grid, block, smem, stream, args, start)
-        }
+    /// The GPU whose context holds this module.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 }
