@@ -683,8 +683,10 @@ int rshmemx_ep_output(rshmemx_ep_t *ep, void **expert_x, const int64_t **expert_
    / 128 per row; NULL and 0 otherwise); any out-pointer may be NULL. */
 int rshmemx_ep_output_scales(rshmemx_ep_t *ep, const float **expert_scales,
                              size_t *scales_per_row);
-/* The low-latency mode (config->low_latency): every (token, expert) pair stored into fixed
-   per-expert regions [L][n][max_tokens] rows, no count exchange; combine takes the weights. */
+/* The low-latency mode (config->low_latency): every (token, expert) pair has a row in fixed
+   per-expert regions [L][n][max_tokens] rows, no count exchange; combine takes the weights.
+   RSHMEM_EP_LL_PER_PE (auto, 0, 1) sets whether a token crosses to a PE once (the receiver
+   copies it to its other experts there) or once per expert (docs/moe.md). */
 int rshmemx_ep_ll_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
                                      size_t num_tokens, cudaStream_t stream);
 int rshmemx_ep_ll_dispatch_fp8_on_stream(rshmemx_ep_t *ep, const void *x, const float *x_scales,
