@@ -104,10 +104,10 @@ impl Kernels {
         let gpu = self.module.gpu();
         gpu.bind(call)?;
         // Overlapping only where the GPU has programmatic dependent launch.
-        let start = if gpu.programmatic_launch() {
-            start
-        } else {
+        let start = if start == Start::Overlapping && !gpu.programmatic_launch() {
             Start::AfterPrevious
+        } else {
+            start
         };
         let (grid, block) = ((blocks, 1, 1), (threads, 1, 1));
         // SAFETY: forwarded from the caller; the function and stream are live in the module's

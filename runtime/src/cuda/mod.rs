@@ -179,6 +179,8 @@ pub struct Gpu {
     pub granularity: usize,
     /// Compute capability as an NVRTC architecture, e.g. `sm_90`.
     pub arch: String,
+    /// Whether kernels can be launched as programmatic dependents (from `arch`, once).
+    programmatic: bool,
 }
 
 crate::debug_fields!(Gpu, |g| { ordinal: g.ordinal });
@@ -237,12 +239,14 @@ impl Gpu {
         })?;
         let prop = alloc_prop(ordinal);
         let gran = granularity(&prop, call, "cuMemGetAllocationGranularity")?;
+        let arch = format!("sm_{}{}", cc[0], cc[1]);
         Ok(Arc::new(Gpu {
             ctx,
             stream,
             ordinal,
             granularity: gran.max(1),
-            arch: format!("sm_{}{}", cc[0], cc[1]),
+            programmatic: arch_has_programmatic_launch(&arch),
+            arch,
         }))
     }
 
@@ -257,7 +261,7 @@ impl Gpu {
     /// Whether kernels can be launched as programmatic dependents of the kernel before them
     /// (compute capability 9.0 and later; [`launch::Start::Overlapping`]).
     pub(crate) fn programmatic_launch(&self) -> bool {
-        arch_has_programmatic_launch(&self.arch)
+        self.programmatic
     }
 
     /// Makes this GPU's context current on the calling thread.
