@@ -695,6 +695,19 @@ def fmt(x, nd=3):
     return f"{x:.{nd}f}" if abs(x) < 1e4 else f"{x:.4g}"
 
 
+# Tables of NVSHMEM's perftests that measure nothing comparable, by (program, table): shown, but
+# left out of the geometric means, with the reason. Each entry names what was measured.
+NOT_COMPARED = {
+    ("sync_latency", "sync_all_device"):
+        "the program launches its three sync_all kernels, which take (team, iter), with one "
+        "argument ({&skip} or {&iter}): `iter` is read past the end of the host's argument array, "
+        "so the number of sync_all calls is whatever the stack holds there (rshmem's build on "
+        "2 x H200: every warm-up kernel made 1000 calls, every timed one none, so its latency "
+        "rows read 0.008-0.03 us; in 30 of 40 runs the PEs' counts differed and the program hung "
+        "in its next barrier)",
+}
+
+
 def render_md(results, fails, last, title_info=""):
     tables = {}
     for r in results:
@@ -721,6 +734,11 @@ def render_md(results, fails, last, title_info=""):
                 if r and r["ratio"]:
                     all_ratios.append(r["ratio"])
             body.append("| " + " | ".join(cells) + " |")
+        why = NOT_COMPARED.get((prog, job))
+        if why:
+            body += ["", f"not compared: {why}", ""]
+            summary.append((prog, li, args, job, subjob, None, None, 0))
+            continue
         g = geomean(all_ratios)
         lo = min(all_ratios) if all_ratios else None
         body += ["", f"gmean {fmt(g, 2)}, lowest {fmt(lo, 2)} ({len(all_ratios)} ratios)", ""]
@@ -728,8 +746,16 @@ def render_md(results, fails, last, title_info=""):
     head += ["## Geometric mean per table", "",
              "| program | args | table | gmean | lowest | ratios |", "|---|---|---|---:|---:|---:|"]
     for prog, li, args, job, subjob, g, lo, n in summary:
+        if NOT_COMPARED.get((prog, job)):
+            head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | not compared | - | - |")
+            continue
         head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | {fmt(g, 2)} | {fmt(lo, 2)} | {n} |")
     head.append("")
+    excluded = sorted({k for k in NOT_COMPARED if any((s[0], s[3]) == k for s in summary)})
+    if excluded:
+        head += ["Not compared (a defect of the program, the same in both builds):", ""]
+        head += [f"* {prog} / {job}: {NOT_COMPARED[(prog, job)]}" for prog, job in excluded]
+        head.append("")
     head += [f"Runs: {count_line(last, fails)}.", ""]
     if fails:
         head += ["## Failed runs", "", "| round | program | args | library | why | log |",
@@ -820,6 +846,16 @@ def self_test():
         # shmem_p_latency: ratios 2.0 and 0.5 in both rounds: gmean 1.00, lowest 0.50.
         assert re.search(r"\| x \| #0 `-n 5` \| shmem_p_latency / None \| 1\.00 \| 0\.50 \| 4 \|", md), md
         assert "| 1 | y | #0 `-` | rshmem | exit status 1 | logs/y |" in md, md
+        assert "not compared" not in md, md
+        # A table of NOT_COMPARED is shown without a geometric mean, its reason listed.
+        NOT_COMPARED[("x", "Bandwidth")] = "a test reason"
+        try:
+            md2 = render_md(results, fails, {}, "")
+        finally:
+            del NOT_COMPARED[("x", "Bandwidth")]
+        assert "| x | #0 `-n 5` | Bandwidth / None | not compared | - | - |" in md2, md2
+        assert "* x / Bandwidth: a test reason" in md2, md2
+        assert re.search(r"\| x \| #0 `-n 5` \| shmem_p_latency / None \| 1\.00 \| 0\.50 \| 4 \|", md2)
         assert os.path.isfile(os.path.join(d, "results.jsonl"))
     # rshmem alone: its numbers without ratios, every run with its status, a planned run that
     # never ran counted and listed.
@@ -976,8 +1012,17 @@ def main():
             a.lib_for_run = os.path.join(a.build, "lib", "librshmem.so")
         elif info.get("librshmem"):
             a.lib_for_run = os.path.join(info["librshmem"], "librshmem.so")
-    if info.get("nvshmem"):
-        a.nv_lib_for_run = os.path.join(info["nvshmem"], "lib")
+    if "nvshmem" in a.libs:
+        # NVSHMEM's libraries of the runs: the build's, where it was built on this machine; else
+        # the install --vs-nvshmem names here (a build made on another machine, carried here).
+        built_lib = os.path.join(info["nvshmem"], "lib") if info.get("nvshmem") else None
+        if built_lib and os.path.isfile(os.path.join(built_lib, "libnvshmem_host.so.3")):
+            a.nv_lib_for_run = built_lib
+        elif a.vs_nvshmem:
+            here = os.path.join(nvshmem_prefix(a.vs_nvshmem), "lib")
+            if not os.path.isfile(os.path.join(here, "libnvshmem_host.so.3")):
+                die(f"--vs-nvshmem {a.vs_nvshmem}: no libnvshmem_host.so.3 in {here}")
+            a.nv_lib_for_run = here
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     if a.resume and not a.out:
         die("--resume needs the --out folder of the run to go on with")

@@ -464,8 +464,9 @@ impl Bufs<'_, '_> {
 const DEVICE_KERNEL: &str = r#"
 #include "rshmem/rshmem.cuh"
 #include "rshmem/coll.cuh"
-// Block scope: alltoall + int sum reduce; warp: fcollect; thread: broadcast from team PE 1 %
-// n; then the team queries.
+// Block scope: alltoall + int sum reduce (m elements: the element-wise pushes); warp: fcollect;
+// thread: broadcast from team PE 1 % n and an int sum reduce of 32 elements into red + 40 (the
+// 16-byte pushes); then the team queries.
 extern "C" __global__ void colls(int team, int* dest, const int* src, int* red, size_t m,
                                  int* info) {
     rshmem_int_alltoall_block(team, dest, src, m);
@@ -479,6 +480,7 @@ extern "C" __global__ void colls(int team, int* dest, const int* src, int* red, 
     if (threadIdx.x == 0) {
         int n = rshmem_team_n_pes(team);
         rshmem_int_broadcast(team, dest + 2 * n * m, src, m, 1 % n);
+        rshmem_int_sum_reduce(team, red + 40, src, 32);
         info[0] = rshmem_team_my_pe(team);
         info[1] = n;
         info[2] = rshmem_team_translate_pe(team, n - 1, RSHMEM_TEAM_WORLD);
@@ -498,7 +500,7 @@ fn device_api(c: &Ctx<'_>, s: &CudaStream, src: &SymBuf<'_, i32>, dst: &SymBuf<'
         .ctx("fill")?;
     dst.copy_from_slice(&vec![POISON; 4 * n * m + 8])
         .ctx("poison")?;
-    let red = w.malloc::<i32>(m).ctx("malloc red")?;
+    let red = w.malloc::<i32>(72).ctx("malloc red")?;
     let info = w.calloc::<i32>(3).ctx("calloc info")?;
     w.barrier_all().ctx("barrier_all")?;
     let module = w.load_module(DEVICE_KERNEL).ctx("load_module")?;
@@ -517,7 +519,7 @@ fn device_api(c: &Ctx<'_>, s: &CudaStream, src: &SymBuf<'_, i32>, dst: &SymBuf<'
         shared_mem_bytes: 0,
     };
     // SAFETY: colls(int, int*, const int*, int*, size_t, int*) with symmetric allocations large
-    // enough for 3·n·m, n·m, m and 3 ints.
+    // enough for 3·n·m, n·m, 72 (m = 37 ≤ 40, then 32) and 3 ints.
     unsafe {
         s.launch_builder(&f)
             .arg(&h)
@@ -559,10 +561,16 @@ fn device_api(c: &Ctx<'_>, s: &CudaStream, src: &SymBuf<'_, i32>, dst: &SymBuf<'
     let sum: Vec<i32> = (0..m)
         .map(|i| (0..n).fold(0i32, |a, j| a.wrapping_add(input(wp(j), i, 40))))
         .collect();
+    let red_got = red.to_vec().ctx("read")?;
     expect_eq(
         "device rshmem_int_sum_reduce_block",
-        sum,
-        red.to_vec().ctx("read")?,
+        sum.clone(),
+        red_got[..m].to_vec(),
+    )?;
+    expect_eq(
+        "device rshmem_int_sum_reduce (32 elements, 16-byte pushes)",
+        sum[..32].to_vec(),
+        red_got[40..72].to_vec(),
     )?;
     expect_eq(
         "device team queries (my_pe, n_pes, translate of the last PE)",
