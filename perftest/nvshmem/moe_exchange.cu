@@ -221,6 +221,23 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p) {
 
 __device__ __forceinline__ void set_err(int* err, int code) { atomicCAS(err, 0, code); }
 
+// After the block's puts: completes them (nvshmem_quiet), counts the block done on `counter`
+// and returns (to every thread) whether it was the grid's last block; the last one then sees
+// every other block's work. Resets nothing: the caller's last block does.
+__device__ __forceinline__ bool puts_done_last_block(int* counter) {
+    __shared__ int s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        nvshmem_quiet();
+        __threadfence();
+        s_last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (s_last) __threadfence();
+    return s_last;
+}
+
+
 // One warp copies len bytes (a multiple of 16) from src to ndst destinations: lane j < ndst
 // holds destination j's address. Four 16-byte loads per lane in flight; each loaded vector is
 // stored to every destination.
@@ -311,7 +328,6 @@ __global__ void __launch_bounds__(kThreads, 1) dispatch_send(Params p) {
     __shared__ int s_pair_d[kThreads];
     __shared__ int s_pair_slot[kThreads];
     __shared__ int s_npairs;
-    __shared__ int s_last;
     __shared__ uint8_t* s_peer_x[kMaxPes];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int k = p.k;
@@ -392,15 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) dispatch_send(Params p) {
         __syncthreads();
     }
     // Every block's puts complete before the block counts itself done.
-    __syncthreads();
-    if (tid == 0) {
-        nvshmem_quiet();
-        __threadfence();
-        s_last = atomicAdd(&p.done[0], 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!puts_done_last_block(&p.done[0])) return;
     // The last block: rows per (destination, local expert), then per destination the signal
     // carrying the epoch and the number of rows. Counters back to zero for the next call.
     for (int e = tid; e < p.E; e += kThreads) {
@@ -569,7 +577,6 @@ __global__ void __launch_bounds__(kThreads, 1) expert_scale(Params p) {
 
 __global__ void __launch_bounds__(kThreads, 1) combine_send(Params p) {
     __shared__ uint8_t* s_peer[kMaxPes];
-    __shared__ int s_last;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n = p.n, k = p.k;
     const size_t rb = (size_t)p.row_bytes;
@@ -604,15 +611,7 @@ __global__ void __launch_bounds__(kThreads, 1) combine_send(Params p) {
             nvshmemx_putmem_nbi_warp(p.recv_comb + dst_off, stage, (size_t)len, s);
         }
     }
-    __syncthreads();
-    if (tid == 0) {
-        nvshmem_quiet();
-        __threadfence();
-        s_last = atomicAdd(&p.done[1], 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!puts_done_last_block(&p.done[1])) return;
     if (tid < n) {
         nvshmem_fence();
         nvshmemx_signal_op(p.sig_comb + p.me, p.epoch, NVSHMEM_SIGNAL_SET, tid);
