@@ -1,6 +1,9 @@
 // moe_exchange: expert-parallel MoE dispatch + combine written with NVSHMEM's public API only,
 // the reference point for rshmem's own exchange (runtime/src/ep, device-lib/include/rshmem/ep.cuh,
 // docs/moe.md) and its benchmark perftest/src/bin/moe_bench.rs.
+// A whole program with host code and NVSHMEM's headers, built by nvcc (scripts/moe-nvshmem
+// build; CI does), so the NVRTC sweep of the repository's .cu files leaves it out:
+// rshmem: nvrtc-skip
 //
 // The same source builds twice, unchanged (scripts/moe-nvshmem build does both):
 //
