@@ -599,11 +599,11 @@ static __device__ __forceinline__ void reduce_oneshot(const char* call, rshmem_t
     // a single thread issues without waiting on each in turn.
     if (nb % 16 == 0 && ((uint64_t)src & 15u) == 0) {
         const uint32_t nv = (uint32_t)(nb / 16);
-        for (uint32_t i = g.rank; i < (uint32_t)n * nv; i += g.size) {
-            const uint32_t j = i / nv, k = i - j * nv;
-            const uint4 v = ((const uint4*)src)[(scatter ? (size_t)j * nv : 0) + k];
+        const char* from = (const char*)src;
+        for (int j = 0; j < n; ++j, from += scatter ? nb : 0) {
             // Team PE j's scratch slot `me`.
-            __stwb((uint4*)(team_peer_nc(d, mine, (int)j) + (size_t)me * nb) + k, v);
+            uint4* to = (uint4*)(team_peer_nc(d, mine, j) + (size_t)me * nb);
+            for (uint32_t k = g.rank; k < nv; k += g.size) __stwb(to + k, ((const uint4*)from)[k]);
         }
     } else {
         for (size_t i = g.rank; i < (size_t)n * nelems; i += g.size) {
