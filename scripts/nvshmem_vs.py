@@ -737,24 +737,24 @@ def render_md(results, fails, last, title_info=""):
         why = NOT_COMPARED.get((prog, job))
         if why:
             body += ["", f"not compared: {why}", ""]
-            summary.append((prog, li, args, job, subjob, None, None, 0))
+            summary.append((prog, li, args, job, subjob, None, None, 0, why))
             continue
         g = geomean(all_ratios)
         lo = min(all_ratios) if all_ratios else None
         body += ["", f"gmean {fmt(g, 2)}, lowest {fmt(lo, 2)} ({len(all_ratios)} ratios)", ""]
-        summary.append((prog, li, args, job, subjob, g, lo, len(all_ratios)))
+        summary.append((prog, li, args, job, subjob, g, lo, len(all_ratios), None))
     head += ["## Geometric mean per table", "",
              "| program | args | table | gmean | lowest | ratios |", "|---|---|---|---:|---:|---:|"]
-    for prog, li, args, job, subjob, g, lo, n in summary:
-        if NOT_COMPARED.get((prog, job)):
+    for prog, li, args, job, subjob, g, lo, n, why in summary:
+        if why:
             head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | not compared | - | - |")
             continue
         head.append(f"| {prog} | #{li} `{args or '-'}` | {job} / {subjob} | {fmt(g, 2)} | {fmt(lo, 2)} | {n} |")
     head.append("")
-    excluded = sorted({k for k in NOT_COMPARED if any((s[0], s[3]) == k for s in summary)})
+    excluded = sorted({(s[0], s[3], s[8]) for s in summary if s[8]})
     if excluded:
         head += ["Not compared (a defect of the program, the same in both builds):", ""]
-        head += [f"* {prog} / {job}: {NOT_COMPARED[(prog, job)]}" for prog, job in excluded]
+        head += [f"* {prog} / {job}: {why}" for prog, job, why in excluded]
         head.append("")
     head += [f"Runs: {count_line(last, fails)}.", ""]
     if fails:
@@ -1018,7 +1018,7 @@ def main():
         built_lib = os.path.join(info["nvshmem"], "lib") if info.get("nvshmem") else None
         if built_lib and os.path.isfile(os.path.join(built_lib, "libnvshmem_host.so.3")):
             a.nv_lib_for_run = built_lib
-        elif a.vs_nvshmem:
+        else:  # --vs-nvshmem is required with the NVSHMEM side (checked above)
             here = os.path.join(nvshmem_prefix(a.vs_nvshmem), "lib")
             if not os.path.isfile(os.path.join(here, "libnvshmem_host.so.3")):
                 die(f"--vs-nvshmem {a.vs_nvshmem}: no libnvshmem_host.so.3 in {here}")
