@@ -320,7 +320,10 @@ fn ep_kernels_compile_or_skip() {
         "rshmem_ep_combine_recv_bf16",
         "rshmem_ep_ll_send",
         "rshmem_ep_ll_wait",
+        "rshmem_ep_ll_send_per_pe",
         "rshmem_ep_ll_combine_send",
+        "rshmem_ep_ll_combine_send_per_pe_f32",
+        "rshmem_ep_ll_combine_send_per_pe_bf16",
         "rshmem_ep_ll_combine_recv_f32",
         "rshmem_ep_ll_combine_recv_bf16",
     ] {

@@ -78,6 +78,9 @@
 #define RSHMEM_EP_FP8_BLOCK 128
 // In a low-latency count (ll_cnt): the source sent its rows once per destination PE.
 #define RSHMEM_EP_LL_PER_PE_BIT (1 << 30)
+// In ll_slot_ok: the slot whose row carried the token's data to its PE (per-PE sends); the
+// low-latency combine of such a dispatch returns one row per (token, PE), in that slot.
+#define RSHMEM_EP_LL_LEAD_BIT (1 << 30)
 
 // Error codes in err[0] (first error wins; the host reads and clears them).
 #define RSHMEM_EP_ERR_EXPERT 1  // err[1] = token, err[2] = slot, err[3] = the index (low 32 bits)
@@ -127,12 +130,14 @@ struct rshmem_ep_params {
     // low-latency mode (0 unless the handle was made for it)
     uint64_t ll_x;        // symmetric [L][n][max_tokens][row_bytes]: rows per (expert, source)
     uint64_t ll_meta;     // symmetric int32 [L][n][max_tokens][4]: source token, slot, the
-                          // row holding its data (-1: this one), 0
+                          // row holding its data (-1: this one), and 0, or for the row that
+                          // carries the data of a per-PE send the mask of the token's slots here
     uint64_t ll_cnt;      // symmetric int32 [L][n]: rows per (expert, source)
     uint64_t ll_comb;     // symmetric [max_tokens][k][comb_row_bytes]: outputs per (token, slot)
     uint64_t ll_count;    // local int32 [L][n]: the counts of the last dispatch (output)
     uint64_t ll_src;      // local int32 [L][n][max_tokens][2]: (token, slot) of each row (output)
-    uint64_t ll_slot_ok;  // local int32 [max_tokens][k]: 1 where the slot's row was sent
+    uint64_t ll_slot_ok;  // local int32 [max_tokens][k]: 0 where the slot's row was not sent,
+                          // else 1 + its PE | RSHMEM_EP_LL_LEAD_BIT on a per-PE send's lead
     // combine rows and per-block scales (fp8 handles; 0 otherwise)
     int64_t comb_row_bytes;   // bytes of a row of y, out, comb_x, ll_comb; 0: row_bytes
     int64_t scale_words;      // float scales per dispatched row (H / 128 for fp8), or 0
@@ -140,8 +145,17 @@ struct rshmem_ep_params {
     uint64_t stage_scales;    // symmetric float [n][max_tokens][scale_words]: scales from each source
     uint64_t expert_scales;   // local float [max_rows][scale_words]: the scales of expert_x's rows
     uint64_t ll_scales;       // symmetric float [L][n][max_tokens][scale_words]: of ll_x's rows
+    // the low-latency combine of a per-PE dispatch (0 otherwise)
+    uint64_t ll_wgt;     // symmetric uint64 [n][max_tokens][k]: the weight of each source's
+                         // (token, slot) with an expert here, (tag << 32) | f32 bits, the tag
+                         // 1 + the combine's epoch mod 2^32 - 1
+    uint64_t ll_pair;    // local int32 [n][max_tokens][k]: the row (index into ll_x) of each
+                         // source's (token, slot)
+    uint64_t ll_items;   // local int4 [n * max_tokens]: {source, token, lead row, slots' mask}
+                         // of each token's row that carried the data (ll_nitems of them)
+    uint64_t ll_nitems;  // local int32: entries of ll_items
 };
-static_assert(sizeof(rshmem_ep_params) == 45 * 8, "rshmem_ep_params size");
+static_assert(sizeof(rshmem_ep_params) == 49 * 8, "rshmem_ep_params size");
 
 namespace rshmem_ep {
 
@@ -869,6 +883,10 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
     const int L = (int)p.local_experts, E = (int)p.num_experts;
     const int64_t row_bytes = p.row_bytes, M = p.max_tokens, sw = p.scale_words;
     const uint64_t e_now = rshmem_ep::phase_begin(p, 2);
+    // The receiver's list of per-PE leads (ll_wait appends to it) starts empty: the previous
+    // dispatch's ll_wait and combine are done (stream order), and this dispatch's ll_wait
+    // appends after this kernel's last block (its signal).
+    if (PER_PE && blockIdx.x == 0 && threadIdx.x == 0) *(int32_t*)p.ll_nitems = 0;
     const int lane = threadIdx.x & 31;
     const int64_t vecs = row_bytes >> 4;
     int32_t* ecnt = (int32_t*)p.ecnt;
@@ -892,7 +910,6 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                 } else if (e != -1) {
                     rshmem_ep::record_error(p, RSHMEM_EP_ERR_EXPERT, (int)t, lane, (int)e);
                 }
-                ((int32_t*)p.ll_slot_ok)[t * k + lane] = ok;
             }
             // PER_PE: the token's first sent slot on each destination PE gets the row; the
             // others there name that slot's row (the receiver copies it). Otherwise every sent
@@ -901,9 +918,17 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
                 PER_PE ? __match_any_sync(0xffffffffu, ok ? d : -1 - lane) : 1u << lane;
             const int lead = __ffs(same) - 1;
             const int64_t lead_slot = __shfl_sync(0xffffffffu, slot, lead);
+            // 0: not sent; 1 + the destination PE, with the LEAD bit on the slot whose row
+            // carries the data on a per-PE send (the combine returns one row per PE there).
+            if (lane < k) {
+                ((int32_t*)p.ll_slot_ok)[t * k + lane] =
+                    ok ? (1 + d) | (PER_PE && lead == lane ? RSHMEM_EP_LL_LEAD_BIT : 0) : 0;
+            }
             if (ok) {
                 int32_t* meta = (int32_t*)rshmem_ptr((void*)p.ll_meta, d) + slot * 4;
-                *(int4*)meta = make_int4((int)t, lane, lead == lane ? -1 : (int)lead_slot, 0);
+                // Word 3 of a per-PE lead: the token's slots on that PE (never 0).
+                *(int4*)meta = make_int4((int)t, lane, lead == lane ? -1 : (int)lead_slot,
+                                         PER_PE && lead == lane ? (int)same : 0);
                 if (lead == lane) {
                     s_dst[w][lane] = (uint8_t*)rshmem_ptr((void*)p.ll_x, d) + slot * row_bytes;
                     if (sw > 0) s_sdst[w][lane] = (float*)rshmem_ptr((void*)p.ll_scales, d) + slot * sw;
@@ -946,7 +971,7 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
 static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
     __shared__ int s_copies;
-    const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n;
+    const int n = (int)p.n_pes, L = (int)p.local_experts, E = L * n, k = (int)p.topk;
     const int64_t M = p.max_tokens, row_bytes = p.row_bytes, sw = p.scale_words;
     const uint64_t e_now = rshmem_ep::phase_epoch(p, 2);
     if (threadIdx.x == 0) s_copies = 0;
@@ -971,6 +996,16 @@ static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
         const int64_t at = (int64_t)lo * M + (r - s_pre[lo]);
         const rshmem_ep::vec16 m = rshmem_ep::ld16_cg(meta + at * 4);
         ((int2*)p.ll_src)[at] = make_int2((int)m.a, (int)m.b);
+        // A row of a per-PE send (a follower, or a lead with its slots' mask): the combine
+        // finds each (source, token, slot)'s row in ll_pair and the leads in ll_items.
+        if ((int32_t)m.c >= 0 || m.d != 0u) {
+            const int64_t s = (at / M) % n;
+            ((int32_t*)p.ll_pair)[(s * M + (int)m.a) * k + (int)m.b] = (int32_t)at;
+            if (m.d != 0u) {
+                const int i = atomicAdd((int32_t*)p.ll_nitems, 1);
+                ((int4*)p.ll_items)[i] = make_int4((int)s, (int)m.a, (int)at, (int)m.d);
+            }
+        }
     }
     if (s_copies) {
         const int64_t vecs = row_bytes >> 4;
@@ -1018,6 +1053,89 @@ static __device__ void rshmem_ep_ll_combine_send_dev(const rshmem_ep_params& p) 
 
 namespace rshmem_ep {
 
+static __device__ __noinline__ void fail_ll_weight(int me, int s, int t, int j, uint32_t tag,
+                                                   uint32_t seen, unsigned long long waited) {
+    printf("rshmem: ep_ll_combine on PE %d: timed out after %llu ns waiting for PE %d's weight "
+           "of token %d slot %d (combine %u; the word holds combine %u)\n",
+           me, waited, s, t, j, tag, seen);
+    __trap();
+}
+// The weight source s stored for its (token t, slot j) in this combine (tag: from the combine's
+// epoch), waiting for it (bounded by the device timeout). One 8-byte word carries the tag and
+// the weight, so no fence orders them.
+static __device__ __forceinline__ float ll_weight(const rshmem_ep_params& p, int s, int64_t t,
+                                                  int j, uint32_t tag) {
+    const uint64_t* w = (const uint64_t*)p.ll_wgt + ((int64_t)s * p.max_tokens + t) * p.topk + j;
+    rshmem_detail::wait_timer timer;
+    for (;;) {
+        const uint64_t v = rshmem_detail::ld_relaxed_sys(w);
+        if ((uint32_t)(v >> 32) == tag) return __uint_as_float((uint32_t)v);
+        if (timer.expired()) {
+            rshmem_detail::cold(&fail_ll_weight)((int)p.my_pe, s, (int)t, j, tag, (uint32_t)(v >> 32),
+                                  timer.waited());
+        }
+    }
+}
+
+// Low-latency combine of a per-PE dispatch, expert side: (a) this PE's weights go to the PEs of
+// its tokens' experts (one tagged 8-byte word per sent slot, its own read in place); (b) one
+// warp per lead row (for_rows over ll_items): the sum over the token's slots here, in slot
+// order, of w[j] * y[row of slot j] (fp32 fused multiply-adds from 0), rounded once to the
+// element type, stored once into the source's ll_comb at [token][lead slot]. A block waits for
+// the weights of other PEs only (stored by their kernels' blocks before any of them waits), so
+// every PE's grid must be resident at once (its blocks fit on the SMs given to the PE).
+template <int DT>
+static __device__ __forceinline__ void ll_combine_send_per_pe(const rshmem_ep_params& p) {
+    typedef elem<DT> EL;
+    __shared__ uint8_t* s_comb[RSHMEM_EP_MAX_PES];
+    __shared__ int32_t s_row[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    __shared__ float s_w[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
+    const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
+    const int64_t row_bytes = comb_row_bytes(p), M = p.max_tokens;
+    for (int s = threadIdx.x; s < n; s += blockDim.x) s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
+    const uint64_t e_now = phase_begin(p, 3);
+    // Never 0 (the words start zeroed) and different in consecutive combines.
+    const uint32_t tag = 1u + (uint32_t)(e_now % 0xffffffffull);
+    // (a) Slot i = t k + j of this PE's tokens, one thread a slot over the grid.
+    const int64_t slots = p.num_tokens * k, threads = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += threads) {
+        const int32_t ok = ((const int32_t*)p.ll_slot_ok)[i];
+        const int d = (ok & ~RSHMEM_EP_LL_LEAD_BIT) - 1;
+        if (ok == 0 || d == me) continue;
+        const uint32_t w = __float_as_uint(((const float*)p.topk_w)[i]);
+        uint64_t* dst = (uint64_t*)rshmem_ptr((void*)p.ll_wgt, d) + (int64_t)me * M * k + i;
+        rshmem_detail::st_relaxed_sys(dst, ((uint64_t)tag << 32) | w);
+    }
+    // (b) The leads over the grid (for_rows, in the sums' chunks).
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int64_t vecs = row_bytes >> 4;
+    const int items = *(const int32_t*)p.ll_nitems;
+    for_rows<SUM_VECS>(items, vecs, [&](int64_t it, int64_t first, int64_t step) {
+        const int4 item = ((const int4*)p.ll_items)[it];
+        const int s = item.x;
+        const int64_t t = item.y;
+        const uint32_t mask = (uint32_t)item.w;
+        if ((mask >> lane) & 1u) {
+            s_row[wid][lane] = ((const int32_t*)p.ll_pair)[((int64_t)s * M + t) * k + lane];
+            s_w[wid][lane] = s == me ? ((const float*)p.topk_w)[t * k + lane]
+                                     : ll_weight(p, s, t, lane, tag);
+        }
+        __syncwarp();
+        uint8_t* dst = s_comb[s] + (t * k + (__ffs(mask) - 1)) * row_bytes;
+        for (int64_t v0 = first; v0 < vecs; v0 += step) {
+            sum_chunk<EL, false, true>(dst, mask, [&](int j) {
+                return term{(const uint8_t*)p.y + (int64_t)s_row[wid][j] * row_bytes, s_w[wid][j]};
+            }, v0, vecs, lane);
+        }
+        __syncwarp();
+    });
+    if (phase_sent((uint32_t*)p.done + 6)) signal_all(p, 6, e_now);
+}
+
+// Low-latency combine, source side: out[t] = the sum over the token's sent slots of
+// w[t][j] * row(t, j) (per-pair dispatch), or over its lead slots of the PEs' partial sums
+// (RSHMEM_EP_LL_LEAD_BIT: per-PE dispatch, weight 1), in slot order (fp32 fused multiply-adds
+// from 0), rounded once; zeros for a token with no slot sent.
 template <int DT>
 static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
@@ -1033,11 +1151,12 @@ static __device__ __forceinline__ void ll_combine_recv(const rshmem_ep_params& p
         int ok = 0;
         if (lane < k) ok = ((const int32_t*)p.ll_slot_ok)[t * k + lane];
         const uint32_t sent = __ballot_sync(0xffffffffu, ok != 0);
+        const uint32_t leads = __ballot_sync(0xffffffffu, (ok & RSHMEM_EP_LL_LEAD_BIT) != 0);
         const float* w = (const float*)p.topk_w + t * k;
         const uint8_t* base = (const uint8_t*)p.ll_comb + t * k * row_bytes;
         for (int64_t v0 = first; v0 < vecs; v0 += step) {
-            sum_chunk<EL, true, true>((uint8_t*)p.out + t * row_bytes, sent, [&](int j) {
-                return term{base + j * row_bytes, w[j]};
+            sum_chunk<EL, true, true>((uint8_t*)p.out + t * row_bytes, leads ? leads : sent, [&](int j) {
+                return term{base + j * row_bytes, leads ? 1.f : w[j]};
             }, v0, vecs, lane);
         }
     });
@@ -1070,6 +1189,12 @@ RSHMEM_EP_KERNEL rshmem_ep_ll_send_per_pe(rshmem_ep_params p) { rshmem_ep_ll_sen
 RSHMEM_EP_KERNEL rshmem_ep_ll_wait(rshmem_ep_params p) { rshmem_ep_ll_wait_dev(p); }
 RSHMEM_EP_KERNEL rshmem_ep_ll_combine_send(rshmem_ep_params p) {
     rshmem_ep_ll_combine_send_dev(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_ll_combine_send_per_pe_f32(rshmem_ep_params p) {
+    rshmem_ep::ll_combine_send_per_pe<RSHMEM_EP_F32>(p);
+}
+RSHMEM_EP_KERNEL rshmem_ep_ll_combine_send_per_pe_bf16(rshmem_ep_params p) {
+    rshmem_ep::ll_combine_send_per_pe<RSHMEM_EP_BF16>(p);
 }
 RSHMEM_EP_KERNEL rshmem_ep_ll_combine_recv_f32(rshmem_ep_params p) {
     rshmem_ep::ll_combine_recv<RSHMEM_EP_F32>(p);

@@ -54,6 +54,8 @@ const EP_KERNELS: &[&str] = &[
     "rshmem_ep_ll_send_per_pe",
     "rshmem_ep_ll_wait",
     "rshmem_ep_ll_combine_send",
+    "rshmem_ep_ll_combine_send_per_pe_f32",
+    "rshmem_ep_ll_combine_send_per_pe_bf16",
     "rshmem_ep_ll_combine_recv_f32",
     "rshmem_ep_ll_combine_recv_bf16",
 ];
@@ -285,6 +287,10 @@ impl EpConfig {
                 .and_then(ll),
         )?;
         let ll_scales = take(em.and_then(|x| x.checked_mul(scale_words * 4)).and_then(ll))?;
+        // Low-latency combine of a per-PE dispatch: a tagged weight (u64) per (source, token,
+        // slot).
+        let nmk = nt.and_then(|x| x.checked_mul(self.topk));
+        let ll_wgt = take(nmk.and_then(|x| x.checked_mul(8)).and_then(ll))?;
         let symmetric_bytes = sym.end;
         let mut scratch = Areas::default();
         let mut take = |bytes: Option<usize>| scratch.take(bytes).ok_or_else(too_big);
@@ -297,6 +303,11 @@ impl EpConfig {
         let tok_mask = take(Some(self.max_tokens.max(1) * 4))?;
         let comb_meta = take(nt.and_then(|x| x.checked_mul(meta_words * 4)))?;
         let ll_slot_ok = take(Some(self.max_tokens.max(1) * self.topk * 4))?;
+        // Per-PE low-latency combine: the row of each (source, token, slot), the leads
+        // ({source, token, row, slots' mask} int32) and their count.
+        let ll_pair = take(nmk.and_then(|x| x.checked_mul(4)).and_then(ll))?;
+        let ll_items = take(nt.and_then(|x| x.checked_mul(16)).and_then(ll))?;
+        let ll_nitems = take(ll(4))?;
         let scratch_bytes = scratch.end;
         let expert_x_bytes = max_rows.checked_mul(row_bytes).ok_or_else(too_big)?;
         let expert_scales_bytes = max_rows.checked_mul(scale_words * 4).ok_or_else(too_big)?;
@@ -331,7 +342,11 @@ impl EpConfig {
                 ll_cnt,
                 ll_comb,
                 ll_scales,
+                ll_wgt,
                 ll_slot_ok,
+                ll_pair,
+                ll_items,
+                ll_nitems,
                 epoch,
                 done,
                 err,
@@ -386,7 +401,11 @@ struct Offsets {
     ll_cnt: usize,
     ll_comb: usize,
     ll_scales: usize,
+    ll_wgt: usize,
     ll_slot_ok: usize,
+    ll_pair: usize,
+    ll_items: usize,
+    ll_nitems: usize,
     epoch: usize,
     done: usize,
     err: usize,
@@ -412,7 +431,7 @@ fn addrs_ok(call: &'static str, rows: usize, addrs: &[(&str, u64, u64)]) -> Resu
     Ok(())
 }
 
-/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 45 eight-byte fields).
+/// The kernels' argument (`rshmem_ep_params` in ep.cuh, 49 eight-byte fields).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct EpParams {
@@ -461,8 +480,12 @@ struct EpParams {
     stage_scales: u64,
     expert_scales: u64,
     ll_scales: u64,
+    ll_wgt: u64,
+    ll_pair: u64,
+    ll_items: u64,
+    ll_nitems: u64,
 }
-const _: () = assert!(std::mem::size_of::<EpParams>() == 45 * 8);
+const _: () = assert!(std::mem::size_of::<EpParams>() == 49 * 8);
 
 /// An expert-parallel handle: the symmetric buffers, the dispatch output and the compiled
 /// kernels of one MoE layer shape. Made collectively by [`Ep::new`], released by [`Ep::free`].
@@ -484,9 +507,9 @@ pub struct Ep<'w> {
     ll_src: CudaSlice<i32>,
     kernels: Kernels,
     sms: u32,
-    /// The low-latency send kernel: once per (token, expert) pair, or once per destination PE
-    /// (`RSHMEM_EP_LL_PER_PE`).
-    ll_send: &'static str,
+    /// Whether the low-latency dispatch sends a token once per destination PE and the combine
+    /// returns one row per (token, PE) (`RSHMEM_EP_LL_PER_PE`, the same on every PE: [`Ep::new`]).
+    ll_per_pe: bool,
     base: EpParams,
     last_tokens: Cell<Option<usize>>,
     last_ll_tokens: Cell<Option<usize>>,
@@ -494,8 +517,9 @@ pub struct Ep<'w> {
 
 crate::debug_fields!(Ep<'_>, |e| { cfg: e.cfg, sizes: e.sizes, sms: e.sms });
 
-/// Whether this PE's low-latency dispatch sends a token once per destination PE
-/// (`RSHMEM_EP_LL_PER_PE`; auto: [`ll_per_pe_auto`]).
+/// Whether this PE asks for the low-latency exchange once per destination PE
+/// (`RSHMEM_EP_LL_PER_PE`; auto: [`ll_per_pe_auto`]). A handle uses it when every PE asks for it
+/// ([`Ep::ll_per_pe`]).
 pub fn ll_per_pe(world: &World) -> bool {
     world
         .config()
@@ -601,7 +625,22 @@ impl<'w> Ep<'w> {
             stage_scales: s + o.stage_scales as u64,
             expert_scales: dev_ptr(&expert_scales, &stream),
             ll_scales: s + o.ll_scales as u64,
+            ll_wgt: s + o.ll_wgt as u64,
+            ll_pair: sc + o.ll_pair as u64,
+            ll_items: sc + o.ll_items as u64,
+            ll_nitems: sc + o.ll_nitems as u64,
             ..EpParams::default()
+        };
+        // The low-latency mode, the same on every PE (the dispatch's lead rows and the combine's
+        // partial sums must agree): once per PE where every PE asks for it and every PE's grid
+        // fits on its share of the SMs (the per-PE combine's blocks wait for other PEs' blocks:
+        // ep.cuh, ll_combine_send_per_pe).
+        let ll_per_pe = cfg.low_latency && {
+            let all = gpu.multiprocessor_count()?.max(1) as usize;
+            let share = world.gpu_sharing().pes_on_gpu.max(1);
+            let mut w = u64::from(ll_per_pe(world) && sms as usize * share <= all);
+            world.team_and(call, &world.team_world(), &mut w)?;
+            w != 0
         };
         // Every PE's buffers are zero before any PE's first dispatch can write into them.
         world.barrier_all()?;
@@ -619,11 +658,7 @@ impl<'w> Ep<'w> {
             ll_src,
             kernels,
             sms,
-            ll_send: if ll_per_pe(world) {
-                "rshmem_ep_ll_send_per_pe"
-            } else {
-                "rshmem_ep_ll_send"
-            },
+            ll_per_pe,
             base,
             last_tokens: Cell::new(None),
             last_ll_tokens: Cell::new(None),
@@ -655,6 +690,16 @@ impl<'w> Ep<'w> {
     /// Blocks each kernel uses.
     pub fn num_sms(&self) -> u32 {
         self.sms
+    }
+
+    /// Whether this handle's low-latency dispatch sends each token once per destination PE (the
+    /// receiver copies it to the token's other experts there) and its low-latency combine
+    /// returns one row per (token, PE), the PE's experts' outputs summed there; otherwise both
+    /// go once per (token, expert) pair. The same on every PE: [`Ep::new`] takes it when every
+    /// PE asks for it (`RSHMEM_EP_LL_PER_PE`, [`ll_per_pe`]) and every PE's `num_sms` blocks fit
+    /// on its share of the GPU. False on a handle without `low_latency`.
+    pub fn ll_per_pe(&self) -> bool {
+        self.ll_per_pe
     }
 
     /// The dispatch output: `max_rows` rows of `row_bytes` bytes, local expert `l`'s rows at
@@ -1130,10 +1175,15 @@ impl<'w> Ep<'w> {
             topk_idx,
             ..self.base
         };
+        let ll_send = if self.ll_per_pe {
+            "rshmem_ep_ll_send_per_pe"
+        } else {
+            "rshmem_ep_ll_send"
+        };
         self.launch_phase(
             call,
             &p,
-            [(self.ll_send, self.sms), ("rshmem_ep_ll_wait", self.sms)],
+            [(ll_send, self.sms), ("rshmem_ep_ll_wait", self.sms)],
             Start::Overlapping,
             stream,
         )?;
@@ -1192,8 +1242,13 @@ impl<'w> Ep<'w> {
     /// the expert outputs in the layout of the low-latency dispatch output (`[L][n][max_tokens]`
     /// rows; may be [`ll_recv_x_addr`](Ep::ll_recv_x_addr)), `topk_weights` the last
     /// low-latency dispatch's `num_tokens × k` weights, `out` its `num_tokens` rows:
-    /// `out[t] = Σ_j w[t][j]·y(t, j)` over the slots that were sent, in slot order (fp32 fused
-    /// multiply-adds), rounded once. Graph-capturable.
+    /// `out[t] = Σ_j w[t][j]·y(t, j)` over the slots that were sent. Once per (token, expert)
+    /// pair: in slot order (fp32 fused multiply-adds from 0), rounded once. Once per PE
+    /// ([`ll_per_pe`](Ep::ll_per_pe)): the weights go to the experts' PEs, each PE sums its
+    /// experts' rows of a token in slot order (fp32 fused multiply-adds from 0), rounded once to
+    /// the combine dtype, and sends that one row back; the source adds the rows in the order of
+    /// each PE's first slot (fp32), rounded once ([`reference::combine_ll_per_pe`]).
+    /// Graph-capturable.
     ///
     /// # Safety
     /// As [`combine_raw`](Ep::combine_raw).
@@ -1225,14 +1280,21 @@ impl<'w> Ep<'w> {
             out,
             ..self.base
         };
-        let recv = match self.cfg.dtype.combine_dtype() {
-            EpDtype::F32 => "rshmem_ep_ll_combine_recv_f32",
-            _ => "rshmem_ep_ll_combine_recv_bf16",
+        let f32 = self.cfg.dtype.combine_dtype() == EpDtype::F32;
+        let recv = if f32 {
+            "rshmem_ep_ll_combine_recv_f32"
+        } else {
+            "rshmem_ep_ll_combine_recv_bf16"
+        };
+        let send = match (self.ll_per_pe, f32) {
+            (false, _) => "rshmem_ep_ll_combine_send",
+            (true, true) => "rshmem_ep_ll_combine_send_per_pe_f32",
+            (true, false) => "rshmem_ep_ll_combine_send_per_pe_bf16",
         };
         self.launch_phase(
             call,
             &p,
-            [("rshmem_ep_ll_combine_send", self.sms), (recv, self.sms)],
+            [(send, self.sms), (recv, self.sms)],
             Start::Overlapping,
             stream,
         )
@@ -1666,8 +1728,20 @@ mod tests {
         let (lf, lb) = (ll(EpDtype::Fp8E4m3), ll(EpDtype::Bf16));
         assert_eq!(lf.off.ll_meta - lf.off.ll_x, e * m * h);
         assert_eq!(lf.off.ll_scales - lf.off.ll_comb, m * k * 2 * h);
-        assert!(lf.symmetric_bytes - lf.off.ll_scales >= e * m * 4 * (h / 128));
-        assert_eq!(lb.off.ll_scales, lb.symmetric_bytes); // no scales: an empty area
+        assert_eq!(lf.off.ll_wgt - lf.off.ll_scales, e * m * 4 * (h / 128));
+        assert_eq!(lb.off.ll_wgt, lb.off.ll_scales); // no scales: an empty area
+                                                     // The per-PE combine: a u64 weight per (source, token, slot), symmetric; locally the
+                                                     // row of each (source, token, slot), an int4 per (source, token) and a count.
+        for s in [&lf, &lb] {
+            assert_eq!(s.symmetric_bytes - s.off.ll_wgt, n * m * k * 8);
+            assert_eq!(s.off.ll_items - s.off.ll_pair, n * m * k * 4);
+            assert_eq!(s.off.ll_nitems - s.off.ll_items, n * m * 16);
+            assert_eq!(s.off.scratch_bytes - s.off.ll_nitems, ALIGN);
+            assert!(s.off.ll_pair >= s.off.ll_slot_ok + m * k * 4);
+        }
+        // Without low_latency the areas are empty.
+        assert_eq!(bf.symmetric_bytes, bf.off.ll_wgt);
+        assert_eq!(bf.off.scratch_bytes, bf.off.ll_nitems);
     }
 
     #[test]

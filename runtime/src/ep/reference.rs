@@ -272,6 +272,45 @@ pub fn combine_ll(
     out
 }
 
+/// The low-latency combine output of a PE with routing `r` when the exchange goes once per PE
+/// ([`Ep::ll_per_pe`](super::Ep::ll_per_pe)): every expert PE `d` of token `t` forms
+/// `p_d = Σ w_j·y(e_j, t)` over the token's slots on `d`, in slot order (fused multiply-adds
+/// from 0), rounded to `dtype`'s combine precision; the source adds the partials of its expert
+/// PEs in the order of each PE's first slot (fused multiply-adds of weight 1 from 0, i.e. fp32
+/// adds), rounded once. A token with no valid slot gives zeros.
+pub fn combine_ll_per_pe(
+    r: &Routing,
+    num_experts: usize,
+    k: usize,
+    n_pes: usize,
+    hidden: usize,
+    dtype: EpDtype,
+    y: &dyn Fn(usize, usize) -> Vec<f32>,
+) -> Vec<f32> {
+    let l = num_experts / n_pes;
+    let mut out = vec![0f32; r.num_tokens * hidden];
+    for t in 0..r.num_tokens {
+        let slots = r.slots(t, k, num_experts);
+        let rows: Vec<Vec<f32>> = slots.iter().map(|&(_, e, _)| y(e, t)).collect();
+        // The expert PEs in the order of their first slot, each with its slots (indices into
+        // `slots`, in slot order).
+        let mut pes: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, &(_, e, _)) in slots.iter().enumerate() {
+            match pes.iter_mut().find(|(d, _)| *d == e / l) {
+                Some((_, here)) => here.push(i),
+                None => pes.push((e / l, vec![i])),
+            }
+        }
+        for (h, o) in out[t * hidden..(t + 1) * hidden].iter_mut().enumerate() {
+            let sum = pes.iter().fold(0f32, |acc, (_, here)| {
+                1f32.mul_add(round_to(dtype, weighted(&slots, &rows, here, h)), acc)
+            });
+            *o = round_to(dtype, sum);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +476,90 @@ mod tests {
         assert_eq!(
             expected_ll_rows(&r, 4, 2, 1),
             vec![vec![(2, 1)], vec![(0, 0)], vec![(0, 1)], vec![]]
+        );
+    }
+
+    /// One token of `n` PEs' routing (the others hold none) with `k` slots.
+    fn one_token(idx: &[i64], w: &[f32]) -> Routing {
+        Routing {
+            num_tokens: 1,
+            topk_idx: idx.to_vec(),
+            topk_weights: w.to_vec(),
+        }
+    }
+
+    #[test]
+    fn per_pe_combine_sums_each_pe_then_the_pes() {
+        let r = routing();
+        let y = |e: usize, t: usize| vec![(10 * e + t) as f32; 2];
+        // Exact in f32: the same values as the per-pair sum (t1 names expert 1 twice: one
+        // partial of two terms on PE 0; t2's slot 0 is -1).
+        let per_pe = combine_ll_per_pe(&r[0], 4, 2, 2, 2, EpDtype::F32, &y);
+        assert_eq!(per_pe, vec![7.5, 7.5, 33.0, 33.0, 16.5, 16.5]);
+        assert_eq!(per_pe, combine_ll(&r[0], 4, 2, 2, EpDtype::F32, &y));
+        assert_eq!(
+            combine_ll_per_pe(&r[1], 4, 2, 2, 2, EpDtype::Bf16, &y),
+            vec![20.0, 20.0]
+        );
+    }
+
+    #[test]
+    fn per_pe_combine_rounds_each_partial() {
+        // 2 PEs, one expert each; slots 0 and 1 on PE 0, slot 2 on PE 1; every row 1.0.
+        let r = one_token(&[0, 0, 1], &[1.0, 3.0 / 512.0, 5.0 / 1024.0]);
+        let y = |_: usize, _: usize| vec![1.0f32];
+        // PE 0: 1 + 3/512 = 1.005859375, rounded to bf16 1.0078125; PE 1: 5/1024 (exact);
+        // 1.0078125 + 0.0048828125 = 1.0126953125 rounds to 1.015625. One sum rounded once:
+        // 1.0107421875 rounds to 1.0078125.
+        assert_eq!(
+            combine_ll_per_pe(&r, 2, 3, 2, 1, EpDtype::Bf16, &y),
+            vec![1.015625]
+        );
+        assert_eq!(combine_ll(&r, 2, 3, 1, EpDtype::Bf16, &y), vec![1.0078125]);
+        // fp8 handles combine in bf16.
+        assert_eq!(
+            combine_ll_per_pe(&r, 2, 3, 2, 1, EpDtype::Fp8E4m3, &y),
+            vec![1.015625]
+        );
+        // f32: exact (1 + 6/1024 + 5/1024).
+        assert_eq!(
+            combine_ll_per_pe(&r, 2, 3, 2, 1, EpDtype::F32, &y),
+            vec![1.0 + 11.0 / 1024.0]
+        );
+    }
+
+    #[test]
+    fn per_pe_combine_adds_the_pes_in_first_slot_order() {
+        // 3 PEs, one expert each; slots name PEs 1, 2, 0: 2^-24 + 2^-24 + 1 = 1 + 2^-23 in
+        // that order, where PE order (1 + 2^-24 + 2^-24) would give 1.
+        let r = one_token(&[1, 2, 0], &[1.0, 1.0, 1.0]);
+        let tiny = 2f32.powi(-24);
+        let y = move |e: usize, _: usize| vec![if e == 0 { 1.0 } else { tiny }];
+        let got = combine_ll_per_pe(&r, 3, 3, 3, 1, EpDtype::F32, &y);
+        assert_eq!(got, vec![1.0 + 2f32.powi(-23)]);
+        assert_ne!(got, vec![(1.0 + tiny) + tiny]);
+    }
+
+    #[test]
+    fn per_pe_combine_of_no_experts_k1_and_repeats() {
+        let y = |e: usize, _: usize| vec![(e + 1) as f32, -((e + 1) as f32)];
+        // No expert: zeros.
+        let none = one_token(&[-1, -1], &[0.5, 0.5]);
+        assert_eq!(
+            combine_ll_per_pe(&none, 4, 2, 2, 2, EpDtype::Bf16, &y),
+            vec![0.0, 0.0]
+        );
+        // k = 1: the weighted row of its one expert.
+        let k1 = one_token(&[3], &[0.25]);
+        assert_eq!(
+            combine_ll_per_pe(&k1, 4, 1, 2, 2, EpDtype::F32, &y),
+            vec![1.0, -1.0]
+        );
+        // Expert 2 twice and expert 1: PE 1 sums 0.5·3 + 0.25·3, PE 0 gives 2·2.
+        let rep = one_token(&[2, 1, 2], &[0.5, 2.0, 0.25]);
+        assert_eq!(
+            combine_ll_per_pe(&rep, 4, 3, 2, 2, EpDtype::F32, &y),
+            vec![6.25, -6.25]
         );
     }
 }

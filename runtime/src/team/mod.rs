@@ -449,7 +449,7 @@ impl World {
 
     /// A team sync whose flags also carry `w`: it returns holding the AND of every member's
     /// `w` (see [`World::dissemination`]).
-    fn team_and(&self, call: &'static str, team: &Team, w: &mut u64) -> Result<()> {
+    pub(crate) fn team_and(&self, call: &'static str, team: &Team, w: &mut u64) -> Result<()> {
         let t = &team.inner;
         if t.members.len() == 1 {
             fence(Ordering::SeqCst);
