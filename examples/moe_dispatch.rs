@@ -770,11 +770,18 @@ fn ll_round<E: El>(
         ep.ll_combine(Some(&yd), &r.w, &mut out, stream)?;
     }
     let yf = |e: usize, t: usize| toks.expert_out(me, t, (!in_place).then_some(e));
-    let want = reference::combine_ll(mine, e_all, k, h, case.dtype, &yf);
+    // Once per (token, PE) or per (token, expert) pair, as the handle exchanges (the same on
+    // every PE).
+    let want = if ep.ll_per_pe() {
+        reference::combine_ll_per_pe(mine, e_all, k, n, h, case.dtype, &yf)
+    } else {
+        reference::combine_ll(mine, e_all, k, h, case.dtype, &yf)
+    };
     let outcome = r.check_combine(&mut c, &out, &want, &yf, stream)?;
     println!(
-        "PE {me}: {} (low latency{}) seed {seed}: T {t_n}, received {rows_total} rows ({sw} scales each), {}",
+        "PE {me}: {} (low latency{}{}) seed {seed}: T {t_n}, received {rows_total} rows ({sw} scales each), {}",
         case.name,
+        if ep.ll_per_pe() { ", once per PE" } else { "" },
         if in_place { ", identity expert in place" } else { "" },
         combine_note::<E>(outcome, t_n * h, c.failures)
     );

@@ -21,13 +21,14 @@
 //! around the kernels alone (after a device barrier, so the PEs start together).
 //! `nvlink_gbps` = bytes this PE stores into the other PEs' memory / time, mean over PEs: the
 //! dispatch sends each token once per remote destination PE, or once per remote (token, expert)
-//! pair in the low-latency mode when that does not send once per PE (`ll_per_pe` false;
-//! `RSHMEM_EP_LL_PER_PE`); `sent_mb` counts the PE's own copy too (what the NCCL script's
+//! pair in the low-latency mode when that does not go once per PE (`ll_per_pe` false:
+//! `Ep::ll_per_pe`, `RSHMEM_EP_LL_PER_PE`); `sent_mb` counts the PE's own copy too (what the NCCL script's
 //! all_to_all moves). A dispatched row is `dispatch_row_bytes` = `H × element size` plus, for
 //! fp8, its `H/128` f32 scales (`H + H/32` bytes); a combined row `combine_row_bytes` = `H × 2`
 //! for bf16 and fp8 (whose combine is bf16), `H × 4` for fp32; the combine moves as many rows
-//! back as the normal dispatch sent, and one per remote (token, expert) pair in the low-latency
-//! mode (`combine_nvlink_mb`). Metadata (token index, experts, weights) is not counted.
+//! back as the dispatch sent: one per remote (token, PE), or one per remote (token, expert) pair
+//! in the low-latency mode when `ll_per_pe` is false (`combine_nvlink_mb`). Metadata (token
+//! index, experts, weights) is not counted.
 //!
 //! Run: `target/release/rshmemrun -n 4 target/release/moe_bench [--tokens 128,512,4096,8192]
 //! [--hidden 7168] [--topk 8] [--experts 256] [--dtype bf16|f32|fp8] [--sms 0] [--ll] [--json]`
@@ -151,7 +152,8 @@ fn gather(world: &World, buf: &rshmem::SymBuf<'_, u64>, v: f64) -> rshmem::Resul
 struct Row {
     bench: &'static str,
     mode: &'static str,
-    /// The low-latency dispatch sends once per destination PE (`RSHMEM_EP_LL_PER_PE`).
+    /// The low-latency exchange goes once per (token, PE), not per (token, expert) pair
+    /// (`Ep::ll_per_pe`, `RSHMEM_EP_LL_PER_PE`).
     ll_per_pe: bool,
     dtype: String,
     tokens: usize,
@@ -421,8 +423,8 @@ fn run() -> rshmem::Result<bool> {
                     unsafe { ep.combine_raw(y_addr, oa, &stream) }
                 }
             };
-            // The low-latency dispatch of this PE sends once per destination PE.
-            let ll_per_pe = args.ll && rshmem::ep::ll_per_pe(&world);
+            // The low-latency dispatch and combine go once per (token, PE) (the same on every PE).
+            let ll_per_pe = args.ll && ep.ll_per_pe();
             let (mut d_host, mut c_host, mut d_ev, mut c_ev) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut check = "ok";
@@ -479,7 +481,9 @@ fn run() -> rshmem::Result<bool> {
                     let routs: Vec<Routing> = (0..n).map(cut).collect();
                     let yv = expert_out(dtype, me, tc_n, h);
                     let yf = |_e: usize, t: usize| -> Vec<f32> { yv[t * h..(t + 1) * h].to_vec() };
-                    let want = if args.ll {
+                    let want = if ll_per_pe {
+                        reference::combine_ll_per_pe(&routs[me], e_all, k, n, h, dtype, &yf)
+                    } else if args.ll {
                         reference::combine_ll(&routs[me], e_all, k, h, dtype, &yf)
                     } else {
                         reference::combine(&routs, e_all, k, me, h, dtype, &yf)
@@ -529,9 +533,9 @@ fn run() -> rshmem::Result<bool> {
                 }
             }
             // Rows this PE stores into each PE: the dispatch sends each token once per
-            // destination PE (the normal mode, and the low-latency mode sending once per PE) or
+            // destination PE (the normal mode, and the low-latency mode going once per PE) or
             // once per (token, expert) pair (the low-latency mode otherwise); the combine sends
-            // as many rows back in the normal mode and one per pair in the low-latency mode.
+            // as many rows back.
             let per_pair = if args.ll {
                 let l = e_all / n;
                 let mut v = vec![0usize; n];
@@ -545,11 +549,11 @@ fn run() -> rshmem::Result<bool> {
                 None
             };
             let per_pe = reference::tokens_sent(&r, e_all, k, n);
-            let sent = match &per_pair {
-                Some(v) if !ll_per_pe => v.clone(),
-                _ => per_pe.clone(),
+            let sent = match per_pair {
+                Some(v) if !ll_per_pe => v,
+                _ => per_pe,
             };
-            let back = per_pair.unwrap_or(per_pe);
+            let back = &sent;
             let all_rows = sent.iter().sum::<usize>() as f64;
             let remote = |v: &[usize]| {
                 v.iter()
@@ -558,7 +562,7 @@ fn run() -> rshmem::Result<bool> {
                     .map(|(_, &s)| s)
                     .sum::<usize>() as f64
             };
-            let (remote_rows, remote_back) = (remote(&sent), remote(&back));
+            let (remote_rows, remote_back) = (remote(&sent), remote(back));
             let vals = [
                 median(&mut d_host),
                 median(&mut c_host),
