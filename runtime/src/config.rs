@@ -154,7 +154,7 @@ pub static ENV_VARS: &[EnvVar] = &[
         name: "RSHMEM_EP_LL_PER_PE",
         kind: "auto|0|1",
         default: "auto",
-        help: "How the low-latency MoE dispatch (rshmem::ep) sends a token: 1 once per destination PE, into the row of its first expert there, the receiver copying it to the token's other experts on that PE (fewer NVLink bytes: with 4 PEs, E 256 and k 8 about 2.7 instead of 6 remote rows per token); 0 once per (token, expert) pair; auto: 1 when there are other PEs and this PE has its GPU to itself, 0 on one PE or when PEs share the GPU (there the copy costs more than the stores it saves). PEs may differ.",
+        help: "How the low-latency MoE exchange (rshmem::ep) moves a token: 1 once per destination PE, the dispatch into the row of its first expert there (the receiver copies it to the token's other experts on that PE) and the combine back as one row per (token, PE), that PE's experts' outputs summed there with the routing weights (fewer NVLink bytes each way: with 4 PEs, E 256 and k 8 about 2.7 instead of 6 remote rows per token); 0 once per (token, expert) pair; auto: 1 when there are other PEs and this PE has its GPU to itself, 0 on one PE or when PEs share the GPU (there the copy costs more than the stores it saves). A handle goes once per PE only when every PE asks for it and every PE's kernel blocks fit on its share of the SMs (Ep::ll_per_pe says which).",
     },
     EnvVar {
         name: "RSHMEM_INFO",

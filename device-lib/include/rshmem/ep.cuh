@@ -858,17 +858,26 @@ static __device__ __forceinline__ void combine_recv(const rshmem_ep_params& p) {
 //            from a counter per expert; the row read once and stored into the row of every
 //            (token, expert) pair (rshmem_ep_ll_send), or once per destination PE into the row
 //            of the token's first expert there (rshmem_ep_ll_send_per_pe); the metadata
-//            (token, slot, the row holding the data or -1) beside every pair's row; the last
-//            block stores the counts and signals every PE.
+//            (token, slot, the row holding the data or -1, and on that row of a per-PE send
+//            the mask of the token's slots there) beside every pair's row; ll_slot_ok records
+//            each slot's PE and (per PE) the lead slot; the last block stores the counts and
+//            signals every PE.
 //   ll_wait: every block waits for every source; over the grid (for_rows) every row's
 //            (token, slot) is copied into this PE's own array (the output) and the rows of a
-//            token's other experts here are copied from its first one (local memory); the
-//            counts are copied too; the last block acknowledges.
-//   ll_combine_send: one warp per row (for_rows) over every (expert, source) block's rows: each
-//            row of y (same layout as the dispatch region) goes back to its source's slot
-//            (token, slot); the last block signals.
+//            token's other experts here are copied from its first one (local memory); for a
+//            per-PE source each (source, token, slot)'s row goes into ll_pair and each lead
+//            into ll_items; the counts are copied too; the last block acknowledges.
+//   ll_combine_send (after rshmem_ep_ll_send): one warp per row (for_rows) over every (expert,
+//            source) block's rows: each row of y (same layout as the dispatch region) goes back
+//            to its source's slot (token, slot); the last block signals.
+//   ll_combine_send_per_pe_{f32,bf16} (after rshmem_ep_ll_send_per_pe): the weights to the
+//            experts' PEs (tagged words), then one warp per lead (for_rows over ll_items): the
+//            token's rows here summed with their weights in slot order, rounded once, stored
+//            once into the source's slot (token, lead slot); the last block signals. Every
+//            PE's grid must be resident at once (its blocks wait for other PEs' blocks).
 //   ll_combine_recv: one warp per token (for_rows): out[t] = sum over sent slots of
-//            w[t][j] * row(t, j) in slot order (fp32 fused multiply-adds), rounded once.
+//            w[t][j] * row(t, j), or over the lead slots of the partial rows (weight 1) after a
+//            per-PE send, in slot order (fp32 fused multiply-adds), rounded once.
 
 // PER_PE: the row goes once per destination PE (rshmem_ep_ll_send_per_pe); otherwise once per
 // (token, expert) pair (rshmem_ep_ll_send), and no row needs a receiver-side copy.
@@ -964,10 +973,11 @@ static __device__ void rshmem_ep_ll_send_dev(const rshmem_ep_params& p) {
 }
 
 // Any grid (blockDim a multiple of 32): every block waits and scans the counts; each row's
-// (token, slot) is copied into this PE's own array, one thread a row over the grid; when a
-// source sent once per PE (RSHMEM_EP_LL_PER_PE_BIT in its counts), the rows whose data lies in
-// the token's first row here are copied from it, shared out over the grid (for_rows); the last
-// block acknowledges.
+// (token, slot) is copied into this PE's own array, one thread a row over the grid (with, for a
+// per-PE source, the row's index in ll_pair and each lead in ll_items); when a source sent once
+// per PE (RSHMEM_EP_LL_PER_PE_BIT in its counts), the rows whose data lies in the token's first
+// row here are copied from it, shared out over the grid (for_rows); the last block
+// acknowledges.
 static __device__ void rshmem_ep_ll_wait_dev(const rshmem_ep_params& p) {
     __shared__ int32_t s_pre[RSHMEM_EP_MAX_EXPERTS + 1];  // prefix of the counts over the blocks
     __shared__ int s_copies;
