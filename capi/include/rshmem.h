@@ -686,7 +686,8 @@ int rshmemx_ep_output_scales(rshmemx_ep_t *ep, const float **expert_scales,
 /* The low-latency mode (config->low_latency): every (token, expert) pair has a row in fixed
    per-expert regions [L][n][max_tokens] rows, no count exchange; combine takes the weights.
    RSHMEM_EP_LL_PER_PE (auto, 0, 1) sets whether a token crosses to a PE once (the receiver
-   copies it to its other experts there) or once per expert (docs/moe.md). */
+   copies it to its other experts there, and the combine returns one partial sum per PE) or
+   once per expert (docs/moe.md); rshmemx_ep_ll_per_pe says which the handle took. */
 int rshmemx_ep_ll_dispatch_on_stream(rshmemx_ep_t *ep, const void *x, const int64_t *topk_idx,
                                      size_t num_tokens, cudaStream_t stream);
 int rshmemx_ep_ll_dispatch_fp8_on_stream(rshmemx_ep_t *ep, const void *x, const float *x_scales,
@@ -700,6 +701,10 @@ int rshmemx_ep_ll_output(rshmemx_ep_t *ep, void **recv_x, const int32_t **count,
 /* Local (fp8 handles with low_latency): the rows' scales, [L][n][max_tokens][hidden / 128]
    floats; an error on other handles. */
 int rshmemx_ep_ll_output_scales(rshmemx_ep_t *ep, const float **recv_scales);
+/* Local: *per_pe = 1 when the handle's low-latency exchange goes once per (token, PE) (the
+   combine returns one partial sum per PE, rounded there), 0 when once per (token, expert) pair
+   or without low_latency; the same on every PE (docs/moe.md). */
+int rshmemx_ep_ll_per_pe(rshmemx_ep_t *ep, int *per_pe);
 
 #ifdef __cplusplus
 }

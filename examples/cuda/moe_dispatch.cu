@@ -292,16 +292,36 @@ static float bf16r(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
 // The combine reference (docs/moe.md): normal mode, per expert PE in PE order the fused
 // multiply-adds of its slots from 0, rounded to bf16, summed in fp32, rounded; low-latency
-// mode, every slot's fused multiply-add in slot order from 0, rounded once.
-static std::vector<float> combine_ref(const Case &c, const Routing &mine, const Tokens &tk) {
+// mode once per (token, expert) pair, every slot's fused multiply-add in slot order from 0,
+// rounded once; low-latency mode once per PE (per_pe, rshmemx_ep_ll_per_pe), per expert PE in
+// the order of its first slot the fused multiply-adds of its slots from 0, rounded to bf16,
+// summed in fp32, rounded.
+static std::vector<float> combine_ref(const Case &c, const Routing &mine, const Tokens &tk,
+                                      bool per_pe) {
     int L = c.E / npes;
     std::vector<float> out(static_cast<size_t>(mine.T) * c.H, 0.0f);
     for (int t = 0; t < mine.T; ++t) {
         std::vector<Slot> s = slots(mine, t, c.k, c.E);
         std::vector<std::vector<float>> ys;
         for (const Slot &sl : s) ys.push_back(expert_out(c, tk, t, sl.e));
+        // The expert PEs in the order of their first slot.
+        std::vector<int> first;
+        for (const Slot &sl : s)
+            if (std::find(first.begin(), first.end(), sl.e / L) == first.end())
+                first.push_back(sl.e / L);
         float *o = &out[static_cast<size_t>(t) * c.H];
         for (int h = 0; h < c.H; ++h) {
+            if (c.ll && per_pe) {
+                float sum = 0;
+                for (int d : first) {
+                    float acc = 0;
+                    for (size_t i = 0; i < s.size(); ++i)
+                        if (s[i].e / L == d) acc = std::fma(s[i].w, ys[i][h], acc);
+                    sum += bf16r(acc);
+                }
+                o[h] = bf16r(sum);
+                continue;
+            }
             if (c.ll) {
                 float acc = 0;
                 for (size_t i = 0; i < s.size(); ++i) acc = std::fma(s[i].w, ys[i][h], acc);
@@ -607,13 +627,18 @@ static void round_(const Case &c, rshmemx_ep_t *ep, uint64_t seed, cudaStream_t 
         RS_OK(rshmemx_ep_combine_on_stream(ep, y.p, out.p, st));
     CUDA_OK(cudaStreamSynchronize(st));
     std::vector<uint16_t> got = download<uint16_t>(out.p, static_cast<size_t>(T) * H);
-    std::vector<float> want = combine_ref(c, mine, tok[me]);
+    // The low-latency exchange once per (token, PE) or per (token, expert) pair, as the handle
+    // took it (the same on every PE).
+    int per_pe = 0;
+    if (c.ll) RS_OK(rshmemx_ep_ll_per_pe(ep, &per_pe));
+    std::vector<float> want = combine_ref(c, mine, tok[me], per_pe != 0);
     double worst_q = 0;
     long inexact = check_out(c, seed, mine, tok[me], got, want, &worst_q);
     printf(
         "PE %d: %s%s seed %llu: T %d, received %ld rows (%d scales each), combine: %ld of %ld "
         "elements not bit-identical to the reference",
-        me, c.name, c.ll ? " (low latency)" : "", static_cast<unsigned long long>(seed), T,
+        me, c.name, !c.ll ? "" : per_pe ? " (low latency, once per PE)" : " (low latency)",
+        static_cast<unsigned long long>(seed), T,
         rows_total, sw, inexact, static_cast<long>(T) * H);
     if (c.fp8()) printf(", worst error against the unquantized sum %g", worst_q);
     printf(", %ld failures\n", failures - before);

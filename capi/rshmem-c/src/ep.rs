@@ -384,6 +384,22 @@ pub unsafe extern "C" fn rshmemx_ep_ll_output(
     })
 }
 
+/// `rshmemx_ep_ll_per_pe`: **local**; `*per_pe` = 1 when the handle's low-latency exchange goes
+/// once per (token, PE) (the dispatch into the token's first expert's row on each PE, the
+/// combine back as one partial sum per PE), 0 when once per (token, expert) pair or without
+/// `config->low_latency`; the same on every PE ([`rt::ep::Ep::ll_per_pe`]).
+///
+/// # Safety
+/// `ep` is NULL or a live handle; `per_pe` NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn rshmemx_ep_ll_per_pe(ep: *mut EpHandle, per_pe: *mut c_int) -> c_int {
+    on_local("rshmemx_ep_ll_per_pe", ep, |h| {
+        // SAFETY: NULL or valid for one write (the caller's contract).
+        unsafe { put(per_pe, c_int::from(h.ll_per_pe())) };
+        Ok(())
+    })
+}
+
 /// `rshmemx_ep_ll_output_scales`: **local**; the device address of the low-latency output's
 /// scales, `[L][n][max_tokens][hidden/128]` floats beside its rows (fp8 handles made with
 /// `low_latency`).

@@ -207,6 +207,7 @@ fn errors_return_codes_and_name_the_call() {
         ),
         ("rshmemx_ep_output_scales", "ep is NULL"),
         ("rshmemx_ep_ll_output_scales", "ep is NULL"),
+        ("rshmemx_ep_ll_per_pe", "ep is NULL"),
         ("rshmem_team_split_strided", "size 3 must be in 1..=2"),
         ("rshmem_team_split_strided", "team handle 42 names no team"),
         ("rshmem_team_get_config", "unknown bits"),

@@ -56,6 +56,7 @@ int main(void) {
           RSHMEM_ERROR_UNSUPPORTED);
     CHECK(rshmemx_ep_output_scales(NULL, NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
     CHECK(rshmemx_ep_ll_output_scales(NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
+    CHECK(rshmemx_ep_ll_per_pe(NULL, NULL) == RSHMEM_ERROR_INVALID_VALUE);
 
     /* Bad arguments of status-returning calls. */
     rshmem_team_t t = 5;
