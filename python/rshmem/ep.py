@@ -152,8 +152,9 @@ class Buffer:
         self.low_latency = bool(low_latency)
         self._h = _rshmem.ep_new(self.num_experts, self.hidden, self.topk, self.max_tokens,
                                  self.dtype, max_recv_rows, num_sms, self.low_latency)
-        #: Rows of the dispatch output; experts on this PE (L); blocks per kernel.
-        self.max_rows, self.num_local_experts, self.num_sms = self._h.info()
+        #: Rows of the dispatch output; experts on this PE (L); blocks per kernel; whether the
+        #: low-latency exchange goes once per (token, PE) (the same on every PE).
+        self.max_rows, self.num_local_experts, self.num_sms, self.ll_per_pe = self._h.info()
         self.n_pes = _rshmem.n_pes()
         xa, oa, sa = self._h.output()
         scales = self._h.scales_output() if fp8 else None
@@ -455,9 +456,11 @@ class Buffer:
         low-latency output's layout (``[L, n_pes, max_tokens, hidden]``, or ``None``: written in
         place into it), ``topk_weights`` ``[T, k]`` float32 of the last low-latency dispatch's
         T tokens. Returns ``out`` ``[T, hidden]`` (allocated when not given):
-        ``out[t] = Σ_j topk_weights[t, j] · y(t, j)`` over the slots that were sent, in slot
-        order (fp32 fused multiply-adds), rounded once. On a float8_e4m3fn buffer ``y`` and
-        ``out`` are bfloat16 and ``y`` is required."""
+        ``out[t] = Σ_j topk_weights[t, j] · y(t, j)`` over the slots that were sent: in slot
+        order (fp32 fused multiply-adds), rounded once; when :attr:`ll_per_pe`, each expert PE
+        sums its slots of the token that way, rounded once to the combine dtype, and this PE adds
+        those partial rows in the order of each PE's first slot, rounded once. On a
+        float8_e4m3fn buffer ``y`` and ``out`` are bfloat16 and ``y`` is required."""
         call = "rshmem.ep.Buffer.ll_combine"
         h = self._live(call)
         views, ya = [], 0

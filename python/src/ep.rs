@@ -296,12 +296,13 @@ impl EpHandle {
         ok.unwrap_or(false)
     }
 
-    /// `(max_rows, local_experts, num_sms)` of the handle.
-    fn info(&self, py: Python<'_>) -> PyResult<(usize, usize, u32)> {
+    /// `(max_rows, local_experts, num_sms, ll_per_pe)` of the handle.
+    fn info(&self, py: Python<'_>) -> PyResult<(usize, usize, u32, bool)> {
         let st = state("rshmem.ep.Buffer")?;
         detached(py, || {
             with_ep(&st, "ep_info", self.id, |ep| {
-                Ok((ep.sizes().max_rows, ep.sizes().local_experts, ep.num_sms()))
+                let s = ep.sizes();
+                Ok((s.max_rows, s.local_experts, ep.num_sms(), ep.ll_per_pe()))
             })
         })
     }
