@@ -1081,8 +1081,8 @@ static __device__ __forceinline__ float ll_weight(const rshmem_ep_params& p, int
         const uint64_t v = rshmem_detail::ld_relaxed_sys(w);
         if ((uint32_t)(v >> 32) == tag) return __uint_as_float((uint32_t)v);
         if (timer.expired()) {
-            rshmem_detail::cold(&fail_ll_weight)((int)p.my_pe, s, (int)t, j, tag, (uint32_t)(v >> 32),
-                                  timer.waited());
+            rshmem_detail::cold(&fail_ll_weight)((int)p.my_pe, s, (int)t, j, tag,
+                                                 (uint32_t)(v >> 32), timer.waited());
         }
     }
 }
@@ -1098,11 +1098,15 @@ template <int DT>
 static __device__ __forceinline__ void ll_combine_send_per_pe(const rshmem_ep_params& p) {
     typedef elem<DT> EL;
     __shared__ uint8_t* s_comb[RSHMEM_EP_MAX_PES];
+    __shared__ uint64_t* s_wgt[RSHMEM_EP_MAX_PES];  // this PE's block of each PE's ll_wgt
     __shared__ int32_t s_row[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     __shared__ float s_w[RSHMEM_EP_THREADS / 32][RSHMEM_EP_MAX_TOPK];
     const int n = (int)p.n_pes, me = (int)p.my_pe, k = (int)p.topk;
     const int64_t row_bytes = comb_row_bytes(p), M = p.max_tokens;
-    for (int s = threadIdx.x; s < n; s += blockDim.x) s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        s_comb[s] = (uint8_t*)rshmem_ptr((void*)p.ll_comb, s);
+        s_wgt[s] = (uint64_t*)rshmem_ptr((void*)p.ll_wgt, s) + (int64_t)me * M * k;
+    }
     const uint64_t e_now = phase_begin(p, 3);
     // Never 0 (the words start zeroed) and different in consecutive combines.
     const uint32_t tag = 1u + (uint32_t)(e_now % 0xffffffffull);
@@ -1113,8 +1117,7 @@ static __device__ __forceinline__ void ll_combine_send_per_pe(const rshmem_ep_pa
         const int d = (ok & ~RSHMEM_EP_LL_LEAD_BIT) - 1;
         if (ok == 0 || d == me) continue;
         const uint32_t w = __float_as_uint(((const float*)p.topk_w)[i]);
-        uint64_t* dst = (uint64_t*)rshmem_ptr((void*)p.ll_wgt, d) + (int64_t)me * M * k + i;
-        rshmem_detail::st_relaxed_sys(dst, ((uint64_t)tag << 32) | w);
+        rshmem_detail::st_relaxed_sys(s_wgt[d] + i, ((uint64_t)tag << 32) | w);
     }
     // (b) The leads over the grid (for_rows, in the sums' chunks).
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
