@@ -88,7 +88,9 @@
 
 // Everything a kernel needs, passed by value. Every field is 8 bytes (no padding); mirrored by
 // runtime/src/ep/mod.rs (EpParams), which asserts the size. A program that fills it itself sets
-// the fields after ll_slot_ok too (zero: no scales, combine rows of row_bytes).
+// the fields after ll_slot_ok too (zero: no scales, combine rows of row_bytes); the per-PE
+// low-latency kernels (rshmem_ep_ll_send_per_pe, ll_wait after it, and
+// rshmem_ep_ll_combine_send_per_pe_*) need ll_wgt, ll_pair, ll_items and ll_nitems.
 struct rshmem_ep_params {
     int64_t n_pes;
     int64_t my_pe;
