@@ -14,13 +14,25 @@ Known not to build, printed as KNOWN and not counted as failures:
 
 Usage:
   scripts/nvshmem-cmake-check NVSHMEM_SRC [--prefix DIR] [--build DIR] [--nvcc PATH] [--jobs N]
-                              [--arch 90] [--only examples|perftest]
+                              [--arch 90] [--only examples|perftest] [--export DIR]
 
   NVSHMEM_SRC  an unpacked NVSHMEM source tree (examples/ and perftest/ are read; nothing is
                written there)
   --prefix     an rshmem install (scripts/install-c PREFIX, built with nvcc so that it has
                lib/librshmem_device.a); default: scripts/install-c into BUILD/prefix
   --build      build folder (default ./nvshmem-cmake-build)
+  --export DIR copy what was built, with the install's librshmem.so and rshmemrun, into DIR in
+               the layouts the run scripts take, so that the programs NVSHMEM's CMake built can be
+               run on a GPU machine (DIR copied there):
+                 DIR/bin/rshmem/NAME, DIR/lib, DIR/bin/BUILT.json: the perftests, for
+                   `scripts/nvshmem-compat-check --libs rshmem --run-only --build DIR SRC`, or side
+                   by side with NVSHMEM after an NVSHMEM-only build into the same DIR
+                   (`--vs-nvshmem P SRC --build DIR --build-only --libs nvshmem`, either order;
+                   BUILT.json keeps both) and `--vs-nvshmem auto SRC --run-only --build DIR`
+                 DIR/examples/bin/NAME (with rshmemrun), DIR/examples/lib: the examples, for
+                   `scripts/nvshmem-compat-check --bin DIR/examples/bin --examples --only
+                   $(cat DIR/examples/programs.txt)`
+               The programs find librshmem.so through LD_LIBRARY_PATH, which those scripts set.
 
 What the configure step passes besides the prefix, and why (none of it is rshmem-specific):
   -DCUDAToolkit_ROOT, CMAKE_CUDA_COMPILER   the nvcc found (--nvcc, NVCC, /usr/local/cuda,
@@ -41,6 +53,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -136,6 +149,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--arch", default="90")
     ap.add_argument("--only", choices=PROJECTS)
+    ap.add_argument("--export")
     a = ap.parse_args()
     src = os.path.abspath(a.src)
     for p in PROJECTS:
@@ -149,6 +163,7 @@ def main():
     mpi_inc = find_mpi_include(None)
     prefix = os.path.abspath(a.prefix) if a.prefix else install_prefix(nvcc, build)
     built, failed, known = [], [], []
+    made = {p: [] for p in PROJECTS}  # project -> artifact paths of the targets built
     for proj in [a.only] if a.only else PROJECTS:
         bdir = os.path.join(build, proj)
         q = os.path.join(bdir, ".cmake", "api", "v1", "query")
@@ -178,6 +193,7 @@ def main():
             ok = bool(arts) and all(os.path.isfile(x) for x in arts)
             if ok:
                 built.append(name)
+                made[proj] += arts
                 print(f"PASS {rel}/{name}")
             elif why:
                 known.append(name)
@@ -186,8 +202,75 @@ def main():
                 failed.append(name)
                 print(f"FAIL {rel}/{name}: not built (log {log})")
     print(f"nvshmem-cmake-check: {len(built)} built, {len(failed)} failed, {len(known)} known not to build")
+    if a.export:
+        export(os.path.abspath(a.export), prefix, tk, made)
     return 1 if failed or not built else 0
 
+
+def needed(binary):
+    """The DT_NEEDED names of an ELF file (readelf -d)."""
+    r = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True)
+    return [ln.split("[", 1)[1].rstrip("]") for ln in r.stdout.splitlines() if "(NEEDED)" in ln]
+
+
+def export(out, prefix, tk, made):
+    """Copies the built programs into OUT in the layouts of scripts/nvshmem_vs.py's build folder
+    (perftests) and of scripts/nvshmem-compat-check --bin (examples), with rshmemrun and the
+    shared libraries they load from the install or the CUDA toolkit (librshmem.so.0, and the
+    CUDA runtime NVSHMEM's projects link dynamically); see --export in the usage."""
+    run = os.path.join(prefix, "bin", "rshmemrun")
+    if not os.path.isfile(run):
+        die(f"--export: {run} is missing (the install at {prefix} is incomplete)")
+    # Where a program's libraries are taken from: the install, then the toolkit; system
+    # libraries (libc, libstdc++, libcuda: the driver's) are left to the GPU machine.
+    search = [os.path.join(prefix, "lib")] + [os.path.join(tk, d) for d in ("lib64", "lib")]
+
+    def copy(src, dst_dir, name=None):
+        os.makedirs(dst_dir, exist_ok=True)
+        dst = os.path.join(dst_dir, name or os.path.basename(src))
+        shutil.copy2(os.path.realpath(src), dst + ".tmp")
+        # Smaller to carry: the programs' and the library's debug information is not needed.
+        subprocess.run(["strip", "--strip-debug", dst + ".tmp"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.replace(dst + ".tmp", dst)
+        return dst
+
+    def libs_for(programs, lib_dir):
+        names = sorted({n for p in programs for n in needed(p)})
+        for n in names:
+            src = next((os.path.join(d, n) for d in search if os.path.exists(os.path.join(d, n))), None)
+            if src:
+                copy(src, lib_dir, n)
+        # The run scripts look for librshmem.so by that name.
+        link = os.path.join(lib_dir, "librshmem.so")
+        if not os.path.lexists(link):
+            if not os.path.isfile(os.path.join(lib_dir, "librshmem.so.0")):
+                die(f"--export: the programs do not load librshmem.so.0 from {prefix}/lib")
+            os.symlink("librshmem.so.0", link)
+        copy(run, lib_dir)
+
+    perf = [copy(art, os.path.join(out, "bin", "rshmem")) for art in made["perftest"]]
+    if perf:
+        libs_for(perf, os.path.join(out, "lib"))
+        # Entries of an NVSHMEM build in the same folder stay listed.
+        built = {b for b in nvshmem_vs.load_built(out) if b[0] != "rshmem"}
+        built |= {("rshmem", os.path.basename(p)) for p in perf}
+        with open(os.path.join(out, "bin", "BUILT.json"), "w") as f:
+            json.dump({"built": sorted(f"{l}/{n}" for l, n in built)}, f)
+        with open(os.path.join(out, "bin", "rshmem", "BUILT-BY"), "w") as f:
+            f.write(f"NVSHMEM's perftest/ CMake project (scripts/nvshmem-cmake-check), rshmem "
+                    f"{nvshmem_vs.git_describe()}\n")
+    ex = [copy(art, os.path.join(out, "examples", "bin")) for art in made["examples"]]
+    if ex:
+        libs_for(ex, os.path.join(out, "examples", "lib"))
+        # nvshmem-compat-check --bin runs rshmemrun from the programs' folder.
+        shutil.move(os.path.join(out, "examples", "lib", "rshmemrun"),
+                    os.path.join(out, "examples", "bin", "rshmemrun"))
+        # For its --only (its list also names programs NVSHMEM's CMake project does not build).
+        with open(os.path.join(out, "examples", "programs.txt"), "w") as f:
+            f.write(",".join(sorted(os.path.basename(p) for p in ex)) + "\n")
+    note(f"exported {len(perf)} perftests to {out}/bin/rshmem and {len(ex)} examples to "
+         f"{out}/examples/bin, with their libraries")
 
 if __name__ == "__main__":
     sys.exit(main())
