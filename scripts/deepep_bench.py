@@ -42,7 +42,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nvshmem_vs  # noqa: E402
 from nvshmem_cmake import toolkit_root  # noqa: E402
-from nvshmem_vs import ROOT, die, find_nvcc, note  # noqa: E402
+from nvshmem_vs import ROOT, die, find_nvcc, note, run_cmd  # noqa: E402
 
 nvshmem_vs.TOOL = "deepep-bench"
 REPO = "https://github.com/deepseek-ai/DeepEP"
@@ -64,13 +64,6 @@ BEST = re.compile(r"\[tuning\] Best (dispatch \((BF16|FP8)\)|combine): SMs (\d+)
                   r"([\d.]+) GB/s \(NVL\), t: ([\d.]+) us")
 
 
-def sh(cmd, log, **kw):
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw).returncode == 0
-
-
 def build(a):
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
@@ -84,7 +77,7 @@ def build(a):
         shutil.copytree(os.path.abspath(a.src), src, symlinks=True)
     elif not os.path.isdir(src):
         note(f"cloning {REPO} at {a.tag}")
-        if not sh(["git", "clone", "-q", "--depth", "1", "--branch", a.tag, REPO, src], log):
+        if not run_cmd(["git", "clone", "-q", "--depth", "1", "--branch", a.tag, REPO, src], log):
             die(f"git clone of {REPO} at {a.tag} failed (log {log}); or pass --src")
     if not os.path.isfile(os.path.join(src, "setup.py")):
         die(f"{src} is not DeepEP's source (no setup.py)")
@@ -92,9 +85,9 @@ def build(a):
     py = os.path.join(venv, "bin", "python")
     if not os.path.isfile(py):
         note(f"virtual environment with torch=={a.torch} in {venv} (about 3 GB)")
-        if not sh([a.python, "-m", "venv", venv], log):
+        if not run_cmd([a.python, "-m", "venv", venv], log):
             die(f"{a.python} -m venv failed (log {log})")
-    if not sh([py, "-m", "pip", "install", "-q", f"torch=={a.torch}", "numpy", "ninja", "wheel",
+    if not run_cmd([py, "-m", "pip", "install", "-q", f"torch=={a.torch}", "numpy", "ninja", "wheel",
                "setuptools"], log):
         die(f"pip install torch=={a.torch} failed (log {log})")
     r = subprocess.run([py, "-c", "import torch, sys; print(torch.__version__, torch.version.cuda, "
@@ -117,7 +110,7 @@ def build(a):
         env["NVCC_APPEND_FLAGS"] = " ".join(f"-I{d}" for d in cuda_inc)
     shutil.rmtree(os.path.join(src, "dist"), ignore_errors=True)
     note(f"building DeepEP's wheel (intranode kernels, sm_90, {a.jobs} jobs; log {log})")
-    if not sh([py, "-c", HIDE_NVSHMEM], log, cwd=src, env=env):
+    if not run_cmd([py, "-c", HIDE_NVSHMEM], log, cwd=src, env=env):
         die(f"DeepEP's build failed (log {log})")
     wheels = glob.glob(os.path.join(src, "dist", "deep_ep-*.whl"))
     if not wheels:

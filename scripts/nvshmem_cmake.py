@@ -53,7 +53,6 @@ import argparse
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -228,14 +227,10 @@ def export(out, prefix, tk, made):
     def copy(src, dst_dir, name=None):
         os.makedirs(dst_dir, exist_ok=True)
         dst = os.path.join(dst_dir, name or os.path.basename(src))
-        shutil.copy2(os.path.realpath(src), dst + ".tmp")
-        # Smaller to carry: the programs' and the library's debug information is not needed.
-        subprocess.run(["strip", "--strip-debug", dst + ".tmp"], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.replace(dst + ".tmp", dst)
+        nvshmem_vs.copy_stripped(src, dst)
         return dst
 
-    def libs_for(programs, lib_dir):
+    def libs_for(programs, lib_dir, run_dir):
         names = sorted({n for p in programs for n in needed(p)})
         for n in names:
             src = next((os.path.join(d, n) for d in search if os.path.exists(os.path.join(d, n))), None)
@@ -247,25 +242,22 @@ def export(out, prefix, tk, made):
             if not os.path.isfile(os.path.join(lib_dir, "librshmem.so.0")):
                 die(f"--export: the programs do not load librshmem.so.0 from {prefix}/lib")
             os.symlink("librshmem.so.0", link)
-        copy(run, lib_dir)
+        copy(run, run_dir)
 
     perf = [copy(art, os.path.join(out, "bin", "rshmem")) for art in made["perftest"]]
     if perf:
-        libs_for(perf, os.path.join(out, "lib"))
+        # nvshmem_vs.py runs rshmemrun from the library's folder.
+        libs_for(perf, os.path.join(out, "lib"), os.path.join(out, "lib"))
         # Entries of an NVSHMEM build in the same folder stay listed.
         built = {b for b in nvshmem_vs.load_built(out) if b[0] != "rshmem"}
-        built |= {("rshmem", os.path.basename(p)) for p in perf}
-        with open(os.path.join(out, "bin", "BUILT.json"), "w") as f:
-            json.dump({"built": sorted(f"{l}/{n}" for l, n in built)}, f)
+        nvshmem_vs.save_built(out, built | {("rshmem", os.path.basename(p)) for p in perf})
         with open(os.path.join(out, "bin", "rshmem", "BUILT-BY"), "w") as f:
             f.write(f"NVSHMEM's perftest/ CMake project (scripts/nvshmem-cmake-check), rshmem "
                     f"{nvshmem_vs.git_describe()}\n")
     ex = [copy(art, os.path.join(out, "examples", "bin")) for art in made["examples"]]
     if ex:
-        libs_for(ex, os.path.join(out, "examples", "lib"))
         # nvshmem-compat-check --bin runs rshmemrun from the programs' folder.
-        shutil.move(os.path.join(out, "examples", "lib", "rshmemrun"),
-                    os.path.join(out, "examples", "bin", "rshmemrun"))
+        libs_for(ex, os.path.join(out, "examples", "lib"), os.path.join(out, "examples", "bin"))
         # For its --only (its list also names programs NVSHMEM's CMake project does not build).
         with open(os.path.join(out, "examples", "programs.txt"), "w") as f:
             f.write(",".join(sorted(os.path.basename(p) for p in ex)) + "\n")

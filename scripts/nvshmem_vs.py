@@ -241,11 +241,22 @@ def nvshmem_prefix(arg):
         die("--vs-nvshmem auto: this Python has no nvidia.nvshmem (pip install nvidia-nvshmem-cu13)")
 
 
-def run_cmd(cmd, log):
+def run_cmd(cmd, log, **kw):
+    """Runs cmd with its output appended to log after the command line; True when it exits 0.
+    kw goes to subprocess.run (cwd, env)."""
     with open(log, "a") as f:
         f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode == 0
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw).returncode == 0
+
+
+def copy_stripped(src, dst):
+    """Copies src (links followed) to dst without its debug information, which a program or
+    library carried to another machine does not need (a release build with it is tens of MB)."""
+    shutil.copy2(os.path.realpath(src), dst + ".tmp")
+    subprocess.run(["strip", "--strip-debug", dst + ".tmp"], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.replace(dst + ".tmp", dst)
 
 
 def build(a, progs):
@@ -278,12 +289,7 @@ def build(a, progs):
         os.makedirs(bld_lib, exist_ok=True)
         run = a.rshmemrun or os.path.join(lib, "rshmemrun")
         for f in [os.path.join(lib, "librshmem.so")] + ([run] if os.path.isfile(run) else []):
-            dst = os.path.join(bld_lib, os.path.basename(f))
-            shutil.copy2(f, dst + ".tmp")
-            # Smaller to carry (a release build with debug information is tens of MB).
-            subprocess.run(["strip", "--strip-debug", dst + ".tmp"], check=False,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            os.replace(dst + ".tmp", dst)
+            copy_stripped(f, os.path.join(bld_lib, os.path.basename(f)))
         if not os.path.isfile(run):
             note(f"no rshmemrun next to {lib}: runs need --rshmemrun or rshmemrun on PATH")
     # The perftests reach MPI through dlopen (utils.cu) and need only mpi.h's C declarations:
@@ -354,15 +360,20 @@ def build(a, progs):
     # What earlier builds into this folder made (other --only sets) stays listed.
     done = {p["name"] for p in progs}
     built_all = set(built) | {b for b in load_built(a.build) if b[1] not in done or b[0] not in a.libs}
-    os.makedirs(os.path.join(a.build, "bin"), exist_ok=True)
-    with open(os.path.join(a.build, "bin", "BUILT.json"), "w") as f:
-        json.dump({"built": sorted(f"{l}/{n}" for l, n in built_all)}, f)
+    save_built(a.build, built_all)
     for l, n, ok, log in sorted(results):
         if not ok:
             print(f"BUILD FAIL {l} {n}: {first_error(log)} (log: {log})")
     note(f"built {len(built)} of {len(a.libs) * len(progs)} programs in {time.time() - t0:.0f} s "
          f"({a.jobs} at a time) into {a.build}/bin/{{{','.join(a.libs)}}}")
     return built
+
+
+def save_built(build, built):
+    """Writes BUILD/bin/BUILT.json: the (library, program) pairs built there."""
+    os.makedirs(os.path.join(build, "bin"), exist_ok=True)
+    with open(os.path.join(build, "bin", "BUILT.json"), "w") as f:
+        json.dump({"built": sorted(f"{l}/{n}" for l, n in built)}, f)
 
 
 def load_built(build):
