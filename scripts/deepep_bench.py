@@ -181,7 +181,9 @@ def run(a):
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
         text, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
-        text = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+        # The partial output: bytes, whatever `text` asked for (subprocess's TimeoutExpired).
+        text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x
+                       for x in (e.stdout or "", e.stderr or ""))
         rc = f"timed out after {a.timeout} s"
     with open(log, "w") as f:
         f.write("$ " + " ".join(cmd) + "\n" + text)
